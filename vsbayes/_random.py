@@ -1,0 +1,33 @@
+"""The one entry point for randomness: ``random_state`` to a NumPy Generator."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = ["as_generator"]
+
+
+def as_generator(random_state=None) -> np.random.Generator:
+    """Turn a scikit-learn style ``random_state`` into a :class:`numpy.random.Generator`.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
+        ``None`` gives fresh OS entropy; an int seeds a new generator (same int, same
+        draws); a ``RandomState`` is consumed for one seed; a ``Generator`` is used as is.
+
+    Returns
+    -------
+    numpy.random.Generator
+    """
+    if random_state is None or isinstance(random_state, numbers.Integral):
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(np.iinfo(np.int32).max))
+    raise ValueError(
+        f"random_state must be None, an int, a RandomState or a Generator; got {random_state!r}."
+    )

@@ -1,0 +1,30 @@
+"""Argument checks shared by the engine fitters."""
+
+from __future__ import annotations
+
+import numbers
+
+from ..gaussian import Gaussian
+
+
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as an int if it is a positive integer, else raise ValueError."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+    return int(value)
+
+
+def check_kernel(kernel) -> Gaussian:
+    """Return ``kernel`` if it is a :class:`~vsbayes.gaussian.Gaussian`, else raise TypeError."""
+    if not isinstance(kernel, Gaussian):
+        raise TypeError(
+            f"kernel must be a vsbayes.Gaussian (e.g. a Laplace approximation); got {type(kernel)}."
+        )
+    return kernel
+
+
+def check_positive(value, name: str) -> float:
+    """Return ``value`` as a float if it is a finite positive number, else raise ValueError."""
+    if not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a positive number; got {value!r}.")
+    return float(value)

@@ -1,0 +1,272 @@
+"""Quadratic exponential families ``q(z) = exp(θ · φ(z))`` over sample points.
+
+The engine works in a *frame*: kernel-whitened coordinates ``z`` in which the kernel is
+N(0, I) (full family) or has unit marginal variances (diagonal family). A family object
+holds the points and provides the few operations the VS solver needs, all O(N d²) or less:
+
+* ``values(θ)``: the log-density ``θ · φ(z_k)`` at every point;
+* ``moments(u)``: the weighted feature sum ``Σ_k u_k φ(z_k)``, which is the gradient
+  ``Σ (q̄_k - p̄_k) φ_k`` when ``u = q̄ - p̄``;
+* ``natural_direction``: the inverse Fisher information of a reference Gaussian applied
+  to a moment vector, in closed form (no n×n matrix);
+* conversions between θ and :class:`~vsbayes.gaussian.Gaussian`.
+
+The full family never forms the N×n feature matrix: with homogeneous coordinates
+``y = (z, 1)`` its features are ``φ(z) = -y yᵀ / 2`` and θ is a symmetric
+(d+1)×(d+1) matrix, so values and moments are single matrix products.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from ..gaussian import Gaussian
+from ._linalg import solve_psd
+
+__all__ = ["DiagonalFamily", "FullFamily", "QuadraticFamily", "make_family"]
+
+# Largest row block of the feature matrix formed by the exact-Newton path (8 MB).
+_BLOCK_ENTRIES = 2**20
+
+
+class QuadraticFamily(abc.ABC):
+    """Common interface of the quadratic exponential families (see module docstring)."""
+
+    name: str
+    n_params: int
+
+    def __init__(self, z: np.ndarray):
+        self.n_samples, self.dim = z.shape
+
+    @abc.abstractmethod
+    def values(self, theta: np.ndarray) -> np.ndarray:
+        """``θ · φ(z_k)`` for every point, shape (N,)."""
+
+    @abc.abstractmethod
+    def moments(self, u: np.ndarray) -> np.ndarray:
+        """``Σ_k u_k φ(z_k)``, shaped like θ."""
+
+    @abc.abstractmethod
+    def raw_moments(self, m: np.ndarray):
+        """Split a feature-moment array into (mass, first, second) raw moments."""
+
+    @abc.abstractmethod
+    def theta_from_natural(self, precision, eta, c) -> np.ndarray:
+        """Parameter array of ``exp(c + eta·z - zᵀ precision z / 2)``."""
+
+    @abc.abstractmethod
+    def natural_from_theta(self, theta):
+        """Inverse of :meth:`theta_from_natural`: ``(precision, eta, c)``."""
+
+    @abc.abstractmethod
+    def reference(self, m: np.ndarray) -> Gaussian:
+        """The Gaussian whose raw moments are those of the feature-moment array ``m``.
+
+        Raises :class:`~vsbayes.exceptions.NotPositiveDefiniteError` when they are not the
+        moments of any Gaussian.
+        """
+
+    @abc.abstractmethod
+    def christoffel(self, gaussian: Gaussian, values: np.ndarray, theta) -> np.ndarray:
+        """``Z φ(z_k)ᵀ H⁻¹ φ(z_k)`` with ``H = ∫ q φ φᵀ`` for the Gaussian ``q`` given by θ."""
+
+    @abc.abstractmethod
+    def constant(self) -> np.ndarray:
+        """The parameter array whose values are 1 at every point."""
+
+    @abc.abstractmethod
+    def feature_rows(self, rows: slice) -> np.ndarray:
+        """Features of the points ``rows`` in a basis without repeats, shape (rows, n)."""
+
+    @abc.abstractmethod
+    def theta_from_basis(self, v: np.ndarray) -> np.ndarray:
+        """Parameter array of the coefficient vector ``v`` of :meth:`feature_rows`."""
+
+    def newton_direction(self, weights: np.ndarray, residual: np.ndarray) -> np.ndarray:
+        """Exact Newton direction ``-(Φᵀ diag(w) Φ)⁻¹ Φᵀ r`` as a parameter array.
+
+        Forms the n×n Hessian from row blocks of the feature matrix, each at most
+        ``_BLOCK_ENTRIES`` entries: O(N n²), used only when n is small.
+        """
+        n_rows = self.n_samples
+        block = max(1, _BLOCK_ENTRIES // self.n_params)
+        hess = np.zeros((self.n_params, self.n_params))
+        grad = np.zeros(self.n_params)
+        for start in range(0, n_rows, block):
+            rows = slice(start, min(start + block, n_rows))
+            phi = self.feature_rows(rows)
+            hess += (phi.T * weights[rows]) @ phi
+            grad += residual[rows] @ phi
+        return self.theta_from_basis(-solve_psd(hess, grad))
+
+    def inner(self, a: np.ndarray, b: np.ndarray) -> float:
+        """Euclidean pairing of a moment-shaped array and a parameter-shaped array."""
+        return float(np.vdot(a, b))
+
+    def theta_from_gaussian(self, gaussian: Gaussian) -> np.ndarray:
+        """Parameter array of a Gaussian given in frame coordinates."""
+        nat = gaussian.natural_parameters()
+        precision = nat.precision if self.name == "gaussian" else np.diag(nat.precision)
+        return self.theta_from_natural(precision, nat.eta, nat.c)
+
+    def gaussian_from_theta(self, theta) -> Gaussian:
+        """Gaussian (frame coordinates) of θ; raises NotPositiveDefiniteError if none."""
+        precision, eta, c = self.natural_from_theta(theta)
+        if self.name != "gaussian":
+            precision = np.diag(precision)
+        return Gaussian.from_natural(precision, eta, c)
+
+    def natural_direction(self, reference: Gaussian, m: np.ndarray) -> np.ndarray:
+        """Inverse Fisher information of ``reference`` applied to the moment array ``m``.
+
+        This is the parameter change that changes the moments of ``reference`` by ``m``.
+        """
+        mass = np.exp(reference.log_Z)
+        d_mass, d_first, d_second = self.raw_moments(m)
+        dnat = reference.natural_differential(d_mass / mass, d_first / mass, d_second / mass)
+        return self.theta_from_natural(dnat.precision, dnat.eta, dnat.c)
+
+
+class FullFamily(QuadraticFamily):
+    """All Gaussians: ``n = (d+1)(d+2)/2`` parameters, θ a symmetric (d+1)×(d+1) matrix.
+
+    ``log q(z) = -yᵀ Θ y / 2`` with ``y = (z, 1)`` and
+    ``Θ = [[precision, -eta], [-etaᵀ, -2c]]``.
+    """
+
+    name = "gaussian"
+
+    def __init__(self, z: np.ndarray):
+        super().__init__(z)
+        d = self.dim
+        self.n_params = (d + 1) * (d + 2) // 2
+        # Homogeneous coordinates, one row per coordinate: contiguous for the BLAS calls.
+        self._yt = np.empty((d + 1, self.n_samples))
+        self._yt[:d] = z.T
+        self._yt[d] = 1.0
+        self._buffer = np.empty_like(self._yt)
+
+    def values(self, theta):
+        np.matmul(theta, self._yt, out=self._buffer)
+        np.multiply(self._buffer, self._yt, out=self._buffer)
+        return -0.5 * np.add.reduce(self._buffer, axis=0)
+
+    def moments(self, u):
+        np.multiply(self._yt, u, out=self._buffer)
+        return -0.5 * (self._buffer @ self._yt.T)
+
+    def raw_moments(self, m):
+        d = self.dim
+        raw = -2.0 * m
+        return raw[d, d], raw[:d, d], raw[:d, :d]
+
+    def theta_from_natural(self, precision, eta, c):
+        d = self.dim
+        theta = np.empty((d + 1, d + 1))
+        theta[:d, :d] = precision
+        theta[:d, d] = theta[d, :d] = -np.asarray(eta)
+        theta[d, d] = -2.0 * c
+        return theta
+
+    def natural_from_theta(self, theta):
+        d = self.dim
+        return theta[:d, :d], -theta[:d, d], -0.5 * theta[d, d]
+
+    def constant(self):
+        return self.theta_from_natural(np.zeros((self.dim, self.dim)), np.zeros(self.dim), 1.0)
+
+    def reference(self, m):
+        mass, first, second = self.raw_moments(m)
+        mean = first / mass
+        return Gaussian(mean, second / mass - np.outer(mean, mean), np.log(mass))
+
+    def feature_rows(self, rows):
+        z = self._yt[: self.dim, rows].T
+        i, j = np.triu_indices(self.dim)
+        quad = z[:, i] * z[:, j]
+        quad *= np.where(i == j, -0.5, -1.0)
+        return np.hstack([np.ones((z.shape[0], 1)), z, quad])
+
+    def theta_from_basis(self, v):
+        d = self.dim
+        precision = np.zeros((d, d))
+        precision[np.triu_indices(d)] = v[1 + d :]
+        precision = precision + np.triu(precision, 1).T
+        return self.theta_from_natural(precision, v[1 : 1 + d], v[0])
+
+    def christoffel(self, gaussian, values, theta):
+        # Mahalanobis distance to the mean from the values, without another pass:
+        # (z-μ)ᵀΛ(z-μ) = 2 (c - θ·φ(z)) + μᵀη.
+        _, eta, c = self.natural_from_theta(theta)
+        r2 = 2.0 * (c - values) + gaussian.mean @ eta
+        return 1.0 + 0.5 * self.dim + 0.5 * r2 * r2
+
+
+class DiagonalFamily(QuadraticFamily):
+    """Gaussians with diagonal covariance in the frame: ``n = 2d + 1`` parameters.
+
+    θ is the vector ``(precision_diag, eta, c)`` and ``φ(z) = (-z²/2, z, 1)``. The N×n
+    feature matrix is small here and is stored.
+    """
+
+    name = "diagonal"
+
+    def __init__(self, z: np.ndarray):
+        super().__init__(z)
+        d = self.dim
+        self.n_params = 2 * d + 1
+        self._z = z
+        self._phi = np.empty((2 * d + 1, self.n_samples))
+        self._phi[:d] = -0.5 * np.square(z.T)
+        self._phi[d : 2 * d] = z.T
+        self._phi[2 * d] = 1.0
+
+    def values(self, theta):
+        return theta @ self._phi
+
+    def moments(self, u):
+        return self._phi @ u
+
+    def raw_moments(self, m):
+        d = self.dim
+        return m[2 * d], m[d : 2 * d], -2.0 * m[:d]
+
+    def theta_from_natural(self, precision, eta, c):
+        return np.concatenate([precision, eta, [c]])
+
+    def natural_from_theta(self, theta):
+        d = self.dim
+        return theta[:d], theta[d : 2 * d], float(theta[2 * d])
+
+    def constant(self):
+        return self.theta_from_natural(np.zeros(self.dim), np.zeros(self.dim), 1.0)
+
+    def reference(self, m):
+        mass, first, second = self.raw_moments(m)
+        mean = first / mass
+        return Gaussian(mean, np.diag(second / mass - mean * mean), np.log(mass))
+
+    def feature_rows(self, rows):
+        return self._phi[:, rows].T
+
+    def theta_from_basis(self, v):
+        return np.asarray(v, dtype=float)
+
+    def christoffel(self, gaussian, values, theta):
+        u2 = np.square(self._z - gaussian.mean) / np.diag(gaussian.cov)
+        return 1.0 + 0.5 * self.dim + 0.5 * np.square(u2).sum(axis=1)
+
+
+_FAMILIES = {"gaussian": FullFamily, "diagonal": DiagonalFamily}
+
+
+def make_family(family: str, z: np.ndarray) -> QuadraticFamily:
+    """Instantiate the family named ``"gaussian"`` (full) or ``"diagonal"`` on points z."""
+    try:
+        return _FAMILIES[family](z)
+    except KeyError:
+        raise ValueError(
+            f"family must be one of {sorted(_FAMILIES)}; got {family!r}."
+        ) from None

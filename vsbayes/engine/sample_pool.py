@@ -1,0 +1,224 @@
+"""Sample pools, coordinate frames and the adaptive-rounds driver shared by the fitters.
+
+A *round* draws points through a Gaussian kernel and evaluates the target there. With
+several rounds, each kernel is the previous round's fit with its covariance scaled by
+``kernel_scale``; the pooled points are weighted against the mixture of the round kernels
+(each with proportion ``N_r / N``), which is a valid window for VS and IS alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from .._random import as_generator
+from ..exceptions import EstimationError
+from ..gaussian import Gaussian
+from ..sampling import draw_from_kernel, get_rule, mixture_log_density
+from .results import RoundInfo
+
+__all__ = ["Frame", "SamplePool", "evaluate_log_target", "run_rounds"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def evaluate_log_target(log_target: Callable, x: np.ndarray) -> np.ndarray:
+    """Call ``log_target`` on the rows of ``x`` and check what it returns.
+
+    ``-inf`` (zero density) is allowed; NaN and ``+inf`` are errors.
+    """
+    values = np.asarray(log_target(x), dtype=float)
+    n = x.shape[0]
+    if values.shape != (n,):
+        if values.size != n:
+            raise ValueError(
+                f"log_target must return one value per row: x has shape {x.shape}, "
+                f"the result has shape {values.shape}."
+            )
+        values = values.reshape(n)
+    bad = np.isnan(values) | (values == np.inf)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(
+            f"log_target returned {values[k]} at {int(bad.sum())} of {n} points "
+            f"(first at x={x[k]!r}). Return -inf where the density is zero."
+        )
+    if not np.isfinite(values).any():
+        raise EstimationError(
+            "log_target is -inf at every sampled point: the kernel does not reach the "
+            "target's support. Move or widen the kernel."
+        )
+    return values
+
+
+class Frame:
+    """Affine coordinates ``z = T⁻¹ (x - m)`` of a kernel.
+
+    ``T`` is the kernel's Cholesky factor (``diagonal=False``: the kernel becomes N(0, I))
+    or the diagonal of its standard deviations (``diagonal=True``: unit marginal variances,
+    so that diagonal Gaussians stay diagonal).
+    """
+
+    def __init__(self, kernel: Gaussian, diagonal: bool = False):
+        self.kernel = kernel
+        self.diagonal = diagonal
+        self.mean = kernel.mean
+        if diagonal:
+            self.scale = np.sqrt(np.diag(kernel.cov))
+            self.log_det = float(np.log(self.scale).sum())
+        else:
+            self.scale = kernel.chol
+            self.log_det = 0.5 * kernel.log_det_cov
+
+    def coordinates(self, x: np.ndarray) -> np.ndarray:
+        """Frame coordinates of the rows of x."""
+        if self.diagonal:
+            return (x - self.mean) / self.scale
+        return solve_triangular(self.scale, (x - self.mean).T, lower=True).T
+
+    def gaussian_to_frame(self, g: Gaussian) -> Gaussian:
+        """Express a Gaussian given in x coordinates in frame coordinates."""
+        if self.diagonal:
+            sd = self.scale
+            return Gaussian((g.mean - self.mean) / sd, np.diag(np.diag(g.cov) / (sd * sd)), g.log_Z)
+        half = solve_triangular(self.scale, g.chol, lower=True)
+        return Gaussian(self.coordinates(g.mean[None])[0], half @ half.T, g.log_Z)
+
+    def gaussian_from_frame(self, g: Gaussian, log_shift: float = 0.0):
+        """Mean, covariance and log-mass in x coordinates of a frame-coordinate Gaussian."""
+        if self.diagonal:
+            mean = self.mean + self.scale * g.mean
+            cov = g.cov * np.outer(self.scale, self.scale)
+        else:
+            mean = self.mean + self.scale @ g.mean
+            half = self.scale @ g.chol
+            cov = half @ half.T
+        return mean, cov, g.log_Z + log_shift
+
+
+class SamplePool:
+    """Points of all rounds so far, with kernels, rule weights and target values."""
+
+    def __init__(self):
+        self.kernels: list[Gaussian] = []
+        self._x: list[np.ndarray] = []
+        self._z: list[np.ndarray] = []
+        self._log_w: list[np.ndarray] = []
+        self._log_p: list[np.ndarray] = []
+
+    def add(self, kernel: Gaussian, draws, log_p: np.ndarray) -> None:
+        """Append one round: its kernel, draws (x, z, log-weights) and target values."""
+        self.kernels.append(kernel)
+        self._x.append(draws.x)
+        self._z.append(draws.z)
+        self._log_w.append(draws.log_weights)
+        self._log_p.append(log_p)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Number of points of each round."""
+        return [len(x) for x in self._x]
+
+    @property
+    def n_samples(self) -> int:
+        """Total number of points."""
+        return sum(self.sizes)
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the points."""
+        return self.kernels[0].dim
+
+    @property
+    def x(self) -> np.ndarray:
+        """All points, shape (N, d)."""
+        return self._x[0] if len(self._x) == 1 else np.concatenate(self._x)
+
+    @property
+    def log_p(self) -> np.ndarray:
+        """Target log-density at all points."""
+        return self._log_p[0] if len(self._log_p) == 1 else np.concatenate(self._log_p)
+
+    def log_weights(self) -> np.ndarray:
+        """Log-weights of the pooled rule: ``log(N_r / N) + log w_rk``."""
+        n = self.n_samples
+        parts = [lw + math.log(len(lw) / n) for lw in self._log_w]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def log_window(self) -> np.ndarray:
+        """Log-density of the window (mixture of round kernels) at all points."""
+        if len(self.kernels) == 1:
+            k = self.kernels[0]
+            z = self._z[0]
+            return -0.5 * np.square(z).sum(axis=1) - 0.5 * (k.dim * _LOG_2PI + k.log_det_cov)
+        n = self.n_samples
+        return mixture_log_density(self.kernels, [s / n for s in self.sizes], self.x)
+
+    def log_importance_weights(self) -> np.ndarray:
+        """``log w_k + log p(x_k) - log π(x_k)``: the log importance weights."""
+        return self.log_weights() + self.log_p - self.log_window()
+
+    def coordinates(self, frame: Frame) -> np.ndarray:
+        """All points in ``frame`` coordinates (reusing the draws' own when possible)."""
+        if len(self.kernels) == 1 and frame.kernel is self.kernels[0] and not frame.diagonal:
+            return self._z[0]
+        return frame.coordinates(self.x)
+
+
+def _round_sizes(n_samples: int, rounds: int) -> list[int]:
+    base = n_samples // rounds
+    return [base] * (rounds - 1) + [n_samples - base * (rounds - 1)]
+
+
+def run_rounds(
+    log_target: Callable,
+    kernel: Gaussian,
+    n_samples: int,
+    *,
+    rounds: int,
+    kernel_scale: float,
+    rule,
+    random_state,
+    estimate: Callable,
+):
+    """Draw, evaluate and fit over ``rounds`` rounds of kernel adaptation.
+
+    Parameters
+    ----------
+    estimate : callable
+        ``estimate(pool, previous_fit) -> result``; it may raise
+        :class:`~vsbayes.exceptions.EstimationError`. A failure in an intermediate round
+        is recorded and the next round reuses the same kernel; in the last round it
+        propagates.
+
+    Returns
+    -------
+    result
+        The last round's estimate, with ``result.rounds`` set to the list of
+        :class:`RoundInfo`.
+    """
+    rng = as_generator(random_state)
+    rule = get_rule(rule)
+    pool = SamplePool()
+    current, fit, infos = kernel, None, []
+    sizes = _round_sizes(n_samples, rounds)
+    for r, size in enumerate(sizes):
+        draws = draw_from_kernel(current, size, rule, rng)
+        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
+        last = r == len(sizes) - 1
+        try:
+            new_fit = estimate(pool, fit)
+        except EstimationError:
+            if last:
+                raise
+            infos.append(RoundInfo(current, size, 0, False))
+            continue
+        fit = new_fit
+        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
+        if not last:
+            current = Gaussian(fit.mean, kernel_scale * fit.cov)
+    fit.rounds = infos
+    return fit

@@ -1,0 +1,200 @@
+"""Variational sampling (Roche 2013, sections 2–3): fit a Gaussian to any log-density."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from ..exceptions import ConvergenceWarning, NonIntegrableFitError, NotPositiveDefiniteError
+from ..gaussian import Gaussian
+from ._validation import check_kernel, check_positive, check_positive_int
+from .features import make_family
+from .results import VSResult
+from .sample_pool import Frame, SamplePool, run_rounds
+from .vs_solver import VSSolver
+
+__all__ = ["n_family_params", "variational_sampling"]
+
+
+def n_family_params(dim: int, family: str = "gaussian") -> int:
+    """Number of parameters n of the family: ``(d+1)(d+2)/2`` (full) or ``2d+1`` (diagonal)."""
+    if family == "gaussian":
+        return (dim + 1) * (dim + 2) // 2
+    if family == "diagonal":
+        return 2 * dim + 1
+    raise ValueError(f"family must be 'gaussian' or 'diagonal'; got {family!r}.")
+
+
+def fit_vs_pool(
+    pool: SamplePool,
+    start: Gaussian | None,
+    *,
+    family: str,
+    tol: float,
+    max_iter: int,
+) -> VSResult:
+    """Fit the VS Gaussian to the points of ``pool``, in the frame of its last kernel.
+
+    Parameters
+    ----------
+    pool : SamplePool
+        Points, weights, window and target values.
+    start : Gaussian or None
+        Starting point of the solver in x coordinates (default: the last kernel).
+    family, tol, max_iter
+        See :func:`variational_sampling`.
+    """
+    frame = Frame(pool.kernels[-1], diagonal=(family == "diagonal"))
+    z = pool.coordinates(frame)
+    fam = make_family(family, z)
+    log_w, log_window = pool.log_weights(), pool.log_window()
+    log_iw = log_w + pool.log_p - log_window
+    shift = float(log_iw.max())
+    offsets = log_w - log_window - frame.log_det
+    start_values = None
+    if start is None:
+        start_z = Gaussian(np.zeros(pool.dim), np.eye(pool.dim))
+        if len(pool.kernels) == 1 and not frame.diagonal:
+            # Starting from the kernel itself: its log-density in frame coordinates.
+            start_values = log_window + frame.log_det
+    else:
+        start_z = frame.gaussian_to_frame(start)
+    solver = VSSolver(fam, offsets, log_iw - shift, tol=tol, max_iter=max_iter)
+    sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
+    if sol.gaussian is None:
+        raise NonIntegrableFitError(
+            f"The variational-sampling fit is not integrable: its quadratic form is not "
+            f"negative definite (N={pool.n_samples} points for n={fam.n_params} parameters, "
+            f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
+            f"covariance, or kernel_scale > 1 with rounds > 1)."
+        )
+    if not sol.converged:
+        warnings.warn(
+            f"Variational sampling did not converge in max_iter={max_iter} iterations "
+            f"(optimization error {sol.decrement:.3g} vs predicted sampling error "
+            f"{sol.kl_error:.3g}). Increase max_iter; if the fit stays poor, increase "
+            f"n_samples or use a kernel closer to the target.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    mean, cov, log_Z = frame.gaussian_from_frame(sol.gaussian, shift)
+    try:
+        return VSResult(
+            mean, cov, log_Z,
+            n_iter=sol.n_iter, converged=sol.converged, kl_error=sol.kl_error,
+            decrement=sol.decrement, objective=sol.objective, ess=sol.ess,
+            n_samples=pool.n_samples, family=family, rounds=None,
+        )
+    except NotPositiveDefiniteError:
+        raise NonIntegrableFitError(
+            "The variational-sampling covariance lost positive definiteness in the map back "
+            "from kernel coordinates (extremely ill-conditioned kernel). Rescale the "
+            "problem or use a better-conditioned kernel."
+        ) from None
+
+
+def variational_sampling(
+    log_target: Callable,
+    kernel: Gaussian,
+    n_samples: int | None = None,
+    *,
+    family: str = "gaussian",
+    rule="mc",
+    rounds: int = 1,
+    kernel_scale: float = 1.0,
+    tol: float = 1e-2,
+    max_iter: int = 100,
+    random_state=None,
+) -> VSResult:
+    """Fit an unnormalized Gaussian to ``exp(log_target)`` by variational sampling.
+
+    Points are drawn through ``kernel`` (the window π, usually a Laplace approximation);
+    the fit ``q = exp(θ·φ)`` minimizes the sampled generalized KL divergence
+    ``Σ_k w_k [p̄ log(p̄/q̄) - p̄ + q̄]`` with ``p̄ = p/π``, ``q̄ = q/π`` (paper, eq. 5). The
+    estimate is exact when the target is Gaussian (with at least n distinct points) and
+    its error decreases like 1/N.
+
+    Parameters
+    ----------
+    log_target : callable
+        ``log_target(x)`` with ``x`` of shape (N, d) returns the N unnormalized
+        log-densities (``-inf`` where the density is zero).
+    kernel : Gaussian
+        Sampling kernel π. Its ``log_Z`` is ignored.
+    n_samples : int, optional
+        Total number of target evaluations over all rounds. Default: 32 n, with n the
+        number of family parameters. Each round needs at least n points.
+    family : {"gaussian", "diagonal"}, default="gaussian"
+        Full Gaussian fit (n = (d+1)(d+2)/2 parameters) or diagonal covariance (2d+1).
+    rule : {"mc", "qmc"} or SamplingRule, default="mc"
+        iid Monte Carlo or scrambled Sobol points mapped through the kernel.
+    rounds : int, default=1
+        Rounds of kernel adaptation. Round r+1 draws from the fit of round r with its
+        covariance multiplied by ``kernel_scale``; every fit pools all points drawn so far,
+        weighted against the mixture of the round kernels. ``rounds=1`` is the paper's
+        method.
+    kernel_scale : float, default=1.0
+        Covariance inflation of the adapted kernels (rounds ≥ 2).
+    tol : float, default=1e-2
+        Stop when the optimization error (half the squared Newton decrement per unit mass,
+        an excess KL) is below ``tol`` times the predicted sampling error ``kl_error``, or at
+        float64 round-off for exactly Gaussian targets. At 1e-2 the solver adds about 1 %
+        to the sampling error at most; the mixture benchmark finds no measurable change of
+        the median error between 1e-2 and 1e-6.
+    max_iter : int, default=100
+        Maximum solver iterations per round; a :class:`~vsbayes.exceptions.ConvergenceWarning`
+        is emitted when reached.
+    random_state : int, RandomState, Generator or None
+        Controls the draws. For ``rounds=1`` and the same ``n_samples`` and ``rule``,
+        :func:`importance_sampling` and :func:`bayesian_monte_carlo` see the same points.
+
+    Returns
+    -------
+    VSResult
+        The fitted Gaussian with diagnostics ``n_iter``, ``converged``, ``kl_error``,
+        ``decrement``, ``objective``, ``ess``, ``rounds``.
+
+    Raises
+    ------
+    NonIntegrableFitError
+        If the final fit has no finite integral (the remedy is in the message).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import vsbayes
+    >>> target = vsbayes.Gaussian(mean=[1.0, -1.0], cov=[[2.0, 0.3], [0.3, 0.5]], log_Z=3.0)
+    >>> kernel = vsbayes.Gaussian(mean=[0.0, 0.0], cov=np.eye(2))
+    >>> fit = vsbayes.variational_sampling(target.log_density, kernel, n_samples=50,
+    ...                                    random_state=0)
+    >>> bool(np.allclose(fit.mean, target.mean) and np.isclose(fit.log_Z, 3.0))
+    True
+    """
+    kernel = check_kernel(kernel)
+    n_params = n_family_params(kernel.dim, family)
+    rounds = check_positive_int(rounds, "rounds")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    if n_samples is None:
+        n_samples = 32 * n_params
+    n_samples = check_positive_int(n_samples, "n_samples")
+    if n_samples // rounds < n_params:
+        raise ValueError(
+            f"n_samples={n_samples} over rounds={rounds} gives {n_samples // rounds} points "
+            f"per round, fewer than the n={n_params} parameters of the {family!r} family in "
+            f"dimension {kernel.dim}. Use n_samples >= {n_params * rounds} (16–64 n is "
+            f"typical), fewer rounds, or family='diagonal'."
+        )
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    if not tol >= 0:
+        raise ValueError(f"tol must be non-negative; got {tol!r}.")
+
+    def estimate(pool, previous):
+        return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter)
+
+    return run_rounds(
+        log_target, kernel, n_samples,
+        rounds=rounds, kernel_scale=kernel_scale, rule=rule,
+        random_state=random_state, estimate=estimate,
+    )

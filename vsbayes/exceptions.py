@@ -1,0 +1,40 @@
+"""Errors and warnings raised by vsbayes.
+
+Every numerical failure that would otherwise produce something that is not a valid
+positive-definite Gaussian raises an :class:`EstimationError` subclass whose message says
+what went wrong and what to change.
+"""
+
+from sklearn.exceptions import ConvergenceWarning
+
+__all__ = [
+    "ConvergenceWarning",
+    "DegenerateEstimateError",
+    "EstimationError",
+    "NonIntegrableFitError",
+    "NotPositiveDefiniteError",
+]
+
+
+class EstimationError(RuntimeError):
+    """An estimate could not be turned into a valid Gaussian."""
+
+
+class NotPositiveDefiniteError(EstimationError, ValueError):
+    """A covariance or precision matrix is not symmetric positive definite."""
+
+
+class NonIntegrableFitError(EstimationError):
+    """The variational-sampling fit is an exponential quadratic with no finite integral.
+
+    This happens when the sampled objective is minimized by a quadratic form that is not
+    negative definite, typically because ``n_samples`` is too small or the sampling kernel
+    is too narrow compared to the target.
+    """
+
+
+class DegenerateEstimateError(EstimationError):
+    """A sampling estimate (IS, BMC) has no valid normalizing constant or covariance.
+
+    Typical causes: too few effective samples (low ESS) or a kernel far from the target.
+    """

@@ -1,0 +1,14 @@
+"""Layer 2 — sampling rules and draws through Gaussian kernels."""
+
+from .kernels import KernelDraws, draw_from_kernel, mixture_log_density
+from .rules import MonteCarlo, SamplingRule, ScrambledSobol, get_rule
+
+__all__ = [
+    "KernelDraws",
+    "MonteCarlo",
+    "SamplingRule",
+    "ScrambledSobol",
+    "draw_from_kernel",
+    "get_rule",
+    "mixture_log_density",
+]
