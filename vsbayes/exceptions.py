@@ -13,6 +13,7 @@ __all__ = [
     "EstimationError",
     "NonIntegrableFitError",
     "NotPositiveDefiniteError",
+    "UnreliableFitWarning",
 ]
 
 
@@ -37,4 +38,12 @@ class DegenerateEstimateError(EstimationError):
     """A sampling estimate (IS, BMC) has no valid normalizing constant or covariance.
 
     Typical causes: too few effective samples (low ESS) or a kernel far from the target.
+    """
+
+
+class UnreliableFitWarning(UserWarning):
+    """A valid Gaussian was returned, but its own diagnostics say it may be inaccurate.
+
+    For example, variational sampling with fewer than 2n points interpolates the target at
+    the points, so its predicted error ``kl_error`` is meaningless.
     """

@@ -126,7 +126,10 @@ class Gaussian:
     def precision(self) -> np.ndarray:
         """Inverse covariance, computed from the Cholesky factor."""
         if self._precision is None:
-            self._precision = _readonly(cho_solve((self._chol, True), np.eye(self.dim)))
+            identity = np.eye(self.dim)
+            self._precision = _readonly(
+                cho_solve((self._chol, True), identity, check_finite=False)
+            )
         return self._precision
 
     @property
@@ -176,7 +179,7 @@ class Gaussian:
     # -- natural parameters ----------------------------------------------------------
     def natural_parameters(self) -> NaturalParameters:
         """Natural parameters such that ``log q(x) = c + eta @ x - x @ precision @ x / 2``."""
-        eta = cho_solve((self._chol, True), self._mean)
+        eta = cho_solve((self._chol, True), self._mean, check_finite=False)
         c = self._log_Z - 0.5 * (self._mean @ eta) - 0.5 * (self.dim * _LOG_2PI + self.log_det_cov)
         return NaturalParameters(self.precision.copy(), eta, float(c))
 
@@ -193,8 +196,8 @@ class Gaussian:
         precision = np.asarray(precision, dtype=float)
         precision = 0.5 * (precision + precision.T)
         lower = lower_cholesky(precision, "precision")
-        cov = cho_solve((lower, True), np.eye(precision.shape[0]))
-        mean = cho_solve((lower, True), np.asarray(eta, dtype=float))
+        cov = cho_solve((lower, True), np.eye(precision.shape[0]), check_finite=False)
+        mean = cho_solve((lower, True), np.asarray(eta, dtype=float), check_finite=False)
         d = mean.shape[0]
         log_Z = c + 0.5 * (eta @ mean) + 0.5 * d * _LOG_2PI - float(np.log(np.diag(lower)).sum())
         return cls(mean, cov, log_Z)

@@ -19,7 +19,8 @@ def solve_psd(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     scale[scale == 0.0] = 1.0
     scaled = matrix / np.outer(scale, scale)
     try:
-        return cho_solve(cho_factor(scaled, check_finite=False), rhs / scale) / scale
+        factor = cho_factor(scaled, check_finite=False)
+        return cho_solve(factor, rhs / scale, check_finite=False) / scale
     except LinAlgError:
         w, v = eigh(scaled)
         keep = w > 1e-12 * w.max()

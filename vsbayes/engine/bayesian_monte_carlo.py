@@ -46,7 +46,8 @@ def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCRes
     np.exp(gram, out=gram)
     gram[np.diag_indices_from(gram)] += nugget
     try:
-        alpha = cho_solve(cho_factor(gram, lower=True, overwrite_a=True, check_finite=False), f)
+        factor = cho_factor(gram, lower=True, overwrite_a=True, check_finite=False)
+        alpha = cho_solve(factor, f, check_finite=False)
     except LinAlgError:
         raise DegenerateEstimateError(
             f"The BMC Gram matrix is numerically singular (length_scale={length_scale}, "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 
 import numpy as np
+from scipy.linalg import LinAlgError, cho_solve, cholesky
 
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
@@ -69,8 +70,11 @@ class QuadraticFamily(abc.ABC):
         """
 
     @abc.abstractmethod
-    def christoffel(self, gaussian: Gaussian, values: np.ndarray, theta) -> np.ndarray:
-        """``Z φ(z_k)ᵀ H⁻¹ φ(z_k)`` with ``H = ∫ q φ φᵀ`` for the Gaussian ``q`` given by θ."""
+    def christoffel(self, theta, values: np.ndarray) -> np.ndarray | None:
+        """``Z φ(z_k)ᵀ H⁻¹ φ(z_k)`` with ``H = ∫ q φ φᵀ`` for the Gaussian ``q`` of θ.
+
+        ``values`` are θ's values at the points. Returns None when θ is not integrable.
+        """
 
     @abc.abstractmethod
     def constant(self) -> np.ndarray:
@@ -196,11 +200,16 @@ class FullFamily(QuadraticFamily):
         precision = precision + np.triu(precision, 1).T
         return self.theta_from_natural(precision, v[1 : 1 + d], v[0])
 
-    def christoffel(self, gaussian, values, theta):
-        # Mahalanobis distance to the mean from the values, without another pass:
-        # (z-μ)ᵀΛ(z-μ) = 2 (c - θ·φ(z)) + μᵀη.
-        _, eta, c = self.natural_from_theta(theta)
-        r2 = 2.0 * (c - values) + gaussian.mean @ eta
+    def christoffel(self, theta, values):
+        # For the full family this is 1 + d/2 + |u|⁴/2 with u the point in q's whitened
+        # coordinates; |u|² = (z-μ)ᵀΛ(z-μ) = 2 (c - θ·φ(z)) + μᵀη needs no pass over z.
+        precision, eta, c = self.natural_from_theta(theta)
+        try:
+            lower = cholesky(precision, lower=True, check_finite=False)
+        except LinAlgError:
+            return None
+        mean = cho_solve((lower, True), eta, check_finite=False)
+        r2 = 2.0 * (c - values) + mean @ eta
         return 1.0 + 0.5 * self.dim + 0.5 * r2 * r2
 
 
@@ -254,8 +263,12 @@ class DiagonalFamily(QuadraticFamily):
     def theta_from_basis(self, v):
         return np.asarray(v, dtype=float)
 
-    def christoffel(self, gaussian, values, theta):
-        u2 = np.square(self._z - gaussian.mean) / np.diag(gaussian.cov)
+    def christoffel(self, theta, values):
+        # 1 + d/2 + Σ u_i⁴/2 with u the point in q's whitened coordinates.
+        precision, eta, _ = self.natural_from_theta(theta)
+        if not (precision > 0).all():
+            return None
+        u2 = np.square(self._z - eta / precision) * precision
         return 1.0 + 0.5 * self.dim + 0.5 * np.square(u2).sum(axis=1)
 
 

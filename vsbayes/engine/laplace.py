@@ -175,7 +175,7 @@ def laplace(
                 "this is not a strict local maximum (flat or improper target, or a saddle "
                 "point). Use a proper prior or a better starting point x0."
             ) from None
-        step = cho_solve((lower, True), g)
+        step = cho_solve((lower, True), g, check_finite=False)
         half_decrement = 0.5 * float(g @ step)
         if half_decrement <= tol or polish == 3:
             break
@@ -190,7 +190,7 @@ def laplace(
             ConvergenceWarning,
             stacklevel=2,
         )
-    cov = cho_solve((lower, True), np.eye(d))
+    cov = cho_solve((lower, True), np.eye(d), check_finite=False)
     log_p_mode = value(mode)
     log_Z = log_p_mode + 0.5 * d * math.log(2 * math.pi) - float(np.log(np.diag(lower)).sum())
     return LaplaceResult(

@@ -153,7 +153,7 @@ class SamplePool:
         if len(self.kernels) == 1:
             k = self.kernels[0]
             z = self._z[0]
-            return -0.5 * np.square(z).sum(axis=1) - 0.5 * (k.dim * _LOG_2PI + k.log_det_cov)
+            return -0.5 * np.einsum("ij,ij->i", z, z) - 0.5 * (k.dim * _LOG_2PI + k.log_det_cov)
         n = self.n_samples
         return mixture_log_density(self.kernels, [s / n for s in self.sizes], self.x)
 

@@ -7,7 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..exceptions import ConvergenceWarning, NonIntegrableFitError, NotPositiveDefiniteError
+from ..exceptions import (
+    ConvergenceWarning,
+    NonIntegrableFitError,
+    NotPositiveDefiniteError,
+    UnreliableFitWarning,
+)
 from ..gaussian import Gaussian
 from ._validation import check_kernel, check_positive, check_positive_int
 from .features import make_family
@@ -79,6 +84,25 @@ def fit_vs_pool(
             ConvergenceWarning,
             stacklevel=4,
         )
+    if sol.ess < pool.dim + 1:
+        warnings.warn(
+            f"The importance weights p/π of the {pool.n_samples} points have an effective "
+            f"sample size of {sol.ess:.3g}, below d+1={pool.dim + 1}: the target mass seen "
+            f"by the sample sits on a few points, so the fit may be far off. Use a kernel "
+            f"closer to the target (rounds > 1 adapts it) or wider, or more samples.",
+            UnreliableFitWarning,
+            stacklevel=4,
+        )
+    elif pool.n_samples < 2 * fam.n_params:
+        warnings.warn(
+            f"Variational sampling with N={pool.n_samples} points for n={fam.n_params} "
+            f"parameters (fewer than 2n): the fit nearly interpolates the target at the "
+            f"points, so it is exact for Gaussian targets but kl_error "
+            f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
+            f"{2 * fam.n_params}.",
+            UnreliableFitWarning,
+            stacklevel=4,
+        )
     mean, cov, log_Z = frame.gaussian_from_frame(sol.gaussian, shift)
     try:
         return VSResult(
@@ -102,8 +126,8 @@ def variational_sampling(
     *,
     family: str = "gaussian",
     rule="mc",
-    rounds: int = 1,
-    kernel_scale: float = 1.0,
+    rounds: int = 2,
+    kernel_scale: float = 1.5,
     tol: float = 1e-2,
     max_iter: int = 100,
     random_state=None,
@@ -130,12 +154,15 @@ def variational_sampling(
         Full Gaussian fit (n = (d+1)(d+2)/2 parameters) or diagonal covariance (2d+1).
     rule : {"mc", "qmc"} or SamplingRule, default="mc"
         iid Monte Carlo or scrambled Sobol points mapped through the kernel.
-    rounds : int, default=1
-        Rounds of kernel adaptation. Round r+1 draws from the fit of round r with its
-        covariance multiplied by ``kernel_scale``; every fit pools all points drawn so far,
-        weighted against the mixture of the round kernels. ``rounds=1`` is the paper's
-        method.
-    kernel_scale : float, default=1.0
+    rounds : int, default=2
+        Rounds of kernel adaptation; ``n_samples`` is split evenly between them. Round r+1
+        draws from the fit of round r with its covariance multiplied by ``kernel_scale``;
+        every fit pools all points drawn so far, weighted against the mixture of the round
+        kernels. ``rounds=1`` is the paper's method. The default (2 rounds, scale 1.5) was
+        chosen on the mixture benchmark (``benchmarks/kernel_adaptation.py``): at equal N it
+        lowers the median excess KL to 0.70 of the single round's (geometric mean over
+        d = 5, 30, δ = 1.5, 3 and N = 8n, 32n), for about 1.3× the time.
+    kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels (rounds ≥ 2).
     tol : float, default=1e-2
         Stop when the optimization error (half the squared Newton decrement per unit mass,
@@ -147,8 +174,9 @@ def variational_sampling(
         Maximum solver iterations per round; a :class:`~vsbayes.exceptions.ConvergenceWarning`
         is emitted when reached.
     random_state : int, RandomState, Generator or None
-        Controls the draws. For ``rounds=1`` and the same ``n_samples`` and ``rule``,
-        :func:`importance_sampling` and :func:`bayesian_monte_carlo` see the same points.
+        Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
+        :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
+        round) evaluate the target at exactly the same points, for paired comparisons.
 
     Returns
     -------
@@ -167,7 +195,7 @@ def variational_sampling(
     >>> import vsbayes
     >>> target = vsbayes.Gaussian(mean=[1.0, -1.0], cov=[[2.0, 0.3], [0.3, 0.5]], log_Z=3.0)
     >>> kernel = vsbayes.Gaussian(mean=[0.0, 0.0], cov=np.eye(2))
-    >>> fit = vsbayes.variational_sampling(target.log_density, kernel, n_samples=50,
+    >>> fit = vsbayes.variational_sampling(target.log_density, kernel, n_samples=100,
     ...                                    random_state=0)
     >>> bool(np.allclose(fit.mean, target.mean) and np.isclose(fit.log_Z, 3.0))
     True

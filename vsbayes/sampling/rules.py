@@ -64,7 +64,8 @@ class MonteCarlo(SamplingRule):
     name = "mc"
 
     def standard_normal(self, n, d, rng):
-        return rng.standard_normal((n, d)), _uniform_log_weights(n)
+        # Drawn coordinate-major: the engine reads the points one coordinate at a time.
+        return rng.standard_normal((d, n)).T, _uniform_log_weights(n)
 
 
 class ScrambledSobol(SamplingRule):

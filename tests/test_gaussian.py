@@ -1,0 +1,143 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+from conftest import random_gaussian, random_spd
+from scipy import integrate, stats
+
+from vsbayes import Gaussian, excess_kl, kl_divergence
+from vsbayes.exceptions import NotPositiveDefiniteError
+
+
+def test_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="shape"):
+        Gaussian([0.0, 1.0], np.eye(3))
+    with pytest.raises(ValueError, match="finite"):
+        Gaussian([0.0, np.nan], np.eye(2))
+    with pytest.raises(NotPositiveDefiniteError, match="symmetric"):
+        Gaussian([0.0, 0.0], [[1.0, 0.5], [0.0, 1.0]])
+    with pytest.raises(NotPositiveDefiniteError, match="positive definite"):
+        Gaussian([0.0, 0.0], [[1.0, 2.0], [2.0, 1.0]])
+
+
+def test_arrays_are_read_only(rng):
+    g = random_gaussian(rng, 3)
+    with pytest.raises(ValueError):
+        g.mean[0] = 1.0
+    with pytest.raises(ValueError):
+        g.cov[0, 0] = 1.0
+
+
+def test_logpdf_matches_scipy(rng):
+    g = random_gaussian(rng, 4, log_Z=2.5)
+    x = rng.standard_normal((7, 4))
+    expected = stats.multivariate_normal(g.mean, g.cov).logpdf(x)
+    np.testing.assert_allclose(g.logpdf(x), expected, rtol=1e-12)
+    np.testing.assert_allclose(g.log_density(x), expected + 2.5, rtol=1e-12)
+    assert np.isclose(g.logpdf(x[0]), expected[0], rtol=1e-12)
+
+
+def test_natural_parameters_round_trip(rng):
+    g = random_gaussian(rng, 5, log_Z=-3.0)
+    nat = g.natural_parameters()
+    x = rng.standard_normal((6, 5))
+    quad = nat.c + x @ nat.eta - 0.5 * np.einsum("ij,jk,ik->i", x, nat.precision, x)
+    np.testing.assert_allclose(quad, g.log_density(x), rtol=1e-12)
+    back = Gaussian.from_natural(*nat)
+    np.testing.assert_allclose(back.mean, g.mean, atol=1e-12)
+    np.testing.assert_allclose(back.cov, g.cov, atol=1e-12)
+    assert math.isclose(back.log_Z, g.log_Z, abs_tol=1e-12)
+
+
+def test_from_natural_rejects_non_integrable():
+    with pytest.raises(NotPositiveDefiniteError, match="precision"):
+        Gaussian.from_natural(np.diag([1.0, -0.1]), np.zeros(2), 0.0)
+
+
+def _raw_moments(g):
+    mass = math.exp(g.log_Z)
+    return mass, mass * g.mean, mass * (g.cov + np.outer(g.mean, g.mean))
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_natural_differential_is_derivative_of_inverse_moment_map(rng, diagonal):
+    # Perturbing the natural parameters by the returned differential changes the raw
+    # moments by the requested amount, to first order: it is the inverse Fisher information.
+    d = 4
+    g = random_gaussian(rng, d, log_Z=0.3, diagonal=diagonal)
+    d_mass = rng.standard_normal()
+    d_first = rng.standard_normal(d)
+    sym = random_spd(rng, d) - np.eye(d)
+    d_second = np.diag(np.diag(sym)) if diagonal else sym
+    arg_second = np.diag(d_second) if diagonal else d_second
+    mass = math.exp(g.log_Z)
+    dnat = g.natural_differential(d_mass / mass, d_first / mass, arg_second / mass)
+    nat = g.natural_parameters()
+    d_prec = np.diag(dnat.precision) if diagonal else dnat.precision
+    eps = 1e-5
+
+    def moments_at(t):
+        moved = Gaussian.from_natural(nat.precision + t * d_prec, nat.eta + t * dnat.eta,
+                                      nat.c + t * dnat.c)
+        return _raw_moments(moved)
+
+    (m_hi, f_hi, s_hi), (m_lo, f_lo, s_lo) = moments_at(eps), moments_at(-eps)
+    np.testing.assert_allclose((m_hi - m_lo) / (2 * eps), d_mass, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose((f_hi - f_lo) / (2 * eps), d_first, rtol=1e-6, atol=1e-8)
+    change = (s_hi - s_lo) / (2 * eps)
+    if diagonal:  # the diagonal family only has the squares as features
+        change, d_second = np.diag(change), np.diag(d_second)
+    np.testing.assert_allclose(change, d_second, rtol=1e-6, atol=1e-8)
+
+
+def test_sample_moments_within_monte_carlo_error(rng):
+    g = random_gaussian(rng, 3)
+    n = 20000
+    x = g.sample(n, random_state=1)
+    # Each coordinate of the sample mean has sd sqrt(var/n): allow 5 sds.
+    assert np.all(np.abs(x.mean(axis=0) - g.mean) < 5 * np.sqrt(np.diag(g.cov) / n))
+    np.testing.assert_array_equal(x, g.sample(n, random_state=1))
+
+
+def test_whiten_round_trip(rng):
+    g = random_gaussian(rng, 3)
+    x = rng.standard_normal((5, 3))
+    np.testing.assert_allclose(g.unwhiten(g.whiten(x)), x, atol=1e-12)
+    np.testing.assert_allclose(np.cov(g.whiten(g.sample(50000, 0)).T), np.eye(3), atol=0.03)
+
+
+def test_kl_divergence_closed_form(rng):
+    p, q = random_gaussian(rng, 3), random_gaussian(rng, 3)
+    inv_q = np.linalg.inv(q.cov)  # fine in a test: an independent formula
+    diff = q.mean - p.mean
+    expected = 0.5 * (np.trace(inv_q @ p.cov) + diff @ inv_q @ diff - 3
+                      + np.linalg.slogdet(q.cov)[1] - np.linalg.slogdet(p.cov)[1])
+    assert math.isclose(kl_divergence(p, q), expected, rel_tol=1e-10)
+    assert kl_divergence(p, p) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_excess_kl_is_the_generalized_kl_by_quadrature():
+    # D(q*||q) = ∫ q* log(q*/q) - q* + q, divided by Z*, in one dimension.
+    star = Gaussian([0.3], [[1.7]], log_Z=0.4)
+    hat = Gaussian([-0.2], [[1.1]], log_Z=0.1)
+
+    def integrand(x):
+        a = star.log_density(np.array([[x]]))[0]
+        b = hat.log_density(np.array([[x]]))[0]
+        return math.exp(a) * (a - b) - math.exp(a) + math.exp(b)
+
+    value, _ = integrate.quad(integrand, -30, 30, epsabs=1e-12)
+    assert math.isclose(excess_kl(star, hat), value / math.exp(star.log_Z), rel_tol=1e-8)
+    assert excess_kl(star, star) == pytest.approx(0.0, abs=1e-14)
+
+
+def test_excess_kl_in_log_domain():
+    a = Gaussian([0.0], [[1.0]], log_Z=5000.0)
+    b = Gaussian([0.0], [[1.0]], log_Z=5000.0 + 1e-3)
+    # r - 1 - log r for log r = 1e-3 is 5e-7 to first order.
+    assert excess_kl(a, b) == pytest.approx(0.5e-6, rel=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert excess_kl(a, Gaussian([0.0], [[1.0]], log_Z=6000.0)) == math.inf
+        assert math.isfinite(excess_kl(a, Gaussian([0.0], [[1.0]], log_Z=-5000.0)))

@@ -1,0 +1,82 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+from conftest import random_gaussian
+from scipy import stats
+
+from vsbayes._random import as_generator
+from vsbayes.sampling import (
+    MonteCarlo,
+    ScrambledSobol,
+    draw_from_kernel,
+    get_rule,
+    mixture_log_density,
+)
+
+
+def test_get_rule():
+    assert isinstance(get_rule("mc"), MonteCarlo)
+    assert isinstance(get_rule("qmc"), ScrambledSobol)
+    rule = ScrambledSobol()
+    assert get_rule(rule) is rule
+    with pytest.raises(ValueError, match="rule must be one of"):
+        get_rule("sobol")
+
+
+@pytest.mark.parametrize("rule", [MonteCarlo(), ScrambledSobol()])
+def test_rules_give_points_and_normalized_weights(rule):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no balance warning for n not a power of two
+        z, log_w = rule.standard_normal(100, 3, np.random.default_rng(0))
+    assert z.shape == (100, 3) and log_w.shape == (100,)
+    assert np.isfinite(z).all()
+    assert math.isclose(np.exp(log_w).sum(), 1.0, rel_tol=1e-12)
+    z2, _ = rule.standard_normal(100, 3, np.random.default_rng(0))
+    np.testing.assert_array_equal(z, z2)
+    z3, _ = rule.standard_normal(100, 3, np.random.default_rng(1))
+    assert not np.array_equal(z, z3)
+
+
+def test_qmc_integrates_better_than_mc():
+    # Mean of the squared norm (exactly d) estimated from 1024 points, over 20 seeds.
+    d, n = 4, 1024
+    errors = {}
+    for rule in (MonteCarlo(), ScrambledSobol()):
+        errs = []
+        for seed in range(20):
+            z, _ = rule.standard_normal(n, d, np.random.default_rng(seed))
+            errs.append(abs(np.square(z).sum(axis=1).mean() - d))
+        errors[rule.name] = np.median(errs)
+    # MC error is about sqrt(2d/n) = 0.088; scrambled Sobol is much more accurate.
+    assert errors["qmc"] < 0.2 * errors["mc"]
+
+
+def test_draws_through_kernel(rng):
+    kernel = random_gaussian(rng, 3)
+    draws = draw_from_kernel(kernel, 20000, MonteCarlo(), np.random.default_rng(3))
+    np.testing.assert_allclose(draws.x, kernel.mean + draws.z @ kernel.chol.T, atol=1e-12)
+    sd_of_mean = np.sqrt(np.diag(kernel.cov) / 20000)
+    assert np.all(np.abs(draws.x.mean(axis=0) - kernel.mean) < 5 * sd_of_mean)
+
+
+def test_mixture_log_density(rng):
+    a, b = random_gaussian(rng, 2), random_gaussian(rng, 2)
+    x = rng.standard_normal((5, 2))
+    np.testing.assert_allclose(mixture_log_density([a], [1.0], x), a.logpdf(x), rtol=1e-12)
+    expected = np.log(0.3 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
+                      + 0.7 * stats.multivariate_normal(b.mean, b.cov).pdf(x))
+    np.testing.assert_allclose(mixture_log_density([a, b], [0.3, 0.7], x), expected, rtol=1e-12)
+
+
+def test_as_generator():
+    assert as_generator(3).integers(1000) == np.random.default_rng(3).integers(1000)
+    g = np.random.default_rng(0)
+    assert as_generator(g) is g
+    assert isinstance(as_generator(None), np.random.Generator)
+    r1 = as_generator(np.random.RandomState(5)).integers(1000)
+    r2 = as_generator(np.random.RandomState(5)).integers(1000)
+    assert r1 == r2
+    with pytest.raises(ValueError, match="random_state"):
+        as_generator("seed")

@@ -1,0 +1,267 @@
+"""Variational sampling: exactness, optimality, statistical behaviour, extremes, errors."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from conftest import Recorder, nearby_kernel, random_gaussian
+
+from vsbayes import (
+    Gaussian,
+    excess_kl,
+    importance_sampling,
+    laplace,
+    n_family_params,
+    variational_sampling,
+)
+from vsbayes.engine.features import make_family
+from vsbayes.engine.vs_solver import VSSolver
+from vsbayes.exceptions import (
+    ConvergenceWarning,
+    EstimationError,
+    NonIntegrableFitError,
+    UnreliableFitWarning,
+)
+from vsbayes.models import GaussianMixtureTarget
+
+EXACT = 1e-8
+
+
+def assert_recovers(fit, target, tol=EXACT):
+    scale = np.sqrt(np.diag(target.cov))
+    np.testing.assert_allclose(fit.mean / scale, target.mean / scale, atol=tol)
+    np.testing.assert_allclose(fit.cov / np.outer(scale, scale),
+                               target.cov / np.outer(scale, scale), atol=tol)
+    assert abs(fit.log_Z - target.log_Z) < tol
+
+
+# -- exactness -------------------------------------------------------------------------
+@pytest.mark.parametrize("rule", ["mc", "qmc"])
+@pytest.mark.parametrize("family", ["gaussian", "diagonal"])
+@pytest.mark.parametrize("d", [1, 3, 5])
+def test_exact_for_gaussian_targets_from_n_points(rng, d, family, rule):
+    target = random_gaussian(rng, d, log_Z=1.7, diagonal=(family == "diagonal"))
+    kernel = nearby_kernel(rng, target)
+    n = n_family_params(d, family)
+    with pytest.warns(UnreliableFitWarning):  # fewer than 2n points: an interpolation
+        fit = variational_sampling(target.log_density, kernel, n, family=family, rule=rule,
+                                   rounds=1, random_state=d)
+    assert fit.converged
+    assert_recovers(fit, target)
+
+
+@pytest.mark.parametrize(("d", "rounds"), [(10, 1), (30, 1), (6, 2), (6, 3)])
+def test_exact_with_more_points_larger_d_and_pooled_rounds(rng, d, rounds):
+    # d = 30 exercises the matrix-free solver; rounds > 1 the mixture window.
+    target = random_gaussian(rng, d, log_Z=-2.0)
+    kernel = nearby_kernel(rng, target)
+    fit = variational_sampling(target.log_density, kernel, 4 * n_family_params(d) * rounds,
+                               rounds=rounds, kernel_scale=1.5, random_state=0)
+    assert_recovers(fit, target)
+    assert len(fit.rounds) == rounds and all(r.fitted for r in fit.rounds)
+
+
+def test_diagonal_family_gives_diagonal_covariance(rng):
+    target = random_gaussian(rng, 4)
+    fit = variational_sampling(target.log_density, target, 400, family="diagonal",
+                               random_state=0)
+    np.testing.assert_array_equal(fit.cov, np.diag(np.diag(fit.cov)))
+
+
+# -- optimality of the fit ---------------------------------------------------------------
+def sampled_objective(q, log_p, x, kernel):
+    """Paper eq. (5) with w = 1/N: Σ w [p̄ log(p̄/q̄) - p̄ + q̄], in the log domain."""
+    log_pi = kernel.logpdf(x)
+    lp, lq = log_p - log_pi, q.log_density(x) - log_pi
+    return float(np.mean(np.exp(lp) * (lp - lq) - np.exp(lp) + np.exp(lq)))
+
+
+def test_fit_minimizes_the_sampled_objective(rng):
+    target = GaussianMixtureTarget.paper(3, 2.0, random_state=1)
+    kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
+    rec = Recorder(target)
+    fit = variational_sampling(rec, kernel, 400, rounds=1, random_state=0, tol=0.0)
+    x = rec.points
+    log_p = target(x)
+    at_fit = sampled_objective(fit, log_p, x, kernel)
+    # Strong consistency: the objective vanishes at p itself and is positive elsewhere.
+    assert 0.0 < at_fit
+    others = [target.moment_matched(), kernel,
+              importance_sampling(target, kernel, 400, random_state=0)]
+    for _ in range(20):
+        step = rng.standard_normal(3) * 0.05
+        others.append(Gaussian(fit.mean + step, fit.cov * (1 + 0.05 * rng.standard_normal()),
+                               fit.log_Z + 0.05 * rng.standard_normal()))
+    for q in others:
+        assert at_fit <= sampled_objective(q, log_p, x, kernel)
+
+
+@pytest.mark.parametrize("family", ["gaussian", "diagonal"])
+def test_exact_and_matrix_free_solvers_agree(family):
+    target = GaussianMixtureTarget.paper(3, 2.5, random_state=4)
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((32 * n_family_params(3), 3))
+    kernel = Gaussian(np.zeros(3), 1.5 * np.eye(3))
+    x = kernel.unwhiten(z)
+    offsets = -np.log(len(z)) - kernel.logpdf(x) - 0.5 * kernel.log_det_cov
+    log_pbar = offsets + target(x) + 0.5 * kernel.log_det_cov
+    log_pbar -= log_pbar.max()
+    fam = make_family(family, z)
+    theta0 = fam.theta_from_gaussian(Gaussian(np.zeros(3), np.eye(3)))
+    sols = [VSSolver(fam, offsets, log_pbar, tol=0.0, max_iter=200, hessian=h).solve(theta0)
+            for h in ("exact", "natural")]
+    assert all(s.converged for s in sols)
+    np.testing.assert_allclose(sols[0].gaussian.mean, sols[1].gaussian.mean, atol=1e-8)
+    np.testing.assert_allclose(sols[0].gaussian.cov, sols[1].gaussian.cov, atol=1e-8)
+
+
+# -- statistical behaviour on the paper's mixtures ----------------------------------------
+def mixture_errors(d, delta, mult, seeds, rule="mc"):
+    n = mult * n_family_params(d)
+    vs, is_, predicted = [], [], []
+    for seed in seeds:
+        target = GaussianMixtureTarget.paper(d, delta, random_state=1000 + seed)
+        truth = target.moment_matched()
+        kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
+        try:
+            fit = variational_sampling(target, kernel, n, rule=rule, rounds=1,
+                                       random_state=seed)
+            vs.append(excess_kl(truth, fit))
+            predicted.append(fit.kl_error)
+        except EstimationError:
+            vs.append(math.inf)
+        try:
+            is_.append(excess_kl(truth, importance_sampling(target, kernel, n, rule=rule,
+                                                            random_state=seed)))
+        except EstimationError:
+            is_.append(math.inf)
+    return np.array(vs), np.array(is_), np.array(predicted)
+
+
+@pytest.mark.parametrize(("d", "delta"), [(5, 1.5), (5, 3.0), (30, 1.5), (30, 3.0)])
+def test_vs_beats_importance_sampling_at_8n(d, delta):
+    vs, is_, _ = mixture_errors(d, delta, 8, range(20))
+    assert np.median(vs) < np.median(is_)
+
+
+def test_excess_kl_falls_like_one_over_n():
+    mults = np.array([8, 16, 32, 64])
+    medians = [np.median(mixture_errors(5, 1.5, m, range(40))[0]) for m in mults]
+    slope = np.polyfit(np.log(mults), np.log(medians), 1)[0]
+    assert -1.25 <= slope <= -0.75, (slope, medians)
+
+
+def test_qmc_at_least_as_accurate_as_mc():
+    mc = mixture_errors(5, 1.5, 16, range(30), rule="mc")[0]
+    qmc = mixture_errors(5, 1.5, 16, range(30), rule="qmc")[0]
+    assert np.median(qmc) <= np.median(mc)
+
+
+def test_predicted_error_matches_measured_error():
+    measured, _, predicted = mixture_errors(5, 1.5, 32, range(30))
+    ratio = np.median(predicted) / np.median(measured)
+    assert 1 / 3 <= ratio <= 3, ratio
+
+
+# -- extremes ----------------------------------------------------------------------------
+@pytest.mark.parametrize("log_Z", [5000.0, -5000.0])
+def test_huge_and_tiny_normalizing_constants(rng, log_Z):
+    target = random_gaussian(rng, 3, log_Z=log_Z)
+    fit = variational_sampling(target.log_density, nearby_kernel(rng, target), 200,
+                               random_state=0)
+    assert_recovers(fit, target)
+    assert fit.log_Z == pytest.approx(log_Z, abs=1e-8)
+
+
+def test_far_location_tiny_scale():
+    target = Gaussian([1e4, -1e4], [[1e-6, 2e-7], [2e-7, 1e-6]])
+    kernel = Gaussian([1e4 + 1e-3, -1e4], [[2e-6, 0.0], [0.0, 1e-6]])
+    fit = variational_sampling(target.log_density, kernel, 120, random_state=0)
+    assert_recovers(fit, target)
+
+
+def _far_kernel_outcome(log_target, kernel, n, exact=None):
+    """A kernel far from the target: a clear error, or a warned fit, or an accurate fit."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit = variational_sampling(log_target, kernel, n, rounds=1, random_state=0)
+        except EstimationError as exc:
+            assert "n_samples" in str(exc) or "kernel" in str(exc)
+            return "error"
+    if any(issubclass(w.category, UnreliableFitWarning) for w in caught):
+        return "warned"
+    assert np.isfinite(fit.log_Z) and np.all(np.linalg.eigvalsh(fit.cov) > 0)
+    if exact is not None:
+        assert_recovers(fit, exact, tol=1e-6)
+    return "fit"
+
+
+def test_kernel_far_from_target_has_a_clear_outcome(rng):
+    # 30 Mahalanobis units away: p/π spans e^±90 over the points, so only a few carry
+    # weight. The outcome must be explicit: an error, a warning, or (Gaussian) the answer.
+    target = random_gaussian(rng, 2)
+    far = Gaussian(target.mean + 30 * target.chol @ np.array([1.0, 0.0]), target.cov)
+    outcomes = {_far_kernel_outcome(target.log_density, far, n, exact=target)
+                for n in (100, 1000)}
+    mixture = GaussianMixtureTarget.paper(2, 2.0, random_state=0)
+    shifted = Gaussian(mixture.moment_matched().mean + 30.0, np.eye(2))
+    outcomes |= {_far_kernel_outcome(mixture, shifted, n) for n in (100, 1000)}
+    assert outcomes <= {"error", "warned", "fit"}
+
+
+# -- failures are reported, never returned -----------------------------------------------
+def test_non_integrable_fit_raises_with_remedy():
+    def improper(x):  # exp(+x²/10): VS recovers it exactly, and it has no integral
+        return 0.05 * np.square(x).sum(axis=1)
+
+    with pytest.raises(NonIntegrableFitError, match="Increase n_samples or widen the kernel"):
+        variational_sampling(improper, Gaussian([0.0], [[1.0]]), 50, rounds=1, random_state=0)
+
+
+def test_argument_errors(rng):
+    target = random_gaussian(rng, 3)
+    with pytest.raises(ValueError, match="n_samples"):
+        variational_sampling(target.log_density, target, 5, rounds=1)
+    with pytest.raises(ValueError, match="n_samples"):
+        variational_sampling(target.log_density, target, 18)  # 2 rounds of 9 < n = 10
+    with pytest.raises(ValueError, match="family"):
+        variational_sampling(target.log_density, target, 100, family="full")
+    with pytest.raises(TypeError, match="kernel"):
+        variational_sampling(target.log_density, np.eye(3), 100)
+    with pytest.raises(ValueError, match="kernel_scale"):
+        variational_sampling(target.log_density, target, 100, kernel_scale=0.0)
+    with pytest.raises(ValueError, match="one value per row"):
+        variational_sampling(lambda x: np.zeros((len(x), 2)), target, 100)
+    with pytest.raises(ValueError, match="NaN|nan"):
+        variational_sampling(lambda x: np.full(len(x), np.nan), target, 100)
+
+
+def test_max_iter_reached_warns():
+    target = GaussianMixtureTarget.paper(5, 3.0, random_state=2)
+    kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        fit = variational_sampling(target, kernel, 500, rounds=1, max_iter=1, tol=0.0,
+                                   random_state=0)
+    assert not fit.converged and fit.n_iter == 1
+
+
+def test_same_random_state_same_fit(rng):
+    target = GaussianMixtureTarget.paper(4, 2.0, random_state=5)
+    kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
+    a = variational_sampling(target, kernel, 600, rounds=2, kernel_scale=1.5, random_state=7)
+    b = variational_sampling(target, kernel, 600, rounds=2, kernel_scale=1.5, random_state=7)
+    np.testing.assert_array_equal(a.mean, b.mean)
+    np.testing.assert_array_equal(a.cov, b.cov)
+    assert a.log_Z == b.log_Z
+
+
+def test_no_warnings_on_a_regular_problem():
+    target = GaussianMixtureTarget.paper(5, 1.5, random_state=3)
+    kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = variational_sampling(target, kernel, 32 * n_family_params(5), random_state=0)
+    assert len(fit.rounds) == 2  # the default kernel adaptation
+    assert fit.converged and fit.kl_error > 0 and fit.ess > 1
