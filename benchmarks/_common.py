@@ -28,13 +28,17 @@ def machine() -> dict:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = [f"{i['internal_api']} {i['version']} ({i['num_threads']} threads)"
-                for i in threadpool_info() if i["user_api"] == "blas"]
+        blas = [
+            f"{i['internal_api']} {i['version']} ({i['num_threads']} threads)"
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        ]
     except ImportError:
         blas = []
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
     except OSError:
         commit = ""
     return {
@@ -74,5 +78,7 @@ def fmt(x: float) -> str:
 
 
 def machine_line(info: dict) -> str:
-    return (f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, "
-            f"NumPy {info['numpy']}, BLAS {', '.join(info['blas']) or '?'}; commit {info['commit']}.")
+    return (
+        f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, "
+        f"NumPy {info['numpy']}, BLAS {', '.join(info['blas']) or '?'}; commit {info['commit']}."
+    )

@@ -18,8 +18,8 @@ import time
 import warnings
 
 import numpy as np
-
 from _common import RESULTS, fmt, machine, machine_line, quartiles, write_csv, write_json
+
 from vsbayes import excess_kl, laplace, n_family_params, variational_sampling
 from vsbayes.engine.bayesian_monte_carlo import fit_bmc_pool
 from vsbayes.engine.importance_sampling import fit_is_pool
@@ -49,7 +49,9 @@ def timed(fn):
 
 
 def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
-    target = GaussianMixtureTarget.paper(d, delta, random_state=np.random.default_rng([d, int(10 * delta), trial, 999]))
+    target = GaussianMixtureTarget.paper(
+        d, delta, random_state=np.random.default_rng([d, int(10 * delta), trial, 999])
+    )
     truth = target.moment_matched()
     kernel = laplace(target, target.means.mean(axis=0), target.gradient, target.hessian)
     n_params = n_family_params(d)
@@ -57,10 +59,19 @@ def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
 
     def record(method, mult, fit, seconds, extra=None):
         err = excess_kl(truth, fit) if fit is not None else np.inf
-        row = {"d": d, "delta": delta, "trial": trial, "multiple": mult, "N": mult * n_params,
-               "method": method, "excess_kl": err, "seconds": seconds,
-               "n_iter": getattr(fit, "n_iter", ""), "kl_error": getattr(fit, "kl_error", ""),
-               "status": "ok" if fit is not None else "failed"}
+        row = {
+            "d": d,
+            "delta": delta,
+            "trial": trial,
+            "multiple": mult,
+            "N": mult * n_params,
+            "method": method,
+            "excess_kl": err,
+            "seconds": seconds,
+            "n_iter": getattr(fit, "n_iter", ""),
+            "kl_error": getattr(fit, "kl_error", ""),
+            "status": "ok" if fit is not None else "failed",
+        }
         row.update(extra or {})
         rows.append(row)
 
@@ -77,12 +88,21 @@ def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
             fit, sec = timed(lambda: fit_bmc_pool(pool, 1.0, 1e-8))
             record("BMC", mult, fit, sec)
         qpool = make_pool(target, kernel, n, ScrambledSobol(), rng)
-        fit, sec = timed(lambda: fit_vs_pool(qpool, None, family="gaussian", tol=1e-2, max_iter=100))
+        fit, sec = timed(
+            lambda: fit_vs_pool(qpool, None, family="gaussian", tol=1e-2, max_iter=100)
+        )
         record("VS-QMC", mult, fit, sec)
         if n // adapt["rounds"] >= n_params:
-            fit, sec = timed(lambda: variational_sampling(
-                target, kernel, n, rounds=adapt["rounds"], kernel_scale=adapt["kernel_scale"],
-                random_state=rng))
+            fit, sec = timed(
+                lambda: variational_sampling(
+                    target,
+                    kernel,
+                    n,
+                    rounds=adapt["rounds"],
+                    kernel_scale=adapt["kernel_scale"],
+                    random_state=rng,
+                )
+            )
             record("VS adaptive", mult, fit, sec)
     return rows
 
@@ -96,7 +116,9 @@ def summarize(rows, dims, deltas, multiples):
             for mult in multiples:
                 entry = {"d": d, "delta": delta, "multiple": mult, "Laplace": lap}
                 for m in METHODS[1:]:
-                    vals = [r["excess_kl"] for r in sub if r["method"] == m and r["multiple"] == mult]
+                    vals = [
+                        r["excess_kl"] for r in sub if r["method"] == m and r["multiple"] == mult
+                    ]
                     secs = [r["seconds"] for r in sub if r["method"] == m and r["multiple"] == mult]
                     if vals:
                         entry[m] = quartiles(vals)
@@ -125,9 +147,12 @@ def markdown(table, info, args):
         for delta in sorted({e["delta"] for e in table}):
             rows = [e for e in table if e["d"] == d and e["delta"] == delta]
             lap = rows[0]["Laplace"]
-            lines += [f"## d = {d}, δ = {delta} (Laplace: {fmt(lap[1])})", "",
-                      "| N/n | " + " | ".join(METHODS[1:]) + " | VS ms | IS ms |",
-                      "|---|" + "---|" * (len(METHODS) + 1)]
+            lines += [
+                f"## d = {d}, δ = {delta} (Laplace: {fmt(lap[1])})",
+                "",
+                "| N/n | " + " | ".join(METHODS[1:]) + " | VS ms | IS ms |",
+                "|---|" + "---|" * (len(METHODS) + 1),
+            ]
             for e in rows:
                 cells = []
                 for m in METHODS[1:]:
@@ -139,7 +164,9 @@ def markdown(table, info, args):
                         cells.append("")
                 vs_ms = f"{1e3 * e['VS time']:.1f}" if "VS time" in e else ""
                 is_ms = f"{1e3 * e['IS time']:.2f}" if "IS time" in e else ""
-                lines.append(f"| {e['multiple']} | " + " | ".join(cells) + f" | {vs_ms} | {is_ms} |")
+                lines.append(
+                    f"| {e['multiple']} | " + " | ".join(cells) + f" | {vs_ms} | {is_ms} |"
+                )
             lines.append("")
     return "\n".join(lines)
 
@@ -152,8 +179,9 @@ def plot(table, rows, path3, path4):
 
     dims = sorted({e["d"] for e in table})
     deltas = sorted({e["delta"] for e in table})
-    fig, axes = plt.subplots(len(dims), len(deltas), figsize=(5.5 * len(deltas), 4.2 * len(dims)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(dims), len(deltas), figsize=(5.5 * len(deltas), 4.2 * len(dims)), squeeze=False
+    )
     colors = {"VS": "C0", "VS-QMC": "C9", "VS adaptive": "C2", "IS": "C3", "BMC": "C1"}
     for i, d in enumerate(dims):
         for j, delta in enumerate(deltas):
@@ -163,11 +191,19 @@ def plot(table, rows, path3, path4):
                 pts = [(e["multiple"], *e[m]) for e in sub if m in e]
                 if not pts:
                     continue
-                x, q1, q2, q3 = map(np.array, zip(*pts))
+                x, q1, q2, q3 = map(np.array, zip(*pts, strict=True))
                 x = x * (1 + 0.04 * (k - 2))
                 ok = np.isfinite(q2)
-                ax.errorbar(x[ok], q2[ok], yerr=[q2[ok] - q1[ok], np.minimum(q3[ok], 1e3) - q2[ok]],
-                            fmt="o-", ms=4, capsize=2, color=colors[m], label=m)
+                ax.errorbar(
+                    x[ok],
+                    q2[ok],
+                    yerr=[q2[ok] - q1[ok], np.minimum(q3[ok], 1e3) - q2[ok]],
+                    fmt="o-",
+                    ms=4,
+                    capsize=2,
+                    color=colors[m],
+                    label=m,
+                )
             ax.axhline(sub[0]["Laplace"][1], color="k", ls="--", lw=1, label="Laplace")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -184,8 +220,12 @@ def plot(table, rows, path3, path4):
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for m, c in [("VS", "C0"), ("IS", "C3"), ("BMC", "C1")]:
         pts = sorted({r["N"] for r in rows if r["d"] == d and r["method"] == m})
-        med = [np.median([r["seconds"] for r in rows if r["d"] == d and r["method"] == m
-                          and r["N"] == n]) for n in pts]
+        med = [
+            np.median(
+                [r["seconds"] for r in rows if r["d"] == d and r["method"] == m and r["N"] == n]
+            )
+            for n in pts
+        ]
         if pts:
             ax.plot(pts, med, "o-", color=c, label=m)
     ax.set_xscale("log")
@@ -227,7 +267,9 @@ def main():
     info = machine()
     table = summarize(rows, args.dims, args.deltas, args.multiples)
     write_csv(RESULTS / f"{args.name}.csv", rows)
-    write_json(RESULTS / f"{args.name}.json", {"machine": info, "args": vars(args), "summary": table})
+    write_json(
+        RESULTS / f"{args.name}.json", {"machine": info, "args": vars(args), "summary": table}
+    )
     (RESULTS / f"{args.name}.md").write_text(markdown(table, info, args) + "\n")
     plot(table, rows, RESULTS / f"{args.name}_fig3.png", RESULTS / f"{args.name}_fig4.png")
     print((RESULTS / f"{args.name}.md").read_text())

@@ -23,8 +23,8 @@ import time
 import warnings
 
 import numpy as np
-
 from _common import RESULTS, machine, machine_line, write_csv, write_json
+
 from vsbayes import laplace, n_family_params
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
@@ -45,7 +45,7 @@ def paper_newton(pool, tol=1e-10, max_iter=200):
     pbar = np.exp(log_r) / n_points
     theta = np.zeros(phi.shape[1])
     theta[0] = np.log(pbar.sum() * n_points) - np.log(n_points)
-    for it in range(max_iter):
+    for it in range(max_iter):  # noqa: B007 (returned)
         eta = phi @ theta
         qbar = np.exp(eta) / n_points
         grad = phi.T @ (qbar - pbar)
@@ -118,10 +118,19 @@ def main():
                 pool, t_target = build_pool(d, delta, seed, mult)
                 t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
                 t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
-                row = {"experiment": "dims", "d": d, "delta": delta, "pool": seed, "N": pool.n_samples,
-                       "vs_s": t_vs, "is_s": t_is, "target_s": t_target,
-                       "vs_iter": getattr(fit, "n_iter", -1), "paper_newton_s": "",
-                       "paper_newton_iter": ""}
+                row = {
+                    "experiment": "dims",
+                    "d": d,
+                    "delta": delta,
+                    "pool": seed,
+                    "N": pool.n_samples,
+                    "vs_s": t_vs,
+                    "is_s": t_is,
+                    "target_s": t_target,
+                    "vs_iter": getattr(fit, "n_iter", -1),
+                    "paper_newton_s": "",
+                    "paper_newton_iter": "",
+                }
                 if d <= 30:
                     t_p, it = median_time(lambda: paper_newton(pool), max(1, args.repeats // 2))
                     row.update(paper_newton_s=t_p, paper_newton_iter=it)
@@ -133,16 +142,29 @@ def main():
                 pool, t_target = build_pool(args.scaling_dim, delta, seed, mult)
                 t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
                 t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
-                rows.append({"experiment": "scaling", "d": args.scaling_dim, "delta": delta,
-                             "pool": seed, "N": pool.n_samples, "vs_s": t_vs, "is_s": t_is,
-                             "target_s": t_target, "vs_iter": getattr(fit, "n_iter", -1),
-                             "paper_newton_s": "", "paper_newton_iter": ""})
+                rows.append(
+                    {
+                        "experiment": "scaling",
+                        "d": args.scaling_dim,
+                        "delta": delta,
+                        "pool": seed,
+                        "N": pool.n_samples,
+                        "vs_s": t_vs,
+                        "is_s": t_is,
+                        "target_s": t_target,
+                        "vs_iter": getattr(fit, "n_iter", -1),
+                        "paper_newton_s": "",
+                        "paper_newton_iter": "",
+                    }
+                )
         print(f"scaling δ={delta} done", flush=True)
 
     info = machine()
     write_csv(RESULTS / "vs_timing.csv", rows)
     summary = summarize(rows)
-    write_json(RESULTS / "vs_timing.json", {"machine": info, "args": vars(args), "summary": summary})
+    write_json(
+        RESULTS / "vs_timing.json", {"machine": info, "args": vars(args), "summary": summary}
+    )
     md = markdown(summary, info, args)
     (RESULTS / "vs_timing.md").write_text(md + "\n")
     plot(rows, RESULTS / "vs_timing.png")
@@ -153,46 +175,79 @@ def summarize(rows):
     out = []
     keys = sorted({(r["experiment"], r["d"], r["delta"], r["N"]) for r in rows})
     for exp, d, delta, n in keys:
-        sub = [r for r in rows if (r["experiment"], r["d"], r["delta"], r["N"]) == (exp, d, delta, n)]
-        med = {k: float(np.median([r[k] for r in sub])) for k in ("vs_s", "is_s", "target_s", "vs_iter")}
-        entry = {"experiment": exp, "d": d, "delta": delta, "N": n, **med,
-                 "vs_over_is": float(np.median([r["vs_s"] / r["is_s"] for r in sub])),
-                 "vs_plus_target_over_is_plus_target": float(np.median(
-                     [(r["vs_s"] + r["target_s"]) / (r["is_s"] + r["target_s"]) for r in sub]))}
+        sub = [
+            r for r in rows if (r["experiment"], r["d"], r["delta"], r["N"]) == (exp, d, delta, n)
+        ]
+        med = {
+            k: float(np.median([r[k] for r in sub]))
+            for k in ("vs_s", "is_s", "target_s", "vs_iter")
+        }
+        entry = {
+            "experiment": exp,
+            "d": d,
+            "delta": delta,
+            "N": n,
+            **med,
+            "vs_over_is": float(np.median([r["vs_s"] / r["is_s"] for r in sub])),
+            "vs_plus_target_over_is_plus_target": float(
+                np.median([(r["vs_s"] + r["target_s"]) / (r["is_s"] + r["target_s"]) for r in sub])
+            ),
+        }
         paper = [r["paper_newton_s"] for r in sub if r["paper_newton_s"] != ""]
         if paper:
             entry["paper_newton_s"] = float(np.median(paper))
-            entry["paper_over_vs"] = float(np.median(
-                [r["paper_newton_s"] / r["vs_s"] for r in sub if r["paper_newton_s"] != ""]))
+            entry["paper_over_vs"] = float(
+                np.median(
+                    [r["paper_newton_s"] / r["vs_s"] for r in sub if r["paper_newton_s"] != ""]
+                )
+            )
         out.append(entry)
     return out
 
 
 def markdown(summary, info, args):
-    lines = ["# VS fit time", "",
-             f"Mixture targets (paper, section 4.1), Laplace kernel, N = 32n. Median over "
-             f"{args.pools} pools of the median of {args.repeats} repeated fits; estimation only "
-             "(sampling and target evaluation excluded). `VS/IS` is the ratio of fit times on the "
-             "same draws; `(VS+t)/(IS+t)` includes the target evaluation t of this mixture "
-             "target (100 components). `2013/VS`: a re-implementation of the paper's Newton "
-             "method with the explicit N×n feature matrix, in the same process.",
-             "", machine_line(info), "",
-             "| d | δ | N | VS ms | iters | IS ms | VS/IS | target ms | (VS+t)/(IS+t) | 2013 Newton ms | 2013/VS |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# VS fit time",
+        "",
+        f"Mixture targets (paper, section 4.1), Laplace kernel, N = 32n. Median over "
+        f"{args.pools} pools of the median of {args.repeats} repeated fits; estimation only "
+        "(sampling and target evaluation excluded). `VS/IS` is the ratio of fit times on the "
+        "same draws; `(VS+t)/(IS+t)` includes the target evaluation t of this mixture "
+        "target (100 components). `2013/VS`: a re-implementation of the paper's Newton "
+        "method with the explicit N×n feature matrix, in the same process.",
+        "",
+        machine_line(info),
+        "",
+        "| d | δ | N | VS ms | iters | IS ms | VS/IS | target ms | (VS+t)/(IS+t) "
+        "| 2013 Newton ms | 2013/VS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in summary:
         if e["experiment"] != "dims":
             continue
-        paper = (f"{1e3 * e['paper_newton_s']:.0f} | {e['paper_over_vs']:.0f}×"
-                 if "paper_newton_s" in e else " | ")
-        lines.append(f"| {e['d']} | {e['delta']} | {e['N']} | {1e3 * e['vs_s']:.1f} | "
-                     f"{e['vs_iter']:.0f} | {1e3 * e['is_s']:.2f} | {e['vs_over_is']:.1f} | "
-                     f"{1e3 * e['target_s']:.1f} | {e['vs_plus_target_over_is_plus_target']:.2f} | {paper} |")
-    lines += ["", f"## Scaling with N (d = {args.scaling_dim})", "",
-              "| δ | N | VS ms | iters | IS ms | VS ms per 1000 points |", "|---|---|---|---|---|---|"]
+        paper = (
+            f"{1e3 * e['paper_newton_s']:.0f} | {e['paper_over_vs']:.0f}×"
+            if "paper_newton_s" in e
+            else " | "
+        )
+        lines.append(
+            f"| {e['d']} | {e['delta']} | {e['N']} | {1e3 * e['vs_s']:.1f} | "
+            f"{e['vs_iter']:.0f} | {1e3 * e['is_s']:.2f} | {e['vs_over_is']:.1f} | "
+            f"{1e3 * e['target_s']:.1f} | {e['vs_plus_target_over_is_plus_target']:.2f} | {paper} |"
+        )
+    lines += [
+        "",
+        f"## Scaling with N (d = {args.scaling_dim})",
+        "",
+        "| δ | N | VS ms | iters | IS ms | VS ms per 1000 points |",
+        "|---|---|---|---|---|---|",
+    ]
     for e in summary:
         if e["experiment"] == "scaling":
-            lines.append(f"| {e['delta']} | {e['N']} | {1e3 * e['vs_s']:.1f} | {e['vs_iter']:.0f} | "
-                         f"{1e3 * e['is_s']:.2f} | {1e6 * e['vs_s'] / e['N']:.2f} |")
+            lines.append(
+                f"| {e['delta']} | {e['N']} | {1e3 * e['vs_s']:.1f} | {e['vs_iter']:.0f} | "
+                f"{1e3 * e['is_s']:.2f} | {1e6 * e['vs_s'] / e['N']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -203,13 +258,24 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.3))
-    for delta, c in zip(sorted({r["delta"] for r in rows}), ["C0", "C2"]):
+    for delta, c in zip(sorted({r["delta"] for r in rows}), ["C0", "C2", "C4"], strict=False):
         sub = [r for r in rows if r["experiment"] == "scaling" and r["delta"] == delta]
         ns = sorted({r["N"] for r in sub})
-        ax.plot(ns, [np.median([r["vs_s"] for r in sub if r["N"] == n]) for n in ns], "o-",
-                color=c, label=f"VS, δ={delta}")
-        ax.plot(ns, [np.median([r["is_s"] for r in sub if r["N"] == n]) for n in ns], "s--",
-                color=c, alpha=0.6, label=f"IS, δ={delta}")
+        ax.plot(
+            ns,
+            [np.median([r["vs_s"] for r in sub if r["N"] == n]) for n in ns],
+            "o-",
+            color=c,
+            label=f"VS, δ={delta}",
+        )
+        ax.plot(
+            ns,
+            [np.median([r["is_s"] for r in sub if r["N"] == n]) for n in ns],
+            "s--",
+            color=c,
+            alpha=0.6,
+            label=f"IS, δ={delta}",
+        )
     ns = np.array(sorted({r["N"] for r in rows if r["experiment"] == "scaling"}), dtype=float)
     if len(ns):
         ax.plot(ns, 25e-3 * ns / 15872, "k:", label="linear through 25 ms at 32n")

@@ -78,8 +78,9 @@ def test_natural_differential_is_derivative_of_inverse_moment_map(rng, diagonal)
     eps = 1e-5
 
     def moments_at(t):
-        moved = Gaussian.from_natural(nat.precision + t * d_prec, nat.eta + t * dnat.eta,
-                                      nat.c + t * dnat.c)
+        moved = Gaussian.from_natural(
+            nat.precision + t * d_prec, nat.eta + t * dnat.eta, nat.c + t * dnat.c
+        )
         return _raw_moments(moved)
 
     (m_hi, f_hi, s_hi), (m_lo, f_lo, s_lo) = moments_at(eps), moments_at(-eps)
@@ -111,8 +112,13 @@ def test_kl_divergence_closed_form(rng):
     p, q = random_gaussian(rng, 3), random_gaussian(rng, 3)
     inv_q = np.linalg.inv(q.cov)  # fine in a test: an independent formula
     diff = q.mean - p.mean
-    expected = 0.5 * (np.trace(inv_q @ p.cov) + diff @ inv_q @ diff - 3
-                      + np.linalg.slogdet(q.cov)[1] - np.linalg.slogdet(p.cov)[1])
+    expected = 0.5 * (
+        np.trace(inv_q @ p.cov)
+        + diff @ inv_q @ diff
+        - 3
+        + np.linalg.slogdet(q.cov)[1]
+        - np.linalg.slogdet(p.cov)[1]
+    )
     assert math.isclose(kl_divergence(p, q), expected, rel_tol=1e-10)
     assert kl_divergence(p, p) == pytest.approx(0.0, abs=1e-12)
 

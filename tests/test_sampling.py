@@ -65,8 +65,10 @@ def test_mixture_log_density(rng):
     a, b = random_gaussian(rng, 2), random_gaussian(rng, 2)
     x = rng.standard_normal((5, 2))
     np.testing.assert_allclose(mixture_log_density([a], [1.0], x), a.logpdf(x), rtol=1e-12)
-    expected = np.log(0.3 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
-                      + 0.7 * stats.multivariate_normal(b.mean, b.cov).pdf(x))
+    expected = np.log(
+        0.3 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
+        + 0.7 * stats.multivariate_normal(b.mean, b.cov).pdf(x)
+    )
     np.testing.assert_allclose(mixture_log_density([a, b], [0.3, 0.7], x), expected, rtol=1e-12)
 
 

@@ -31,8 +31,9 @@ EXACT = 1e-8
 def assert_recovers(fit, target, tol=EXACT):
     scale = np.sqrt(np.diag(target.cov))
     np.testing.assert_allclose(fit.mean / scale, target.mean / scale, atol=tol)
-    np.testing.assert_allclose(fit.cov / np.outer(scale, scale),
-                               target.cov / np.outer(scale, scale), atol=tol)
+    np.testing.assert_allclose(
+        fit.cov / np.outer(scale, scale), target.cov / np.outer(scale, scale), atol=tol
+    )
     assert abs(fit.log_Z - target.log_Z) < tol
 
 
@@ -45,8 +46,9 @@ def test_exact_for_gaussian_targets_from_n_points(rng, d, family, rule):
     kernel = nearby_kernel(rng, target)
     n = n_family_params(d, family)
     with pytest.warns(UnreliableFitWarning):  # fewer than 2n points: an interpolation
-        fit = variational_sampling(target.log_density, kernel, n, family=family, rule=rule,
-                                   rounds=1, random_state=d)
+        fit = variational_sampling(
+            target.log_density, kernel, n, family=family, rule=rule, rounds=1, random_state=d
+        )
     assert fit.converged
     assert_recovers(fit, target)
 
@@ -56,16 +58,21 @@ def test_exact_with_more_points_larger_d_and_pooled_rounds(rng, d, rounds):
     # d = 30 exercises the matrix-free solver; rounds > 1 the mixture window.
     target = random_gaussian(rng, d, log_Z=-2.0)
     kernel = nearby_kernel(rng, target)
-    fit = variational_sampling(target.log_density, kernel, 4 * n_family_params(d) * rounds,
-                               rounds=rounds, kernel_scale=1.5, random_state=0)
+    fit = variational_sampling(
+        target.log_density,
+        kernel,
+        4 * n_family_params(d) * rounds,
+        rounds=rounds,
+        kernel_scale=1.5,
+        random_state=0,
+    )
     assert_recovers(fit, target)
     assert len(fit.rounds) == rounds and all(r.fitted for r in fit.rounds)
 
 
 def test_diagonal_family_gives_diagonal_covariance(rng):
     target = random_gaussian(rng, 4)
-    fit = variational_sampling(target.log_density, target, 400, family="diagonal",
-                               random_state=0)
+    fit = variational_sampling(target.log_density, target, 400, family="diagonal", random_state=0)
     np.testing.assert_array_equal(fit.cov, np.diag(np.diag(fit.cov)))
 
 
@@ -86,13 +93,21 @@ def test_fit_minimizes_the_sampled_objective(rng):
     log_p = target(x)
     at_fit = sampled_objective(fit, log_p, x, kernel)
     # Strong consistency: the objective vanishes at p itself and is positive elsewhere.
-    assert 0.0 < at_fit
-    others = [target.moment_matched(), kernel,
-              importance_sampling(target, kernel, 400, random_state=0)]
+    assert at_fit > 0.0
+    others = [
+        target.moment_matched(),
+        kernel,
+        importance_sampling(target, kernel, 400, random_state=0),
+    ]
     for _ in range(20):
         step = rng.standard_normal(3) * 0.05
-        others.append(Gaussian(fit.mean + step, fit.cov * (1 + 0.05 * rng.standard_normal()),
-                               fit.log_Z + 0.05 * rng.standard_normal()))
+        others.append(
+            Gaussian(
+                fit.mean + step,
+                fit.cov * (1 + 0.05 * rng.standard_normal()),
+                fit.log_Z + 0.05 * rng.standard_normal(),
+            )
+        )
     for q in others:
         assert at_fit <= sampled_objective(q, log_p, x, kernel)
 
@@ -109,8 +124,10 @@ def test_exact_and_matrix_free_solvers_agree(family):
     log_pbar -= log_pbar.max()
     fam = make_family(family, z)
     theta0 = fam.theta_from_gaussian(Gaussian(np.zeros(3), np.eye(3)))
-    sols = [VSSolver(fam, offsets, log_pbar, tol=0.0, max_iter=200, hessian=h).solve(theta0)
-            for h in ("exact", "natural")]
+    sols = [
+        VSSolver(fam, offsets, log_pbar, tol=0.0, max_iter=200, hessian=h).solve(theta0)
+        for h in ("exact", "natural")
+    ]
     assert all(s.converged for s in sols)
     np.testing.assert_allclose(sols[0].gaussian.mean, sols[1].gaussian.mean, atol=1e-8)
     np.testing.assert_allclose(sols[0].gaussian.cov, sols[1].gaussian.cov, atol=1e-8)
@@ -125,15 +142,17 @@ def mixture_errors(d, delta, mult, seeds, rule="mc"):
         truth = target.moment_matched()
         kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
         try:
-            fit = variational_sampling(target, kernel, n, rule=rule, rounds=1,
-                                       random_state=seed)
+            fit = variational_sampling(target, kernel, n, rule=rule, rounds=1, random_state=seed)
             vs.append(excess_kl(truth, fit))
             predicted.append(fit.kl_error)
         except EstimationError:
             vs.append(math.inf)
         try:
-            is_.append(excess_kl(truth, importance_sampling(target, kernel, n, rule=rule,
-                                                            random_state=seed)))
+            is_.append(
+                excess_kl(
+                    truth, importance_sampling(target, kernel, n, rule=rule, random_state=seed)
+                )
+            )
         except EstimationError:
             is_.append(math.inf)
     return np.array(vs), np.array(is_), np.array(predicted)
@@ -168,8 +187,7 @@ def test_predicted_error_matches_measured_error():
 @pytest.mark.parametrize("log_Z", [5000.0, -5000.0])
 def test_huge_and_tiny_normalizing_constants(rng, log_Z):
     target = random_gaussian(rng, 3, log_Z=log_Z)
-    fit = variational_sampling(target.log_density, nearby_kernel(rng, target), 200,
-                               random_state=0)
+    fit = variational_sampling(target.log_density, nearby_kernel(rng, target), 200, random_state=0)
     assert_recovers(fit, target)
     assert fit.log_Z == pytest.approx(log_Z, abs=1e-8)
 
@@ -203,8 +221,7 @@ def test_kernel_far_from_target_has_a_clear_outcome(rng):
     # weight. The outcome must be explicit: an error, a warning, or (Gaussian) the answer.
     target = random_gaussian(rng, 2)
     far = Gaussian(target.mean + 30 * target.chol @ np.array([1.0, 0.0]), target.cov)
-    outcomes = {_far_kernel_outcome(target.log_density, far, n, exact=target)
-                for n in (100, 1000)}
+    outcomes = {_far_kernel_outcome(target.log_density, far, n, exact=target) for n in (100, 1000)}
     mixture = GaussianMixtureTarget.paper(2, 2.0, random_state=0)
     shifted = Gaussian(mixture.moment_matched().mean + 30.0, np.eye(2))
     outcomes |= {_far_kernel_outcome(mixture, shifted, n) for n in (100, 1000)}
@@ -234,7 +251,7 @@ def test_argument_errors(rng):
         variational_sampling(target.log_density, target, 100, kernel_scale=0.0)
     with pytest.raises(ValueError, match="one value per row"):
         variational_sampling(lambda x: np.zeros((len(x), 2)), target, 100)
-    with pytest.raises(ValueError, match="NaN|nan"):
+    with pytest.raises(ValueError, match="nan"):
         variational_sampling(lambda x: np.full(len(x), np.nan), target, 100)
 
 
@@ -242,8 +259,9 @@ def test_max_iter_reached_warns():
     target = GaussianMixtureTarget.paper(5, 3.0, random_state=2)
     kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
     with pytest.warns(ConvergenceWarning, match="max_iter=1"):
-        fit = variational_sampling(target, kernel, 500, rounds=1, max_iter=1, tol=0.0,
-                                   random_state=0)
+        fit = variational_sampling(
+            target, kernel, 500, rounds=1, max_iter=1, tol=0.0, random_state=0
+        )
     assert not fit.converged and fit.n_iter == 1
 
 

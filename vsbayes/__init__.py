@@ -1,5 +1,6 @@
 """vsbayes — Bayesian inference by variational sampling."""
 
+from ._version import __version__
 from .engine import (
     BMCResult,
     ISResult,
@@ -13,14 +14,13 @@ from .engine import (
 )
 from .gaussian import Gaussian, excess_kl, kl_divergence
 
-__version__ = "0.1.0.dev0"
-
 __all__ = [
     "BMCResult",
     "Gaussian",
     "ISResult",
     "LaplaceResult",
     "VSResult",
+    "__version__",
     "bayesian_monte_carlo",
     "excess_kl",
     "importance_sampling",

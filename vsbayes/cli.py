@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from . import __version__
+from ._version import __version__
 from .engine import importance_sampling, laplace, n_family_params, variational_sampling
 from .exceptions import EstimationError
 from .gaussian import excess_kl
@@ -34,10 +34,13 @@ def _fit_demo(args) -> int:
     kernel = laplace(target, target.means.mean(axis=0), target.gradient, target.hessian)
     rows = [("Laplace", kernel, time.perf_counter() - t0, "")]
     runs = [
-        ("VS", lambda: variational_sampling(
-            target, kernel, n_samples, random_state=args.seed)),
-        ("VS, 2 rounds", lambda: variational_sampling(
-            target, kernel, n_samples, rounds=2, kernel_scale=1.5, random_state=args.seed)),
+        ("VS", lambda: variational_sampling(target, kernel, n_samples, random_state=args.seed)),
+        (
+            "VS, 2 rounds",
+            lambda: variational_sampling(
+                target, kernel, n_samples, rounds=2, kernel_scale=1.5, random_state=args.seed
+            ),
+        ),
         ("IS", lambda: importance_sampling(target, kernel, n_samples, random_state=args.seed)),
     ]
     for name, run in runs:
@@ -77,7 +80,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Entry point of the ``vsbayes`` command; returns the exit status."""
     args = _build_parser().parse_args(argv)
-    if args.command == "fit" and (args.dim < 1 or (args.n_samples is not None and args.n_samples < 1)):
+    if args.command == "fit" and (
+        args.dim < 1 or (args.n_samples is not None and args.n_samples < 1)
+    ):
         print("vsbayes: error: --dim and --n-samples must be positive", file=sys.stderr)
         return 2
     try:

@@ -127,9 +127,7 @@ class Gaussian:
         """Inverse covariance, computed from the Cholesky factor."""
         if self._precision is None:
             identity = np.eye(self.dim)
-            self._precision = _readonly(
-                cho_solve((self._chol, True), identity, check_finite=False)
-            )
+            self._precision = _readonly(cho_solve((self._chol, True), identity, check_finite=False))
         return self._precision
 
     @property

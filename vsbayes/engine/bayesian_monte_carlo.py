@@ -131,7 +131,12 @@ def bayesian_monte_carlo(
     length_scale = check_positive(length_scale, "length_scale")
     nugget = check_positive(nugget, "nugget")
     return run_rounds(
-        log_target, kernel, n_samples,
-        rounds=1, kernel_scale=1.0, rule=rule, random_state=random_state,
+        log_target,
+        kernel,
+        n_samples,
+        rounds=1,
+        kernel_scale=1.0,
+        rule=rule,
+        random_state=random_state,
         estimate=lambda pool, _: fit_bmc_pool(pool, length_scale, nugget),
     )

@@ -280,6 +280,4 @@ def make_family(family: str, z: np.ndarray) -> QuadraticFamily:
     try:
         return _FAMILIES[family](z)
     except KeyError:
-        raise ValueError(
-            f"family must be one of {sorted(_FAMILIES)}; got {family!r}."
-        ) from None
+        raise ValueError(f"family must be one of {sorted(_FAMILIES)}; got {family!r}.") from None

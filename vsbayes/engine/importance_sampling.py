@@ -96,7 +96,12 @@ def importance_sampling(
     if n_samples // rounds < 1:
         raise ValueError(f"n_samples={n_samples} is smaller than rounds={rounds}.")
     return run_rounds(
-        log_target, kernel, n_samples,
-        rounds=rounds, kernel_scale=kernel_scale, rule=rule,
-        random_state=random_state, estimate=fit_is_pool,
+        log_target,
+        kernel,
+        n_samples,
+        rounds=rounds,
+        kernel_scale=kernel_scale,
+        rule=rule,
+        random_state=random_state,
+        estimate=fit_is_pool,
     )

@@ -72,7 +72,8 @@ class _FiniteDifferences:
 
     def hessian_from_gradient(self, grad: Callable, x):
         h = self._steps(x, 1 / 3)
-        cols = [(grad(x + hk * e) - grad(x - hk * e)) / (2 * hk) for hk, e in zip(h, np.eye(len(x)))]
+        steps = np.diag(h)
+        cols = [(grad(x + s) - grad(x - s)) / (2 * hk) for hk, s in zip(h, steps, strict=True)]
         hess = np.column_stack(cols)
         hess = 0.5 * (hess + hess.T)
         self._update_scale(hess)
@@ -139,6 +140,7 @@ def laplace(
     if hess is not None:
         hess_fn = hess
     elif grad is not None:
+
         def hess_fn(x):
             return fd.hessian_from_gradient(grad, x)
     else:
@@ -153,7 +155,8 @@ def laplace(
         return -v if math.isfinite(v) else math.inf
 
     res = minimize(
-        objective, x0,
+        objective,
+        x0,
         jac=lambda x: -np.asarray(grad_fn(x), dtype=float),
         hess=lambda x: -np.asarray(hess_fn(x), dtype=float),
         method="trust-exact",
@@ -194,7 +197,11 @@ def laplace(
     log_p_mode = value(mode)
     log_Z = log_p_mode + 0.5 * d * math.log(2 * math.pi) - float(np.log(np.diag(lower)).sum())
     return LaplaceResult(
-        mode, cov, log_Z,
-        n_iter=n_iter, converged=converged,
-        grad_norm=float(np.linalg.norm(g)), log_density_at_mode=log_p_mode,
+        mode,
+        cov,
+        log_Z,
+        n_iter=n_iter,
+        converged=converged,
+        grad_norm=float(np.linalg.norm(g)),
+        log_density_at_mode=log_p_mode,
     )

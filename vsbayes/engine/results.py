@@ -55,9 +55,7 @@ class _Result(Gaussian):
         return Gaussian(self.mean, self.cov, self.log_Z)
 
     def __repr__(self) -> str:
-        shown = ", ".join(
-            f"{k}={getattr(self, k)!r}" for k in self._diagnostics if k != "rounds"
-        )
+        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._diagnostics if k != "rounds")
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, {shown})"
 
 
@@ -91,8 +89,15 @@ class VSResult(_Result):
     """
 
     _diagnostics = (
-        "n_iter", "converged", "kl_error", "decrement", "objective", "ess",
-        "n_samples", "family", "rounds",
+        "n_iter",
+        "converged",
+        "kl_error",
+        "decrement",
+        "objective",
+        "ess",
+        "n_samples",
+        "family",
+        "rounds",
     )
 
 

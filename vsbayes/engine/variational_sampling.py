@@ -106,10 +106,18 @@ def fit_vs_pool(
     mean, cov, log_Z = frame.gaussian_from_frame(sol.gaussian, shift)
     try:
         return VSResult(
-            mean, cov, log_Z,
-            n_iter=sol.n_iter, converged=sol.converged, kl_error=sol.kl_error,
-            decrement=sol.decrement, objective=sol.objective, ess=sol.ess,
-            n_samples=pool.n_samples, family=family, rounds=None,
+            mean,
+            cov,
+            log_Z,
+            n_iter=sol.n_iter,
+            converged=sol.converged,
+            kl_error=sol.kl_error,
+            decrement=sol.decrement,
+            objective=sol.objective,
+            ess=sol.ess,
+            n_samples=pool.n_samples,
+            family=family,
+            rounds=None,
         )
     except NotPositiveDefiniteError:
         raise NonIntegrableFitError(
@@ -222,7 +230,12 @@ def variational_sampling(
         return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter)
 
     return run_rounds(
-        log_target, kernel, n_samples,
-        rounds=rounds, kernel_scale=kernel_scale, rule=rule,
-        random_state=random_state, estimate=estimate,
+        log_target,
+        kernel,
+        n_samples,
+        rounds=rounds,
+        kernel_scale=kernel_scale,
+        rule=rule,
+        random_state=random_state,
+        estimate=estimate,
     )

@@ -19,6 +19,7 @@ predicted sampling error.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -95,7 +96,14 @@ class VSSolver:
     """
 
     def __init__(
-        self, family: QuadraticFamily, offsets, log_pbar, *, tol, max_iter, memory=10,
+        self,
+        family: QuadraticFamily,
+        offsets,
+        log_pbar,
+        *,
+        tol,
+        max_iter,
+        memory=10,
         hessian="auto",
     ):
         if hessian not in ("auto", "exact", "natural"):
@@ -145,10 +153,9 @@ class VSSolver:
         With the exact Hessian, the Newton step ``H⁻¹ ∇F`` instead.
         """
         fam = self.family
-        try:
+        # Degenerate sampled moments: keep the previous reference.
+        with contextlib.suppress(NotPositiveDefiniteError):
             self.reference = fam.reference(self.moments_q)
-        except NotPositiveDefiniteError:
-            pass  # degenerate sampled moments: keep the previous reference
         self.delta = fam.natural_direction(self.reference, self.gradient)
         self.lam2 = max(fam.inner(self.gradient, self.delta), 0.0)
         if self.exact_hessian:
@@ -187,7 +194,7 @@ class VSSolver:
         coef, moved = self._newton_in_span(self.direction_values[:k])
         if not moved:
             return False
-        self.theta = self.theta + sum(c * d for c, d in zip(coef, self.directions[:k]))
+        self.theta = self.theta + sum(c * d for c, d in zip(coef, self.directions[:k], strict=True))
         self.values = self.values + coef @ self.direction_values[:k]
         return True
 

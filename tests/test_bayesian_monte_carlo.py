@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+from conftest import random_gaussian
+
+from vsbayes import Gaussian, bayesian_monte_carlo, excess_kl
+from vsbayes.engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
+
+
+def test_accurate_on_a_smooth_two_dimensional_target(rng):
+    target = random_gaussian(rng, 2, log_Z=1.0)
+    kernel = Gaussian(target.mean + 0.3, 1.3 * target.cov)
+    fit = bayesian_monte_carlo(target.log_density, kernel, 300, random_state=0)
+    assert excess_kl(target, fit) < 1e-3
+
+
+def test_improves_with_n(rng):
+    target = random_gaussian(rng, 2)
+    kernel = Gaussian(target.mean + 0.5, 1.5 * target.cov)
+    errors = {}
+    for n in (20, 200):
+        errors[n] = np.median(
+            [
+                excess_kl(
+                    target,
+                    bayesian_monte_carlo(
+                        target.log_density, kernel, n, length_scale=1.0, random_state=s
+                    ),
+                )
+                for s in range(10)
+            ]
+        )
+    assert errors[200] < 0.1 * errors[20]
+
+
+def test_length_scale_is_used(rng):
+    target = random_gaussian(rng, 2)
+    kernel = Gaussian(target.mean, 1.5 * target.cov)
+    a = bayesian_monte_carlo(target.log_density, kernel, 100, length_scale=0.5, random_state=0)
+    b = bayesian_monte_carlo(target.log_density, kernel, 100, length_scale=2.0, random_state=0)
+    assert a.length_scale == 0.5 and not np.allclose(a.mean, b.mean)
+
+
+def test_argument_errors(rng):
+    target = random_gaussian(rng, 2)
+    with pytest.raises(ValueError, match="too large"):
+        bayesian_monte_carlo(target.log_density, target, MAX_BMC_SAMPLES + 1)
+    with pytest.raises(ValueError, match="length_scale"):
+        bayesian_monte_carlo(target.log_density, target, 50, length_scale=-1.0)
