@@ -19,7 +19,7 @@ import numpy as np
 from _common import RESULTS, fmt, machine, machine_line, quartiles, write_csv, write_json
 
 from vsbayes import excess_kl, laplace, n_family_params, variational_sampling
-from vsbayes.exceptions import ConvergenceWarning, EstimationError
+from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from vsbayes.models import GaussianMixtureTarget
 
 # (label, rounds, kernel_scale, scale of the first (Laplace) kernel)
@@ -42,6 +42,7 @@ def main():
     parser.add_argument("--multiples", type=int, nargs="+", default=[8, 32])
     args = parser.parse_args()
     warnings.simplefilter("ignore", ConvergenceWarning)
+    warnings.simplefilter("ignore", UnreliableFitWarning)
     rows = []
     t0 = time.perf_counter()
     for d in args.dims:

@@ -25,7 +25,7 @@ from vsbayes.engine.bayesian_monte_carlo import fit_bmc_pool
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
 from vsbayes.engine.variational_sampling import fit_vs_pool
-from vsbayes.exceptions import ConvergenceWarning, EstimationError
+from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from vsbayes.models import GaussianMixtureTarget
 from vsbayes.sampling import MonteCarlo, ScrambledSobol, draw_from_kernel
 
@@ -92,18 +92,17 @@ def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
             lambda: fit_vs_pool(qpool, None, family="gaussian", tol=1e-2, max_iter=100)
         )
         record("VS-QMC", mult, fit, sec)
-        if n // adapt["rounds"] >= n_params:
-            fit, sec = timed(
-                lambda: variational_sampling(
-                    target,
-                    kernel,
-                    n,
-                    rounds=adapt["rounds"],
-                    kernel_scale=adapt["kernel_scale"],
-                    random_state=rng,
-                )
+        fit, sec = timed(
+            lambda: variational_sampling(
+                target,
+                kernel,
+                n,
+                rounds=adapt["rounds"],
+                kernel_scale=adapt["kernel_scale"],
+                random_state=rng,
             )
-            record("VS adaptive", mult, fit, sec)
+        )
+        record("VS adaptive", mult, fit, sec)
     return rows
 
 
@@ -259,6 +258,7 @@ def main():
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", UnreliableFitWarning)
         for d in args.dims:
             for delta in args.deltas:
                 for trial in range(args.trials):

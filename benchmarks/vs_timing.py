@@ -29,7 +29,7 @@ from vsbayes import laplace, n_family_params
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
 from vsbayes.engine.variational_sampling import fit_vs_pool
-from vsbayes.exceptions import ConvergenceWarning, EstimationError
+from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from vsbayes.models import GaussianMixtureTarget
 from vsbayes.sampling import MonteCarlo, draw_from_kernel
 
@@ -107,6 +107,7 @@ def main():
     args = parser.parse_args()
     rows = []
     warnings.simplefilter("ignore", ConvergenceWarning)
+    warnings.simplefilter("ignore", UnreliableFitWarning)
 
     def fit_vs(pool):
         return fit_vs_pool(pool, None, family="gaussian", tol=1e-2, max_iter=100)

@@ -241,8 +241,6 @@ def test_argument_errors(rng):
     target = random_gaussian(rng, 3)
     with pytest.raises(ValueError, match="n_samples"):
         variational_sampling(target.log_density, target, 5, rounds=1)
-    with pytest.raises(ValueError, match="n_samples"):
-        variational_sampling(target.log_density, target, 18)  # 2 rounds of 9 < n = 10
     with pytest.raises(ValueError, match="family"):
         variational_sampling(target.log_density, target, 100, family="full")
     with pytest.raises(TypeError, match="kernel"):
@@ -263,6 +261,16 @@ def test_max_iter_reached_warns():
             target, kernel, 500, rounds=1, max_iter=1, tol=0.0, random_state=0
         )
     assert not fit.converged and fit.n_iter == 1
+
+
+def test_rounds_only_as_many_as_get_2n_points_each(rng):
+    target = random_gaussian(rng, 3)  # n = 10
+    for n_samples, expected in ((15, 1), (39, 1), (40, 2), (400, 2)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnreliableFitWarning)  # 15 < 2n
+            fit = variational_sampling(target.log_density, target, n_samples, random_state=0)
+        assert len(fit.rounds) == expected
+        assert sum(r.n_samples for r in fit.rounds) == n_samples
 
 
 def test_same_random_state_same_fit(rng):

@@ -156,20 +156,22 @@ def variational_sampling(
     kernel : Gaussian
         Sampling kernel π. Its ``log_Z`` is ignored.
     n_samples : int, optional
-        Total number of target evaluations over all rounds. Default: 32 n, with n the
-        number of family parameters. Each round needs at least n points.
+        Total number of target evaluations over all rounds, at least n, the number of
+        family parameters. Default: 32 n.
     family : {"gaussian", "diagonal"}, default="gaussian"
         Full Gaussian fit (n = (d+1)(d+2)/2 parameters) or diagonal covariance (2d+1).
     rule : {"mc", "qmc"} or SamplingRule, default="mc"
         iid Monte Carlo or scrambled Sobol points mapped through the kernel.
     rounds : int, default=2
-        Rounds of kernel adaptation; ``n_samples`` is split evenly between them. Round r+1
-        draws from the fit of round r with its covariance multiplied by ``kernel_scale``;
-        every fit pools all points drawn so far, weighted against the mixture of the round
-        kernels. ``rounds=1`` is the paper's method. The default (2 rounds, scale 1.5) was
-        chosen on the mixture benchmark (``benchmarks/kernel_adaptation.py``): at equal N it
-        lowers the median excess KL to 0.70 of the single round's (geometric mean over
-        d = 5, 30, δ = 1.5, 3 and N = 8n, 32n), for about 1.3× the time.
+        Rounds of kernel adaptation; ``n_samples`` is split evenly between them, and only
+        as many rounds run as get at least 2n points each (``result.rounds`` records
+        them). Round r+1 draws from the fit of round r with its covariance multiplied by
+        ``kernel_scale``; every fit pools all points drawn so far, weighted against the
+        mixture of the round kernels. ``rounds=1`` is the paper's method. The default
+        (2 rounds, scale 1.5) was chosen on the mixture benchmark
+        (``benchmarks/kernel_adaptation.py``): at equal N it lowers the median excess KL
+        to 0.70 of the single round's (geometric mean over d = 5, 30, δ = 1.5, 3 and
+        N = 8n, 32n), for about 1.3× the time.
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels (rounds ≥ 2).
     tol : float, default=1e-2
@@ -215,13 +217,15 @@ def variational_sampling(
     if n_samples is None:
         n_samples = 32 * n_params
     n_samples = check_positive_int(n_samples, "n_samples")
-    if n_samples // rounds < n_params:
+    if n_samples < n_params:
         raise ValueError(
-            f"n_samples={n_samples} over rounds={rounds} gives {n_samples // rounds} points "
-            f"per round, fewer than the n={n_params} parameters of the {family!r} family in "
-            f"dimension {kernel.dim}. Use n_samples >= {n_params * rounds} (16–64 n is "
-            f"typical), fewer rounds, or family='diagonal'."
+            f"n_samples={n_samples} is fewer than the n={n_params} parameters of the "
+            f"{family!r} family in dimension {kernel.dim}: the fit is not determined. Use "
+            f"n_samples >= {n_params} (16–64 n is typical) or family='diagonal'."
         )
+    # A round with fewer than 2n points nearly interpolates the target: a poor kernel for
+    # the next round. Use only as many rounds as get 2n points each.
+    rounds = max(1, min(rounds, n_samples // (2 * n_params)))
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol!r}.")
