@@ -5,10 +5,11 @@ d in {5, 30}, δ in {1.5, 3}. Kernel: the Laplace approximation. For each trial 
 N = 2n … 64n, VS (Monte Carlo), IS and BMC run on the *same* draws; VS-QMC uses scrambled
 Sobol points; "VS adaptive" uses the library's kernel adaptation (rounds, kernel_scale) at the
 same total N. Error: excess KL to the exact moment-matched Gaussian q* (paper, section 2).
-Time: estimation only, excluding sampling and target evaluation (as the paper's Figure 4).
+Time: estimation only, excluding sampling and target evaluation, one shot per fit (the
+careful timing, and the paper's Figure 4, are in vs_timing.py).
 
 Usage: python benchmarks/mixture_accuracy.py [--trials 50] [--quick]
-Writes benchmarks/results/mixture_accuracy.{csv,md,json} and mixture_fig3.png, mixture_fig4.png.
+Writes benchmarks/results/mixture_accuracy.{csv,md,json,png}.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def markdown(table, info, args):
     return "\n".join(lines)
 
 
-def plot(table, rows, path3, path4):
+def plot(table, path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,30 +213,7 @@ def plot(table, rows, path3, path4):
             ax.grid(True, which="both", alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path3, dpi=110)
-    plt.close(fig)
-
-    d = max(dims)
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    for m, c in [("VS", "C0"), ("IS", "C3"), ("BMC", "C1")]:
-        pts = sorted({r["N"] for r in rows if r["d"] == d and r["method"] == m})
-        med = [
-            np.median(
-                [r["seconds"] for r in rows if r["d"] == d and r["method"] == m and r["N"] == n]
-            )
-            for n in pts
-        ]
-        if pts:
-            ax.plot(pts, med, "o-", color=c, label=m)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("N")
-    ax.set_ylabel("estimation time [s]")
-    ax.set_title(f"Estimation time, d = {d} (excluding sampling)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path4, dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -271,7 +249,7 @@ def main():
         RESULTS / f"{args.name}.json", {"machine": info, "args": vars(args), "summary": table}
     )
     (RESULTS / f"{args.name}.md").write_text(markdown(table, info, args) + "\n")
-    plot(table, rows, RESULTS / f"{args.name}_fig3.png", RESULTS / f"{args.name}_fig4.png")
+    plot(table, RESULTS / f"{args.name}.png")
     print((RESULTS / f"{args.name}.md").read_text())
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from _common import RESULTS, machine, machine_line, write_csv, write_json
 
 from vsbayes import laplace, n_family_params
+from vsbayes.engine.bayesian_monte_carlo import fit_bmc_pool
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
 from vsbayes.engine.variational_sampling import fit_vs_pool
@@ -104,6 +105,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--scaling-dim", type=int, default=30)
     parser.add_argument("--multiples", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--bmc-max-n", type=int, default=4000)
     args = parser.parse_args()
     rows = []
     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -120,6 +122,7 @@ def main():
                 t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
                 t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
                 row = {
+                    "bmc_s": "",
                     "experiment": "dims",
                     "d": d,
                     "delta": delta,
@@ -143,8 +146,12 @@ def main():
                 pool, t_target = build_pool(args.scaling_dim, delta, seed, mult)
                 t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
                 t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
+                t_bmc = ""
+                if pool.n_samples <= args.bmc_max_n:
+                    t_bmc, _ = median_time(lambda: fit_bmc_pool(pool, 1.0, 1e-8), 1)
                 rows.append(
                     {
+                        "bmc_s": t_bmc,
                         "experiment": "scaling",
                         "d": args.scaling_dim,
                         "delta": delta,
@@ -194,6 +201,9 @@ def summarize(rows):
                 np.median([(r["vs_s"] + r["target_s"]) / (r["is_s"] + r["target_s"]) for r in sub])
             ),
         }
+        bmc = [r["bmc_s"] for r in sub if r["bmc_s"] != ""]
+        if bmc:
+            entry["bmc_s"] = float(np.median(bmc))
         paper = [r["paper_newton_s"] for r in sub if r["paper_newton_s"] != ""]
         if paper:
             entry["paper_newton_s"] = float(np.median(paper))
@@ -227,7 +237,7 @@ def markdown(summary, info, args):
         if e["experiment"] != "dims":
             continue
         paper = (
-            f"{1e3 * e['paper_newton_s']:.0f} | {e['paper_over_vs']:.0f}×"
+            f"{1e3 * e['paper_newton_s']:.1f} | {e['paper_over_vs']:.2g}×"
             if "paper_newton_s" in e
             else " | "
         )
@@ -240,14 +250,16 @@ def markdown(summary, info, args):
         "",
         f"## Scaling with N (d = {args.scaling_dim})",
         "",
-        "| δ | N | VS ms | iters | IS ms | VS ms per 1000 points |",
-        "|---|---|---|---|---|---|",
+        "| δ | N | VS ms | iters | IS ms | BMC ms | VS ms per 1000 points |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in summary:
         if e["experiment"] == "scaling":
             lines.append(
                 f"| {e['delta']} | {e['N']} | {1e3 * e['vs_s']:.1f} | {e['vs_iter']:.0f} | "
-                f"{1e3 * e['is_s']:.2f} | {1e6 * e['vs_s'] / e['N']:.2f} |"
+                f"{1e3 * e['is_s']:.2f} | "
+                + (f"{1e3 * e['bmc_s']:.0f}" if "bmc_s" in e else "")
+                + f" | {1e6 * e['vs_s'] / e['N']:.2f} |"
             )
     return "\n".join(lines)
 
@@ -277,6 +289,16 @@ def plot(rows, path):
             alpha=0.6,
             label=f"IS, δ={delta}",
         )
+        bmc = [r for r in sub if r["bmc_s"] != ""]
+        nb = sorted({r["N"] for r in bmc})
+        ax.plot(
+            nb,
+            [np.median([r["bmc_s"] for r in bmc if r["N"] == n]) for n in nb],
+            "^:",
+            color=c,
+            alpha=0.6,
+            label=f"BMC, δ={delta}",
+        )
     ns = np.array(sorted({r["N"] for r in rows if r["experiment"] == "scaling"}), dtype=float)
     if len(ns):
         ax.plot(ns, 25e-3 * ns / 15872, "k:", label="linear through 25 ms at 32n")
@@ -284,7 +306,7 @@ def plot(rows, path):
     ax.set_yscale("log")
     ax.set_xlabel("N")
     ax.set_ylabel("fit time [s]")
-    ax.set_title("Estimation time vs N, d = 30")
+    ax.set_title("Estimation time vs N, d = 30 (paper, Figure 4)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

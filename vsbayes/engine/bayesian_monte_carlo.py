@@ -18,6 +18,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
+from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .results import BMCResult
 from .sample_pool import Frame, SamplePool, run_rounds
@@ -35,7 +36,7 @@ def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCRes
     d = pool.dim
     log_ratio = pool.log_p - pool.log_window()
     shift = float(log_ratio.max())
-    f = np.exp(log_ratio - shift)
+    f = flushed_exp(log_ratio - shift)
     sq = np.square(z).sum(axis=1)
     gram = z @ z.T
     gram *= 2.0
@@ -43,6 +44,7 @@ def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCRes
     gram -= sq[None, :]
     np.minimum(gram, 0.0, out=gram)  # -|z_i - z_j|², clipped against round-off
     gram *= 1.0 / (2.0 * length_scale**2)
+    np.maximum(gram, -300.0, out=gram)  # no subnormal correlations (exp(-300) ~ 5e-131)
     np.exp(gram, out=gram)
     gram[np.diag_indices_from(gram)] += nugget
     try:

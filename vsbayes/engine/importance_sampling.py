@@ -8,6 +8,7 @@ import numpy as np
 
 from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
+from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .results import ISResult
 from .sample_pool import Frame, SamplePool, run_rounds
@@ -23,7 +24,7 @@ def fit_is_pool(pool: SamplePool, previous=None) -> ISResult:
     """
     log_iw = pool.log_importance_weights()
     shift = float(log_iw.max())
-    w = np.exp(log_iw - shift)
+    w = flushed_exp(log_iw - shift)
     mass = float(w.sum())
     w /= mass
     ess = 1.0 / float(w @ w)

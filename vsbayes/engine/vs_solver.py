@@ -28,7 +28,7 @@ from scipy.special import logsumexp
 
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
-from ._linalg import solve_psd
+from ._linalg import flushed_exp, solve_psd
 from .features import QuadraticFamily
 
 __all__ = ["VSSolution", "VSSolver"]
@@ -124,7 +124,7 @@ class VSSolver:
     def setup(self, theta0: np.ndarray, values0: np.ndarray | None = None) -> None:
         """Store the target moments and pick the starting point (see ``_best_start``)."""
         fam = self.family
-        self.pbar = np.exp(self.log_pbar)
+        self.pbar = flushed_exp(self.log_pbar)
         self.mass_p = float(self.pbar.sum())
         self.moments_p = fam.moments(self.pbar)
         self.theta = np.array(theta0, dtype=float)
@@ -132,6 +132,7 @@ class VSSolver:
         shift = math.log(self.mass_p) - logsumexp(self.offsets + self.values)
         self.theta += shift * fam.constant()
         self.values += shift
+        self.qbar = flushed_exp(self.offsets + self.values)
         self._reset_subspace()
         self.reference = fam.gaussian_from_theta(self.theta)
 
@@ -143,7 +144,6 @@ class VSSolver:
 
     def update_gradient(self) -> None:
         """Weighted moments of q̄ and the gradient ``Σ (q̄ - p̄) φ``."""
-        self.qbar = np.exp(self.offsets + self.values)
         self.moments_q = self.family.moments(self.qbar)
         self.gradient = self.moments_q - self.moments_p
 
@@ -281,7 +281,7 @@ class VSSolver:
             while t > 1e-10:
                 trial = e + t * along
                 if trial.max() < _MAX_EXPONENT:
-                    q_trial = np.exp(trial)
+                    q_trial = flushed_exp(trial)
                     if trust:
                         break
                     change = float(q_trial.sum()) - q_sum - t * float(pbar @ along)
