@@ -1,4 +1,4 @@
-"""The paper's Figures 3 and 4: excess KL and estimation time on Gaussian-mixture targets.
+"""The paper's Figure 3: excess KL of VS, IS, BMC and Laplace on Gaussian-mixture targets.
 
 Targets: mixtures of 100 unit normals with centers drawn from N(0, δ²/d I) (paper, eq. 10),
 d in {5, 30}, δ in {1.5, 3}. Kernel: the Laplace approximation. For each trial and sample size
@@ -130,7 +130,7 @@ def summarize(rows, dims, deltas, multiples):
 
 def markdown(table, info, args):
     lines = [
-        "# Gaussian-mixture targets (paper, Figures 3 and 4)",
+        "# Gaussian-mixture targets (paper, Figure 3)",
         "",
         f"Median excess KL divergence to the exact q* over {args.trials} trials, with the "
         "interquartile range in brackets; kernel = Laplace approximation; VS, IS and BMC on the "

@@ -111,60 +111,43 @@ def main():
     warnings.simplefilter("ignore", ConvergenceWarning)
     warnings.simplefilter("ignore", UnreliableFitWarning)
 
-    def fit_vs(pool):
-        return fit_vs_pool(pool, None, family="gaussian", tol=1e-2, max_iter=100)
+    def measure(experiment, d, delta, seed, mult, *, paper=False, bmc=False):
+        """Time VS, IS (and optionally the 2013 Newton, BMC) on one pool: one CSV row."""
+        pool, t_target = build_pool(d, delta, seed, mult)
+        t_vs, fit = median_time(
+            lambda: fit_vs_pool(pool, None, family="gaussian", tol=1e-2, max_iter=100),
+            args.repeats,
+        )
+        row = {
+            "experiment": experiment,
+            "d": d,
+            "delta": delta,
+            "pool": seed,
+            "N": pool.n_samples,
+            "vs_s": t_vs,
+            "is_s": median_time(lambda: fit_is_pool(pool), args.repeats)[0],
+            "target_s": t_target,
+            "vs_iter": getattr(fit, "n_iter", -1),
+            "bmc_s": "",
+            "paper_newton_s": "",
+            "paper_newton_iter": "",
+        }
+        if paper:
+            t_p, it = median_time(lambda: paper_newton(pool), max(1, args.repeats // 2))
+            row.update(paper_newton_s=t_p, paper_newton_iter=it)
+        if bmc and pool.n_samples <= args.bmc_max_n:
+            row["bmc_s"] = median_time(lambda: fit_bmc_pool(pool, 1.0, 1e-8), 1)[0]
+        rows.append(row)
 
     for d in args.dims:
         for delta in args.deltas:
             for seed in range(args.pools):
-                mult = 32
-                pool, t_target = build_pool(d, delta, seed, mult)
-                t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
-                t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
-                row = {
-                    "bmc_s": "",
-                    "experiment": "dims",
-                    "d": d,
-                    "delta": delta,
-                    "pool": seed,
-                    "N": pool.n_samples,
-                    "vs_s": t_vs,
-                    "is_s": t_is,
-                    "target_s": t_target,
-                    "vs_iter": getattr(fit, "n_iter", -1),
-                    "paper_newton_s": "",
-                    "paper_newton_iter": "",
-                }
-                if d <= 30:
-                    t_p, it = median_time(lambda: paper_newton(pool), max(1, args.repeats // 2))
-                    row.update(paper_newton_s=t_p, paper_newton_iter=it)
-                rows.append(row)
+                measure("dims", d, delta, seed, 32, paper=d <= 30)
             print(f"d={d} δ={delta} done", flush=True)
     for delta in args.deltas:
         for mult in args.multiples:
             for seed in range(args.pools):
-                pool, t_target = build_pool(args.scaling_dim, delta, seed, mult)
-                t_vs, fit = median_time(lambda: fit_vs(pool), args.repeats)
-                t_is, _ = median_time(lambda: fit_is_pool(pool), args.repeats)
-                t_bmc = ""
-                if pool.n_samples <= args.bmc_max_n:
-                    t_bmc, _ = median_time(lambda: fit_bmc_pool(pool, 1.0, 1e-8), 1)
-                rows.append(
-                    {
-                        "bmc_s": t_bmc,
-                        "experiment": "scaling",
-                        "d": args.scaling_dim,
-                        "delta": delta,
-                        "pool": seed,
-                        "N": pool.n_samples,
-                        "vs_s": t_vs,
-                        "is_s": t_is,
-                        "target_s": t_target,
-                        "vs_iter": getattr(fit, "n_iter", -1),
-                        "paper_newton_s": "",
-                        "paper_newton_iter": "",
-                    }
-                )
+                measure("scaling", args.scaling_dim, delta, seed, mult, bmc=True)
         print(f"scaling δ={delta} done", flush=True)
 
     info = machine()

@@ -12,7 +12,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
+from scipy.linalg import cho_solve, solve_triangular
 
 from ._random import as_generator
 from .exceptions import NotPositiveDefiniteError
@@ -33,8 +33,8 @@ class NaturalParameters(NamedTuple):
 def lower_cholesky(matrix: np.ndarray, what: str) -> np.ndarray:
     """Lower Cholesky factor; NotPositiveDefiniteError naming `what` if there is none."""
     try:
-        return cholesky(matrix, lower=True, check_finite=False)
-    except LinAlgError:
+        return np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
         raise NotPositiveDefiniteError(
             f"The {what} matrix is not positive definite, so it does not define a Gaussian."
         ) from None

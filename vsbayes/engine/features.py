@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg import cho_solve
 
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
@@ -92,7 +92,8 @@ class QuadraticFamily(abc.ABC):
         """Exact Newton direction ``-(Φᵀ diag(w) Φ)⁻¹ Φᵀ r`` as a parameter array.
 
         Forms the n×n Hessian from row blocks of the feature matrix, each at most
-        ``_BLOCK_ENTRIES`` entries: O(N n²), used only when n is small.
+        ``_BLOCK_ENTRIES`` entries (kept between calls when one block holds all rows):
+        O(N n²), used only when n is small or as a fallback.
         """
         n_rows = self.n_samples
         block = max(1, _BLOCK_ENTRIES // self.n_params)
@@ -100,10 +101,17 @@ class QuadraticFamily(abc.ABC):
         grad = np.zeros(self.n_params)
         for start in range(0, n_rows, block):
             rows = slice(start, min(start + block, n_rows))
-            phi = self.feature_rows(rows)
+            phi = self._block_features(rows, whole=block >= n_rows)
             hess += (phi.T * weights[rows]) @ phi
             grad += residual[rows] @ phi
         return self.theta_from_basis(-solve_psd(hess, grad))
+
+    def _block_features(self, rows: slice, whole: bool) -> np.ndarray:
+        if not whole:
+            return self.feature_rows(rows)
+        if getattr(self, "_all_features", None) is None:
+            self._all_features = self.feature_rows(rows)
+        return self._all_features
 
     def inner(self, a: np.ndarray, b: np.ndarray) -> float:
         """Euclidean pairing of a moment-shaped array and a parameter-shaped array."""
@@ -205,8 +213,8 @@ class FullFamily(QuadraticFamily):
         # coordinates; |u|² = (z-μ)ᵀΛ(z-μ) = 2 (c - θ·φ(z)) + μᵀη needs no pass over z.
         precision, eta, c = self.natural_from_theta(theta)
         try:
-            lower = cholesky(precision, lower=True, check_finite=False)
-        except LinAlgError:
+            lower = np.linalg.cholesky(precision)
+        except np.linalg.LinAlgError:
             return None
         mean = cho_solve((lower, True), eta, check_finite=False)
         r2 = 2.0 * (c - values) + mean @ eta
