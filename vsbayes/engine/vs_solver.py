@@ -122,7 +122,7 @@ class VSSolver:
 
     # -- steps ---------------------------------------------------------------------------
     def setup(self, theta0: np.ndarray, values0: np.ndarray | None = None) -> None:
-        """Store the target moments and pick the starting point (see ``_best_start``)."""
+        """Store the target moments; start from θ0 with its best constant term."""
         fam = self.family
         self.pbar = flushed_exp(self.log_pbar)
         self.mass_p = float(self.pbar.sum())
@@ -147,8 +147,8 @@ class VSSolver:
         self.moments_q = self.family.moments(self.qbar)
         self.gradient = self.moments_q - self.moments_p
 
-    def natural_gradient(self) -> None:
-        """Inverse Fisher of the sampled-moment Gaussian applied to the gradient.
+    def search_direction(self) -> None:
+        """Natural gradient: the sampled-moment Gaussian's inverse Fisher times the gradient.
 
         With the exact Hessian, the Newton step ``H⁻¹ ∇F`` instead.
         """
@@ -229,7 +229,7 @@ class VSSolver:
         n_iter, converged = 0, False
         while True:
             self.update_gradient()
-            self.natural_gradient()
+            self.search_direction()
             if self.check_convergence():
                 converged = True
                 break
