@@ -256,32 +256,22 @@ def plot(rows, path):
     fig, ax = plt.subplots(figsize=(6, 4.3))
     for delta, c in zip(sorted({r["delta"] for r in rows}), ["C0", "C2", "C4"], strict=False):
         sub = [r for r in rows if r["experiment"] == "scaling" and r["delta"] == delta]
-        ns = sorted({r["N"] for r in sub})
-        ax.plot(
-            ns,
-            [np.median([r["vs_s"] for r in sub if r["N"] == n]) for n in ns],
-            "o-",
-            color=c,
-            label=f"VS, δ={delta}",
-        )
-        ax.plot(
-            ns,
-            [np.median([r["is_s"] for r in sub if r["N"] == n]) for n in ns],
-            "s--",
-            color=c,
-            alpha=0.6,
-            label=f"IS, δ={delta}",
-        )
-        bmc = [r for r in sub if r["bmc_s"] != ""]
-        nb = sorted({r["N"] for r in bmc})
-        ax.plot(
-            nb,
-            [np.median([r["bmc_s"] for r in bmc if r["N"] == n]) for n in nb],
-            "^:",
-            color=c,
-            alpha=0.6,
-            label=f"BMC, δ={delta}",
-        )
+        for key, style, name in (
+            ("vs_s", "o-", "VS"),
+            ("is_s", "s--", "IS"),
+            ("bmc_s", "^:", "BMC"),
+        ):
+            timed = [r for r in sub if r[key] != ""]
+            ns = sorted({r["N"] for r in timed})
+            medians = [np.median([r[key] for r in timed if r["N"] == n]) for n in ns]
+            ax.plot(
+                ns,
+                medians,
+                style,
+                color=c,
+                alpha=1.0 if name == "VS" else 0.6,
+                label=f"{name}, δ={delta}",
+            )
     ns = np.array(sorted({r["N"] for r in rows if r["experiment"] == "scaling"}), dtype=float)
     if len(ns):
         ax.plot(ns, 25e-3 * ns / 15872, "k:", label="linear through 25 ms at 32n")
