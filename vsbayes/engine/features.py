@@ -40,6 +40,17 @@ class QuadraticFamily(abc.ABC):
 
     def __init__(self, z: np.ndarray):
         self.n_samples, self.dim = z.shape
+        self._all_features = None
+
+    @staticmethod
+    def _precision_matrix(precision: np.ndarray) -> np.ndarray:
+        """The family's precision parameter as a d×d matrix."""
+        return precision
+
+    @staticmethod
+    def _precision_parameter(matrix: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`_precision_matrix`."""
+        return matrix
 
     @abc.abstractmethod
     def values(self, theta: np.ndarray) -> np.ndarray:
@@ -109,7 +120,7 @@ class QuadraticFamily(abc.ABC):
     def _block_features(self, rows: slice, whole: bool) -> np.ndarray:
         if not whole:
             return self.feature_rows(rows)
-        if getattr(self, "_all_features", None) is None:
+        if self._all_features is None:
             self._all_features = self.feature_rows(rows)
         return self._all_features
 
@@ -120,15 +131,12 @@ class QuadraticFamily(abc.ABC):
     def theta_from_gaussian(self, gaussian: Gaussian) -> np.ndarray:
         """Parameter array of a Gaussian given in frame coordinates."""
         nat = gaussian.natural_parameters()
-        precision = nat.precision if self.name == "gaussian" else np.diag(nat.precision)
-        return self.theta_from_natural(precision, nat.eta, nat.c)
+        return self.theta_from_natural(self._precision_parameter(nat.precision), nat.eta, nat.c)
 
     def gaussian_from_theta(self, theta) -> Gaussian:
         """Gaussian (frame coordinates) of θ; raises NotPositiveDefiniteError if none."""
         precision, eta, c = self.natural_from_theta(theta)
-        if self.name != "gaussian":
-            precision = np.diag(precision)
-        return Gaussian.from_natural(precision, eta, c)
+        return Gaussian.from_natural(self._precision_matrix(precision), eta, c)
 
     def natural_direction(self, reference: Gaussian, m: np.ndarray) -> np.ndarray:
         """Inverse Fisher information of ``reference`` applied to the moment array ``m``.
@@ -229,6 +237,8 @@ class DiagonalFamily(QuadraticFamily):
     """
 
     name = "diagonal"
+    _precision_matrix = staticmethod(np.diag)
+    _precision_parameter = staticmethod(np.diag)
 
     def __init__(self, z: np.ndarray):
         super().__init__(z)
