@@ -50,10 +50,6 @@ class _Result(Gaussian):
         for name, value in diagnostics.items():
             setattr(self, name, value)
 
-    def as_gaussian(self) -> Gaussian:
-        """The plain Gaussian, without diagnostics."""
-        return Gaussian(self.mean, self.cov, self.log_Z)
-
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._diagnostics if k != "rounds")
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, {shown})"

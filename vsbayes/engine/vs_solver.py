@@ -58,8 +58,6 @@ _EXACT_BUDGET = 5e9
 class VSSolution:
     """Raw output of :class:`VSSolver` in frame coordinates (shifted mass)."""
 
-    theta: np.ndarray
-    values: np.ndarray
     n_iter: int
     converged: bool
     decrement: float
@@ -212,8 +210,6 @@ class VSSolver:
         gaussian = self._current_gaussian() if self.integrable else None
         kl_error = self.kl_estimate if gaussian is not None else math.nan
         return VSSolution(
-            theta=self.theta,
-            values=self.values,
             n_iter=n_iter,
             converged=converged,
             decrement=self.decrement,
