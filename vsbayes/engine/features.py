@@ -26,7 +26,7 @@ from scipy.linalg import cho_solve
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
 
-__all__ = ["DiagonalFamily", "FullFamily", "QuadraticFamily", "make_family"]
+__all__ = ["DiagonalFamily", "FullFamily", "QuadraticFamily", "family_class", "make_family"]
 
 # Largest row block of the feature matrix formed by the exact-Newton path (8 MB).
 _BLOCK_ENTRIES = 2**20
@@ -40,7 +40,13 @@ class QuadraticFamily(abc.ABC):
 
     def __init__(self, z: np.ndarray):
         self.n_samples, self.dim = z.shape
+        self.n_params = self.count_params(self.dim)
         self._all_features = None
+
+    @staticmethod
+    @abc.abstractmethod
+    def count_params(dim: int) -> int:
+        """Number of parameters n of the family in dimension ``dim``."""
 
     @staticmethod
     def _precision_matrix(precision: np.ndarray) -> np.ndarray:
@@ -158,10 +164,13 @@ class FullFamily(QuadraticFamily):
 
     name = "gaussian"
 
+    @staticmethod
+    def count_params(dim):
+        return (dim + 1) * (dim + 2) // 2
+
     def __init__(self, z: np.ndarray):
         super().__init__(z)
         d = self.dim
-        self.n_params = (d + 1) * (d + 2) // 2
         # Homogeneous coordinates, one row per coordinate: contiguous for the BLAS calls.
         self._yt = np.empty((d + 1, self.n_samples))
         self._yt[:d] = z.T
@@ -237,13 +246,17 @@ class DiagonalFamily(QuadraticFamily):
     """
 
     name = "diagonal"
+
+    @staticmethod
+    def count_params(dim):
+        return 2 * dim + 1
+
     _precision_matrix = staticmethod(np.diag)
     _precision_parameter = staticmethod(np.diag)
 
     def __init__(self, z: np.ndarray):
         super().__init__(z)
         d = self.dim
-        self.n_params = 2 * d + 1
         self._z = z
         self._phi = np.empty((2 * d + 1, self.n_samples))
         self._phi[:d] = -0.5 * np.square(z.T)
@@ -293,9 +306,14 @@ class DiagonalFamily(QuadraticFamily):
 _FAMILIES = {"gaussian": FullFamily, "diagonal": DiagonalFamily}
 
 
-def make_family(family: str, z: np.ndarray) -> QuadraticFamily:
-    """Instantiate the family named ``"gaussian"`` (full) or ``"diagonal"`` on points z."""
+def family_class(family: str) -> type[QuadraticFamily]:
+    """The family class named ``"gaussian"`` (full) or ``"diagonal"``."""
     try:
-        return _FAMILIES[family](z)
+        return _FAMILIES[family]
     except KeyError:
         raise ValueError(f"family must be one of {sorted(_FAMILIES)}; got {family!r}.") from None
+
+
+def make_family(family: str, z: np.ndarray) -> QuadraticFamily:
+    """Instantiate the family named ``family`` on the points z (rows)."""
+    return family_class(family)(z)

@@ -15,7 +15,7 @@ from ..exceptions import (
 )
 from ..gaussian import Gaussian
 from ._validation import check_kernel, check_positive, check_positive_int
-from .features import make_family
+from .features import family_class, make_family
 from .results import VSResult
 from .sample_pool import Frame, SamplePool, run_rounds
 from .vs_solver import VSSolver
@@ -25,11 +25,7 @@ __all__ = ["n_family_params", "variational_sampling"]
 
 def n_family_params(dim: int, family: str = "gaussian") -> int:
     """Number of parameters n of the family: ``(d+1)(d+2)/2`` (full) or ``2d+1`` (diagonal)."""
-    if family == "gaussian":
-        return (dim + 1) * (dim + 2) // 2
-    if family == "diagonal":
-        return 2 * dim + 1
-    raise ValueError(f"family must be 'gaussian' or 'diagonal'; got {family!r}.")
+    return family_class(family).count_params(dim)
 
 
 def fit_vs_pool(
