@@ -140,5 +140,5 @@ def bayesian_monte_carlo(
         kernel_scale=1.0,
         rule=rule,
         random_state=random_state,
-        estimate=lambda pool, _: fit_bmc_pool(pool, length_scale, nugget),
+        estimate=lambda pool, _previous, _final: fit_bmc_pool(pool, length_scale, nugget),
     )

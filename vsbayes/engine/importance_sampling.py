@@ -16,7 +16,7 @@ from .sample_pool import Frame, SamplePool, run_rounds
 __all__ = ["importance_sampling"]
 
 
-def fit_is_pool(pool: SamplePool, previous=None) -> ISResult:
+def fit_is_pool(pool: SamplePool) -> ISResult:
     """Self-normalized importance-sampling moments of the pooled points.
 
     Normalized log-weights; the mean and the *centered* second moment are computed in the
@@ -104,5 +104,5 @@ def importance_sampling(
         kernel_scale=kernel_scale,
         rule=rule,
         random_state=random_state,
-        estimate=fit_is_pool,
+        estimate=lambda pool, _previous, _final: fit_is_pool(pool),
     )

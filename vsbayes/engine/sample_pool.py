@@ -189,7 +189,8 @@ def run_rounds(
     Parameters
     ----------
     estimate : callable
-        ``estimate(pool, previous_fit) -> result``; it may raise
+        ``estimate(pool, previous_fit, final) -> result``, with ``final`` true in the
+        last round (earlier fits only serve as kernels); it may raise
         :class:`~vsbayes.exceptions.EstimationError`. A failure in an intermediate round
         is recorded and the next round reuses the same kernel; in the last round it
         propagates.
@@ -210,7 +211,7 @@ def run_rounds(
         pool.add(current, draws, evaluate_log_target(log_target, draws.x))
         last = r == len(sizes) - 1
         try:
-            new_fit = estimate(pool, fit)
+            new_fit = estimate(pool, fit, last)
         except EstimationError:
             if last:
                 raise

@@ -18,9 +18,14 @@ from ._validation import check_kernel, check_positive, check_positive_int
 from .features import family_class, make_family
 from .results import VSResult
 from .sample_pool import Frame, SamplePool, run_rounds
-from .vs_solver import VSSolver
+from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver
 
 __all__ = ["n_family_params", "variational_sampling"]
+
+# An intermediate round only provides the next kernel: its fit stops once the optimization
+# error is below this fraction of its own sampling error, without the exact-Hessian
+# fallback, and its warnings are not shown (the final round reports on the result).
+INTERMEDIATE_TOL = 0.1
 
 
 def n_family_params(dim: int, family: str = "gaussian") -> int:
@@ -35,6 +40,7 @@ def fit_vs_pool(
     family: str,
     tol: float,
     max_iter: int,
+    final: bool = True,
 ) -> VSResult:
     """Fit the VS Gaussian to the points of ``pool``, in the frame of its last kernel.
 
@@ -46,6 +52,8 @@ def fit_vs_pool(
         Starting point of the solver in x coordinates (default: the last kernel).
     family, tol, max_iter
         See :func:`variational_sampling`.
+    final : bool, default=True
+        False for an intermediate round (see ``INTERMEDIATE_TOL``).
     """
     frame = Frame(pool.kernels[-1], diagonal=(family == "diagonal"))
     z = pool.coordinates(frame)
@@ -62,7 +70,14 @@ def fit_vs_pool(
             start_values = log_window + frame.log_det
     else:
         start_z = frame.gaussian_to_frame(start)
-    solver = VSSolver(fam, offsets, log_iw - shift, tol=tol, max_iter=max_iter)
+    if final:
+        round_tol, hessian = tol, "auto"
+    else:
+        large = fam.n_params > EXACT_HESSIAN_MAX_PARAMS
+        round_tol, hessian = max(tol, INTERMEDIATE_TOL), "natural" if large else "auto"
+    solver = VSSolver(
+        fam, offsets, log_iw - shift, tol=round_tol, max_iter=max_iter, hessian=hessian
+    )
     sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
     if sol.gaussian is None:
         raise NonIntegrableFitError(
@@ -71,34 +86,8 @@ def fit_vs_pool(
             f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
             f"covariance, or kernel_scale > 1 with rounds > 1)."
         )
-    if not sol.converged:
-        warnings.warn(
-            f"Variational sampling did not converge in max_iter={max_iter} iterations "
-            f"(optimization error {sol.decrement:.3g} vs predicted sampling error "
-            f"{sol.kl_error:.3g}). Increase max_iter; if the fit stays poor, increase "
-            f"n_samples or use a kernel closer to the target.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-    if sol.ess < pool.dim + 1:
-        warnings.warn(
-            f"The importance weights p/π of the {pool.n_samples} points have an effective "
-            f"sample size of {sol.ess:.3g}, below d+1={pool.dim + 1}: the target mass seen "
-            f"by the sample sits on a few points, so the fit may be far off. Use a kernel "
-            f"closer to the target (rounds > 1 adapts it) or wider, or more samples.",
-            UnreliableFitWarning,
-            stacklevel=4,
-        )
-    elif pool.n_samples < 2 * fam.n_params:
-        warnings.warn(
-            f"Variational sampling with N={pool.n_samples} points for n={fam.n_params} "
-            f"parameters (fewer than 2n): the fit nearly interpolates the target at the "
-            f"points, so it is exact for Gaussian targets but kl_error "
-            f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
-            f"{2 * fam.n_params}.",
-            UnreliableFitWarning,
-            stacklevel=4,
-        )
+    if final:
+        _warn_about(sol, pool, fam.n_params, max_iter)
     mean, cov, log_Z = frame.gaussian_from_frame(sol.gaussian, shift)
     try:
         return VSResult(
@@ -121,6 +110,38 @@ def fit_vs_pool(
             "from kernel coordinates (extremely ill-conditioned kernel). Rescale the "
             "problem or use a better-conditioned kernel."
         ) from None
+
+
+def _warn_about(sol, pool: SamplePool, n_params: int, max_iter: int) -> None:
+    """Warn when the final fit's own diagnostics say it may be inaccurate."""
+    if not sol.converged:
+        warnings.warn(
+            f"Variational sampling did not converge in max_iter={max_iter} iterations "
+            f"(optimization error {sol.decrement:.3g} vs predicted sampling error "
+            f"{sol.kl_error:.3g}). Increase max_iter; if the fit stays poor, increase "
+            f"n_samples or use a kernel closer to the target.",
+            ConvergenceWarning,
+            stacklevel=5,
+        )
+    if sol.ess < pool.dim + 1:
+        warnings.warn(
+            f"The importance weights p/π of the {pool.n_samples} points have an effective "
+            f"sample size of {sol.ess:.3g}, below d+1={pool.dim + 1}: the target mass seen "
+            f"by the sample sits on a few points, so the fit may be far off. Use a kernel "
+            f"closer to the target (rounds > 1 adapts it) or wider, or more samples.",
+            UnreliableFitWarning,
+            stacklevel=5,
+        )
+    elif pool.n_samples < 2 * n_params:
+        warnings.warn(
+            f"Variational sampling with N={pool.n_samples} points for n={n_params} "
+            f"parameters (fewer than 2n): the fit nearly interpolates the target at the "
+            f"points, so it is exact for Gaussian targets but kl_error "
+            f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
+            f"{2 * n_params}.",
+            UnreliableFitWarning,
+            stacklevel=5,
+        )
 
 
 def variational_sampling(
@@ -226,8 +247,8 @@ def variational_sampling(
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol!r}.")
 
-    def estimate(pool, previous):
-        return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter)
+    def estimate(pool, previous, final):
+        return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter, final=final)
 
     return run_rounds(
         log_target,
