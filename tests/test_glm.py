@@ -1,0 +1,127 @@
+"""The binary GLM posterior (layer 4): values, chunking, parallelism, derivatives."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import log_expit, log_ndtr
+
+from vsbayes.models import BinaryGLMPosterior, get_link
+
+LOG_CDF = {"logistic": log_expit, "probit": log_ndtr}
+
+
+def make_problem(rng, m=40, d=3, intercept=True, link="logistic", weights=None):
+    X = rng.standard_normal((m, d))
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, m) if weights is None else weights
+    model = BinaryGLMPosterior(
+        X, y, s, link, prior_var=2.0, intercept_prior_var=5.0 if intercept else None
+    )
+    return X, y, s, model
+
+
+def direct_log_density(X, y, s, theta, link, intercept):
+    """Row-by-row reference: Σ_i s_i log F(y_i f_i) + log N(θ; 0, diag(prior))."""
+    w, b = (theta[:-1], theta[-1]) if intercept else (theta, 0.0)
+    prior = np.full(len(theta), 2.0)
+    if intercept:
+        prior[-1] = 5.0
+    log_lik = sum(
+        s_i * LOG_CDF[link](y_i * (x_i @ w + b)) for x_i, y_i, s_i in zip(X, y, s, strict=True)
+    )
+    log_prior = -0.5 * np.sum(theta**2 / prior + np.log(2 * np.pi * prior))
+    return log_lik + log_prior
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_log_density_matches_the_definition(rng, link, intercept):
+    X, y, s, model = make_problem(rng, link=link, intercept=intercept)
+    theta = rng.standard_normal((5, model.dim))
+    expected = [direct_log_density(X, y, s, t, link, intercept) for t in theta]
+    np.testing.assert_allclose(model.log_density(theta), expected, rtol=1e-12)
+
+
+def test_logistic_log_cdf_is_exact_over_the_float_range():
+    t = np.concatenate([np.linspace(-50, 50, 1001), [-1e300, -800.0, 800.0, 1e300]])
+    got = get_link("logistic").log_cdf(t.copy())
+    np.testing.assert_allclose(got, log_expit(t), rtol=1e-15, atol=1e-300)
+
+
+@pytest.mark.parametrize("max_bytes", [16 * 7, 16 * 100, 16 * 10**6])
+def test_chunking_does_not_change_the_values(rng, max_bytes):
+    _, _, _, model = make_problem(rng, m=57)
+    theta = rng.standard_normal((1030, model.dim))
+    reference = model.log_density(theta)
+    model.max_bytes = max_bytes
+    np.testing.assert_allclose(model.log_density(theta), reference, rtol=1e-13)
+
+
+def test_parallel_chunks_give_the_same_values(rng):
+    _, _, _, model = make_problem(rng, m=300)
+    theta = rng.standard_normal((700, model.dim))
+    reference = model.log_density(theta)
+    model.n_jobs, model.max_bytes = 2, 16 * 20_000
+    np.testing.assert_allclose(model.log_density(theta), reference, rtol=1e-13)
+
+
+def test_sparse_design_equals_dense(rng):
+    X, y, s, dense = make_problem(rng)
+    X[np.abs(X) < 0.8] = 0.0
+    dense = BinaryGLMPosterior(X, y, s, "probit", prior_var=2.0, intercept_prior_var=5.0)
+    sparse = BinaryGLMPosterior(
+        sp.csr_matrix(X), y, s, "probit", prior_var=2.0, intercept_prior_var=5.0
+    )
+    theta = rng.standard_normal((4, dense.dim))
+    np.testing.assert_allclose(sparse.log_density(theta), dense.log_density(theta), rtol=1e-13)
+    for a, b in zip(
+        sparse.value_gradient_hessian(theta[0]), dense.value_gradient_hessian(theta[0]), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_zero_weights_drop_observations(rng):
+    X, y, s, _ = make_problem(rng)
+    s[::3] = 0.0
+    full = BinaryGLMPosterior(X, y, s, "logistic", prior_var=2.0, intercept_prior_var=5.0)
+    keep = s > 0
+    kept = BinaryGLMPosterior(
+        X[keep], y[keep], s[keep], "logistic", prior_var=2.0, intercept_prior_var=5.0
+    )
+    assert full.n_observations == keep.sum()
+    theta = rng.standard_normal((3, full.dim))
+    np.testing.assert_allclose(full.log_density(theta), kept.log_density(theta), rtol=1e-14)
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_gradient_and_hessian_match_finite_differences(rng, link):
+    _, _, _, model = make_problem(rng, link=link)
+    theta = 0.5 * rng.standard_normal(model.dim)
+    value, grad, neg_hess = model.value_gradient_hessian(theta)
+    assert value == pytest.approx(model.log_density(theta[None])[0], rel=1e-13)
+    h = 1e-5
+    eye = np.eye(model.dim) * h
+    fd_grad = (model.log_density(theta + eye) - model.log_density(theta - eye)) / (2 * h)
+    # Central differences: error O(h²·f''') ≈ 1e-10 relative, plus round-off ε|f|/h.
+    np.testing.assert_allclose(grad, fd_grad, rtol=1e-6, atol=1e-6)
+    fd_hess = np.array(
+        [
+            (
+                model.value_gradient_hessian(theta + e)[1]
+                - model.value_gradient_hessian(theta - e)[1]
+            )
+            / (2 * h)
+            for e in eye
+        ]
+    )
+    np.testing.assert_allclose(-neg_hess, fd_hess, rtol=1e-6, atol=1e-6)
+    assert np.all(np.linalg.eigvalsh(neg_hess) > 0)
+
+
+def test_probit_derivatives_stay_finite_in_the_tails():
+    slope, curvature = get_link("probit").derivatives(np.array([-1e4, -40.0, 0.0, 40.0]))
+    assert np.all(np.isfinite(slope)) and np.all(np.isfinite(curvature))
+    # d/dt log Φ(t) → -t and -d² log Φ → 1 as t → -∞; both → 0 as t → +∞.
+    np.testing.assert_allclose(slope[:2], [1e4, 40.0], rtol=1e-3)
+    np.testing.assert_allclose(curvature[:2], [1.0, 1.0], rtol=2e-3)
+    assert slope[3] < 1e-300 and curvature[3] < 1e-300
