@@ -1,0 +1,82 @@
+"""Laplace by Newton's method (layer 5): the MAP is scikit-learn's, the Gaussian is exact."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+import vsbayes
+from vsbayes.approximations import glm_laplace
+from vsbayes.exceptions import ConvergenceWarning
+from vsbayes.models import BinaryGLMPosterior
+
+
+def well_conditioned(rng, m=300, d=5):
+    X = rng.standard_normal((m, d))
+    f = X @ rng.standard_normal(d) + 0.3
+    y = (rng.random(m) < 1 / (1 + np.exp(-f))).astype(int)
+    return X, y
+
+
+def sklearn_solution(X, y, C):
+    lr = LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(X, y)
+    return np.append(lr.coef_.ravel(), lr.intercept_)
+
+
+@pytest.mark.parametrize("C", [0.05, 1.0, 20.0])
+def test_map_equals_sklearn_logistic_regression(rng, C):
+    X, y = well_conditioned(rng)
+    model = BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), "logistic", prior_var=C, intercept_prior_var=1e6
+    )
+    fit = glm_laplace(model)
+    expected = sklearn_solution(X, y, C)
+    # The intercept prior N(0, 1e6) moves the mode by ~ b / (1e6 · curvature) relative.
+    np.testing.assert_allclose(fit.mean, expected, rtol=1e-5, atol=1e-7)
+    assert fit.converged
+
+
+def test_map_equals_sklearn_on_breast_cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    ours = vsbayes.LaplaceLogisticRegression(C=1.0).fit(X, y)
+    expected = sklearn_solution(X, y, 1.0)
+    got = np.append(ours.coef_.ravel(), ours.intercept_)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_agrees_with_the_generic_laplace(rng, link):
+    X, y = well_conditioned(rng, m=60, d=3)
+    model = BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), link, prior_var=1.0, intercept_prior_var=4.0
+    )
+    # Both stop on the Newton decrement: ask both for round-off level.
+    fit = glm_laplace(model, tol=1e-14)
+
+    def grad(theta):
+        return model.value_gradient_hessian(theta)[1]
+
+    def hess(theta):
+        return -model.value_gradient_hessian(theta)[2]
+
+    generic = vsbayes.laplace(model, np.zeros(model.dim), grad, hess, tol=1e-14)
+    np.testing.assert_allclose(fit.mean, generic.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(fit.cov, generic.cov, rtol=1e-8)
+    assert fit.log_Z == pytest.approx(generic.log_Z, abs=1e-8)
+
+
+def test_warns_when_max_iter_is_reached(rng):
+    X, y = well_conditioned(rng)
+    model = BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), "logistic", prior_var=100.0, intercept_prior_var=1e6
+    )
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        fit = glm_laplace(model, max_iter=1)
+    assert not fit.converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert glm_laplace(model).converged
