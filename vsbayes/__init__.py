@@ -12,13 +12,23 @@ from .engine import (
     n_family_params,
     variational_sampling,
 )
+from .estimators import (
+    LaplaceLogisticRegression,
+    LaplaceProbitRegression,
+    VSLogisticRegression,
+    VSProbitRegression,
+)
 from .gaussian import Gaussian, excess_kl, kl_divergence
 
 __all__ = [
     "BMCResult",
     "Gaussian",
     "ISResult",
+    "LaplaceLogisticRegression",
+    "LaplaceProbitRegression",
     "LaplaceResult",
+    "VSLogisticRegression",
+    "VSProbitRegression",
     "VSResult",
     "__version__",
     "bayesian_monte_carlo",

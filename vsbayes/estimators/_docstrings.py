@@ -1,0 +1,77 @@
+"""Parameter and attribute sections shared by the estimators' numpy-style docstrings."""
+
+from textwrap import dedent
+
+COMMON_PARAMETERS = dedent("""\
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        equals the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link).
+        Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode{max_iter_extra}.
+    tol : float, default=1e-8
+        Newton's method stops when half the squared Newton decrement (the gain in
+        log-posterior one more step would bring) is at most ``tol``.
+    random_state : int, RandomState instance, Generator or None, default=None
+        {random_state}
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+""")
+
+SAMPLING_PARAMETERS = dedent("""\
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max({auto} n, 256)``,
+        with n the number of parameters of the fitted family (``(p+1)(p+2)/2`` for "gaussian" with p
+        coefficients and intercept, ``2p+1`` for "diagonal").
+    family : {{"gaussian", "diagonal"}}, default="gaussian"
+        Full or diagonal posterior covariance.
+    rule : {{"mc", "qmc"}}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    rounds : int, default=2
+        Rounds of kernel adaptation (see :func:`vsbayes.variational_sampling`): round 1
+        draws from the Laplace approximation, round r+1 from the fit of round r with its
+        covariance scaled by ``kernel_scale``.
+    kernel_scale : float, default=1.5
+        Covariance inflation of the adapted kernels.
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+
+    If the sampling fit fails (e.g. a non-integrable fit), the Laplace approximation is
+    used for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
+    ``laplace_fallback_`` records it.
+""")
+
+ATTRIBUTES = dedent("""\
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (one row per one-vs-rest problem beyond two
+        classes).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]``.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{{s_i}} N(w; prior) dw``.
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        {n_iter}
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics
+        ({diagnostics}).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Feature names, when X has string column names.
+{extra}""")
+
+FALLBACK_ATTRIBUTE = dedent("""\
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the sampling fit failed and the Laplace approximation is used instead.
+""")
