@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
 
+from .._blas import blas_threads_for
 from .links import Link, get_link
 
 __all__ = ["BinaryGLMPosterior"]
@@ -31,7 +32,8 @@ class BinaryGLMPosterior:
     Parameters
     ----------
     X : ndarray or scipy.sparse matrix of shape (M, d)
-        Design matrix (float64; sparse input is converted to CSR).
+        Design matrix. The model keeps its own copy of the rows, signed by the labels
+        (with a column for the intercept), as float64 or CSR.
     y : array-like of shape (M,)
         Labels in {-1, +1}.
     sample_weight : array-like of shape (M,)
@@ -64,15 +66,25 @@ class BinaryGLMPosterior:
     ):
         self.link = get_link(link) if isinstance(link, str) else link
         s = np.asarray(sample_weight, dtype=float)
+        y = np.asarray(y, dtype=float)
         keep = s > 0
         if not keep.all():
-            X, y, s = X[keep], np.asarray(y)[keep], s[keep]
-        self.X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=float)
-        self.y = np.asarray(y, dtype=float)
-        self.sample_weight = s
+            X, y, s = X[keep], y[keep], s[keep]
         self.fit_intercept = intercept_prior_var is not None
-        self.n_features = self.X.shape[1]
+        self.n_features = X.shape[1]
         self.dim = self.n_features + int(self.fit_intercept)
+        # The signed design rows y_i [x_i, 1]: then y_i f_i = design @ θ is a single product
+        # (no per-block intercept add or label multiply), and y_i² = 1 in the Hessian.
+        signed = y[:, None]
+        if sp.issparse(X):
+            parts = [sp.csr_matrix(X).multiply(signed)]
+            parts += [sp.csr_matrix(signed)] if self.fit_intercept else []
+            self.design = sp.hstack(parts, format="csr")
+        else:
+            parts = [np.asarray(X, dtype=float) * signed]
+            parts += [signed] if self.fit_intercept else []
+            self.design = np.hstack(parts) if self.fit_intercept else parts[0]
+        self.sample_weight = s
         prior = np.full(self.dim, float(prior_var))
         if self.fit_intercept:
             prior[-1] = intercept_prior_var
@@ -83,13 +95,7 @@ class BinaryGLMPosterior:
     @property
     def n_observations(self) -> int:
         """Number of observations with positive weight."""
-        return self.X.shape[0]
-
-    def _split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
-        """Coefficients (..., d) and intercepts (...) of parameter vectors."""
-        if self.fit_intercept:
-            return theta[..., :-1], theta[..., -1]
-        return theta, 0.0
+        return self.design.shape[0]
 
     # --- many parameter vectors: the log-density the sampling fitters call -------------
 
@@ -118,7 +124,8 @@ class BinaryGLMPosterior:
             for j in range(0, m, block_m)
         ]
         if workers == 1 or len(tasks) == 1:
-            parts = [self._block(theta[rows], cols) for rows, cols in tasks]
+            with blas_threads_for(min(n, block_n) * min(m, block_m) * self.dim):
+                parts = [self._block(theta[rows], cols) for rows, cols in tasks]
         else:
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
                 delayed(self._block)(theta[rows], cols) for rows, cols in tasks
@@ -129,13 +136,9 @@ class BinaryGLMPosterior:
         return out
 
     def _block(self, theta: np.ndarray, cols: slice) -> np.ndarray:
-        w, b = self._split(theta)
-        f = self.X[cols] @ w.T  # (m_block, n_block), BLAS (or sparse × dense)
-        f = np.asarray(f)
-        f += b
-        f *= self.y[cols, None]
-        self.link.log_cdf(f, out=f)
-        return self.sample_weight[cols] @ f
+        t = np.asarray(self.design[cols] @ theta.T)  # y_i f_i, (m_block, n_block): one GEMM
+        self.link.log_cdf(t, out=t)
+        return self.sample_weight[cols] @ t
 
     def _workers(self) -> int:
         if self.n_jobs in (None, 1):
@@ -151,42 +154,29 @@ class BinaryGLMPosterior:
 
     # --- one parameter vector: what Newton's method needs -------------------------------
 
-    def latent(self, theta: np.ndarray) -> np.ndarray:
-        """Latent values ``f = X w + b`` (M,) of one parameter vector."""
-        w, b = self._split(theta)
-        return np.asarray(self.X @ w).ravel() + b
-
     def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``log p(θ)``, its gradient and the negative Hessian (PD) at one point.
 
-        The Hessian ``Xᵀ diag(s_i h_i) X + prior precision`` is accumulated over row blocks,
-        so no temporary exceeds ``max_bytes``.
+        The Hessian ``Aᵀ diag(s_i h_i) A + prior precision`` (A the design) is accumulated
+        over row blocks, so no temporary exceeds ``max_bytes``.
         """
         theta = np.asarray(theta, dtype=float)
-        t = self.y * self.latent(theta)
+        t = np.asarray(self.design @ theta).ravel()
         value = float(self.sample_weight @ self.link.log_cdf(t)) + float(
             self.log_prior(theta[None])[0]
         )
         slope, curvature = self.link.derivatives(t)
-        r = self.sample_weight * self.y * slope  # d log-likelihood / d f_i
-        h = self.sample_weight * curvature  # -d² log-likelihood / d f_i²
-        d = self.n_features
-        grad = np.empty(self.dim)
-        grad[:d] = np.asarray(self.X.T @ r).ravel()
+        grad = np.asarray(self.design.T @ (self.sample_weight * slope)).ravel()
+        h = self.sample_weight * curvature
         hess = np.zeros((self.dim, self.dim))
-        block = max(1, self.max_bytes // (8 * max(d, 1)))
+        block = max(1, self.max_bytes // (8 * self.dim))
         for j in range(0, self.n_observations, block):
             rows = slice(j, j + block)
-            xb, hb = self.X[rows], h[rows]
-            weighted = xb.multiply(hb[:, None]).tocsr() if sp.issparse(xb) else xb * hb[:, None]
-            gram = xb.T @ weighted
-            hess[:d, :d] += gram.toarray() if sp.issparse(gram) else gram
-            if self.fit_intercept:
-                hess[:d, d] += np.asarray(weighted.sum(axis=0)).ravel()
-        if self.fit_intercept:
-            grad[d] = r.sum()
-            hess[d, :d] = hess[:d, d]
-            hess[d, d] = h.sum()
+            a, hb = self.design[rows], h[rows]
+            if sp.issparse(a):
+                hess += (a.T @ a.multiply(hb[:, None]).tocsr()).toarray()
+            else:
+                hess += a.T @ (a * hb[:, None])
         grad -= theta / self.prior_var
         hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
         return value, grad, hess
