@@ -181,3 +181,11 @@ def test_invalid_parameters_are_named(params, match, binary_data):
     X, y = binary_data
     with pytest.raises(ValueError, match=match):
         vsbayes.VSLogisticRegression(**params).fit(X, y)
+
+
+def test_n_jobs_gives_bitwise_identical_fits(binary_data):
+    X, y = binary_data
+    one = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    two = vsbayes.VSLogisticRegression(random_state=0, n_jobs=2).fit(X, y)
+    np.testing.assert_array_equal(two.coef_, one.coef_)
+    np.testing.assert_array_equal(two.sigma_, one.sigma_)

@@ -22,7 +22,7 @@ from .links import Link, get_link
 __all__ = ["BinaryGLMPosterior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-# Bytes allowed for the temporaries of one evaluation (split between parallel workers).
+# Bytes allowed for the temporaries of one evaluation block (each parallel worker has one).
 DEFAULT_MAX_BYTES = 256 * 2**20
 
 
@@ -49,7 +49,7 @@ class BinaryGLMPosterior:
         Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
         ``joblib.parallel_config`` context, where that backend is used).
     max_bytes : int
-        Bound on the temporaries of one evaluation, split between the workers.
+        Bound on the temporaries of one evaluation block (one block per worker).
     """
 
     def __init__(
@@ -107,15 +107,17 @@ class BinaryGLMPosterior:
     def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
         """``Σ_i s_i log F(y_i f_i)`` for each row of ``theta`` (N, p).
 
-        The (N, M) matrix of latent values is formed in blocks of at most
-        ``max_bytes / workers`` bytes (one GEMM per block, ``log F`` in place), and the
-        blocks run in parallel through joblib when ``n_jobs`` asks for it.
+        The (N, M) matrix of latent values is formed in blocks of at most ``max_bytes``
+        bytes (one GEMM per block, ``log F`` in place), and the blocks run in parallel
+        through joblib when ``n_jobs`` asks for it (then each worker holds one block).
+        The result is the same, to the last bit, for any ``n_jobs``.
         """
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
         n, m = theta.shape[0], self.n_observations
         workers = self._workers()
-        # Two float64 arrays per block: the latent values and one temporary of log F.
-        entries = max(1, self.max_bytes // (16 * workers))
+        # Two float64 arrays per block: the latent values and one temporary of log F. The
+        # blocks do not depend on the number of workers, so neither do the sums' round-off.
+        entries = max(1, self.max_bytes // 16)
         block_n = min(n, max(512, entries // max(m, 1)))
         block_m = min(m, max(1, entries // block_n))
         tasks = [
@@ -123,26 +125,25 @@ class BinaryGLMPosterior:
             for i in range(0, n, block_n)
             for j in range(0, m, block_m)
         ]
+        # Each task gets only its slices, so that a distributed backend ships no more.
+        args = [
+            (self.design[cols], self.sample_weight[cols], theta[rows], self.link)
+            for rows, cols in tasks
+        ]
         if workers == 1 or len(tasks) == 1:
             with blas_threads_for(min(n, block_n) * min(m, block_m) * self.dim):
-                parts = [self._block(theta[rows], cols) for rows, cols in tasks]
+                parts = [_block_log_likelihood(*a) for a in args]
         else:
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-                delayed(self._block)(theta[rows], cols) for rows, cols in tasks
+                delayed(_block_log_likelihood)(*a) for a in args
             )
         out = np.zeros(n)
         for (rows, _), part in zip(tasks, parts, strict=True):
             out[rows] += part
         return out
 
-    def _block(self, theta: np.ndarray, cols: slice) -> np.ndarray:
-        t = np.asarray(self.design[cols] @ theta.T)  # y_i f_i, (m_block, n_block): one GEMM
-        self.link.log_cdf(t, out=t)
-        return self.sample_weight[cols] @ t
-
     def _workers(self) -> int:
-        if self.n_jobs in (None, 1):
-            return 1
+        # effective_n_jobs honours an enclosing joblib.parallel_config (n_jobs=None).
         return max(1, effective_n_jobs(self.n_jobs))
 
     def log_density(self, theta: np.ndarray) -> np.ndarray:
@@ -180,3 +181,10 @@ class BinaryGLMPosterior:
         grad -= theta / self.prior_var
         hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
         return value, grad, hess
+
+
+def _block_log_likelihood(design, weights, theta, link) -> np.ndarray:
+    """``Σ_i s_i log F(a_i·θ)`` over one block of rows ``a_i`` for each row of ``theta``."""
+    t = np.asarray(design @ theta.T)  # y_i f_i, shape (m_block, n_block): one GEMM
+    link.log_cdf(t, out=t)
+    return weights @ t
