@@ -75,3 +75,35 @@ FALLBACK_ATTRIBUTE = dedent("""\
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
         True where the sampling fit failed and the Laplace approximation is used instead.
 """)
+
+_TEMPLATE = """{summary}
+
+{description}
+
+Parameters
+----------
+{params}
+Attributes
+----------
+{attributes}
+See Also
+--------
+{see_also}
+
+Examples
+--------
+>>> from sklearn.datasets import load_breast_cancer
+>>> from sklearn.pipeline import make_pipeline
+>>> from sklearn.preprocessing import StandardScaler
+>>> from vsbayes import {name}
+>>> X, y = load_breast_cancer(return_X_y=True)
+>>> model = make_pipeline(StandardScaler(), {name}({example_args})).fit(X, y)
+>>> model.predict_proba(X[:2]).shape
+(2, 2)
+"""
+
+
+def estimator_docstring(**fields: str) -> str:
+    """Fill the estimators' docstring template: summary, description, params, attributes,
+    see_also, name, example_args."""
+    return _TEMPLATE.format(**fields)

@@ -3,51 +3,34 @@
 from __future__ import annotations
 
 from ..engine import variational_sampling
-from ._docstrings import ATTRIBUTES, COMMON_PARAMETERS, FALLBACK_ATTRIBUTE, SAMPLING_PARAMETERS
+from ._docstrings import (
+    ATTRIBUTES,
+    COMMON_PARAMETERS,
+    FALLBACK_ATTRIBUTE,
+    SAMPLING_PARAMETERS,
+    estimator_docstring,
+)
 from ._sampling import SamplingGLMClassifier
 
 __all__ = ["VSLogisticRegression", "VSProbitRegression"]
 
-_DOC = """Bayesian {link} regression by variational sampling.
-
-The posterior of the coefficients is the Gaussian fitted by variational sampling
-(:func:`vsbayes.variational_sampling`) to the exact posterior, with points drawn around
-its Laplace approximation: the posterior mean, covariance and log evidence are exact when
-the posterior is Gaussian and their error decreases like 1/N otherwise. Use it where
-you would use scikit-learn's ``LogisticRegression(C=C)``: ``predict_proba`` returns
-the posterior predictive probabilities.
-
-Parameters
-----------
-{params}{sampling}
-Attributes
-----------
-{attributes}
-See Also
---------
-{see_also}
-
-Examples
---------
->>> from sklearn.datasets import load_breast_cancer
->>> from sklearn.pipeline import make_pipeline
->>> from sklearn.preprocessing import StandardScaler
->>> from vsbayes import {name}
->>> X, y = load_breast_cancer(return_X_y=True)
->>> model = make_pipeline(StandardScaler(), {name}(random_state=0)).fit(X, y)
->>> model.predict_proba(X[:2]).shape
-(2, 2)
-"""
-
 
 def _vs_doc(name: str, link: str, see_also: str, auto: int) -> str:
-    return _DOC.format(
-        link=link,
+    return estimator_docstring(
+        summary=f"Bayesian {link} regression by variational sampling.",
+        description=(
+            "The posterior of the coefficients is the Gaussian fitted by variational sampling\n"
+            "(:func:`vsbayes.variational_sampling`) to the exact posterior, with points drawn\n"
+            "around its Laplace approximation: the posterior mean, covariance and log evidence\n"
+            "are exact when the posterior is Gaussian and their error decreases like 1/N\n"
+            "otherwise. Use it where you would use scikit-learn's ``LogisticRegression(C=C)``:\n"
+            "``predict_proba`` returns the posterior predictive probabilities."
+        ),
         params=COMMON_PARAMETERS.format(
             max_iter_extra=", and of the variational-sampling solver in each round",
             random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
-        ),
-        sampling=SAMPLING_PARAMETERS.format(auto=auto),
+        )
+        + SAMPLING_PARAMETERS.format(auto=auto),
         attributes=ATTRIBUTES.format(
             n_iter="Variational-sampling solver iterations, summed over the rounds.",
             diagnostics="``kl_error``, ``ess``, ``n_samples``, ``rounds``, … of "
@@ -56,6 +39,7 @@ def _vs_doc(name: str, link: str, see_also: str, auto: int) -> str:
         ),
         see_also=see_also,
         name=name,
+        example_args="random_state=0",
     )
 
 
