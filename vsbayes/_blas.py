@@ -11,8 +11,9 @@ __all__ = ["SMALL_PASS", "blas_threads_for"]
 # Multiply-adds per pass below which one BLAS thread is used. NumPy and SciPy each load
 # their own OpenBLAS; between many small products, the idle threads of one pool spin while
 # the other works, which made the variational-sampling fit of a 31-parameter posterior
-# 2× slower on two cores (and far more variable) than with one thread.
-SMALL_PASS = 2**26
+# (4·10⁶ per pass) 2× slower on two cores, and far more variable, than with one thread.
+# Passes of 1.5·10⁷ (d = 30, N = 15,872) are already faster on two threads.
+SMALL_PASS = 2**23
 
 _controller: ThreadpoolController | None = None
 
