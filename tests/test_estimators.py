@@ -3,6 +3,7 @@
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
@@ -100,7 +101,6 @@ def test_sparse_input_equals_dense(cls, binary_data):
 
 
 def test_pandas_feature_names_and_float32(binary_data):
-    pd = pytest.importorskip("pandas", reason="pandas is needed for the DataFrame input test")
     X, y = binary_data
     frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
     est = vsbayes.VSLogisticRegression(random_state=0).fit(frame, y)
