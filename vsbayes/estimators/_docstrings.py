@@ -41,10 +41,9 @@ SAMPLING_PARAMETERS = dedent("""\
 
         The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
         ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
-        links): two rounds halve the error of one round at equal time; a third round is
-        up to 1.4× more accurate per second on breast cancer but not on the synthetic
-        problem, and N = 32n is up to 1.7× more accurate per second but 2–4× slower per
-        fit.
+        links): two rounds halve the error of one round in the same time; a third round
+        gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
+        second than 8n but 2–4× slower per fit.
     n_jobs : int or None, default=None
         Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
         unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
