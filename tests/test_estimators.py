@@ -17,7 +17,14 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import vsbayes
 
 LAPLACE = [vsbayes.LaplaceLogisticRegression, vsbayes.LaplaceProbitRegression]
-SAMPLING = [vsbayes.VSLogisticRegression, vsbayes.VSProbitRegression]
+SAMPLING = [
+    vsbayes.VSLogisticRegression,
+    vsbayes.VSProbitRegression,
+    vsbayes.ISLogisticRegression,
+    vsbayes.ISProbitRegression,
+    vsbayes.BMCLogisticRegression,
+    vsbayes.BMCProbitRegression,
+]
 ALL = LAPLACE + SAMPLING
 
 

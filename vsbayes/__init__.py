@@ -13,6 +13,10 @@ from .engine import (
     variational_sampling,
 )
 from .estimators import (
+    BMCLogisticRegression,
+    BMCProbitRegression,
+    ISLogisticRegression,
+    ISProbitRegression,
     LaplaceLogisticRegression,
     LaplaceProbitRegression,
     VSLogisticRegression,
@@ -21,8 +25,12 @@ from .estimators import (
 from .gaussian import Gaussian, excess_kl, kl_divergence
 
 __all__ = [
+    "BMCLogisticRegression",
+    "BMCProbitRegression",
     "BMCResult",
     "Gaussian",
+    "ISLogisticRegression",
+    "ISProbitRegression",
     "ISResult",
     "LaplaceLogisticRegression",
     "LaplaceProbitRegression",

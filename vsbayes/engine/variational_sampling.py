@@ -132,7 +132,7 @@ def _warn_about(sol, pool: SamplePool, n_params: int, max_iter: int) -> None:
             f"{sol.kl_error:.3g}). Increase max_iter; if the fit stays poor, increase "
             f"n_samples or use a kernel closer to the target.",
             ConvergenceWarning,
-            stacklevel=5,
+            stacklevel=7,
         )
     if sol.ess < pool.dim + 1:
         warnings.warn(
@@ -141,7 +141,7 @@ def _warn_about(sol, pool: SamplePool, n_params: int, max_iter: int) -> None:
             f"by the sample sits on a few points, so the fit may be far off. Use a kernel "
             f"closer to the target (rounds > 1 adapts it) or wider, or more samples.",
             UnreliableFitWarning,
-            stacklevel=5,
+            stacklevel=7,
         )
     elif pool.n_samples < 2 * n_params:
         warnings.warn(
@@ -151,7 +151,7 @@ def _warn_about(sol, pool: SamplePool, n_params: int, max_iter: int) -> None:
             f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
             f"{2 * n_params}.",
             UnreliableFitWarning,
-            stacklevel=5,
+            stacklevel=7,
         )
 
 

@@ -64,8 +64,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
     def _posterior(self, model: BinaryGLMPosterior, laplace: LaplaceResult, rng) -> Gaussian:
         raise NotImplementedError
 
-    def _n_iter(self, posterior: Gaussian) -> int:
-        return posterior.n_iter
+    def _n_iter(self, posterior: Gaussian, laplace: LaplaceResult) -> int:
+        """Iterations reported in ``n_iter_``: the method's own, else Newton's."""
+        return getattr(posterior, "n_iter", laplace.n_iter)
 
     def _check_params(self) -> None:
         check_scalar(self.C, "C", numbers.Real, min_val=0, include_boundaries="neither")
@@ -116,11 +117,11 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
             weights = weights * per_class[y_index]
         rng = as_generator(self.random_state)
         targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
-        posteriors = [self._fit_binary(X, np.where(t, 1.0, -1.0), weights, rng) for t in targets]
-        self._store(posteriors, X.shape[1])
+        fits = [self._fit_binary(X, np.where(t, 1.0, -1.0), weights, rng) for t in targets]
+        self._store([f[0] for f in fits], [f[1] for f in fits], X.shape[1])
         return self
 
-    def _fit_binary(self, X, y_pm, weights, rng) -> Gaussian:
+    def _fit_binary(self, X, y_pm, weights, rng) -> tuple[Gaussian, LaplaceResult]:
         model = BinaryGLMPosterior(
             X,
             y_pm,
@@ -134,9 +135,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
         posterior = self._posterior(model, laplace, rng)
         if self.verbose:
             print(f"{type(self).__name__}: {posterior!r}")
-        return posterior
+        return posterior, laplace
 
-    def _store(self, posteriors: list[Gaussian], n_features: int) -> None:
+    def _store(self, posteriors: list[Gaussian], laplaces: list[LaplaceResult], n_features):
         means = np.array([g.mean for g in posteriors])
         self.coef_ = means[:, :n_features]
         self.intercept_ = means[:, n_features] if self.fit_intercept else np.zeros(len(means))
@@ -145,7 +146,10 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
         binary = len(posteriors) == 1
         self.sigma_ = covs[0] if binary else covs
         self.log_marginal_likelihood_value_ = float(evidence[0]) if binary else evidence
-        self.n_iter_ = np.array([self._n_iter(g) for g in posteriors], dtype=np.int32)
+        self.n_iter_ = np.array(
+            [self._n_iter(g, lap) for g, lap in zip(posteriors, laplaces, strict=True)],
+            dtype=np.int32,
+        )
         self.posteriors_ = posteriors
 
     # --- prediction -------------------------------------------------------------------

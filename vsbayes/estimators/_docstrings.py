@@ -23,36 +23,73 @@ COMMON_PARAMETERS = dedent("""\
         Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
 """)
 
-SAMPLING_PARAMETERS = dedent("""\
+_SAMPLING_PARAMETERS = {
+    "n_samples": """\
     n_samples : "auto" or int, default="auto"
-        Number of posterior evaluations N in total. ``"auto"`` uses ``max({auto} n, 256)``,
-        with n the number of parameters of the fitted family (``(p+1)(p+2)/2`` for "gaussian" with p
-        coefficients and intercept, ``2p+1`` for "diagonal").
-    family : {{"gaussian", "diagonal"}}, default="gaussian"
-        Full or diagonal posterior covariance.
-    rule : {{"mc", "qmc"}}, default="mc"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a {family_note}Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+""",
+    "family": """\
+    family : {"gaussian", "diagonal"}, default="gaussian"
+        Full or diagonal posterior covariance ("diagonal": n = 2p+1 for "auto").
+""",
+    "rule": """\
+    rule : {"mc", "qmc"}, default="mc"
         iid Monte Carlo or scrambled Sobol points.
-    rounds : int, default=2
-        Rounds of kernel adaptation (see :func:`vsbayes.variational_sampling`): round 1
-        draws from the Laplace approximation, round r+1 from the fit of round r with its
-        covariance scaled by ``kernel_scale``.
+""",
+    "rounds": """\
+    rounds : int, default={rounds}
+        Rounds of kernel adaptation: round 1 draws from the Laplace approximation, round
+        r+1 from the fit of round r with its covariance scaled by ``kernel_scale``, and the
+        final fit pools all points.
     kernel_scale : float, default=1.5
-        Covariance inflation of the adapted kernels.
+        Covariance inflation of the adapted kernels.{defaults_note}
+""",
+    "length_scale": """\
+    length_scale : float, default=1.0
+        Correlation length of the Gaussian-process prior on the likelihood ratio, in units
+        of the kernel's standard deviations (see :func:`vsbayes.bayesian_monte_carlo`).
+""",
+    "n_jobs": """\
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+""",
+}
+
+# Indented as the continuation of the kernel_scale entry.
+VS_DEFAULTS_NOTE = """
 
         The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
         ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
         links): two rounds halve the error of one round in the same time; a third round
         gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
-        second than 8n but 2–4× slower per fit.
-    n_jobs : int or None, default=None
-        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
-        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
-        spreads the evaluations over a cluster. Results do not depend on it.
+        second than 8n but 2–4× slower per fit."""
 
-    If the sampling fit fails (e.g. a non-integrable fit), the Laplace approximation is
-    used for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
-    ``laplace_fallback_`` records it.
+FALLBACK_NOTE = dedent("""\
+    If the sampling estimate fails (e.g. a non-integrable fit or a degenerate weighted
+    covariance), the Laplace approximation is used for that problem, with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
 """)
+
+
+def sampling_parameters(
+    *names: str, rounds: int = 2, family_note: str = "", defaults_note: str = ""
+) -> str:
+    """The numpy-doc entries of the named sampling parameters, in the given order."""
+    text = "".join(_SAMPLING_PARAMETERS[name] for name in names)
+    for key, value in [
+        ("{rounds}", str(rounds)),
+        ("{family_note}", family_note),
+        ("{defaults_note}", defaults_note),
+    ]:
+        text = text.replace(key, value)
+    return dedent(text)
+
 
 ATTRIBUTES = dedent("""\
     classes_ : ndarray of shape (n_classes,)
@@ -95,7 +132,7 @@ Attributes
 See Also
 --------
 {see_also}
-
+{notes}
 Examples
 --------
 >>> from sklearn.datasets import load_breast_cancer
@@ -109,7 +146,8 @@ Examples
 """
 
 
-def estimator_docstring(**fields: str) -> str:
+def estimator_docstring(*, notes: str = "", **fields: str) -> str:
     """Fill the estimators' docstring template: summary, description, params, attributes,
-    see_also, name, example_args."""
-    return _TEMPLATE.format(**fields)
+    see_also, name, example_args and optional notes (a Notes section)."""
+    notes = f"\nNotes\n-----\n{notes}" if notes else ""
+    return _TEMPLATE.format(notes=notes, **fields)
