@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 from vsbayes import Gaussian
+from vsbayes.estimators import INTERCEPT_PRIOR_VAR
+from vsbayes.models import BinaryGLMPosterior
+
+#: Prior variance of the small 2-D GLM problem (vague enough for a skewed posterior).
+C_SMALL = 10.0
 
 
 def random_spd(rng, d, low=0.5, high=2.0):
@@ -48,3 +54,32 @@ class Recorder:
 @pytest.fixture
 def rng():
     return np.random.default_rng(20131007)
+
+
+@pytest.fixture(scope="session")
+def small_data():
+    """30 observations, one feature: a skewed posterior over (slope, intercept)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(30)
+    y = (rng.random(30) < 1 / (1 + np.exp(-(2.5 * x + 1)))).astype(int)
+    return x[:, None], y
+
+
+def quadrature_posterior(X, y, link, C, around: Gaussian) -> Gaussian:
+    """Evidence, mean and covariance of a 2-parameter GLM posterior by the trapezoid rule
+    on ±12 sd of ``around``; the integrand is smooth and decays like a Gaussian, so the
+    rule's error is far below the Monte Carlo errors it is compared with."""
+    model = BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), link, prior_var=C, intercept_prior_var=INTERCEPT_PRIOR_VAR
+    )
+    grid = np.linspace(-12, 12, 601)
+    sd = np.sqrt(np.diag(around.cov))
+    a, b = np.meshgrid(around.mean[0] + grid * sd[0], around.mean[1] + grid * sd[1])
+    points = np.column_stack([a.ravel(), b.ravel()])
+    log_p = model.log_density(points)
+    cell = (grid[1] - grid[0]) ** 2 * sd[0] * sd[1]
+    weights = np.exp(log_p - logsumexp(log_p))
+    mean = weights @ points
+    centered = points - mean
+    cov = (centered * weights[:, None]).T @ centered
+    return Gaussian(mean, cov, logsumexp(log_p) + np.log(cell))

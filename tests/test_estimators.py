@@ -16,7 +16,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import vsbayes
 
-LAPLACE = [vsbayes.LaplaceLogisticRegression, vsbayes.LaplaceProbitRegression]
+DETERMINISTIC = [
+    vsbayes.LaplaceLogisticRegression,
+    vsbayes.LaplaceProbitRegression,
+    vsbayes.VBLogisticRegression,
+]
 SAMPLING = [
     vsbayes.VSLogisticRegression,
     vsbayes.VSProbitRegression,
@@ -25,7 +29,7 @@ SAMPLING = [
     vsbayes.BMCLogisticRegression,
     vsbayes.BMCProbitRegression,
 ]
-ALL = LAPLACE + SAMPLING
+ALL = DETERMINISTIC + SAMPLING
 
 
 def make(cls, **params):

@@ -19,6 +19,7 @@ from .estimators import (
     ISProbitRegression,
     LaplaceLogisticRegression,
     LaplaceProbitRegression,
+    VBLogisticRegression,
     VSLogisticRegression,
     VSProbitRegression,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "LaplaceLogisticRegression",
     "LaplaceProbitRegression",
     "LaplaceResult",
+    "VBLogisticRegression",
     "VSLogisticRegression",
     "VSProbitRegression",
     "VSResult",

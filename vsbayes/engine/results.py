@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..gaussian import Gaussian
 
 __all__ = [
     "BMCResult",
+    "DiagnosedGaussian",
     "ISResult",
     "LaplaceResult",
     "RoundInfo",
@@ -37,7 +40,7 @@ class RoundInfo:
     fitted: bool
 
 
-class _Result(Gaussian):
+class DiagnosedGaussian(Gaussian):
     """A Gaussian estimate with method diagnostics given as keyword arguments."""
 
     _diagnostics: tuple[str, ...] = ()
@@ -51,11 +54,14 @@ class _Result(Gaussian):
             setattr(self, name, value)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._diagnostics if k != "rounds")
+        # Scalars only: per-round records and per-observation arrays would flood the repr.
+        shown = ", ".join(
+            f"{k}={getattr(self, k)!r}" for k in self._diagnostics if np.ndim(getattr(self, k)) == 0
+        )
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, {shown})"
 
 
-class VSResult(_Result):
+class VSResult(DiagnosedGaussian):
     """Variational-sampling fit ``q = exp(log_Z) N(mean, cov)``.
 
     Attributes
@@ -97,7 +103,7 @@ class VSResult(_Result):
     )
 
 
-class ISResult(_Result):
+class ISResult(DiagnosedGaussian):
     """Importance-sampling estimate.
 
     Attributes
@@ -113,7 +119,7 @@ class ISResult(_Result):
     _diagnostics = ("ess", "n_samples", "rounds")
 
 
-class BMCResult(_Result):
+class BMCResult(DiagnosedGaussian):
     """Bayesian Monte Carlo estimate.
 
     Attributes
@@ -129,7 +135,7 @@ class BMCResult(_Result):
     _diagnostics = ("length_scale", "n_samples", "rounds")
 
 
-class LaplaceResult(_Result):
+class LaplaceResult(DiagnosedGaussian):
     """Laplace approximation around the mode.
 
     Attributes

@@ -4,6 +4,7 @@ from ._base import INTERCEPT_PRIOR_VAR, BayesianGLMClassifier
 from .bayesian_monte_carlo import BMCLogisticRegression, BMCProbitRegression
 from .importance_sampling import ISLogisticRegression, ISProbitRegression
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
+from .variational_bayes import VBLogisticRegression
 from .variational_sampling import VSLogisticRegression, VSProbitRegression
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "ISProbitRegression",
     "LaplaceLogisticRegression",
     "LaplaceProbitRegression",
+    "VBLogisticRegression",
     "VSLogisticRegression",
     "VSProbitRegression",
 ]
