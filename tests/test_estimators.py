@@ -20,6 +20,8 @@ DETERMINISTIC = [
     vsbayes.LaplaceLogisticRegression,
     vsbayes.LaplaceProbitRegression,
     vsbayes.VBLogisticRegression,
+    vsbayes.EPProbitRegression,
+    vsbayes.EPLogisticRegression,
 ]
 SAMPLING = [
     vsbayes.VSLogisticRegression,

@@ -15,6 +15,8 @@ from .engine import (
 from .estimators import (
     BMCLogisticRegression,
     BMCProbitRegression,
+    EPLogisticRegression,
+    EPProbitRegression,
     ISLogisticRegression,
     ISProbitRegression,
     LaplaceLogisticRegression,
@@ -29,6 +31,8 @@ __all__ = [
     "BMCLogisticRegression",
     "BMCProbitRegression",
     "BMCResult",
+    "EPLogisticRegression",
+    "EPProbitRegression",
     "Gaussian",
     "ISLogisticRegression",
     "ISProbitRegression",

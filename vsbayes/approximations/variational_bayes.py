@@ -17,7 +17,6 @@ import math
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.linalg import cho_solve
 from scipy.special import log_expit
 
@@ -25,6 +24,7 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
 from ..gaussian import Gaussian, lower_cholesky
 from ..models import BinaryGLMPosterior
+from ._design import row_moments, weighted_gram
 
 __all__ = ["VBResult", "jaakkola_jordan"]
 
@@ -50,23 +50,6 @@ def _lambda(xi: np.ndarray) -> np.ndarray:
     small = xi < 1e-6
     safe = np.where(small, 1.0, xi)
     return np.where(small, 0.125, np.tanh(0.5 * safe) / (4.0 * safe))
-
-
-def _second_moments(design, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """``E[(a_iᵀθ)²] = a_iᵀ Σ a_i + (a_iᵀ μ)²`` for every row of the design."""
-    spread = np.asarray(design @ cov)
-    if sp.issparse(design):
-        quad = np.asarray(design.multiply(spread).sum(axis=1)).ravel()
-    else:
-        quad = np.einsum("ij,ij->i", spread, design)
-    return quad + np.square(np.asarray(design @ mean).ravel())
-
-
-def _gram(design, weights: np.ndarray) -> np.ndarray:
-    """``Aᵀ diag(weights) A`` as a dense array."""
-    if sp.issparse(design):
-        return (design.T @ design.multiply(weights[:, None]).tocsr()).toarray()
-    return design.T @ (design * weights[:, None])
 
 
 def jaakkola_jordan(
@@ -105,9 +88,10 @@ def jaakkola_jordan(
     bound, converged, n_iter = -math.inf, False, 0
     while n_iter < max_iter:
         n_iter += 1
-        xi = np.sqrt(_second_moments(design, mean, cov))
+        t_mean, t_var = row_moments(design, mean, cov)
+        xi = np.sqrt(t_var + t_mean * t_mean)
         lam = _lambda(xi)
-        precision = _gram(design, 2.0 * s * lam)
+        precision = weighted_gram(design, 2.0 * s * lam)
         precision[np.diag_indices(model.dim)] += 1.0 / prior_var
         lower = lower_cholesky(precision, "variational precision")
         mean = cho_solve((lower, True), b, check_finite=False)

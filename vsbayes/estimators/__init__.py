@@ -2,6 +2,7 @@
 
 from ._base import INTERCEPT_PRIOR_VAR, BayesianGLMClassifier
 from .bayesian_monte_carlo import BMCLogisticRegression, BMCProbitRegression
+from .expectation_propagation import EPLogisticRegression, EPProbitRegression
 from .importance_sampling import ISLogisticRegression, ISProbitRegression
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
 from .variational_bayes import VBLogisticRegression
@@ -12,6 +13,8 @@ __all__ = [
     "BMCLogisticRegression",
     "BMCProbitRegression",
     "BayesianGLMClassifier",
+    "EPLogisticRegression",
+    "EPProbitRegression",
     "ISLogisticRegression",
     "ISProbitRegression",
     "LaplaceLogisticRegression",
