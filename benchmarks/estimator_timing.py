@@ -54,7 +54,16 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from vsbayes import LaplaceLogisticRegression, VSLogisticRegression, n_family_params
+from vsbayes import (
+    BMCLogisticRegression,
+    EPLogisticRegression,
+    EPProbitRegression,
+    ISLogisticRegression,
+    LaplaceLogisticRegression,
+    VBLogisticRegression,
+    VSLogisticRegression,
+    n_family_params,
+)
 from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 
 SIZES = [10**3, 10**4, 10**5, 10**6]
@@ -70,14 +79,33 @@ ESTIMATORS = {
     "LogisticRegression": lambda seed: LogisticRegression(),
     "LaplaceLogisticRegression": lambda seed: LaplaceLogisticRegression(),
     "VSLogisticRegression": lambda seed: VSLogisticRegression(random_state=seed),
+    # Baselines (issue 4), timed on the same data.
+    "ISLogisticRegression": lambda seed: ISLogisticRegression(random_state=seed),
+    "BMCLogisticRegression": lambda seed: BMCLogisticRegression(random_state=seed),
+    "EPLogisticRegression": lambda seed: EPLogisticRegression(),
+    "VBLogisticRegression": lambda seed: VBLogisticRegression(),
+    "EPProbitRegression": lambda seed: EPProbitRegression(),
 }
 SHORT = {
     "LogisticRegression": "LR",
     "LaplaceLogisticRegression": "Laplace",
     "VSLogisticRegression": "VS",
+    "ISLogisticRegression": "IS",
+    "BMCLogisticRegression": "BMC",
+    "EPLogisticRegression": "EP",
+    "VBLogisticRegression": "VB",
+    "EPProbitRegression": "EP-probit",
 }
+BASELINES = ["IS", "BMC", "EP", "VB", "EP-probit"]
+# BMC stores and factors an N×N matrix: only where N (= VS's auto N) is at most this.
+BMC_MAX_SAMPLES = 4096
+# EP-logistic integrates every site numerically in every sweep (~1 s per 10⁴ rows at d = 10
+# on this machine): skipped above this many rows to keep the run within about half an hour.
+EP_LOGISTIC_MAX_ROWS = 10**5
 EXPECTED_WARNINGS = (ConvergenceWarning, UnreliableFitWarning)
 SKIPPED = "skipped (work > cap)"
+BMC_SKIPPED = f"skipped (N > {BMC_MAX_SAMPLES})"
+EP_SKIPPED = f"skipped (M > {EP_LOGISTIC_MAX_ROWS:.0e})"
 
 
 def synthetic(m, d, seed=0):
@@ -91,9 +119,14 @@ def synthetic(m, d, seed=0):
     return X, y
 
 
+def vs_samples(d):
+    """VS's (and IS's, BMC's) automatic N for d features and an intercept."""
+    return max(8 * n_family_params(d + 1), 256)
+
+
 def vs_work(m, d):
     """Estimated multiply-adds of the VS likelihood evaluations: N·M·d, N by the auto rule."""
-    return 8 * n_family_params(d + 1) * m * d
+    return vs_samples(d) * m * d
 
 
 def timed_fit(estimator, X, y):
@@ -114,6 +147,12 @@ def measure(dataset, X, y, n_fits, *, warmup, messages):
     """One row per estimator: median fit time over ``n_fits`` seeds, ratio to LR, diagnostics."""
     rows = []
     for name, make in ESTIMATORS.items():
+        if name == "BMCLogisticRegression" and vs_samples(X.shape[1]) > BMC_MAX_SAMPLES:
+            rows.append(row(dataset, X.shape, name, warnings="", status=BMC_SKIPPED))
+            continue
+        if name == "EPLogisticRegression" and X.shape[0] > EP_LOGISTIC_MAX_ROWS:
+            rows.append(row(dataset, X.shape, name, warnings="", status=EP_SKIPPED))
+            continue
         if warmup:
             timed_fit(make(0), X, y)
         times, caught = [], []
@@ -146,7 +185,8 @@ def measure(dataset, X, y, n_fits, *, warmup, messages):
             key = f"{dataset} {X.shape[0]}×{X.shape[1]} {name}"
             messages[key] = dict(Counter(f"{w.category.__name__}: {w.message}" for w in caught))
     for r in rows:
-        r["ratio_to_lr"] = r["seconds"] / rows[0]["seconds"]
+        if r["status"] == "ok":
+            r["ratio_to_lr"] = r["seconds"] / rows[0]["seconds"]
     return rows
 
 
@@ -218,9 +258,18 @@ def main():
     parser.add_argument(
         "--memory-child", type=int, nargs=2, metavar=("M", "D"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--from-json", action="store_true", help="only redo the table and plot from DIR's JSON"
+    )
     args = parser.parse_args()
     if args.memory_child:
         memory_child(*args.memory_child)
+        return
+    if args.from_json:
+        saved = json.loads((args.out / "estimator_timing.json").read_text())
+        for key in ("repeats", "max_work", "quick"):
+            setattr(args, key, saved["args"][key])
+        report(saved["rows"], saved["memory"], saved["machine"], args)
         return
     sizes, dims, memory_case = SIZES, DIMS, MEMORY_CASE
     if args.quick:
@@ -255,7 +304,8 @@ def main():
                 r["work"] = work
             rows += cell
             del X, y  # free the largest arrays before the next cell is generated
-            print(f"M={m} d={d}: VS {cell[-1]['seconds']:.3g} s", flush=True)
+            vs_row = next(r for r in cell if r["estimator"] == "VSLogisticRegression")
+            print(f"M={m} d={d}: VS {vs_row['seconds']:.3g} s", flush=True)
 
     info = machine()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +322,11 @@ def main():
             "warning_messages": messages,
         },
     )
+    report(rows, memory, info, args)
+
+
+def report(rows, memory, info, args):
+    """Write the Markdown table and the plot, and print the table."""
     md = markdown(rows, memory, info, args)
     (args.out / "estimator_timing.md").write_text(md + "\n")
     plot(rows, args.out / "estimator_timing.png")
@@ -304,6 +359,9 @@ def markdown(rows, memory, info, args):
     for r in rows:
         if r["dataset"].startswith("breast_cancer"):
             data = "standardized" if r["dataset"].endswith("std") else "raw"
+            if r["status"] != "ok":
+                lines.append(f"| {data} | {r['estimator']} | {r['status']} | | | | | |")
+                continue
             lines.append(
                 f"| {data} | {r['estimator']} | {fmt(r['seconds'])} | "
                 f"{fmt(r['seconds_min'])}–{fmt(r['seconds_max'])} | "
@@ -350,12 +408,31 @@ def markdown(rows, memory, info, args):
         if vs_r["status"] == SKIPPED:
             lines.append(f"| {m:,} | {d} | {SKIPPED} | | | | | | |")
             continue
-        n_warn = sum(r["warnings"] for r in cell.values())
+        n_warn = sum(r["warnings"] for r in cell.values() if r["status"] == "ok")
         lines.append(
             f"| {m:,} | {d} | {fmt(lr['seconds'])} | {fmt(la['seconds'])} | "
             f"{fmt(vs_r['seconds'])} | {vs_r['n_samples']} | {fmt(vs_r['ratio_to_lr'])} | "
             f"{fmt(la['ratio_to_lr'])} | {n_warn} |"
         )
+    lines += [
+        "",
+        "### Baselines on the same data (issue 4): fit seconds, and × VS",
+        "",
+        "| M | d | VS s | " + " | ".join(f"{b} s (× VS)" for b in BASELINES) + " |",
+        "|---|---|---|" + "---|" * len(BASELINES),
+    ]
+    for (d, m), cell in sorted(cells.items()):
+        vs_r = cell["VS"]
+        if vs_r["status"] == SKIPPED:
+            continue
+        entries = []
+        for b in BASELINES:
+            r = cell.get(b)
+            if r is None or r["status"] != "ok":
+                entries.append(r["status"] if r else "")
+            else:
+                entries.append(f"{fmt(r['seconds'])} ({fmt(r['seconds'] / vs_r['seconds'])})")
+        lines.append(f"| {m:,} | {d} | {fmt(vs_r['seconds'])} | " + " | ".join(entries) + " |")
     m, d = memory["M"], memory["d"]
     target_size = (m, d) == MEMORY_CASE
     caveat = (
