@@ -140,14 +140,15 @@ Examples
 >>> from sklearn.preprocessing import StandardScaler
 >>> from vsbayes import {name}
 >>> X, y = load_breast_cancer(return_X_y=True)
->>> model = make_pipeline(StandardScaler(), {name}({example_args})).fit(X, y)
+{example_prep}>>> model = make_pipeline(StandardScaler(), {name}({example_args})).fit(X, y)
 >>> model.predict_proba(X[:2]).shape
 (2, 2)
 """
 
 
-def estimator_docstring(*, notes: str = "", **fields: str) -> str:
+def estimator_docstring(*, notes: str = "", example_prep: str = "", **fields: str) -> str:
     """Fill the estimators' docstring template: summary, description, params, attributes,
-    see_also, name, example_args and optional notes (a Notes section)."""
+    see_also, name, example_args, and optionally notes (a Notes section) and example_prep
+    (doctest lines run before the fit)."""
     notes = f"\nNotes\n-----\n{notes}" if notes else ""
-    return _TEMPLATE.format(notes=notes, **fields)
+    return _TEMPLATE.format(notes=notes, example_prep=example_prep, **fields)

@@ -98,6 +98,7 @@ def _bmc_doc(name: str, link: str, see_also: str) -> str:
         notes=FALLBACK_NOTE,
         name=name,
         example_args="random_state=0",
+        example_prep=">>> X = X[:, :3]  # BMC is a method for few dimensions\n",
     )
 
 

@@ -12,6 +12,29 @@ __all__ = ["VBLogisticRegression"]
 class VBLogisticRegression(BayesianGLMClassifier):
     _link = "logistic"
 
+    def __init__(
+        self,
+        C=1.0,
+        *,
+        fit_intercept=True,
+        class_weight=None,
+        max_iter=1000,
+        tol=1e-8,
+        random_state=None,
+        verbose=0,
+    ):
+        # The bound's fixed-point updates converge linearly: a larger default max_iter
+        # (breast cancer needs about 180 updates).
+        super().__init__(
+            C,
+            fit_intercept=fit_intercept,
+            class_weight=class_weight,
+            max_iter=max_iter,
+            tol=tol,
+            random_state=random_state,
+            verbose=verbose,
+        )
+
     def _posterior(self, model, laplace, rng):
         return jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)
 
@@ -29,7 +52,7 @@ VBLogisticRegression.__doc__ = estimator_docstring(
     params=COMMON_PARAMETERS.format(
         max_iter_extra=", and of the bound's updates",
         random_state="Unused (no randomness); kept for API compatibility.",
-    ),
+    ).replace("max_iter : int, default=100", "max_iter : int, default=1000"),
     attributes=ATTRIBUTES.format(
         n_iter="Updates of the variational parameters.",
         diagnostics="``n_iter``, ``converged``, ``xi`` of "

@@ -43,7 +43,11 @@ def _mode(link, mean, var, power, iterations=80):
         hi = np.where(grad > 0, hi, t)
         newton = t - grad / hess
         inside = (newton > lo) & (newton < hi)
-        t = np.where(inside, newton, 0.5 * (lo + hi))
+        t_new = np.where(inside, newton, 0.5 * (lo + hi))
+        done = np.all(np.abs(t_new - t) <= 1e-13 * (1.0 + np.abs(t)))
+        t = t_new
+        if done:
+            break
     _, curvature = link.derivatives(t)
     return t, 1.0 / np.sqrt(power * curvature + 1.0 / var)
 
