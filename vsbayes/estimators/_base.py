@@ -6,6 +6,7 @@ A public estimator is a thin subclass that picks a link (``_link``) and a poster
 
 from __future__ import annotations
 
+import abc
 import numbers
 
 import numpy as np
@@ -30,7 +31,7 @@ __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier"]
 INTERCEPT_PRIOR_VAR = 1e6
 
 
-class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
+class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta):
     """Base class: Bayesian binary GLM, one-vs-rest for more than two classes.
 
     Subclasses set ``_link`` (``"logistic"`` or ``"probit"``) and implement
@@ -61,8 +62,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator):
 
     # --- hooks of the subclasses ------------------------------------------------------
 
+    @abc.abstractmethod
     def _posterior(self, model: BinaryGLMPosterior, laplace: LaplaceResult, rng) -> Gaussian:
-        raise NotImplementedError
+        """The posterior Gaussian of one binary problem, given its Laplace approximation."""
 
     def _n_iter(self, posterior: Gaussian, laplace: LaplaceResult) -> int:
         """Iterations reported in ``n_iter_``: the method's own, else Newton's."""

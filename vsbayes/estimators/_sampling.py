@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import numbers
 import warnings
 
@@ -40,8 +41,9 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
     _auto_minimum = 256
     _rules = ("mc", "qmc")
 
+    @abc.abstractmethod
     def _engine_options(self) -> dict:
-        raise NotImplementedError
+        """Keyword arguments of the engine specific to the method."""
 
     def _check_params(self) -> None:
         super()._check_params()

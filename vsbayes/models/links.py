@@ -6,6 +6,7 @@ Newton's method) and the posterior predictive ``∫ F(f) N(f; m, v) df``.
 
 from __future__ import annotations
 
+import abc
 import math
 
 import numpy as np
@@ -20,25 +21,25 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
 
 
-class Link:
-    """A binary link ``F``; subclasses implement the four methods below."""
+class Link(abc.ABC):
+    """A binary link ``F``; subclasses implement the abstract methods below."""
 
     name = ""
 
     @staticmethod
+    @abc.abstractmethod
     def log_cdf(t: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``log F(t)`` elementwise (into ``out`` when given)."""
-        raise NotImplementedError
 
     @staticmethod
+    @abc.abstractmethod
     def derivatives(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(d/dt log F(t), -d²/dt² log F(t))``; the second is ≥ 0 (log-concave F)."""
-        raise NotImplementedError
 
     @staticmethod
+    @abc.abstractmethod
     def predictive_log_proba(mean, var) -> tuple[np.ndarray, np.ndarray]:
         """``(log p, log(1 - p))`` with ``p = ∫ F(f) N(f; mean, var) df``."""
-        raise NotImplementedError
 
     def tilted_moments(self, mean, var, power=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, variance)`` of ``F(t)^power N(t; mean, var) / Z``, elementwise.
