@@ -1,18 +1,11 @@
-"""Products with the signed design ``A`` (dense or CSR) shared by the approximations."""
+"""Marginals of ``a_iᵀθ`` over the signed design rows (dense or CSR), for EP and VB."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["row_moments", "weighted_gram"]
-
-
-def weighted_gram(design, weights: np.ndarray) -> np.ndarray:
-    """``Aᵀ diag(weights) A`` as a dense array."""
-    if sp.issparse(design):
-        return (design.T @ design.multiply(weights[:, None]).tocsr()).toarray()
-    return design.T @ (design * weights[:, None])
+__all__ = ["row_moments"]
 
 
 def row_moments(design, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

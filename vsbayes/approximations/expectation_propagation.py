@@ -26,7 +26,7 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
-from ._design import row_moments, weighted_gram
+from ._design import row_moments
 from .newton_laplace import glm_laplace
 
 __all__ = ["EPResult", "expectation_propagation"]
@@ -52,7 +52,7 @@ class _Posterior:
     """The Gaussian of the prior times the sites, and the marginals of the sites' t_i."""
 
     def __init__(self, model: BinaryGLMPosterior, tau: np.ndarray, nu: np.ndarray):
-        precision = weighted_gram(model.design, tau)
+        precision = model.weighted_gram(tau)
         precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
         self.lower = lower_cholesky(precision, "EP posterior precision")
         self.linear = np.asarray(model.design.T @ nu).ravel()

@@ -24,7 +24,7 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
 from ..gaussian import Gaussian, lower_cholesky
 from ..models import BinaryGLMPosterior
-from ._design import row_moments, weighted_gram
+from ._design import row_moments
 
 __all__ = ["VBResult", "jaakkola_jordan"]
 
@@ -91,7 +91,7 @@ def jaakkola_jordan(
         t_mean, t_var = row_moments(design, mean, cov)
         xi = np.sqrt(t_var + t_mean * t_mean)
         lam = _lambda(xi)
-        precision = weighted_gram(design, 2.0 * s * lam)
+        precision = model.weighted_gram(2.0 * s * lam)
         precision[np.diag_indices(model.dim)] += 1.0 / prior_var
         lower = lower_cholesky(precision, "variational precision")
         mean = cho_solve((lower, True), b, check_finite=False)

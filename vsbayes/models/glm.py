@@ -155,11 +155,24 @@ class BinaryGLMPosterior:
 
     # --- one parameter vector: what Newton's method needs -------------------------------
 
+    def weighted_gram(self, weights: np.ndarray) -> np.ndarray:
+        """``Aᵀ diag(weights) A`` (A the signed design), dense, accumulated over row blocks so
+        that no temporary exceeds ``max_bytes``."""
+        gram = np.zeros((self.dim, self.dim))
+        block = max(1, self.max_bytes // (8 * self.dim))
+        for j in range(0, self.n_observations, block):
+            rows = slice(j, j + block)
+            a, w = self.design[rows], weights[rows]
+            if sp.issparse(a):
+                gram += (a.T @ a.multiply(w[:, None]).tocsr()).toarray()
+            else:
+                gram += a.T @ (a * w[:, None])
+        return gram
+
     def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``log p(θ)``, its gradient and the negative Hessian (PD) at one point.
 
-        The Hessian ``Aᵀ diag(s_i h_i) A + prior precision`` (A the design) is accumulated
-        over row blocks, so no temporary exceeds ``max_bytes``.
+        The Hessian is ``Aᵀ diag(s_i h_i) A + prior precision``, by :meth:`weighted_gram`.
         """
         theta = np.asarray(theta, dtype=float)
         t = np.asarray(self.design @ theta).ravel()
@@ -168,16 +181,7 @@ class BinaryGLMPosterior:
         )
         slope, curvature = self.link.derivatives(t)
         grad = np.asarray(self.design.T @ (self.sample_weight * slope)).ravel()
-        h = self.sample_weight * curvature
-        hess = np.zeros((self.dim, self.dim))
-        block = max(1, self.max_bytes // (8 * self.dim))
-        for j in range(0, self.n_observations, block):
-            rows = slice(j, j + block)
-            a, hb = self.design[rows], h[rows]
-            if sp.issparse(a):
-                hess += (a.T @ a.multiply(hb[:, None]).tocsr()).toarray()
-            else:
-                hess += a.T @ (a * hb[:, None])
+        hess = self.weighted_gram(self.sample_weight * curvature)
         grad -= theta / self.prior_var
         hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
         return value, grad, hess
