@@ -35,9 +35,11 @@ class NonIntegrableFitError(EstimationError):
 
 
 class DegenerateEstimateError(EstimationError):
-    """A sampling estimate (IS, BMC) has no valid normalizing constant or covariance.
+    """A sampling estimate (VS, IS, BMC) is invalid or implausible.
 
-    Typical causes: too few effective samples (low ESS) or a kernel far from the target.
+    It has no valid normalizing constant or covariance, or its mean is far from the
+    importance-sampling mean of the same points. Typical causes: too few effective samples
+    (low ESS) or a kernel far from the target.
     """
 
 

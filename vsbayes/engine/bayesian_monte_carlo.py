@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
-from scipy.stats import chi2
 
 from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
-from ._linalg import flushed_exp, solve_psd
+from ._agreement import check_mean_against_is
+from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .results import BMCResult
 from .sample_pool import Frame, SamplePool, run_rounds
@@ -28,35 +28,6 @@ __all__ = ["bayesian_monte_carlo"]
 
 # The N×N Gram matrix of 16384 points takes 2 GB.
 MAX_BMC_SAMPLES = 16384
-# Tail probability beyond which BMC's mean, compared with importance sampling's on the same
-# points, is taken to be an artefact of the interpolant (see _check_against_is).
-_DISAGREEMENT_P = 1e-6
-
-
-def _check_against_is(z: np.ndarray, f: np.ndarray, mean_z: np.ndarray) -> None:
-    """Raise if BMC's mean is implausibly far from the IS mean of the same points.
-
-    Both estimate the same mean from the same values f = p/π. The IS mean's standard error
-    is about its weighted covariance divided by the effective sample size, so the
-    Mahalanobis distance below is roughly chi-square with d degrees of freedom when BMC is
-    right. A GP interpolant that oscillates or extrapolates (a target far from the kernel,
-    or a length scale unsuited to it) gives distances far beyond that.
-    """
-    w = f / f.sum()
-    ess = 1.0 / float(w @ w)
-    is_mean = w @ z
-    centered = z - is_mean
-    is_cov = (centered * w[:, None]).T @ centered
-    gap = mean_z - is_mean
-    distance = ess * float(gap @ solve_psd(is_cov, gap))
-    limit = chi2.isf(_DISAGREEMENT_P, z.shape[1])
-    if distance > limit:
-        raise DegenerateEstimateError(
-            f"The BMC mean is {math.sqrt(distance):.3g} standard errors from the importance-"
-            f"sampling mean of the same points (limit {math.sqrt(limit):.3g}): the GP "
-            f"interpolant of p/π is unreliable here. Use a kernel closer to the target, "
-            f"another length_scale, or variational sampling."
-        )
 
 
 def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCResult:
@@ -95,7 +66,14 @@ def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCRes
         )
     centers = z / (1.0 + ell2)
     mean_z = (weights @ centers) / mass
-    _check_against_is(z, f, mean_z)
+    check_mean_against_is(
+        "BMC",
+        mean_z,
+        z,
+        f,
+        "The GP interpolant of p/π is poor here: use a kernel closer to the target, another "
+        "length_scale, or variational sampling.",
+    )
     spread = centers - mean_z
     cov_z = (spread * weights[:, None]).T @ spread / mass + (ell2 / (1.0 + ell2)) * np.eye(d)
     log_c0 = 0.5 * d * math.log(ell2 / (1.0 + ell2))
@@ -153,7 +131,7 @@ def bayesian_monte_carlo(
     ------
     DegenerateEstimateError
         If the estimated mass is not positive, the covariance is not positive definite, or
-        the mean is implausibly far (tail probability below 1e-6) from the
+        the mean is implausibly far (chi-square tail probability below 1e-9) from the
         importance-sampling mean of the same points, i.e. the interpolant is unreliable.
     """
     kernel = check_kernel(kernel)

@@ -15,6 +15,8 @@ from ..exceptions import (
     UnreliableFitWarning,
 )
 from ..gaussian import Gaussian
+from ._agreement import check_mean_against_is
+from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .features import family_class, make_family
 from .results import VSResult
@@ -97,6 +99,15 @@ def _fit_vs_pool(
             f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
             f"covariance, or kernel_scale > 1 with rounds > 1)."
         )
+    check_mean_against_is(
+        "variational-sampling",
+        sol.gaussian.mean,
+        z,
+        flushed_exp(log_iw - shift),
+        "Too few points carry the weight p/π: increase n_samples or use a kernel closer "
+        "to the target (rounds > 1 adapts it) or wider.",
+        cov_z=sol.gaussian.cov,
+    )
     if final:
         _warn_about(sol, pool, fam.n_params, max_iter)
     mean, cov, log_Z = frame.gaussian_from_frame(sol.gaussian, shift)
@@ -226,6 +237,10 @@ def variational_sampling(
     ------
     NonIntegrableFitError
         If the final fit has no finite integral (the remedy is in the message).
+    DegenerateEstimateError
+        If the final fit's mean is implausibly far (chi-square tail probability below 1e-9)
+        from the importance-sampling mean of the same points: the fit extrapolates beyond
+        the few points that carry the weight.
 
     Examples
     --------
