@@ -6,9 +6,48 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+import vsbayes
 from vsbayes import Gaussian
 from vsbayes.estimators import INTERCEPT_PRIOR_VAR
 from vsbayes.models import BinaryGLMPosterior
+
+DETERMINISTIC = [
+    vsbayes.LaplaceLogisticRegression,
+    vsbayes.LaplaceProbitRegression,
+    vsbayes.VBLogisticRegression,
+    vsbayes.EPProbitRegression,
+    vsbayes.EPLogisticRegression,
+]
+SAMPLING = [
+    vsbayes.VSLogisticRegression,
+    vsbayes.VSProbitRegression,
+    vsbayes.ISLogisticRegression,
+    vsbayes.ISProbitRegression,
+    vsbayes.BMCLogisticRegression,
+    vsbayes.BMCProbitRegression,
+]
+ALL = DETERMINISTIC + SAMPLING
+
+
+def make(cls, **params):
+    if cls in SAMPLING:
+        params.setdefault("random_state", 0)
+    return cls(**params)
+
+
+def assert_valid_fit(estimator, X) -> None:
+    """What every successful fit guarantees: finite attributes, a symmetric positive-definite
+    posterior covariance per problem, and predictive probabilities that are distributions."""
+    for name in ("coef_", "intercept_", "sigma_", "log_marginal_likelihood_value_"):
+        assert np.all(np.isfinite(getattr(estimator, name))), name
+    covs = estimator.sigma_ if estimator.sigma_.ndim == 3 else estimator.sigma_[None]
+    for cov in covs:
+        np.testing.assert_array_equal(cov, cov.T)
+        np.linalg.cholesky(cov)  # raises unless positive definite
+    proba = estimator.predict_proba(X)
+    assert np.all((proba >= 0) & (proba <= 1))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+
 
 #: Prior variance of the small 2-D GLM problem (vague enough for a skewed posterior).
 C_SMALL = 10.0

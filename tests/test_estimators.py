@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from conftest import ALL, make
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.linear_model import LogisticRegression
@@ -15,29 +16,6 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import vsbayes
-
-DETERMINISTIC = [
-    vsbayes.LaplaceLogisticRegression,
-    vsbayes.LaplaceProbitRegression,
-    vsbayes.VBLogisticRegression,
-    vsbayes.EPProbitRegression,
-    vsbayes.EPLogisticRegression,
-]
-SAMPLING = [
-    vsbayes.VSLogisticRegression,
-    vsbayes.VSProbitRegression,
-    vsbayes.ISLogisticRegression,
-    vsbayes.ISProbitRegression,
-    vsbayes.BMCLogisticRegression,
-    vsbayes.BMCProbitRegression,
-]
-ALL = DETERMINISTIC + SAMPLING
-
-
-def make(cls, **params):
-    if cls in SAMPLING:
-        params.setdefault("random_state", 0)
-    return cls(**params)
 
 
 @parametrize_with_checks([make(cls) for cls in ALL])

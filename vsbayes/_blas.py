@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from threadpoolctl import ThreadpoolController
 
@@ -16,13 +18,36 @@ __all__ = ["SMALL_PASS", "blas_threads_for"]
 SMALL_PASS = 2**23
 
 _controller: ThreadpoolController | None = None
+# BLAS thread limits are process-wide. Fits running in several threads share one limit:
+# it is set when the first small pass starts and restored when the last one ends, so that
+# one fit never restores the threads under another's running pass (or leaves BLAS at one
+# thread for good by restoring a limit it captured from another fit).
+_lock = threading.Lock()
+_users = 0
+_limiter = None
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    global _controller, _users, _limiter
+    with _lock:
+        if _users == 0:
+            if _controller is None:
+                _controller = ThreadpoolController()
+            _limiter = _controller.limit(limits=1, user_api="blas")
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                _limiter.restore_original_limits()
+                _limiter = None
 
 
 def blas_threads_for(work_per_pass: float) -> AbstractContextManager:
     """Context limiting BLAS to one thread when ``work_per_pass`` is below ``SMALL_PASS``."""
-    global _controller
     if work_per_pass > SMALL_PASS:
         return nullcontext()
-    if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+    return _one_blas_thread()

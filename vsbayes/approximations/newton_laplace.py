@@ -54,10 +54,14 @@ class NewtonLaplaceSolver:
         try:
             self.lower = lower_cholesky(hess, "negative Hessian of the log-posterior")
         except NotPositiveDefiniteError:
+            diagonal = np.diag(hess)
             raise NotPositiveDefiniteError(
-                "The negative Hessian of the log-posterior is not numerically positive "
-                "definite (prior variance C far too large for the data's scale). Use a "
-                "smaller C or standardize the features."
+                f"The negative Hessian of the log-posterior is not numerically positive "
+                f"definite: the posterior is too elongated for float64 (its curvature "
+                f"ranges from {diagonal.min():.3g} to {diagonal.max():.3g} along the "
+                f"coefficients). Typical cause: collinear or duplicated features on a large "
+                f"scale with a vague prior. Standardize the features (StandardScaler), drop "
+                f"duplicated columns, or use a smaller C."
             ) from None
 
     def inner_solve(self) -> None:

@@ -104,19 +104,27 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             The fitted estimator.
         """
         self._check_params()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+        X, y = _validate_training_data(self, X, y)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         if n_classes < 2:
             raise ValueError(
                 f"This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {self.classes_[0]!r}."
+                f"contains only one class: {self.classes_[0].tolist()!r}."
             )
         weights = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         if self.class_weight is not None:
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             weights = weights * per_class[y_index]
+        weighted = np.bincount(y_index, weights, minlength=n_classes) > 0
+        if weighted.sum() < 2:
+            only = self.classes_[weighted][0].tolist()
+            raise ValueError(
+                f"Only one class has non-zero sample weight ({only!r}); "
+                f"fitting needs samples of at least 2 classes with positive weight. Check "
+                f"sample_weight and class_weight."
+            )
         rng = as_generator(self.random_state)
         targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
         fits = [self._fit_binary(X, np.where(t, 1.0, -1.0), weights, rng) for t in targets]
@@ -285,3 +293,16 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _validate_training_data(estimator, X, y):
+    """``validate_data`` for fit, with a remedy when X holds text."""
+    try:
+        return validate_data(estimator, X, y, accept_sparse="csr", dtype=np.float64)
+    except ValueError as error:
+        if "could not convert" not in str(error):
+            raise
+        raise ValueError(
+            f"X must be numeric ({error}). Encode text or categorical columns first, e.g. "
+            f"with sklearn.preprocessing.OneHotEncoder in a ColumnTransformer."
+        ) from error

@@ -1,0 +1,370 @@
+"""Bad inputs, degenerate data, sampling trouble and numerical extremes.
+
+Every case ends in one of two ways: a ValueError (or subclass) whose message names what was
+wrong, or a valid fit (``assert_valid_fit``) with at most the documented warnings —
+:class:`~vsbayes.exceptions.UnreliableFitWarning` and
+:class:`~sklearn.exceptions.ConvergenceWarning`, each with its remedy.
+"""
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from conftest import ALL, SAMPLING, assert_valid_fit, make
+from sklearn.exceptions import ConvergenceWarning
+
+import vsbayes
+from vsbayes.engine._agreement import check_mean_against_is
+from vsbayes.exceptions import (
+    DegenerateEstimateError,
+    NotPositiveDefiniteError,
+    UnreliableFitWarning,
+)
+
+DOCUMENTED_WARNINGS = (UnreliableFitWarning, ConvergenceWarning)
+# EP-logistic integrates every site numerically; it is exercised where it is fast.
+QUICK = [cls for cls in ALL if cls is not vsbayes.EPLogisticRegression]
+
+
+def fit_checked(estimator, X, y, sample_weight=None, allowed=DOCUMENTED_WARNINGS):
+    """Fit, check the result is valid and return the warnings it emitted (all of them
+    instances of ``allowed``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X, y, sample_weight=sample_weight)
+    unexpected = [w for w in caught if not issubclass(w.category, allowed)]
+    assert not unexpected, [str(w.message) for w in unexpected]
+    assert_valid_fit(estimator, X)
+    return [w.message for w in caught]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    y = (X @ [1.0, -1.0, 0.5, 0.0] + rng.logistic(size=60) > 0).astype(int)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def separable():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    return X, (X[:, 0] > 0).astype(int)
+
+
+# --- invalid input: a ValueError that says what was wrong -------------------------------
+
+
+def _with(X, index, value):
+    X = X.astype(object if isinstance(value, str) else float)
+    X[index] = value
+    return X
+
+
+INVALID = {
+    "NaN in X": (lambda X, y: (_with(X, (3, 1), np.nan), y, None), "NaN"),
+    "inf in X": (lambda X, y: (_with(X, (3, 1), np.inf), y, None), "infinity"),
+    "NaN in y": (lambda X, y: (X, _with(y, 2, np.nan), None), "NaN"),
+    "one class": (lambda X, y: (X, np.ones_like(y), None), "class"),
+    "empty X": (lambda X, y: (X[:0], y[:0], None), "0 sample"),
+    "mismatched lengths": (lambda X, y: (X, y[:-1], None), "inconsistent numbers of samples"),
+    "text in X": (lambda X, y: (_with(X, (0, 0), "a"), y, None), "numeric"),
+    "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
+    "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
+    "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),
+    "weights of the wrong length": (lambda X, y: (X, y, np.ones(len(y) + 1)), "sample_weight"),
+}
+
+
+@pytest.mark.parametrize("case", INVALID)
+@pytest.mark.parametrize("cls", ALL)
+def test_invalid_input_raises_a_value_error_naming_it(cls, case, data):
+    make_input, match = INVALID[case]
+    X, y, weights = make_input(*data)
+    with pytest.raises(ValueError, match=match):
+        make(cls).fit(X, y, sample_weight=weights)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_wrong_number_of_features_at_predict(cls, data):
+    X, y = data
+    estimator = make(cls).fit(X[:, :3], y)
+    for method in ("predict", "predict_proba", "decision_function"):
+        with pytest.raises(ValueError, match="features"):
+            getattr(estimator, method)(X)
+
+
+# --- degenerate data: a valid posterior --------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_separable_classes_with_a_moderate_prior(cls, separable):
+    X, y = separable
+    estimator = make(cls)
+    assert fit_checked(estimator, X, y, allowed=()) == []
+    assert estimator.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_separable_classes_with_the_papers_vague_prior(cls, separable):
+    """C = 1e5: the posterior is a ridge along the separating direction, far from Gaussian.
+    Sampling methods may fall back to Laplace (warned, recorded); nothing may blow up."""
+    X, y = separable
+    estimator = make(cls, C=1e5)
+    messages = fit_checked(estimator, X, y)
+    if getattr(estimator, "laplace_fallback_", np.array([False]))[0]:
+        assert any("Falling back to the Laplace" in str(m) for m in messages)
+    # the slope of the separating feature is positive, and no sd exceeds the prior's
+    assert estimator.coef_[0, 0] > 0
+    assert np.sqrt(np.diag(estimator.sigma_)[:3]).max() < np.sqrt(1e5)
+
+
+@pytest.mark.parametrize("rounds, kernel_scale", [(3, 2.0), (3, 3.0), (4, 2.0), (4, 3.0)])
+def test_adaptive_rounds_never_return_an_extrapolated_fit(separable, rounds, kernel_scale):
+    """With few points per round on the separable ridge, a round's fit can rest on two or
+    three points and extrapolate (before the IS agreement check: a mean 1300 prior sds
+    out). Now such fits are rejected: the posterior mean stays within a few prior sds."""
+    X, y = separable
+    for seed in range(4):
+        estimator = vsbayes.VSLogisticRegression(
+            C=1e5, rounds=rounds, kernel_scale=kernel_scale, random_state=seed
+        )
+        fit_checked(estimator, X, y)
+        assert np.abs(estimator.coef_).max() < 5 * np.sqrt(1e5)
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_constant_and_duplicated_columns(cls, data):
+    X, y = data
+    X = np.column_stack([X, np.ones(len(X)), X[:, 0]])
+    estimator = make(cls)
+    fit_checked(estimator, X, y)
+    if cls in (vsbayes.LaplaceLogisticRegression, vsbayes.LaplaceProbitRegression):
+        # the posterior is symmetric in the two copies of column 0
+        assert estimator.coef_[0, 0] == pytest.approx(estimator.coef_[0, 5], rel=1e-8)
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_more_features_than_observations(cls):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((10, 30))
+    y = np.tile([0, 1], 5)
+    estimator = make(cls)
+    fit_checked(estimator, X, y)
+    # the 20 directions the data do not see keep their prior variance C = 1 (to the
+    # sampling error of the sampling methods); the 10 others are narrower
+    variances = np.linalg.eigvalsh(estimator.sigma_[:30, :30])
+    assert np.sum(variances > 0.5) >= 20
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_one_observation_per_class(cls):
+    X = np.array([[0.0, 1.0], [1.0, 0.0]])
+    estimator = make(cls)
+    fit_checked(estimator, X, [0, 1], allowed=())
+    assert list(estimator.predict(X)) == [0, 1]
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_extremely_imbalanced_classes(cls):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((2000, 3))
+    y = np.zeros(2000, dtype=int)
+    y[:3] = 1
+    estimator = make(cls)
+    fit_checked(estimator, X, y)
+    assert estimator.predict_proba(X)[:, 1].mean() < 0.01
+
+
+@pytest.mark.parametrize("cls", QUICK)
+@pytest.mark.parametrize("scale", [1e-8, 1e8])
+def test_feature_scales_are_equivariant(cls, scale, data):
+    """Scaling X by s and the prior variance by 1/s² gives coefficients scaled by 1/s: the
+    methods work in Laplace-whitened coordinates, so this holds to round-off, even for the
+    sampling methods (same seed, same draws)."""
+    X, y = data
+    reference = make(cls).fit(X, y)
+    estimator = make(cls, C=1.0 / scale**2)
+    fit_checked(estimator, X * scale, y)
+    np.testing.assert_allclose(estimator.coef_ * scale, reference.coef_, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_mixed_feature_scales(cls, data):
+    X, y = data
+    fit_checked(make(cls), X * [1e-8, 1.0, 1e8, 1.0], y)
+
+
+def test_collinear_columns_on_a_huge_scale_raise_with_the_remedy(data):
+    """Precision 1e17 along the data, 1 (the prior) across: no float64 Gaussian exists."""
+    X, y = data
+    X = np.column_stack([X, X[:, 0]]) * 1e8
+    with pytest.raises(NotPositiveDefiniteError, match="Standardize the features"):
+        vsbayes.VSLogisticRegression().fit(X, y)
+
+
+# --- sampling trouble: a warning with the remedy and a documented fallback ---------------
+
+
+def test_too_few_samples_for_the_family_raise(data):
+    X, y = data  # 4 features + intercept: n = 21 parameters
+    with pytest.raises(ValueError, match="n_samples >= 21"):
+        vsbayes.VSLogisticRegression(n_samples=20).fit(X, y)
+    with pytest.warns(UnreliableFitWarning, match="fewer than 2n"):  # 20 < 2 · 11
+        vsbayes.VSLogisticRegression(n_samples=20, family="diagonal").fit(X, y)
+
+
+def test_bmc_sample_cap_is_an_error(data):
+    X, y = data
+    with pytest.raises(ValueError, match="at most 16384"):
+        vsbayes.BMCLogisticRegression(n_samples=20000).fit(X, y)
+
+
+def test_low_effective_sample_size_warns_with_the_remedy(separable):
+    X, y = separable
+    with pytest.warns(UnreliableFitWarning, match=r"effective sample size.*more samples"):
+        vsbayes.VSLogisticRegression(C=1e5, rounds=1, random_state=0).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", SAMPLING)
+def test_failed_sampling_fit_falls_back_to_laplace(cls, separable):
+    """Too few points for the ridge: whatever fails (non-integrable fit, singular IS
+    covariance, implausible mean) is warned about and replaced by the Laplace posterior."""
+    X, y = separable
+    estimator = cls(C=1e5, n_samples=40, random_state=0)
+    with pytest.warns(UnreliableFitWarning, match="Falling back to the Laplace"):
+        estimator.fit(X, y)
+    assert estimator.laplace_fallback_.tolist() == [True]
+    laplace = vsbayes.LaplaceLogisticRegression(C=1e5).fit(X, y)
+    if "Probit" not in cls.__name__:
+        np.testing.assert_array_equal(estimator.coef_, laplace.coef_)
+    assert_valid_fit(estimator, X)
+
+
+def test_disagreement_with_importance_sampling_is_an_error(rng):
+    z = rng.standard_normal((400, 3))
+    weights = np.ones(400)
+    check_mean_against_is("VS", np.full(3, 0.1), z, weights, "remedy", cov_z=np.eye(3))
+    with pytest.raises(DegenerateEstimateError, match=r"standard errors.*remedy"):
+        check_mean_against_is("VS", np.full(3, 1.0), z, weights, "remedy", cov_z=np.eye(3))
+
+
+# --- extremes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("log_Z", [-5000.0, 5000.0])
+@pytest.mark.parametrize(
+    "fitter",
+    [vsbayes.variational_sampling, vsbayes.importance_sampling, vsbayes.bayesian_monte_carlo],
+)
+def test_engine_log_evidence_of_plus_minus_5000(fitter, log_Z):
+    target = vsbayes.Gaussian([1.0, -2.0], [[2.0, 0.5], [0.5, 1.0]], log_Z)
+    kernel = vsbayes.Gaussian(target.mean, target.cov)
+    fit = fitter(target.log_density, kernel, 200, random_state=0)
+    # the kernel is the target: VS and IS are exact, BMC nearly so
+    tol = 1e-3 if fitter is vsbayes.bayesian_monte_carlo else 1e-9
+    assert fit.log_Z == pytest.approx(log_Z, abs=tol * abs(log_Z))
+    assert vsbayes.laplace(target.log_density, [0.0, 0.0]).log_Z == pytest.approx(log_Z)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_log_evidence_near_minus_5000(cls):
+    """8000 coin flips: the log evidence is about -8000 log 2; every method agrees to a nat."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((8000, 2))
+    y = rng.integers(0, 2, 8000)
+    estimator = make(cls)
+    fit_checked(estimator, X, y, allowed=())
+    laplace = make(
+        vsbayes.LaplaceProbitRegression
+        if "Probit" in cls.__name__
+        else vsbayes.LaplaceLogisticRegression
+    ).fit(X, y)
+    assert estimator.log_marginal_likelihood_value_ < -5000
+    assert estimator.log_marginal_likelihood_value_ == pytest.approx(
+        laplace.log_marginal_likelihood_value_, abs=1.0
+    )
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_posterior_sds_of_thousands(cls):
+    """A vague prior (C = 1e7) and more features than observations: the sds along the
+    directions the data do not see are the prior's, in the thousands."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((6, 8))
+    y = [0, 1, 0, 1, 1, 0]
+    estimator = make(cls, C=1e7)
+    fit_checked(estimator, X, y)
+    assert np.sqrt(np.diag(estimator.sigma_)).max() >= 1e3
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        vsbayes.LaplaceLogisticRegression,
+        vsbayes.VSLogisticRegression,
+        vsbayes.ISProbitRegression,
+        vsbayes.EPProbitRegression,
+        vsbayes.VBLogisticRegression,
+    ],
+)
+def test_one_hundred_features(cls):
+    """d = 100, M = 300: valid fits. (BMC is left out: its N×N Gram matrix at the auto N of
+    16384 points takes 2 GB and minutes; EP-logistic and the probit twins cost the same as
+    these.)"""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((300, 100))
+    y = (X[:, :5].sum(axis=1) + rng.logistic(size=300) > 0).astype(int)
+    fit_checked(make(cls), X, y)
+
+
+# --- reproducibility -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", SAMPLING)
+def test_same_seed_same_bits_whatever_n_jobs(cls, data):
+    X, y = data
+    one = cls(random_state=7).fit(X, y)
+    two = cls(random_state=7, n_jobs=2).fit(X, y)
+    for name in ("coef_", "intercept_", "sigma_", "log_marginal_likelihood_value_"):
+        np.testing.assert_array_equal(getattr(two, name), getattr(one, name))
+
+
+@pytest.mark.parametrize("cls", [vsbayes.VSLogisticRegression, vsbayes.ISProbitRegression])
+def test_fits_in_two_threads_equal_sequential_fits(cls):
+    rng = np.random.default_rng(6)
+    problems = []
+    for _ in range(2):
+        X = rng.standard_normal((3000, 8))
+        problems.append((X, (X[:, 0] + rng.logistic(size=3000) > 0).astype(int)))
+    sequential = [cls(random_state=1).fit(X, y) for X, y in problems]
+    threaded = [cls(random_state=1) for _ in problems]
+    threads = [
+        threading.Thread(target=est.fit, args=problem)
+        for est, problem in zip(threaded, problems, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Equal to round-off, not to the bit: BLAS results depend on its thread count, which
+    # is process-wide and set per pass (see vsbayes._blas).
+    for a, b in zip(sequential, threaded, strict=True):
+        np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(b.sigma_, a.sigma_, atol=1e-12 * np.abs(a.sigma_).max())
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_read_only_memmapped_inputs_are_never_written(cls, data, tmp_path):
+    X, y = data
+    weights = np.linspace(0.5, 2.0, len(y))
+    loaded = []
+    for name, array in (("X", X), ("y", y), ("w", weights)):
+        np.save(tmp_path / f"{name}.npy", array)
+        loaded.append(np.load(tmp_path / f"{name}.npy", mmap_mode="r"))
+    estimator = make(cls).fit(*loaded[:2], sample_weight=loaded[2])
+    estimator.predict_proba(loaded[0])
+    for array, original in zip(loaded, (X, y, weights), strict=True):
+        np.testing.assert_array_equal(array, original)
