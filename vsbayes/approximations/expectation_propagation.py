@@ -23,7 +23,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 
 from ..engine import DiagnosedGaussian
-from ..exceptions import ConvergenceWarning
+from ..exceptions import ConvergenceWarning, EstimationError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 from ._design import row_moments
@@ -157,8 +157,12 @@ def _log_evidence(model: BinaryGLMPosterior, post: _Posterior, tau, nu) -> float
     cav_tau, cav_nu = _cavity(post, tau, nu, copies)
     ok = cav_tau > 0
     if not ok.all():
-        # Not at a fixed point (max_iter reached): no EP evidence for improper cavities.
-        return math.nan
+        raise EstimationError(
+            f"{int((~ok).sum())} of the final expectation-propagation cavities are improper "
+            f"(EP stopped short of a fixed point, or round-off in an ill-conditioned "
+            f"posterior), so EP has no evidence estimate. Increase max_iter or lower damping; "
+            f"standardize the features if their scales differ widely."
+        )
     cav_var = 1.0 / cav_tau
     cav_mean = cav_nu * cav_var
     log_z, _, _ = model.link.tilted_moments(cav_mean, cav_var, power)

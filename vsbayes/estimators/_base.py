@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import numbers
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,6 +22,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from .._random import as_generator
 from ..approximations import glm_laplace
 from ..engine import LaplaceResult
+from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior, get_link
 
@@ -36,10 +38,15 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
 
     Subclasses set ``_link`` (``"logistic"`` or ``"probit"``) and implement
     ``_posterior(model, laplace, rng)``, which returns the posterior Gaussian (with
-    diagnostics) of one binary problem given its Laplace approximation.
+    diagnostics) of one binary problem given its Laplace approximation. When it raises an
+    :class:`~vsbayes.exceptions.EstimationError` (no valid Gaussian), the problem falls back
+    to its Laplace approximation with an :class:`~vsbayes.exceptions.UnreliableFitWarning`,
+    and ``laplace_fallback_`` records it.
     """
 
     _link: str = ""
+    #: Whether the method can fail and fall back to Laplace (``laplace_fallback_``).
+    _falls_back: bool = True
 
     def __init__(
         self,
@@ -142,7 +149,16 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             n_jobs=self._n_jobs(),
         )
         laplace = glm_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-        posterior = self._posterior(model, laplace, rng)
+        try:
+            posterior = self._posterior(model, laplace, rng)
+        except EstimationError as error:
+            warnings.warn(
+                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
+                f"for this problem (recorded in laplace_fallback_).",
+                UnreliableFitWarning,
+                stacklevel=4,
+            )
+            posterior = laplace
         if self.verbose:
             print(f"{type(self).__name__}: {posterior!r}")
         return posterior, laplace
@@ -161,6 +177,10 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             dtype=np.int32,
         )
         self.posteriors_ = posteriors
+        if self._falls_back:
+            self.laplace_fallback_ = np.array(
+                [g is lap for g, lap in zip(posteriors, laplaces, strict=True)]
+            )
 
     # --- prediction -------------------------------------------------------------------
 

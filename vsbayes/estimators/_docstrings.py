@@ -1,6 +1,6 @@
 """Parameter and attribute sections shared by the estimators' numpy-style docstrings."""
 
-from textwrap import dedent
+from textwrap import dedent, fill
 
 COMMON_PARAMETERS = dedent("""\
     C : float, default=1.0
@@ -70,11 +70,19 @@ VS_DEFAULTS_NOTE = """
         gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
         second than 8n but 2–4× slower per fit."""
 
-FALLBACK_NOTE = dedent("""\
-    If the sampling estimate fails (e.g. a non-integrable fit or a degenerate weighted
-    covariance), the Laplace approximation is used for that problem, with an
-    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
-""")
+
+def fallback_note(failures: str) -> str:
+    """The Notes paragraph on the Laplace fallback, naming the method's ``failures``."""
+    return (
+        fill(
+            f"If the method cannot return a valid Gaussian ({failures}), the Laplace "
+            f"approximation is used for that problem, with an "
+            f":class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` "
+            f"records it.",
+            width=88,
+        )
+        + "\n"
+    )
 
 
 def sampling_parameters(
@@ -116,7 +124,7 @@ ATTRIBUTES = dedent("""\
 
 FALLBACK_ATTRIBUTE = dedent("""\
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
-        True where the sampling fit failed and the Laplace approximation is used instead.
+        True where the method failed and the Laplace approximation is used instead.
 """)
 
 _TEMPLATE = """{summary}

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import abc
 import numbers
-import warnings
 
-import numpy as np
 from sklearn.utils import check_scalar
 
-from ..engine import LaplaceResult, n_family_params
-from ..exceptions import EstimationError, UnreliableFitWarning
+from ..engine import n_family_params
 from ._base import BayesianGLMClassifier
 
 __all__ = ["SamplingGLMClassifier", "check_choice", "check_rounds"]
@@ -30,11 +27,6 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
     ``engine(log_target, kernel, n_samples, rule=..., random_state=..., **options)`` — and
     implement ``_engine_options()``. ``n_samples="auto"`` means
     ``max(_auto_factor · n, _auto_minimum)`` with n the family's parameter count.
-
-    When the engine cannot return a valid Gaussian (an
-    :class:`~vsbayes.exceptions.EstimationError`), the problem falls back to its Laplace
-    approximation with an :class:`~vsbayes.exceptions.UnreliableFitWarning`, and
-    ``laplace_fallback_`` records it.
     """
 
     _auto_factor = 8
@@ -58,27 +50,14 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         return int(self.n_samples)
 
     def _posterior(self, model, laplace, rng):
-        try:
-            return self._engine(
-                model.log_density,
-                laplace,
-                self._total_samples(model.dim),
-                rule=self.rule,
-                random_state=rng,
-                **self._engine_options(),
-            )
-        except EstimationError as error:
-            warnings.warn(
-                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"for this problem (recorded in laplace_fallback_).",
-                UnreliableFitWarning,
-                stacklevel=4,
-            )
-            return laplace
-
-    def _store(self, posteriors, laplaces, n_features) -> None:
-        super()._store(posteriors, laplaces, n_features)
-        self.laplace_fallback_ = np.array([isinstance(g, LaplaceResult) for g in posteriors])
+        return self._engine(
+            model.log_density,
+            laplace,
+            self._total_samples(model.dim),
+            rule=self.rule,
+            random_state=rng,
+            **self._engine_options(),
+        )
 
 
 def check_rounds(estimator) -> None:

@@ -12,8 +12,8 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
-    FALLBACK_NOTE,
     estimator_docstring,
+    fallback_note,
     sampling_parameters,
 )
 from ._sampling import SamplingGLMClassifier
@@ -95,7 +95,10 @@ def _bmc_doc(name: str, link: str, see_also: str) -> str:
             extra=FALLBACK_ATTRIBUTE,
         ),
         see_also=see_also,
-        notes=FALLBACK_NOTE,
+        notes=fallback_note(
+            "e.g. a non-positive evidence, or a mean far from the importance-sampling "
+            "mean of the same points"
+        ),
         name=name,
         example_args="random_state=0",
         example_prep=">>> X = X[:, :3]  # BMC is a method for few dimensions\n",

@@ -8,7 +8,13 @@ from sklearn.utils import check_scalar
 
 from ..approximations import expectation_propagation
 from ._base import BayesianGLMClassifier
-from ._docstrings import ATTRIBUTES, COMMON_PARAMETERS, estimator_docstring
+from ._docstrings import (
+    ATTRIBUTES,
+    COMMON_PARAMETERS,
+    FALLBACK_ATTRIBUTE,
+    estimator_docstring,
+    fallback_note,
+)
 
 __all__ = ["EPLogisticRegression", "EPProbitRegression"]
 
@@ -91,7 +97,11 @@ def _ep_doc(name: str, link: str, moments: str, see_also: str) -> str:
             n_iter="EP sweeps over the sites.",
             diagnostics="``n_iter``, ``converged``, ``site_change`` of "
             ":class:`vsbayes.approximations.EPResult`",
-            extra="",
+            extra=FALLBACK_ATTRIBUTE,
+        ),
+        notes=fallback_note(
+            "a site precision so large the posterior covariance is not numerically "
+            "positive definite, or max_iter reached with improper cavities"
         ),
         see_also=see_also,
         name=name,

@@ -7,8 +7,8 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
-    FALLBACK_NOTE,
     estimator_docstring,
+    fallback_note,
     sampling_parameters,
 )
 from ._sampling import SamplingGLMClassifier, check_rounds
@@ -82,7 +82,7 @@ def _is_doc(name: str, link: str, see_also: str) -> str:
             extra=FALLBACK_ATTRIBUTE,
         ),
         see_also=see_also,
-        notes=FALLBACK_NOTE,
+        notes=fallback_note("e.g. a singular weighted covariance"),
         name=name,
         example_args="random_state=0",
     )

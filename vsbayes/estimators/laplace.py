@@ -36,6 +36,7 @@ def _laplace_doc(name: str, link: str, see_also: str) -> str:
 
 class LaplaceLogisticRegression(BayesianGLMClassifier):
     _link = "logistic"
+    _falls_back = False
 
     def _posterior(self, model, laplace, rng):
         return laplace
@@ -43,6 +44,7 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
 
 class LaplaceProbitRegression(BayesianGLMClassifier):
     _link = "probit"
+    _falls_back = False
 
     def _posterior(self, model, laplace, rng):
         return laplace

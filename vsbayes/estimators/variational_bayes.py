@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ..approximations import jaakkola_jordan
 from ._base import BayesianGLMClassifier
-from ._docstrings import ATTRIBUTES, COMMON_PARAMETERS, estimator_docstring
+from ._docstrings import (
+    ATTRIBUTES,
+    COMMON_PARAMETERS,
+    FALLBACK_ATTRIBUTE,
+    estimator_docstring,
+    fallback_note,
+)
 
 __all__ = ["VBLogisticRegression"]
 
@@ -57,8 +63,9 @@ VBLogisticRegression.__doc__ = estimator_docstring(
         n_iter="Updates of the variational parameters.",
         diagnostics="``n_iter``, ``converged``, ``xi`` of "
         ":class:`vsbayes.approximations.VBResult`; ``log_Z`` is the evidence lower bound",
-        extra="",
+        extra=FALLBACK_ATTRIBUTE,
     ),
+    notes=fallback_note("a posterior covariance that is not numerically positive definite"),
     see_also="VSLogisticRegression : The posterior by variational sampling.",
     name="VBLogisticRegression",
     example_args="C=1.0",

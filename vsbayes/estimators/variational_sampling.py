@@ -7,9 +7,9 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
-    FALLBACK_NOTE,
     VS_DEFAULTS_NOTE,
     estimator_docstring,
+    fallback_note,
     sampling_parameters,
 )
 from ._sampling import SamplingGLMClassifier, check_choice, check_rounds
@@ -104,7 +104,10 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
             extra=FALLBACK_ATTRIBUTE,
         ),
         see_also=see_also,
-        notes=FALLBACK_NOTE,
+        notes=fallback_note(
+            "e.g. a non-integrable fit, or a mean far from the importance-sampling mean "
+            "of the same points"
+        ),
         name=name,
         example_args="random_state=0",
     )
