@@ -27,7 +27,7 @@ def reference_tilted(link, m, v, e):
         return np.exp(e * log_f(t) - 0.5 * (t - m) ** 2 / v - peak)
 
     def integral(f):
-        return quad(f, grid[0], grid[-1], points=grid[1:-1], limit=2000, epsabs=0, epsrel=1e-13)[0]
+        return quad(f, grid[0], grid[-1], points=grid[1:-1], limit=2000, epsabs=0, epsrel=1e-11)[0]
 
     z = integral(density)
     mean = integral(lambda t: t * density(t)) / z

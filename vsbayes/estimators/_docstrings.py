@@ -30,7 +30,7 @@ _SAMPLING_PARAMETERS = {
         n the number of parameters of a {family_note}Gaussian over the p coefficients (and
         intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
         one round, all sampling estimators evaluate the posterior at exactly the same
-        points, so comparisons between them are paired.
+        points, so comparisons between them are paired.{limits_note}
 """,
     "family": """\
     family : {"gaussian", "diagonal"}, default="gaussian"
@@ -86,7 +86,11 @@ def fallback_note(failures: str) -> str:
 
 
 def sampling_parameters(
-    *names: str, rounds: int = 2, family_note: str = "", defaults_note: str = ""
+    *names: str,
+    rounds: int = 2,
+    family_note: str = "",
+    defaults_note: str = "",
+    limits_note: str = "",
 ) -> str:
     """The numpy-doc entries of the named sampling parameters, in the given order."""
     text = "".join(_SAMPLING_PARAMETERS[name] for name in names)
@@ -94,6 +98,7 @@ def sampling_parameters(
         ("{rounds}", str(rounds)),
         ("{family_note}", family_note),
         ("{defaults_note}", defaults_note),
+        ("{limits_note}", limits_note),
     ]:
         text = text.replace(key, value)
     return dedent(text)

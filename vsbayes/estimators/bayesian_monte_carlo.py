@@ -88,7 +88,13 @@ def _bmc_doc(name: str, link: str, see_also: str) -> str:
             max_iter_extra="",
             random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
         )
-        + sampling_parameters("n_samples", "rule", "length_scale", "n_jobs"),
+        + sampling_parameters(
+            "n_samples",
+            "rule",
+            "length_scale",
+            "n_jobs",
+            limits_note="\n        At most 16384 (``auto`` stops there): BMC stores an N×N matrix.",
+        ),
         attributes=ATTRIBUTES.format(
             n_iter="Newton iterations of the Laplace kernel.",
             diagnostics="``length_scale``, ``n_samples`` of :class:`vsbayes.BMCResult`",

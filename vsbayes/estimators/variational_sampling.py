@@ -95,6 +95,10 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
             "rounds",
             "n_jobs",
             family_note="full ",
+            limits_note=(
+                "\n        Fewer than n raises a ValueError (the fit is not determined); fewer "
+                "than 2n\n        warns (UnreliableFitWarning)."
+            ),
             defaults_note=VS_DEFAULTS_NOTE,
         ),
         attributes=ATTRIBUTES.format(
