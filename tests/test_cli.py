@@ -1,23 +1,225 @@
+"""The command line: ``vsbayes fit`` and ``vsbayes compare`` on embedded and CSV data."""
+
+import csv
+import json
 import subprocess
 import sys
+
+import numpy as np
+import pytest
 
 from vsbayes.cli import main
 
 
-def test_fit_demo_prints_a_comparison(capsys):
-    assert main(["fit", "--dim", "3", "--n-samples", "400", "--seed", "1"]) == 0
-    out = capsys.readouterr().out
-    for word in ("Laplace", "VS", "IS", "excess KL", "exact"):
-        assert word in out
+def write_csv(path, header, rows):
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
 
 
-def test_bad_options_give_one_line_errors(capsys):
-    assert main(["fit", "--dim", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "positive" in err
-    assert main(["fit", "--dim", "3", "--n-samples", "5"]) == 1
-    err = capsys.readouterr().err
-    assert "n_samples" in err and "Traceback" not in err
+@pytest.fixture
+def small_csv(tmp_path):
+    """200 rows, 3 features, the label column in the middle, text labels."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = np.where(X @ [1.0, -1.0, 0.5] + rng.logistic(size=200) > 0, "yes", "no")
+    rows = [
+        [f"{a:.5f}", label, f"{b:.5f}", f"{c:.5f}"] for (a, b, c), label in zip(X, y, strict=True)
+    ]
+    return write_csv(tmp_path / "small.csv", ["a", "outcome", "b", "c"], rows)
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_fit_default_prints_the_posterior_of_every_coefficient(capsys):
+    status, out, err = run(capsys, "fit")
+    assert status == 0
+    for text in ("breast cancer", "569 rows", "30 features", "standardized", "benign"):
+        assert text in out
+    for text in ("mean", "sd", "2.5%", "97.5%", "log evidence", "diagnostics", "kl_error"):
+        assert text in out
+    for name in ("mean radius", "worst texture", "(intercept)"):
+        assert name in out
+    assert "training accuracy" in out and "fit time" in out and "Laplace fallback: no" in out
+    assert err == ""  # no progress unless asked, as stderr is not a terminal here
+
+
+def test_fit_laplace_probit(capsys):
+    status, out, _ = run(capsys, "fit", "--method", "laplace", "--link", "probit", "--C", "0.5")
+    assert status == 0
+    assert "LaplaceProbitRegression" in out and "C = 0.5" in out
+    assert "grad_norm" in out and "deterministic" in out
+
+
+def test_fit_csv_with_named_target_and_json(capsys, tmp_path, small_csv):
+    out_json = tmp_path / "fit.json"
+    status, out, _ = run(
+        capsys, "fit", small_csv, "--target", "outcome", "--json", str(out_json), "--seed", "3"
+    )
+    assert status == 0
+    assert "outcome = yes" in out and "no (" in out
+    summary = json.loads(out_json.read_text())
+    (problem,) = summary["problems"]
+    names = [c["name"] for c in problem["coefficients"]]
+    assert names == ["a", "b", "c", "(intercept)"]
+    for c in problem["coefficients"]:
+        assert c["sd"] > 0
+        assert c["q025"] < c["mean"] < c["q975"]
+        assert c["q975"] - c["mean"] == pytest.approx(1.959964 * c["sd"], rel=1e-6)
+    # The signs of the simulated effects, and the table shows the JSON's numbers.
+    assert problem["coefficients"][0]["mean"] > 0 > problem["coefficients"][1]["mean"]
+    assert f"{problem['coefficients'][0]['mean']:.4f}" in out
+    assert np.isfinite(problem["log_evidence"])
+    assert problem["diagnostics"]["n_samples"] == summary["settings"]["n_samples_used"] == 256
+    assert problem["laplace_fallback"] is False
+    assert summary["settings"]["method"] == "vs" and summary["settings"]["seed"] == 3
+    assert summary["seconds"] > 0 and 0.5 < summary["training_accuracy"] <= 1
+
+
+def test_fit_multiclass_prints_one_table_per_problem(capsys, tmp_path):
+    rng = np.random.default_rng(1)
+    rows = [[f"{v:.4f}" for v in rng.normal(size=2)] + [label] for label in "abc" * 20]
+    path = write_csv(tmp_path / "three.csv", ["x1", "x2", "species"], rows)
+    status, out, _ = run(capsys, "fit", path, "--method", "ep")
+    assert status == 0
+    for k in (1, 2, 3):
+        assert f"problem {k} of 3" in out
+    assert out.count("log evidence") == 3
+
+
+def test_fit_warnings_are_one_line_each_on_stderr(capsys, small_csv):
+    # 20 points for n = 15 parameters: fewer than 2n, an UnreliableFitWarning.
+    status, out, err = run(capsys, "fit", small_csv, "--target", "outcome", "--n-samples", "20")
+    assert status == 0 and "log evidence" in out
+    lines = err.splitlines()
+    assert lines and all(line.startswith("vsbayes: warning: ") for line in lines)
+    assert "UnreliableFitWarning" in err
+
+
+def test_verbose_shows_progress(capsys, small_csv):
+    status, _, err = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
+    assert status == 0 and "fit: done" in err
+
+
+def error_cases(tmp_path):
+    good = [["1.0", "2.0", "a"], ["2.0", "1.0", "b"], ["0.5", "0.1", "a"]]
+    text = write_csv(tmp_path / "text.csv", ["x", "colour", "y"], [["1", "red", "a"]] * 3)
+    one_class = write_csv(tmp_path / "one.csv", ["x", "z", "y"], [["1", "2", "a"]] * 3)
+    missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
+    multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
+    good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("x,z,y\n1,2,a\n3,b\n")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01")
+    return {
+        "missing file": (["fit", str(tmp_path / "nope.csv")], 1),
+        "directory": (["fit", str(tmp_path)], 1),
+        "not text": (["fit", str(binary)], 1),
+        "ragged rows": (["fit", str(ragged)], 1),
+        "unknown target": (["fit", good_path, "--target", "label"], 1),
+        "non-numeric feature": (["fit", text], 1),
+        "missing value": (["fit", missing], 1),
+        "one class": (["fit", one_class], 1),
+        "n_samples below n": (["fit", "--n-samples", "5"], 1),
+        "compare multiclass": (["compare", multi], 1),
+        "negative C": (["fit", "--C", "-1"], 2),
+        "zero n_samples": (["fit", "--n-samples", "0"], 2),
+        "unknown method": (["fit", "--method", "mcmc"], 2),
+        "vb probit": (["fit", "--method", "vb", "--link", "probit"], 2),
+        "target without data": (["compare", "--target", "y"], 2),
+        "no command": ([], 2),
+    }
+
+
+CASES = [
+    "missing file",
+    "directory",
+    "not text",
+    "ragged rows",
+    "unknown target",
+    "non-numeric feature",
+    "missing value",
+    "one class",
+    "n_samples below n",
+    "compare multiclass",
+    "negative C",
+    "zero n_samples",
+    "unknown method",
+    "vb probit",
+    "target without data",
+    "no command",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_errors_are_one_line(capsys, tmp_path, case):
+    argv, expected = error_cases(tmp_path)[case]
+    status, out, err = run(capsys, *argv)
+    assert status == expected
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("vsbayes: error: ")
+    assert "Traceback" not in err
+
+
+def test_error_messages_name_the_problem(capsys, tmp_path):
+    cases = error_cases(tmp_path)
+    for case, words in [
+        ("unknown target", ["'label'", "'x'"]),
+        ("non-numeric feature", ["'colour'", "numeric", "line 2"]),
+        ("one class", ["one class"]),
+        ("compare multiclass", ["binary", "3 classes"]),
+        ("vb probit", ["logistic only"]),
+    ]:
+        _, _, err = run(capsys, *cases[case][0])
+        for word in words:
+            assert word in err, (case, err)
+
+
+def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small_csv):
+    plot, out_json = tmp_path / "cmp.png", tmp_path / "cmp.json"
+    argv = ["compare", small_csv, "--target", "outcome", "--budget", "0.2"]
+    status, out, _ = run(capsys, *argv, "--plot", str(plot), "--json", str(out_json))
+    assert status == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "reference: VS with N = 64n = 960, rounds = 3" in out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("method "))
+    table = [line.split()[0] for line in lines[start + 1 :] if line and ":" not in line]
+    assert set(table) == {"laplace", "ep", "vb", "vs", "is", "bmc"}
+    summary = json.loads(out_json.read_text())
+    results = summary["results"]
+    assert {r["method"] for r in results} == {"laplace", "ep", "vb", "vs", "is", "bmc"}
+    laplace = next(r for r in results if r["method"] == "laplace")
+    assert laplace["ratio_to_laplace"] == pytest.approx(1.0)
+    vs = [r for r in results if r["method"] == "vs"]
+    assert [r["n_samples"] for r in vs][:2] == [30, 60]  # 2n, 4n with n = 15
+    assert all(r["excess_kl"] >= 0 for r in results)
+    assert summary["plot"] == str(plot)
+
+
+def test_compare_without_matplotlib_prints_the_table_and_says_so(
+    capsys, tmp_path, small_csv, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    plot = tmp_path / "none.png"
+    argv = ["compare", small_csv, "--target", "outcome", "--link", "probit", "--budget", "0.05"]
+    status, out, err = run(capsys, *argv, "--plot", str(plot))
+    assert status == 0
+    assert not plot.exists()
+    assert "excess KL" in out and "bmc" in out and "\nvb" not in out  # VB: logistic only
+    assert 'pip install "vsbayes[plot]"' in err
+
+
+def test_version(capsys):
+    status, out, _ = run(capsys, "--version")
+    assert status == 0 and out.startswith("vsbayes ")
 
 
 def test_module_entry_point():

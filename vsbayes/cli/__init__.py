@@ -1,0 +1,202 @@
+"""Command line ``vsbayes`` (layer 7): ``fit`` and ``compare`` on a CSV file or embedded data.
+
+``vsbayes fit`` fits one Bayesian GLM classifier and prints the posterior of every
+coefficient; ``vsbayes compare`` measures every method against a long-run reference. Errors
+are one line on stderr, ``vsbayes: error: …``, with exit status 2 for usage errors and 1
+for data or fitting errors; warnings are one line each, ``vsbayes: warning: …``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from .._version import __version__
+from ..exceptions import EstimationError
+from .compare import run_compare
+from .fit import run_fit
+from .methods import LINKS, METHODS
+from .summary import Console
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, ``vsbayes: error: …``.
+
+    argparse's default prints the whole usage first; a single line is easier to read in
+    scripts and logs, and ``--help`` still shows the usage.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        print(f"vsbayes: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _n_samples(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    """Data and model options shared by the subcommands."""
+    parser.add_argument(
+        "data",
+        nargs="?",
+        metavar="DATA.csv",
+        help="CSV file with a header row; numeric features (standardized before fitting) "
+        "and a label column. Default: scikit-learn's bundled breast-cancer data.",
+    )
+    parser.add_argument(
+        "--target", metavar="COL", help="name of the label column (default: the last column)"
+    )
+    parser.add_argument("--link", choices=LINKS, default="logistic", help="default: logistic")
+    parser.add_argument(
+        "--C",
+        type=_positive_float,
+        default=1.0,
+        metavar="C",
+        help="prior variance of the coefficients, N(0, C I) (default: 1.0)",
+    )
+    parser.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
+    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON to OUT")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show progress on stderr (shown anyway when stderr is a terminal)",
+    )
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(
+        prog="vsbayes",
+        description="Bayesian logistic and probit regression by variational sampling.",
+    )
+    parser.add_argument("--version", action="version", version=f"vsbayes {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare}")
+
+    fit = sub.add_parser(
+        "fit",
+        help="fit one method and print the posterior of every coefficient",
+        description="Fit a Bayesian GLM classifier and print the posterior mean, sd and 95% "
+        "interval of every coefficient, the log evidence and the method's diagnostics.",
+    )
+    _add_common(fit)
+    fit.add_argument(
+        "--method",
+        choices=METHODS,
+        default="vs",
+        help="vs: variational sampling (default), laplace, is: importance sampling, "
+        "bmc: Bayesian Monte Carlo, ep: expectation propagation, vb: variational Bayes "
+        "(logistic only)",
+    )
+    fit.add_argument(
+        "--n-samples",
+        type=_n_samples,
+        default="auto",
+        metavar="N",
+        help="posterior evaluations of vs, is and bmc: 'auto' (default) or an integer",
+    )
+    fit.set_defaults(handler=run_fit)
+
+    compare = sub.add_parser(
+        "compare",
+        help="every method against a long-run reference: excess KL and time",
+        description="Fit every method on a binary problem and measure its excess KL to a "
+        "long-run variational-sampling reference; print a table and plot error against time.",
+    )
+    _add_common(compare)
+    compare.add_argument(
+        "--budget",
+        type=_positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="vs, is and bmc double N while the next fit is predicted to take at most this "
+        "many seconds (default: 2)",
+    )
+    compare.add_argument(
+        "--plot",
+        default="vsbayes_compare.png",
+        metavar="OUT.png",
+        help="where to write the plot (default: vsbayes_compare.png; needs matplotlib)",
+    )
+    compare.set_defaults(handler=run_compare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``vsbayes`` command.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 1 for data or fitting errors, 2 for usage errors.
+    """
+    try:
+        args = _build_parser().parse_args(argv)
+    except SystemExit as exit_:  # usage errors, --help and --version
+        return exit_.code if isinstance(exit_.code, int) else 2
+    # Option combinations argparse cannot check: usage errors too.
+    if args.target is not None and args.data is None:
+        return _usage_error(
+            args.command, "--target needs a DATA file (the embedded data have their own)"
+        )
+    if args.command == "fit" and args.method == "vb" and args.link == "probit":
+        return _usage_error(
+            "fit",
+            "argument --method: VB is logistic only (Jaakkola–Jordan bound); use --link logistic",
+        )
+    console = Console(verbose=args.verbose)
+    try:
+        return args.handler(args, console)
+    except (ValueError, OSError, EstimationError) as error:
+        print(f"vsbayes: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("vsbayes: error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _usage_error(command: str, message: str) -> int:
+    print(f"vsbayes: error: {message} (see vsbayes {command} --help)", file=sys.stderr)
+    return 2
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's message on one line (some library messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__

@@ -1,0 +1,321 @@
+"""``vsbayes compare``: every method on one data set, error against a long-run reference.
+
+The error of a method is the paper's measure, ``excess_kl(reference, estimate)``, between
+the posterior Gaussians of the binary problem. The reference is variational sampling with
+many points (64n, three adaptive rounds, a seed of its own so that its draws are not those
+of the fits it judges). The sampling methods run with N = 2n, 4n, 8n, … posterior
+evaluations, doubling while the next fit is predicted to fit the time budget; the
+deterministic methods run once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+
+from ..engine import n_family_params
+from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
+from ..exceptions import EstimationError
+from ..gaussian import excess_kl
+from .data import Dataset, load_dataset
+from .methods import DETERMINISTIC, SAMPLING, TimedFit, make_estimator, timed_fit
+from .summary import Console, format_table, write_json
+
+__all__ = ["REFERENCE_FACTOR", "REFERENCE_ROUNDS", "REFERENCE_SEED", "run_compare"]
+
+#: The reference fit: VS with N = REFERENCE_FACTOR · n points in REFERENCE_ROUNDS rounds.
+REFERENCE_FACTOR = 64
+REFERENCE_ROUNDS = 3
+#: Fixed, and apart from the default --seed: the reference's draws are its own.
+REFERENCE_SEED = 2013
+#: The sampling ladders stop at N = LADDER_TOP · n, half the reference's N: beyond it the
+#: measured error would mostly be the reference's own.
+LADDER_TOP = 32
+PLOT_HINT = 'pip install "vsbayes[plot]"'
+
+
+@dataclass
+class Row:
+    """One fit of the comparison (``n_samples`` is None for a deterministic method)."""
+
+    method: str
+    n_samples: int | None
+    seconds: float | None
+    excess_kl: float | None
+    laplace_fallback: bool = False
+    note: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_compare(args: argparse.Namespace, console: Console) -> int:
+    """Run ``vsbayes compare`` with parsed arguments; return the exit status.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``data``, ``target``, ``link``, ``C``, ``budget``, ``seed``, ``plot``, ``json``.
+    console : Console
+        Where progress and warnings go.
+
+    Returns
+    -------
+    int
+        0 (errors raise ValueError, OSError or EstimationError).
+    """
+    data = load_dataset(args.data, args.target)
+    if len(data.classes) != 2:
+        raise ValueError(
+            f"compare needs a binary target; {data.target_name!r} has {len(data.classes)} "
+            f"classes (use vsbayes fit, which fits one-vs-rest, or a two-class target)."
+        )
+    n_params = data.X.shape[1] + 1
+    n = n_family_params(n_params)
+    reference, reference_fit = _reference(data, args, n, console)
+
+    rows: list[Row] = []
+    deterministic = [m for m in DETERMINISTIC if not (m == "vb" and args.link == "probit")]
+    for method in deterministic:
+        estimator = make_estimator(method, args.link, C=args.C, seed=args.seed)
+        rows.append(_row(method, None, timed_fit(estimator, data.X, data.y), reference))
+        console.progress(f"compare: {method} ({rows[-1].seconds:.2f} s)")
+    for method in SAMPLING:
+        rows += _ladder(method, data, args, n, reference, console)
+    for row in rows:
+        for text in row.warnings:
+            size = "" if row.n_samples is None else f" N={row.n_samples}"
+            console.warn(f"{row.method}{size}: {text}")
+
+    plot_written = _plot(args.plot, rows, data, args)
+    summary = _summary(data, args, n, reference_fit, rows, args.plot if plot_written else None)
+    print(_format(summary))
+    if not plot_written:
+        console.warn(f"no plot written: it needs matplotlib ({PLOT_HINT}).")
+    if args.json:
+        write_json(args.json, summary)
+    return 0
+
+
+def _reference(data: Dataset, args, n: int, console: Console):
+    """The long-run VS posterior every method is compared with."""
+    n_samples = REFERENCE_FACTOR * n
+    console.progress(
+        f"compare: reference VS N={n_samples}, rounds={REFERENCE_ROUNDS} (the longest fit)"
+    )
+    estimator = make_estimator(
+        "vs",
+        args.link,
+        C=args.C,
+        n_samples=n_samples,
+        seed=REFERENCE_SEED,
+        rounds=REFERENCE_ROUNDS,
+    )
+    fit = timed_fit(estimator, data.X, data.y)
+    console.progress(f"compare: reference done ({fit.seconds:.2f} s)")
+    for text in fit.warnings:
+        console.warn(f"reference: {text}")
+    if fit.fell_back[0]:
+        raise EstimationError(
+            "the reference VS fit fell back to the Laplace approximation, so there is no "
+            "reliable reference on these data (see the warning above)."
+        )
+    return fit.estimator.posteriors_[0], fit
+
+
+def _row(method: str, n_samples: int | None, fit: TimedFit, reference) -> Row:
+    fell_back = fit.fell_back[0]
+    return Row(
+        method=method,
+        n_samples=n_samples,
+        seconds=fit.seconds,
+        excess_kl=excess_kl(reference, fit.estimator.posteriors_[0]),
+        laplace_fallback=fell_back,
+        note="fell back to Laplace" if fell_back else "",
+        warnings=fit.warnings,
+    )
+
+
+def _ladder(method: str, data: Dataset, args, n: int, reference, console) -> list[Row]:
+    """Fits with N = 2n, 4n, … while the next one is predicted to take at most the budget.
+
+    The prediction is the last time times the last growth ratio, at least 2 (the cost is
+    at least linear in N; BMC's grows like N³): stopping only after a fit over budget
+    could cost 8 budgets for BMC.
+    """
+    limit = LADDER_TOP * n
+    if method == "bmc":
+        limit = min(limit, MAX_BMC_SAMPLES)
+    if 2 * n > limit:
+        return [Row(method, None, None, None, note=f"skipped: 2n = {2 * n} > {limit}")]
+    rows: list[Row] = []
+    n_samples = 2 * n
+    while n_samples <= limit:
+        estimator = make_estimator(method, args.link, C=args.C, n_samples=n_samples, seed=args.seed)
+        rows.append(_row(method, n_samples, timed_fit(estimator, data.X, data.y), reference))
+        seconds = rows[-1].seconds
+        console.progress(f"compare: {method} N={n_samples} ({seconds:.2f} s)")
+        growth = seconds / rows[-2].seconds if len(rows) > 1 else 2.0
+        if seconds * max(growth, 2.0) > args.budget:
+            break
+        n_samples *= 2
+    return rows
+
+
+def _summary(data: Dataset, args, n: int, reference_fit: TimedFit, rows, plot) -> dict:
+    laplace_kl = next(r.excess_kl for r in rows if r.method == "laplace")
+    results = []
+    for row in rows:
+        ratio = None
+        if row.excess_kl is not None and laplace_kl > 0:
+            ratio = row.excess_kl / laplace_kl
+        results.append(
+            {
+                "method": row.method,
+                "n_samples": row.n_samples,
+                "n_samples_over_n": None if row.n_samples is None else row.n_samples // n,
+                "seconds": row.seconds,
+                "excess_kl": row.excess_kl,
+                "ratio_to_laplace": ratio,
+                "laplace_fallback": row.laplace_fallback,
+                "note": row.note,
+                "warnings": row.warnings,
+            }
+        )
+    return {
+        "command": "compare",
+        "data": {
+            "source": data.source,
+            "rows": len(data.y),
+            "features": data.X.shape[1],
+            "feature_names": data.feature_names,
+            "standardized": True,
+            "target": data.target_name,
+            "classes": [{"label": c, "rows": k} for c, k in data.class_counts()],
+        },
+        "settings": {
+            "link": args.link,
+            "C": args.C,
+            "budget": args.budget,
+            "seed": args.seed,
+            "n_params": data.X.shape[1] + 1,
+            "n_family_params": n,
+            "ladder_top": LADDER_TOP * n,
+        },
+        "reference": {
+            "method": "vs",
+            "n_samples": REFERENCE_FACTOR * n,
+            "rounds": REFERENCE_ROUNDS,
+            "seed": REFERENCE_SEED,
+            "seconds": reference_fit.seconds,
+            "log_evidence": float(reference_fit.estimator.log_marginal_likelihood_value_),
+        },
+        "results": results,
+        "plot": None if plot is None else str(plot),
+    }
+
+
+def _format(summary: dict) -> str:
+    data, settings, ref = summary["data"], summary["settings"], summary["reference"]
+    classes = ", ".join(f"{c['label']} ({c['rows']})" for c in data["classes"])
+    n, p = settings["n_family_params"], settings["n_params"]
+    lines = [
+        f"vsbayes compare: every method against a long-run reference ({settings['link']} link)",
+        f"data:      {data['source']}",
+        f"           {data['rows']} rows, {data['features']} features, standardized (mean 0, sd 1)",
+        f"target:    {data['target']}; classes {classes}",
+        f"prior:     coefficients N(0, C I) with C = {settings['C']:g}; "
+        f"p = {p} parameters, n = (p+1)(p+2)/2 = {n}",
+        f"reference: VS with N = {REFERENCE_FACTOR}n = {ref['n_samples']}, rounds = "
+        f"{ref['rounds']}, seed {ref['seed']} ({ref['seconds']:.2f} s; "
+        f"log evidence {ref['log_evidence']:.4f})",
+        f"sampling:  vs, is, bmc with N = 2n, 4n, … up to {LADDER_TOP}n (bmc: "
+        f"{MAX_BMC_SAMPLES}), doubled while the next fit is predicted to take at most "
+        f"{settings['budget']:g} s; seed {settings['seed']}",
+        "error:     excess KL of the posterior Gaussian to the reference's "
+        "(vsbayes.excess_kl); / Laplace = ratio to the Laplace approximation's",
+        "",
+    ]
+    table = []
+    for r in summary["results"]:
+        size = "-" if r["n_samples"] is None else f"{r['n_samples']} = {r['n_samples_over_n']}n"
+        table.append(
+            [
+                r["method"],
+                size,
+                "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
+                _g(r["excess_kl"]),
+                _g(r["ratio_to_laplace"]),
+                r["note"],
+            ]
+        )
+    lines.append(
+        format_table(
+            ["method", "N", "seconds", "excess KL", "/ Laplace", "note"], table, align="llrrrl"
+        )
+    )
+    if summary["plot"] is not None:
+        lines += ["", f"plot:      {summary['plot']}"]
+    return "\n".join(lines)
+
+
+def _g(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+def _plot(path, rows: list[Row], data: Dataset, args) -> bool:
+    """Excess KL against fit time, log–log, to ``path``; False when matplotlib is absent.
+
+    The Agg canvas is attached explicitly: no pyplot, so no global backend is changed and
+    no display is needed.
+    """
+    try:
+        # Plain imports (not ``from``): they go through the top-level package, so an
+        # uninstalled (or blocked) matplotlib is seen even when submodules are cached.
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure
+    except ImportError:
+        return False
+    figure = matplotlib.figure.Figure(figsize=(7.0, 4.8), layout="constrained")
+    matplotlib.backends.backend_agg.FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    styles = iter(["C0", "C1", "C2", "C3", "C4", "C5", "C6"])
+    for method in SAMPLING:
+        points = [
+            (r.seconds, r.excess_kl)
+            for r in rows
+            if r.method == method and r.excess_kl is not None and r.excess_kl > 0
+        ]
+        if points:
+            times, errors = zip(*points, strict=True)
+            axes.plot(times, errors, marker="o", color=next(styles), label=method)
+    # A fallback's error is Laplace's: cross it out so it does not read as the method's.
+    fallbacks = [(r.seconds, r.excess_kl) for r in rows if r.n_samples and r.laplace_fallback]
+    if fallbacks:
+        times, errors = zip(*fallbacks, strict=True)
+        axes.plot(times, errors, "kx", markersize=9, linestyle="none", label="Laplace fallback")
+    for r in rows:
+        if r.n_samples is None and r.excess_kl is not None and r.excess_kl > 0:
+            axes.axhline(
+                r.excess_kl,
+                linestyle="--",
+                color=next(styles),
+                label=f"{r.method} ({r.seconds:.2g} s)",
+            )
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("fit time (s)")
+    axes.set_ylabel("excess KL to the reference")
+    axes.set_title(
+        f"{data.source}\n{args.link} link, C = {args.C:g}, {len(data.y)} rows, "
+        f"{data.X.shape[1]} features",
+        fontsize=9,
+    )
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(fontsize=8)
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as error:
+        raise OSError(f"cannot write the plot {path}: {error.strerror or error}") from None
+    return True

@@ -1,0 +1,274 @@
+"""Data of the command line: the embedded breast-cancer set or a CSV file, standardized.
+
+Only the standard library's ``csv`` module and numpy read files: pandas is not a runtime
+dependency. Every problem with the file raises a ``ValueError`` (or ``OSError``) whose
+message is one line naming the file, the column and the line.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.preprocessing import StandardScaler
+
+__all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
+
+#: Name of the intercept row in the tables and the JSON output.
+INTERCEPT_NAME = "(intercept)"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification data set ready to fit: standardized features and labels.
+
+    Attributes
+    ----------
+    source : str
+        What the data are, for the output header (a path or a description).
+    X : ndarray of shape (n_rows, n_features)
+        Features, standardized to mean 0 and standard deviation 1 (constant columns are
+        only centred), because the prior N(0, C I) treats every coefficient alike.
+    y : ndarray of shape (n_rows,)
+        Class labels (integers, floats or strings).
+    feature_names : list of str
+        One name per column of X.
+    target_name : str
+        Name of the label column.
+    """
+
+    source: str
+    X: np.ndarray
+    y: np.ndarray
+    feature_names: list[str]
+    target_name: str
+
+    @property
+    def classes(self) -> np.ndarray:
+        """Sorted distinct labels (the estimators' ``classes_``)."""
+        return np.unique(self.y)
+
+    def class_counts(self) -> list[tuple[object, int]]:
+        """``(label, number of rows)`` for each class, in the order of :attr:`classes`."""
+        classes, counts = np.unique(self.y, return_counts=True)
+        return [(label.item(), int(n)) for label, n in zip(classes, counts, strict=True)]
+
+
+def load_dataset(path: str | None, target: str | None = None) -> Dataset:
+    """The data set of a command: the CSV file at ``path``, else the embedded one.
+
+    Parameters
+    ----------
+    path : str or None
+        CSV file with a header row; None for scikit-learn's bundled breast-cancer data.
+    target : str or None, default=None
+        Name of the label column (default: the last column). Only with ``path``.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    OSError
+        If the file cannot be opened.
+    ValueError
+        If its content is not a numeric feature table with a label column of 2+ classes.
+    """
+    if path is None:
+        if target is not None:
+            raise ValueError("a target column needs a DATA file; the embedded data have one.")
+        return load_breast_cancer_data()
+    return load_csv(path, target)
+
+
+def load_breast_cancer_data() -> Dataset:
+    """Scikit-learn's bundled breast-cancer data (569 rows, 30 features), standardized.
+
+    Returns
+    -------
+    Dataset
+        Labels are the class names ``"benign"`` and ``"malignant"``.
+    """
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer()
+    return Dataset(
+        source="breast cancer (scikit-learn's bundled Wisconsin diagnostic data)",
+        X=_standardize(bunch.data),
+        y=np.asarray(bunch.target_names)[bunch.target],
+        feature_names=[str(name) for name in bunch.feature_names],
+        target_name="diagnosis",
+    )
+
+
+def load_csv(path: str | Path, target: str | None = None) -> Dataset:
+    """Read a CSV file: a header row of column names, then one row per observation.
+
+    Parameters
+    ----------
+    path : str or Path
+        Comma-separated file, UTF-8 (a byte-order mark is accepted). Blank lines are
+        skipped; cells are stripped of surrounding spaces.
+    target : str or None, default=None
+        Name of the label column; default the last column. Labels may be text or numbers.
+
+    Returns
+    -------
+    Dataset
+        Every other column is a feature and must be numeric and finite.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be opened.
+    ValueError
+        With a one-line message naming the problem: not text, no header or data rows,
+        ragged rows, unnamed or duplicated columns, unknown target, non-numeric or
+        missing values, fewer than two classes.
+    """
+    path = Path(path)
+    header, rows, lines = _read_rows(path)
+    name = _check_header(path, header)
+    if target is None:
+        target_index = len(header) - 1
+    elif target in header:
+        target_index = header.index(target)
+    else:
+        raise ValueError(
+            f"{name}: no column named {target!r} for --target; the columns are {_shorten(header)}."
+        )
+    if len(header) < 2:
+        raise ValueError(f"{name}: need at least one feature column besides the target.")
+    feature_index = [j for j in range(len(header)) if j != target_index]
+    feature_names = [header[j] for j in feature_index]
+    X = _numeric_features(name, rows, lines, feature_index, feature_names)
+    y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
+    return Dataset(
+        source=name,
+        X=_standardize(X),
+        y=y,
+        feature_names=feature_names,
+        target_name=header[target_index],
+    )
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, data rows and their line numbers; blank lines dropped."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as file:
+            reader = csv.reader(file)
+            records = [
+                ([cell.strip() for cell in row], reader.line_num)
+                for row in reader
+                if any(cell.strip() for cell in row)
+            ]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file, so not a CSV file.") from None
+    except csv.Error as error:
+        raise ValueError(f"{path}: unreadable CSV ({error}).") from None
+    except OSError as error:
+        # One line whatever the platform's wording: "cannot read <path>: <reason>".
+        raise OSError(f"cannot read {path}: {error.strerror or error}") from None
+    if not records:
+        raise ValueError(f"{path}: the file is empty; expected a header row and data rows.")
+    header = records[0][0]
+    rows = [row for row, _ in records[1:]]
+    lines = [line for _, line in records[1:]]
+    if not rows:
+        raise ValueError(f"{path}: no data rows after the header.")
+    for row, line in zip(rows, lines, strict=True):
+        if len(row) != len(header):
+            raise ValueError(
+                f"{path}, line {line}: {len(row)} fields, but the header has {len(header)}."
+            )
+    return header, rows, lines
+
+
+def _check_header(path: Path, header: list[str]) -> str:
+    """Reject unnamed and duplicated columns; return the file's display name."""
+    for j, column in enumerate(header):
+        if not column:
+            hint = " (a saved index? write the file with index=False)" if j == 0 else ""
+            raise ValueError(f"{path}: column {j + 1} of the header has no name{hint}.")
+    seen: set[str] = set()
+    for column in header:
+        if column in seen:
+            raise ValueError(f"{path}: the header names column {column!r} twice.")
+        seen.add(column)
+    return str(path)
+
+
+def _numeric_features(
+    name: str,
+    rows: list[list[str]],
+    lines: list[int],
+    columns: list[int],
+    names: list[str],
+) -> np.ndarray:
+    """The feature columns as floats; a ValueError naming the first bad cell."""
+    cells = [[row[j] for j in columns] for row in rows]
+    try:
+        X = np.array(cells, dtype=np.float64)
+    except ValueError:
+        X = None  # locate the offending cell below, for the message
+    if X is not None and np.isfinite(X).all():
+        return X
+    for row, line in zip(cells, lines, strict=True):
+        for value, column in zip(row, names, strict=True):
+            if not value:
+                raise ValueError(
+                    f"{name}, line {line}: missing value in column {column!r}; the features "
+                    f"must be complete (drop or impute the row)."
+                )
+            try:
+                number = float(value)
+            except ValueError:
+                raise ValueError(
+                    f"{name}, line {line}: column {column!r} is not numeric ({value!r}); encode "
+                    f"it as numbers or drop it, or name it with --target if it is the label."
+                ) from None
+            if not np.isfinite(number):
+                raise ValueError(
+                    f"{name}, line {line}: column {column!r} holds {value!r}; the features "
+                    f"must be finite numbers."
+                )
+    raise AssertionError("unreachable: some cell failed to convert")  # pragma: no cover
+
+
+def _labels(name: str, values: list[str], lines: list[int], column: str) -> np.ndarray:
+    """Labels as integers, else floats, else strings; at least two classes."""
+    for value, line in zip(values, lines, strict=True):
+        if not value:
+            raise ValueError(f"{name}, line {line}: missing label in column {column!r}.")
+    labels: np.ndarray | None = None
+    for kind in (int, float):
+        try:
+            labels = np.array([kind(v) for v in values])
+            break
+        except ValueError:
+            continue
+    if labels is None or (labels.dtype.kind == "f" and not np.isfinite(labels).all()):
+        labels = np.array(values)  # text labels ("nan" stays a text label here)
+    classes = np.unique(labels)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{name}: the target column {column!r} has only one class "
+            f"({classes[0].item()!r}); a classifier needs at least two."
+        )
+    return labels
+
+
+def _standardize(X: np.ndarray) -> np.ndarray:
+    return StandardScaler().fit_transform(X)
+
+
+def _shorten(names: Sequence[str], limit: int = 8) -> str:
+    """Quoted column names, the middle elided beyond ``limit``."""
+    quoted = [repr(n) for n in names]
+    if len(quoted) > limit:
+        quoted = [*quoted[: limit - 2], "…", *quoted[-2:]]
+    return ", ".join(quoted)

@@ -1,0 +1,182 @@
+"""``vsbayes fit``: one method on one data set, the posterior summary of every coefficient."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..engine import n_family_params
+from ..estimators import INTERCEPT_PRIOR_VAR
+from .data import Dataset, load_dataset
+from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
+from .summary import (
+    Console,
+    coefficient_summary,
+    diagnostics,
+    format_diagnostics,
+    format_number,
+    format_table,
+    write_json,
+)
+
+__all__ = ["fit_summary", "run_fit"]
+
+
+def run_fit(args: argparse.Namespace, console: Console) -> int:
+    """Run ``vsbayes fit`` with parsed arguments; print the summary, return the exit status.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``data``, ``target``, ``link``, ``method``, ``C``, ``n_samples``, ``seed``,
+        ``json``.
+    console : Console
+        Where progress and warnings go.
+
+    Returns
+    -------
+    int
+        0 (errors raise ValueError, OSError or EstimationError).
+    """
+    data = load_dataset(args.data, args.target)
+    estimator = make_estimator(
+        args.method, args.link, C=args.C, n_samples=args.n_samples, seed=args.seed
+    )
+    name = type(estimator).__name__
+    console.progress(f"fit: {name} on {len(data.y)} rows x {data.X.shape[1]} features")
+    fit = timed_fit(estimator, data.X, data.y)
+    console.progress(f"fit: done ({fit.seconds:.2f} s)")
+    for text in fit.warnings:
+        console.warn(text)
+    summary = fit_summary(data, fit, args)
+    print(_format_summary(summary))
+    if args.json:
+        write_json(args.json, summary)
+    return 0
+
+
+def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
+    """The summary of a fit as a JSON-ready dict (what the table prints).
+
+    Parameters
+    ----------
+    data : Dataset
+        The data the estimator was fitted on.
+    fit : TimedFit
+        The fitted estimator, its time and warnings.
+    args : argparse.Namespace
+        The command's settings.
+
+    Returns
+    -------
+    dict
+        ``data``, ``settings``, ``problems`` (one per binary problem: ``positive_class``,
+        ``coefficients`` with ``name``, ``mean``, ``sd``, ``q025``, ``q975``,
+        ``log_evidence``, ``diagnostics``, ``laplace_fallback``), ``training_accuracy``,
+        ``seconds`` and ``warnings``.
+    """
+    estimator = fit.estimator
+    classes = estimator.classes_.tolist()
+    n_params = data.X.shape[1] + 1  # coefficients and intercept
+    evidence = estimator.log_marginal_likelihood_value_
+    evidences = [evidence] if len(estimator.posteriors_) == 1 else list(evidence)
+    problems = []
+    for k, posterior in enumerate(estimator.posteriors_):
+        problems.append(
+            {
+                # Binary: P(y = classes_[1]); more classes: class k against the rest.
+                "positive_class": classes[1] if len(classes) == 2 else classes[k],
+                "coefficients": [
+                    c.as_dict() for c in coefficient_summary(posterior, data.feature_names)
+                ],
+                "log_evidence": float(evidences[k]),
+                "diagnostics": diagnostics(posterior),
+                "laplace_fallback": fit.fell_back[k],
+            }
+        )
+    sampling = args.method in SAMPLING
+    return {
+        "command": "fit",
+        "data": {
+            "source": data.source,
+            "rows": len(data.y),
+            "features": data.X.shape[1],
+            "feature_names": data.feature_names,
+            "standardized": True,
+            "target": data.target_name,
+            "classes": [{"label": c, "rows": n} for c, n in data.class_counts()],
+        },
+        "settings": {
+            "estimator": type(estimator).__name__,
+            "method": args.method,
+            "link": args.link,
+            "C": args.C,
+            "intercept_prior_var": INTERCEPT_PRIOR_VAR,
+            "n_samples": args.n_samples if sampling else None,
+            # The resolved count ("auto" is a rule of the estimator).
+            "n_samples_used": estimator._total_samples(n_params) if sampling else None,
+            "n_family_params": n_family_params(n_params),
+            "seed": args.seed,
+        },
+        "problems": problems,
+        "training_accuracy": float(estimator.score(data.X, data.y)),
+        "seconds": fit.seconds,
+        "warnings": fit.warnings,
+    }
+
+
+def _format_summary(summary: dict) -> str:
+    data, settings = summary["data"], summary["settings"]
+    classes = ", ".join(f"{c['label']} ({c['rows']})" for c in data["classes"])
+    if settings["n_samples_used"] is None:
+        samples = f"none ({settings['method']} is deterministic)"
+    else:
+        used, n = settings["n_samples_used"], settings["n_family_params"]
+        rule = "auto" if settings["n_samples"] == "auto" else "given"
+        samples = (
+            f"{used} posterior evaluations per problem ({rule}, {used / n:.3g}n with "
+            f"n = {n} parameters of a Gaussian)"
+        )
+    lines = [
+        f"vsbayes fit: Bayesian {settings['link']} regression, "
+        f"{METHOD_TITLES[settings['method']]} ({settings['estimator']})",
+        f"data:      {data['source']}",
+        f"           {data['rows']} rows, {data['features']} features, standardized "
+        f"(mean 0, sd 1: the prior treats every coefficient alike)",
+        f"target:    {data['target']}; classes {classes}",
+        f"method:    {settings['method']}, link {settings['link']}",
+        f"prior:     coefficients N(0, C I) with C = {settings['C']:g}, "
+        f"intercept N(0, {settings['intercept_prior_var']:.0e})".replace("e+0", "e"),
+        f"N:         {samples}",
+        f"seed:      {settings['seed']}",
+    ]
+    binary = len(summary["problems"]) == 1
+    negative = data["classes"][0]["label"]
+    for k, problem in enumerate(summary["problems"]):
+        positive = problem["positive_class"]
+        if binary:
+            title = f"problem: {data['target']} = {positive} (against {negative})"
+        else:
+            title = (
+                f"problem {k + 1} of {len(summary['problems'])}: "
+                f"{data['target']} = {positive} vs rest"
+            )
+        rows = [
+            [c["name"], *(format_number(c[key]) for key in ("mean", "sd", "q025", "q975"))]
+            for c in problem["coefficients"]
+        ]
+        lines += [
+            "",
+            title,
+            format_table(["coefficient", "mean", "sd", "2.5%", "97.5%"], rows),
+            f"log evidence:     {problem['log_evidence']:.4f}",
+            f"diagnostics:      {format_diagnostics(problem['diagnostics'])}",
+        ]
+        if settings["method"] != "laplace":
+            fallback = "yes (see the warning)" if problem["laplace_fallback"] else "no"
+            lines.append(f"Laplace fallback: {fallback}")
+    lines += [
+        "",
+        f"training accuracy: {summary['training_accuracy']:.4f}",
+        f"fit time:          {summary['seconds']:.3f} s",
+    ]
+    return "\n".join(lines)

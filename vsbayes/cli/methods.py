@@ -1,0 +1,155 @@
+"""The methods of the command line: which estimator each name and link means, and a timed fit."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..estimators import (
+    BayesianGLMClassifier,
+    BMCLogisticRegression,
+    BMCProbitRegression,
+    EPLogisticRegression,
+    EPProbitRegression,
+    ISLogisticRegression,
+    ISProbitRegression,
+    LaplaceLogisticRegression,
+    LaplaceProbitRegression,
+    VBLogisticRegression,
+    VSLogisticRegression,
+    VSProbitRegression,
+)
+
+__all__ = [
+    "DETERMINISTIC",
+    "LINKS",
+    "METHODS",
+    "METHOD_TITLES",
+    "SAMPLING",
+    "TimedFit",
+    "estimator_class",
+    "make_estimator",
+    "timed_fit",
+]
+
+LINKS = ("logistic", "probit")
+#: Methods whose cost is set by ``n_samples`` (posterior evaluations at random points).
+SAMPLING = ("vs", "is", "bmc")
+#: Methods without randomness or a sample size.
+DETERMINISTIC = ("laplace", "ep", "vb")
+METHODS = ("vs", "laplace", "is", "bmc", "ep", "vb")
+
+METHOD_TITLES = {
+    "vs": "variational sampling",
+    "laplace": "Laplace approximation",
+    "is": "importance sampling",
+    "bmc": "Bayesian Monte Carlo",
+    "ep": "expectation propagation",
+    "vb": "variational Bayes (Jaakkola–Jordan bound)",
+}
+
+_ESTIMATORS: dict[tuple[str, str], type[BayesianGLMClassifier]] = {
+    ("vs", "logistic"): VSLogisticRegression,
+    ("vs", "probit"): VSProbitRegression,
+    ("laplace", "logistic"): LaplaceLogisticRegression,
+    ("laplace", "probit"): LaplaceProbitRegression,
+    ("is", "logistic"): ISLogisticRegression,
+    ("is", "probit"): ISProbitRegression,
+    ("bmc", "logistic"): BMCLogisticRegression,
+    ("bmc", "probit"): BMCProbitRegression,
+    ("ep", "logistic"): EPLogisticRegression,
+    ("ep", "probit"): EPProbitRegression,
+    ("vb", "logistic"): VBLogisticRegression,
+}
+
+
+def estimator_class(method: str, link: str) -> type[BayesianGLMClassifier]:
+    """The public estimator class of ``method`` (see :data:`METHODS`) with ``link``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown method or link, and for ``vb`` with the probit link.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}.")
+    if link not in LINKS:
+        raise ValueError(f"unknown link {link!r}; choose from {', '.join(LINKS)}.")
+    if (method, link) not in _ESTIMATORS:
+        raise ValueError(
+            "VB is logistic only (the Jaakkola–Jordan bound exists for the logistic link); "
+            "use --link logistic or another --method."
+        )
+    return _ESTIMATORS[method, link]
+
+
+def make_estimator(
+    method: str,
+    link: str,
+    *,
+    C: float = 1.0,
+    n_samples: int | str = "auto",
+    seed: int = 0,
+    **options,
+) -> BayesianGLMClassifier:
+    """An unfitted estimator; ``n_samples`` only reaches the sampling methods.
+
+    Parameters
+    ----------
+    method, link : str
+        See :func:`estimator_class`.
+    C : float, default=1.0
+        Prior variance of the coefficients.
+    n_samples : int or "auto", default="auto"
+        Posterior evaluations of the sampling methods; ignored by the others.
+    seed : int, default=0
+        ``random_state`` of the estimator.
+    **options
+        Further estimator parameters (e.g. ``rounds`` for VS).
+
+    Returns
+    -------
+    BayesianGLMClassifier
+    """
+    params = {"C": C, "random_state": seed, **options}
+    if method in SAMPLING:
+        params["n_samples"] = n_samples
+    return estimator_class(method, link)(**params)
+
+
+@dataclass
+class TimedFit:
+    """A fitted estimator, the wall time of its ``fit`` and the warnings it raised."""
+
+    estimator: BayesianGLMClassifier
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fell_back(self) -> list[bool]:
+        """Per problem, whether the method fell back to the Laplace approximation."""
+        fallback = getattr(self.estimator, "laplace_fallback_", None)
+        n_problems = len(self.estimator.posteriors_)
+        return [False] * n_problems if fallback is None else [bool(f) for f in fallback]
+
+
+def timed_fit(estimator: BayesianGLMClassifier, X: np.ndarray, y: np.ndarray) -> TimedFit:
+    """Fit ``estimator``, timing the call and collecting its warnings as one-line texts.
+
+    Warnings are recorded rather than shown so that the command line can print each once,
+    as a single line, whatever the process's warning filters (e.g. pytest's).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.perf_counter()
+        estimator.fit(X, y)
+        seconds = time.perf_counter() - start
+    messages: list[str] = []
+    for warning in caught:
+        text = f"{warning.category.__name__}: {' '.join(str(warning.message).split())}"
+        if text not in messages:
+            messages.append(text)
+    return TimedFit(estimator, seconds, messages)

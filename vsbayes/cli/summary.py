@@ -1,0 +1,213 @@
+"""Posterior summaries, tables and JSON of the command line, and its stderr channel."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+from scipy.stats import norm
+
+from ..gaussian import Gaussian
+from .data import INTERCEPT_NAME
+
+__all__ = [
+    "Coefficient",
+    "Console",
+    "coefficient_summary",
+    "diagnostics",
+    "format_diagnostics",
+    "format_number",
+    "format_table",
+    "jsonable",
+    "write_json",
+]
+
+#: 97.5 % quantile of the standard normal (1.959964…): the 95 % interval is mean ± Z sd.
+Z_975 = float(norm.ppf(0.975))
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    """Marginal posterior of one coefficient (Gaussian: the quantiles are mean ± 1.96 sd)."""
+
+    name: str
+    mean: float
+    sd: float
+
+    @property
+    def q025(self) -> float:
+        return self.mean - Z_975 * self.sd
+
+    @property
+    def q975(self) -> float:
+        return self.mean + Z_975 * self.sd
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "mean": self.mean,
+            "sd": self.sd,
+            "q025": self.q025,
+            "q975": self.q975,
+        }
+
+
+def coefficient_summary(posterior: Gaussian, feature_names: Sequence[str]) -> list[Coefficient]:
+    """One :class:`Coefficient` per feature, then the intercept (the last parameter).
+
+    Parameters
+    ----------
+    posterior : Gaussian
+        Posterior of ``[coef, intercept]`` of one binary problem (``posteriors_[k]``).
+    feature_names : sequence of str
+        Names of the coefficients, in order.
+
+    Returns
+    -------
+    list of Coefficient
+    """
+    names = [*feature_names, INTERCEPT_NAME][: posterior.dim]
+    sd = np.sqrt(np.diag(posterior.cov))
+    return [
+        Coefficient(name, float(m), float(s))
+        for name, m, s in zip(names, posterior.mean, sd, strict=True)
+    ]
+
+
+def diagnostics(posterior: Gaussian) -> dict[str, object]:
+    """The scalar diagnostics of a result (those its repr shows), as plain Python values.
+
+    Parameters
+    ----------
+    posterior : Gaussian
+        A result of the engine or of an approximation (``DiagnosedGaussian`` subclasses
+        list their diagnostics in ``_diagnostics``); a plain Gaussian has none.
+
+    Returns
+    -------
+    dict
+        Name to bool, int, float or str; per-round records and arrays are left out.
+    """
+    shown: dict[str, object] = {}
+    for name in getattr(posterior, "_diagnostics", ()):
+        value = getattr(posterior, name, None)
+        if value is not None and np.ndim(value) == 0:
+            shown[name] = jsonable(value)
+    return shown
+
+
+def jsonable(value):
+    """``value`` with numpy scalars and arrays made plain and non-finite floats as None.
+
+    JSON has no NaN or infinity: writing them would produce a file strict parsers reject.
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | Path, document: dict) -> None:
+    """Write ``document`` as indented JSON (strict: no NaN) to ``path``.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; the message names it.
+    """
+    text = json.dumps(jsonable(document), indent=2, allow_nan=False, ensure_ascii=False)
+    try:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+    except OSError as error:
+        raise OSError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def format_number(value, digits: int = 4) -> str:
+    """A table cell: fixed point for ordinary magnitudes, scientific beyond them."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        value = float(value)
+        if not math.isfinite(value):
+            return str(value)
+        if value == 0.0 or 10.0**-digits <= abs(value) < 1e6:
+            return f"{value:.{digits}f}"
+        return f"{value:.{digits - 1}e}"
+    return str(value)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """Align text cells in columns, two spaces apart.
+
+    Parameters
+    ----------
+    header : sequence of str
+        Column titles.
+    rows : sequence of sequence of str
+        Cells, as many per row as titles.
+    align : str, default=""
+        One letter per column, ``"l"`` (left) or ``"r"`` (right); by default the first
+        column is left-aligned (names) and the others right-aligned (numbers).
+
+    Returns
+    -------
+    str
+        The lines of the table, without a final newline.
+    """
+    align = align or "l" + "r" * (len(header) - 1)
+    widths = [max(len(r[j]) for r in [header, *rows]) for j in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            cell.ljust(w) if a == "l" else cell.rjust(w)
+            for cell, w, a in zip(cells, widths, align, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(header), *(line(r) for r in rows)])
+
+
+def format_diagnostics(values: dict[str, object]) -> str:
+    """``name=value`` pairs, floats to 4 significant digits."""
+    if not values:
+        return "none"
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
+    )
+
+
+class Console:
+    """The stderr side of a command: progress lines, warnings, errors.
+
+    Progress is shown only to a person watching (stderr is a terminal) or on request
+    (``--verbose``), so that logs and pipes stay clean.
+    """
+
+    def __init__(self, verbose: bool = False, stream: TextIO | None = None):
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.show_progress = verbose or bool(isatty and isatty())
+
+    def progress(self, text: str) -> None:
+        """Print a progress line when progress is shown."""
+        if self.show_progress:
+            print(text, file=self.stream, flush=True)
+
+    def warn(self, text: str) -> None:
+        """Print a warning as one line prefixed ``vsbayes: warning:``."""
+        print(f"vsbayes: warning: {' '.join(text.split())}", file=self.stream, flush=True)
