@@ -104,7 +104,8 @@ def sampling_parameters(
     return dedent(text)
 
 
-ATTRIBUTES = dedent("""\
+ATTRIBUTES = (
+    dedent("""\
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
@@ -123,9 +124,11 @@ ATTRIBUTES = dedent("""\
         ({diagnostics}).
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Feature names, when X has string column names.
-{extra}""")
+""")
+    + "{extra}"
+)
 
 FALLBACK_ATTRIBUTE = dedent("""\
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
