@@ -15,7 +15,7 @@ from conftest import ALL, SAMPLING, assert_valid_fit, make
 from sklearn.exceptions import ConvergenceWarning
 
 import vsbayes
-from vsbayes.engine._agreement import check_mean_against_is
+from vsbayes.engine._agreement import check_mean_against_is, check_mean_within_fit
 from vsbayes.exceptions import (
     DegenerateEstimateError,
     NotPositiveDefiniteError,
@@ -247,12 +247,17 @@ def test_failed_sampling_fit_falls_back_to_laplace(cls, separable):
     assert_valid_fit(estimator, X)
 
 
-def test_disagreement_with_importance_sampling_is_an_error(rng):
+def test_fits_far_from_the_importance_sampling_mean_are_errors(rng):
+    """VS: the IS mean must be a plausible draw from the fit (distance in the fit's sds);
+    BMC: the means must agree to within IS standard errors (distance × ESS)."""
     z = rng.standard_normal((400, 3))
     weights = np.ones(400)
-    check_mean_against_is("VS", np.full(3, 0.1), z, weights, "remedy", cov_z=np.eye(3))
+    check_mean_within_fit("VS", np.full(3, 1.0), np.eye(3), z, weights, "remedy")
+    with pytest.raises(DegenerateEstimateError, match=r"standard deviations.*remedy"):
+        check_mean_within_fit("VS", np.full(3, 5.0), np.eye(3), z, weights, "remedy")
+    check_mean_against_is("BMC", np.full(3, 0.1), z, weights, "remedy")
     with pytest.raises(DegenerateEstimateError, match=r"standard errors.*remedy"):
-        check_mean_against_is("VS", np.full(3, 1.0), z, weights, "remedy", cov_z=np.eye(3))
+        check_mean_against_is("BMC", np.full(3, 1.0), z, weights, "remedy")
 
 
 # --- extremes ------------------------------------------------------------------------------

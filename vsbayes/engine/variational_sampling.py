@@ -15,7 +15,7 @@ from ..exceptions import (
     UnreliableFitWarning,
 )
 from ..gaussian import Gaussian
-from ._agreement import check_mean_against_is
+from ._agreement import check_mean_within_fit
 from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .features import family_class, make_family
@@ -99,14 +99,13 @@ def _fit_vs_pool(
             f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
             f"covariance, or kernel_scale > 1 with rounds > 1)."
         )
-    check_mean_against_is(
+    check_mean_within_fit(
         "variational-sampling",
         sol.gaussian.mean,
+        sol.gaussian.cov,
         z,
         flushed_exp(log_iw - shift),
-        "Too few points carry the weight p/π: increase n_samples or use a kernel closer "
-        "to the target (rounds > 1 adapts it) or wider.",
-        cov_z=sol.gaussian.cov,
+        "Increase n_samples or use a kernel closer to the target (rounds > 1 adapts it) or wider.",
     )
     if final:
         _warn_about(sol, pool, fam.n_params, max_iter)
@@ -238,9 +237,9 @@ def variational_sampling(
     NonIntegrableFitError
         If the final fit has no finite integral (the remedy is in the message).
     DegenerateEstimateError
-        If the final fit's mean is implausibly far (chi-square tail probability below 1e-9)
-        from the importance-sampling mean of the same points: the fit extrapolates beyond
-        the few points that carry the weight.
+        If the importance-sampling mean of the final round's points is implausible under
+        the fit (chi-square tail probability below 1e-9 in the fit's own metric): the fit
+        extrapolates beyond the few points that carry the weight.
 
     Examples
     --------
