@@ -109,8 +109,8 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
         ),
         see_also=see_also,
         notes=fallback_note(
-            "e.g. a non-integrable fit, or a mean far from the importance-sampling mean "
-            "of the same points"
+            "e.g. a non-integrable fit, or a fit that extrapolates beyond the points "
+            "carrying the weight"
         ),
         name=name,
         example_args="random_state=0",
