@@ -27,3 +27,15 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_quickstart_code_runs():
     for block in code_blocks("python"):
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_main_job_runs_through_the_console_script():
+    """`vsbayes fit`, the README's main job, through the installed entry point."""
+    import shutil
+    import subprocess
+
+    command = shutil.which("vsbayes")
+    assert command, "the vsbayes console script is not installed (pip install -e .)"
+    done = subprocess.run([command, "fit"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "log evidence" in done.stdout and "worst radius" in done.stdout
