@@ -183,15 +183,7 @@ def _summary(data: Dataset, args, n: int, reference_fit: TimedFit, rows, plot) -
         )
     return {
         "command": "compare",
-        "data": {
-            "source": data.source,
-            "rows": len(data.y),
-            "features": data.X.shape[1],
-            "feature_names": data.feature_names,
-            "standardized": True,
-            "target": data.target_name,
-            "classes": [{"label": c, "rows": k} for c, k in data.class_counts()],
-        },
+        "data": data.summary(),
         "settings": {
             "link": args.link,
             "C": args.C,

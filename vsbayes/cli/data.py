@@ -51,6 +51,18 @@ class Dataset:
         """Sorted distinct labels (the estimators' ``classes_``)."""
         return np.unique(self.y)
 
+    def summary(self) -> dict:
+        """What the data are, as a JSON-ready dict (the ``data`` entry of the outputs)."""
+        return {
+            "source": self.source,
+            "rows": len(self.y),
+            "features": self.X.shape[1],
+            "feature_names": self.feature_names,
+            "standardized": True,
+            "target": self.target_name,
+            "classes": [{"label": c, "rows": k} for c, k in self.class_counts()],
+        }
+
     def class_counts(self) -> list[tuple[object, int]]:
         """``(label, number of rows)`` for each class, in the order of :attr:`classes`."""
         classes, counts = np.unique(self.y, return_counts=True)

@@ -96,15 +96,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
     sampling = args.method in SAMPLING
     return {
         "command": "fit",
-        "data": {
-            "source": data.source,
-            "rows": len(data.y),
-            "features": data.X.shape[1],
-            "feature_names": data.feature_names,
-            "standardized": True,
-            "target": data.target_name,
-            "classes": [{"label": c, "rows": n} for c, n in data.class_counts()],
-        },
+        "data": data.summary(),
         "settings": {
             "estimator": type(estimator).__name__,
             "method": args.method,
