@@ -11,6 +11,7 @@ __all__ = [
     "ConvergenceWarning",
     "DegenerateEstimateError",
     "EstimationError",
+    "MemoryLimitError",
     "NonIntegrableFitError",
     "NotPositiveDefiniteError",
     "UnreliableFitWarning",
@@ -23,6 +24,16 @@ class EstimationError(RuntimeError):
 
 class NotPositiveDefiniteError(EstimationError, ValueError):
     """A covariance or precision matrix is not symmetric positive definite."""
+
+
+class MemoryLimitError(ValueError):
+    """A dense array the computation needs would not fit in memory.
+
+    Raised before the allocation (instead of numpy's ``MemoryError``) when its estimated
+    size exceeds ``vsbayes._memory.memory_limit()``, a fraction of physical memory. The
+    message says which arrays, how large, and what to change (typically: fewer features,
+    since a full posterior covariance over p coefficients takes ``8 p²`` bytes).
+    """
 
 
 class NonIntegrableFitError(EstimationError):

@@ -1,0 +1,95 @@
+"""A guard against dense allocations larger than the machine: a clear error instead of numpy's.
+
+NumPy's ``MemoryError: Unable to allocate 120 GiB`` says neither which matrix was too large
+nor what to change, and an allocation that does succeed beyond physical memory makes the
+machine swap for hours. :func:`check_memory` is called with an estimate *before* the dense
+arrays are allocated and raises :class:`~vsbayes.exceptions.MemoryLimitError` naming them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .exceptions import MemoryLimitError
+
+__all__ = ["MEMORY_FRACTION", "check_memory", "format_bytes", "memory_limit"]
+
+#: Fraction of physical memory that one computation may use: the rest is left to the
+#: interpreter, the data and the other processes of the machine.
+MEMORY_FRACTION = 0.8
+# Used when the platform does not report its physical memory (os.sysconf is POSIX only).
+_FALLBACK_LIMIT = 8 * 2**30
+_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def memory_limit() -> float:
+    """Bytes that one computation may allocate: :data:`MEMORY_FRACTION` of physical memory.
+
+    Returns
+    -------
+    float
+        ``0.8 × SC_PHYS_PAGES × SC_PAGE_SIZE``, or 8 GiB when the platform does not
+        report its physical memory.
+    """
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return float(_FALLBACK_LIMIT)
+    return MEMORY_FRACTION * physical if physical > 0 else float(_FALLBACK_LIMIT)
+
+
+def format_bytes(nbytes: float) -> str:
+    """A byte count in binary units (KiB = 1024 bytes), with three significant digits.
+
+    Parameters
+    ----------
+    nbytes : float
+        Number of bytes.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> format_bytes(120 * 2**30)
+    '120 GiB'
+    >>> format_bytes(1536)
+    '1.5 KiB'
+    >>> format_bytes(1023)
+    '1023 bytes'
+    """
+    value = float(nbytes)
+    for unit in _UNITS:
+        if abs(value) < 1024.0 or unit == _UNITS[-1]:
+            break
+        value /= 1024.0
+    # 1000 to 1023 in a unit would print as 1.02e+03 with three digits.
+    return f"{value:.3g} {unit}" if abs(value) < 1000.0 else f"{value:.0f} {unit}"
+
+
+def check_memory(nbytes: float, what: str, remedy: str) -> None:
+    """Raise before allocating ``nbytes`` bytes if that exceeds :func:`memory_limit`.
+
+    Parameters
+    ----------
+    nbytes : float
+        Estimated bytes held at once by the arrays about to be allocated.
+    what : str
+        What they are, for the message (e.g. "the 200000 × 200000 posterior covariance").
+    remedy : str
+        What the user can change, one or more sentences.
+
+    Raises
+    ------
+    MemoryLimitError
+        If ``nbytes`` exceeds the limit; its message gives the estimate, the limit and the
+        remedy.
+    """
+    limit = memory_limit()
+    if nbytes > limit:
+        raise MemoryLimitError(
+            f"Computing {what} would allocate about {format_bytes(nbytes)}, more than the "
+            f"memory limit of {format_bytes(limit)} ({MEMORY_FRACTION:.0%} of this machine's "
+            f"physical memory). {remedy}"
+        )
