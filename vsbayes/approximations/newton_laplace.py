@@ -11,12 +11,11 @@ import math
 import warnings
 
 import numpy as np
-from scipy.linalg import cho_solve
 
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
-from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
+from ._glm_gaussian import GLMGaussian, precision_diagonal
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 
@@ -24,10 +23,15 @@ __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 class NewtonLaplaceSolver:
     """Newton's method with exact Hessian, Cholesky solves and Armijo backtracking.
 
+    The Newton system is solved by :class:`GLMGaussian`, whose precision is the negative
+    Hessian ``diag(1/prior_var) + Aᵀ diag(s_i h_i) A``: through the p × p Cholesky factor
+    when p ≤ M, through the M × M dual (Woodbury) one when there are more coefficients
+    than observations.
+
     Parameters
     ----------
     model : BinaryGLMPosterior
-        Log-concave posterior with ``value_gradient_hessian`` and ``log_density``.
+        Log-concave posterior with ``design``, ``link``, ``log_prior`` and ``log_density``.
     tol : float
         Stop when half the squared Newton decrement ``gᵀH⁻¹g / 2`` — the increase of
         ``log p`` one more Newton step would bring — is at most ``tol``.
@@ -35,13 +39,24 @@ class NewtonLaplaceSolver:
         Maximum Newton iterations.
     verbose : int
         Print one line per iteration when > 1.
+    form : {"auto", "primal", "dual"}, default="auto"
+        Factorization of the negative Hessian (see :class:`GLMGaussian`).
     """
 
-    def __init__(self, model: BinaryGLMPosterior, *, tol: float, max_iter: int, verbose: int = 0):
+    def __init__(
+        self,
+        model: BinaryGLMPosterior,
+        *,
+        tol: float,
+        max_iter: int,
+        verbose: int = 0,
+        form: str = "auto",
+    ):
         self.model = model
         self.tol = tol
         self.max_iter = max_iter
         self.verbose = verbose
+        self.form = form
 
     def setup(self, theta0: np.ndarray | None) -> None:
         self.theta = np.zeros(self.model.dim) if theta0 is None else np.array(theta0, dtype=float)
@@ -50,11 +65,24 @@ class NewtonLaplaceSolver:
         self.stalled = False
 
     def update_gradient_hessian(self) -> None:
-        self.value, self.grad, hess = self.model.value_gradient_hessian(self.theta)
+        # The value and gradient of model.value_gradient_hessian, but the negative Hessian
+        # only as its curvature weights s_i h_i: GLMGaussian factorizes it in primal or dual
+        # form (the dual one never forms the p × p matrix).
+        model, theta = self.model, self.theta
+        t = np.asarray(model.design @ theta).ravel()
+        self.value = float(model.sample_weight @ model.link.log_cdf(t)) + float(
+            model.log_prior(theta[None])[0]
+        )
+        slope, curvature = model.link.derivatives(t)
+        self.grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
+        self.grad -= theta / model.prior_var
+        weights = model.sample_weight * curvature
         try:
-            self.lower = lower_cholesky(hess, "negative Hessian of the log-posterior")
+            self.gaussian = GLMGaussian(
+                model, weights, form=self.form, what="negative Hessian of the log-posterior"
+            )
         except NotPositiveDefiniteError:
-            diagonal = np.diag(hess)
+            diagonal = precision_diagonal(model, weights)
             raise NotPositiveDefiniteError(
                 f"The negative Hessian of the log-posterior is not numerically positive "
                 f"definite: the posterior is too elongated for float64 (its curvature "
@@ -65,7 +93,7 @@ class NewtonLaplaceSolver:
             ) from None
 
     def inner_solve(self) -> None:
-        self.step = cho_solve((self.lower, True), self.grad, check_finite=False)
+        self.step = self.gaussian.solve(self.grad)
         self.half_decrement = 0.5 * float(self.grad @ self.step)
 
     def check_convergence(self) -> bool:
@@ -97,12 +125,10 @@ class NewtonLaplaceSolver:
                 stacklevel=4,
             )
         d = self.model.dim
-        cov = cho_solve((self.lower, True), np.eye(d), check_finite=False)
-        log_det_half = float(np.log(np.diag(self.lower)).sum())
-        log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - log_det_half
+        log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
         return LaplaceResult(
             self.theta,
-            cov,
+            self.gaussian.cov,
             log_Z,
             n_iter=self.n_iter,
             converged=self.converged or self.stalled,
@@ -112,6 +138,16 @@ class NewtonLaplaceSolver:
 
     def solve(self, theta0: np.ndarray | None = None) -> LaplaceResult:
         """Run Newton's method from ``theta0`` (default 0) and return the Laplace Gaussian."""
+        self.find_mode(theta0)
+        return self.finalize()
+
+    def find_mode(self, theta0: np.ndarray | None = None) -> None:
+        """Run Newton's method from ``theta0`` (default 0), without the covariance.
+
+        Afterwards ``theta`` is the mode, ``value`` the log-density there and ``gaussian``
+        the :class:`GLMGaussian` of the negative Hessian (its ``half_log_det``, ``t_var``
+        and ``solve`` need no p × p matrix in dual form).
+        """
         self.setup(theta0)
         while True:
             self.update_gradient_hessian()
@@ -125,7 +161,6 @@ class NewtonLaplaceSolver:
                 break
             self.line_search()
             self.n_iter += 1
-        return self.finalize()
 
 
 def glm_laplace(

@@ -1,0 +1,127 @@
+"""The Gaussian of prior × sites (layer 5): the dual (Woodbury) form equals the primal one."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from vsbayes.approximations import NewtonLaplaceSolver, glm_laplace
+from vsbayes.approximations._glm_gaussian import GLMGaussian, precision_diagonal
+from vsbayes.approximations.expectation_propagation import _Posterior
+from vsbayes.exceptions import NotPositiveDefiniteError
+from vsbayes.models import BinaryGLMPosterior
+
+INTERCEPTS = [None, 4.0, 1e6]  # 1e6: the estimators' intercept prior
+
+
+def wide_model(rng, m, d, sparse, intercept, density=0.3, link="logistic"):
+    X = rng.standard_normal((m, d)) * (rng.random((m, d)) < density)
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    X = sp.csr_matrix(X) if sparse else X
+    return BinaryGLMPosterior(
+        X, y, rng.uniform(0.5, 2.0, m), link, prior_var=2.0, intercept_prior_var=intercept
+    )
+
+
+def assert_close(a, b):
+    np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("intercept", INTERCEPTS)
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_dual_equals_primal(rng, sparse, intercept):
+    model = wide_model(rng, m=15, d=40, sparse=sparse, intercept=intercept)
+    tau = rng.uniform(0.01, 3.0, 15)
+    linear = rng.standard_normal(model.dim)
+    primal = GLMGaussian(model, tau, linear, form="primal")
+    dual = GLMGaussian(model, tau, linear, form="dual")
+    assert (primal.form, dual.form) == ("primal", "dual")
+    for name in ("mean", "cov", "t_mean", "t_var", "linear"):
+        assert_close(getattr(dual, name), getattr(primal, name))
+    assert dual.half_log_det == pytest.approx(primal.half_log_det, abs=1e-8)
+    for v in (rng.standard_normal(model.dim), rng.standard_normal((model.dim, 3))):
+        assert_close(dual.solve(v), primal.solve(v))
+    assert np.array_equal(dual.cov, dual.cov.T)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_the_primal_form_is_what_ep_computes(rng, sparse):
+    model = wide_model(rng, m=40, d=6, sparse=sparse, intercept=4.0)
+    tau, nu = rng.uniform(0.01, 3.0, 40), rng.standard_normal(40)
+    linear = np.asarray(model.design.T @ nu).ravel()
+    ours = GLMGaussian(model, tau, linear, what="EP posterior precision")
+    theirs = _Posterior(model, tau, nu)
+    assert ours.form == "primal"
+    for name in ("mean", "cov", "t_mean", "t_var", "linear"):
+        assert_close(getattr(ours, name), getattr(theirs, name))
+    assert ours.half_log_det == np.log(np.diag(theirs.lower)).sum()
+
+
+def test_auto_picks_the_smaller_factorization(rng):
+    assert GLMGaussian(wide_model(rng, 10, 30, False, 4.0), np.ones(10)).form == "dual"
+    assert GLMGaussian(wide_model(rng, 31, 30, False, 4.0), np.ones(31)).form == "primal"
+    with pytest.raises(ValueError, match="form must be one of"):
+        GLMGaussian(wide_model(rng, 10, 3, False, 4.0), np.ones(10), form="woodbury")
+
+
+def test_negative_round_off_sites_are_clipped_in_the_dual(rng):
+    model = wide_model(rng, m=10, d=30, sparse=False, intercept=None)
+    tau = rng.uniform(0.1, 1.0, 10)
+    clipped = tau.copy()
+    tau[3], clipped[3] = -1e-17, 0.0
+    assert_close(
+        GLMGaussian(model, tau, form="dual").t_var, GLMGaussian(model, clipped, form="primal").t_var
+    )
+
+
+def test_precision_diagonal(rng):
+    for sparse in (False, True):
+        model = wide_model(rng, m=12, d=5, sparse=sparse, intercept=4.0)
+        tau = rng.uniform(0.0, 2.0, 12)
+        precision = model.weighted_gram(tau) + np.diag(1.0 / model.prior_var)
+        assert_close(precision_diagonal(model, tau), np.diag(precision))
+
+
+def test_not_positive_definite_is_named(rng):
+    model = wide_model(rng, m=10, d=3, sparse=False, intercept=None)
+    with pytest.raises(NotPositiveDefiniteError, match="The EP posterior precision matrix"):
+        GLMGaussian(model, np.full(10, -1e3), what="EP posterior precision")
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+@pytest.mark.parametrize("intercept", INTERCEPTS)
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_laplace_in_dual_form_equals_primal(rng, sparse, intercept, link):
+    model = wide_model(rng, m=20, d=60, sparse=sparse, intercept=intercept, link=link)
+    fits = {
+        form: NewtonLaplaceSolver(model, tol=1e-14, max_iter=100, form=form).solve()
+        for form in ("primal", "dual")
+    }
+    primal, dual = fits["primal"], fits["dual"]
+    assert primal.converged and dual.converged
+    assert_close(dual.mean, primal.mean)
+    assert_close(dual.cov, primal.cov)
+    assert dual.log_Z == pytest.approx(primal.log_Z, abs=1e-8)
+    auto = glm_laplace(model, tol=1e-14)  # d > M: the dual form
+    assert_close(auto.mean, primal.mean)
+
+
+def test_a_wide_sparse_design_is_never_densified(rng):
+    # 50 × 20000 at 0.1 %: A dense would take 8 MB, a p × p matrix 3.2 GB.
+    m, d = 50, 20_000
+    X = sp.random(m, d, density=0.001, format="csr", random_state=0, data_rvs=rng.standard_normal)
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    model = BinaryGLMPosterior(X, y, np.ones(m), "logistic", prior_var=1.0, intercept_prior_var=1e6)
+    solver = NewtonLaplaceSolver(model, tol=1e-10, max_iter=100)
+    tracemalloc.start()
+    try:
+        solver.find_mode()
+        t_var = solver.gaussian.t_var
+        half_log_det = solver.gaussian.half_log_det
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert solver.converged and solver.gaussian.form == "dual"
+    assert np.all(t_var > 0) and np.isfinite(half_log_det)
+    assert peak < 4 * 2**20, peak

@@ -1,0 +1,95 @@
+"""The memory guard (layer 0): a clear MemoryLimitError instead of numpy's MemoryError."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import vsbayes
+from vsbayes import _memory
+from vsbayes._memory import check_memory, format_bytes, memory_limit
+from vsbayes.approximations import glm_laplace
+from vsbayes.approximations._glm_gaussian import GLMGaussian
+from vsbayes.exceptions import MemoryLimitError
+from vsbayes.models import BinaryGLMPosterior
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (0, "0 bytes"),
+        (100, "100 bytes"),
+        (1023, "1023 bytes"),
+        (1536, "1.5 KiB"),
+        (120 * 2**30, "120 GiB"),
+    ],
+)
+def test_format_bytes(nbytes, text):
+    assert format_bytes(nbytes) == text
+
+
+def test_memory_limit_is_a_fraction_of_physical_memory(monkeypatch):
+    assert 2**20 < memory_limit() < 2**60
+
+    def unavailable(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(_memory.os, "sysconf", unavailable)
+    assert memory_limit() == 8 * 2**30
+
+
+def test_check_memory_raises_with_the_estimate_limit_and_remedy(monkeypatch):
+    monkeypatch.setattr(_memory, "memory_limit", lambda: 2.0**30)
+    check_memory(2.0**29, "half the limit", "Nothing to do.")
+    with pytest.raises(MemoryLimitError, match="the thing would allocate about 120 GiB") as info:
+        check_memory(120 * 2.0**30, "the thing", "Use less.")
+    assert "limit of 1 GiB" in str(info.value)
+    assert str(info.value).endswith("Use less.")
+    assert isinstance(info.value, ValueError)
+
+
+def problem(rng, m, d, intercept=True):
+    X = rng.standard_normal((m, d))
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    return (
+        X,
+        y,
+        BinaryGLMPosterior(
+            X,
+            y,
+            np.ones(m),
+            "logistic",
+            prior_var=1.0,
+            intercept_prior_var=4.0 if intercept else None,
+        ),
+    )
+
+
+def test_a_huge_covariance_raises_before_allocating(rng, monkeypatch):
+    # 200,000 features, 3 observations: the dual Newton steps are cheap, the covariance is
+    # 320 GB. The limit is lowered so that the test never depends on the machine.
+    monkeypatch.setattr(_memory, "memory_limit", lambda: 16 * 2.0**30)
+    _, _, model = problem(rng, m=3, d=200_000)
+    with pytest.raises(MemoryLimitError, match=r"200001 × 200001 posterior covariance \(sigma_"):
+        glm_laplace(model)
+    X = rng.standard_normal((4, 200_000))
+    with pytest.raises(MemoryLimitError, match="feature selection"):
+        vsbayes.LaplaceLogisticRegression().fit(X, [0, 1, 0, 1])
+
+
+def test_the_factorizations_are_guarded(rng, monkeypatch):
+    monkeypatch.setattr(_memory, "memory_limit", lambda: 1000.0)
+    _, _, tall = problem(rng, m=30, d=20)  # primal: three 21 × 21 matrices > 1000 bytes
+    with pytest.raises(MemoryLimitError, match="21 × 21 posterior precision"):
+        GLMGaussian(tall, np.ones(30))
+    _, _, wide = problem(rng, m=12, d=40)  # dual: four 12 × 12 matrices > 1000 bytes
+    with pytest.raises(MemoryLimitError, match="12 × 12 dual form"):
+        GLMGaussian(wide, np.ones(12))
+
+
+def test_a_normal_fit_is_not_affected(rng):
+    X, y, _ = problem(rng, m=200, d=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = vsbayes.LaplaceLogisticRegression().fit(X, y > 0)
+    assert fit.sigma_.shape == (6, 6)

@@ -1,0 +1,231 @@
+"""The Gaussian of a binary GLM's prior times Gaussian sites on ``t_i = a_iᵀθ``, primal or dual.
+
+Newton-Laplace (sites = the second-order expansion of each factor) and EP (sites = the
+moment-matched ones) both need the Gaussian with precision and linear term
+
+    H = D + Aᵀ diag(τ) A,    h,    mean μ = H⁻¹ h,
+
+where ``D = diag(1 / prior_var)`` and ``A`` (M × p) is the model's signed design, dense or
+CSR. Two factorizations give it:
+
+* **primal** (p ≤ M): the Cholesky factor of the p × p matrix H; O(M p² + p³).
+* **dual** (p > M): Woodbury's identity around the M × M matrix
+  ``B = I + T^½ A D⁻¹ Aᵀ T^½`` (``T = diag(τ)``), so that
+  ``H⁻¹ = D⁻¹ - D⁻¹ Aᵀ T^½ B⁻¹ T^½ A D⁻¹`` and ``log det H = Σ log D + log det B``;
+  O(M² p + M³), and no p × p matrix unless the covariance itself is asked for. B has all
+  its eigenvalues ≥ 1, so its Cholesky factorization is stable (it is the symmetric form
+  of Rasmussen and Williams 2006, Algorithm 3.5). A CSR design stays sparse: only
+  products ``A @ dense`` and ``A.T @ dense`` are formed.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import cho_solve, solve_triangular
+
+from .._memory import check_memory
+from ..gaussian import lower_cholesky
+from ..models import BinaryGLMPosterior
+
+__all__ = ["GLMGaussian", "precision_diagonal"]
+
+_FORMS = ("auto", "primal", "dual")
+_FEATURES_REMEDY = (
+    "Reduce the number of features, e.g. by feature selection (sklearn.feature_selection): "
+    "a full covariance over p coefficients takes 8·p² bytes per matrix."
+)
+
+
+class GLMGaussian:
+    """N(H⁻¹h, H⁻¹) with ``H = diag(1/prior_var) + Aᵀ diag(τ) A``, in primal or dual form.
+
+    Parameters
+    ----------
+    model : BinaryGLMPosterior
+        Gives the signed design ``A`` (``model.design``), ``prior_var`` and ``max_bytes``.
+    tau : ndarray of shape (M,)
+        Site precisions, one per row of ``A``; ≥ 0 for log-concave factors.
+    linear : ndarray of shape (p,), optional
+        The linear term ``h`` (default 0, e.g. when only :meth:`solve` is needed).
+    form : {"auto", "primal", "dual"}, default="auto"
+        Factorization; "auto" takes the primal one when p ≤ M (then the p × p Cholesky
+        factor is the smaller matrix), the dual one otherwise.
+    what : str, default="posterior precision"
+        Name of H in the error raised when it is not positive definite.
+
+    Attributes
+    ----------
+    form : str
+        "primal" or "dual".
+    linear : ndarray of shape (p,)
+        The linear term ``h``.
+    half_log_det : float
+        ``½ log det H``.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        If the matrix to factorize is not numerically positive definite.
+    MemoryLimitError
+        If the dense matrices of the factorization would not fit in memory.
+    """
+
+    def __init__(
+        self,
+        model: BinaryGLMPosterior,
+        tau: np.ndarray,
+        linear: np.ndarray | None = None,
+        *,
+        form: str = "auto",
+        what: str = "posterior precision",
+    ):
+        if form not in _FORMS:
+            raise ValueError(f"form must be one of {_FORMS}; got {form!r}.")
+        p, m = model.dim, model.n_observations
+        if form == "auto":
+            form = "primal" if p <= m else "dual"
+        self.form = form
+        self.linear = np.zeros(p) if linear is None else np.asarray(linear, dtype=float)
+        self._design = model.design
+        self._prior_var = model.prior_var
+        self._max_bytes = model.max_bytes
+        tau = np.asarray(tau, dtype=float)
+        if form == "primal":
+            # weighted_gram's sum and its block product, then the Cholesky factor.
+            check_memory(3 * 8.0 * p * p, f"the {p} × {p} {what}", _FEATURES_REMEDY)
+            precision = model.weighted_gram(tau)
+            precision[np.diag_indices(p)] += 1.0 / model.prior_var
+            self._lower = lower_cholesky(precision, what)
+            self.half_log_det = float(np.log(np.diag(self._lower)).sum())
+        else:
+            # The kernel, B, its factor and t_var's solve: four M × M matrices at most.
+            check_memory(
+                4 * 8.0 * m * m,
+                f"the {m} × {m} dual form of the {what} ({m} observations)",
+                "Reduce the number of observations (subsample) or of features.",
+            )
+            # Log-concave factors give τ ≥ 0 (EP's and Newton's sites alike); a negative τ can
+            # only be round-off, and T^½ needs τ ≥ 0.
+            self._root = np.sqrt(np.maximum(tau, 0.0))
+            self._kernel = _prior_kernel(model)
+            dual = self._kernel * self._root[:, None]
+            dual *= self._root
+            dual[np.diag_indices(m)] += 1.0
+            self._lower = lower_cholesky(dual, f"dual form (I + T^½ A D⁻¹ Aᵀ T^½) of the {what}")
+            self.half_log_det = float(
+                np.log(np.diag(self._lower)).sum() - 0.5 * np.log(self._prior_var).sum()
+            )
+
+    def solve(self, v: np.ndarray) -> np.ndarray:
+        """``H⁻¹ v`` for ``v`` of shape (p,) or (p, k)."""
+        v = np.asarray(v, dtype=float)
+        if self.form == "primal":
+            return cho_solve((self._lower, True), v, check_finite=False)
+        prior_var, root = self._prior_var, self._root
+        if v.ndim == 2:
+            prior_var, root = prior_var[:, None], root[:, None]
+        scaled = prior_var * v  # D⁻¹ v
+        inner = cho_solve((self._lower, True), root * (self._design @ scaled), check_finite=False)
+        return scaled - prior_var * (self._design.T @ (root * inner))
+
+    @cached_property
+    def mean(self) -> np.ndarray:
+        """``μ = H⁻¹ h``, shape (p,)."""
+        return self.solve(self.linear)
+
+    @cached_property
+    def t_mean(self) -> np.ndarray:
+        """Mean ``a_iᵀμ`` of each ``t_i = a_iᵀθ``, shape (M,)."""
+        return np.asarray(self._design @ self.mean).ravel()
+
+    @cached_property
+    def t_var(self) -> np.ndarray:
+        """Variance ``a_iᵀ H⁻¹ a_i`` of each ``t_i = a_iᵀθ``, shape (M,), without the covariance.
+
+        Primal: ``|L⁻¹ a_i|²`` over blocks of rows. Dual: the diagonal of
+        ``A H⁻¹ Aᵀ = K - K T^½ B⁻¹ T^½ K`` with ``K = A D⁻¹ Aᵀ``, in O(M³) given K.
+        """
+        if self.form == "dual":
+            spread = solve_triangular(
+                self._lower, self._kernel * self._root[:, None], lower=True, check_finite=False
+            )
+            return np.diag(self._kernel) - np.einsum("ij,ij->j", spread, spread)
+        design, lower = self._design, self._lower
+        m, p = design.shape
+        # Each block holds its rows as a dense (p, block) array and the solve's result.
+        block = max(1, self._max_bytes // (16 * p))
+        out = np.empty(m)
+        for j in range(0, m, block):
+            rows = design[j : j + block]
+            rows = rows.toarray() if sp.issparse(rows) else rows
+            spread = solve_triangular(lower, rows.T, lower=True, check_finite=False)
+            out[j : j + block] = np.einsum("ij,ij->j", spread, spread)
+        return out
+
+    @cached_property
+    def cov(self) -> np.ndarray:
+        """The covariance ``H⁻¹``, shape (p, p), dense; computed on first access.
+
+        Raises
+        ------
+        MemoryLimitError
+            If the p × p matrices would not fit in memory.
+        """
+        p, m = self._prior_var.shape[0], self._design.shape[0]
+        what = f"the {p} × {p} posterior covariance (sigma_ of the estimators)"
+        if self.form == "primal":
+            # The Cholesky factor, the identity and the solution.
+            check_memory(3 * 8.0 * p * p, what, _FEATURES_REMEDY)
+            return cho_solve((self._lower, True), np.eye(p), check_finite=False)
+        check_memory(8.0 * (p * p + p * m + 2 * m * m), what, _FEATURES_REMEDY)
+        # H⁻¹ = D⁻¹ - V Vᵀ with V = D⁻¹ Aᵀ T^½ L⁻ᵀ (B = L Lᵀ). The explicit L⁻¹ is stable:
+        # B ⪰ I, so |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.
+        inv_lower = solve_triangular(self._lower, np.eye(m), lower=True, check_finite=False)
+        spread = np.asarray(self._design.T @ (self._root[:, None] * inv_lower.T))
+        spread *= self._prior_var[:, None]
+        cov = spread @ spread.T  # a product with its own transpose: exactly symmetric (SYRK)
+        np.negative(cov, out=cov)
+        cov[np.diag_indices(p)] += self._prior_var
+        return cov
+
+
+def precision_diagonal(model: BinaryGLMPosterior, tau: np.ndarray) -> np.ndarray:
+    """The diagonal of ``H = diag(1/prior_var) + Aᵀ diag(τ) A``, without forming H.
+
+    Parameters
+    ----------
+    model : BinaryGLMPosterior
+        The model giving ``A`` and ``prior_var``.
+    tau : ndarray of shape (M,)
+        Site precisions.
+
+    Returns
+    -------
+    ndarray of shape (p,)
+    """
+    design = model.design
+    if sp.issparse(design):
+        squares = np.asarray(design.multiply(design).T @ tau).ravel()
+    else:
+        squares = np.einsum("ij,ij,i->j", design, design, tau)  # no (M, p) temporary
+    return squares + 1.0 / model.prior_var
+
+
+def _prior_kernel(model: BinaryGLMPosterior) -> np.ndarray:
+    """``K = A D⁻¹ Aᵀ`` (M × M, dense), the prior covariance of the ``t_i``."""
+    design, scale = model.design, np.sqrt(model.prior_var)
+    if sp.issparse(design):
+        scaled = design @ sp.diags(scale)  # CSR with A's sparsity
+        return np.asarray((scaled @ scaled.T).toarray())
+    m, p = design.shape
+    kernel = np.zeros((m, m))
+    # Blocks of columns, so that the scaled copy stays within max_bytes; each block's
+    # product with its own transpose is exactly symmetric.
+    block = max(1, model.max_bytes // (8 * max(m, 1)))
+    for j in range(0, p, block):
+        part = design[:, j : j + block] * scale[j : j + block]
+        kernel += part @ part.T
+    return kernel
