@@ -20,13 +20,11 @@ import math
 import warnings
 
 import numpy as np
-from scipy.linalg import cho_solve
 
 from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning, EstimationError
-from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
-from ._design import row_moments
+from ._glm_gaussian import GLMGaussian
 from .newton_laplace import glm_laplace
 
 __all__ = ["EPResult", "expectation_propagation"]
@@ -48,20 +46,13 @@ class EPResult(DiagnosedGaussian):
     _diagnostics = ("n_iter", "converged", "site_change")
 
 
-class _Posterior:
-    """The Gaussian of the prior times the sites, and the marginals of the sites' t_i."""
-
-    def __init__(self, model: BinaryGLMPosterior, tau: np.ndarray, nu: np.ndarray):
-        precision = model.weighted_gram(tau)
-        precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
-        self.lower = lower_cholesky(precision, "EP posterior precision")
-        self.linear = np.asarray(model.design.T @ nu).ravel()
-        self.mean = cho_solve((self.lower, True), self.linear, check_finite=False)
-        self.cov = cho_solve((self.lower, True), np.eye(model.dim), check_finite=False)
-        self.t_mean, self.t_var = row_moments(model.design, self.mean, self.cov)
+def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
+    """The Gaussian of the prior times the sites, with the marginals of the sites' t_i."""
+    linear = np.asarray(model.design.T @ nu).ravel()
+    return GLMGaussian(model, tau, linear, what="EP posterior precision")
 
 
-def _cavity(post: _Posterior, tau, nu, copies):
+def _cavity(post: GLMGaussian, tau, nu, copies):
     """Cavity precision and linear term of one copy of each factor."""
     return 1.0 / post.t_var - tau / copies, post.t_mean / post.t_var - nu / copies
 
@@ -73,13 +64,14 @@ def expectation_propagation(
     tol: float = 1e-8,
     max_iter: int = 200,
     start: np.ndarray | None = None,
+    site_fit: str = "auto",
 ) -> EPResult:
     """Weight-space EP approximation of a binary GLM posterior.
 
     Parameters
     ----------
     model : BinaryGLMPosterior
-        The posterior; its link must provide ``tilted_moments`` (probit: closed form).
+        The posterior.
     damping : float, default=0.5
         Fraction of the new site parameters taken at each sweep (1 = undamped); smaller
         values converge on harder problems (near-separable data), more slowly.
@@ -93,6 +85,12 @@ def expectation_propagation(
         Laplace approximation and the first cavities are moderate. (From the prior, a
         vague prior gives cavities of variance ~C·|x|², on which parallel updates can
         oscillate without converging.)
+    site_fit : {"auto", "closed", "vs", "quadrature"}, default="auto"
+        How the moments of each tilted density ``F(t) × cavity`` are computed (the
+        ``method`` of :meth:`~vsbayes.models.links.Link.tilted_moments`): ``"vs"`` fits each
+        by variational sampling on a Gauss–Hermite rule, all sites at once; ``"closed"`` is
+        the probit closed form; ``"quadrature"`` the adaptive trapezoid rule (the slow
+        reference). ``"auto"``: closed form where there is one, else VS.
 
     Returns
     -------
@@ -107,7 +105,7 @@ def expectation_propagation(
     slope, curvature = model.link.derivatives(t)
     tau = model.sample_weight * curvature
     nu = model.sample_weight * (slope + curvature * t)
-    post = _Posterior(model, tau, nu)
+    post = _posterior(model, tau, nu)
     converged, change, n_iter = False, math.inf, 0
     while n_iter < max_iter:
         n_iter += 1
@@ -115,7 +113,9 @@ def expectation_propagation(
         # A site whose cavity is not a proper Gaussian keeps its parameters this sweep.
         ok = cav_tau > 0
         cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
-        _, t_mean, t_var = model.link.tilted_moments(cav_nu * cav_var, cav_var, power)
+        _, t_mean, t_var = model.link.tilted_moments(
+            cav_nu * cav_var, cav_var, power, method=site_fit
+        )
         new_tau = np.where(ok, copies * (1.0 / t_var - cav_tau), tau)
         new_nu = np.where(ok, copies * (t_mean / t_var - cav_nu), nu)
         new_tau = (1.0 - damping) * tau + damping * new_tau
@@ -125,7 +125,7 @@ def expectation_propagation(
             float(np.max(np.abs(new_nu - nu) / (1.0 + np.abs(nu)), initial=0.0)),
         )
         tau, nu = new_tau, new_nu
-        post = _Posterior(model, tau, nu)
+        post = _posterior(model, tau, nu)
         if change <= tol:
             converged = True
             break
@@ -139,14 +139,14 @@ def expectation_propagation(
     return EPResult(
         post.mean,
         post.cov,
-        _log_evidence(model, post, tau, nu),
+        _log_evidence(model, post, tau, nu, site_fit),
         n_iter=n_iter,
         converged=converged,
         site_change=change,
     )
 
 
-def _log_evidence(model: BinaryGLMPosterior, post: _Posterior, tau, nu) -> float:
+def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fit) -> float:
     """EP's log evidence: site normalizers times the Gaussian integral of prior × sites.
 
     A copy's site ``exp(-τ t²/2 + ν t)`` with normalizer ``Z_i / ∫ site × cavity`` and
@@ -165,7 +165,7 @@ def _log_evidence(model: BinaryGLMPosterior, post: _Posterior, tau, nu) -> float
         )
     cav_var = 1.0 / cav_tau
     cav_mean = cav_nu * cav_var
-    log_z, _, _ = model.link.tilted_moments(cav_mean, cav_var, power)
+    log_z, _, _ = model.link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
     copy_tau, copy_nu = tau / copies, nu / copies
     denom = 1.0 + copy_tau * cav_var
     site_log_norm = (
@@ -175,7 +175,7 @@ def _log_evidence(model: BinaryGLMPosterior, post: _Posterior, tau, nu) -> float
     )
     gaussian = (
         0.5 * float(post.linear @ post.mean)
-        - float(np.log(np.diag(post.lower)).sum())
+        - post.half_log_det
         - 0.5 * float(np.log(model.prior_var).sum())
     )
     return float(copies @ site_log_norm) + gaussian

@@ -191,17 +191,20 @@ class FullFamily(QuadraticFamily):
         raw = -2.0 * m
         return raw[d, d], raw[:d, d], raw[:d, :d]
 
+    # The conversions below also take stacks of parameters (leading batch axes), as the
+    # batched site fits do.
     def theta_from_natural(self, precision, eta, c):
         d = self.dim
-        theta = np.empty((d + 1, d + 1))
-        theta[:d, :d] = precision
-        theta[:d, d] = theta[d, :d] = -np.asarray(eta)
-        theta[d, d] = -2.0 * c
+        eta, c = np.asarray(eta), np.asarray(c)
+        theta = np.empty((*c.shape, d + 1, d + 1))
+        theta[..., :d, :d] = precision
+        theta[..., :d, d] = theta[..., d, :d] = -eta
+        theta[..., d, d] = -2.0 * c
         return theta
 
     def natural_from_theta(self, theta):
         d = self.dim
-        return theta[:d, :d], -theta[:d, d], -0.5 * theta[d, d]
+        return theta[..., :d, :d], -theta[..., :d, d], -0.5 * theta[..., d, d]
 
     def constant(self):
         return self.theta_from_natural(np.zeros((self.dim, self.dim)), np.zeros(self.dim), 1.0)
@@ -220,10 +223,11 @@ class FullFamily(QuadraticFamily):
 
     def theta_from_basis(self, v):
         d = self.dim
-        precision = np.zeros((d, d))
-        precision[np.triu_indices(d)] = v[1 + d :]
-        precision = precision + np.triu(precision, 1).T
-        return self.theta_from_natural(precision, v[1 : 1 + d], v[0])
+        i, j = np.triu_indices(d)
+        precision = np.zeros((*v.shape[:-1], d, d))
+        precision[..., i, j] = v[..., 1 + d :]
+        precision[..., j, i] = v[..., 1 + d :]
+        return self.theta_from_natural(precision, v[..., 1 : 1 + d], v[..., 0])
 
     def christoffel(self, theta, values):
         # For the full family this is 1 + d/2 + |u|⁴/2 with u the point in q's whitened

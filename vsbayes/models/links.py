@@ -13,7 +13,7 @@ import numpy as np
 from scipy.special import erfcx, expit, log_ndtr
 
 from .predictive import logistic_predictive_log_proba, probit_predictive_log_proba
-from .tilted import quadrature_tilted_moments
+from .tilted import quadrature_tilted_moments, vs_tilted_moments
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
 
@@ -33,6 +33,11 @@ class Link(abc.ABC):
 
     @staticmethod
     @abc.abstractmethod
+    def log_pdf(t: np.ndarray) -> np.ndarray:
+        """``log F'(t)``: the log-density of the distribution whose CDF is F."""
+
+    @staticmethod
+    @abc.abstractmethod
     def derivatives(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(d/dt log F(t), -d²/dt² log F(t))``; the second is ≥ 0 (log-concave F)."""
 
@@ -41,13 +46,43 @@ class Link(abc.ABC):
     def predictive_log_proba(mean, var) -> tuple[np.ndarray, np.ndarray]:
         """``(log p, log(1 - p))`` with ``p = ∫ F(f) N(f; mean, var) df``."""
 
-    def tilted_moments(self, mean, var, power=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def tilted_moments(
+        self, mean, var, power=1.0, method: str = "auto"
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, variance)`` of ``F(t)^power N(t; mean, var) / Z``, elementwise.
 
-        By quadrature (:func:`~vsbayes.models.tilted.quadrature_tilted_moments`), accurate
-        to about 1e-8 for powers in (0, 1]; links with a closed form override it.
+        Parameters
+        ----------
+        mean, var : array-like of shape (M,)
+            Cavity means and positive variances.
+        power : float or array-like of shape (M,), default=1.0
+            Exponents of F, in (0, 1].
+        method : {"auto", "closed", "vs", "quadrature"}, default="auto"
+            ``"closed"``: the closed form, where the link has one (probit, power 1);
+            ``"vs"``: variational-sampling site fits on Gauss–Hermite rules
+            (:func:`~vsbayes.models.tilted.vs_tilted_moments`); ``"quadrature"``: the
+            adaptive trapezoid rule (:func:`~vsbayes.models.tilted.quadrature_tilted_moments`).
+            ``"auto"`` is the closed form where it exists, else VS. All are accurate to about
+            1e-8.
         """
-        return quadrature_tilted_moments(self, mean, var, power)
+        if method == "closed" or (method == "auto" and self._has_closed_form(power)):
+            return self._closed_tilted_moments(mean, var, power)
+        if method in ("auto", "vs"):
+            return vs_tilted_moments(self, mean, var, power)
+        if method == "quadrature":
+            return quadrature_tilted_moments(self, mean, var, power)
+        raise ValueError(
+            f"method must be one of ['auto', 'closed', 'vs', 'quadrature']; got {method!r}."
+        )
+
+    def _has_closed_form(self, power) -> bool:
+        return False
+
+    def _closed_tilted_moments(self, mean, var, power):
+        raise ValueError(
+            f"The {self.name} link has no closed-form tilted moments; use method='vs' or "
+            f"'quadrature'."
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -70,6 +105,11 @@ class LogisticLink(Link):
         return np.subtract(lower, out, out=out)
 
     @staticmethod
+    def log_pdf(t):
+        # σ'(t) = σ(t) σ(-t), symmetric: one log σ of -|t| and a log1p.
+        return LogisticLink.log_cdf(-np.abs(t)) + LogisticLink.log_cdf(np.abs(t))
+
+    @staticmethod
     def derivatives(t):
         upper = expit(-t)  # d/dt log σ(t) = σ(-t)
         return upper, upper * (1.0 - upper)
@@ -87,6 +127,10 @@ class ProbitLink(Link):
         return log_ndtr(t, out=out)
 
     @staticmethod
+    def log_pdf(t):
+        return -0.5 * np.square(t) - 0.5 * math.log(2.0 * math.pi)
+
+    @staticmethod
     def derivatives(t):
         # Inverse Mills ratio φ(t)/Φ(t) = √(2/π) / erfcx(-t/√2): accurate to round-off for
         # any t (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
@@ -95,12 +139,15 @@ class ProbitLink(Link):
 
     predictive_log_proba = staticmethod(probit_predictive_log_proba)
 
-    def tilted_moments(self, mean, var, power=1.0):
+    def _has_closed_form(self, power) -> bool:
+        return bool(np.all(np.asarray(power) == 1.0))
+
+    def _closed_tilted_moments(self, mean, var, power):
         # Closed form for power 1 (Rasmussen and Williams 2006, eq. 3.58) with z = m/√(1+v)
         # and the Mills ratio r = φ(z)/Φ(z) through erfcx, accurate for any z.
+        if not self._has_closed_form(power):
+            raise ValueError("The probit tilted moments have a closed form for power 1 only.")
         mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
-        if np.any(np.asarray(power) != 1.0):
-            return quadrature_tilted_moments(self, mean, var, power)
         root = np.sqrt(1.0 + var)
         z = mean / root
         ratio = _SQRT_2_OVER_PI / erfcx(-z * _SQRT_HALF)

@@ -1,4 +1,10 @@
-"""Moments of tilted densities ``F(t)^e N(t; m, v) / Z`` by quadrature, vectorized over sites.
+"""Moments of tilted densities ``F(t)^e N(t; m, v) / Z``, vectorized over sites.
+
+Two integrators. :func:`vs_tilted_moments` is the one expectation propagation uses: the
+variational-sampling fit of each tilted density (:func:`vsbayes.engine.site_fits.fit_sites`)
+on a Gauss–Hermite rule in the frame of its Laplace approximation, exact when the tilted
+density is Gaussian. :func:`quadrature_tilted_moments` is the accurate reference (and
+serves the few sites too wide for the Gauss–Hermite orders used):
 
 The log-density ``ψ(t) = e log F(t) + log N(t; m, v)`` is concave (F log-concave). Its mode
 t* is found by safeguarded Newton inside the bracket ``[m, m + v e (log F)'(m)]``; the
@@ -16,8 +22,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import log_ndtr, logsumexp
 
-__all__ = ["quadrature_tilted_moments"]
+from ..engine.site_fits import fit_sites
+from ..sampling import GaussHermite
+
+__all__ = ["link_variable_moments", "quadrature_tilted_moments", "vs_tilted_moments"]
 
 # Step of at most 0.4 in t: the singularities of log σ are π from the real axis.
 _MAX_T_STEP = 0.4
@@ -52,6 +62,128 @@ def _mode(link, mean, var, power, iterations=80):
     return t, 1.0 / np.sqrt(power * curvature + 1.0 / var)
 
 
+# Gauss–Hermite orders of the VS site fits, chosen by the cavity variance v: the ratio of a
+# tilted density to its Laplace approximation varies on the link's own scale (σ and Φ bend
+# over |t| ≲ 1), i.e. on 1/√v of the frame, and the order needed grows like v. Measured
+# against quadrature over cavity means within ±4√v (absolute error of mean and variance):
+# order 16 to v = 1.5 (≤ 2e-8), 32 to 3 (≤ 1e-8), 64 to 6 (≤ 2e-9), 128 to 12 (≤ 6e-9);
+# each order takes twice the v of the one before.
+_GH_ORDERS = (16, 32, 64, 128)
+_GH_FIRST_VAR = 1.5
+# Beyond this cavity variance (power 1) the moments come from the link's own variable.
+_WIDE_VAR = 6.0
+# Trapezoid rule in the link's variable L ~ F': step 0.7 (the logistic density is analytic
+# within π of the real axis) over [-80, 45], where the logistic density is below 2e-20 of
+# its peak. Measured against quadrature, v ≥ 6: mean, variance and log Z within 1e-7.
+_LINK_STEP, _LINK_LOW, _LINK_HIGH = 0.7, -80.0, 45.0
+
+
+def _order_index(var: np.ndarray) -> np.ndarray:
+    """Index into ``_GH_ORDERS`` of each site (``len(_GH_ORDERS)``: too wide, quadrature)."""
+    ratio = np.maximum(var / _GH_FIRST_VAR, 1.0)
+    return np.minimum(np.ceil(np.log2(ratio)), len(_GH_ORDERS)).astype(int)
+
+
+def vs_tilted_moments(link, mean, var, power=1.0):
+    """``(log Z, mean, variance)`` of ``F(t)^power N(t; mean, var) / Z``, fast and accurate.
+
+    Sites whose cavity is narrow on the link's scale (variance up to 6 with power 1, up to
+    12 otherwise) are fitted by variational sampling on a Gauss–Hermite rule in the frame
+    of their Laplace approximation (mode and curvature), all sites of one rule order at
+    once, the order growing with the cavity variance (see ``_GH_ORDERS``). On a wide cavity
+    the tilted density bends sharply on the scale of its own frame, which no short rule in
+    that frame resolves; there (power 1) the moments are taken in the link's own variable
+    (:func:`link_variable_moments`). The few sites beyond both use
+    :func:`quadrature_tilted_moments`. Every part agrees with that quadrature to about 1e-7.
+
+    Parameters
+    ----------
+    link : Link
+        Provides ``log_cdf``, ``log_pdf`` and ``derivatives`` (a log-concave, increasing F).
+    mean, var : array-like of shape (M,)
+        Cavity means and (positive) variances.
+    power : float or array-like of shape (M,), default=1.0
+        Positive exponents of F.
+
+    Returns
+    -------
+    log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
+    """
+    mean, var, power = _as_sites(mean, var, power)
+    log_z, t_mean, t_var = (np.empty_like(mean) for _ in range(3))
+    # The link variable's rule covers the tilted mass unless the cavity sits far in the
+    # left tail (its mass then lies near m + v, beyond the rule's lower end).
+    wide = (var > _WIDE_VAR) & (power == 1.0) & (mean + var - 8.0 * np.sqrt(var) > _LINK_LOW + 5)
+    if wide.any():
+        log_z[wide], t_mean[wide], t_var[wide] = link_variable_moments(link, mean[wide], var[wide])
+    rest = np.flatnonzero(~wide)
+    order_index = _order_index(var[rest])
+    for index in np.unique(order_index):
+        sites = rest[order_index == index]
+        m, v, e = mean[sites], var[sites], power[sites]
+        if index == len(_GH_ORDERS):
+            log_z[sites], t_mean[sites], t_var[sites] = quadrature_tilted_moments(link, m, v, e)
+            continue
+        mode, width = _mode(link, m, v, e)
+
+        def log_tilted(t, m=m, v=v, e=e):
+            return _psi(link, t[..., 0], m[:, None], v[:, None], e[:, None])
+
+        fits = fit_sites(
+            log_tilted, mode[:, None], width[:, None, None], GaussHermite(_GH_ORDERS[index])
+        )
+        log_z[sites], t_mean[sites], t_var[sites] = fits.log_Z, fits.mean[:, 0], fits.cov[:, 0, 0]
+        # A fit that is not integrable (never seen on log-concave sites) takes the reference.
+        bad = ~fits.integrable
+        if bad.any():
+            ref = quadrature_tilted_moments(link, m[bad], v[bad], e[bad])
+            log_z[sites[bad]], t_mean[sites[bad]], t_var[sites[bad]] = ref
+    return log_z, t_mean, t_var
+
+
+def link_variable_moments(link, mean, var):
+    """Tilted moments of ``F(t) N(t; m, v)`` as integrals over the link's variable ``L ~ F'``.
+
+    With ``T ~ N(m, v)`` independent of ``L``, ``F(t) = P(L ≤ t)``, and integration by
+    parts against the Gaussian gives exactly
+
+        Z = E[Φ((m - L)/√v)],   mean = m + v A/Z,   E[(t-m)²] = v + v B/Z,
+
+    with ``A = E[N(L; m, v)]`` and ``B = E[(L - m) N(L; m, v)]``: smooth integrands on the
+    scale √v, integrated by one trapezoid rule in L shared by all sites (accurate when
+    v ≳ 1; see ``_LINK_STEP``). Log domain throughout.
+
+    Parameters
+    ----------
+    link : Link
+        Provides ``log_pdf`` (the log-density of L, ``log F'``).
+    mean, var : ndarray of shape (M,)
+        Cavity means and variances.
+
+    Returns
+    -------
+    log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
+    """
+    nodes = np.arange(_LINK_LOW, _LINK_HIGH + 0.5 * _LINK_STEP, _LINK_STEP)
+    log_w = math.log(_LINK_STEP) + link.log_pdf(nodes)
+    sd = np.sqrt(var)[:, None]
+    gap = nodes - mean[:, None]  # (M, nodes)
+    log_z = logsumexp(log_w + log_ndtr(-gap / sd), axis=1)
+    log_g = log_w - 0.5 * gap * gap / var[:, None] - np.log(sd) - _LOG_SQRT_2PI
+    log_a = logsumexp(log_g, axis=1)
+    b_over_a = np.einsum("mj,mj->m", np.exp(log_g - log_a[:, None]), gap)
+    ratio = np.exp(log_a - log_z)  # A / Z
+    shift = var * ratio
+    return log_z, mean + shift, var + var * b_over_a * ratio - shift * shift
+
+
+def _as_sites(mean, var, power):
+    mean, var, power = np.broadcast_arrays(
+        np.asarray(mean, dtype=float), np.asarray(var, dtype=float), np.asarray(power, float)
+    )
+    return tuple(np.array(a, dtype=float).ravel() for a in (mean, var, power))
+
+
 def quadrature_tilted_moments(link, mean, var, power=1.0):
     """``(log Z, mean, variance)`` of ``F(t)^power N(t; mean, var) / Z`` for each site.
 
@@ -68,10 +200,7 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     -------
     log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
     """
-    mean, var, power = np.broadcast_arrays(
-        np.asarray(mean, dtype=float), np.asarray(var, dtype=float), np.asarray(power, float)
-    )
-    mean, var, power = (np.array(a, dtype=float).ravel() for a in (mean, var, power))
+    mean, var, power = _as_sites(mean, var, power)
     mode, width = _mode(link, mean, var, power)
     peak = _psi(link, mode, mean, var, power)
     # Range in u: 12, or as far as a drop of 40 takes on the slower side (concavity).

@@ -1,9 +1,10 @@
 """Layer 2 — sampling rules and draws through Gaussian kernels."""
 
 from .kernels import KernelDraws, draw_from_kernel, mixture_log_density
-from .rules import MonteCarlo, SamplingRule, ScrambledSobol, get_rule
+from .rules import GaussHermite, MonteCarlo, SamplingRule, ScrambledSobol, get_rule
 
 __all__ = [
+    "GaussHermite",
     "KernelDraws",
     "MonteCarlo",
     "SamplingRule",

@@ -1,0 +1,108 @@
+"""VS site fits (many small targets at once) and the tilted moments EP builds on them."""
+
+import numpy as np
+import pytest
+
+from vsbayes.approximations import expectation_propagation, glm_laplace
+from vsbayes.engine.site_fits import fit_sites
+from vsbayes.models import BinaryGLMPosterior, get_link
+from vsbayes.models.tilted import (
+    link_variable_moments,
+    quadrature_tilted_moments,
+    vs_tilted_moments,
+)
+from vsbayes.sampling import GaussHermite
+
+
+def test_gauss_hermite_rule_integrates_polynomials_exactly():
+    rule = GaussHermite(5)
+    z, log_w = rule.standard_normal(rule.n_points(2), 2)
+    w = np.exp(log_w)
+    assert z.shape == (25, 2)
+    # E z1⁴ z2² = 3 under N(0, I): degree ≤ 9 per axis is exact with 5 nodes.
+    assert w.sum() == pytest.approx(1.0, abs=1e-14)
+    assert w @ (z[:, 0] ** 4 * z[:, 1] ** 2) == pytest.approx(3.0, abs=1e-12)
+    with pytest.raises(ValueError, match="25 points"):
+        rule.standard_normal(24, 2)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_site_fits_are_exact_on_gaussian_targets(k):
+    rng = np.random.default_rng(k)
+    m = 50
+    mean = rng.normal(size=(m, k))
+    root = rng.normal(size=(m, k, k)) / np.sqrt(k) + 2.0 * np.eye(k)
+    cov = root @ root.transpose(0, 2, 1)
+    log_z = rng.normal(size=m) * 300  # far from 0: the per-site shift must handle it
+    prec = np.linalg.inv(cov)
+    log_det = np.linalg.slogdet(cov)[1]
+
+    def log_target(t):
+        gap = t - mean[:, None, :]
+        quad = np.einsum("mpa,mab,mpb->mp", gap, prec, gap)
+        return (log_z - 0.5 * log_det - 0.5 * k * np.log(2 * np.pi))[:, None] - 0.5 * quad
+
+    # Kernels within 1.5 sds of the target and 0.6-1.7 times as wide.
+    kernel_mean = mean + 0.5 * np.einsum(
+        "mab,mb->ma", np.linalg.cholesky(cov), rng.normal(size=(m, k))
+    )
+    kernel_chol = np.linalg.cholesky(cov) * rng.uniform(0.6, 1.7, size=(m, 1, 1))
+    fits = fit_sites(log_target, kernel_mean, kernel_chol, GaussHermite(6))
+    assert fits.integrable.all()
+    np.testing.assert_allclose(fits.log_Z, log_z, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(fits.mean, mean, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(fits.cov, cov, rtol=1e-8, atol=0)
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+@pytest.mark.parametrize("power", [1.0, 0.4])
+def test_vs_tilted_moments_match_quadrature(link, power):
+    # Cavities from narrow to vague, means across the link's bend and in its tails: every
+    # branch (Gauss-Hermite orders, link variable, quadrature) is taken.
+    var = np.repeat(np.geomspace(1e-3, 1e6, 19), 9)
+    mean = np.tile(np.array([-40.0, -4, -1, 0, 0.5, 2, 6, 40, -0.3]), 19) * np.sqrt(var)
+    mean = np.clip(mean, -300, 300)
+    f = get_link(link)
+    log_z, t_mean, t_var = vs_tilted_moments(f, mean, var, power)
+    ref_log_z, ref_mean, ref_var = quadrature_tilted_moments(f, mean, var, power)
+    # The quadrature itself loses digits for v ≳ 1e5 (node cap): compare below that.
+    ok = var < 1e5
+    assert np.abs(log_z - ref_log_z)[ok].max() < 1e-6
+    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var))[ok].max() < 1e-6
+    assert np.abs(t_var / ref_var - 1)[ok].max() < 1e-6
+
+
+def test_link_variable_moments_equal_the_probit_closed_form_for_any_width():
+    f = get_link("probit")
+    var = np.repeat(np.geomspace(2.0, 1e8, 8), 5)
+    mean = np.tile([-3.0, -1, 0, 1, 3], 8) * np.sqrt(var)
+    got = link_variable_moments(f, mean, var)
+    closed = f.tilted_moments(mean, var, method="closed")
+    np.testing.assert_allclose(got[0], closed[0], atol=1e-7)
+    np.testing.assert_allclose((got[1] - closed[1]) / np.sqrt(closed[2]), 0, atol=1e-7)
+    np.testing.assert_allclose(got[2], closed[2], rtol=1e-7)
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_ep_fixed_point_is_the_same_with_vs_and_quadrature_site_fits(link):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((120, 4))
+    y = np.where(X @ [1.0, -2, 0.5, 0] + rng.logistic(size=120) > 0, 1.0, -1.0)
+    model = BinaryGLMPosterior(
+        X, y, rng.uniform(0.2, 2.0, size=120), link, prior_var=4.0, intercept_prior_var=1e6
+    )
+    start = glm_laplace(model).mean
+    fits = [
+        expectation_propagation(model, start=start, site_fit=method, tol=1e-11)
+        for method in ("vs", "quadrature")
+    ]
+    np.testing.assert_allclose(fits[0].mean, fits[1].mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(fits[0].cov, fits[1].cov, rtol=1e-6, atol=1e-10)
+    assert fits[0].log_Z == pytest.approx(fits[1].log_Z, abs=1e-6)
+
+
+def test_unknown_site_fit_is_an_error():
+    with pytest.raises(ValueError, match="method must be one of"):
+        get_link("logistic").tilted_moments([0.0], [1.0], method="magic")
+    with pytest.raises(ValueError, match="no closed-form"):
+        get_link("logistic").tilted_moments([0.0], [1.0], method="closed")
