@@ -33,6 +33,7 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
         fit_intercept=True,
         class_weight=None,
         n_samples="auto",
+        kernel="ep",
         rule="mc",
         length_scale=1.0,
         max_iter=100,
@@ -51,6 +52,7 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
             verbose=verbose,
         )
         self.n_samples = n_samples
+        self.kernel = kernel
         self.rule = rule
         self.length_scale = length_scale
         self.n_jobs = n_jobs
@@ -68,6 +70,10 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
     def _engine_options(self) -> dict:
         return {"length_scale": self.length_scale}
 
+    def _planned_bytes(self, dim: int, n_samples: int) -> float:
+        # The Gaussian-process solve holds a few N × N matrices.
+        return super()._planned_bytes(dim, n_samples) + 24.0 * n_samples**2
+
     def _total_samples(self, dim: int) -> int:
         # The GP stores an N×N matrix: "auto" stops at the engine's limit.
         total = super()._total_samples(dim)
@@ -79,7 +85,7 @@ def _bmc_doc(name: str, link: str, see_also: str) -> str:
         summary=f"Bayesian {link} regression by Bayesian Monte Carlo.",
         description=(
             "A Gaussian process with a squared-exponential covariance interpolates the ratio\n"
-            "posterior / Laplace approximation at points drawn from the Laplace approximation;\n"
+            "posterior / kernel at points drawn through ``kernel`` (EP's posterior or Laplace's);\n"
             "its integral and moments against the kernel are the evidence, mean and covariance\n"
             "(:func:`vsbayes.bayesian_monte_carlo`; Rasmussen and Ghahramani 2003). The cost\n"
             "grows like N³: a baseline for small problems."
@@ -90,6 +96,7 @@ def _bmc_doc(name: str, link: str, see_also: str) -> str:
         )
         + sampling_parameters(
             "n_samples",
+            "kernel",
             "rule",
             "length_scale",
             "n_jobs",

@@ -28,6 +28,7 @@ class ImportanceSamplingClassifier(SamplingGLMClassifier):
         fit_intercept=True,
         class_weight=None,
         n_samples="auto",
+        kernel="ep",
         rule="mc",
         rounds=1,
         kernel_scale=1.5,
@@ -47,6 +48,7 @@ class ImportanceSamplingClassifier(SamplingGLMClassifier):
             verbose=verbose,
         )
         self.n_samples = n_samples
+        self.kernel = kernel
         self.rule = rule
         self.rounds = rounds
         self.kernel_scale = kernel_scale
@@ -65,8 +67,8 @@ def _is_doc(name: str, link: str, see_also: str) -> str:
         summary=f"Bayesian {link} regression by importance sampling.",
         description=(
             "The posterior mean and covariance are the self-normalized importance-sampling\n"
-            "moments of points drawn from the Laplace approximation, and the evidence is the\n"
-            "importance-sampling average of posterior / kernel\n"
+            "moments of points drawn through ``kernel`` (EP's posterior or Laplace's), and the\n"
+            "evidence is the importance-sampling average of posterior / kernel\n"
             "(:func:`vsbayes.importance_sampling`).\n"
             "A baseline for :class:`VSLogisticRegression`: with one round, the same\n"
             "``n_samples`` and ``random_state``, both evaluate the posterior at the same points."
@@ -75,7 +77,7 @@ def _is_doc(name: str, link: str, see_also: str) -> str:
             max_iter_extra="",
             random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
         )
-        + sampling_parameters("n_samples", "rule", "rounds", "n_jobs", rounds=1),
+        + sampling_parameters("n_samples", "kernel", "rule", "rounds", "n_jobs", rounds=1),
         attributes=ATTRIBUTES.format(
             n_iter="Newton iterations of the Laplace kernel.",
             diagnostics="``ess``, ``n_samples``, ``rounds`` of :class:`vsbayes.ISResult`",

@@ -1,0 +1,92 @@
+"""The VS estimators' strategy (global fit or VS site fits inside EP), kernels, memory guard."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+import vsbayes
+import vsbayes._memory
+import vsbayes.estimators.variational_sampling as vs_module
+from vsbayes.exceptions import MemoryLimitError
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=150, n_features=4, n_redundant=1, random_state=0)
+    return X, y
+
+
+@pytest.mark.parametrize("link", ["Logistic", "Probit"])
+def test_site_strategy_is_the_ep_posterior(data, link):
+    X, y = data
+    vs = getattr(vsbayes, f"VS{link}Regression")(strategy="sites").fit(X, y)
+    ep = getattr(vsbayes, f"EP{link}Regression")().fit(X, y)
+    np.testing.assert_allclose(vs.sigma_, ep.sigma_, rtol=1e-7)
+    np.testing.assert_allclose(vs.coef_, ep.coef_, rtol=1e-7)
+    assert list(vs.strategy_) == ["sites"]
+    assert vs.strategy_reason_ == ["strategy='sites'"]
+
+
+def test_global_strategy_from_the_laplace_kernel_never_runs_ep(data, monkeypatch):
+    X, y = data
+
+    def no_ep(*args, **kwargs):
+        raise AssertionError("EP was run")
+
+    monkeypatch.setattr(vs_module, "ep_posterior", no_ep)
+    model = vsbayes.VSLogisticRegression(strategy="global", kernel="laplace", random_state=0)
+    assert list(model.fit(X, y).strategy_) == ["global"]
+
+
+def test_auto_takes_the_sites_when_the_global_fit_is_too_costly(data, monkeypatch):
+    X, y = data
+    monkeypatch.setattr(vs_module, "GLOBAL_WORK_LIMIT", 1.0)
+    model = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
+    assert list(model.strategy_) == ["sites"]
+    assert "multiply-adds" in model.strategy_reason_[0]
+
+
+@pytest.mark.parametrize("n_samples", [64, 4000])
+def test_auto_keeps_the_global_fit_only_where_it_departs_from_ep(data, n_samples):
+    X, y = data
+    model = vsbayes.VSLogisticRegression(n_samples=n_samples, random_state=1).fit(X, y)
+    ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
+    chosen = model.posteriors_[0]
+    if model.strategy_[0] == "global":
+        assert vsbayes.excess_kl(chosen, ep) > vs_module.DEPARTURE_FACTOR * chosen.kl_error
+    else:
+        assert model.strategy_[0] == "sites"
+        np.testing.assert_allclose(chosen.mean, ep.mean, rtol=1e-7)
+
+
+def test_strategy_is_recorded_per_class_beyond_two():
+    X, y = make_classification(
+        n_samples=120, n_features=3, n_informative=3, n_redundant=0, n_classes=3, random_state=0
+    )
+    model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert model.strategy_.shape == (3,) and len(model.strategy_reason_) == 3
+    assert set(model.strategy_) <= {"global", "sites"}
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"strategy": "best"}, "strategy must be one of"),
+        ({"kernel": "vb"}, "kernel must be one of"),
+    ],
+)
+def test_bad_strategy_or_kernel(data, params, message):
+    with pytest.raises(ValueError, match=message):
+        vsbayes.VSLogisticRegression(**params).fit(*data)
+
+
+@pytest.mark.parametrize(
+    "cls", [vsbayes.VSLogisticRegression, vsbayes.ISProbitRegression, vsbayes.BMCLogisticRegression]
+)
+def test_sampling_fits_beyond_memory_raise_before_allocating(data, cls, monkeypatch):
+    monkeypatch.setattr(vsbayes._memory, "memory_limit", lambda: 1e5)
+    params = {"strategy": "global"} if cls is vsbayes.VSLogisticRegression else {}
+    with pytest.raises(MemoryLimitError, match="sample points") as error:
+        cls(n_samples=4000, **params).fit(*data)
+    assert "n_samples" in str(error.value)
+    assert isinstance(error.value, ValueError)
