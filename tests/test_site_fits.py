@@ -84,6 +84,21 @@ def test_link_variable_moments_equal_the_probit_closed_form_for_any_width():
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_link_variable_moments_match_quadrature_from_unit_variance(link):
+    # The range where vs_tilted_moments uses them, tails included (measured: ≤ 1e-8).
+    var = np.repeat(np.geomspace(1.0, 1e4, 13), 11)
+    mean = np.tile([-30.0, -8, -3, -1, -0.3, 0, 0.5, 2, 5, 12, 30], 13) * np.sqrt(var)
+    keep = mean + var - 8 * np.sqrt(var) > -75  # as in vs_tilted_moments
+    mean, var = np.clip(mean[keep], -300, 300), var[keep]
+    f = get_link(link)
+    log_z, t_mean, t_var = link_variable_moments(f, mean, var)
+    ref_log_z, ref_mean, ref_var = quadrature_tilted_moments(f, mean, var)
+    assert np.abs(log_z - ref_log_z).max() < 1e-8
+    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var)).max() < 1e-8
+    assert np.abs(t_var / ref_var - 1).max() < 3e-8
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
 def test_ep_fixed_point_is_the_same_with_vs_and_quadrature_site_fits(link):
     rng = np.random.default_rng(3)
     X = rng.standard_normal((120, 4))

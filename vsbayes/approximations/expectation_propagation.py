@@ -11,7 +11,11 @@ the site would leave an improper cavity).
 
 All sites are updated at once from the current posterior (one O(M p² + p³) pass, no loop
 over observations) and damped; the iterations stop when no site parameter moves by more
-than ``tol`` (relative). The log evidence is EP's estimate at the fixed point.
+than ``tol`` (relative). The damped sweep is a fixed-point map converging linearly, often
+slowly (contraction 0.6-0.8 per sweep on standardized data sets: its Jacobian has both a
+slow positive mode and, undamped, an oscillating one); Anderson acceleration (Walker & Ni
+2011) mixes the last few sweeps to cancel both, dividing the sweeps by 2-3. The log
+evidence is EP's estimate at the fixed point.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import warnings
 import numpy as np
 
 from ..engine import DiagnosedGaussian
-from ..exceptions import ConvergenceWarning, EstimationError
+from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian
 from .newton_laplace import glm_laplace
 
 __all__ = ["EPResult", "expectation_propagation"]
+
+
+# Sweeps without progress after which Anderson's mixing is switched off.
+_STALL = 10
 
 
 class EPResult(DiagnosedGaussian):
@@ -65,6 +73,7 @@ def expectation_propagation(
     max_iter: int = 200,
     start: np.ndarray | None = None,
     site_fit: str = "auto",
+    memory: int = 5,
 ) -> EPResult:
     """Weight-space EP approximation of a binary GLM posterior.
 
@@ -106,7 +115,11 @@ def expectation_propagation(
     tau = model.sample_weight * curvature
     nu = model.sample_weight * (slope + curvature * t)
     post = _posterior(model, tau, nu)
+    m = tau.size
+    sites = np.concatenate([tau, nu])
+    anderson = _Anderson(memory)
     converged, change, n_iter = False, math.inf, 0
+    best, best_sites, stalled = math.inf, sites, 0
     while n_iter < max_iter:
         n_iter += 1
         cav_tau, cav_nu = _cavity(post, tau, nu, copies)
@@ -118,16 +131,37 @@ def expectation_propagation(
         )
         new_tau = np.where(ok, copies * (1.0 / t_var - cav_tau), tau)
         new_nu = np.where(ok, copies * (t_mean / t_var - cav_nu), nu)
-        new_tau = (1.0 - damping) * tau + damping * new_tau
-        new_nu = (1.0 - damping) * nu + damping * new_nu
-        change = max(
-            float(np.max(np.abs(new_tau - tau) / (1.0 + np.abs(tau)), initial=0.0)),
-            float(np.max(np.abs(new_nu - nu) / (1.0 + np.abs(nu)), initial=0.0)),
-        )
-        tau, nu = new_tau, new_nu
-        post = _posterior(model, tau, nu)
+        damped = (1.0 - damping) * sites + damping * np.concatenate([new_tau, new_nu])
+        scale = 1.0 + np.abs(sites)
+        residual = (damped - sites) / scale
+        change = float(np.max(np.abs(residual), initial=0.0))
         if change <= tol:
-            converged = True
+            converged, sites = True, damped
+        else:
+            # Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing
+            # can wander off: after _STALL sweeps without a new smallest change, the plain
+            # damped sweeps go on alone from the best of them.
+            if change < best:
+                best, best_sites, stalled = change, damped.copy(), 0
+            elif anderson.memory > 0:
+                stalled += 1
+                if stalled >= _STALL:
+                    anderson.memory, damped = 0, best_sites
+            sites = anderson.step(residual, damped, change, scale)
+            # Log-concave factors give τ ≥ 0 at every EP update: an extrapolation below
+            # is projected back (the dual form of the posterior needs τ ≥ 0).
+            np.maximum(sites[:m], 0.0, out=sites[:m])
+        try:
+            post = _posterior(model, sites[:m], sites[m:])
+        except NotPositiveDefiniteError:
+            if sites is damped:
+                raise
+            # The extrapolation left the positive-definite cone: take the damped sweep.
+            anderson.restart()
+            sites = damped
+            post = _posterior(model, sites[:m], sites[m:])
+        tau, nu = sites[:m], sites[m:]
+        if converged:
             break
     if not converged:
         warnings.warn(
@@ -179,6 +213,51 @@ def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fi
         - 0.5 * float(np.log(model.prior_var).sum())
     )
     return float(copies @ site_log_norm) + gaussian
+
+
+class _Anderson:
+    """Anderson acceleration (type II) of a fixed-point map x ↦ g(x), from its last steps.
+
+    The next point is ``g_k - ΔG γ`` with γ the least-squares fit of the residual ``f_k`` by
+    the residuals' differences ``ΔF``: the combination of the last ``memory`` steps whose
+    linearized residual is smallest. Far from a fixed point the linearization can fail;
+    the memory restarts, and the plain step ``g_k`` is taken, when the residual more than
+    doubles, and when the extrapolation is not finite or moves more than ten plain steps.
+    """
+
+    def __init__(self, memory: int):
+        self.memory = int(memory)
+        self.restart()
+
+    def restart(self) -> None:
+        self._residuals, self._images, self._change = [], [], math.inf
+
+    def step(
+        self, residual: np.ndarray, image: np.ndarray, change: float, scale: np.ndarray
+    ) -> np.ndarray:
+        """The next point, from the residual ``f_k = (g_k - x_k) / scale`` and ``g_k``."""
+        if self.memory <= 0 or not np.isfinite(change):
+            self.restart()
+            return image
+        if change > 2.0 * self._change:
+            self.restart()
+        self._change = change
+        self._residuals.append(residual)
+        self._images.append(image)
+        if len(self._residuals) > self.memory + 1:
+            del self._residuals[0], self._images[0]
+        if len(self._residuals) == 1:
+            return image
+        d_res = np.diff(np.stack(self._residuals, axis=1), axis=1)
+        d_img = np.diff(np.stack(self._images, axis=1), axis=1)
+        gamma = np.linalg.lstsq(d_res, residual, rcond=None)[0]
+        mixed = image - d_img @ gamma
+        # x_k = g_k - f_k · scale: the extrapolation's move against the plain step's.
+        move = np.max(np.abs(mixed - image) / scale + np.abs(residual), initial=0.0)
+        if not np.isfinite(move) or move > 10.0 * change:
+            self.restart()
+            return image
+        return mixed
 
 
 def _split_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,10 +1,12 @@
 """Moments of tilted densities ``F(t)^e N(t; m, v) / Z``, vectorized over sites.
 
 Two integrators. :func:`vs_tilted_moments` is the one expectation propagation uses: the
-variational-sampling fit of each tilted density (:func:`vsbayes.engine.site_fits.fit_sites`)
-on a Gauss–Hermite rule in the frame of its Laplace approximation, exact when the tilted
-density is Gaussian. :func:`quadrature_tilted_moments` is the accurate reference (and
-serves the few sites too wide for the Gauss–Hermite orders used):
+variational-sampling fit of each narrow tilted density
+(:func:`vsbayes.engine.site_fits.fit_sites`) on a Gauss–Hermite rule in the frame of its
+Laplace approximation, exact when the tilted density is Gaussian, and one trapezoid rule on
+the link's own scale for the others (:func:`link_variable_moments`).
+:func:`quadrature_tilted_moments` is the accurate reference (and serves the few sites
+neither covers):
 
 The log-density ``ψ(t) = e log F(t) + log N(t; m, v)`` is concave (F log-concave). Its mode
 t* is found by safeguarded Newton inside the bracket ``[m, m + v e (log F)'(m)]``; the
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr, ndtr
 
 from ..engine.site_fits import fit_sites
 from ..sampling import GaussHermite
@@ -70,11 +72,15 @@ def _mode(link, mean, var, power, iterations=80):
 # each order takes twice the v of the one before.
 _GH_ORDERS = (16, 32, 64, 128)
 _GH_FIRST_VAR = 1.5
-# Beyond this cavity variance (power 1) the moments come from the link's own variable.
-_WIDE_VAR = 6.0
-# Trapezoid rule in the link's variable L ~ F': step 0.7 (the logistic density is analytic
-# within π of the real axis) over [-80, 45], where the logistic density is below 2e-20 of
-# its peak. Measured against quadrature, v ≥ 6: mean, variance and log Z within 1e-7.
+# Beyond this cavity variance (power 1) the moments come from the link's own scale: as
+# accurate as the VS fits from v = 1 on (below, its step no longer resolves the Gaussian),
+# and 10-50 times cheaper per site (one exp per node against Newton iterations on a rule
+# of 16-64 points); measured on EP's cavities (sklearn digits, 1797 sites), 29 ms → 1.5 ms.
+_WIDE_VAR = 1.0
+# Trapezoid rule on the link's scale: step 0.7 (σ is analytic within π of the real axis)
+# over [-80, 45], beyond which F - Φ(t/s) is below 2e-20. Measured against quadrature,
+# logistic and probit, |m| ≤ 40√v: log Z and mean (in sds) within 1e-9, variance within
+# 1e-8 relative for v ≥ 1 (5e-10 for v ≥ 1.5).
 _LINK_STEP, _LINK_LOW, _LINK_HIGH = 0.7, -80.0, 45.0
 
 
@@ -87,12 +93,12 @@ def _order_index(var: np.ndarray) -> np.ndarray:
 def vs_tilted_moments(link, mean, var, power=1.0):
     """``(log Z, mean, variance)`` of ``F(t)^power N(t; mean, var) / Z``, fast and accurate.
 
-    Sites whose cavity is narrow on the link's scale (variance up to 6 with power 1, up to
+    Sites whose cavity is narrow on the link's scale (variance up to 1 with power 1, up to
     12 otherwise) are fitted by variational sampling on a Gauss–Hermite rule in the frame
     of their Laplace approximation (mode and curvature), all sites of one rule order at
     once, the order growing with the cavity variance (see ``_GH_ORDERS``). On a wide cavity
     the tilted density bends sharply on the scale of its own frame, which no short rule in
-    that frame resolves; there (power 1) the moments are taken in the link's own variable
+    that frame resolves; there (power 1) the moments are taken on the link's own scale
     (:func:`link_variable_moments`). The few sites beyond both use
     :func:`quadrature_tilted_moments`. Every part agrees with that quadrature to about 1e-7.
 
@@ -111,8 +117,8 @@ def vs_tilted_moments(link, mean, var, power=1.0):
     """
     mean, var, power = _as_sites(mean, var, power)
     log_z, t_mean, t_var = (np.empty_like(mean) for _ in range(3))
-    # The link variable's rule covers the tilted mass unless the cavity sits far in the
-    # left tail (its mass then lies near m + v, beyond the rule's lower end).
+    # The link's rule covers the tilted mass unless the cavity sits far in the left tail
+    # (its mass then lies near m + v, beyond the rule's lower end).
     wide = (var > _WIDE_VAR) & (power == 1.0) & (mean + var - 8.0 * np.sqrt(var) > _LINK_LOW + 5)
     if wide.any():
         log_z[wide], t_mean[wide], t_var[wide] = link_variable_moments(link, mean[wide], var[wide])
@@ -142,21 +148,26 @@ def vs_tilted_moments(link, mean, var, power=1.0):
 
 
 def link_variable_moments(link, mean, var):
-    """Tilted moments of ``F(t) N(t; m, v)`` as integrals over the link's variable ``L ~ F'``.
+    """Tilted moments of ``F(t) N(t; m, v)`` from one trapezoid rule on the link's own scale.
 
-    With ``T ~ N(m, v)`` independent of ``L``, ``F(t) = P(L ≤ t)``, and integration by
-    parts against the Gaussian gives exactly
+    With ``s²`` the variance of the link's variable ``L ~ F'``, ``F`` differs from the
+    probit ``Φ(t/s)`` only where L has its mass, and ``∫ Φ(t/s) N(t; m, v) dt`` is
+    ``Φ(m/√(s² + v))``; so
 
-        Z = E[Φ((m - L)/√v)],   mean = m + v A/Z,   E[(t-m)²] = v + v B/Z,
+        Z(m) = Φ(m/√(s² + v)) + ∫ (F(t) - Φ(t/s)) N(t; m, v) dt
 
-    with ``A = E[N(L; m, v)]`` and ``B = E[(L - m) N(L; m, v)]``: smooth integrands on the
-    scale √v, integrated by one trapezoid rule in L shared by all sites (accurate when
-    v ≳ 1; see ``_LINK_STEP``). Log domain throughout.
+    exactly, the integrand vanishing outside a fixed range of t (see ``_LINK_STEP``). The
+    Gaussian factor is the only part that depends on the site: the rule is one product of
+    the (sites × nodes) Gaussian weights with three node vectors, no transcendental
+    function per entry but one exp. Mean and variance are ``m + v ∂ log Z`` and
+    ``v + v² ∂² log Z`` (derivatives in m), taken of the same discrete sum: consistent
+    with log Z to round-off, they lose no digits to the cancellation in the variance of a
+    wide cavity. Accurate when v ≳ 1 (the Gaussian is then resolved by the rule's step).
 
     Parameters
     ----------
     link : Link
-        Provides ``log_pdf`` (the log-density of L, ``log F'``).
+        Provides ``log_cdf`` and ``log_pdf`` (the log-density of L, ``log F'``).
     mean, var : ndarray of shape (M,)
         Cavity means and variances.
 
@@ -165,16 +176,30 @@ def link_variable_moments(link, mean, var):
     log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
     """
     nodes = np.arange(_LINK_LOW, _LINK_HIGH + 0.5 * _LINK_STEP, _LINK_STEP)
-    log_w = math.log(_LINK_STEP) + link.log_pdf(nodes)
-    sd = np.sqrt(var)[:, None]
-    gap = nodes - mean[:, None]  # (M, nodes)
-    log_z = logsumexp(log_w + log_ndtr(-gap / sd), axis=1)
-    log_g = log_w - 0.5 * gap * gap / var[:, None] - np.log(sd) - _LOG_SQRT_2PI
-    log_a = logsumexp(log_g, axis=1)
-    b_over_a = np.einsum("mj,mj->m", np.exp(log_g - log_a[:, None]), gap)
-    ratio = np.exp(log_a - log_z)  # A / Z
-    shift = var * ratio
-    return log_z, mean + shift, var + var * b_over_a * ratio - shift * shift
+    scale = math.sqrt(_LINK_STEP * np.exp(link.log_pdf(nodes)) @ (nodes * nodes))
+    diff = _LINK_STEP * (np.exp(link.log_cdf(nodes)) - ndtr(nodes / scale))
+    basis = np.stack([diff, nodes * diff, nodes * nodes * diff], axis=1)
+    # Gaussian weights scaled to 1 at the node nearest the mean: no underflow far out.
+    nearest = np.clip(mean, _LINK_LOW, nodes[-1])
+    gauss = nodes - mean[:, None]
+    np.square(gauss, out=gauss)
+    gauss -= ((nearest - mean) ** 2)[:, None]
+    gauss *= (-0.5 / var)[:, None]
+    np.exp(gauss, out=gauss)
+    s0, s1, s2 = (gauss @ basis).T
+    log_scale = -0.5 * (nearest - mean) ** 2 / var - 0.5 * np.log(var) - _LOG_SQRT_2PI
+    root = np.sqrt(scale * scale + var)
+    x = mean / root
+    log_ref = log_ndtr(x)
+    # Z and its derivatives in m, all relative to exp(top).
+    top = np.maximum(log_ref, log_scale)
+    k = np.exp(log_scale - top)
+    d1 = np.exp(-0.5 * x * x - _LOG_SQRT_2PI - np.log(root) - top)  # ∂ Φ(m/√(s² + v))
+    z0 = np.exp(log_ref - top) + k * s0
+    z1 = d1 + k * (s1 - mean * s0) / var
+    z2 = -(x / root) * d1 + k * ((s2 - 2.0 * mean * s1 + mean * mean * s0) / var - s0) / var
+    slope = z1 / z0
+    return top + np.log(z0), mean + var * slope, var + var * var * (z2 / z0 - slope * slope)
 
 
 def _as_sites(mean, var, power):
