@@ -32,7 +32,7 @@ from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 
-__all__ = ["GLMGaussian", "precision_diagonal"]
+__all__ = ["GLMGaussian", "precision_diagonal", "row_variances"]
 
 _FORMS = ("auto", "primal", "dual")
 _FEATURES_REMEDY = (
@@ -162,7 +162,7 @@ class GLMGaussian:
             if pairs + p**3 < m * p * p:
                 # One covariance (p³, kept for later) and the pairs of non-zeros of each
                 # row (Σ nnz_i²) beat the M triangular solves (M p²).
-                return _sparse_quadratic_forms(design, self.cov, self._max_bytes)
+                return row_variances(design, self.cov, self._max_bytes)
         # Each block holds its rows as a dense (p, block) array and the solve's result.
         block = max(1, self._max_bytes // (16 * p))
         out = np.empty(m)
@@ -207,9 +207,38 @@ class GLMGaussian:
         return cov
 
 
+def row_variances(design, cov: np.ndarray, max_bytes: int) -> np.ndarray:
+    """``a_iᵀ Σ a_i`` for every row ``a_i`` of a dense or CSR design, in bounded blocks.
+
+    Dense: ``(A Σ ∘ A)`` summed over row blocks of at most ``max_bytes``. CSR: a sum over
+    the pairs of each row's non-zeros, gathered from Σ (no dense row is formed).
+
+    Parameters
+    ----------
+    design : ndarray or scipy.sparse CSR matrix of shape (M, p)
+    cov : ndarray of shape (p, p)
+        Symmetric matrix.
+    max_bytes : int
+        Bound on the temporaries of one block.
+
+    Returns
+    -------
+    ndarray of shape (M,)
+    """
+    if not sp.issparse(design):
+        m, p = design.shape
+        block = max(1, max_bytes // (8 * p))
+        out = np.empty(m)
+        for j in range(0, m, block):
+            rows = design[j : j + block]
+            out[j : j + block] = np.einsum("ij,ij->i", rows @ cov, rows)
+        return out
+    return _sparse_quadratic_forms(design, cov, max_bytes)
+
+
 def _sparse_quadratic_forms(design: sp.csr_matrix, cov: np.ndarray, max_bytes: int) -> np.ndarray:
-    """``a_iᵀ Σ a_i`` for every CSR row ``a_i``: a sum over the pairs of its non-zeros,
-    gathered from Σ, in row blocks of bounded size (six 8-byte arrays per pair)."""
+    """CSR rows: pairs of non-zeros in row blocks of bounded size (six 8-byte arrays per
+    pair)."""
     m = design.shape[0]
     counts = np.diff(design.indptr)
     out = np.zeros(m)

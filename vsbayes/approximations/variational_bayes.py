@@ -17,14 +17,13 @@ import math
 import warnings
 
 import numpy as np
-from scipy.linalg import cho_solve
 from scipy.special import log_expit
 
 from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
-from ..gaussian import Gaussian, lower_cholesky
+from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior
-from ._design import row_moments
+from ._glm_gaussian import GLMGaussian, row_variances
 
 __all__ = ["VBResult", "jaakkola_jordan"]
 
@@ -81,26 +80,27 @@ def jaakkola_jordan(
     if model.link.name != "logistic":
         raise ValueError(f"The Jaakkola-Jordan bound is for the logistic link, not {model.link}.")
     design, s, prior_var = model.design, model.sample_weight, model.prior_var
-    mean = np.zeros(model.dim) if start is None else start.mean
-    cov = np.diag(prior_var) if start is None else start.cov
     b = np.asarray(design.T @ (0.5 * s)).ravel()
+    # The row marginals of the starting Gaussian (the prior by default) give the first ξ.
+    if start is None:
+        t_mean = np.zeros(model.n_observations)
+        t_var = row_variances(design, np.diag(prior_var), model.max_bytes)
+    else:
+        t_mean = np.asarray(design @ start.mean).ravel()
+        t_var = row_variances(design, start.cov, model.max_bytes)
     half_log_det_prior = 0.5 * float(np.log(prior_var).sum())
     bound, converged, n_iter = -math.inf, False, 0
     while n_iter < max_iter:
         n_iter += 1
-        t_mean, t_var = row_moments(design, mean, cov)
         xi = np.sqrt(t_var + t_mean * t_mean)
         lam = _lambda(xi)
-        precision = model.weighted_gram(2.0 * s * lam)
-        precision[np.diag_indices(model.dim)] += 1.0 / prior_var
-        lower = lower_cholesky(precision, "variational precision")
-        mean = cho_solve((lower, True), b, check_finite=False)
-        cov = cho_solve((lower, True), np.eye(model.dim), check_finite=False)
+        post = GLMGaussian(model, 2.0 * s * lam, b, what="variational precision")
+        t_mean, t_var = post.t_mean, post.t_var
         new_bound = (
             float(s @ (log_expit(xi) - 0.5 * xi + lam * xi * xi))
-            + 0.5 * float(b @ mean)
+            + 0.5 * float(b @ post.mean)
             - half_log_det_prior
-            - float(np.log(np.diag(lower)).sum())
+            - post.half_log_det
         )
         gain, bound = new_bound - bound, new_bound
         if gain <= tol * max(1.0, abs(bound)):
@@ -113,4 +113,4 @@ def jaakkola_jordan(
             ConvergenceWarning,
             stacklevel=2,
         )
-    return VBResult(mean, cov, bound, n_iter=n_iter, converged=converged, xi=xi)
+    return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)

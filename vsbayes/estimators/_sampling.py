@@ -89,12 +89,11 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
             return laplace
 
     def _posterior(self, model, laplace, rng):
+        self._check_memory(model, self._total_samples(model.dim))
         return self._sample(model, self._sampling_kernel(model, laplace), rng)
 
-    def _sample(self, model, kernel, rng, n_samples=None):
-        """The engine's fit from ``kernel`` (``n_samples`` points, default the estimator's),
-        after the memory guard."""
-        n_samples = self._total_samples(model.dim) if n_samples is None else n_samples
+    def _check_memory(self, model, n_samples: int) -> None:
+        """Raise MemoryLimitError now, before any fit, if the points would not fit."""
         check_memory(
             self._planned_bytes(model.dim, n_samples),
             f"the {n_samples} sample points over {model.dim} parameters of {type(self).__name__}",
@@ -103,6 +102,11 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
             f"need no points in the parameter space ({format_bytes(8 * model.dim**2)} per "
             f"covariance).",
         )
+
+    def _sample(self, model, kernel, rng, n_samples=None):
+        """The engine's fit from ``kernel`` (``n_samples`` points, default the estimator's)."""
+        n_samples = self._total_samples(model.dim) if n_samples is None else n_samples
+        self._check_memory(model, n_samples)
         return self._engine(
             model.log_density,
             kernel,

@@ -117,6 +117,8 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         return posterior, laplace
 
     def _posterior(self, model, laplace, rng):
+        if self.strategy == "global":
+            self._check_memory(model, self._total_samples(model.dim))
         if self.strategy == "global" and self.kernel == "laplace":
             return self._chose("global", "strategy='global'", self._sample(model, laplace, rng))
         # EP is the kernel, the site-fit posterior, or both: one EP fit to fit tolerance.
@@ -208,8 +210,11 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         }
 
     def _n_iter(self, posterior, laplace) -> int:
+        # The solver's iterations over the rounds (global fit) or EP's sweeps (site fits).
         rounds = getattr(posterior, "rounds", None)
-        return sum(r.n_iter for r in rounds) if rounds else laplace.n_iter
+        if rounds:
+            return sum(r.n_iter for r in rounds)
+        return posterior.n_iter if posterior is not laplace else laplace.n_iter
 
 
 # Warnings that make "auto" distrust a global fit (it then takes the site fits instead).
@@ -264,7 +269,8 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
             defaults_note=VS_DEFAULTS_NOTE,
         ),
         attributes=ATTRIBUTES.format(
-            n_iter="Variational-sampling solver iterations, summed over the rounds.",
+            n_iter="Variational-sampling solver iterations, summed over the rounds (global "
+            "fit), or expectation-propagation sweeps (site fits).",
             diagnostics="``kl_error``, ``ess``, ``n_samples``, ``rounds``, … of "
             ":class:`vsbayes.VSResult`",
             extra=STRATEGY_ATTRIBUTES + FALLBACK_ATTRIBUTE,
