@@ -48,11 +48,12 @@ _SAMPLING_PARAMETERS = {
         per sweep; the probit sites have a closed form that those fits reproduce to
         1e-7), for any p. ``"auto"`` runs the global fit from the EP kernel only if
         it can have at least 16n points (up to 32n when ``n_samples="auto"``) within
-        1.5·10⁸ multiply-adds of likelihood pass (N × the design's entries), and keeps it
-        only if it is reliable (no warning) and departs from EP by more than 4 times its
-        own predicted error ``kl_error``; otherwise EP's posterior is the more accurate
-        one (at 8n the global fit is measured less accurate than EP on the paper's data
-        sets). ``strategy_`` and ``strategy_reason_`` record the choice.
+        2·10⁸ multiply-adds of likelihood pass and 8 times EP's own work (a deterministic
+        count, so the choice is the same on every machine), and keeps it only if it is
+        reliable (no warning) and departs from EP by more than 4 times its own predicted
+        error ``kl_error``; otherwise EP's posterior is the more accurate one (at 8n the
+        global fit is measured less accurate than EP on the paper's data sets).
+        ``strategy_`` and ``strategy_reason_`` record the choice.
 """,
     "family": """\
     family : {"gaussian", "diagonal"}, default="gaussian"

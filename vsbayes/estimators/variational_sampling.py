@@ -35,13 +35,20 @@ STRATEGY_ATTRIBUTES = dedent("""\
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
 """)
 
-# "auto" runs the global fit only if it gets at least MIN_GLOBAL_FACTOR·n points, at most
-# MAX_GLOBAL_FACTOR·n, within GLOBAL_WORK_LIMIT multiply-adds of likelihood pass (N points ×
-# the design's entries): below 16n the global fit is measured less accurate than EP alone
-# on the paper's data sets (issue 12's table; 32n is 2-3× better than 8n), and beyond the
-# limit it would cost more than ~30 LogisticRegression fits of the same data.
+# "auto" runs the global fit only if it can have at least MIN_GLOBAL_FACTOR·n points (at
+# most MAX_GLOBAL_FACTOR·n) within both work limits below: under 16n the global fit is
+# measured less accurate than EP alone on the paper's data sets (issue 12's table; 32n is
+# 2-3× better than 8n). Work is counted in multiply-adds — a deterministic stand-in for time,
+# so that the choice is the same on every machine: the global fit's likelihood pass costs
+# N × M × (p + LINK_COST), an EP sweep M × (2p² + site cost) + p³/3 (the Gram matrix, the
+# marginals, the site fits, the Cholesky factor), a site fit SITE_NODES link evaluations
+# unless the link's tilted moments have a closed form. The limits keep a default fit within
+# ~30 LogisticRegression fits and ~10 EP fits of the same data (measured:
+# benchmarks/strategy_choice.py, benchmarks/high_dimension.py).
 MIN_GLOBAL_FACTOR, MAX_GLOBAL_FACTOR = 16, 32
-GLOBAL_WORK_LIMIT = 1.5e8
+GLOBAL_WORK_LIMIT = 2e8
+EP_WORK_RATIO = 8.0
+LINK_COST, SITE_NODES = 30, 40
 # "auto" keeps the global fit only where it departs from EP by more than this many times
 # its own predicted error: the departure is about the sum of both errors, and kl_error is
 # up to ~2× optimistic at 16-32n, so EP's error is then the larger.
@@ -142,7 +149,7 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
             if ep_warnings
             else None
         )
-        n_samples, why_not = self._global_samples(model)
+        n_samples, why_not = self._global_samples(model, ep)
         if why_not and ep is not None:
             return self._chose("sites", why_not, ep, ep_warnings)
         with warnings.catch_warnings(record=True) as caught:
@@ -179,19 +186,27 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         )
         return self._chose("global", reason, fit)
 
-    def _global_samples(self, model) -> tuple[int, str | None]:
+    def _global_samples(self, model, ep) -> tuple[int, str | None]:
         """N of the global fit under "auto", and why it is not run (None: it is)."""
-        n = n_family_params(model.dim, self.family)
-        entries = _design_entries(model)
         if not isinstance(self.n_samples, str):
             return int(self.n_samples), None
-        affordable = int(GLOBAL_WORK_LIMIT // entries)
-        n_samples = max(min(MAX_GLOBAL_FACTOR * n, affordable), self._auto_minimum)
+        n = n_family_params(model.dim, self.family)
+        m, p = model.n_observations, model.dim
+        per_point = _design_entries(model) + m * LINK_COST
+        limit, why = GLOBAL_WORK_LIMIT, f"the work limit {GLOBAL_WORK_LIMIT:.3g}"
+        if ep is not None:
+            closed = model.link.has_closed_form(np.minimum(model.sample_weight, 1.0))
+            site_cost = LINK_COST * (1 if closed else SITE_NODES)
+            ep_work = max(ep.n_iter, 1) * (m * (2.0 * p * p + site_cost) + p**3 / 3.0)
+            if EP_WORK_RATIO * ep_work < limit:
+                limit = EP_WORK_RATIO * ep_work
+                why = f"{EP_WORK_RATIO:g}× EP's work ({ep_work:.3g}, {ep.n_iter} sweeps)"
+        n_samples = max(min(MAX_GLOBAL_FACTOR * n, int(limit // per_point)), self._auto_minimum)
         if n_samples < MIN_GLOBAL_FACTOR * n:
             return n_samples, (
                 f"the global fit would get N={n_samples} points (< {MIN_GLOBAL_FACTOR}n = "
-                f"{MIN_GLOBAL_FACTOR * n}) within {GLOBAL_WORK_LIMIT:.3g} multiply-adds of "
-                f"likelihood pass ({entries:.3g} design entries per point)"
+                f"{MIN_GLOBAL_FACTOR * n}) within {why} multiply-adds ({per_point:.3g} per "
+                f"point)"
             )
         return n_samples, None
 

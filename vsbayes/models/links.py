@@ -65,7 +65,7 @@ class Link(abc.ABC):
             ``"auto"`` is the closed form where it exists, else VS. All are accurate to about
             1e-8.
         """
-        if method == "closed" or (method == "auto" and self._has_closed_form(power)):
+        if method == "closed" or (method == "auto" and self.has_closed_form(power)):
             return self._closed_tilted_moments(mean, var, power)
         if method in ("auto", "vs"):
             return vs_tilted_moments(self, mean, var, power)
@@ -75,7 +75,8 @@ class Link(abc.ABC):
             f"method must be one of ['auto', 'closed', 'vs', 'quadrature']; got {method!r}."
         )
 
-    def _has_closed_form(self, power) -> bool:
+    def has_closed_form(self, power) -> bool:
+        """Whether :meth:`tilted_moments` has a closed form for these powers."""
         return False
 
     def _closed_tilted_moments(self, mean, var, power):
@@ -139,13 +140,13 @@ class ProbitLink(Link):
 
     predictive_log_proba = staticmethod(probit_predictive_log_proba)
 
-    def _has_closed_form(self, power) -> bool:
+    def has_closed_form(self, power) -> bool:
         return bool(np.all(np.asarray(power) == 1.0))
 
     def _closed_tilted_moments(self, mean, var, power):
         # Closed form for power 1 (Rasmussen and Williams 2006, eq. 3.58) with z = m/√(1+v)
         # and the Mills ratio r = φ(z)/Φ(z) through erfcx, accurate for any z.
-        if not self._has_closed_form(power):
+        if not self.has_closed_form(power):
             raise ValueError("The probit tilted moments have a closed form for power 1 only.")
         mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
         root = np.sqrt(1.0 + var)
