@@ -230,7 +230,7 @@ class _Anderson:
         self.restart()
 
     def restart(self) -> None:
-        self._residuals, self._images, self._change = [], [], math.inf
+        self._last, self._d_res, self._d_img, self._change = None, [], [], math.inf
 
     def step(
         self, residual: np.ndarray, image: np.ndarray, change: float, scale: np.ndarray
@@ -242,16 +242,16 @@ class _Anderson:
         if change > 2.0 * self._change:
             self.restart()
         self._change = change
-        self._residuals.append(residual)
-        self._images.append(image)
-        if len(self._residuals) > self.memory + 1:
-            del self._residuals[0], self._images[0]
-        if len(self._residuals) == 1:
+        if self._last is not None:
+            self._d_res.append(residual - self._last[0])
+            self._d_img.append(image - self._last[1])
+            if len(self._d_res) > self.memory:
+                del self._d_res[0], self._d_img[0]
+        self._last = residual, image
+        if not self._d_res:
             return image
-        d_res = np.diff(np.stack(self._residuals, axis=1), axis=1)
-        d_img = np.diff(np.stack(self._images, axis=1), axis=1)
-        gamma = np.linalg.lstsq(d_res, residual, rcond=None)[0]
-        mixed = image - d_img @ gamma
+        gamma = np.linalg.lstsq(np.column_stack(self._d_res), residual, rcond=None)[0]
+        mixed = image - np.column_stack(self._d_img) @ gamma
         # x_k = g_k - f_k · scale: the extrapolation's move against the plain step's.
         move = np.max(np.abs(mixed - image) / scale + np.abs(residual), initial=0.0)
         if not np.isfinite(move) or move > 10.0 * change:
