@@ -20,6 +20,7 @@ CSR. Two factorizations give it:
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import numpy as np
@@ -282,8 +283,22 @@ def precision_diagonal(model: BinaryGLMPosterior, tau: np.ndarray) -> np.ndarray
     return squares + 1.0 / model.prior_var
 
 
+# K depends on the model only, not on the sites: Newton's iterations and EP's sweeps over
+# one model reuse it (O(M² p) each time otherwise). Weak keys: it goes with the model.
+_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _prior_kernel(model: BinaryGLMPosterior) -> np.ndarray:
-    """``K = A D⁻¹ Aᵀ`` (M × M, dense), the prior covariance of the ``t_i``."""
+    """``K = A D⁻¹ Aᵀ`` (M × M, dense, read-only), the prior covariance of the ``t_i``."""
+    kernel = _KERNELS.get(model)
+    if kernel is None:
+        kernel = _compute_prior_kernel(model)
+        kernel.flags.writeable = False
+        _KERNELS[model] = kernel
+    return kernel
+
+
+def _compute_prior_kernel(model: BinaryGLMPosterior) -> np.ndarray:
     design, scale = model.design, np.sqrt(model.prior_var)
     if sp.issparse(design):
         scaled = design @ sp.diags(scale)  # CSR with A's sparsity
