@@ -42,7 +42,7 @@ def test_fit_default_prints_the_posterior_of_every_coefficient(capsys):
     assert status == 0
     for text in ("breast cancer", "569 rows", "30 features", "standardized", "benign"):
         assert text in out
-    for text in ("mean", "sd", "2.5%", "97.5%", "log evidence", "diagnostics", "kl_error"):
+    for text in ("mean", "sd", "2.5%", "97.5%", "log evidence", "diagnostics", "strategy:"):
         assert text in out
     for name in ("mean radius", "worst texture", "(intercept)"):
         assert name in out
@@ -60,7 +60,17 @@ def test_fit_laplace_probit(capsys):
 def test_fit_csv_with_named_target_and_json(capsys, tmp_path, small_csv):
     out_json = tmp_path / "fit.json"
     status, out, _ = run(
-        capsys, "fit", small_csv, "--target", "outcome", "--json", str(out_json), "--seed", "3"
+        capsys,
+        "fit",
+        small_csv,
+        "--target",
+        "outcome",
+        "--json",
+        str(out_json),
+        "--seed",
+        "3",
+        "--strategy",
+        "global",
     )
     assert status == 0
     assert "outcome = yes" in out and "no (" in out
@@ -78,6 +88,7 @@ def test_fit_csv_with_named_target_and_json(capsys, tmp_path, small_csv):
     assert np.isfinite(problem["log_evidence"])
     assert problem["diagnostics"]["n_samples"] == summary["settings"]["n_samples_used"] == 256
     assert problem["laplace_fallback"] is False
+    assert problem["strategy"] == "global"
     assert summary["settings"]["method"] == "vs" and summary["settings"]["seed"] == 3
     assert summary["seconds"] > 0 and 0.5 < summary["training_accuracy"] <= 1
 
@@ -95,11 +106,19 @@ def test_fit_multiclass_prints_one_table_per_problem(capsys, tmp_path):
 
 def test_fit_warnings_are_one_line_each_on_stderr(capsys, small_csv):
     # 20 points for n = 15 parameters: fewer than 2n, an UnreliableFitWarning.
-    status, out, err = run(capsys, "fit", small_csv, "--target", "outcome", "--n-samples", "20")
+    args = ("--target", "outcome", "--n-samples", "20", "--strategy", "global")
+    status, out, err = run(capsys, "fit", small_csv, *args)
     assert status == 0 and "log evidence" in out
     lines = err.splitlines()
     assert lines and all(line.startswith("vsbayes: warning: ") for line in lines)
     assert "UnreliableFitWarning" in err
+
+
+def test_fit_default_vs_records_its_strategy(capsys, small_csv):
+    # strategy="auto" with an explicit N: the global fit, kept only if it departs from EP.
+    status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--n-samples", "20")
+    assert status == 0 and "strategy:         sites (the global fit was unreliable" in out
+    assert "N:         none (VS site fits" in out
 
 
 def test_verbose_shows_progress(capsys, small_csv):

@@ -127,6 +127,13 @@ def _build_parser() -> _Parser:
         metavar="N",
         help="posterior evaluations of vs, is and bmc: 'auto' (default) or an integer",
     )
+    fit.add_argument(
+        "--strategy",
+        choices=("auto", "global", "sites"),
+        default="auto",
+        help="vs only: one global fit, VS site fits inside expectation propagation, or "
+        "chosen per problem (auto, default)",
+    )
     fit.set_defaults(handler=run_fit)
 
     compare = sub.add_parser(

@@ -38,8 +38,9 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
         0 (errors raise ValueError, OSError or EstimationError).
     """
     data = load_dataset(args.data, args.target)
+    options = {"strategy": args.strategy} if args.method == "vs" else {}
     estimator = make_estimator(
-        args.method, args.link, C=args.C, n_samples=args.n_samples, seed=args.seed
+        args.method, args.link, C=args.C, n_samples=args.n_samples, seed=args.seed, **options
     )
     name = type(estimator).__name__
     console.progress(f"fit: {name} on {len(data.y)} rows x {data.X.shape[1]} features")
@@ -71,7 +72,8 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
     dict
         ``data``, ``settings``, ``problems`` (one per binary problem: ``positive_class``,
         ``coefficients`` with ``name``, ``mean``, ``sd``, ``q025``, ``q975``,
-        ``log_evidence``, ``diagnostics``, ``laplace_fallback``), ``training_accuracy``,
+        ``log_evidence``, ``diagnostics``, ``laplace_fallback``, and for VS ``strategy``
+        and ``strategy_reason``), ``training_accuracy``,
         ``seconds`` and ``warnings``.
     """
     estimator = fit.estimator
@@ -93,6 +95,9 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
                 "laplace_fallback": fit.fell_back[k],
             }
         )
+        if hasattr(estimator, "strategy_"):  # VS: the global fit or VS site fits in EP
+            problems[-1]["strategy"] = str(estimator.strategy_[k])
+            problems[-1]["strategy_reason"] = estimator.strategy_reason_[k]
     sampling = args.method in SAMPLING
     return {
         "command": "fit",
@@ -104,8 +109,9 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
             "C": args.C,
             "intercept_prior_var": INTERCEPT_PRIOR_VAR,
             "n_samples": args.n_samples if sampling else None,
-            # The resolved count ("auto" is a rule of the estimator).
-            "n_samples_used": estimator._total_samples(n_params) if sampling else None,
+            # The count used (None: no points, e.g. VS site fits inside EP).
+            "n_samples_used": _samples_used(estimator) if sampling else None,
+            "strategy": getattr(args, "strategy", None) if args.method == "vs" else None,
             "n_family_params": n_family_params(n_params),
             "seed": args.seed,
         },
@@ -116,10 +122,17 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
     }
 
 
+def _samples_used(estimator) -> int | None:
+    """Points of the (first) fit: None where no point was drawn (VS site fits in EP)."""
+    return getattr(estimator.posteriors_[0], "n_samples", None)
+
+
 def _format_summary(summary: dict) -> str:
     data, settings = summary["data"], summary["settings"]
     classes = ", ".join(f"{c['label']} ({c['rows']})" for c in data["classes"])
-    if settings["n_samples_used"] is None:
+    if settings["n_samples_used"] is None and settings["method"] == "vs":
+        samples = "none (VS site fits inside expectation propagation: see strategy)"
+    elif settings["n_samples_used"] is None:
         samples = f"none ({settings['method']} is deterministic)"
     else:
         used, n = settings["n_samples_used"], settings["n_family_params"]
@@ -163,6 +176,8 @@ def _format_summary(summary: dict) -> str:
             f"log evidence:     {problem['log_evidence']:.4f}",
             f"diagnostics:      {format_diagnostics(problem['diagnostics'])}",
         ]
+        if "strategy" in problem:
+            lines.append(f"strategy:         {problem['strategy']} ({problem['strategy_reason']})")
         if settings["method"] != "laplace":
             fallback = "yes (see the warning)" if problem["laplace_fallback"] else "no"
             lines.append(f"Laplace fallback: {fallback}")
