@@ -96,9 +96,11 @@ def expectation_propagation(
         oscillate without converging.)
     site_fit : {"auto", "closed", "vs", "quadrature"}, default="auto"
         How the moments of each tilted density ``F(t) × cavity`` are computed (the
-        ``method`` of :meth:`~vsbayes.models.links.Link.tilted_moments`): ``"vs"`` fits each
-        by variational sampling on a Gauss–Hermite rule, all sites at once; ``"closed"`` is
-        the probit closed form; ``"quadrature"`` the adaptive trapezoid rule (the slow
+        ``method`` of :meth:`~vsbayes.models.links.Link.tilted_moments`): ``"vs"`` fits the
+        narrow ones by variational sampling on a Gauss–Hermite rule and integrates the
+        others by one trapezoid rule on the link's scale, all sites at once
+        (:func:`~vsbayes.models.tilted.vs_tilted_moments`); ``"closed"`` is the probit
+        closed form; ``"quadrature"`` the adaptive trapezoid rule (the slow
         reference). ``"auto"``: closed form where there is one, else VS.
 
     Returns

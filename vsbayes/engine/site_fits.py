@@ -109,18 +109,18 @@ def fit_sites(
     v[:, 1 + k :] = _identity_basis(k)
 
     def objective(sites, v):
-        log_q_bar = v @ phi.T - log_window
-        value = (weights * flushed_exp(log_q_bar)).sum(axis=1)
-        return value - np.einsum("mn,mn->m", target_moments[sites], v), log_q_bar
+        # Returns the weighted fit w q̄ too: the next Newton step needs it.
+        wq = weights * flushed_exp(v @ phi.T - log_window)
+        return wq.sum(axis=1) - np.einsum("mn,mn->m", target_moments[sites], v), wq
 
     everyone = np.arange(m)
-    value, log_q_bar = objective(everyone, v)
+    value, wq_all = objective(everyone, v)
     pairs = (phi[:, :, None] * phi[:, None, :]).reshape(len(phi), -1)  # (P, n²)
     active = everyone  # sites still iterating
     n_iter = 0
     while active.size and n_iter < max_iter:
         n_iter += 1
-        wq = weights * flushed_exp(log_q_bar[active])
+        wq = wq_all[active]
         grad = wq @ phi - target_moments[active]
         hess = (wq @ pairs).reshape(-1, phi.shape[1], phi.shape[1])
         step = -np.linalg.solve(hess, grad[..., None])[..., 0]
@@ -137,12 +137,12 @@ def fit_sites(
         for _ in range(30):
             sites = active[pending]
             trial = v[sites] + scale[pending, None] * step[pending]
-            trial_value, trial_log = objective(sites, trial)
+            trial_value, trial_wq = objective(sites, trial)
             ok = trial_value <= value[sites] - 1e-4 * scale[pending] * decrement[pending]
-            v[sites[ok]], value[sites[ok]], log_q_bar[sites[ok]] = (
+            v[sites[ok]], value[sites[ok]], wq_all[sites[ok]] = (
                 trial[ok],
                 trial_value[ok],
-                trial_log[ok],
+                trial_wq[ok],
             )
             pending = pending[~ok]
             if not pending.size:
