@@ -259,6 +259,8 @@ def run_cell(case: str, link: str, args) -> dict:
         progress_bar=False,
     )
     init = args.init_scale * rng.standard_normal((args.chains, dim))
+    if args.chains == 1:  # NumPyro takes a batch of starting points only for several chains
+        init = init[0]
     key = jax.random.PRNGKey(zlib.crc32(f"{case}/{link}".encode()) % 2**31)
     start = time.perf_counter()
     mcmc.run(key, init_params=init, extra_fields=("diverging", "num_steps"))
