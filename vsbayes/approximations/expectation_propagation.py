@@ -48,7 +48,8 @@ class EPResult(DiagnosedGaussian):
     converged : bool
         Whether the last sweep moved no site parameter by more than ``tol``.
     site_change : float
-        Largest relative change of a site parameter in the last sweep.
+        Largest relative change of a site parameter in the sweep that gave the sites (the
+        last one, or unconverged the one that moved least).
     """
 
     _diagnostics = ("n_iter", "converged", "site_change")
@@ -87,7 +88,8 @@ def expectation_propagation(
     tol : float, default=1e-8
         Stop when no site parameter changes by more than ``tol · (1 + |value|)``.
     max_iter : int, default=200
-        Maximum sweeps; a ConvergenceWarning is emitted when reached.
+        Maximum sweeps; a ConvergenceWarning is emitted when reached, and the sites of the
+        sweep that moved least are returned.
     start : ndarray of shape (p,), optional
         The posterior mode (default: found by :func:`glm_laplace`). The sites start as the
         second-order expansions of the factors there, so that the first posterior is the
@@ -165,6 +167,11 @@ def expectation_propagation(
         tau, nu = sites[:m], sites[m:]
         if converged:
             break
+    if not converged and best < change:
+        # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
+        sites, change = best_sites, best
+        tau, nu = sites[:m], sites[m:]
+        post = _posterior(model, tau, nu)
     if not converged:
         warnings.warn(
             f"Expectation propagation did not converge in max_iter={max_iter} sweeps "
