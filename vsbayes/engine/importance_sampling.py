@@ -28,6 +28,14 @@ def fit_is_pool(pool: SamplePool) -> ISResult:
     mass = float(w.sum())
     w /= mass
     ess = 1.0 / float(w @ w)
+    if ess < pool.dim + 1:
+        # Fewer effective points than a covariance in d dimensions needs: the weighted
+        # covariance is rank-deficient up to round-off, whether or not Cholesky notices.
+        raise DegenerateEstimateError(
+            f"The importance-sampling covariance is singular: the weights have an effective "
+            f"sample size of {ess:.3g}, below d+1 = {pool.dim + 1}. Increase n_samples or "
+            f"use a kernel closer to the target."
+        )
     frame = Frame(pool.kernels[-1])
     z = pool.coordinates(frame)
     mean_z = w @ z
@@ -88,7 +96,8 @@ def importance_sampling(
     Raises
     ------
     DegenerateEstimateError
-        If the weighted covariance is singular (too few effective samples).
+        If the weighted covariance is singular: an effective sample size below d+1, or
+        a covariance that is not numerically positive definite.
     """
     kernel = check_kernel(kernel)
     n_samples = check_positive_int(n_samples, "n_samples")
