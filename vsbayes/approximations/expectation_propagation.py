@@ -34,8 +34,10 @@ from .newton_laplace import glm_laplace
 __all__ = ["EPResult", "expectation_propagation"]
 
 
-# Sweeps without progress after which Anderson's mixing is switched off.
+# Sweeps without progress after which Anderson's mixing is switched off, and then after
+# which the damping is halved, down to _MIN_DAMPING.
 _STALL = 10
+_MIN_DAMPING = 1.0 / 64
 
 
 class EPResult(DiagnosedGaussian):
@@ -123,7 +125,7 @@ def expectation_propagation(
     sites = np.concatenate([tau, nu])
     anderson = _Anderson(memory)
     converged, change, n_iter = False, math.inf, 0
-    best, best_sites, stalled = math.inf, sites, 0
+    best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
     while n_iter < max_iter:
         n_iter += 1
         cav_tau, cav_nu = _cavity(post, tau, nu, copies)
@@ -145,12 +147,25 @@ def expectation_propagation(
             # Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing
             # can wander off: after _STALL sweeps without a new smallest change, the plain
             # damped sweeps go on alone from the best of them.
-            if change < best:
-                best, best_sites, stalled = change, damped.copy(), 0
-            elif anderson.memory > 0:
+            # If those stall too, they oscillate: the damping halves (down to 1/64), again
+            # from the best sites.
+            # Progress is measured undamped: halving the damping halves the change by itself.
+            if change / damping < best:
+                best, best_change = change / damping, change
+                best_sites, stalled = damped.copy(), 0
+            else:
                 stalled += 1
+                if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
+                    # No progress at the smallest damping either: the sweep's own round-off
+                    # (e.g. sites of weight 1e3 amplify the tilted moments' by 1e3) is
+                    # above tol; further sweeps cannot help.
+                    break
                 if stalled >= _STALL:
-                    anderson.memory, damped = 0, best_sites
+                    if anderson.memory > 0:
+                        anderson.memory = 0
+                    else:
+                        damping = max(0.5 * damping, _MIN_DAMPING)
+                    damped, stalled = best_sites, 0
             sites = anderson.step(residual, damped, change, scale)
             # Log-concave factors give τ ≥ 0 at every EP update: an extrapolation below
             # is projected back (the dual form of the posterior needs τ ≥ 0).
@@ -167,15 +182,17 @@ def expectation_propagation(
         tau, nu = sites[:m], sites[m:]
         if converged:
             break
-    if not converged and best < change:
+    if not converged and best_change < change:
         # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
-        sites, change = best_sites, best
+        sites, change = best_sites, best_change
         tau, nu = sites[:m], sites[m:]
         post = _posterior(model, tau, nu)
     if not converged:
         warnings.warn(
-            f"Expectation propagation did not converge in max_iter={max_iter} sweeps "
-            f"(largest site change {change:.3g}). Increase max_iter or lower damping.",
+            f"Expectation propagation did not converge in {n_iter} sweeps (max_iter="
+            f"{max_iter}; largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter "
+            f"or lower damping; extreme sample or class weights can keep the sweeps from "
+            f"reaching tol.",
             ConvergenceWarning,
             stacklevel=2,
         )

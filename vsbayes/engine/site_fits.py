@@ -109,8 +109,10 @@ def fit_sites(
     v[:, 1 + k :] = _identity_basis(k)
 
     def objective(sites, v):
-        # Returns the weighted fit w q̄ too: the next Newton step needs it.
-        wq = weights * flushed_exp(v @ phi.T - log_window)
+        # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
+        # too long overflows to an infinite objective, which the line search rejects.
+        with np.errstate(over="ignore"):
+            wq = weights * flushed_exp(v @ phi.T - log_window)
         return wq.sum(axis=1) - np.einsum("mn,mn->m", target_moments[sites], v), wq
 
     everyone = np.arange(m)

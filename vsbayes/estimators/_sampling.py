@@ -77,16 +77,18 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
 
     def _sampling_kernel(self, model, laplace):
         """The kernel: EP's posterior (to the fit's tolerance, so that results are
-        reproducible to it, e.g. weights ≡ duplicated rows) or Laplace's if EP fails."""
+        reproducible to it, e.g. weights ≡ duplicated rows), or Laplace's if EP fails or
+        does not converge (an unconverged EP can sit far from the posterior: sampling
+        from it measured a prior-like fit with sample weights of 1e3 and 1e-4)."""
         if self.kernel == "laplace":
             return laplace
         try:
             with warnings.catch_warnings():
-                # A kernel only needs to be near the posterior: an unconverged EP still is.
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                return ep_posterior(model, laplace, tol=self.tol)
+                ep = ep_posterior(model, laplace, tol=self.tol)
         except EstimationError:
             return laplace
+        return ep if ep.converged else laplace
 
     def _posterior(self, model, laplace, rng):
         self._check_memory(model, self._total_samples(model.dim))

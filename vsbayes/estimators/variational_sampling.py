@@ -139,7 +139,9 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
                 ep, ep_failure = None, str(error)
         if self.strategy == "sites":
             return self._chose("sites", "strategy='sites'", ep, ep_warnings)
-        kernel = laplace if ep is None or self.kernel == "laplace" else ep
+        # An unconverged EP can sit far from the posterior: not a kernel (see _sampling_kernel).
+        usable = ep is not None and ep.converged
+        kernel = ep if usable and self.kernel == "ep" else laplace
         if self.strategy == "global":
             return self._chose("global", "strategy='global'", self._sample(model, kernel, rng))
         ep_trouble = (
