@@ -126,49 +126,44 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
     def _posterior(self, model, laplace, rng):
         if self.strategy == "global":
             self._check_memory(model, self._total_samples(model.dim))
-        if self.strategy == "global" and self.kernel == "laplace":
-            return self._chose("global", "strategy='global'", self._sample(model, laplace, rng))
+            if self.kernel == "laplace":
+                fit = self._sample(model, laplace, rng)
+                return self._chose("global", "strategy='global'", fit)
         # EP is the kernel, the site-fit posterior, or both: one EP fit to fit tolerance.
         with warnings.catch_warnings(record=True) as ep_warnings:
             warnings.simplefilter("always", ConvergenceWarning)
             try:
-                ep = ep_posterior(model, laplace, tol=self.tol)
+                ep, ep_trouble = ep_posterior(model, laplace, tol=self.tol), None
             except EstimationError as error:
                 if self.strategy == "sites":
                     raise
-                ep, ep_failure = None, str(error)
+                ep, ep_trouble = None, f"expectation propagation failed ({error})"
+        if ep_warnings:
+            ep_trouble = f"expectation propagation did not converge: {ep_warnings[0].message}"
         if self.strategy == "sites":
             return self._chose("sites", "strategy='sites'", ep, ep_warnings)
         # An unconverged EP can sit far from the posterior: not a kernel (see _sampling_kernel).
-        usable = ep is not None and ep.converged
-        kernel = ep if usable and self.kernel == "ep" else laplace
+        kernel = ep if ep_trouble is None and self.kernel == "ep" else laplace
         if self.strategy == "global":
             return self._chose("global", "strategy='global'", self._sample(model, kernel, rng))
-        ep_trouble = (
-            f"expectation propagation failed ({ep_failure})"
-            if ep is None
-            else f"expectation propagation did not converge: {ep_warnings[0].message}"
-            if ep_warnings
-            else None
-        )
+        return self._auto(model, kernel, rng, ep, ep_warnings, ep_trouble)
+
+    def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble):
+        """strategy="auto": the global fit where affordable, reliable and measurably
+        different from EP (see ``strategy`` in the class docstring), else EP's."""
         n_samples, why_not = self._global_samples(model, ep)
         if why_not and ep is not None:
             return self._chose("sites", why_not, ep, ep_warnings)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                fit = self._sample(model, kernel, rng, n_samples)
+                fit, trouble = self._sample(model, kernel, rng, n_samples), None
             except EstimationError as error:
-                fit, failure = None, str(error)
+                fit, trouble = None, f"the global fit failed: {error}"
         doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
         _reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
-        trouble = (
-            f"the global fit failed: {failure}"
-            if fit is None
-            else f"the global fit was unreliable: {doubts[0].message}"
-            if doubts
-            else None
-        )
+        if doubts and trouble is None:
+            trouble = f"the global fit was unreliable: {doubts[0].message}"
         if trouble and ep is None:
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
@@ -176,17 +171,17 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         if ep_trouble:
             return self._chose("global", ep_trouble, fit)
         departure = excess_kl(fit, ep)
-        if departure <= DEPARTURE_FACTOR * fit.kl_error:
-            reason = (
-                f"the global fit departs from EP by {departure:.3g} nats, within "
-                f"{DEPARTURE_FACTOR:g}× its own predicted error {fit.kl_error:.3g}"
-            )
-            return self._chose("sites", reason, ep, ep_warnings)
+        within = departure <= DEPARTURE_FACTOR * fit.kl_error
         reason = (
-            f"the global fit departs from EP by {departure:.3g} nats, beyond "
-            f"{DEPARTURE_FACTOR:g}× its own predicted error {fit.kl_error:.3g}"
+            f"the global fit departs from EP by {departure:.3g} nats, "
+            f"{'within' if within else 'beyond'} {DEPARTURE_FACTOR:g}× its own predicted "
+            f"error {fit.kl_error:.3g}"
         )
-        return self._chose("global", reason, fit)
+        return (
+            self._chose("sites", reason, ep, ep_warnings)
+            if within
+            else self._chose("global", reason, fit)
+        )
 
     def _global_samples(self, model, ep) -> tuple[int, str | None]:
         """N of the global fit under "auto", and why it is not run (None: it is)."""
