@@ -6,6 +6,7 @@ from sklearn.datasets import make_classification
 
 import vsbayes
 import vsbayes._memory
+import vsbayes.estimators._sampling as sampling
 import vsbayes.estimators.variational_sampling as vs_module
 from vsbayes.exceptions import MemoryLimitError
 
@@ -90,3 +91,26 @@ def test_sampling_fits_beyond_memory_raise_before_allocating(data, cls, monkeypa
         cls(n_samples=4000, **params).fit(*data)
     assert "n_samples" in str(error.value)
     assert isinstance(error.value, ValueError)
+
+
+def test_an_unconverged_ep_is_no_sampling_kernel(data, monkeypatch):
+    X, y = data
+    laplace = vsbayes.LaplaceLogisticRegression().fit(X, y).posteriors_[0]
+    model = vsbayes.ISLogisticRegression()
+    fake_ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
+    for converged, expected in [(True, "ep"), (False, "laplace")]:
+        monkeypatch.setattr(fake_ep, "converged", converged)
+        monkeypatch.setattr(sampling, "ep_posterior", lambda *a, **k: fake_ep)
+        kernel = model._sampling_kernel(None, laplace)
+        assert kernel is (fake_ep if expected == "ep" else laplace)
+
+
+def test_extreme_class_weights_give_a_sensible_fit():
+    # scikit-learn's class-weight check: weights 1000 and 1e-4, where EP cannot converge.
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(centers=2, random_state=0, cluster_std=20)
+    model = vsbayes.VSLogisticRegression(class_weight={0: 1000, 1: 1e-4}, random_state=0)
+    model.fit(X[:50], y[:50])
+    assert "did not converge" in model.strategy_reason_[0]  # the case: an unconverged EP
+    assert np.mean(model.predict(X[50:]) == 0) > 0.87
