@@ -401,7 +401,7 @@ def write_summary() -> None:
         if ref is not None:
             rows.append(ref[2])
     info = machine()
-    platform_line = f"{platform.processor()} {platform.platform()}"
+    platform_line = f"processor {platform.processor() or 'n/a'}, {platform.platform()}"
     versions = {k: rows[0][k] for k in ("jax", "numpyro")} if rows else {}
     write_json(
         REFERENCE_DIR / "summary.json",
@@ -421,7 +421,10 @@ def write_summary() -> None:
         "ESS: bulk ESS (rank-normalized, split chains), min / median over the coordinates. "
         "Noise floor: n / (2 ESS_min) nats with n = (d+1) + (d+1)(d+2)/2 the Gaussian's "
         "parameters, the order of the KL of the moment-matched Gaussian from the exact one "
-        "due to Monte Carlo error. KL(NUTS‖Laplace): the Laplace approximation's error.",
+        "due to Monte Carlo error. Bulk ESS can exceed the draws (NUTS is antithetic for "
+        "means); the covariance's error goes with the ESS of second moments, closer to the "
+        "tail ESS column, so n / (2 ESS_tail_min) is the more conservative floor. "
+        "KL(NUTS‖Laplace): the Laplace approximation's error.",
         "",
         "| case | link | M | d | precond. | chains × draws | R-hat max | ESS bulk min / median "
         "| ESS tail min | noise floor (nats) | divergences | steps/draw | wall (s) "
@@ -480,6 +483,7 @@ def write_summary() -> None:
     ]
     if raised:
         lines.append(f"Target acceptance raised from 0.8 (fewer divergences): {', '.join(raised)}.")
+    lines += [f"{r['case']}/{r['link']}: {r['note']}." for r in rows if r.get("note")]
     if short:
         lines.append(f"Fewer than 4 × 10,000 draws (time budget): {', '.join(short)}.")
     if missing:
