@@ -61,9 +61,11 @@ def test_the_primal_form_equals_the_dense_formulas(rng, sparse):
     assert ours.half_log_det == pytest.approx(0.5 * np.linalg.slogdet(precision)[1], rel=1e-12)
 
 
-def test_auto_picks_the_smaller_factorization(rng):
-    assert GLMGaussian(wide_model(rng, 10, 30, False, 4.0), np.ones(10)).form == "dual"
-    assert GLMGaussian(wide_model(rng, 31, 30, False, 4.0), np.ones(31)).form == "primal"
+def test_auto_takes_the_dual_form_for_many_more_coefficients_than_rows(rng):
+    # Dual only where it pays: p > M and p beyond 256 (the primal keeps more digits).
+    assert GLMGaussian(wide_model(rng, 10, 300, False, 4.0), np.ones(10)).form == "dual"
+    assert GLMGaussian(wide_model(rng, 10, 30, False, 4.0), np.ones(10)).form == "primal"
+    assert GLMGaussian(wide_model(rng, 301, 300, False, 4.0), np.ones(301)).form == "primal"
     with pytest.raises(ValueError, match="form must be one of"):
         GLMGaussian(wide_model(rng, 10, 3, False, 4.0), np.ones(10), form="woodbury")
 

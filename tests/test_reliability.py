@@ -18,6 +18,7 @@ import vsbayes
 from vsbayes.engine._agreement import check_mean_against_is, check_mean_within_fit
 from vsbayes.exceptions import (
     DegenerateEstimateError,
+    EstimationError,
     NotPositiveDefiniteError,
     UnreliableFitWarning,
 )
@@ -383,15 +384,28 @@ def test_read_only_memmapped_inputs_are_never_written(cls, data, tmp_path):
         np.testing.assert_array_equal(array, original)
 
 
-def test_failed_ep_fit_falls_back_to_laplace():
+def test_ill_conditioned_ep_fit_is_valid():
     """Six features on a 1e6 scale, two observations with small weights, C = 1e4: the
-    posterior's condition number is ~1e15, and EP's final cavities come out improper (found
-    by the property test). EP falls back to Laplace."""
+    posterior's condition number is ~1e15. The dual form gave improper final cavities here
+    (found by the property test); the primal one, used below p = 256, gives a valid fit."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2, 6)) * 1e6
     weights = 10.0 ** rng.uniform(-3, 0, 2)
     estimator = vsbayes.EPProbitRegression(C=1e4, fit_intercept=False)
+    estimator.fit(X, [0, 1], sample_weight=weights)
+    assert_valid_fit(estimator, X)
+
+
+def test_failed_ep_fit_falls_back_to_laplace(monkeypatch):
+    import vsbayes.estimators.expectation_propagation as ep_module
+
+    def improper(*args, **kwargs):
+        raise EstimationError("2 of the final expectation-propagation cavities are improper")
+
+    monkeypatch.setattr(ep_module, "expectation_propagation", improper)
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    estimator = vsbayes.EPProbitRegression()
     with pytest.warns(UnreliableFitWarning, match="cavities are improper.*Falling back"):
-        estimator.fit(X, [0, 1], sample_weight=weights)
+        estimator.fit(X, X[:, 0] > 0)
     assert estimator.laplace_fallback_.tolist() == [True]
     assert_valid_fit(estimator, X)

@@ -36,6 +36,10 @@ from ..models import BinaryGLMPosterior
 __all__ = ["GLMGaussian", "precision_diagonal", "row_variances"]
 
 _FORMS = ("auto", "primal", "dual")
+# "auto" takes the dual form only beyond this p: below, the primal factorization costs
+# under 10⁷ flops, and it keeps the digits the dual loses when D⁻¹ - V Vᵀ cancels (a vague
+# intercept prior, or features on a scale of 10⁷, made it lose all of them).
+_DUAL_MIN_DIM = 256
 _FEATURES_REMEDY = (
     "Reduce the number of features, e.g. by feature selection (sklearn.feature_selection): "
     "a full covariance over p coefficients takes 8·p² bytes per matrix."
@@ -89,7 +93,7 @@ class GLMGaussian:
             raise ValueError(f"form must be one of {_FORMS}; got {form!r}.")
         p, m = model.dim, model.n_observations
         if form == "auto":
-            form = "primal" if p <= m else "dual"
+            form = "dual" if p > max(m, _DUAL_MIN_DIM) else "primal"
         self.form = form
         self.linear = np.zeros(p) if linear is None else np.asarray(linear, dtype=float)
         self._design = model.design

@@ -135,6 +135,10 @@ def expectation_propagation(
         _, t_mean, t_var = model.link.tilted_moments(
             cav_nu * cav_var, cav_var, power, method=site_fit
         )
+        # So does a site whose tilted moments are not usable (a variance lost to round-off
+        # on cavities of variance ~1e15).
+        ok &= (t_var > 0) & np.isfinite(t_mean) & np.isfinite(t_var)
+        t_var = np.where(ok, t_var, 1.0)
         new_tau = np.where(ok, copies * (1.0 / t_var - cav_tau), tau)
         new_nu = np.where(ok, copies * (t_mean / t_var - cav_nu), nu)
         damped = (1.0 - damping) * sites + damping * np.concatenate([new_tau, new_nu])

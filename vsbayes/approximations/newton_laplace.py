@@ -76,21 +76,25 @@ class NewtonLaplaceSolver:
         slope, curvature = model.link.derivatives(t)
         self.grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
         self.grad -= theta / model.prior_var
-        weights = model.sample_weight * curvature
+        self.weights = weights = model.sample_weight * curvature
         try:
             self.gaussian = GLMGaussian(
                 model, weights, form=self.form, what="negative Hessian of the log-posterior"
             )
         except NotPositiveDefiniteError:
-            diagonal = precision_diagonal(model, weights)
-            raise NotPositiveDefiniteError(
-                f"The negative Hessian of the log-posterior is not numerically positive "
-                f"definite: the posterior is too elongated for float64 (its curvature "
-                f"ranges from {diagonal.min():.3g} to {diagonal.max():.3g} along the "
-                f"coefficients). Typical cause: collinear or duplicated features on a large "
-                f"scale with a vague prior. Standardize the features (StandardScaler), drop "
-                f"duplicated columns, or use a smaller C."
-            ) from None
+            raise self._elongated(weights) from None
+
+    def _elongated(self, weights) -> NotPositiveDefiniteError:
+        """The error for a posterior too elongated for float64, with its remedy."""
+        diagonal = precision_diagonal(self.model, weights)
+        return NotPositiveDefiniteError(
+            f"The negative Hessian of the log-posterior is not numerically positive "
+            f"definite: the posterior is too elongated for float64 (its curvature "
+            f"ranges from {diagonal.min():.3g} to {diagonal.max():.3g} along the "
+            f"coefficients). Typical cause: collinear or duplicated features on a large "
+            f"scale with a vague prior. Standardize the features (StandardScaler), drop "
+            f"duplicated columns, or use a smaller C."
+        )
 
     def inner_solve(self) -> None:
         self.step = self.gaussian.solve(self.grad)
@@ -126,15 +130,19 @@ class NewtonLaplaceSolver:
             )
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
-        return LaplaceResult(
-            self.theta,
-            self.gaussian.cov,
-            log_Z,
-            n_iter=self.n_iter,
-            converged=self.converged or self.stalled,
-            grad_norm=float(np.linalg.norm(self.grad)),
-            log_density_at_mode=self.value,
-        )
+        try:
+            return LaplaceResult(
+                self.theta,
+                self.gaussian.cov,
+                log_Z,
+                n_iter=self.n_iter,
+                converged=self.converged or self.stalled,
+                grad_norm=float(np.linalg.norm(self.grad)),
+                log_density_at_mode=self.value,
+            )
+        except NotPositiveDefiniteError:
+            # The precision factored, but its inverse lost positive definiteness to round-off.
+            raise self._elongated(self.weights) from None
 
     def solve(self, theta0: np.ndarray | None = None) -> LaplaceResult:
         """Run Newton's method from ``theta0`` (default 0) and return the Laplace Gaussian."""

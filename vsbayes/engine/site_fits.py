@@ -119,12 +119,23 @@ def fit_sites(
     value, wq_all = objective(everyone, v)
     pairs = (phi[:, :, None] * phi[:, None, :]).reshape(len(phi), -1)  # (P, n²)
     active = everyone  # sites still iterating
+    failed = np.zeros(m, dtype=bool)
     n_iter = 0
     while active.size and n_iter < max_iter:
         n_iter += 1
         wq = wq_all[active]
         grad = wq @ phi - target_moments[active]
         hess = (wq @ pairs).reshape(-1, phi.shape[1], phi.shape[1])
+        # A site whose fitted mass has underflowed at every node (a kernel far from its
+        # target) has no Newton system: it stops, and is reported not integrable.
+        lost = ~(wq.sum(axis=1) > 0)
+        hess[lost] = np.eye(phi.shape[1])
+        grad[lost] = 0.0
+        failed[active[lost]] = True
+        # A relative ridge of 1e-13 keeps a numerically rank-deficient system (mass on a
+        # few nodes) solvable; it changes the step only, not the optimum the steps reach.
+        diagonal = np.einsum("mii->mi", hess)
+        diagonal += 1e-13 * diagonal.sum(axis=1, keepdims=True)
         step = -np.linalg.solve(hess, grad[..., None])[..., 0]
         decrement = -np.einsum("mn,mn->m", grad, step)
         # Within the quadratic region the full step leaves round-off only: those sites stop.
@@ -155,7 +166,7 @@ def fit_sites(
             stalled[pending] = True
         active = active[~stalled]
     precision, eta, c = family.natural_from_theta(family.theta_from_basis(v))
-    return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter)
+    return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
 
 
 def _identity_basis(k: int) -> np.ndarray:
@@ -164,11 +175,11 @@ def _identity_basis(k: int) -> np.ndarray:
     return (i == j).astype(float)
 
 
-def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter) -> SiteFits:
+def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter, failed) -> SiteFits:
     """Moments of ``exp(c + ηᵀz - zᵀ Λ z / 2)`` (frame z) mapped to ``t = μ + L z``."""
     k = eta.shape[1]
     eigval, eigvec = np.linalg.eigh(precision)
-    integrable = np.all(eigval > 0, axis=1)
+    integrable = np.all(eigval > 0, axis=1) & ~failed
     inv_eig = 1.0 / np.where(integrable[:, None], eigval, 1.0)
     cov_z = np.einsum("mab,mb,mcb->mac", eigvec, inv_eig, eigvec)
     mean_z = np.einsum("mab,mb->ma", cov_z, eta)

@@ -281,7 +281,11 @@ def _rule(link, mean, var, power, mode, width, peak, step, k):
     """Trapezoid rule with 2k+1 nodes t = mode + width · step · j, j = -k … k."""
     u = np.arange(-k, k + 1)[None, :] * step[:, None]
     t = mode[:, None] + width[:, None] * u
-    f = np.exp(_psi(link, t, mean[:, None], var[:, None], power[:, None]) - peak[:, None])
+    psi = _psi(link, t, mean[:, None], var[:, None], power[:, None])
+    # The mode's value is the peak unless Newton stopped short of it (cavities of variance
+    # ~1e15): the largest node value then is, and keeps exp from overflowing.
+    peak = np.maximum(peak, psi.max(axis=1))
+    f = np.exp(psi - peak[:, None])
     total = f.sum(axis=1)
     centred = t - mode[:, None]  # moments about the mode: no cancellation
     shift = (f * centred).sum(axis=1) / total
