@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["SMALL_PASS", "blas_threads_for"]
+__all__ = ["FACTORIZATION_PASS", "SMALL_PASS", "blas_threads_for"]
 
 # Multiply-adds per pass below which one BLAS thread is used. NumPy and SciPy each load
 # their own OpenBLAS; between many small products, the idle threads of one pool spin while
@@ -16,6 +16,13 @@ __all__ = ["SMALL_PASS", "blas_threads_for"]
 # (4·10⁶ per pass) 2× slower on two cores, and far more variable, than with one thread.
 # Passes of 1.5·10⁷ (d = 30, N = 15,872) are already faster on two threads.
 SMALL_PASS = 2**23
+
+# The same for the GLM approximations (Newton, EP, VB), whose every iteration alternates
+# NumPy's products with SciPy's factorizations and triangular solves, each on its own
+# OpenBLAS: measured on 2 cores, one thread was 3-5× faster than two for M p² + p³ from
+# 6e5 (breast cancer) to 5e7 (1000 × 200); the sparse 5000 × 2000 model (p³ = 8e9) gains
+# from two.
+FACTORIZATION_PASS = 2**31
 
 _controller: ThreadpoolController | None = None
 # BLAS thread limits are process-wide. Fits running in several threads share one limit:
@@ -46,8 +53,8 @@ def _one_blas_thread() -> Iterator[None]:
                 _limiter = None
 
 
-def blas_threads_for(work_per_pass: float) -> AbstractContextManager:
-    """Context limiting BLAS to one thread when ``work_per_pass`` is below ``SMALL_PASS``."""
-    if work_per_pass > SMALL_PASS:
+def blas_threads_for(work_per_pass: float, small: float = SMALL_PASS) -> AbstractContextManager:
+    """Context limiting BLAS to one thread when ``work_per_pass`` is at most ``small``."""
+    if work_per_pass > small:
         return nullcontext()
     return _one_blas_thread()

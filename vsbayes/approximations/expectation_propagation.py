@@ -29,6 +29,7 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian
+from ._threads import blas_policy
 from .newton_laplace import glm_laplace
 
 __all__ = ["EPResult", "expectation_propagation"]
@@ -68,6 +69,7 @@ def _cavity(post: GLMGaussian, tau, nu, copies):
     return 1.0 / post.t_var - tau / copies, post.t_mean / post.t_var - nu / copies
 
 
+@blas_policy
 def expectation_propagation(
     model: BinaryGLMPosterior,
     *,
@@ -198,7 +200,7 @@ def expectation_propagation(
             f"or lower damping; extreme sample or class weights can keep the sweeps from "
             f"reaching tol.",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return EPResult(
         post.mean,

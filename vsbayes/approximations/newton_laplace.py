@@ -16,6 +16,7 @@ from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian, precision_diagonal
+from ._threads import blas_policy
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 
@@ -126,7 +127,7 @@ class NewtonLaplaceSolver:
                 f"{self.half_decrement:.3g} in log-posterior, tol={self.tol:g}). Increase "
                 f"max_iter or standardize the features.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
@@ -171,6 +172,7 @@ class NewtonLaplaceSolver:
             self.n_iter += 1
 
 
+@blas_policy
 def glm_laplace(
     model: BinaryGLMPosterior,
     *,

@@ -24,6 +24,7 @@ from ..exceptions import ConvergenceWarning
 from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian, row_variances
+from ._threads import blas_policy
 
 __all__ = ["VBResult", "jaakkola_jordan"]
 
@@ -51,6 +52,7 @@ def _lambda(xi: np.ndarray) -> np.ndarray:
     return np.where(small, 0.125, np.tanh(0.5 * safe) / (4.0 * safe))
 
 
+@blas_policy
 def jaakkola_jordan(
     model: BinaryGLMPosterior,
     *,
@@ -111,6 +113,6 @@ def jaakkola_jordan(
             f"The variational bound did not converge in max_iter={max_iter} updates (last "
             f"gain {gain:.3g} nats). Increase max_iter.",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
+from scipy.linalg.blas import dsyrk
 
 from .._blas import blas_threads_for
 from .links import Link, get_link
@@ -160,13 +161,22 @@ class BinaryGLMPosterior:
         that no temporary exceeds ``max_bytes``."""
         gram = np.zeros((self.dim, self.dim))
         block = max(1, self.max_bytes // (8 * self.dim))
+        # Non-negative weights (Newton's curvatures, EP's and VB's site precisions): the
+        # symmetric rank-k update of √w A, half the multiply-adds of a general product.
+        symmetric = not sp.issparse(self.design) and bool(np.all(weights >= 0))
         for j in range(0, self.n_observations, block):
             rows = slice(j, j + block)
             a, w = self.design[rows], weights[rows]
             if sp.issparse(a):
                 gram += (a.T @ a.multiply(w[:, None]).tocsr()).toarray()
+            elif symmetric:
+                # (√w a)ᵀ is Fortran-ordered: BLAS takes it without a copy.
+                gram += dsyrk(1.0, (a * np.sqrt(w)[:, None]).T)
             else:
                 gram += a.T @ (a * w[:, None])
+        if symmetric:  # SYRK fills the upper triangle
+            lower = np.tril_indices(self.dim, -1)
+            gram[lower] = gram.T[lower]
         return gram
 
     def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
