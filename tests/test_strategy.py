@@ -114,3 +114,9 @@ def test_extreme_class_weights_give_a_sensible_fit():
     model.fit(X[:50], y[:50])
     assert "did not converge" in model.strategy_reason_[0]  # the case: an unconverged EP
     assert np.mean(model.predict(X[50:]) == 0) > 0.87
+
+
+def test_bmc_refuses_more_gaussian_parameters_than_its_point_cap():
+    X = np.random.default_rng(0).standard_normal((40, 200))  # n = 20,503 > 16,384
+    with pytest.raises(ValueError, match="at most 16384 points, fewer than the n = 20503"):
+        vsbayes.BMCLogisticRegression().fit(X, X[:, 0] > 0)

@@ -39,7 +39,12 @@ def fit_bmc_pool(pool: SamplePool, length_scale: float, nugget: float) -> BMCRes
     shift = float(log_ratio.max())
     f = flushed_exp(log_ratio - shift)
     sq = np.square(z).sum(axis=1)
-    gram = z @ z.T
+    gram = np.empty((len(z), len(z)))
+    # z zᵀ in row blocks: one product of 16384 × 2001 points with their transpose crashed
+    # OpenBLAS 0.3.31 on two threads (segmentation fault); blocks of 2^25 entries do not.
+    block = max(1, 2**25 // len(z))
+    for start in range(0, len(z), block):
+        np.matmul(z[start : start + block], z.T, out=gram[start : start + block])
     gram *= 2.0
     gram -= sq[:, None]
     gram -= sq[None, :]
