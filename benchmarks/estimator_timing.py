@@ -229,7 +229,8 @@ def memory_child(m, d):
         "M": m,
         "d": d,
         "seconds": seconds,
-        "n_samples": int(estimator.posteriors_[0].n_samples),
+        # No points when the VS estimator took the site fits inside EP (strategy_).
+        "n_samples": getattr(estimator.posteriors_[0], "n_samples", "none (sites)"),
         "warnings": len(caught),
         "rss_start_mb": rss_start,
         "rss_data_mb": rss_data,
