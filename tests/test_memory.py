@@ -84,7 +84,7 @@ def test_the_factorizations_are_guarded(rng, monkeypatch):
         GLMGaussian(tall, np.ones(30))
     _, _, wide = problem(rng, m=12, d=40)  # dual: four 12 × 12 matrices > 1000 bytes
     with pytest.raises(MemoryLimitError, match="12 × 12 dual form"):
-        GLMGaussian(wide, np.ones(12))
+        GLMGaussian(wide, np.ones(12), form="dual")
 
 
 def test_a_normal_fit_is_not_affected(rng):
