@@ -120,3 +120,21 @@ def test_bmc_refuses_more_gaussian_parameters_than_its_point_cap():
     X = np.random.default_rng(0).standard_normal((40, 200))  # n = 20,503 > 16,384
     with pytest.raises(ValueError, match="at most 16384 points, fewer than the n = 20503"):
         vsbayes.BMCLogisticRegression().fit(X, X[:, 0] > 0)
+
+
+def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatch):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 2))  # 3000 rows for n = 10 parameters
+    y = (X @ [1.0, -1.0] + rng.logistic(size=3000)) > 0
+
+    def no_ep(*args, **kwargs):
+        raise AssertionError("EP was run")
+
+    monkeypatch.setattr(vs_module, "ep_posterior", no_ep)
+    model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert list(model.strategy_) == ["global"]
+    assert "rows for n = 10" in model.strategy_reason_[0]
+    # Fewer rows per parameter than DATA_RICH: EP's route is considered again.
+    monkeypatch.setattr(vs_module, "DATA_RICH", 10**6)
+    with pytest.raises(AssertionError, match="EP was run"):
+        vsbayes.VSLogisticRegression(random_state=0).fit(X, y)

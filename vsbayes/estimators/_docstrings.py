@@ -53,6 +53,9 @@ _SAMPLING_PARAMETERS = {
         reliable (no warning) and departs from EP by more than 4 times its own predicted
         error ``kl_error``; otherwise EP's posterior is the more accurate one (at 8n the
         global fit is measured less accurate than EP on the paper's data sets).
+        With many rows per parameter (M ≥ 50n: a nearly Gaussian posterior) where the
+        global fit at ``n_samples`` costs less than EP's expected work, ``"auto"`` first
+        runs that fit from the Laplace kernel and keeps it if reliable.
         ``strategy_`` and ``strategy_reason_`` record the choice.
 """,
     "family": """\
