@@ -402,7 +402,7 @@ def test_failed_ep_fit_falls_back_to_laplace(monkeypatch):
     def improper(*args, **kwargs):
         raise EstimationError("2 of the final expectation-propagation cavities are improper")
 
-    monkeypatch.setattr(ep_module, "expectation_propagation", improper)
+    monkeypatch.setattr(ep_module, "ep_posterior", improper)
     X = np.random.default_rng(0).standard_normal((20, 2))
     estimator = vsbayes.EPProbitRegression()
     with pytest.warns(UnreliableFitWarning, match="cavities are improper.*Falling back"):

@@ -12,24 +12,14 @@ import warnings
 from sklearn.utils import check_scalar
 
 from .._memory import check_memory, format_bytes
-from ..approximations import expectation_propagation
 from ..engine import n_family_params
 from ..exceptions import ConvergenceWarning, EstimationError
-from ._base import BayesianGLMClassifier
+from ._base import BayesianGLMClassifier, ep_posterior
 
-__all__ = ["KERNELS", "SamplingGLMClassifier", "check_choice", "check_rounds", "ep_posterior"]
+__all__ = ["KERNELS", "SamplingGLMClassifier", "check_choice", "check_rounds"]
 
 #: Sampling kernels: the expectation-propagation posterior or the Laplace approximation.
 KERNELS = ("ep", "laplace")
-
-
-def ep_posterior(model, laplace, *, tol: float, max_iter: int = 200):
-    """EP posterior (VS site fits; probit in closed form) started from the Laplace sites.
-
-    ``tol`` is the estimator's: damped sweeps stop about the last change away from the
-    fixed point, and a hundredth of it keeps results reproducible to about ``tol``.
-    """
-    return expectation_propagation(model, tol=1e-2 * tol, max_iter=max_iter, start=laplace.mean)
 
 
 def check_choice(value, name, choices):

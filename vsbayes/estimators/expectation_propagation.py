@@ -6,8 +6,7 @@ import numbers
 
 from sklearn.utils import check_scalar
 
-from ..approximations import expectation_propagation
-from ._base import BayesianGLMClassifier
+from ._base import BayesianGLMClassifier, ep_posterior
 from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
@@ -52,14 +51,8 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
         )
 
     def _posterior(self, model, laplace, rng):
-        # Damped sweeps stop a distance of about the last change from the fixed point:
-        # a hundredth of tol keeps results reproducible to ~tol (e.g. weights ≡ duplicates).
-        return expectation_propagation(
-            model,
-            damping=self.damping,
-            tol=1e-2 * self.tol,
-            max_iter=self.max_iter,
-            start=laplace.mean,
+        return ep_posterior(
+            model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
         )
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
+from ._base import ep_posterior
 from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
@@ -19,7 +20,7 @@ from ._docstrings import (
     fallback_note,
     sampling_parameters,
 )
-from ._sampling import SamplingGLMClassifier, check_choice, check_rounds, ep_posterior
+from ._sampling import SamplingGLMClassifier, check_choice, check_rounds
 
 __all__ = ["STRATEGIES", "VSLogisticRegression", "VSProbitRegression"]
 
