@@ -17,7 +17,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    check_array,
+    check_is_fitted,
+    check_non_negative,
+    validate_data,
+)
 
 from .._random import as_generator
 from ..approximations import expectation_propagation, glm_laplace
@@ -132,7 +137,7 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
                 f"This solver needs samples of at least 2 classes in the data, but the data "
                 f"contains only one class: {self.classes_[0].tolist()!r}."
             )
-        weights = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        weights = _validate_sample_weight(sample_weight, X.shape[0])
         if self.class_weight is not None:
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             weights = weights * per_class[y_index]
@@ -325,6 +330,31 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
+    """One finite, non-negative float64 weight per row, not all zero (``None`` → ones).
+
+    scikit-learn has no public check for this: its ``_check_sample_weight`` is private and
+    changed across the versions we support (keywords in 1.6; all-zero weights pass on 1.6,
+    are rejected on 1.9), so these few lines stand on its public ``check_array``.
+    """
+    if sample_weight is None:
+        return np.ones(n_samples)
+    if isinstance(sample_weight, numbers.Number):
+        sample_weight = np.full(n_samples, sample_weight, dtype=np.float64)
+    weights = check_array(
+        sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight"
+    )
+    if weights.shape != (n_samples,):
+        raise ValueError(
+            f"sample_weight has shape {weights.shape}; expected one weight per sample, "
+            f"shape ({n_samples},)."
+        )
+    check_non_negative(weights, "sample_weight")
+    if not np.any(weights > 0):
+        raise ValueError("sample_weight is all zero; at least one weight must be positive.")
+    return weights
 
 
 def _validate_training_data(estimator, X, y):
