@@ -30,6 +30,15 @@ myst_heading_anchors = 3
 html_theme = "pydata_sphinx_theme"
 html_title = f"vsbayes {version}"
 html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+# Pages without sub-pages have no left sidebar (the theme would show an empty "Section
+# Navigation"), so their tables and plots get the width. Wide tables scroll sideways inside
+# their column with a visible cue: _static/custom.css, _static/tables.js.
+html_sidebars = {
+    page: [] for page in ("guide", "which_method", "estimators", "engine", "benchmarks")
+}
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_js_files = ["tables.js"]
 
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",

@@ -1,12 +1,44 @@
-"""The documentation builds with Sphinx, warnings as errors (needs the `docs` extra)."""
+"""The documentation builds with Sphinx, warnings as errors (needs the `docs` extra), and its
+pages point at files that exist, showing every committed benchmark plot."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+#: A figure, image or include directive of a MyST page and its path.
+DIRECTIVE = re.compile(r"^`{3,}\{(figure|image|include)\}\s+(\S+)", re.MULTILINE)
+
+
+def _directives(page):
+    return [
+        (kind, (page.parent / path).resolve()) for kind, path in DIRECTIVE.findall(page.read_text())
+    ]
+
+
+def test_pages_point_at_files_that_exist():
+    missing = [
+        f"{page.name}: {kind} {path}"
+        for page in DOCS.glob("*.md")
+        for kind, path in _directives(page)
+        if not path.is_file()
+    ]
+    assert not missing
+
+
+def test_benchmark_page_shows_every_committed_plot():
+    directives = _directives(DOCS / "benchmarks.md")
+    shown = {path for kind, path in directives if kind in ("figure", "image")}
+    plots = {path.resolve() for path in (ROOT / "benchmarks" / "results").rglob("*.png")}
+    assert not sorted(str(path.relative_to(ROOT)) for path in plots - shown)
+    # The page puts each plot under its results' title, the first line of the results file.
+    for kind, path in directives:
+        if kind == "include" and path.is_file():
+            assert path.read_text().startswith("# "), path
 
 
 @pytest.mark.slow
