@@ -34,7 +34,8 @@ html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
 # Navigation"), so their tables and plots get the width. Wide tables scroll sideways inside
 # their column with a visible cue: _static/custom.css, _static/tables.js.
 html_sidebars = {
-    page: [] for page in ("guide", "which_method", "estimators", "engine", "benchmarks")
+    page: []
+    for page in ("guide", "which_method", "estimators", "engine", "benchmarks", "developer")
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
