@@ -29,6 +29,20 @@ def test_arrays_are_read_only(rng):
         g.cov[0, 0] = 1.0
 
 
+def test_a_callable_covariance_is_formed_and_checked_on_first_use(rng):
+    eager = random_gaussian(rng, 4)
+    calls = []
+    lazy = Gaussian(eager.mean, lambda: calls.append(1) or eager.cov, eager.log_Z)
+    assert lazy.dim == 4 and lazy.log_Z == eager.log_Z and not calls  # mean only: no cov
+    x = rng.standard_normal((5, 4))
+    np.testing.assert_allclose(lazy.logpdf(x), eager.logpdf(x), rtol=1e-12)
+    np.testing.assert_array_equal(lazy.chol, eager.chol)
+    assert len(calls) == 1  # formed once
+    broken = Gaussian(np.zeros(2), lambda: -np.eye(2))
+    with pytest.raises(NotPositiveDefiniteError, match="covariance"):
+        broken.sample(3, random_state=0)
+
+
 def test_logpdf_matches_scipy(rng):
     g = random_gaussian(rng, 4, log_Z=2.5)
     x = rng.standard_normal((7, 4))

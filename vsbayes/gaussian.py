@@ -52,8 +52,11 @@ class Gaussian:
     ----------
     mean : array-like of shape (d,)
         Mean vector.
-    cov : array-like of shape (d, d)
-        Symmetric positive-definite covariance matrix.
+    cov : array-like of shape (d, d), or callable
+        Symmetric positive-definite covariance matrix, or a function of no arguments
+        returning it: then it is computed, checked and factorized on first use (for a
+        covariance that is costly to form and often not needed, e.g. the inverse of a
+        large Hessian whose mean alone is used).
     log_Z : float, default=0.0
         Logarithm of the total mass ``Z = ∫ q(x) dx``; 0 gives a probability density.
 
@@ -75,14 +78,27 @@ class Gaussian:
 
     def __init__(self, mean, cov, log_Z: float = 0.0):
         mean = np.array(mean, dtype=float, ndmin=1)
-        cov = np.array(cov, dtype=float, ndmin=2)
         if mean.ndim != 1:
             raise ValueError(f"mean must be a 1-D array, got shape {mean.shape}.")
-        d = mean.shape[0]
+        log_Z = float(log_Z)
+        if not (np.isfinite(mean).all() and math.isfinite(log_Z)):
+            raise ValueError("mean, cov and log_Z must be finite.")
+        self._mean = _readonly(mean)
+        self._log_Z = log_Z
+        self._precision = None
+        self._cov = self._chol = None
+        if callable(cov):
+            self._pending_cov = cov
+        else:
+            self._set_cov(cov)
+
+    def _set_cov(self, cov) -> None:
+        """Check, symmetrize and factorize the covariance."""
+        cov = np.array(cov, dtype=float, ndmin=2)
+        d = self.dim
         if cov.shape != (d, d):
             raise ValueError(f"cov must have shape ({d}, {d}) to match mean, got {cov.shape}.")
-        log_Z = float(log_Z)
-        if not (np.isfinite(mean).all() and np.isfinite(cov).all() and math.isfinite(log_Z)):
+        if not np.isfinite(cov).all():
             raise ValueError("mean, cov and log_Z must be finite.")
         asymmetry = np.abs(cov - cov.T).max(initial=0.0)
         if asymmetry > 1e-8 * np.abs(cov).max(initial=0.0):
@@ -91,10 +107,12 @@ class Gaussian:
             )
         cov = 0.5 * (cov + cov.T)
         self._chol = _readonly(lower_cholesky(cov, "covariance"))
-        self._mean = _readonly(mean)
         self._cov = _readonly(cov)
-        self._log_Z = log_Z
-        self._precision = None
+        self._pending_cov = None
+
+    def _factorized(self) -> None:
+        if self._chol is None:
+            self._set_cov(self._pending_cov())
 
     # -- basic attributes --------------------------------------------------------------
     @property
@@ -105,6 +123,7 @@ class Gaussian:
     @property
     def cov(self) -> np.ndarray:
         """Covariance matrix, shape (d, d)."""
+        self._factorized()
         return self._cov
 
     @property
@@ -120,6 +139,7 @@ class Gaussian:
     @property
     def chol(self) -> np.ndarray:
         """Lower Cholesky factor L of the covariance, ``cov = L @ L.T``."""
+        self._factorized()
         return self._chol
 
     @property
@@ -127,13 +147,13 @@ class Gaussian:
         """Inverse covariance, computed from the Cholesky factor."""
         if self._precision is None:
             identity = np.eye(self.dim)
-            self._precision = _readonly(cho_solve((self._chol, True), identity, check_finite=False))
+            self._precision = _readonly(cho_solve((self.chol, True), identity, check_finite=False))
         return self._precision
 
     @property
     def log_det_cov(self) -> float:
         """Log-determinant of the covariance."""
-        return 2.0 * float(np.log(np.diag(self._chol)).sum())
+        return 2.0 * float(np.log(np.diag(self.chol)).sum())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g})"
@@ -142,11 +162,11 @@ class Gaussian:
     def whiten(self, x) -> np.ndarray:
         """Map points (rows) to coordinates in which this Gaussian is N(0, I)."""
         x = np.asarray(x, dtype=float)
-        return solve_triangular(self._chol, (x - self._mean).T, lower=True).T
+        return solve_triangular(self.chol, (x - self._mean).T, lower=True).T
 
     def unwhiten(self, z) -> np.ndarray:
         """Inverse of :meth:`whiten`: ``mean + z @ chol.T``."""
-        return self._mean + np.asarray(z, dtype=float) @ self._chol.T
+        return self._mean + np.asarray(z, dtype=float) @ self.chol.T
 
     def logpdf(self, x) -> np.ndarray:
         """Log of the normalized density N(x; mean, cov) at points x of shape (N, d) or (d,)."""
@@ -172,12 +192,12 @@ class Gaussian:
 
     def scale_cov(self, factor: float) -> Gaussian:
         """The same Gaussian with its covariance multiplied by ``factor`` (mass unchanged)."""
-        return Gaussian(self._mean, float(factor) * self._cov, self._log_Z)
+        return Gaussian(self._mean, float(factor) * self.cov, self._log_Z)
 
     # -- natural parameters ----------------------------------------------------------
     def natural_parameters(self) -> NaturalParameters:
         """Natural parameters such that ``log q(x) = c + eta @ x - x @ precision @ x / 2``."""
-        eta = cho_solve((self._chol, True), self._mean, check_finite=False)
+        eta = cho_solve((self.chol, True), self._mean, check_finite=False)
         c = self._log_Z - 0.5 * (self._mean @ eta) - 0.5 * (self.dim * _LOG_2PI + self.log_det_cov)
         return NaturalParameters(self.precision.copy(), eta, float(c))
 
@@ -226,14 +246,14 @@ class Gaussian:
         mu = self._mean
         d_mu = d_first - mu * d_mass
         if np.ndim(d_second) == 1:
-            s = np.diag(self._cov)
+            s = np.diag(self.cov)
             d_s = d_second - (s + mu * mu) * d_mass - 2.0 * mu * d_mu
             d_prec = -d_s / (s * s)
             d_eta = d_prec * mu + d_mu / s
             d_c = d_mass - d_mu @ (mu / s) - 0.5 * (d_prec @ (mu * mu)) - 0.5 * (d_s / s).sum()
             return NaturalParameters(d_prec, d_eta, float(d_c))
         prec = self.precision
-        d_cov = d_second - (self._cov + np.outer(mu, mu)) * d_mass
+        d_cov = d_second - (self.cov + np.outer(mu, mu)) * d_mass
         d_cov -= np.outer(d_mu, mu) + np.outer(mu, d_mu)
         d_prec = -prec @ d_cov @ prec
         eta = prec @ mu

@@ -32,13 +32,19 @@ from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
 from .newton_laplace import glm_laplace
 
-__all__ = ["EPResult", "expectation_propagation"]
+__all__ = ["DEFAULT_DAMPING", "EPResult", "expectation_propagation"]
 
 
 # Sweeps without progress after which Anderson's mixing is switched off, and then after
 # which the damping is halved, down to _MIN_DAMPING.
 _STALL = 10
 _MIN_DAMPING = 1.0 / 64
+
+#: Default damping of the sweeps. With Anderson's mixing, 0.85 took 10-33 % fewer sweeps
+#: than 0.5 to a relative change of 1e-10 on 15 binary posteriors (the paper's four data
+#: sets and up to 300 × 500, both links), to the same fixed point (log Z within 1e-10);
+#: harder problems stall and halve it (see the sweep loop).
+DEFAULT_DAMPING = 0.85
 
 
 class EPResult(DiagnosedGaussian):
@@ -73,7 +79,7 @@ def _cavity(post: GLMGaussian, tau, nu, copies):
 def expectation_propagation(
     model: BinaryGLMPosterior,
     *,
-    damping: float = 0.5,
+    damping: float = DEFAULT_DAMPING,
     tol: float = 1e-8,
     max_iter: int = 200,
     start: np.ndarray | None = None,
@@ -86,7 +92,7 @@ def expectation_propagation(
     ----------
     model : BinaryGLMPosterior
         The posterior.
-    damping : float, default=0.5
+    damping : float, default=0.85
         Fraction of the new site parameters taken at each sweep (1 = undamped); smaller
         values converge on harder problems (near-separable data), more slowly.
     tol : float, default=1e-8
@@ -112,6 +118,13 @@ def expectation_propagation(
     Returns
     -------
     EPResult
+
+    Raises
+    ------
+    EstimationError
+        If the sweeps stall short of ``tol`` even at the smallest damping (1/64): EP has
+        no fixed point within reach (e.g. sample or class weights spanning 1e-4 to 1e3),
+        and the sites it holds are arbitrary. Reaching ``max_iter`` only warns.
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
@@ -162,10 +175,17 @@ def expectation_propagation(
             else:
                 stalled += 1
                 if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
-                    # No progress at the smallest damping either: the sweep's own round-off
-                    # (e.g. sites of weight 1e3 amplify the tilted moments' by 1e3) is
-                    # above tol; further sweeps cannot help.
-                    break
+                    # No progress at the smallest damping either: there is no fixed point
+                    # within reach (or the sweep's own round-off, amplified by sites of
+                    # weight ~1e3, is above tol). The best sites are then arbitrary: with
+                    # class weights 1e3 and 1e-4, some predicted every point wrong.
+                    raise EstimationError(
+                        f"Expectation propagation cannot converge: its sweeps stalled at the "
+                        f"smallest damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the "
+                        f"least site change {best_change:.3g} against tol={tol:.3g}. Typical "
+                        f"cause: extreme sample or class weights (rescale them), or nearly "
+                        f"separable data with a vague prior (use a smaller C)."
+                    )
                 if stalled >= _STALL:
                     if anderson.memory > 0:
                         anderson.memory = 0

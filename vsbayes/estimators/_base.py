@@ -26,6 +26,7 @@ from sklearn.utils.validation import (
 
 from .._random import as_generator
 from ..approximations import expectation_propagation, glm_laplace
+from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
@@ -38,7 +39,9 @@ __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
 INTERCEPT_PRIOR_VAR = 1e6
 
 
-def ep_posterior(model, laplace, *, tol: float, damping: float = 0.5, max_iter: int = 200):
+def ep_posterior(
+    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
+):
     """EP posterior (VS site fits; probit in closed form) started from the Laplace sites.
 
     ``tol`` is the estimator's: damped sweeps stop about the last change away from the

@@ -27,7 +27,7 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
         *,
         fit_intercept=True,
         class_weight=None,
-        damping=0.5,
+        damping=0.85,
         max_iter=200,
         tol=1e-8,
         random_state=None,
@@ -82,7 +82,7 @@ def _ep_doc(name: str, link: str, moments: str, see_also: str) -> str:
             "    log-posterior one more step would bring) is at most ``tol``.\n",
             "    log-posterior one more step would bring) is at most ``tol``; EP stops when no\n"
             "    site parameter moves by more than ``tol / 100`` (relative) in a sweep.\n"
-            "damping : float, default=0.5\n"
+            "damping : float, default=0.85\n"
             "    Fraction of the new site parameters taken at each sweep (1: undamped); lower\n"
             "    it if EP does not converge (near-separable data).\n",
         ),
