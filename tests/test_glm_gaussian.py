@@ -44,6 +44,18 @@ def test_dual_equals_primal(rng, sparse, intercept):
     assert np.array_equal(dual.cov, dual.cov.T)
 
 
+def test_dual_t_var_keeps_its_digits_on_sites_of_any_weight(rng):
+    # τ from 0 to 10: the shortcut τ t_var = 1 - (B⁻¹)_ii on the heavy sites, the direct
+    # form on the light ones, where the shortcut would cancel.
+    model = wide_model(rng, m=30, d=80, sparse=False, intercept=1e6, density=1.0)
+    tau = np.r_[0.0, 10.0 ** rng.uniform(-12, 1, 29)]
+    primal = GLMGaussian(model, tau, form="primal")
+    dual = GLMGaussian(model, tau, form="dual")
+    np.testing.assert_allclose(dual.t_var, primal.t_var, rtol=1e-10)
+    weight = tau * dual.t_var
+    assert weight.min() < 0.1 < weight.max()  # both branches ran
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
 def test_the_primal_form_equals_the_dense_formulas(rng, sparse):
     model = wide_model(rng, m=40, d=6, sparse=sparse, intercept=4.0)

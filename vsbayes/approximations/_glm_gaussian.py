@@ -26,7 +26,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import cho_solve, solve_triangular
-from scipy.linalg.lapack import dpotri
+from scipy.linalg.lapack import dpotri, dtrtri
 
 from .._memory import check_memory
 from ..exceptions import NotPositiveDefiniteError
@@ -40,6 +40,9 @@ _FORMS = ("auto", "primal", "dual")
 # under 10⁷ flops, and it keeps the digits the dual loses when D⁻¹ - V Vᵀ cancels (a vague
 # intercept prior, or features on a scale of 10⁷, made it lose all of them).
 _DUAL_MIN_DIM = 256
+# Dual t_var: below this τ_i t_var_i, the shortcut 1 - (B⁻¹)_ii would lose more than one
+# digit to the subtraction, and the site takes the direct form.
+_CANCELLATION = 0.1
 _FEATURES_REMEDY = (
     "Reduce the number of features, e.g. by feature selection (sklearn.feature_selection): "
     "a full covariance over p coefficients takes 8·p² bytes per matrix."
@@ -156,10 +159,7 @@ class GLMGaussian:
         ``A H⁻¹ Aᵀ = K - K T^½ B⁻¹ T^½ K`` with ``K = A D⁻¹ Aᵀ``, in O(M³) given K.
         """
         if self.form == "dual":
-            spread = solve_triangular(
-                self._lower, self._kernel * self._root[:, None], lower=True, check_finite=False
-            )
-            return np.diag(self._kernel) - np.einsum("ij,ij->j", spread, spread)
+            return self._dual_t_var()
         design, lower = self._design, self._lower
         m, p = design.shape
         if sp.issparse(design):
@@ -176,6 +176,27 @@ class GLMGaussian:
             rows = rows.toarray() if sp.issparse(rows) else rows
             spread = solve_triangular(lower, rows.T, lower=True, check_finite=False)
             out[j : j + block] = np.einsum("ij,ij->j", spread, spread)
+        return out
+
+    def _dual_t_var(self) -> np.ndarray:
+        # With C = T^½ K T^½ and B = I + C: T^½ (K - K T^½ B⁻¹ T^½ K) T^½ = C (I + C)⁻¹
+        # = I - B⁻¹, so τ_i t_var_i = 1 - (B⁻¹)_ii, and diag(B⁻¹) needs only L⁻¹ (a third
+        # of the flops of L⁻¹ T^½ K). The subtraction loses digits where 1 - (B⁻¹)_ii is
+        # small (sites of little weight): those columns take the direct form.
+        kernel, root, lower = self._kernel, self._root, self._lower
+        inverse, info = dtrtri(lower, lower=1)
+        if info != 0:
+            raise NotPositiveDefiniteError("The dual factor is singular.")
+        weight = 1.0 - np.einsum("ij,ij->j", inverse, inverse)
+        out = np.empty_like(weight)
+        strong = weight >= _CANCELLATION
+        out[strong] = weight[strong] / np.square(root[strong])
+        weak = ~strong
+        if weak.any():
+            spread = solve_triangular(
+                lower, kernel[:, weak] * root[:, None], lower=True, check_finite=False
+            )
+            out[weak] = np.diag(kernel)[weak] - np.einsum("ij,ij->j", spread, spread)
         return out
 
     @cached_property
