@@ -1,4 +1,4 @@
-"""The package's layers import only from the layers above them (DEVELOPERS' architecture)."""
+"""The package's layers import only from the layers above them (docs/developer.md, "Layers")."""
 
 import ast
 from pathlib import Path
@@ -13,6 +13,7 @@ LAYERS = {
     "vsbayes._memory": 0,
     "vsbayes._random": 0,
     "vsbayes._version": 0,
+    "vsbayes._warnings": 0,
     "vsbayes.exceptions": 0,
     "vsbayes.gaussian": 1,
     "vsbayes.sampling": 2,

@@ -21,10 +21,10 @@ evidence is EP's estimate at the fixed point.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
+from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
@@ -214,13 +214,12 @@ def expectation_propagation(
         tau, nu = sites[:m], sites[m:]
         post = _posterior(model, tau, nu)
     if not converged:
-        warnings.warn(
+        warn(
             f"Expectation propagation did not converge in {n_iter} sweeps (max_iter="
             f"{max_iter}; largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter "
             f"or lower damping; extreme sample or class weights can keep the sweeps from "
             f"reaching tol.",
             ConvergenceWarning,
-            stacklevel=3,
         )
     return EPResult(
         post.mean,

@@ -8,11 +8,11 @@ line_search, check_convergence, finalize.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from .._blas import FACTORIZATION_PASS, blas_threads_for
+from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
@@ -122,13 +122,12 @@ class NewtonLaplaceSolver:
 
     def finalize(self) -> LaplaceResult:
         if not (self.converged or self.stalled):
-            warnings.warn(
+            warn(
                 f"Newton's method for the posterior mode did not converge in "
                 f"max_iter={self.max_iter} iterations (predicted gain "
                 f"{self.half_decrement:.3g} in log-posterior, tol={self.tol:g}). Increase "
                 f"max_iter or standardize the features.",
                 ConvergenceWarning,
-                stacklevel=5,
             )
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det

@@ -14,11 +14,11 @@ updates alternate in closed form and never decrease the bound on the log evidenc
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 from scipy.special import log_expit
 
+from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
 from ..gaussian import Gaussian
@@ -109,10 +109,9 @@ def jaakkola_jordan(
             converged = True
             break
     if not converged:
-        warnings.warn(
+        warn(
             f"The variational bound did not converge in max_iter={max_iter} updates (last "
             f"gain {gain:.3g} nats). Increase max_iter.",
             ConvergenceWarning,
-            stacklevel=3,
         )
     return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)

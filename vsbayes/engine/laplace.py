@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 from scipy.linalg import cho_solve
 from scipy.optimize import minimize
 
+from .._warnings import warn
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from .results import LaplaceResult
@@ -186,12 +186,11 @@ def laplace(
         n_iter += 1
     converged = half_decrement <= tol
     if not converged:
-        warnings.warn(
+        warn(
             f"The Laplace mode search did not converge in max_iter={max_iter} iterations "
             f"(predicted gain {half_decrement:.3g} in log p). Increase max_iter or give a "
             f"better x0.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     cov = cho_solve((lower, True), np.eye(d), check_finite=False)
     log_p_mode = value(mode)

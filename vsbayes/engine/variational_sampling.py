@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from .._blas import blas_threads_for
+from .._warnings import warn
 from ..exceptions import (
     ConvergenceWarning,
     NonIntegrableFitError,
@@ -136,32 +136,29 @@ def _fit_vs_pool(
 def _warn_about(sol, pool: SamplePool, n_params: int, max_iter: int) -> None:
     """Warn when the final fit's own diagnostics say it may be inaccurate."""
     if not sol.converged:
-        warnings.warn(
+        warn(
             f"Variational sampling did not converge in max_iter={max_iter} iterations "
             f"(optimization error {sol.decrement:.3g} vs predicted sampling error "
             f"{sol.kl_error:.3g}). Increase max_iter; if the fit stays poor, increase "
             f"n_samples or use a kernel closer to the target.",
             ConvergenceWarning,
-            stacklevel=7,
         )
     if sol.ess < pool.dim + 1:
-        warnings.warn(
+        warn(
             f"The importance weights p/π of the {pool.n_samples} points have an effective "
             f"sample size of {sol.ess:.3g}, below d+1={pool.dim + 1}: the target mass seen "
             f"by the sample sits on a few points, so the fit may be far off. Use a kernel "
             f"closer to the target (rounds > 1 adapts it) or wider, or more samples.",
             UnreliableFitWarning,
-            stacklevel=7,
         )
     elif pool.n_samples < 2 * n_params:
-        warnings.warn(
+        warn(
             f"Variational sampling with N={pool.n_samples} points for n={n_params} "
             f"parameters (fewer than 2n): the fit nearly interpolates the target at the "
             f"points, so it is exact for Gaussian targets but kl_error "
             f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
             f"{2 * n_params}.",
             UnreliableFitWarning,
-            stacklevel=7,
         )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import abc
 import numbers
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +24,7 @@ from sklearn.utils.validation import (
 )
 
 from .._random import as_generator
+from .._warnings import warn
 from ..approximations import expectation_propagation, glm_laplace
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..engine import LaplaceResult
@@ -172,11 +172,10 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         try:
             posterior = self._posterior(model, laplace, rng)
         except EstimationError as error:
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
                 f"for this problem (recorded in laplace_fallback_).",
                 UnreliableFitWarning,
-                stacklevel=4,
             )
             posterior = laplace
         if self.verbose:

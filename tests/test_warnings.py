@@ -1,0 +1,54 @@
+"""Every warning vsbayes raises during fit points at the caller's line."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+from sklearn.datasets import make_blobs
+
+import vsbayes
+from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_blobs(n_samples=60, centers=2, cluster_std=3.0, random_state=0)
+    return X, y
+
+
+CASES = {
+    "Newton's max_iter": (vsbayes.LaplaceLogisticRegression(max_iter=1), ConvergenceWarning),
+    "EP's max_iter": (vsbayes.EPLogisticRegression(max_iter=2), ConvergenceWarning),
+    "VB's max_iter": (vsbayes.VBLogisticRegression(max_iter=1), ConvergenceWarning),
+    "EP stalls: Laplace fallback": (
+        vsbayes.EPLogisticRegression(class_weight={0: 1e3, 1: 1e-4}),
+        UnreliableFitWarning,
+    ),
+    "VS below 2n points": (
+        vsbayes.VSLogisticRegression(n_samples=12, strategy="global", random_state=0),
+        UnreliableFitWarning,
+    ),
+    "VS solver's max_iter": (
+        vsbayes.VSLogisticRegression(
+            max_iter=1, strategy="global", kernel="laplace", random_state=0
+        ),
+        ConvergenceWarning,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fit_warnings_point_at_the_calling_line(data, case):
+    estimator, category = CASES[case]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(*data)  # the line every warning must point at
+    ours = [w for w in caught if issubclass(w.category, (ConvergenceWarning, UnreliableFitWarning))]
+    assert any(issubclass(w.category, category) for w in ours), [str(w.message) for w in caught]
+    for w in ours:
+        assert (w.filename, w.lineno) == (__file__, _fit_line()), (w.category, w.filename)
+
+
+def _fit_line() -> int:
+    source = Path(__file__).read_text().splitlines()
+    return 1 + next(i for i, line in enumerate(source) if "the line every warning must" in line)
