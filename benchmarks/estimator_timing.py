@@ -54,16 +54,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from vsbayes import (
-    BMCLogisticRegression,
-    EPLogisticRegression,
-    EPProbitRegression,
-    ISLogisticRegression,
-    LaplaceLogisticRegression,
-    VBLogisticRegression,
-    VSLogisticRegression,
-    n_family_params,
-)
+from vsbayes import METHODS, n_family_params
 from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 
 SIZES = [10**3, 10**4, 10**5, 10**6]
@@ -75,27 +66,28 @@ SINGLE_FIT_FROM = 10**5
 # Issue 3's targets (2 GB read as 2 GiB, the unit the peak memory is reported in).
 TARGETS = {"bc_seconds": 0.5, "bc_ratio": 20.0, "memory_seconds": 60.0, "memory_mb": 2048.0}
 
-ESTIMATORS = {
-    "LogisticRegression": lambda seed: LogisticRegression(),
-    "LaplaceLogisticRegression": lambda seed: LaplaceLogisticRegression(),
-    "VSLogisticRegression": lambda seed: VSLogisticRegression(random_state=seed),
-    # Baselines (issue 4), timed on the same data.
-    "ISLogisticRegression": lambda seed: ISLogisticRegression(random_state=seed),
-    "BMCLogisticRegression": lambda seed: BMCLogisticRegression(random_state=seed),
-    "EPLogisticRegression": lambda seed: EPLogisticRegression(),
-    "VBLogisticRegression": lambda seed: VBLogisticRegression(),
-    "EPProbitRegression": lambda seed: EPProbitRegression(),
-}
-SHORT = {
-    "LogisticRegression": "LR",
-    "LaplaceLogisticRegression": "Laplace",
-    "VSLogisticRegression": "VS",
-    "ISLogisticRegression": "IS",
-    "BMCLogisticRegression": "BMC",
-    "EPLogisticRegression": "EP",
-    "VBLogisticRegression": "VB",
-    "EPProbitRegression": "EP-probit",
-}
+# From the estimators' registry: every logistic estimator, and EP's probit one.
+TIMED = [(key, "logistic") for key in METHODS if "logistic" in METHODS[key].classes]
+TIMED.append(("ep", "probit"))
+
+
+def _maker(method: str, link: str):
+    cls = METHODS[method].classes[link]
+    if METHODS[method].sampling:
+        return lambda seed: cls(random_state=seed)
+    return lambda seed: cls()
+
+
+ESTIMATORS = {"LogisticRegression": lambda seed: LogisticRegression()}
+ESTIMATORS.update({METHODS[m].classes[link].__name__: _maker(m, link) for m, link in TIMED})
+SHORT = {"LogisticRegression": "LR"}
+SHORT.update(
+    {
+        METHODS[m].classes[link].__name__: ("Laplace" if m == "laplace" else m.upper())
+        + ("-probit" if link == "probit" else "")
+        for m, link in TIMED
+    }
+)
 BASELINES = ["IS", "BMC", "EP", "VB", "EP-probit"]
 # BMC stores and factors an N×N matrix: only where N (= VS's auto N) is at most this
 # (breast cancer: 4224, a few seconds).
@@ -223,7 +215,7 @@ def memory_child(m, d):
     rss_start = peak_rss_mb()
     X, y = synthetic(m, d)
     rss_data = peak_rss_mb()
-    estimator = VSLogisticRegression(random_state=0)
+    estimator = METHODS["vs"].classes["logistic"](random_state=0)
     seconds, caught = timed_fit(estimator, X, y)
     result = {
         "M": m,

@@ -6,27 +6,14 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-import vsbayes
 from vsbayes import Gaussian
-from vsbayes.estimators import INTERCEPT_PRIOR_VAR
+from vsbayes.estimators import ESTIMATORS, INTERCEPT_PRIOR_VAR, METHODS
 from vsbayes.models import BinaryGLMPosterior
 
-DETERMINISTIC = [
-    vsbayes.LaplaceLogisticRegression,
-    vsbayes.LaplaceProbitRegression,
-    vsbayes.VBLogisticRegression,
-    vsbayes.EPProbitRegression,
-    vsbayes.EPLogisticRegression,
-]
-SAMPLING = [
-    vsbayes.VSLogisticRegression,
-    vsbayes.VSProbitRegression,
-    vsbayes.ISLogisticRegression,
-    vsbayes.ISProbitRegression,
-    vsbayes.BMCLogisticRegression,
-    vsbayes.BMCProbitRegression,
-]
-ALL = DETERMINISTIC + SAMPLING
+# From the estimators' registry: a new estimator is tested without editing this file.
+DETERMINISTIC = [c for m in METHODS.values() if not m.sampling for c in m.classes.values()]
+SAMPLING = [c for m in METHODS.values() if m.sampling for c in m.classes.values()]
+ALL = list(ESTIMATORS)
 
 
 def make(cls, **params):

@@ -1,5 +1,6 @@
 """vsbayes — Bayesian inference by variational sampling."""
 
+from . import estimators as _estimators
 from ._version import __version__
 from .engine import (
     BMCResult,
@@ -12,37 +13,14 @@ from .engine import (
     n_family_params,
     variational_sampling,
 )
-from .estimators import (
-    BMCLogisticRegression,
-    BMCProbitRegression,
-    EPLogisticRegression,
-    EPProbitRegression,
-    ISLogisticRegression,
-    ISProbitRegression,
-    LaplaceLogisticRegression,
-    LaplaceProbitRegression,
-    VBLogisticRegression,
-    VSLogisticRegression,
-    VSProbitRegression,
-)
+from .estimators import *  # noqa: F403 (the estimators and their registry)
 from .gaussian import Gaussian, excess_kl, kl_divergence
 
 __all__ = [
-    "BMCLogisticRegression",
-    "BMCProbitRegression",
     "BMCResult",
-    "EPLogisticRegression",
-    "EPProbitRegression",
     "Gaussian",
-    "ISLogisticRegression",
-    "ISProbitRegression",
     "ISResult",
-    "LaplaceLogisticRegression",
-    "LaplaceProbitRegression",
     "LaplaceResult",
-    "VBLogisticRegression",
-    "VSLogisticRegression",
-    "VSProbitRegression",
     "VSResult",
     "__version__",
     "bayesian_monte_carlo",
@@ -53,3 +31,4 @@ __all__ = [
     "n_family_params",
     "variational_sampling",
 ]
+__all__ += _estimators.__all__

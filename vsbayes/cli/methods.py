@@ -8,20 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..estimators import (
-    BayesianGLMClassifier,
-    BMCLogisticRegression,
-    BMCProbitRegression,
-    EPLogisticRegression,
-    EPProbitRegression,
-    ISLogisticRegression,
-    ISProbitRegression,
-    LaplaceLogisticRegression,
-    LaplaceProbitRegression,
-    VBLogisticRegression,
-    VSLogisticRegression,
-    VSProbitRegression,
-)
+from ..estimators import LINKS, BayesianGLMClassifier, estimator_class
+from ..estimators import METHODS as _REGISTRY
 
 __all__ = [
     "DETERMINISTIC",
@@ -35,55 +23,13 @@ __all__ = [
     "timed_fit",
 ]
 
-LINKS = ("logistic", "probit")
+# Views of the estimators' registry (vsbayes.estimators.METHODS) for the commands.
+METHODS = tuple(_REGISTRY)
 #: Methods whose cost is set by ``n_samples`` (posterior evaluations at random points).
-SAMPLING = ("vs", "is", "bmc")
+SAMPLING = tuple(key for key, method in _REGISTRY.items() if method.sampling)
 #: Methods without randomness or a sample size.
-DETERMINISTIC = ("laplace", "ep", "vb")
-METHODS = ("vs", "laplace", "is", "bmc", "ep", "vb")
-
-METHOD_TITLES = {
-    "vs": "variational sampling",
-    "laplace": "Laplace approximation",
-    "is": "importance sampling",
-    "bmc": "Bayesian Monte Carlo",
-    "ep": "expectation propagation",
-    "vb": "variational Bayes (Jaakkola–Jordan bound)",
-}
-
-_ESTIMATORS: dict[tuple[str, str], type[BayesianGLMClassifier]] = {
-    ("vs", "logistic"): VSLogisticRegression,
-    ("vs", "probit"): VSProbitRegression,
-    ("laplace", "logistic"): LaplaceLogisticRegression,
-    ("laplace", "probit"): LaplaceProbitRegression,
-    ("is", "logistic"): ISLogisticRegression,
-    ("is", "probit"): ISProbitRegression,
-    ("bmc", "logistic"): BMCLogisticRegression,
-    ("bmc", "probit"): BMCProbitRegression,
-    ("ep", "logistic"): EPLogisticRegression,
-    ("ep", "probit"): EPProbitRegression,
-    ("vb", "logistic"): VBLogisticRegression,
-}
-
-
-def estimator_class(method: str, link: str) -> type[BayesianGLMClassifier]:
-    """The public estimator class of ``method`` (see :data:`METHODS`) with ``link``.
-
-    Raises
-    ------
-    ValueError
-        For an unknown method or link, and for ``vb`` with the probit link.
-    """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}.")
-    if link not in LINKS:
-        raise ValueError(f"unknown link {link!r}; choose from {', '.join(LINKS)}.")
-    if (method, link) not in _ESTIMATORS:
-        raise ValueError(
-            "VB is logistic only (the Jaakkola–Jordan bound exists for the logistic link); "
-            "use --link logistic or another --method."
-        )
-    return _ESTIMATORS[method, link]
+DETERMINISTIC = tuple(key for key, method in _REGISTRY.items() if not method.sampling)
+METHOD_TITLES = {key: method.title for key, method in _REGISTRY.items()}
 
 
 def make_estimator(

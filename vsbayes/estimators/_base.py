@@ -56,7 +56,9 @@ def ep_posterior(
 class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta):
     """Base class: Bayesian binary GLM, one-vs-rest for more than two classes.
 
-    Subclasses set ``_link`` (``"logistic"`` or ``"probit"``) and implement
+    Subclasses set ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
+    (the method's short and long names, which the registry ``vsbayes.estimators.METHODS``
+    reads) and implement
     ``_posterior(model, laplace, rng)``, which returns the posterior Gaussian (with
     diagnostics) of one binary problem given its Laplace approximation. When it raises an
     :class:`~vsbayes.exceptions.EstimationError` (no valid Gaussian), the problem falls back
@@ -65,6 +67,8 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
     """
 
     _link: str = ""
+    _method: str = ""
+    _title: str = ""
     #: Whether the method can fail and fall back to Laplace (``laplace_fallback_``).
     _falls_back: bool = True
 
@@ -108,7 +112,8 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}.")
 
     def _n_jobs(self) -> int | None:
-        return getattr(self, "n_jobs", None)
+        """Workers of the likelihood's passes: the sampling estimators' ``n_jobs``."""
+        return None
 
     # --- fitting ----------------------------------------------------------------------
 

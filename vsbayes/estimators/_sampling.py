@@ -53,9 +53,17 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         check_choice(self.rule, "rule", self._rules)
         check_choice(self.kernel, "kernel", KERNELS)
 
+    def _n_jobs(self) -> int | None:
+        return self.n_jobs
+
+    def _family(self) -> str:
+        """The Gaussian family the points determine (``n_samples="auto"`` counts its
+        parameters): full, unless the method has a ``family`` parameter."""
+        return "gaussian"
+
     def _total_samples(self, dim: int) -> int:
         if isinstance(self.n_samples, str):
-            n = n_family_params(dim, getattr(self, "family", "gaussian"))
+            n = n_family_params(dim, self._family())
             return max(self._auto_factor * n, self._auto_minimum)
         return int(self.n_samples)
 

@@ -24,6 +24,8 @@ __all__ = ["BMCLogisticRegression", "BMCProbitRegression"]
 class BayesianMonteCarloClassifier(SamplingGLMClassifier):
     """Base of the BMC estimators: their parameters and engine options."""
 
+    _method, _title = "bmc", "Bayesian Monte Carlo"
+
     _engine = staticmethod(bayesian_monte_carlo)
 
     def __init__(

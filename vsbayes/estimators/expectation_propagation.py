@@ -21,6 +21,8 @@ __all__ = ["EPLogisticRegression", "EPProbitRegression"]
 class ExpectationPropagationClassifier(BayesianGLMClassifier):
     """Base of the EP estimators: the damping parameter and the EP fit."""
 
+    _method, _title = "ep", "expectation propagation"
+
     def __init__(
         self,
         C=1.0,

@@ -19,6 +19,8 @@ __all__ = ["ISLogisticRegression", "ISProbitRegression"]
 class ImportanceSamplingClassifier(SamplingGLMClassifier):
     """Base of the IS estimators: their parameters and engine options."""
 
+    _method, _title = "is", "importance sampling"
+
     _engine = staticmethod(importance_sampling)
 
     def __init__(

@@ -35,6 +35,7 @@ def _laplace_doc(name: str, link: str, see_also: str) -> str:
 
 
 class LaplaceLogisticRegression(BayesianGLMClassifier):
+    _method, _title = "laplace", "Laplace approximation"
     _link = "logistic"
     _falls_back = False
 
@@ -43,6 +44,7 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
 
 
 class LaplaceProbitRegression(BayesianGLMClassifier):
+    _method, _title = "laplace", "Laplace approximation"
     _link = "probit"
     _falls_back = False
 

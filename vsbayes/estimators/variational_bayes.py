@@ -16,6 +16,8 @@ __all__ = ["VBLogisticRegression"]
 
 
 class VBLogisticRegression(BayesianGLMClassifier):
+    # The Jaakkola–Jordan bound exists for the logistic link only.
+    _method, _title = "vb", "variational Bayes (Jaakkola–Jordan bound)"
     _link = "logistic"
 
     def __init__(

@@ -66,6 +66,8 @@ DEPARTURE_FACTOR = 4.0
 class VariationalSamplingClassifier(SamplingGLMClassifier):
     """Base of the VS estimators: their parameters and engine options."""
 
+    _method, _title = "vs", "variational sampling"
+
     _engine = staticmethod(variational_sampling)
 
     def __init__(
@@ -248,6 +250,9 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         _reemit(pending_warnings)
         self._choices.append((strategy, reason))
         return posterior
+
+    def _family(self) -> str:
+        return self.family
 
     def _engine_options(self) -> dict:
         return {

@@ -1,0 +1,42 @@
+"""The estimators' registry is complete: every estimator class is in it, and exported."""
+
+import inspect
+
+import pytest
+
+import vsbayes
+from vsbayes.estimators import ESTIMATORS, METHODS, BayesianGLMClassifier, estimator_class
+
+
+def _concrete_subclasses(cls):
+    for sub in cls.__subclasses__():
+        if sub.__module__.startswith("vsbayes.") and not inspect.isabstract(sub):
+            yield sub
+        yield from _concrete_subclasses(sub)
+
+
+def test_every_estimator_class_is_registered_and_exported():
+    public = {cls for cls in _concrete_subclasses(BayesianGLMClassifier) if cls._link}
+    assert public == set(ESTIMATORS)
+    for cls in ESTIMATORS:
+        assert getattr(vsbayes, cls.__name__) is cls and cls.__name__ in vsbayes.__all__
+        assert estimator_class(cls._method, cls._link) is cls
+
+
+def test_traits():
+    assert {key for key, m in METHODS.items() if m.sampling} == {"vs", "is", "bmc"}
+    assert list(METHODS) == ["vs", "laplace", "is", "bmc", "ep", "vb"]
+    assert set(METHODS["vb"].classes) == {"logistic"}
+
+
+@pytest.mark.parametrize(
+    ("method", "link", "message"),
+    [
+        ("nuts", "logistic", "unknown method"),
+        ("vs", "cauchit", "unknown link"),
+        ("vb", "probit", "no probit estimator"),
+    ],
+)
+def test_unknown_pairs_say_what_exists(method, link, message):
+    with pytest.raises(ValueError, match=message):
+        estimator_class(method, link)
