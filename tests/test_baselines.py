@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from conftest import C_SMALL as C
-from conftest import quadrature_posterior
+from _helpers import C_SMALL as C
+from _helpers import quadrature_posterior
 
 import vsbayes
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from conftest import random_gaussian
+from _helpers import random_gaussian
 
 from vsbayes import Gaussian, bayesian_monte_carlo, excess_kl
 from vsbayes.engine.bayesian_monte_carlo import MAX_BMC_SAMPLES

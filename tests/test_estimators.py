@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from conftest import ALL, make
+from _helpers import ALL, make
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.linear_model import LogisticRegression

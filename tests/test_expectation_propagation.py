@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import C_SMALL as C
-from conftest import quadrature_posterior
+from _helpers import C_SMALL as C
+from _helpers import quadrature_posterior
 from scipy.integrate import quad
 from scipy.special import log_expit, log_ndtr
 

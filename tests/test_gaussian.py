@@ -3,7 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import random_gaussian, random_spd
+from _helpers import random_gaussian, random_spd
 from scipy import integrate, stats
 
 from vsbayes import Gaussian, excess_kl, kl_divergence

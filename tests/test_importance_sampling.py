@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import Recorder, nearby_kernel, random_gaussian
+from _helpers import Recorder, nearby_kernel, random_gaussian
 
 from vsbayes import (
     Gaussian,

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from conftest import random_gaussian
+from _helpers import random_gaussian
 
 from vsbayes import Gaussian, laplace
 from vsbayes.exceptions import NotPositiveDefiniteError

@@ -9,7 +9,7 @@ the documented warnings. The examples are derandomized so that CI runs the same 
 import warnings
 
 import numpy as np
-from conftest import ALL, SAMPLING, assert_valid_fit
+from _helpers import ALL, SAMPLING, assert_valid_fit
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning

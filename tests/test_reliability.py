@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import ALL, SAMPLING, assert_valid_fit, make
+from _helpers import ALL, SAMPLING, assert_valid_fit, make
 from sklearn.exceptions import ConvergenceWarning
 
 import vsbayes

@@ -3,7 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import random_gaussian
+from _helpers import random_gaussian
 from scipy import stats
 
 from vsbayes._random import as_generator
