@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+import sklearn
 
 import vsbayes
 from vsbayes import _memory
@@ -94,3 +95,21 @@ def test_a_normal_fit_is_not_affected(rng):
         warnings.simplefilter("error")
         fit = vsbayes.LaplaceLogisticRegression().fit(X, y > 0)
     assert fit.sigma_.shape == (6, 6)
+
+
+def test_blocks_follow_scikit_learns_working_memory(rng):
+    # One setting for every chunked pass: a smaller working_memory means smaller blocks,
+    # and the same results up to the order of the sums.
+    X, y, model = problem(rng, m=400, d=6)
+    theta = rng.standard_normal((300, model.dim)) * 0.1
+    assert _memory.block_bytes() == 2**30 // 4  # scikit-learn's default, 1024 MiB
+    with sklearn.config_context(working_memory=1):
+        assert _memory.block_bytes() == 2**18 and _memory.block_length(2**10) == 256
+        small = BinaryGLMPosterior(
+            X, y, np.ones(len(y)), "logistic", prior_var=1.0, intercept_prior_var=4.0
+        )
+        assert small.max_bytes == 2**18
+        np.testing.assert_allclose(small.log_density(theta), model.log_density(theta), rtol=1e-12)
+        fit = vsbayes.VSLogisticRegression(random_state=0).fit(X, y > 0)
+    default = vsbayes.VSLogisticRegression(random_state=0).fit(X, y > 0)
+    np.testing.assert_allclose(fit.coef_, default.coef_, rtol=1e-9)

@@ -1,18 +1,40 @@
-"""A guard against dense allocations larger than the machine: a clear error instead of numpy's.
+"""Memory: a guard against dense allocations larger than the machine, and the block size.
 
+**The guard.**
 NumPy's ``MemoryError: Unable to allocate 120 GiB`` says neither which matrix was too large
 nor what to change, and an allocation that does succeed beyond physical memory makes the
 machine swap for hours. :func:`check_memory` is called with an estimate *before* the dense
 arrays are allocated and raises :class:`~vsbayes.exceptions.MemoryLimitError` naming them.
+
+**The block size.** Passes over many rows, points or sites (the likelihood at N points,
+the Gram matrices, the tilted moments, the features of the VS solver) run in blocks whose
+temporaries stay within :func:`block_bytes`: a quarter of scikit-learn's
+``working_memory`` setting (256 MiB at its default of 1024 MiB), the one knob for all of
+them. A fit holds a few such blocks at once (the likelihood's, the solver's features), and
+its own arrays besides, hence the quarter. Set it as in scikit-learn::
+
+    with sklearn.config_context(working_memory=256):
+        VSLogisticRegression().fit(X, y)  # blocks of at most 64 MiB
+
+Results may differ from the default's in the last bits (sums over other blocks).
 """
 
 from __future__ import annotations
 
 import os
 
+from sklearn import get_config
+
 from .exceptions import MemoryLimitError
 
-__all__ = ["MEMORY_FRACTION", "check_memory", "format_bytes", "memory_limit"]
+__all__ = [
+    "MEMORY_FRACTION",
+    "block_bytes",
+    "block_length",
+    "check_memory",
+    "format_bytes",
+    "memory_limit",
+]
 
 #: Fraction of physical memory that one computation may use: the rest is left to the
 #: interpreter, the data and the other processes of the machine.
@@ -36,6 +58,33 @@ def memory_limit() -> float:
     except (AttributeError, ValueError, OSError):
         return float(_FALLBACK_LIMIT)
     return MEMORY_FRACTION * physical if physical > 0 else float(_FALLBACK_LIMIT)
+
+
+def block_bytes() -> int:
+    """Bytes the temporaries of one block of a chunked pass may take.
+
+    Returns
+    -------
+    int
+        A quarter of scikit-learn's ``working_memory`` (``sklearn.get_config()``, in MiB),
+        read at each call so that ``sklearn.config_context`` applies.
+    """
+    return int(get_config()["working_memory"] * 2**20) // 4
+
+
+def block_length(bytes_per_item: float) -> int:
+    """How many items (rows, points, sites) of ``bytes_per_item`` one block holds (≥ 1).
+
+    Parameters
+    ----------
+    bytes_per_item : float
+        Bytes of temporaries that one item of the pass takes.
+
+    Returns
+    -------
+    int
+    """
+    return max(1, int(block_bytes() // max(bytes_per_item, 1.0)))
 
 
 def format_bytes(nbytes: float) -> str:

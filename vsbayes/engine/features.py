@@ -23,13 +23,11 @@ import abc
 import numpy as np
 from scipy.linalg import cho_solve
 
+from .._memory import block_length
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
 
 __all__ = ["DiagonalFamily", "FullFamily", "QuadraticFamily", "family_class", "make_family"]
-
-# Largest row block of the feature matrix formed by the exact-Newton path (8 MB).
-_BLOCK_ENTRIES = 2**20
 
 
 class QuadraticFamily(abc.ABC):
@@ -108,12 +106,13 @@ class QuadraticFamily(abc.ABC):
     def newton_direction(self, weights: np.ndarray, residual: np.ndarray) -> np.ndarray:
         """Exact Newton direction ``-(Φᵀ diag(w) Φ)⁻¹ Φᵀ r`` as a parameter array.
 
-        Forms the n×n Hessian from row blocks of the feature matrix, each at most
-        ``_BLOCK_ENTRIES`` entries (kept between calls when one block holds all rows):
-        O(N n²), used only when n is small or as a fallback.
+        Forms the n×n Hessian from row blocks of the feature matrix, each within
+        :func:`~vsbayes._memory.block_bytes` (kept between calls when one block holds all
+        rows): O(N n²), used only when n is small or as a fallback.
         """
         n_rows = self.n_samples
-        block = max(1, _BLOCK_ENTRIES // self.n_params)
+        # The block of features and its weighted copy.
+        block = block_length(16.0 * self.n_params)
         hess = np.zeros((self.n_params, self.n_params))
         grad = np.zeros(self.n_params)
         for start in range(0, n_rows, block):

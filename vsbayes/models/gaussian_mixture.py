@@ -7,13 +7,11 @@ import math
 import numpy as np
 from scipy.special import logsumexp, softmax
 
+from .._memory import block_length
 from .._random import as_generator
 from ..gaussian import Gaussian
 
 __all__ = ["GaussianMixtureTarget"]
-
-# Rows per block when evaluating the log-density, so temporaries stay near 32 MB.
-_BLOCK_ENTRIES = 2**22
 
 
 class GaussianMixtureTarget:
@@ -60,7 +58,7 @@ class GaussianMixtureTarget:
         k, d = self.means.shape
         const = -math.log(k) - 0.5 * d * math.log(2 * math.pi * self.sd**2)
         out = np.empty(x.shape[0])
-        block = max(1, _BLOCK_ENTRIES // k)
+        block = block_length(16.0 * k)  # the distances and their exponentials
         for start in range(0, x.shape[0], block):
             xb = x[start : start + block]
             sq = np.square(xb).sum(axis=1)[:, None] - 2.0 * xb @ self.means.T + self._sq_means

@@ -18,13 +18,12 @@ from joblib import Parallel, delayed, effective_n_jobs
 from scipy.linalg.blas import dsyrk
 
 from .._blas import blas_threads_for
+from .._memory import block_bytes
 from .links import Link, get_link
 
 __all__ = ["BinaryGLMPosterior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-# Bytes allowed for the temporaries of one evaluation block (each parallel worker has one).
-DEFAULT_MAX_BYTES = 256 * 2**20
 
 
 class BinaryGLMPosterior:
@@ -49,8 +48,10 @@ class BinaryGLMPosterior:
     n_jobs : int or None
         Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
         ``joblib.parallel_config`` context, where that backend is used).
-    max_bytes : int
-        Bound on the temporaries of one evaluation block (one block per worker).
+    max_bytes : int, optional
+        Bound on the temporaries of one evaluation block (one block per worker); default
+        :func:`vsbayes._memory.block_bytes`, a quarter of scikit-learn's
+        ``working_memory`` when the model is built.
     """
 
     def __init__(
@@ -63,7 +64,7 @@ class BinaryGLMPosterior:
         prior_var: float,
         intercept_prior_var: float | None,
         n_jobs: int | None = None,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_bytes: int | None = None,
     ):
         self.link = get_link(link) if isinstance(link, str) else link
         s = np.asarray(sample_weight, dtype=float)
@@ -91,7 +92,7 @@ class BinaryGLMPosterior:
             prior[-1] = intercept_prior_var
         self.prior_var = prior
         self.n_jobs = n_jobs
-        self.max_bytes = max_bytes
+        self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
 
     @property
     def n_observations(self) -> int:

@@ -15,8 +15,8 @@ curvature there gives the width ``w = (-ψ''(t*))^{-1/2}``. The trapezoid rule o
 a step of at most 0.25 in u and 0.4 in t (the singularities of ``log σ`` are π from the real
 axis), over ``|u| ≤ U``: 12 where ψ has dropped by 40 there, more on a side where it falls
 slower (concavity makes the drop grow at least linearly beyond 12). The node count per site
-follows (at least 64 and at most 2¹⁵ per side); sites are processed in blocks of bounded
-size.
+follows (at least 64 and at most 2¹⁵ per side); sites are processed in blocks within
+``_memory.block_bytes()`` (scikit-learn's ``working_memory``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import math
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
+from .._memory import block_length
 from ..engine.site_fits import fit_sites
 from ..sampling import GaussHermite
 
@@ -34,7 +35,8 @@ __all__ = ["link_variable_moments", "quadrature_tilted_moments", "vs_tilted_mome
 # Step of at most 0.4 in t: the singularities of log σ are π from the real axis.
 _MAX_T_STEP = 0.4
 _MIN_NODES, _MAX_NODES = 64, 2**15
-_BLOCK_ENTRIES = 2**22
+# Temporaries of the rules: about eight float64 arrays of (sites × nodes) at once.
+_BYTES_PER_ENTRY = 64
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -86,8 +88,9 @@ _WIDE_VAR = 1.0
 # logistic and probit, |m| ≤ 40√v: log Z and mean (in sds) within 1e-9, variance within
 # 1e-8 relative for v ≥ 1 (5e-10 for v ≥ 1.5).
 _LINK_STEP, _LINK_LOW, _LINK_HIGH = 0.7, -45.0, 45.0
-# Sites per block of vs_tilted_moments: with at most 129 nodes a temporary is ≤ 34 MB.
-_SITE_BLOCK = 2**15
+# Most nodes per site of vs_tilted_moments' rules (Gauss–Hermite up to order 128, or the
+# trapezoid grid on [-45, 45] in steps of 0.7).
+_MAX_SITE_NODES = 129
 
 
 def _order_index(var: np.ndarray) -> np.ndarray:
@@ -122,11 +125,12 @@ def vs_tilted_moments(link, mean, var, power=1.0):
     log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
     """
     mean, var, power = _as_sites(mean, var, power)
-    if mean.size > _SITE_BLOCK:
+    block = block_length(_BYTES_PER_ENTRY * _MAX_SITE_NODES)
+    if mean.size > block:
         # Sites in blocks: the rules' temporaries are (sites × nodes) arrays.
         blocks = [
-            vs_tilted_moments(link, *(a[j : j + _SITE_BLOCK] for a in (mean, var, power)))
-            for j in range(0, mean.size, _SITE_BLOCK)
+            vs_tilted_moments(link, *(a[j : j + block] for a in (mean, var, power)))
+            for j in range(0, mean.size, block)
         ]
         return tuple(np.concatenate(parts) for parts in zip(*blocks, strict=True))
     log_z, t_mean, t_var = (np.empty_like(mean) for _ in range(3))
@@ -259,13 +263,14 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     # vague cavity (w ≫ 1) needs many; a cavity near the posterior needs the minimum.
     nodes = np.clip(np.ceil(reach / step), _MIN_NODES, _MAX_NODES).astype(int)
     log_z, t_mean, t_var = (np.empty_like(mean) for _ in range(3))
+    budget = block_length(_BYTES_PER_ENTRY)  # entries (sites × nodes) per block
     start = 0
     while start < mean.size:
         # Sites in index order, as many as fit the budget at the block's largest node count.
         stop, k = start, 0
         while stop < mean.size:
             k_new = max(k, int(nodes[stop]))
-            if stop > start and (stop - start + 1) * (2 * k_new + 1) > _BLOCK_ENTRIES:
+            if stop > start and (stop - start + 1) * (2 * k_new + 1) > budget:
                 break
             k, stop = k_new, stop + 1
         rows = slice(start, stop)
