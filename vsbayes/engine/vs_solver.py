@@ -31,7 +31,7 @@ from ..gaussian import Gaussian
 from ._linalg import flushed_exp, solve_psd
 from .features import QuadraticFamily
 
-__all__ = ["VSSolution", "VSSolver"]
+__all__ = ["Iterate", "VSSolution", "VSSolver"]
 
 # exp() overflows above ~709.78; trial points beyond this are rejected by the line search.
 _MAX_EXPONENT = 700.0
@@ -67,8 +67,67 @@ class VSSolution:
     gaussian: Gaussian | None
 
 
+@dataclass(frozen=True)
+class Iterate:
+    """One iterate of :class:`VSSolver`: θ and what the passes over the points give of it.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n,)
+        Family parameters of the fit ``q̄ = exp(o + θ·φ)``.
+    values : ndarray of shape (N,)
+        ``θ·φ_k`` at the points.
+    qbar : ndarray of shape (N,)
+        ``q̄_k = exp(o_k + θ·φ_k)`` (flushed to zero below the smallest normal float).
+    """
+
+    theta: np.ndarray
+    values: np.ndarray
+    qbar: np.ndarray
+
+
+class _Subspace:
+    """The last ``size`` search directions and their values at the points (a ring buffer).
+
+    ``directions`` and ``values`` list the stored ones in slot order, which is the order the
+    subspace Newton solve sees them in.
+    """
+
+    def __init__(self, size: int, n_points: int):
+        self._directions: list[np.ndarray | None] = [None] * size
+        self._values = np.empty((size, n_points))
+        self._count = 0
+
+    def add(self, direction: np.ndarray, values: np.ndarray) -> None:
+        """Store a direction and its values, replacing the oldest one when full."""
+        slot = self._count % len(self._directions)
+        self._directions[slot] = direction
+        self._values[slot] = values
+        self._count += 1
+
+    @property
+    def _stored(self) -> int:
+        return min(self._count, len(self._directions))
+
+    @property
+    def directions(self) -> list[np.ndarray]:
+        """The stored directions in θ space."""
+        return self._directions[: self._stored]
+
+    @property
+    def values(self) -> np.ndarray:
+        """Their values at the points, shape (k, N)."""
+        return self._values[: self._stored]
+
+
 class VSSolver:
     """Subspace natural-gradient Newton solver for the sampled VS objective.
+
+    The iterations follow scikit-learn's ``NewtonSolver`` layout: :meth:`solve` calls
+    :meth:`setup`, then per iteration :meth:`update_gradient`, :meth:`search_direction`,
+    :meth:`check_convergence` and :meth:`subspace_step`, and at the end :meth:`finalize`.
+    Each step's docstring says which attributes it sets; the iterate (θ, its values and
+    q̄) is one :class:`Iterate`, replaced only by :meth:`setup` and :meth:`subspace_step`.
 
     Parameters
     ----------
@@ -91,6 +150,28 @@ class VSSolver:
         exact line search; ``"auto"``: exact when ``n <= EXACT_HESSIAN_MAX_PARAMS``,
         otherwise natural with a switch to exact after ``_SWITCH_AFTER`` iterations when
         affordable.
+
+    Attributes
+    ----------
+    family, offsets, log_pbar, tol, max_iter, memory
+        The parameters.
+    pbar : ndarray of shape (N,)
+        ``p̄_k``, the weighted target values (set by ``__init__``, as are the next two).
+    mass_p : float
+        ``Σ p̄_k``.
+    moments_p : ndarray of shape (n,)
+        ``Σ p̄_k φ_k``.
+    exact_hessian : bool
+        Whether the directions are exact Newton steps; set by ``__init__``, turned on by
+        :meth:`solve` at the switch.
+    may_switch : bool
+        Whether ``"auto"`` may switch to the exact Hessian (``N n²`` within budget).
+    iterate : Iterate
+        The current iterate (set by :meth:`setup`, replaced by :meth:`subspace_step`).
+    reference : Gaussian
+        Gaussian whose inverse Fisher information preconditions the gradient.
+    moments_q, gradient, delta, lam2, decrement, kl_estimate, integrable
+        The current iteration's measurements; see the step that sets each.
     """
 
     def __init__(
@@ -117,38 +198,45 @@ class VSSolver:
             hessian == "auto" and n <= EXACT_HESSIAN_MAX_PARAMS
         )
         self.may_switch = hessian == "auto" and n_points * n * n <= _EXACT_BUDGET
+        self.pbar = flushed_exp(log_pbar)
+        self.mass_p = float(self.pbar.sum())
+        self.moments_p = family.moments(self.pbar)
 
     # -- steps ---------------------------------------------------------------------------
     def setup(self, theta0: np.ndarray, values0: np.ndarray | None = None) -> None:
-        """Store the target moments; start from θ0 with its best constant term."""
+        """Start from θ0 (whose values at the points may be given) with its best constant.
+
+        Sets: ``iterate``, ``reference`` (the Gaussian of θ0) and an empty subspace.
+        """
         fam = self.family
-        self.pbar = flushed_exp(self.log_pbar)
-        self.mass_p = float(self.pbar.sum())
-        self.moments_p = fam.moments(self.pbar)
-        self.theta = np.array(theta0, dtype=float)
-        self.values = fam.values(self.theta) if values0 is None else np.array(values0, dtype=float)
-        shift = math.log(self.mass_p) - logsumexp(self.offsets + self.values)
-        self.theta += shift * fam.constant()
-        self.values += shift
-        self.qbar = flushed_exp(self.offsets + self.values)
+        theta = np.array(theta0, dtype=float)
+        values = fam.values(theta) if values0 is None else np.array(values0, dtype=float)
+        shift = math.log(self.mass_p) - logsumexp(self.offsets + values)
+        theta += shift * fam.constant()
+        values += shift
+        self.iterate = Iterate(theta, values, flushed_exp(self.offsets + values))
         self._reset_subspace()
-        self.reference = fam.gaussian_from_theta(self.theta)
+        self.reference = fam.gaussian_from_theta(theta)
 
     def _reset_subspace(self) -> None:
         size = 1 if self.exact_hessian else self.memory
-        self.directions = [None] * size
-        self.direction_values = np.empty((size, self.family.n_samples))
-        self.n_directions = 0
+        self._subspace = _Subspace(size, self.family.n_samples)
 
     def update_gradient(self) -> None:
-        """Weighted moments of q̄ and the gradient ``Σ (q̄ - p̄) φ``."""
-        self.moments_q = self.family.moments(self.qbar)
+        """Weighted moments of q̄ and the gradient ``Σ (q̄ - p̄) φ``.
+
+        Sets: ``moments_q``, ``gradient``.
+        """
+        self.moments_q = self.family.moments(self.iterate.qbar)
         self.gradient = self.moments_q - self.moments_p
 
     def search_direction(self) -> None:
         """Natural gradient: the sampled-moment Gaussian's inverse Fisher times the gradient.
 
         With the exact Hessian, the Newton step ``H⁻¹ ∇F`` instead.
+
+        Sets: ``reference`` (kept when the sampled moments are degenerate), ``delta`` (the
+        direction is ``-delta``), ``lam2`` (the squared decrement it measures).
         """
         fam = self.family
         # Degenerate sampled moments: keep the previous reference.
@@ -159,14 +247,19 @@ class VSSolver:
         if self.exact_hessian:
             # The stopping rule keeps the natural decrement too: a near-singular sampled
             # Hessian (few effective points) can hide part of the gradient from Newton's.
-            newton = -fam.newton_direction(self.qbar, self.qbar - self.pbar)
+            qbar = self.iterate.qbar
+            newton = -fam.newton_direction(qbar, qbar - self.pbar)
             self.lam2 = max(self.lam2, fam.inner(self.gradient, newton))
             self.delta = newton
 
     def check_convergence(self) -> bool:
-        """Decrement per unit mass against ``tol`` times the estimated sampling error."""
+        """Decrement per unit mass against ``tol`` times the estimated sampling error.
+
+        Sets: ``decrement`` (half the squared decrement per unit mass), ``integrable``
+        (whether the iterate is a Gaussian), ``kl_estimate`` (its predicted sampling error).
+        """
         self.decrement = 0.5 * self.lam2 / self.mass_p
-        chris = self.family.christoffel(self.theta, self.values)
+        chris = self.family.christoffel(self.iterate.theta, self.iterate.values)
         self.integrable = chris is not None
         if self.integrable:
             self.kl_estimate = self._kl_error(chris)
@@ -180,31 +273,31 @@ class VSSolver:
     def subspace_step(self) -> bool:
         """Add the new direction and minimize F exactly over the span of the last ones.
 
-        Returns False when no decrease could be obtained (round-off level reached).
+        Sets: ``iterate`` (the only step that moves it). Returns False, leaving it, when no
+        decrease could be obtained (round-off level reached).
         """
-        fam = self.family
-        size = len(self.directions)
-        slot = self.n_directions % size
-        self.directions[slot] = -self.delta
-        self.direction_values[slot] = fam.values(-self.delta)
-        self.n_directions += 1
-        k = min(self.n_directions, size)
-        coef, moved = self._newton_in_span(self.direction_values[:k])
-        if not moved:
+        self._subspace.add(-self.delta, self.family.values(-self.delta))
+        directions, basis_values = self._subspace.directions, self._subspace.values
+        coef, qbar = self._newton_in_span(basis_values)
+        if qbar is None:
             return False
-        self.theta = self.theta + sum(c * d for c, d in zip(coef, self.directions[:k], strict=True))
-        self.values = self.values + coef @ self.direction_values[:k]
+        old = self.iterate
+        self.iterate = Iterate(
+            theta=old.theta + sum(c * d for c, d in zip(coef, directions, strict=True)),
+            values=old.values + coef @ basis_values,
+            qbar=qbar,
+        )
         return True
 
     def _sampled_kl(self) -> float:
         """The objective as a divergence: ``Σ [p̄ log(p̄/q̄) - p̄ + q̄] / Σ p̄``."""
-        log_qbar = self.offsets + self.values
+        log_qbar = self.offsets + self.iterate.values
         positive = self.pbar > 0
         kl_terms = self.pbar[positive] * (self.log_pbar[positive] - log_qbar[positive])
-        return float((kl_terms.sum() - self.mass_p + self.qbar.sum()) / self.mass_p)
+        return float((kl_terms.sum() - self.mass_p + self.iterate.qbar.sum()) / self.mass_p)
 
     def finalize(self, n_iter: int, converged: bool) -> VSSolution:
-        """Diagnostics at the solution."""
+        """Diagnostics at the solution (reads what :meth:`check_convergence` set)."""
         objective = self._sampled_kl()
         ess = self.mass_p**2 / float(np.square(self.pbar).sum())
         gaussian = self._current_gaussian() if self.integrable else None
@@ -243,20 +336,24 @@ class VSSolver:
     # -- helpers -------------------------------------------------------------------------
     def _current_gaussian(self) -> Gaussian | None:
         try:
-            return self.family.gaussian_from_theta(self.theta)
+            return self.family.gaussian_from_theta(self.iterate.theta)
         except NotPositiveDefiniteError:
             return None
 
     def _kl_error(self, chris: np.ndarray) -> float:
         """Predicted excess KL ``tr(Σ H⁻¹) / (2N)`` per unit mass (paper, Prop. 2)."""
-        residual = self.qbar - self.pbar
+        residual = self.iterate.qbar - self.pbar
         return 0.5 * float(np.square(residual) @ chris) / self.mass_p**2
 
     def _newton_in_span(self, basis_values: np.ndarray):
-        """Minimize ``Σ exp(e + cᵀB) - p̄·(cᵀB)`` over c by damped Newton."""
+        """Minimize ``Σ exp(e + cᵀB) - p̄·(cᵀB)`` over c by damped Newton, from the iterate.
+
+        Returns the coefficients c and q̄ at the new point, or ``(0, None)`` when no step
+        decreased the objective. Sets nothing: :meth:`subspace_step` moves the iterate.
+        """
         pbar = self.pbar
-        e = self.offsets + self.values
-        q = self.qbar
+        e = self.offsets + self.iterate.values
+        q = self.iterate.qbar
         coef = np.zeros(basis_values.shape[0])
         moved = False
         tol = _ROUNDOFF_FLOOR * self.mass_p
@@ -289,6 +386,4 @@ class VSSolver:
             coef += t * step
             e, q = trial, q_trial
             moved = True
-        if moved:
-            self.qbar = q
-        return coef, moved
+        return coef, (q if moved else None)
