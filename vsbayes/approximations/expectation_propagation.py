@@ -61,7 +61,9 @@ class EPResult(DiagnosedGaussian):
         last one, or unconverged the one that moved least).
     """
 
-    _diagnostics = ("n_iter", "converged", "site_change")
+    n_iter: int
+    converged: bool
+    site_change: float
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:

@@ -42,7 +42,9 @@ class VBResult(DiagnosedGaussian):
         The variational parameters, one per observation with positive weight.
     """
 
-    _diagnostics = ("n_iter", "converged", "xi")
+    n_iter: int
+    converged: bool
+    xi: np.ndarray
 
 
 def _lambda(xi: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from typing import TextIO
 import numpy as np
 from scipy.stats import norm
 
+from ..engine import DiagnosedGaussian
 from ..gaussian import Gaussian
 from .data import INTERCEPT_NAME
 
@@ -86,20 +87,21 @@ def diagnostics(posterior: Gaussian) -> dict[str, object]:
     Parameters
     ----------
     posterior : Gaussian
-        A result of the engine or of an approximation (``DiagnosedGaussian`` subclasses
-        list their diagnostics in ``_diagnostics``); a plain Gaussian has none.
+        A result of the engine or of an approximation (a ``DiagnosedGaussian``, whose
+        ``diagnostics()`` are read); a plain Gaussian has none.
 
     Returns
     -------
     dict
         Name to bool, int, float or str; per-round records and arrays are left out.
     """
-    shown: dict[str, object] = {}
-    for name in getattr(posterior, "_diagnostics", ()):
-        value = getattr(posterior, name, None)
-        if value is not None and np.ndim(value) == 0:
-            shown[name] = jsonable(value)
-    return shown
+    if not isinstance(posterior, DiagnosedGaussian):
+        return {}
+    return {
+        name: jsonable(value)
+        for name, value in posterior.diagnostics().items()
+        if value is not None and np.ndim(value) == 0
+    }
 
 
 def jsonable(value):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,23 +44,102 @@ class RoundInfo:
 
 
 class DiagnosedGaussian(Gaussian):
-    """A Gaussian estimate with method diagnostics given as keyword arguments."""
+    """A Gaussian estimate with its method's diagnostics, as declared read-only fields.
 
-    _diagnostics: tuple[str, ...] = ()
+    A subclass declares its diagnostics as class annotations (``n_iter: int``), in order,
+    and documents them under "Attributes". The constructor takes exactly those as keyword
+    arguments (a missing or unknown one is a TypeError), so a result is complete when built;
+    like the mean and covariance they are read-only afterwards (:meth:`replace` makes a
+    changed copy). :meth:`diagnostics` returns them by name.
+
+    Parameters
+    ----------
+    mean, cov, log_Z
+        As for :class:`~vsbayes.Gaussian`.
+    **diagnostics
+        One keyword argument per declared diagnostic.
+
+    Attributes
+    ----------
+    diagnostic_names : tuple of str
+        The declared diagnostics, in declaration order (a class attribute).
+    """
+
+    diagnostic_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            if issubclass(klass, DiagnosedGaussian) and klass is not DiagnosedGaussian:
+                names += [
+                    name
+                    for name, annotation in inspect.get_annotations(klass).items()
+                    if not name.startswith("_")
+                    and "ClassVar" not in str(annotation)
+                    and name not in names
+                ]
+        cls.diagnostic_names = tuple(names)
 
     def __init__(self, mean, cov, log_Z, **diagnostics):
         super().__init__(mean, cov, log_Z)
-        missing = set(self._diagnostics) - set(diagnostics)
+        self._check_names(diagnostics, complete=True)
+        for name in self.diagnostic_names:
+            object.__setattr__(self, name, diagnostics[name])
+
+    def _check_names(self, given, complete: bool) -> None:
+        declared = set(self.diagnostic_names)
+        unknown = set(given) - declared
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} has no diagnostics {sorted(unknown)}; it declares "
+                f"{list(self.diagnostic_names)}."
+            )
+        missing = declared - set(given) if complete else set()
         if missing:
-            raise TypeError(f"missing diagnostics: {sorted(missing)}")
+            raise TypeError(f"{type(self).__name__}: missing diagnostics {sorted(missing)}.")
+
+    def __setattr__(self, name, value):
+        if name in self.diagnostic_names:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is read-only; use replace({name}=...) for a "
+                f"changed copy."
+            )
+        super().__setattr__(name, value)
+
+    def diagnostics(self) -> dict[str, object]:
+        """The diagnostics by name, in declaration order.
+
+        Returns
+        -------
+        dict
+            Name to value, for every name in ``diagnostic_names`` (per-round records and
+            arrays included).
+        """
+        return {name: getattr(self, name) for name in self.diagnostic_names}
+
+    def replace(self, **diagnostics):
+        """A copy with the given diagnostics changed (the read-only Gaussian is shared).
+
+        Parameters
+        ----------
+        **diagnostics
+            New values of some declared diagnostics.
+
+        Returns
+        -------
+        DiagnosedGaussian
+            Of the same class.
+        """
+        self._check_names(diagnostics, complete=False)
+        changed = copy.copy(self)
         for name, value in diagnostics.items():
-            setattr(self, name, value)
+            object.__setattr__(changed, name, value)
+        return changed
 
     def __repr__(self) -> str:
         # Scalars only: per-round records and per-observation arrays would flood the repr.
-        shown = ", ".join(
-            f"{k}={getattr(self, k)!r}" for k in self._diagnostics if np.ndim(getattr(self, k)) == 0
-        )
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.diagnostics().items() if np.ndim(v) == 0)
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, {shown})"
 
 
@@ -90,17 +172,15 @@ class VSResult(DiagnosedGaussian):
         Per-round record when kernel adaptation is used.
     """
 
-    _diagnostics = (
-        "n_iter",
-        "converged",
-        "kl_error",
-        "decrement",
-        "objective",
-        "ess",
-        "n_samples",
-        "family",
-        "rounds",
-    )
+    n_iter: int
+    converged: bool
+    kl_error: float
+    decrement: float
+    objective: float
+    ess: float
+    n_samples: int
+    family: str
+    rounds: list[RoundInfo] | None
 
 
 class ISResult(DiagnosedGaussian):
@@ -116,7 +196,9 @@ class ISResult(DiagnosedGaussian):
         Per-round record.
     """
 
-    _diagnostics = ("ess", "n_samples", "rounds")
+    ess: float
+    n_samples: int
+    rounds: list[RoundInfo] | None
 
 
 class BMCResult(DiagnosedGaussian):
@@ -132,7 +214,9 @@ class BMCResult(DiagnosedGaussian):
         The single sampling round.
     """
 
-    _diagnostics = ("length_scale", "n_samples", "rounds")
+    length_scale: float
+    n_samples: int
+    rounds: list[RoundInfo] | None
 
 
 class LaplaceResult(DiagnosedGaussian):
@@ -150,4 +234,7 @@ class LaplaceResult(DiagnosedGaussian):
         ``log p`` at the mode.
     """
 
-    _diagnostics = ("n_iter", "converged", "grad_norm", "log_density_at_mode")
+    n_iter: int
+    converged: bool
+    grad_norm: float
+    log_density_at_mode: float

@@ -198,8 +198,8 @@ def run_rounds(
     Returns
     -------
     result
-        The last round's estimate, with ``result.rounds`` set to the list of
-        :class:`RoundInfo`.
+        The last round's estimate with its ``rounds`` diagnostic replaced by the list of
+        :class:`RoundInfo` (the estimates are built with ``rounds=None``).
     """
     rng = as_generator(random_state)
     rule = get_rule(rule)
@@ -221,5 +221,4 @@ def run_rounds(
         infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
         if not last:
             current = Gaussian(fit.mean, kernel_scale * fit.cov)
-    fit.rounds = infos
-    return fit
+    return fit.replace(rounds=infos)
