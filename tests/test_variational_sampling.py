@@ -15,7 +15,7 @@ from vsbayes import (
     n_family_params,
     variational_sampling,
 )
-from vsbayes.engine.features import make_family
+from vsbayes.engine.families import make_family
 from vsbayes.engine.vs_solver import VSSolver
 from vsbayes.exceptions import (
     ConvergenceWarning,

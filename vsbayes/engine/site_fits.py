@@ -3,7 +3,7 @@
 Expectation propagation on a GLM needs, for every observation i, the Gaussian fitted to a
 *tilted* density ``p_i(t) = F_i(t) × cavity_i(t)`` of dimension k (1 for a binary link, K
 for softmax). Each is a variational-sampling fit (Roche 2013, eq. 5) — the same objective
-and the same quadratic family (:class:`~vsbayes.engine.features.FullFamily`) as the global
+and the same quadratic family (:class:`~vsbayes.engine.families.FullFamily`) as the global
 fit — of its own target, on a rule mapped through its own Gaussian kernel
 ``π_i = N(μ_i, L_i L_iᵀ)``: points ``t_ij = μ_i + L_i z_j``. Since every site uses the same
 standard nodes ``z_j``, the feature matrix Φ (P points × n parameters) is shared, and the
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..sampling import SamplingRule
 from ._linalg import flushed_exp
-from .features import FullFamily
+from .families import FullFamily
 
 __all__ = ["SiteFits", "fit_sites"]
 

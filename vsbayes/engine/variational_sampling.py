@@ -18,7 +18,7 @@ from ..gaussian import Gaussian
 from ._agreement import check_mean_within_fit
 from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
-from .features import family_class, make_family
+from .families import family_class, make_family
 from .results import VSResult
 from .sample_pool import Frame, SamplePool, run_rounds
 from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver

@@ -29,7 +29,7 @@ from scipy.special import logsumexp
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._linalg import flushed_exp, solve_psd
-from .features import QuadraticFamily
+from .families import QuadraticFamily
 
 __all__ = ["Iterate", "VSSolution", "VSSolver"]
 
