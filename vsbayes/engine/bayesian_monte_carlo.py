@@ -22,7 +22,8 @@ from ._agreement import check_mean_against_is
 from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .results import BMCResult
-from .sample_pool import Frame, SamplePool, run_rounds
+from .rounds import run_rounds
+from .sample_pool import Frame, SamplePool
 
 __all__ = ["bayesian_monte_carlo"]
 

@@ -11,7 +11,8 @@ from ..gaussian import Gaussian
 from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .results import ISResult
-from .sample_pool import Frame, SamplePool, run_rounds
+from .rounds import run_rounds
+from .sample_pool import Frame, SamplePool
 
 __all__ = ["importance_sampling"]
 

@@ -1,9 +1,9 @@
-"""Sample pools, coordinate frames and the adaptive-rounds driver shared by the fitters.
+"""Sample pools and coordinate frames shared by the fitters.
 
-A *round* draws points through a Gaussian kernel and evaluates the target there. With
-several rounds, each kernel is the previous round's fit with its covariance scaled by
-``kernel_scale``; the pooled points are weighted against the mixture of the round kernels
-(each with proportion ``N_r / N``), which is a valid window for VS and IS alike.
+A :class:`SamplePool` holds the points of every round so far (see :mod:`.rounds`) with
+their kernels, rule weights and target values, and weighs them against the mixture of the
+round kernels (each with proportion ``N_r / N``), which is a valid window for VS and IS
+alike. A :class:`Frame` gives the kernel-whitened coordinates the fits work in.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from collections.abc import Callable
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .._random import as_generator
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
-from ..sampling import draw_from_kernel, get_rule, mixture_log_density
-from .results import RoundInfo
+from ..sampling import mixture_log_density
 
-__all__ = ["Frame", "SamplePool", "evaluate_log_target", "run_rounds"]
+__all__ = ["Frame", "SamplePool", "evaluate_log_target"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -166,59 +164,3 @@ class SamplePool:
         if len(self.kernels) == 1 and frame.kernel is self.kernels[0] and not frame.diagonal:
             return self._z[0]
         return frame.coordinates(self.x)
-
-
-def _round_sizes(n_samples: int, rounds: int) -> list[int]:
-    base = n_samples // rounds
-    return [base] * (rounds - 1) + [n_samples - base * (rounds - 1)]
-
-
-def run_rounds(
-    log_target: Callable,
-    kernel: Gaussian,
-    n_samples: int,
-    *,
-    rounds: int,
-    kernel_scale: float,
-    rule,
-    random_state,
-    estimate: Callable,
-):
-    """Draw, evaluate and fit over ``rounds`` rounds of kernel adaptation.
-
-    Parameters
-    ----------
-    estimate : callable
-        ``estimate(pool, previous_fit, final) -> result``, with ``final`` true in the
-        last round (earlier fits only serve as kernels); it may raise
-        :class:`~vsbayes.exceptions.EstimationError`. A failure in an intermediate round
-        is recorded and the next round reuses the same kernel; in the last round it
-        propagates.
-
-    Returns
-    -------
-    result
-        The last round's estimate with its ``rounds`` diagnostic replaced by the list of
-        :class:`RoundInfo` (the estimates are built with ``rounds=None``).
-    """
-    rng = as_generator(random_state)
-    rule = get_rule(rule)
-    pool = SamplePool()
-    current, fit, infos = kernel, None, []
-    sizes = _round_sizes(n_samples, rounds)
-    for r, size in enumerate(sizes):
-        draws = draw_from_kernel(current, size, rule, rng)
-        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
-        last = r == len(sizes) - 1
-        try:
-            new_fit = estimate(pool, fit, last)
-        except EstimationError:
-            if last:
-                raise
-            infos.append(RoundInfo(current, size, 0, False))
-            continue
-        fit = new_fit
-        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
-        if not last:
-            current = Gaussian(fit.mean, kernel_scale * fit.cov)
-    return fit.replace(rounds=infos)

@@ -20,7 +20,8 @@ from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .families import family_class, make_family
 from .results import VSResult
-from .sample_pool import Frame, SamplePool, run_rounds
+from .rounds import run_rounds
+from .sample_pool import Frame, SamplePool
 from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver
 
 __all__ = ["n_family_params", "variational_sampling"]

@@ -1,0 +1,78 @@
+"""The adaptive-rounds driver of the sampling fitters (VS, IS and BMC).
+
+A *round* draws points through a Gaussian kernel and evaluates the target there. With
+several rounds, each kernel is the previous round's fit with its covariance scaled by
+``kernel_scale``; every fit pools the points of all rounds so far (a
+:class:`~vsbayes.engine.sample_pool.SamplePool`), weighted against the mixture of the
+round kernels (each with proportion ``N_r / N``), which is a valid window for VS and IS
+alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .._random import as_generator
+from ..exceptions import EstimationError
+from ..gaussian import Gaussian
+from ..sampling import draw_from_kernel, get_rule
+from .results import RoundInfo
+from .sample_pool import SamplePool, evaluate_log_target
+
+__all__ = ["run_rounds"]
+
+
+def _round_sizes(n_samples: int, rounds: int) -> list[int]:
+    base = n_samples // rounds
+    return [base] * (rounds - 1) + [n_samples - base * (rounds - 1)]
+
+
+def run_rounds(
+    log_target: Callable,
+    kernel: Gaussian,
+    n_samples: int,
+    *,
+    rounds: int,
+    kernel_scale: float,
+    rule,
+    random_state,
+    estimate: Callable,
+):
+    """Draw, evaluate and fit over ``rounds`` rounds of kernel adaptation.
+
+    Parameters
+    ----------
+    estimate : callable
+        ``estimate(pool, previous_fit, final) -> result``, with ``final`` true in the
+        last round (earlier fits only serve as kernels); it may raise
+        :class:`~vsbayes.exceptions.EstimationError`. A failure in an intermediate round
+        is recorded and the next round reuses the same kernel; in the last round it
+        propagates.
+
+    Returns
+    -------
+    result
+        The last round's estimate with its ``rounds`` diagnostic replaced by the list of
+        :class:`~vsbayes.engine.RoundInfo` (the estimates are built with ``rounds=None``).
+    """
+    rng = as_generator(random_state)
+    rule = get_rule(rule)
+    pool = SamplePool()
+    current, fit, infos = kernel, None, []
+    sizes = _round_sizes(n_samples, rounds)
+    for r, size in enumerate(sizes):
+        draws = draw_from_kernel(current, size, rule, rng)
+        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
+        last = r == len(sizes) - 1
+        try:
+            new_fit = estimate(pool, fit, last)
+        except EstimationError:
+            if last:
+                raise
+            infos.append(RoundInfo(current, size, 0, False))
+            continue
+        fit = new_fit
+        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
+        if not last:
+            current = Gaussian(fit.mean, kernel_scale * fit.cov)
+    return fit.replace(rounds=infos)
