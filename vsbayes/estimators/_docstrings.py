@@ -1,5 +1,6 @@
 """Parameter and attribute sections shared by the estimators' numpy-style docstrings."""
 
+import re
 from textwrap import dedent, fill
 
 COMMON_PARAMETERS = dedent("""\
@@ -15,13 +16,46 @@ COMMON_PARAMETERS = dedent("""\
     max_iter : int, default=100
         Maximum iterations of Newton's method for the mode{max_iter_extra}.
     tol : float, default=1e-8
-        Newton's method stops when half the squared Newton decrement (the gain in
-        log-posterior one more step would bring) is at most ``tol``.
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.{tol_extra}
     random_state : int, RandomState instance, Generator or None, default=None
         {random_state}
     verbose : int, default=0
         Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
 """)
+
+
+def continued(text: str) -> str:
+    """``text`` as a further paragraph line of a parameter entry of ``COMMON_PARAMETERS``:
+    a leading newline, then the text indented and filled, never breaking a ``literal``."""
+    protected = re.sub(r"``[^`]*``", lambda m: m.group().replace(" ", "\0"), text)
+    filled = fill(
+        protected, width=88, initial_indent="    ", subsequent_indent="    ",
+        break_on_hyphens=False,
+    )  # fmt: skip
+    return "\n" + filled.replace("\0", " ")
+
+
+def ep_tol_note(what: str, more: str = "") -> str:
+    """``tol_extra`` of an estimator that runs expectation propagation (for ``what``) with
+    its ``tol`` through ``ep_posterior`` (``_base.py``), but not its ``max_iter``."""
+    return continued(
+        f"Expectation propagation ({what}) stops when no site parameter moves by more than "
+        f"``tol / 100`` (relative) in a sweep, within 200 sweeps (``max_iter`` does not "
+        f"bound them).{more}"
+    )
+
+
+#: ``tol_extra`` of the variational-sampling estimators: what bounds their solver.
+VS_TOL_NOTE = ep_tol_note(
+    "the sampling kernel, and the posterior of the site fits",
+    " ``tol`` does not govern the variational-sampling solver, whose tolerance is fixed: "
+    "it stops once its optimization error (half the squared Newton decrement per unit "
+    "mass) is below 1e-2 times its predicted sampling error ``kl_error`` (0.1 times in "
+    "the intermediate rounds, whose fits only serve as kernels), as with "
+    ":func:`vsbayes.variational_sampling`'s default ``tol=1e-2``, or after ``max_iter`` "
+    "iterations.",
+)
 
 _SAMPLING_PARAMETERS = {
     "n_samples": """\

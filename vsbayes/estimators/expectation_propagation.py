@@ -11,6 +11,7 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
+    continued,
     estimator_docstring,
     fallback_note,
 )
@@ -78,15 +79,20 @@ def _ep_doc(name: str, link: str, moments: str, see_also: str) -> str:
             "act as repeated factors (power EP), smaller ones as powers of the factor."
         ),
         params=COMMON_PARAMETERS.format(
-            max_iter_extra=", and of EP's sweeps over the sites",
+            max_iter_extra=", and of EP's sweeps over the\n    sites",
+            tol_extra=continued(
+                "EP stops when no site parameter moves by more than ``tol / 100`` "
+                "(relative) in a sweep."
+            ),
             random_state="Unused (no randomness); kept for API compatibility.",
-        ).replace(
-            "    log-posterior one more step would bring) is at most ``tol``.\n",
-            "    log-posterior one more step would bring) is at most ``tol``; EP stops when no\n"
-            "    site parameter moves by more than ``tol / 100`` (relative) in a sweep.\n"
+        )
+        .replace("max_iter : int, default=100", "max_iter : int, default=200")
+        .replace(
+            "random_state : ",
             "damping : float, default=0.85\n"
             "    Fraction of the new site parameters taken at each sweep (1: undamped); lower\n"
-            "    it if EP does not converge (near-separable data).\n",
+            "    it if EP does not converge (near-separable data).\n"
+            "random_state : ",
         ),
         attributes=ATTRIBUTES.format(
             n_iter="EP sweeps over the sites.",

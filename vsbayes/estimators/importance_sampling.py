@@ -7,6 +7,7 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
+    ep_tol_note,
     estimator_docstring,
     fallback_note,
     sampling_parameters,
@@ -77,6 +78,7 @@ def _is_doc(name: str, link: str, see_also: str) -> str:
         ),
         params=COMMON_PARAMETERS.format(
             max_iter_extra="",
+            tol_extra=ep_tol_note('the sampling kernel, with ``kernel="ep"``'),
             random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
         )
         + sampling_parameters("n_samples", "kernel", "rule", "rounds", "n_jobs", rounds=1),

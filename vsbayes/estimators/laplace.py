@@ -21,7 +21,9 @@ def _laplace_doc(name: str, link: str, see_also: str) -> str:
             "uncertainty of the coefficients."
         ),
         params=COMMON_PARAMETERS.format(
-            max_iter_extra="", random_state="Unused (no randomness); kept for API compatibility."
+            max_iter_extra="",
+            tol_extra="",
+            random_state="Unused (no randomness); kept for API compatibility.",
         ),
         attributes=ATTRIBUTES.format(
             n_iter="Newton iterations (gradient and Hessian evaluations).",

@@ -8,6 +8,7 @@ from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
+    continued,
     estimator_docstring,
     fallback_note,
 )
@@ -59,6 +60,10 @@ VBLogisticRegression.__doc__ = estimator_docstring(
     ),
     params=COMMON_PARAMETERS.format(
         max_iter_extra=", and of the bound's updates",
+        tol_extra=continued(
+            "The bound's updates stop when the bound rises by at most "
+            "``tol · max(1, |bound|)`` nats in one update."
+        ),
         random_state="Unused (no randomness); kept for API compatibility.",
     ).replace("max_iter : int, default=100", "max_iter : int, default=1000"),
     attributes=ATTRIBUTES.format(

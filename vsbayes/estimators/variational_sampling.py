@@ -16,6 +16,7 @@ from ._docstrings import (
     COMMON_PARAMETERS,
     FALLBACK_ATTRIBUTE,
     VS_DEFAULTS_NOTE,
+    VS_TOL_NOTE,
     estimator_docstring,
     fallback_note,
     sampling_parameters,
@@ -301,7 +302,8 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
             "posterior predictive probabilities."
         ),
         params=COMMON_PARAMETERS.format(
-            max_iter_extra=", and of the variational-sampling solver in each round",
+            max_iter_extra=", and of the variational-sampling\n    solver in each round",
+            tol_extra=VS_TOL_NOTE,
             random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
         )
         + sampling_parameters(
