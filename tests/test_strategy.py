@@ -97,10 +97,10 @@ def test_an_unconverged_ep_is_no_sampling_kernel(data, monkeypatch):
     X, y = data
     laplace = vsbayes.LaplaceLogisticRegression().fit(X, y).posteriors_[0]
     model = vsbayes.ISLogisticRegression()
-    fake_ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
+    ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
     for converged, expected in [(True, "ep"), (False, "laplace")]:
-        monkeypatch.setattr(fake_ep, "converged", converged)
-        monkeypatch.setattr(sampling, "ep_posterior", lambda *a, **k: fake_ep)
+        fake_ep = ep.replace(converged=converged)  # diagnostics are read-only
+        monkeypatch.setattr(sampling, "ep_posterior", lambda *a, fake_ep=fake_ep, **k: fake_ep)
         kernel = model._sampling_kernel(None, laplace)
         assert kernel is (fake_ep if expected == "ep" else laplace)
 
