@@ -38,7 +38,15 @@ LAPLACE_FALLBACKS: dict[tuple[str, str], str] = {
 }
 
 
-@parametrize_with_checks([make(cls) for cls in ALL])
+# Cheaper settings for scikit-learn's checks, which test the API, not accuracy: BMC's
+# Gaussian process on 8n points made its four sample-weight checks a third of the suite.
+CHECK_SETTINGS = {
+    vsbayes.BMCLogisticRegression: {"n_samples": 512},
+    vsbayes.BMCProbitRegression: {"n_samples": 512},
+}
+
+
+@parametrize_with_checks([make(cls, **CHECK_SETTINGS.get(cls, {})) for cls in ALL])
 def test_sklearn_compatible(estimator, check, monkeypatch):
     fallbacks = []
 
