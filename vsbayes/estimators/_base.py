@@ -10,7 +10,6 @@ import abc
 import numbers
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_scalar
@@ -31,6 +30,7 @@ from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior, get_link
+from ._latent import latent_chunks
 
 __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
 
@@ -220,27 +220,40 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         mean, var : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
             One column per one-vs-rest problem.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
-        d = X.shape[1]
-        mean = np.asarray(X @ self.coef_.T) + self.intercept_
-        covs = self.sigma_[None] if self.sigma_.ndim == 2 else self.sigma_
+        X = self._validate_prediction_data(X)
+        n_problems = len(self.coef_)
+        mean = np.empty((X.shape[0], n_problems))
         var = np.empty_like(mean)
-        for k, cov in enumerate(covs):
-            xs = np.asarray(X @ cov[:d, :d])
-            quad = np.asarray(X.multiply(xs).sum(axis=1)).ravel() if sp.issparse(X) else None
-            var[:, k] = quad if quad is not None else np.einsum("ij,ij->i", xs, X)
-            if self.fit_intercept:
-                var[:, k] += 2.0 * np.asarray(X @ cov[:d, d]).ravel() + cov[d, d]
-        np.maximum(var, 0.0, out=var)  # round-off only: the covariance is PD
-        if len(covs) == 1:
+        for rows, chunk_mean, chunk_var in self._latent_chunks(X):
+            mean[rows], var[rows] = chunk_mean, chunk_var
+        if n_problems == 1:
             return mean[:, 0], var[:, 0]
         return mean, var
 
+    def _validate_prediction_data(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+
+    def _latent_chunks(self, X):
+        covs = self.sigma_[None] if self.sigma_.ndim == 2 else self.sigma_
+        return latent_chunks(X, self.coef_, self.intercept_, covs)
+
     def _class_log_proba(self, X):
-        """Log predictive probabilities (log p, log(1-p)) of each one-vs-rest problem."""
-        mean, var = self.latent_mean_and_variance(X)
-        return get_link(self._link).predictive_log_proba(mean, var)
+        """Log predictive probabilities (log p, log(1-p)) of each one-vs-rest problem.
+
+        The predictive runs chunk by chunk after the latent moments, so that its temporaries
+        stay within the chunks' memory bound.
+        """
+        X = self._validate_prediction_data(X)
+        predictive = get_link(self._link).predictive_log_proba
+        n_problems = len(self.coef_)
+        log_p = np.empty((X.shape[0], n_problems))
+        log_q = np.empty_like(log_p)
+        for rows, mean, var in self._latent_chunks(X):
+            log_p[rows], log_q[rows] = predictive(mean, var)
+        if n_problems == 1:
+            return log_p[:, 0], log_q[:, 0]
+        return log_p, log_q
 
     def predict_log_proba(self, X):
         """Log of :meth:`predict_proba`, computed in the log domain.
@@ -255,7 +268,8 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         """
         log_p, log_q = self._class_log_proba(X)
         if log_p.ndim == 1:
-            log_p = np.column_stack([log_q, log_p])
+            # Two classes: log(1 - p) and log p, already complementary.
+            return np.column_stack([log_q, log_p])
         return log_p - logsumexp(log_p, axis=1, keepdims=True)
 
     def predict_proba(self, X):
@@ -263,8 +277,12 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
 
         For two classes, ``P(y = classes_[1] | x) = ∫ F(f) N(f; m(x), v(x)) df`` with the
         posterior mean ``m`` and variance ``v`` of the latent value: exactly
-        ``Φ(m / √(1 + v))`` for probit, a quadrature with absolute error below 1e-6 for
-        logistic. With more classes, the one-vs-rest probabilities are normalized.
+        ``Φ(m / √(1 + v))`` for probit; for logistic a few closed-form terms per row
+        (Gauss–Hermite or a mixture of probits) with a relative error below 1e-7 on the
+        smaller of the two probabilities (a quadrature for the rare rows where their bound
+        does not give that; see
+        :func:`~vsbayes.models.predictive.logistic_predictive_log_proba`). With more
+        classes, the one-vs-rest probabilities are normalized.
 
         Parameters
         ----------
