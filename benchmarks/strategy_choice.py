@@ -40,7 +40,7 @@ from _high_dim_cases import gaussian_kl, load_case, load_reference
 from high_dimension import (
     DETERMINISTIC_REPEATS,
     _short,
-    baseline_seconds,
+    baseline_times,
     load_saved,
     make_estimator,
     mark,
@@ -141,7 +141,7 @@ def run(args, saved: dict) -> dict:
                 save()
                 continue
             X, y, settings, error, measure, floor = prepared
-            lr = baseline_seconds(X, y, **settings)
+            lr = float(np.median(baseline_times(X, y, **settings)))
             meta[cell] = {
                 "case": dataset,
                 "link": link,
