@@ -12,8 +12,10 @@ import sklearn
 from scipy.integrate import quad
 from scipy.optimize import brentq
 from scipy.special import expit, log_expit, log_ndtr, ndtr
+from threadpoolctl import threadpool_limits
 
 import vsbayes
+from vsbayes._blas import blas_thread_count
 from vsbayes.estimators import _latent
 from vsbayes.models import predictive
 from vsbayes.models.predictive import logistic_predictive_log_proba, probit_predictive_log_proba
@@ -446,3 +448,30 @@ def test_prediction_methods_share_one_path(cls):
         scores = log_p - log_q
         index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
         np.testing.assert_array_equal(est.predict(X), est.classes_[index])
+
+
+def test_chunks_on_threads_give_the_same_values(monkeypatch):
+    # Chunks run side by side on as many threads as BLAS may use; each chunk's values do
+    # not depend on the thread that computed them.
+    rng = np.random.default_rng(2)
+    d = 8
+    X = rng.normal(size=(3000, d))
+    coef, intercept, sigma = random_posterior(rng, 3, d)
+    est = posterior_estimator(vsbayes.VSLogisticRegression, coef, intercept, sigma)
+    with sklearn.config_context(working_memory=0.05):  # ~20 chunks
+        monkeypatch.setattr(_latent, "blas_thread_count", lambda: 1)
+        one = est.predict_log_proba(X), est.latent_mean_and_variance(X)
+        monkeypatch.setattr(_latent, "blas_thread_count", lambda: 3)
+        assert len(est._latent(X).chunks) > 3 and est._latent(X).threads == 3
+        three = est.predict_log_proba(X), est.latent_mean_and_variance(X)
+    np.testing.assert_array_equal(one[0], three[0])
+    np.testing.assert_array_equal(one[1][1], three[1][1])
+
+
+def test_prediction_follows_the_blas_thread_limit():
+    with threadpool_limits(1, user_api="blas"):
+        assert blas_thread_count() == 1
+        rng = np.random.default_rng(3)
+        coef, intercept, sigma = random_posterior(rng, 1, 4)
+        est = posterior_estimator(vsbayes.VSProbitRegression, coef, intercept, sigma)
+        assert est._latent(rng.normal(size=(10, 4))).threads == 1

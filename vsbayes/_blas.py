@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["FACTORIZATION_PASS", "SMALL_PASS", "blas_threads_for"]
+__all__ = ["FACTORIZATION_PASS", "SMALL_PASS", "blas_thread_count", "blas_threads_for"]
 
 # Multiply-adds per pass below which one BLAS thread is used. NumPy and SciPy each load
 # their own OpenBLAS; between many small products, the idle threads of one pool spin while
@@ -34,14 +34,32 @@ _users = 0
 _limiter = None
 
 
+def _get_controller() -> ThreadpoolController:
+    """The process's controller, created once NumPy's and SciPy's BLAS are loaded (callers
+    run after both imports)."""
+    global _controller
+    if _controller is None:
+        _controller = ThreadpoolController()
+    return _controller
+
+
+def blas_thread_count() -> int:
+    """Threads the loaded BLAS libraries may use now (the largest of their limits).
+
+    It follows ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``, threadpoolctl limits, joblib's
+    limits in its workers, and is 1 inside a one-thread section of this module.
+    """
+    with _lock:
+        info = _get_controller().select(user_api="blas").info()
+    return max((int(lib["num_threads"]) for lib in info), default=1)
+
+
 @contextmanager
 def _one_blas_thread() -> Iterator[None]:
-    global _controller, _users, _limiter
+    global _users, _limiter
     with _lock:
         if _users == 0:
-            if _controller is None:
-                _controller = ThreadpoolController()
-            _limiter = _controller.limit(limits=1, user_api="blas")
+            _limiter = _get_controller().limit(limits=1, user_api="blas")
         _users += 1
     try:
         yield

@@ -30,7 +30,7 @@ from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior, get_link
-from ._latent import latent_chunks
+from ._latent import LatentMoments
 
 __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
 
@@ -221,12 +221,15 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             One column per one-vs-rest problem.
         """
         X = self._validate_prediction_data(X)
-        n_problems = len(self.coef_)
-        mean = np.empty((X.shape[0], n_problems))
+        latent = self._latent(X)
+        mean = np.empty((X.shape[0], len(self.coef_)))
         var = np.empty_like(mean)
-        for rows, chunk_mean, chunk_var in self._latent_chunks(X):
-            mean[rows], var[rows] = chunk_mean, chunk_var
-        if n_problems == 1:
+
+        def work(rows):
+            mean[rows], var[rows] = latent(rows)
+
+        latent.run(work)
+        if len(self.coef_) == 1:
             return mean[:, 0], var[:, 0]
         return mean, var
 
@@ -234,26 +237,28 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         check_is_fitted(self)
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
 
-    def _latent_chunks(self, X):
+    def _latent(self, X) -> LatentMoments:
         covs = self.sigma_[None] if self.sigma_.ndim == 2 else self.sigma_
-        return latent_chunks(X, self.coef_, self.intercept_, covs)
+        return LatentMoments(X, self.coef_, self.intercept_, covs)
 
-    def _class_log_proba(self, X):
-        """Log predictive probabilities (log p, log(1-p)) of each one-vs-rest problem.
+    def _class_log_proba(self, X, combine, width):
+        """``combine(log p, log(1-p))`` of the one-vs-rest problems, chunk by chunk of rows.
 
-        The predictive runs chunk by chunk after the latent moments, so that its temporaries
-        stay within the chunks' memory bound.
+        The predictive runs on each chunk's latent moments, so that its temporaries stay
+        within the chunks' memory bound (chunks run side by side on the threads BLAS may use;
+        see :class:`LatentMoments`); ``combine`` maps the chunk's (rows, problems)
+        log-probabilities to its rows of the (n_samples, width) result.
         """
         X = self._validate_prediction_data(X)
+        latent = self._latent(X)
         predictive = get_link(self._link).predictive_log_proba
-        n_problems = len(self.coef_)
-        log_p = np.empty((X.shape[0], n_problems))
-        log_q = np.empty_like(log_p)
-        for rows, mean, var in self._latent_chunks(X):
-            log_p[rows], log_q[rows] = predictive(mean, var)
-        if n_problems == 1:
-            return log_p[:, 0], log_q[:, 0]
-        return log_p, log_q
+        out = np.empty((X.shape[0], width))
+
+        def work(rows):
+            out[rows] = combine(*predictive(*latent(rows)))
+
+        latent.run(work)
+        return out
 
     def predict_log_proba(self, X):
         """Log of :meth:`predict_proba`, computed in the log domain.
@@ -266,11 +271,13 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         -------
         ndarray of shape (n_samples, n_classes)
         """
-        log_p, log_q = self._class_log_proba(X)
-        if log_p.ndim == 1:
+        check_is_fitted(self)
+        if len(self.coef_) == 1:
             # Two classes: log(1 - p) and log p, already complementary.
-            return np.column_stack([log_q, log_p])
-        return log_p - logsumexp(log_p, axis=1, keepdims=True)
+            return self._class_log_proba(X, lambda log_p, log_q: np.hstack([log_q, log_p]), 2)
+        return self._class_log_proba(
+            X, lambda log_p, _: log_p - logsumexp(log_p, axis=1, keepdims=True), len(self.coef_)
+        )
 
     def predict_proba(self, X):
         """Posterior predictive class probabilities.
@@ -309,8 +316,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         -------
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
-        log_p, log_q = self._class_log_proba(X)
-        return log_p - log_q
+        check_is_fitted(self)
+        scores = self._class_log_proba(X, np.subtract, len(self.coef_))
+        return scores[:, 0] if len(self.coef_) == 1 else scores
 
     def predict(self, X):
         """Most probable class under the posterior predictive distribution.

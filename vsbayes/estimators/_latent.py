@@ -14,16 +14,17 @@ non-zero pairs instead: ``k²`` terms for ``k`` non-zeros, against ``k d`` for t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from sklearn import get_config
 
-from .._blas import blas_threads_for
+from .._blas import blas_thread_count, blas_threads_for
 
-__all__ = ["latent_chunks"]
+__all__ = ["LatentMoments"]
 
 # Rows × features per chunk at most, whatever working_memory allows: the chunk's arrays stay
 # near the processor's caches (1e6 × 20 on 2 cores: 2^17 to 2^19 entries per chunk ran in
@@ -33,21 +34,11 @@ _CACHE_ENTRIES = 2**19
 _GATHER_COST = 8
 # Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
 _PAIR_BYTES = 96
-# Chunk products below this many multiply-adds run on one BLAS thread, i.e. all of them in
-# practice: between products, the idle threads of NumPy's and SciPy's OpenBLAS pools spin
-# against the predictive's element-wise passes (1e6 × 20 on 2 cores: 1.0 s on two threads,
-# 0.23 s on one; 3e5 × 200: 1.03 s and 1.05 s).
-_BLAS_SMALL = 2**31
 
 
-def _chunk_rows(row_bytes: float, n_rows: int) -> int:
-    """Rows per chunk within scikit-learn's ``working_memory`` (MiB)."""
-    budget = get_config()["working_memory"] * 2**20
-    return int(max(1, min(n_rows, budget // row_bytes)))
-
-
-def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(W, offset, const)`` with ``x̃ᵀ cov x̃ = ‖Wᵀ x + offset‖² + const`` for every x.
+def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """``(W, offset, const)`` with ``x̃ᵀ cov x̃ = ‖Wᵀ x + offset‖² + const`` for every x
+    (``offset`` None without an intercept).
 
     ``cov`` is (d, d) or, with an intercept last, (d + 1, d + 1).
     """
@@ -58,20 +49,20 @@ def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
         # eigenvalues (not triangular, so the intercept row keeps every column).
         eigval, eigvec = np.linalg.eigh(cov)
         root = eigvec * np.sqrt(np.maximum(eigval, 0.0))
-        offset = root[d] if cov.shape[0] > d else np.zeros(root.shape[1])
+        offset = root[d] if cov.shape[0] > d else None
         return np.ascontiguousarray(root[:d]), offset, 0.0
     if cov.shape[0] == d:
-        return lower, np.zeros(d), 0.0
+        return lower, None, 0.0
     return lower[:d, :d], lower[d, :d].copy(), float(lower[d, d] ** 2)
 
 
-def _pair_chunks(X: sp.csr_matrix, budget: float) -> Iterator[slice]:
-    """Row slices of X whose non-zero pairs (``Σ k_r²``) fit in ``budget`` bytes."""
-    counts = np.diff(X.indptr).astype(np.int64)
+def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
+    """Row slices whose non-zero pairs (``Σ k_r²`` for ``k_r`` non-zeros) fit in ``budget``
+    bytes (at least one row each)."""
     pairs = np.cumsum(counts * counts)
     per_chunk = max(1, int(budget // _PAIR_BYTES))
     start = 0
-    while start < X.shape[0]:
+    while start < counts.size:
         done = pairs[start - 1] if start else 0
         stop = int(np.searchsorted(pairs, done + per_chunk, side="right"))
         stop = max(stop, start + 1)
@@ -101,10 +92,8 @@ def _pair_quadratic_forms(X: sp.csr_matrix, covs: np.ndarray, d: int) -> np.ndar
     return out
 
 
-def latent_chunks(
-    X, coef: np.ndarray, intercept: np.ndarray, covs: np.ndarray
-) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
-    """Posterior mean and variance of the latent value, chunk of rows by chunk of rows.
+class LatentMoments:
+    """Posterior mean and variance of the latent value at X's rows, chunk by chunk.
 
     Parameters
     ----------
@@ -117,49 +106,74 @@ def latent_chunks(
     covs : ndarray of shape (n_problems, d, d) or (n_problems, d + 1, d + 1)
         Posterior covariances, intercept last when it is fitted.
 
-    Yields
-    ------
-    rows : slice
-        The chunk's rows, consecutive and covering X in order.
-    mean, var : ndarray of shape (chunk_rows, n_problems)
+    Attributes
+    ----------
+    chunks : list of slice
+        Consecutive row ranges covering X, each within ``working_memory`` (shared by the
+        threads) and the cache bound.
+    threads : int
+        Threads :meth:`run` uses: as many as BLAS may use now. The chunks' products would
+        otherwise be BLAS's parallel work; run side by side on one BLAS thread each, they
+        parallelize the element-wise passes too, and no idle BLAS pool spins between them.
     """
-    n_rows, d = X.shape
-    n_problems = len(coef)
-    sparse = sp.issparse(X)
-    counts = np.diff(X.indptr) if sparse else None
-    pair_work = float(np.dot(counts, counts)) * _GATHER_COST if sparse else np.inf
-    if sparse and pair_work < X.nnz * d:
-        yield from _latent_pair_chunks(X, coef, intercept, covs)
-        return
-    factors = [_factor(cov, d) for cov in covs]
-    coef_t = np.ascontiguousarray(coef.T)
-    # Per row: each problem's product (its factor's columns), mean and variance, and the
-    # predictive's temporaries downstream (about 24 per problem).
-    chunk = _chunk_rows(8.0 * n_problems * (d + 26), n_rows)
-    chunk = min(chunk, max(1, _CACHE_ENTRIES // d))
-    with blas_threads_for(chunk * d * d, small=_BLAS_SMALL):
-        for start in range(0, n_rows, chunk):
-            rows = slice(start, min(start + chunk, n_rows))
-            block = X[rows]
-            mean = np.asarray(block @ coef_t)
-            mean += intercept
-            var = np.empty_like(mean)
-            for k, (weights, offset, const) in enumerate(factors):
-                product = np.asarray(block @ weights)
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covs: np.ndarray):
+        self.X, self.coef, self.intercept, self.covs = X, coef, intercept, covs
+        n_rows, d = X.shape
+        n_problems = len(coef)
+        self.threads = blas_thread_count()
+        budget = get_config()["working_memory"] * 2**20 / self.threads
+        counts = np.diff(X.indptr).astype(np.int64) if sp.issparse(X) else None
+        self.pairs = counts is not None and float(counts @ counts) * _GATHER_COST < X.nnz * d
+        if self.pairs:
+            self.chunks = list(_pair_chunks(counts, budget))
+        else:
+            self.factors = [_factor(cov, d) for cov in covs]
+            self.coef_t = np.ascontiguousarray(coef.T)
+            # Per row: a problem's product (its factor's columns), the means and variances,
+            # and the predictive's temporaries downstream (about 24 per problem).
+            rows = int(max(1, budget // (8.0 * (d + 26 * n_problems))))
+            rows = min(rows, max(1, _CACHE_ENTRIES // d))
+            self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(self.threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, var)`` of the rows, each of shape (n_rows_in_chunk, n_problems)."""
+        block = self.X[rows]
+        if self.pairs:
+            return _pair_moments(block, self.coef, self.intercept, self.covs)
+        mean = np.asarray(block @ self.coef_t)
+        mean += self.intercept
+        var = np.empty_like(mean)
+        for k, (weights, offset, const) in enumerate(self.factors):
+            product = np.asarray(block @ weights)
+            if offset is not None:
                 product += offset
-                var[:, k] = np.einsum("ij,ij->i", product, product)
-                var[:, k] += const
-            yield rows, mean, var
+            var[:, k] = np.einsum("ij,ij->i", product, product)
+            var[:, k] += const
+        return mean, var
+
+    def run(self, work: Callable[[slice], None]) -> None:
+        """``work(rows)`` for every chunk, on :attr:`threads` threads, BLAS on one each."""
+        # One BLAS thread per product: between products, the idle threads of NumPy's and
+        # SciPy's OpenBLAS pools would spin against the element-wise passes (1e6 × 20 on 2
+        # cores: 1.0 s with BLAS's two threads, 0.23 s with one, 0.06 s with two chunks at
+        # a time on one BLAS thread each).
+        with blas_threads_for(0):
+            if self.threads == 1:
+                for rows in self.chunks:
+                    work(rows)
+                return
+            with ThreadPoolExecutor(self.threads) as pool:
+                for _ in pool.map(work, self.chunks):  # re-raises a worker's exception
+                    pass
 
 
-def _latent_pair_chunks(X, coef, intercept, covs):
-    d = X.shape[1]
-    budget = get_config()["working_memory"] * 2**20
-    for rows in _pair_chunks(X, budget):
-        block = X[rows]
-        mean = np.asarray(block @ coef.T) + intercept
-        var = _pair_quadratic_forms(block, covs, d)
-        if covs.shape[-1] > d:  # intercept: 2 x·Σ[:d, d] + Σ[d, d]
-            var += 2.0 * np.asarray(block @ covs[:, :d, d].T) + covs[:, d, d]
-        np.maximum(var, 0.0, out=var)  # round-off only: the covariances are PD
-        yield rows, mean, var
+def _pair_moments(block, coef, intercept, covs):
+    d = block.shape[1]
+    mean = np.asarray(block @ coef.T) + intercept
+    var = _pair_quadratic_forms(block, covs, d)
+    if covs.shape[-1] > d:  # intercept: 2 x·Σ[:d, d] + Σ[d, d]
+        var += 2.0 * np.asarray(block @ covs[:, :d, d].T) + covs[:, d, d]
+    np.maximum(var, 0.0, out=var)  # round-off only: the covariances are PD
+    return mean, var

@@ -180,9 +180,10 @@ def _probit_mixture(mu: np.ndarray, v: np.ndarray) -> np.ndarray:
     return total
 
 
-def _fast_log_lower(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _fast_log_lower(m: np.ndarray, v: np.ndarray, bounds=None) -> np.ndarray:
     """log p for 1-d arrays with m ≤ 0 and 0 < v < ∞: closed-form terms where their bound
-    gives a relative error below _RELATIVE_ERROR, the trapezoid rules elsewhere."""
+    gives a relative error below _RELATIVE_ERROR, the trapezoid rules elsewhere.
+    ``bounds``: (min v, max v) when the caller has them."""
     if not m.size:
         return np.empty_like(m)
     mu = m + v
@@ -191,7 +192,7 @@ def _fast_log_lower(m: np.ndarray, v: np.ndarray) -> np.ndarray:
     # Each row takes the fewest nodes its variance needs (rule 1 … _GH_MAX_NODES), or the
     # mixture (rule _GH_MAX_NODES + 1), whatever rows it comes with. The most common rule
     # runs on all rows, without gathers; rows of other rules are redone on their own.
-    low, high = _rule(v.min()), _rule(v.max())
+    low, high = (_rule(b) for b in (bounds or (v.min(), v.max())))
     if low == high:
         return _log_lower_by_rule(low, m, v, mu, offset)
     rules = np.full(v.shape, low, dtype=np.intp)
@@ -240,14 +241,16 @@ def _mixture_log_lower(m, v, mu, offset) -> np.ndarray:
     return log_p
 
 
-def _broadcast(mean, var) -> tuple[np.ndarray, np.ndarray]:
+def _broadcast(mean, var) -> tuple[np.ndarray, np.ndarray, float]:
+    """Broadcast float arrays and the smallest variance (nan if any is nan or none)."""
     mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
     if mean.shape != var.shape:
         mean, var = np.broadcast_arrays(mean, var)
     # min propagates nan (allowed): the mask only when the minimum is not plainly ≥ 0.
-    if var.size and not var.min() >= 0 and np.any(var < 0):
+    smallest = var.min() if var.size else np.nan
+    if not smallest >= 0 and np.any(var < 0):
         raise ValueError("var must be nonnegative: it is the variance of the latent f.")
-    return mean, var
+    return mean, var, smallest
 
 
 _LOWER_SIDES = {"auto": _fast_log_lower, "quadrature": None}
@@ -319,15 +322,19 @@ def logistic_predictive_log_proba(
     if method not in _LOWER_SIDES:
         raise ValueError(f"method must be 'auto' or 'quadrature'; got {method!r}.")
     lower_side = _LOWER_SIDES[method] or _quadrature_log_lower
-    mean, var = _broadcast(mean, var)
+    mean, var, smallest = _broadcast(mean, var)
     shape = mean.shape
     m, v = mean.ravel(), var.ravel()
-    lower = -np.abs(m)
-    # min and max propagate nan: three reductions instead of three masks when all is finite.
-    regular = m.size > 0 and np.isfinite(lower.min()) and v.min() > 0.0 and np.isfinite(v.max())
-    if regular:
-        log_lower = lower_side(lower, v)
+    lower = np.abs(m)
+    np.negative(lower, out=lower)
+    # min and max propagate nan: reductions instead of masks when all is finite and v > 0.
+    regular = smallest > 0.0 and np.isfinite(lower.min())
+    largest = v.max() if regular else np.nan
+    if regular and np.isfinite(largest):
+        log_lower = lower_side(lower, v, (smallest, largest))
+        zero = None if lower.max() < 0.0 else m == 0
     else:
+        regular = False
         inner = np.isfinite(m) & np.isfinite(v) & (v > 0)
         log_lower = np.full(m.shape, np.nan)
         log_lower[inner] = lower_side(lower[inner], v[inner])
@@ -335,10 +342,12 @@ def logistic_predictive_log_proba(
         # leaves a fair coin (exactly, so that p(0) = 1 - p(0)).
         log_lower[np.isinf(m) & np.isfinite(v)] = -np.inf
         log_lower[np.isfinite(m) & np.isposinf(v)] = -math.log(2.0)
-    zero = m == 0
-    if zero.any():
-        log_lower[zero & ~np.isnan(v)] = -math.log(2.0)
-    log_upper = np.log1p(-np.exp(log_lower))
+        zero = (m == 0) & ~np.isnan(v)
+    if zero is not None:
+        log_lower[zero] = -math.log(2.0)
+    log_upper = np.exp(log_lower)
+    np.negative(log_upper, out=log_upper)
+    np.log1p(log_upper, out=log_upper)
     positive = m > 0
     log_p = np.where(positive, log_upper, log_lower)
     log_1mp = np.where(positive, log_lower, log_upper)
@@ -349,7 +358,7 @@ def logistic_predictive_log_proba(
     return log_p.reshape(shape), log_1mp.reshape(shape)
 
 
-def _quadrature_log_lower(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _quadrature_log_lower(m: np.ndarray, v: np.ndarray, bounds=None) -> np.ndarray:
     return _logistic_log_lower(m, np.sqrt(v))
 
 
@@ -382,7 +391,7 @@ def probit_predictive_log_proba(mean, var) -> tuple[np.ndarray, np.ndarray]:
     ValueError
         If some variance is negative.
     """
-    mean, var = _broadcast(mean, var)
+    mean, var, _ = _broadcast(mean, var)
     # ∞/∞ (infinite mean and variance) has no limit: nan, as in the logistic case.
     with np.errstate(invalid="ignore"):
         t = mean / np.sqrt(1.0 + var)
