@@ -255,7 +255,12 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         out = np.empty((X.shape[0], width))
 
         def work(rows):
-            out[rows] = combine(*predictive(*latent(rows)))
+            result = combine(*predictive(*latent(rows)))
+            if isinstance(result, tuple):  # columns
+                for column, values in enumerate(result):
+                    out[rows, column] = values[:, 0]
+            else:
+                out[rows] = result
 
         latent.run(work)
         return out
@@ -274,7 +279,7 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         check_is_fitted(self)
         if len(self.coef_) == 1:
             # Two classes: log(1 - p) and log p, already complementary.
-            return self._class_log_proba(X, lambda log_p, log_q: np.hstack([log_q, log_p]), 2)
+            return self._class_log_proba(X, lambda log_p, log_q: (log_q, log_p), 2)
         return self._class_log_proba(
             X, lambda log_p, _: log_p - logsumexp(log_p, axis=1, keepdims=True), len(self.coef_)
         )

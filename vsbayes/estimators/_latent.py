@@ -2,11 +2,11 @@
 
 For a Gaussian posterior N(μ, Σ) of ``w̃ = [w, b]``, the latent ``f = x̃·w̃`` (``x̃ = [x, 1]``
 with an intercept) has mean ``x̃·μ`` and variance ``x̃ᵀ Σ x̃ = ‖Fᵀ x̃‖²`` for a factor
-``Σ = F Fᵀ``. With the Cholesky factor, ``Fᵀ x̃ = F[:d]ᵀ x + F[d]`` and the intercept's
-diagonal entry stands alone, so one product of a chunk of rows with ``F[:d]`` gives its
-variances (and one with μ its means): sums of squares, which have no cancellation (unlike
-``x Σ x + 2 x·b + c`` for uncentred features) and are never negative. A d × d Cholesky
-factorization per call is negligible next to the product's d² per row.
+``Σ = F Fᵀ``. With the Cholesky factor of Σ ordered intercept first, ``F = [[r, 0], [c, W]]``,
+``Fᵀ x̃ = [r + c·x, Wᵀ x]``: one product of a chunk of rows with W and one with ``[c, μ]``
+give its variances ``‖Wᵀ x‖² + (r + c·x)²`` and its means. Sums of squares have no
+cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features) and are never negative.
+A d × d Cholesky factorization per call is negligible next to the product's d² per row.
 
 Sparse rows with few non-zeros among many features take ``Σ_ab x_a x_b Σ_ab`` over their
 non-zero pairs instead: ``k²`` terms for ``k`` non-zeros, against ``k d`` for the product.
@@ -36,24 +36,29 @@ _GATHER_COST = 8
 _PAIR_BYTES = 96
 
 
-def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray | None, float]:
-    """``(W, offset, const)`` with ``x̃ᵀ cov x̃ = ‖Wᵀ x + offset‖² + const`` for every x
-    (``offset`` None without an intercept).
+def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(W, c, r)`` with ``x̃ᵀ cov x̃ = ‖Wᵀ x‖² + (r + c·x)²`` for every x, W (d, d) lower
+    triangular.
 
-    ``cov`` is (d, d) or, with an intercept last, (d + 1, d + 1).
+    ``cov`` is (d, d) (then c = 0, r = 0) or, with an intercept last, (d + 1, d + 1):
+    factored with the intercept first, its Cholesky factor [[r, 0], [c, W]] puts the
+    intercept in one column, so the other d need no offset.
     """
+    order = np.r_[d, :d] if cov.shape[0] > d else np.arange(d)
+    ordered = cov[np.ix_(order, order)]
     try:
-        lower = scipy.linalg.cholesky(cov, lower=True, check_finite=False)
+        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
     except scipy.linalg.LinAlgError:
-        # Positive semi-definite to round-off only: a symmetric square root of its clipped
-        # eigenvalues (not triangular, so the intercept row keeps every column).
-        eigval, eigvec = np.linalg.eigh(cov)
-        root = eigvec * np.sqrt(np.maximum(eigval, 0.0))
-        offset = root[d] if cov.shape[0] > d else None
-        return np.ascontiguousarray(root[:d]), offset, 0.0
+        # Positive semi-definite to round-off only: its clipped eigenvalues, plus a ridge
+        # of 1e-13 of the largest (a change of v below round-off), make it definite.
+        eigval, eigvec = np.linalg.eigh(ordered)
+        clipped = np.maximum(eigval, 0.0)
+        ordered = (eigvec * clipped) @ eigvec.T
+        ordered[np.diag_indices_from(ordered)] += 1e-13 * max(clipped.max(), 1e-300)
+        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
     if cov.shape[0] == d:
-        return lower, None, 0.0
-    return lower[:d, :d], lower[d, :d].copy(), float(lower[d, d] ** 2)
+        return lower, np.zeros(d), 0.0
+    return np.ascontiguousarray(lower[1:, 1:]), lower[1:, 0].copy(), float(lower[0, 0])
 
 
 def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
@@ -128,11 +133,17 @@ class LatentMoments:
         if self.pairs:
             self.chunks = list(_pair_chunks(counts, budget))
         else:
-            self.factors = [_factor(cov, d) for cov in covs]
-            self.coef_t = np.ascontiguousarray(coef.T)
-            # Per row: a problem's product (its factor's columns), the means and variances,
-            # and the predictive's temporaries downstream (about 24 per problem).
-            rows = int(max(1, budget // (8.0 * (d + 26 * n_problems))))
+            factors = [_factor(cov, d) for cov in covs]
+            self.weights = [f[0] for f in factors]
+            self.roots = np.array([f[2] for f in factors])
+            # One small product gives the intercepts' columns c·x and the means.
+            self.intercept_fitted = covs.shape[-1] > d
+            side = [f[1] for f in factors] if self.intercept_fitted else []
+            self.side = np.ascontiguousarray(np.column_stack([*side, *coef]))
+            # Per row: a problem's product (its factor's columns), the small product, the
+            # means and variances, and the predictive's temporaries downstream (about 24
+            # per problem).
+            rows = int(max(1, budget // (8.0 * (d + 28 * n_problems))))
             rows = min(rows, max(1, _CACHE_ENTRIES // d))
             self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
         self.threads = max(1, min(self.threads, len(self.chunks)))
@@ -142,15 +153,17 @@ class LatentMoments:
         block = self.X[rows]
         if self.pairs:
             return _pair_moments(block, self.coef, self.intercept, self.covs)
-        mean = np.asarray(block @ self.coef_t)
-        mean += self.intercept
+        small = np.asarray(block @ self.side)
+        n_problems = len(self.coef)
+        mean = small[:, -n_problems:] + self.intercept
         var = np.empty_like(mean)
-        for k, (weights, offset, const) in enumerate(self.factors):
+        for k, weights in enumerate(self.weights):
             product = np.asarray(block @ weights)
-            if offset is not None:
-                product += offset
             var[:, k] = np.einsum("ij,ij->i", product, product)
-            var[:, k] += const
+        if self.intercept_fitted:
+            first = small[:, :n_problems] + self.roots
+            first *= first
+            var += first
         return mean, var
 
     def run(self, work: Callable[[slice], None]) -> None:

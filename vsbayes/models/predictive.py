@@ -195,17 +195,24 @@ def _fast_log_lower(m: np.ndarray, v: np.ndarray, bounds=None) -> np.ndarray:
     low, high = (_rule(b) for b in (bounds or (v.min(), v.max())))
     if low == high:
         return _log_lower_by_rule(low, m, v, mu, offset)
-    rules = np.full(v.shape, low, dtype=np.intp)
-    for threshold in _GH_MAX_VAR[low - 1 : high - 1]:
-        rules += v > threshold
-    counts = np.bincount(rules, minlength=high + 1)
-    common = int(counts.argmax())
+    if high == low + 1:  # the common case of two rules: one mask
+        above = v > _GH_MAX_VAR[low - 1]
+        if 2 * np.count_nonzero(above) <= v.size:
+            common, others = low, [(high, above)]
+        else:
+            common, others = high, [(low, ~above)]
+    else:
+        rules = np.full(v.shape, low, dtype=np.intp)
+        for threshold in _GH_MAX_VAR[low - 1 : high - 1]:
+            rules += v > threshold
+        counts = np.bincount(rules, minlength=high + 1)
+        common = int(counts.argmax())
+        others = [(rule, rules == rule) for rule in np.flatnonzero(counts) if rule != common]
     with np.errstate(divide="ignore", invalid="ignore"):  # rows of other rules: redone
         out = _log_lower_by_rule(common, m, v, mu, offset)
-    for rule in np.flatnonzero(counts):
-        if rule != common:
-            rows = np.flatnonzero(rules == rule)
-            out[rows] = _log_lower_by_rule(rule, m[rows], v[rows], mu[rows], offset[rows])
+    for rule, mask in others:
+        rows = np.flatnonzero(mask)
+        out[rows] = _log_lower_by_rule(rule, m[rows], v[rows], mu[rows], offset[rows])
     return out
 
 
@@ -392,20 +399,26 @@ def probit_predictive_log_proba(mean, var) -> tuple[np.ndarray, np.ndarray]:
         If some variance is negative.
     """
     mean, var, _ = _broadcast(mean, var)
+    shape = mean.shape
+    mean, var = mean.ravel(), var.ravel()
     # ∞/∞ (infinite mean and variance) has no limit: nan, as in the logistic case.
+    scale = 1.0 + var
+    np.sqrt(scale, out=scale)
     with np.errstate(invalid="ignore"):
-        t = mean / np.sqrt(1.0 + var)
-    # One log Φ, on the side below 1/2; the other side is log1p(-Φ), accurate as Φ → 0.
-    # log(ndtr) costs half of log_ndtr and is as accurate until ndtr underflows.
-    lower = -np.abs(t)
+        t = mean / scale
+    # One Φ, on the side below 1/2: log Φ and log1p(-Φ), accurate as Φ → 0. log(ndtr)
+    # costs half of log_ndtr and is as accurate until ndtr underflows.
+    lower = np.abs(t)
+    np.negative(lower, out=lower)
     p_lower = ndtr(lower)
     with np.errstate(divide="ignore"):
         log_lower = np.log(p_lower)
-    far = lower < _NDTR_FLOOR
-    if far.any():
+    if lower.size and not lower.min() >= _NDTR_FLOOR:  # also when some t is nan
+        far = lower < _NDTR_FLOOR
         log_lower[far] = log_ndtr(lower[far])
-    log_upper = np.log1p(-p_lower)
+    np.negative(p_lower, out=p_lower)
+    log_upper = np.log1p(p_lower, out=p_lower)
     positive = t > 0
     log_p = np.where(positive, log_upper, log_lower)
     log_1mp = np.where(positive, log_lower, log_upper)
-    return np.asarray(log_p), np.asarray(log_1mp)  # 0-d arrays, not scalars
+    return log_p.reshape(shape), log_1mp.reshape(shape)
