@@ -9,7 +9,8 @@ cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features) and are nev
 A d × d Cholesky factorization per call is negligible next to the product's d² per row.
 
 Sparse rows with few non-zeros among many features take ``Σ_ab x_a x_b Σ_ab`` over their
-non-zero pairs instead: ``k²`` terms for ``k`` non-zeros, against ``k d`` for the product.
+non-zero pairs instead: ``k(k + 1)/2`` terms for ``k`` non-zeros, against ``k d`` for the
+product.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ _CACHE_ENTRIES = 2**19
 _GATHER_COST = 8
 # Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
 _PAIR_BYTES = 96
+# Pairs per chunk at most, whatever working_memory allows (the cache bound of the gather).
+_CACHE_PAIRS = 2**20
 
 
 def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
@@ -62,10 +65,10 @@ def _factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
-    """Row slices whose non-zero pairs (``Σ k_r²`` for ``k_r`` non-zeros) fit in ``budget``
-    bytes (at least one row each)."""
-    pairs = np.cumsum(counts * counts)
-    per_chunk = max(1, int(budget // _PAIR_BYTES))
+    """Row slices whose non-zero pairs (``k(k + 1)/2`` for a row's k non-zeros) fit in
+    ``budget`` bytes (at least one row each)."""
+    pairs = np.cumsum(counts * (counts + 1) // 2)
+    per_chunk = max(1, min(int(budget // _PAIR_BYTES), _CACHE_PAIRS))
     start = 0
     while start < counts.size:
         done = pairs[start - 1] if start else 0
@@ -77,20 +80,21 @@ def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
 
 def _pair_quadratic_forms(X: sp.csr_matrix, covs: np.ndarray, d: int) -> np.ndarray:
     """``xᵀ A x`` with ``A = cov[:d, :d]`` for each row of X and each cov, over the non-zero
-    pairs of each row: (n_rows, n_problems)."""
+    pairs of each row (each unordered pair once, doubled off the diagonal):
+    (n_rows, n_problems)."""
     n_rows = X.shape[0]
     counts = np.diff(X.indptr).astype(np.int64)
-    per_nnz = np.repeat(counts, counts)  # each non-zero: its row's count
-    n_pairs = int(per_nnz.sum())
-    # Pair j of non-zero a pairs it with the non-zeros of a's row, in order.
-    first = np.repeat(np.arange(per_nnz.size), per_nnz)
-    row_start = np.repeat(X.indptr[:-1].astype(np.int64), counts)[first]
-    within = np.arange(n_pairs) - np.repeat(np.cumsum(per_nnz) - per_nnz, per_nnz)
-    second = row_start + within
+    row_of = np.repeat(np.arange(n_rows), counts)  # of each non-zero
+    # Non-zero a (the i-th of its row's k) pairs with itself and the k - i - 1 after it.
+    span = counts[row_of] - (np.arange(row_of.size) - X.indptr[:-1].astype(np.int64)[row_of])
+    first = np.repeat(np.arange(row_of.size), span)
+    within = np.arange(first.size) - np.repeat(np.cumsum(span) - span, span)
+    second = first + within
     values = X.data[first] * X.data[second]
-    rows = np.repeat(np.arange(n_rows), counts)[first]
-    width = covs.shape[-1]
-    flat = X.indices[first].astype(np.int64) * width + X.indices[second]
+    values[within > 0] *= 2.0
+    columns = X.indices.astype(np.int64)
+    flat = columns[first] * covs.shape[-1] + columns[second]
+    rows = row_of[first]
     out = np.empty((n_rows, len(covs)))
     for k, cov in enumerate(covs):
         out[:, k] = np.bincount(rows, values * cov.ravel()[flat], minlength=n_rows)
@@ -129,7 +133,9 @@ class LatentMoments:
         self.threads = blas_thread_count()
         budget = get_config()["working_memory"] * 2**20 / self.threads
         counts = np.diff(X.indptr).astype(np.int64) if sp.issparse(X) else None
-        self.pairs = counts is not None and float(counts @ counts) * _GATHER_COST < X.nnz * d
+        self.pairs = (
+            counts is not None and float(counts @ (counts + 1)) / 2 * _GATHER_COST < X.nnz * d
+        )
         if self.pairs:
             self.chunks = list(_pair_chunks(counts, budget))
         else:
