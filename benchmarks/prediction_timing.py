@@ -285,7 +285,7 @@ def markdown(rows, extras, alone, memory, accuracy, info, args):
         f"chunks of rows on as many threads as BLAS may use (here {info['prediction_threads']}),"
         " each product on one BLAS thread; LogisticRegression's product is BLAS's own.",
         "",
-        f"## Targets ({first[0]['M']:.0e} × 20)",
+        f"## Targets ({first[0]['M']:,} × 20)",
         "",
         "| target | measured | |",
         "|---|---|---|",
@@ -337,7 +337,7 @@ def markdown(rows, extras, alone, memory, accuracy, info, args):
         )
     lines += [
         "",
-        f"## The logistic predictive alone ({first[0]['M']:.0e} × 20 case's latent moments)",
+        f"## The logistic predictive alone ({first[0]['M']:,} × 20 case's latent moments)",
         "",
         f"Closed-form terms {alone['auto_seconds'] * 1e3:.0f} ms (best of 5); the quadrature "
         f"they replace {alone['quadrature_seconds']:.2f} s "
@@ -372,6 +372,7 @@ def plot(rows, accuracy, path):
     ax_t.axhline(TARGETS["probit_ratio"], color="C1", ls=":", label="VS-probit target (d = 20)")
     ax_t.set_xticks(np.arange(len(cases)), cases)
     ax_t.set_yscale("log")
+    ax_t.set_ylim(bottom=1.0)
     ax_t.set_ylabel("predict_proba time / LogisticRegression's")
     ax_t.set_title("predict_proba on 1e6 rows, relative to LogisticRegression", fontsize=10)
     ax_t.grid(True, which="both", axis="y", alpha=0.3)
