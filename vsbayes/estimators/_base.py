@@ -276,12 +276,20 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         -------
         ndarray of shape (n_samples, n_classes)
         """
+        return self._log_proba(X, np.asarray)
+
+    def _log_proba(self, X, transform):
+        """``transform`` of the normalized log predictive probabilities, chunk by chunk."""
         check_is_fitted(self)
         if len(self.coef_) == 1:
             # Two classes: log(1 - p) and log p, already complementary.
-            return self._class_log_proba(X, lambda log_p, log_q: (log_q, log_p), 2)
+            return self._class_log_proba(
+                X, lambda log_p, log_q: (transform(log_q), transform(log_p)), 2
+            )
         return self._class_log_proba(
-            X, lambda log_p, _: log_p - logsumexp(log_p, axis=1, keepdims=True), len(self.coef_)
+            X,
+            lambda log_p, _: transform(log_p - logsumexp(log_p, axis=1, keepdims=True)),
+            len(self.coef_),
         )
 
     def predict_proba(self, X):
@@ -305,7 +313,8 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``.
         """
-        return np.exp(self.predict_log_proba(X))
+        # exp of predict_log_proba, taken chunk by chunk.
+        return self._log_proba(X, np.exp)
 
     def decision_function(self, X):
         """Logit of the predictive probability of each one-vs-rest problem.

@@ -175,9 +175,9 @@ class LatentMoments:
     def run(self, work: Callable[[slice], None]) -> None:
         """``work(rows)`` for every chunk, on :attr:`threads` threads, BLAS on one each."""
         # One BLAS thread per product: between products, the idle threads of NumPy's and
-        # SciPy's OpenBLAS pools would spin against the element-wise passes (1e6 × 20 on 2
-        # cores: 1.0 s with BLAS's two threads, 0.23 s with one, 0.06 s with two chunks at
-        # a time on one BLAS thread each).
+        # SciPy's OpenBLAS pools would spin against the element-wise passes (predict_proba
+        # on 1e6 × 20, 2 cores, same process: 1.0 s with BLAS's two threads per product,
+        # 0.23 s with one; with the chunks on two threads, 0.061 s against 0.091 s on one).
         with blas_threads_for(0):
             if self.threads == 1:
                 for rows in self.chunks:
