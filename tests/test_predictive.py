@@ -171,14 +171,15 @@ def test_logistic_is_increasing_in_the_mean(method, rtol):
     assert np.all(np.diff(log_p, axis=0) >= -rtol * np.abs(log_p[1:]))
 
 
-def test_logistic_blocks_do_not_change_values(monkeypatch):
+def test_logistic_blocks_do_not_change_values():
     rng = np.random.default_rng(0)
     m = rng.normal(0.0, 10.0, 3000)
     var = np.exp(rng.uniform(-10.0, 10.0, m.size))
     whole = QUADRATURE(m, var)
-    # Blocks of 24 (Gaussian side) and 5 (logistic side) points instead of ~10^5 and ~2·10^4.
-    monkeypatch.setattr(predictive, "_BLOCK_ENTRIES", 1000)
-    blocks = QUADRATURE(m, var)
+    # A working memory of 0.25 MiB: blocks of ~6 (Gaussian side) and ~1 (logistic side)
+    # points instead of ~10^5 and ~2·10^4.
+    with sklearn.config_context(working_memory=0.25):
+        blocks = QUADRATURE(m, var)
     np.testing.assert_array_equal(blocks, whole)
 
 

@@ -9,12 +9,14 @@ from numpy.polynomial import Polynomial
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import log_expit, log_ndtr, ndtr
 
+from .._memory import block_length
+
 __all__ = ["logistic_predictive_log_proba", "probit_predictive_log_proba"]
 
 # --- The accurate rule: log-domain trapezoid sums (the reference, and the fast rule's fallback)
 
-# Nodes × points per block, so temporaries stay near 32 MB.
-_BLOCK_ENTRIES = 2**22
+# Bytes of temporaries per node × point of a block: about eight float64 arrays.
+_BYTES_PER_ENTRY = 64
 
 # Gaussian-side rule: trapezoid in z (f = m + s z) on s + [-10, 10]. The integrand is
 # log-concave with curvature ≥ 1 and its mode lies in (0, s), so the window holds all but
@@ -73,7 +75,7 @@ def _logistic_log_lower(m: np.ndarray, s: np.ndarray) -> np.ndarray:
         (_gaussian_side, _Z_NODES.size, np.flatnonzero(gaussian)),
         (_logistic_side, _L_NODES.size, np.flatnonzero(~gaussian)),
     ):
-        block = max(1, _BLOCK_ENTRIES // n_nodes)
+        block = block_length(_BYTES_PER_ENTRY * n_nodes)
         for start in range(0, index.size, block):
             rows = index[start : start + block]
             out[rows] = rule(m[rows], s[rows])
