@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from sklearn import get_config
 
 from .._blas import blas_thread_count, blas_threads_for
+from .._memory import block_bytes
 
 __all__ = ["LatentMoments"]
 
-# Rows × features per chunk at most, whatever working_memory allows: the chunk's arrays stay
+# Rows × features per chunk at most, whatever block_bytes allows: the chunk's arrays stay
 # near the processor's caches (1e6 × 20 on 2 cores: 2^17 to 2^19 entries per chunk ran in
 # 0.6× the time of one chunk of all rows; far smaller chunks pay Python's per-call cost).
 _CACHE_ENTRIES = 2**19
@@ -35,7 +35,7 @@ _CACHE_ENTRIES = 2**19
 _GATHER_COST = 8
 # Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
 _PAIR_BYTES = 96
-# Pairs per chunk at most, whatever working_memory allows (the cache bound of the gather).
+# Pairs per chunk at most, whatever block_bytes allows (the cache bound of the gather).
 _CACHE_PAIRS = 2**20
 
 
@@ -118,8 +118,9 @@ class LatentMoments:
     Attributes
     ----------
     chunks : list of slice
-        Consecutive row ranges covering X, each within ``working_memory`` (shared by the
-        threads) and the cache bound.
+        Consecutive row ranges covering X, whose temporaries stay within
+        :func:`~vsbayes._memory.block_bytes` (from scikit-learn's ``working_memory``,
+        shared by the threads) and the cache bound.
     threads : int
         Threads :meth:`run` uses: as many as BLAS may use now. The chunks' products would
         otherwise be BLAS's parallel work; run side by side on one BLAS thread each, they
@@ -131,7 +132,7 @@ class LatentMoments:
         n_rows, d = X.shape
         n_problems = len(coef)
         self.threads = blas_thread_count()
-        budget = get_config()["working_memory"] * 2**20 / self.threads
+        budget = block_bytes() / self.threads
         counts = np.diff(X.indptr).astype(np.int64) if sp.issparse(X) else None
         self.pairs = (
             counts is not None and float(counts @ (counts + 1)) / 2 * _GATHER_COST < X.nnz * d
