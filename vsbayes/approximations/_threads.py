@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from .._blas import FACTORIZATION_PASS, blas_threads_for
 from ..models import BinaryGLMPosterior
 
-__all__ = ["blas_policy"]
+__all__ = ["blas_policy", "blas_threads_of"]
 
 
 def blas_policy(func: Callable) -> Callable:
@@ -20,8 +21,13 @@ def blas_policy(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(model: BinaryGLMPosterior, *args, **kwargs):
-        m, p = model.n_observations, model.dim
-        with blas_threads_for(m * p * p + p**3, FACTORIZATION_PASS):
+        with blas_threads_of(model):
             return func(model, *args, **kwargs)
 
     return wrapper
+
+
+def blas_threads_of(model: BinaryGLMPosterior) -> AbstractContextManager:
+    """The BLAS threads of one iteration on ``model`` (``M p² + p³``), as a context."""
+    m, p = model.n_observations, model.dim
+    return blas_threads_for(m * p * p + p**3, FACTORIZATION_PASS)

@@ -11,13 +11,12 @@ import math
 
 import numpy as np
 
-from .._blas import FACTORIZATION_PASS, blas_threads_for
 from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian, precision_diagonal
-from ._threads import blas_policy
+from ._threads import blas_policy, blas_threads_of
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 
@@ -137,9 +136,7 @@ class NewtonLaplaceSolver:
             # The p × p inverse is formed on first use only: EP started from the mode, or
             # the site-fit route, may never need it (at p = 500 it is half of Laplace's time).
             try:
-                with blas_threads_for(
-                    model.n_observations * model.dim**2 + model.dim**3, FACTORIZATION_PASS
-                ):
+                with blas_threads_of(model):  # as the fit itself (blas_policy)
                     return gaussian.cov
             except NotPositiveDefiniteError:
                 raise self._elongated(weights) from None
