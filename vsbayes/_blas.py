@@ -1,37 +1,60 @@
-"""BLAS threading for the engine's passes over the sample points."""
+"""BLAS threads: the fits call BLAS on one thread and run their own blocks side by side.
+
+NumPy and SciPy each load an OpenBLAS with its own pool of threads. A fit alternates many
+products and factorizations of the two; between calls, the idle threads of one pool spin
+while the other works, and when another process is busy on a core, a spinning or
+descheduled BLAS thread stalls every call that waits for it. Measured on 2 cores: a 35 × 35
+covariance inversion inside a variational-sampling fit took 7 ms on two threads against
+0.05 ms on one; a (d+1) × N by N × (d+1) moment pass (d = 34, N = 76,160) took 1.16 s on
+two BLAS threads with another process busy, against 10 ms idle; and for that skinny
+product two BLAS threads gain only 10 % on an idle machine, while the same product cut into
+column blocks on two Python threads (one BLAS thread each) gains 1.8×.
+
+So every fit runs inside :func:`single_blas_thread`, and its large passes are cut into
+blocks that :func:`map_blocks` runs on up to :func:`worker_threads` threads: as many as BLAS
+could use when the outermost fit started (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+threadpoolctl and joblib limits all count). The blocks never depend on the number of
+threads, and each BLAS call is single-threaded, so results are bitwise the same for any
+thread count.
+"""
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
 
+import numpy as np
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["FACTORIZATION_PASS", "SMALL_PASS", "blas_thread_count", "blas_threads_for"]
+__all__ = [
+    "blas_thread_count",
+    "block_slices",
+    "map_blocks",
+    "one_blas_thread",
+    "single_blas_thread",
+    "sum_blocks",
+    "worker_threads",
+]
 
-# Multiply-adds per pass below which one BLAS thread is used. NumPy and SciPy each load
-# their own OpenBLAS; between many small products, the idle threads of one pool spin while
-# the other works, which made the variational-sampling fit of a 31-parameter posterior
-# (4·10⁶ per pass) 2× slower on two cores, and far more variable, than with one thread.
-# Passes of 1.5·10⁷ (d = 30, N = 15,872) are already faster on two threads.
-SMALL_PASS = 2**23
-
-# The same for the GLM approximations (Newton, EP, VB), whose every iteration alternates
-# NumPy's products with SciPy's factorizations and triangular solves, each on its own
-# OpenBLAS: measured on 2 cores, one thread was 3-5× faster than two for M p² + p³ from
-# 6e5 (breast cancer) to 5e7 (1000 × 200); the sparse 5000 × 2000 model (p³ = 8e9) gains
-# from two.
-FACTORIZATION_PASS = 2**31
+T = TypeVar("T")
+R = TypeVar("R")
 
 _controller: ThreadpoolController | None = None
-# BLAS thread limits are process-wide. Fits running in several threads share one limit:
-# it is set when the first small pass starts and restored when the last one ends, so that
-# one fit never restores the threads under another's running pass (or leaves BLAS at one
-# thread for good by restoring a limit it captured from another fit).
+# The BLAS limit is process-wide. Fits running in several threads share it: it is set when
+# the first fit starts and restored when the last one ends, so that one fit never restores
+# the threads under another's running pass (or leaves BLAS at one thread for good by
+# restoring a limit it captured from another fit).
 _lock = threading.Lock()
 _users = 0
 _limiter = None
+_budget = 1
+_pool: ThreadPoolExecutor | None = None
+# Set in the pool's threads: a block that itself calls map_blocks runs its blocks in line.
+_local = threading.local()
 
 
 def _get_controller() -> ThreadpoolController:
@@ -43,22 +66,33 @@ def _get_controller() -> ThreadpoolController:
     return _controller
 
 
+def _current_limit() -> int:
+    info = _get_controller().select(user_api="blas").info()
+    return max((int(lib["num_threads"]) for lib in info), default=1)
+
+
 def blas_thread_count() -> int:
     """Threads the loaded BLAS libraries may use now (the largest of their limits).
 
     It follows ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``, threadpoolctl limits, joblib's
-    limits in its workers, and is 1 inside a one-thread section of this module.
+    limits in its workers, and is 1 inside :func:`single_blas_thread`.
     """
     with _lock:
-        info = _get_controller().select(user_api="blas").info()
-    return max((int(lib["num_threads"]) for lib in info), default=1)
+        return _current_limit()
 
 
 @contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    global _users, _limiter
+def single_blas_thread() -> Iterator[None]:
+    """Context in which BLAS runs on one thread; see the module docstring.
+
+    The outermost context records the threads BLAS could use before it, which
+    :func:`worker_threads` returns until the last context ends. Contexts nest and may be
+    entered from several threads at once.
+    """
+    global _users, _limiter, _budget
     with _lock:
         if _users == 0:
+            _budget = _current_limit()
             _limiter = _get_controller().limit(limits=1, user_api="blas")
         _users += 1
     try:
@@ -69,10 +103,88 @@ def _one_blas_thread() -> Iterator[None]:
             if _users == 0:
                 _limiter.restore_original_limits()
                 _limiter = None
+                _budget = 1
 
 
-def blas_threads_for(work_per_pass: float, small: float = SMALL_PASS) -> AbstractContextManager:
-    """Context limiting BLAS to one thread when ``work_per_pass`` is at most ``small``."""
-    if work_per_pass > small:
-        return nullcontext()
-    return _one_blas_thread()
+def one_blas_thread(func: Callable[..., R]) -> Callable[..., R]:
+    """Decorator: run ``func`` inside :func:`single_blas_thread`."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with single_blas_thread():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def worker_threads() -> int:
+    """Threads :func:`map_blocks` uses: BLAS's limit when the running fits started (1
+    outside :func:`single_blas_thread`, and inside a block run by :func:`map_blocks`)."""
+    if getattr(_local, "in_block", False):
+        return 1
+    return _budget
+
+
+def _get_pool(threads: int) -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None or _pool._max_workers != threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(threads, thread_name_prefix="vsbayes", initializer=_mark)
+        return _pool
+
+
+def _mark() -> None:
+    _local.in_block = True
+
+
+def map_blocks(func: Callable[[T], R], blocks: Sequence[T] | Iterable[T]) -> list[R]:
+    """``[func(b) for b in blocks]``, run on :func:`worker_threads` threads.
+
+    Call it inside :func:`single_blas_thread`, so that each block's BLAS calls are
+    single-threaded. The results come back in the order of ``blocks`` (callers that sum them
+    get the same bits whatever the threads); a block's exception is re-raised.
+    """
+    blocks = list(blocks)
+    threads = min(worker_threads(), len(blocks))
+    if threads <= 1:
+        return [func(b) for b in blocks]
+    return list(_get_pool(threads).map(func, blocks))
+
+
+def sum_blocks(func: Callable[[T], np.ndarray], blocks: Sequence[T]) -> np.ndarray:
+    """``Σ func(b)`` over ``blocks``, run as :func:`map_blocks` does.
+
+    The blocks run in waves of :func:`worker_threads`, so that at most that many results
+    are held at once, and are added in the order of ``blocks``: the same bits whatever the
+    threads.
+    """
+    blocks = list(blocks)
+    step = max(1, min(worker_threads(), len(blocks)))
+    total = None
+    for start in range(0, len(blocks), step):
+        for part in map_blocks(func, blocks[start : start + step]):
+            if total is None:
+                total = np.array(part, dtype=float)
+            else:
+                total += part
+    return total
+
+
+def block_slices(
+    n_items: int, work_per_item: float, max_items: int | None = None, min_work: float = 2**22
+) -> list[slice]:
+    """Consecutive slices covering ``range(n_items)`` for :func:`map_blocks`.
+
+    Each holds at least ``min_work`` multiply-adds (``work_per_item`` each) when there are
+    enough, so that it is worth a thread's hand-off, and at most ``max_items`` items (a
+    memory bound). The slices depend on the problem's size alone, never on the threads.
+    """
+    per_block = max(1, int(min_work // max(work_per_item, 1.0)))
+    count = max(1, n_items // per_block)
+    if max_items is not None:
+        count = max(count, -(-n_items // max(1, max_items)))
+    count = min(count, max(1, n_items))
+    edges = [round(i * n_items / count) for i in range(count + 1)]
+    return [slice(edges[i], edges[i + 1]) for i in range(count)]

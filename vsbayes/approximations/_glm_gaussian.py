@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from scipy.linalg import cho_solve, solve_triangular
 from scipy.linalg.lapack import dpotri, dtrtri
 
+from .._blas import block_slices, map_blocks, single_blas_thread
 from .._memory import check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
@@ -168,14 +169,18 @@ class GLMGaussian:
                 # One covariance (p³, kept for later) and the pairs of non-zeros of each
                 # row (Σ nnz_i²) beat the M triangular solves (M p²).
                 return row_variances(design, self.cov, self._max_bytes)
-        # Each block holds its rows as a dense (p, block) array and the solve's result.
-        block = max(1, self._max_bytes // (16 * p))
         out = np.empty(m)
-        for j in range(0, m, block):
-            rows = design[j : j + block]
-            rows = rows.toarray() if sp.issparse(rows) else rows
-            spread = solve_triangular(lower, rows.T, lower=True, check_finite=False)
-            out[j : j + block] = np.einsum("ij,ij->j", spread, spread)
+
+        def block(rows: slice) -> None:
+            a = design[rows]
+            a = a.toarray() if sp.issparse(a) else a
+            spread = solve_triangular(lower, a.T, lower=True, check_finite=False)
+            out[rows] = np.einsum("ij,ij->j", spread, spread)
+
+        # Each block holds its rows as a dense (p, block) array and the solve's result.
+        blocks = block_slices(m, p * p, max(1, self._max_bytes // (16 * p)))
+        with single_blas_thread():
+            map_blocks(block, blocks)
         return out
 
     def _dual_t_var(self) -> np.ndarray:

@@ -11,12 +11,13 @@ import math
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
 from ._glm_gaussian import GLMGaussian, precision_diagonal
-from ._threads import blas_policy, blas_threads_of
+from ._threads import blas_policy
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 
@@ -130,13 +131,13 @@ class NewtonLaplaceSolver:
             )
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
-        gaussian, weights, model = self.gaussian, self.weights, self.model
+        gaussian, weights = self.gaussian, self.weights
 
         def cov() -> np.ndarray:
             # The p × p inverse is formed on first use only: EP started from the mode, or
             # the site-fit route, may never need it (at p = 500 it is half of Laplace's time).
             try:
-                with blas_threads_of(model):  # as the fit itself (blas_policy)
+                with single_blas_thread():  # as the fit itself (blas_policy)
                     return gaussian.cov
             except NotPositiveDefiniteError:
                 raise self._elongated(weights) from None

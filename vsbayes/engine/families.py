@@ -23,6 +23,7 @@ import abc
 import numpy as np
 from scipy.linalg import cho_solve
 
+from .._blas import block_slices, map_blocks, sum_blocks
 from .._memory import block_length
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
@@ -45,6 +46,11 @@ class QuadraticFamily(abc.ABC):
     @abc.abstractmethod
     def count_params(dim: int) -> int:
         """Number of parameters n of the family in dimension ``dim``."""
+
+    @property
+    @abc.abstractmethod
+    def pass_work(self) -> int:
+        """Multiply-adds per point of :meth:`values` or :meth:`moments`."""
 
     @staticmethod
     def _precision_matrix(precision: np.ndarray) -> np.ndarray:
@@ -175,15 +181,33 @@ class FullFamily(QuadraticFamily):
         self._yt[:d] = z.T
         self._yt[d] = 1.0
         self._buffer = np.empty_like(self._yt)
+        # Column blocks of the two passes (values, moments), run side by side.
+        self._blocks = block_slices(self.n_samples, self.pass_work)
+
+    @property
+    def pass_work(self):
+        return (self.dim + 1) ** 2
 
     def values(self, theta):
-        np.matmul(theta, self._yt, out=self._buffer)
-        np.multiply(self._buffer, self._yt, out=self._buffer)
-        return -0.5 * np.add.reduce(self._buffer, axis=0)
+        out = np.empty(self.n_samples)
+
+        def block(cols):
+            y, buffer = self._yt[:, cols], self._buffer[:, cols]
+            np.matmul(theta, y, out=buffer)
+            np.multiply(buffer, y, out=buffer)
+            np.add.reduce(buffer, axis=0, out=out[cols])
+
+        map_blocks(block, self._blocks)
+        out *= -0.5
+        return out
 
     def moments(self, u):
-        np.multiply(self._yt, u, out=self._buffer)
-        return -0.5 * (self._buffer @ self._yt.T)
+        def block(cols):
+            y, buffer = self._yt[:, cols], self._buffer[:, cols]
+            np.multiply(y, u[cols], out=buffer)
+            return buffer @ y.T
+
+        return -0.5 * sum_blocks(block, self._blocks)
 
     def raw_moments(self, m):
         d = self.dim
@@ -265,12 +289,23 @@ class DiagonalFamily(QuadraticFamily):
         self._phi[:d] = -0.5 * np.square(z.T)
         self._phi[d : 2 * d] = z.T
         self._phi[2 * d] = 1.0
+        self._blocks = block_slices(self.n_samples, self.pass_work)
+
+    @property
+    def pass_work(self):
+        return self.n_params
 
     def values(self, theta):
-        return theta @ self._phi
+        out = np.empty(self.n_samples)
+
+        def block(cols):
+            np.matmul(theta, self._phi[:, cols], out=out[cols])
+
+        map_blocks(block, self._blocks)
+        return out
 
     def moments(self, u):
-        return self._phi @ u
+        return sum_blocks(lambda cols: self._phi[:, cols] @ u[cols], self._blocks)
 
     def raw_moments(self, m):
         d = self.dim

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._blas import one_blas_thread
 from .._random import as_generator
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
@@ -27,6 +28,7 @@ def _round_sizes(n_samples: int, rounds: int) -> list[int]:
     return [base] * (rounds - 1) + [n_samples - base * (rounds - 1)]
 
 
+@one_blas_thread
 def run_rounds(
     log_target: Callable,
     kernel: Gaussian,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._blas import blas_threads_for
+from .._blas import one_blas_thread
 from .._warnings import warn
 from ..exceptions import (
     ConvergenceWarning,
@@ -37,17 +37,8 @@ def n_family_params(dim: int, family: str = "gaussian") -> int:
     return family_class(family).count_params(dim)
 
 
-def fit_vs_pool(pool: SamplePool, start: Gaussian | None, **options) -> VSResult:
-    """Fit the VS Gaussian to the points of ``pool``; see :func:`_fit_vs_pool`.
-
-    The passes over the points run on one BLAS thread when they are small (see
-    :mod:`vsbayes._blas`).
-    """
-    with blas_threads_for(pool.n_samples * (pool.dim + 1) ** 2):
-        return _fit_vs_pool(pool, start, **options)
-
-
-def _fit_vs_pool(
+@one_blas_thread
+def fit_vs_pool(
     pool: SamplePool,
     start: Gaussian | None,
     *,

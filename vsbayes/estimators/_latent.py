@@ -16,13 +16,12 @@ product.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-from .._blas import blas_thread_count, blas_threads_for
+from .._blas import blas_thread_count, map_blocks, single_blas_thread
 from .._memory import block_bytes
 
 __all__ = ["LatentMoments"]
@@ -179,14 +178,8 @@ class LatentMoments:
         # SciPy's OpenBLAS pools would spin against the element-wise passes (predict_proba
         # on 1e6 × 20, 2 cores, same process: 1.0 s with BLAS's two threads per product,
         # 0.23 s with one; with the chunks on two threads, 0.061 s against 0.091 s on one).
-        with blas_threads_for(0):
-            if self.threads == 1:
-                for rows in self.chunks:
-                    work(rows)
-                return
-            with ThreadPoolExecutor(self.threads) as pool:
-                for _ in pool.map(work, self.chunks):  # re-raises a worker's exception
-                    pass
+        with single_blas_thread():
+            map_blocks(work, self.chunks)
 
 
 def _pair_moments(block, coef, intercept, covs):

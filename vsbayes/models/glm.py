@@ -17,13 +17,15 @@ import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
 from scipy.linalg.blas import dsyrk
 
-from .._blas import blas_threads_for
+from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
 from .._memory import block_bytes
 from .links import Link, get_link
 
 __all__ = ["BinaryGLMPosterior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+# Entries of a likelihood block: the GEMM's output is still in cache for the link's pass.
+_BLOCK_ENTRIES = 2**18
 
 
 class BinaryGLMPosterior:
@@ -109,17 +111,17 @@ class BinaryGLMPosterior:
     def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
         """``Σ_i s_i log F(y_i f_i)`` for each row of ``theta`` (N, p).
 
-        The (N, M) matrix of latent values is formed in blocks of at most ``max_bytes``
-        bytes (one GEMM per block, ``log F`` in place), and the blocks run in parallel
-        through joblib when ``n_jobs`` asks for it (then each worker holds one block).
-        The result is the same, to the last bit, for any ``n_jobs``.
+        The (N, M) matrix of latent values is formed in blocks (one GEMM per block,
+        ``log F`` in place), of at most ``max_bytes`` bytes and small enough to stay in
+        cache. With ``n_jobs`` > 1 (or inside a ``joblib.parallel_config``) the blocks run
+        through joblib, each worker holding one; otherwise side by side on the threads BLAS
+        may use, on one BLAS thread each (:mod:`vsbayes._blas`). The blocks depend on
+        neither, so the result is the same, to the last bit, for any ``n_jobs``.
         """
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
         n, m = theta.shape[0], self.n_observations
-        workers = self._workers()
-        # Two float64 arrays per block: the latent values and one temporary of log F. The
-        # blocks do not depend on the number of workers, so neither do the sums' round-off.
-        entries = max(1, self.max_bytes // 16)
+        # Two float64 arrays per block: the latent values and one temporary of log F.
+        entries = max(1, min(self.max_bytes // 16, _BLOCK_ENTRIES))
         block_n = min(n, max(512, entries // max(m, 1)))
         block_m = min(m, max(1, entries // block_n))
         tasks = [
@@ -132,13 +134,13 @@ class BinaryGLMPosterior:
             (self.design[cols], self.sample_weight[cols], theta[rows], self.link)
             for rows, cols in tasks
         ]
-        if workers == 1 or len(tasks) == 1:
-            with blas_threads_for(min(n, block_n) * min(m, block_m) * self.dim):
-                parts = [_block_log_likelihood(*a) for a in args]
-        else:
+        if self._workers() > 1 and len(tasks) > 1:
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
                 delayed(_block_log_likelihood)(*a) for a in args
             )
+        else:
+            with single_blas_thread():
+                parts = map_blocks(lambda a: _block_log_likelihood(*a), args)
         out = np.zeros(n)
         for (rows, _), part in zip(tasks, parts, strict=True):
             out[rows] += part
@@ -160,21 +162,26 @@ class BinaryGLMPosterior:
     def weighted_gram(self, weights: np.ndarray) -> np.ndarray:
         """``Aᵀ diag(weights) A`` (A the signed design), dense, accumulated over row blocks so
         that no temporary exceeds ``max_bytes``."""
-        gram = np.zeros((self.dim, self.dim))
-        block = max(1, self.max_bytes // (8 * self.dim))
+        p = self.dim
         # Non-negative weights (Newton's curvatures, EP's and VB's site precisions): the
         # symmetric rank-k update of √w A, half the multiply-adds of a general product.
         symmetric = not sp.issparse(self.design) and bool(np.all(weights >= 0))
-        for j in range(0, self.n_observations, block):
-            rows = slice(j, j + block)
+
+        def block(rows: slice) -> np.ndarray:
             a, w = self.design[rows], weights[rows]
             if sp.issparse(a):
-                gram += (a.T @ a.multiply(w[:, None]).tocsr()).toarray()
-            elif symmetric:
+                return (a.T @ a.multiply(w[:, None]).tocsr()).toarray()
+            if symmetric:
                 # (√w a)ᵀ is Fortran-ordered: BLAS takes it without a copy.
-                gram += dsyrk(1.0, (a * np.sqrt(w)[:, None]).T)
-            else:
-                gram += a.T @ (a * w[:, None])
+                return dsyrk(1.0, (a * np.sqrt(w)[:, None]).T)
+            return a.T @ (a * w[:, None])
+
+        # Each block holds a weighted copy of its rows and its p × p product; 64 rows at
+        # least, so that the product outweighs adding it up.
+        rows_cap = max(1, self.max_bytes // (8 * p) - p)
+        blocks = block_slices(self.n_observations, p * p, rows_cap, max(2**22, 64 * p * p))
+        with single_blas_thread():
+            gram = sum_blocks(block, blocks)
         if symmetric:  # SYRK fills the upper triangle
             lower = np.tril_indices(self.dim, -1)
             gram[lower] = gram.T[lower]
