@@ -5,15 +5,11 @@ import numpy as np
 import pytest
 from _helpers import random_gaussian
 from scipy import stats
+from scipy.linalg import solve_triangular
 
 from vsbayes._random import as_generator
-from vsbayes.sampling import (
-    MonteCarlo,
-    ScrambledSobol,
-    draw_from_kernel,
-    get_rule,
-    mixture_log_density,
-)
+from vsbayes.engine.sample_pool import Frame, SamplePool
+from vsbayes.sampling import MonteCarlo, ScrambledSobol, draw_from_kernel, get_rule
 
 
 def test_get_rule():
@@ -61,15 +57,23 @@ def test_draws_through_kernel(rng):
     assert np.all(np.abs(draws.x.mean(axis=0) - kernel.mean) < 5 * sd_of_mean)
 
 
-def test_mixture_log_density(rng):
-    a, b = random_gaussian(rng, 2), random_gaussian(rng, 2)
-    x = rng.standard_normal((5, 2))
-    np.testing.assert_allclose(mixture_log_density([a], [1.0], x), a.logpdf(x), rtol=1e-12)
+def test_pool_window_and_coordinates_from_the_stored_draws(rng):
+    # The pool maps each round's whitened draws into other kernels' coordinates (never
+    # solving against x): check both against scipy and a direct solve from x.
+    a, b = random_gaussian(rng, 3), random_gaussian(rng, 3)
+    pool = SamplePool()
+    for kernel, n in ((a, 40), (b, 60)):
+        draws = draw_from_kernel(kernel, n, MonteCarlo(), rng)
+        pool.add(kernel, draws, np.zeros(n))
+    x = pool.x
     expected = np.log(
-        0.3 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
-        + 0.7 * stats.multivariate_normal(b.mean, b.cov).pdf(x)
+        0.4 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
+        + 0.6 * stats.multivariate_normal(b.mean, b.cov).pdf(x)
     )
-    np.testing.assert_allclose(mixture_log_density([a, b], [0.3, 0.7], x), expected, rtol=1e-12)
+    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
+    for kernel in (a, b):
+        direct = solve_triangular(kernel.chol, (x - kernel.mean).T, lower=True).T
+        np.testing.assert_allclose(pool.coordinates(Frame(kernel)), direct, atol=1e-12)
 
 
 def test_as_generator():

@@ -1,6 +1,6 @@
 """Layer 2 — sampling rules and draws through Gaussian kernels."""
 
-from .kernels import KernelDraws, draw_from_kernel, mixture_log_density
+from .kernels import KernelDraws, draw_from_kernel
 from .rules import GaussHermite, MonteCarlo, SamplingRule, ScrambledSobol, get_rule
 
 __all__ = [
@@ -11,5 +11,4 @@ __all__ = [
     "ScrambledSobol",
     "draw_from_kernel",
     "get_rule",
-    "mixture_log_density",
 ]

@@ -1,16 +1,15 @@
-"""Draws through Gaussian kernels, and the density of the window they define."""
+"""Draws through Gaussian kernels."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import logsumexp
 
 from ..gaussian import Gaussian
 from .rules import SamplingRule
 
-__all__ = ["KernelDraws", "draw_from_kernel", "mixture_log_density"]
+__all__ = ["KernelDraws", "draw_from_kernel"]
 
 
 class KernelDraws(NamedTuple):
@@ -37,14 +36,3 @@ def draw_from_kernel(
     """Draw ``n`` points of ``rule`` through the Gaussian ``kernel`` (affine map by Cholesky)."""
     z, log_w = rule.standard_normal(n, kernel.dim, rng)
     return KernelDraws(kernel.unwhiten(z), z, log_w)
-
-
-def mixture_log_density(kernels, proportions, x: np.ndarray) -> np.ndarray:
-    """Log-density at rows of ``x`` of the mixture ``Σ_r proportions[r] N(kernels[r])``.
-
-    The kernels' ``log_Z`` is ignored: each component is a normalized density.
-    """
-    if len(kernels) == 1:
-        return kernels[0].logpdf(x)
-    terms = np.stack([k.logpdf(x) for k in kernels])
-    return logsumexp(terms, axis=0, b=np.asarray(proportions, dtype=float)[:, None])
