@@ -66,7 +66,9 @@ def test_agrees_with_the_generic_laplace(rng, link):
     generic = vsbayes.laplace(model, np.zeros(model.dim), grad, hess, tol=1e-14)
     np.testing.assert_allclose(fit.mean, generic.mean, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fit.cov, generic.cov, rtol=1e-8)
-    assert fit.log_Z == pytest.approx(generic.log_Z, abs=1e-8)
+    # The generic fit's value is model(θ), whose logistic terms are fast_log_cdf's (1e-7).
+    atol = 1e-7 * model.n_observations if link == "logistic" else 1e-8
+    assert fit.log_Z == pytest.approx(generic.log_Z, abs=atol)
 
 
 def test_warns_when_max_iter_is_reached(rng):

@@ -31,6 +31,12 @@ class Link(abc.ABC):
     def log_cdf(t: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``log F(t)`` elementwise (into ``out`` when given)."""
 
+    @classmethod
+    def fast_log_cdf(cls, t: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``log F(t)`` to about 1e-7 absolute, faster where the link allows: the
+        likelihood of many parameter vectors, whose error is the sampling error's."""
+        return cls.log_cdf(t, out=out)
+
     @staticmethod
     @abc.abstractmethod
     def log_pdf(t: np.ndarray) -> np.ndarray:
@@ -104,6 +110,18 @@ class LogisticLink(Link):
         np.exp(out, out=out)
         np.log1p(out, out=out)
         return np.subtract(lower, out, out=out)
+
+    @classmethod
+    def fast_log_cdf(cls, t, out=None):
+        # The soft part log1p(exp(-|t|)), in (0, log 2], in float32: four times faster
+        # than float64 (SIMD exp and log1p), to 1e-7 absolute; min(t, 0) stays float64.
+        with np.errstate(over="ignore"):  # |t| beyond float32: inf, and exp(-inf) = 0
+            soft = np.abs(t, out=np.empty(np.shape(t), dtype=np.float32))
+        np.negative(soft, out=soft)
+        np.exp(soft, out=soft)
+        np.log1p(soft, out=soft)
+        out = np.minimum(t, 0.0, out=out)
+        return np.subtract(out, soft, out=out)
 
     @staticmethod
     def log_pdf(t):
