@@ -22,6 +22,7 @@ import abc
 
 import numpy as np
 from scipy.linalg import cho_solve
+from scipy.linalg.blas import dsyrk, dtrmm
 
 from .._blas import block_slices, map_blocks, sum_blocks
 from .._memory import block_length
@@ -180,34 +181,57 @@ class FullFamily(QuadraticFamily):
         self._yt = np.empty((d + 1, self.n_samples))
         self._yt[:d] = z.T
         self._yt[d] = 1.0
-        self._buffer = np.empty_like(self._yt)
-        # Column blocks of the two passes (values, moments), run side by side.
+        # Column blocks of the two passes (values, moments), run side by side, each with a
+        # contiguous buffer (BLAS takes its transpose without a copy).
         self._blocks = block_slices(self.n_samples, self.pass_work)
+        self._buffers = [np.empty((d + 1, b.stop - b.start)) for b in self._blocks]
 
     @property
     def pass_work(self):
         return (self.dim + 1) ** 2
 
     def values(self, theta):
+        # yᵀΘy = yᵀUy with U the upper triangle of Θ, off-diagonal doubled: a triangular
+        # product, half the multiply-adds of Θ y.
+        upper = np.triu(theta, 1)
+        upper *= 2.0
+        upper[np.diag_indices_from(upper)] = np.diagonal(theta)
+        upper = np.asfortranarray(upper)
         out = np.empty(self.n_samples)
 
-        def block(cols):
-            y, buffer = self._yt[:, cols], self._buffer[:, cols]
-            np.matmul(theta, y, out=buffer)
-            np.multiply(buffer, y, out=buffer)
+        def block(k):
+            cols, buffer = self._blocks[k], self._buffers[k]
+            y = self._yt[:, cols]
+            buffer[...] = y
+            # (U y)ᵀ = yᵀ Uᵀ, in place in the buffer's transpose (Fortran-ordered).
+            product = dtrmm(1.0, upper, buffer.T, side=1, lower=0, trans_a=1, overwrite_b=1).T
+            np.multiply(product, y, out=buffer)
             np.add.reduce(buffer, axis=0, out=out[cols])
 
-        map_blocks(block, self._blocks)
+        map_blocks(block, range(len(self._blocks)))
         out *= -0.5
         return out
 
     def moments(self, u):
-        def block(cols):
-            y, buffer = self._yt[:, cols], self._buffer[:, cols]
-            np.multiply(y, u[cols], out=buffer)
+        # Non-negative weights (q̄, p̄): Σ u y yᵀ = (y√u)(y√u)ᵀ, a symmetric rank-k update
+        # (half the multiply-adds of a general product).
+        u = np.asarray(u, dtype=float)
+        symmetric = bool(u.min(initial=0.0) >= 0.0)
+        root = np.sqrt(u) if symmetric else u
+
+        def block(k):
+            cols, buffer = self._blocks[k], self._buffers[k]
+            y = self._yt[:, cols]
+            np.multiply(y, root[cols], out=buffer)
+            if symmetric:
+                return dsyrk(1.0, buffer.T, trans=1)
             return buffer @ y.T
 
-        return -0.5 * sum_blocks(block, self._blocks)
+        total = sum_blocks(block, range(len(self._blocks)))
+        if symmetric:  # SYRK fills the upper triangle
+            lower = np.tril_indices_from(total, -1)
+            total[lower] = total.T[lower]
+        return -0.5 * total
 
     def raw_moments(self, m):
         d = self.dim

@@ -107,10 +107,13 @@ class SamplePool:
         self._z: list[np.ndarray] = []
         self._log_w: list[np.ndarray] = []
         self._log_p: list[np.ndarray] = []
+        # Squared norms of all points in a round kernel's coordinates, by id (log_window).
+        self._norms: dict[int, np.ndarray] = {}
 
     def add(self, kernel: Gaussian, draws, log_p: np.ndarray) -> None:
         """Append one round: its kernel, draws (x, z, log-weights) and target values."""
         self.kernels.append(kernel)
+        self._norms.clear()
         self._x.append(draws.x)
         self._z.append(draws.z)
         self._log_w.append(draws.log_weights)
@@ -151,15 +154,21 @@ class SamplePool:
         """Log-density of the window (mixture of round kernels) at all points."""
         d = self.dim
         terms = [
-            -0.5
-            * np.concatenate([np.einsum("ij,ij->i", u, u) for u in self._whitened_rounds(kernel)])
-            - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
+            -0.5 * self._squared_norms(kernel) - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
             for kernel in self.kernels
         ]
         if len(terms) == 1:
             return terms[0]
         log_props = np.log(np.array(self.sizes, dtype=float) / self.n_samples)
         return logsumexp(np.stack(terms) + log_props[:, None], axis=0)
+
+    def _squared_norms(self, kernel: Gaussian) -> np.ndarray:
+        """``|L⁻¹(x - m)|²`` at all points for a round's ``kernel``, kept until the next round."""
+        key = id(kernel)
+        if key not in self._norms:
+            parts = self._whitened_rounds(kernel)
+            self._norms[key] = np.concatenate([np.einsum("ij,ij->i", u, u) for u in parts])
+        return self._norms[key]
 
     def _whitened_rounds(self, kernel: Gaussian) -> list[np.ndarray]:
         """Each round's points in the whitened coordinates of ``kernel``.
@@ -195,4 +204,7 @@ class SamplePool:
         if frame.diagonal:
             return frame.coordinates(self.x)
         parts = self._whitened_rounds(frame.kernel)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        z = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if any(k is frame.kernel for k in self.kernels):  # the window's term needs the norms
+            self._norms[id(frame.kernel)] = np.einsum("ij,ij->i", z, z)
+        return z
