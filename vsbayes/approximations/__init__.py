@@ -2,6 +2,7 @@
 
 from .expectation_propagation import EPResult, expectation_propagation
 from .newton_laplace import NewtonLaplaceSolver, glm_laplace
+from .softmax_laplace import softmax_laplace
 from .variational_bayes import VBResult, jaakkola_jordan
 
 __all__ = [
@@ -11,4 +12,5 @@ __all__ = [
     "expectation_propagation",
     "glm_laplace",
     "jaakkola_jordan",
+    "softmax_laplace",
 ]

@@ -4,13 +4,17 @@ from .gaussian_mixture import GaussianMixtureTarget
 from .glm import BinaryGLMPosterior
 from .links import LogisticLink, ProbitLink, get_link
 from .predictive import logistic_predictive_log_proba, probit_predictive_log_proba
+from .softmax import SoftmaxGLMPosterior
+from .softmax_predictive import softmax_predictive_log_proba
 
 __all__ = [
     "BinaryGLMPosterior",
     "GaussianMixtureTarget",
     "LogisticLink",
     "ProbitLink",
+    "SoftmaxGLMPosterior",
     "get_link",
     "logistic_predictive_log_proba",
     "probit_predictive_log_proba",
+    "softmax_predictive_log_proba",
 ]

@@ -1,0 +1,200 @@
+"""The multinomial (softmax) posterior (layer 4), its Laplace approximation (layer 5) and its
+predictive rule."""
+
+import joblib
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import log_softmax
+from sklearn.datasets import load_digits, load_iris, load_wine
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from vsbayes.approximations import softmax_laplace
+from vsbayes.exceptions import MemoryLimitError
+from vsbayes.models import SoftmaxGLMPosterior, softmax_predictive_log_proba
+from vsbayes.models.softmax_predictive import centred_basis, symmetric_sobol_nodes
+
+
+def make_problem(rng, m=40, d=3, k=3, intercept=True, sparse=False, **options):
+    X = rng.standard_normal((m, d))
+    X[rng.random((m, d)) < 0.3] = 0.0
+    y = rng.integers(0, k, m)
+    s = rng.uniform(0.5, 2.0, m)
+    s[0] = 0.0  # dropped
+    model = SoftmaxGLMPosterior(
+        sp.csr_matrix(X) if sparse else X,
+        y,
+        s,
+        k,
+        prior_var=2.0,
+        intercept_prior_var=5.0 if intercept else None,
+        **options,
+    )
+    return X, y, s, model
+
+
+def direct_log_density(X, y, s, theta, k, intercept):
+    """Reference: Σ_i s_i log softmax(W x_i + b)[y_i] + log N(θ; 0, diag(prior))."""
+    d = X.shape[1]
+    W = theta[: k * d].reshape(k, d)
+    b = theta[k * d :] if intercept else np.zeros(k)
+    log_p = log_softmax(X @ W.T + b, axis=1)[np.arange(len(y)), y]
+    prior = np.full(len(theta), 2.0)
+    prior[k * d :] = 5.0
+    return s @ log_p - 0.5 * np.sum(theta**2 / prior + np.log(2 * np.pi * prior))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_log_density_matches_the_definition_in_any_blocks(rng, sparse, intercept):
+    X, y, s, model = make_problem(rng, intercept=intercept, sparse=sparse)
+    theta = rng.standard_normal((9, model.dim))
+    expected = [direct_log_density(X, y, s, t, 3, intercept) for t in theta]
+    np.testing.assert_allclose(model.log_density(theta), expected, rtol=1e-12)
+    value, _, _ = model.value_gradient_hessian(theta[0])
+    assert value == pytest.approx(expected[0], rel=1e-12)
+
+
+def test_blocks_and_workers_give_the_same_bits(rng):
+    X, y, s, model = make_problem(rng, m=300)
+    theta = rng.standard_normal((600, model.dim))
+    small = SoftmaxGLMPosterior(X, y, s, 3, prior_var=2.0, intercept_prior_var=5.0, max_bytes=4000)
+    reference = model.log_density(theta)
+    np.testing.assert_allclose(small.log_density(theta), reference, rtol=1e-12)
+    parallel = SoftmaxGLMPosterior(
+        X, y, s, 3, prior_var=2.0, intercept_prior_var=5.0, max_bytes=4000, n_jobs=2
+    )
+    np.testing.assert_array_equal(parallel.log_density(theta), small.log_density(theta))
+    with joblib.parallel_config(n_jobs=2):
+        np.testing.assert_array_equal(small.log_density(theta), parallel.log_density(theta))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gradient_and_hessian_match_finite_differences(rng, sparse):
+    _, _, _, model = make_problem(rng, k=4, sparse=sparse)
+    theta = 0.5 * rng.standard_normal(model.dim)
+    _, grad, hess = model.value_gradient_hessian(theta)
+    eps = 1e-5
+    basis = np.eye(model.dim)
+    numeric_grad = [
+        (model.log_density(theta + eps * e)[0] - model.log_density(theta - eps * e)[0]) / (2 * eps)
+        for e in basis
+    ]
+    np.testing.assert_allclose(grad, numeric_grad, atol=1e-6)
+    numeric_hess = np.array(
+        [
+            model.value_gradient_hessian(theta + eps * e)[1]
+            - model.value_gradient_hessian(theta - eps * e)[1]
+            for e in basis
+        ]
+    ) / (2 * eps)
+    np.testing.assert_allclose(hess, -numeric_hess, atol=1e-6)
+    np.testing.assert_array_equal(hess, hess.T)
+
+
+def test_rejects_labels_out_of_range(rng):
+    with pytest.raises(ValueError, match="class indices"):
+        SoftmaxGLMPosterior(np.ones((3, 2)), [0, 1, 3], np.ones(3), 3, prior_var=1.0,
+                            intercept_prior_var=None)  # fmt: skip
+
+
+# --- Laplace: the mode is scikit-learn's -------------------------------------------------
+
+
+def _standardized(load):
+    X, y = load(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.mark.parametrize(
+    ("load", "C"),
+    [(load_iris, 0.1), (load_iris, 1.0), (load_wine, 0.1), (load_wine, 1.0), (load_digits, 1.0)],
+)
+def test_laplace_mode_is_logistic_regression(load, C):
+    X, y = _standardized(load)
+    k = len(np.unique(y))
+    model = SoftmaxGLMPosterior(X, y, np.ones(len(y)), k, prior_var=C, intercept_prior_var=1e6)
+    laplace = softmax_laplace(model)
+    W, b = model.split(laplace.mean)
+    reference = LogisticRegression(C=C, tol=1e-10, max_iter=10_000).fit(X, y)
+    assert np.abs(W - reference.coef_).max() <= 1e-5 * np.abs(reference.coef_).max()
+    assert np.abs(b - reference.intercept_).max() <= 1e-5 * np.abs(reference.intercept_).max()
+    # The symmetric representative: centred coefficients and intercepts.
+    assert np.abs(W.sum(axis=0)).max() < 1e-10
+    assert abs(b.sum()) < 1e-6
+    assert laplace.converged
+
+
+def test_laplace_with_weights_equals_duplicated_rows(rng):
+    X, y, _, _ = make_problem(rng, m=30)
+    counts = rng.integers(0, 3, len(y))
+    counts[:3] = 1
+    kwargs = {"prior_var": 1.0, "intercept_prior_var": 1e6}
+    weighted = softmax_laplace(SoftmaxGLMPosterior(X, y, counts, 3, **kwargs))
+    repeated = np.repeat(np.arange(len(y)), counts)
+    duplicated = softmax_laplace(
+        SoftmaxGLMPosterior(X[repeated], y[repeated], np.ones(len(repeated)), 3, **kwargs)
+    )
+    np.testing.assert_allclose(weighted.mean, duplicated.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(weighted.cov, duplicated.cov, rtol=1e-7)
+    assert weighted.log_Z == pytest.approx(duplicated.log_Z, rel=1e-10)
+
+
+def test_laplace_covariance_is_the_inverse_negative_hessian(rng):
+    _, _, _, model = make_problem(rng)
+    laplace = softmax_laplace(model)
+    _, grad, hess = model.value_gradient_hessian(laplace.mean)
+    assert np.abs(grad).max() < 1e-8
+    np.testing.assert_allclose(laplace.cov @ hess, np.eye(model.dim), atol=1e-8)
+
+
+def test_laplace_refuses_matrices_beyond_memory(rng, monkeypatch):
+    _, _, _, model = make_problem(rng)
+    monkeypatch.setattr("vsbayes._memory.memory_limit", lambda: 1000.0)
+    with pytest.raises(MemoryLimitError, match="OneVsRestClassifier"):
+        softmax_laplace(model)
+
+
+# --- the predictive rule ------------------------------------------------------------------
+
+
+def test_rule_is_exact_to_degree_three():
+    z = symmetric_sobol_nodes(4)
+    np.testing.assert_allclose(z.mean(axis=0), 0.0, atol=1e-15)
+    np.testing.assert_allclose(z.T @ z / len(z), np.eye(4), atol=1e-12)
+    q = centred_basis(5)
+    np.testing.assert_allclose(q.T @ q, np.eye(4), atol=1e-14)
+    np.testing.assert_allclose(q.sum(axis=0), 0.0, atol=1e-14)
+
+
+def _trapezoid_reference(mean, cov, points, half_width=9.0):
+    """A tensor trapezoid rule over the centred subspace, far finer than the estimators'."""
+    k = mean.shape[1]
+    q = centred_basis(k)
+    t = np.linspace(-half_width, half_width, points)
+    w1 = np.exp(-0.5 * t * t)
+    w1 /= w1.sum()
+    z = np.stack([g.ravel() for g in np.meshgrid(*([t] * (k - 1)), indexing="ij")], axis=1)
+    w = np.prod(np.meshgrid(*([w1] * (k - 1)), indexing="ij"), axis=0).ravel()
+    out = []
+    for m, c in zip(mean, cov, strict=True):
+        f = m + z @ (q @ np.linalg.cholesky(q.T @ c @ q)).T
+        out.append(w @ np.exp(log_softmax(f, axis=1)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    ("k", "scale", "tolerance", "points"),
+    [(3, 2.0, 1e-10, 201), (3, 5.0, 1e-5, 201), (4, 1.0, 1e-4, 71), (4, 5.0, 2e-3, 71)],
+)
+def test_predictive_matches_a_reference_integral(k, scale, tolerance, points):
+    rng = np.random.default_rng(k)
+    mean = 2.0 * rng.standard_normal((5, k))
+    roots = scale * rng.standard_normal((5, k, k)) / np.sqrt(k)
+    cov = roots @ np.swapaxes(roots, 1, 2)  # centred variances up to ~10 (scale 2), ~70 (5)
+    # A large common shift (the prior-only direction) changes nothing.
+    log_p = softmax_predictive_log_proba(mean + 7.0, cov + 1e6 * np.ones((k, k)))
+    np.testing.assert_allclose(np.exp(log_p).sum(axis=1), 1.0, rtol=1e-13)
+    reference = _trapezoid_reference(mean, cov, points)
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=tolerance)

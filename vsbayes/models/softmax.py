@@ -1,0 +1,270 @@
+"""Bayesian multinomial logistic (softmax) regression: the log-posterior of many parameter
+vectors at once, in bounded blocks.
+
+With K classes, coefficients ``W`` (K × d) and intercepts ``b`` (K), the latent values of
+observation i are ``f_i = W x_i + b`` (K of them) and the unnormalized posterior is
+
+    p(θ) = Π_i softmax(f_i)[y_i]^{s_i} · N(θ; 0, diag(prior_var))
+
+with weights ``s_i ≥ 0``: scikit-learn's symmetric parameterization (one row of ``W`` and
+one intercept per class), whose posterior mode with ``prior_var = C`` on ``W`` is the
+solution of ``LogisticRegression(C=C)``. Its integral is the model evidence.
+
+**Layout.** The parameter vector is ``θ = [W.ravel(), b]``: the K rows of ``W`` one after
+the other (class-major, as ``coef_.ravel()``), then the K intercepts (absent without one).
+
+**The shift direction.** The softmax is invariant to adding one vector to every class's
+``(w_k, b_k)``, so along the d + 1 directions ``1_K ⊗ e_j`` the likelihood is flat and the
+posterior is its prior: N(0, prior_var_j / K), independent of the rest and exactly Gaussian.
+The prior on ``W`` makes these directions proper with variance C / K; the intercepts' vague
+prior (10⁶ in the estimators, as in the binary model) makes the posterior wide, but proper,
+along the sum of the intercepts. The mode has ``Σ_k w_k = 0`` and ``Σ_k b_k = 0`` exactly (the
+prior is largest there, the likelihood indifferent), which is scikit-learn's representative
+(it penalizes no intercept and centres them, ``Σ_k b_k = 0``). Predictions do not depend on
+the shift: the predictive (:mod:`vsbayes.models.softmax_predictive`) removes it first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import Parallel, delayed, effective_n_jobs
+
+from .._memory import block_bytes, block_length
+
+__all__ = ["SoftmaxGLMPosterior"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class SoftmaxGLMPosterior:
+    """Unnormalized posterior of multinomial logistic regression with a Gaussian prior.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse matrix of shape (M, d)
+        Design matrix; kept as float64 or CSR.
+    y : array-like of int, shape (M,)
+        Class indices in ``0 … n_classes - 1``.
+    sample_weight : array-like of shape (M,)
+        Non-negative likelihood exponents ``s_i``. Rows with weight 0 are dropped.
+    n_classes : int
+        Number of classes K (at least 2).
+    prior_var : float
+        Prior variance of each coefficient of ``W`` (``C`` of scikit-learn's
+        ``LogisticRegression``).
+    intercept_prior_var : float or None
+        Prior variance of each intercept; ``None`` fits no intercept.
+    n_jobs : int or None
+        Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
+        ``joblib.parallel_config`` context).
+    max_bytes : int, optional
+        Bound on the temporaries of one evaluation block; default
+        :func:`vsbayes._memory.block_bytes`.
+
+    Attributes
+    ----------
+    dim : int
+        ``K (d + 1)`` with an intercept, else ``K d``: the length of θ.
+    prior_var : ndarray of shape (dim,)
+        Prior variance of each entry of θ.
+    """
+
+    def __init__(
+        self,
+        X,
+        y,
+        sample_weight,
+        n_classes: int,
+        *,
+        prior_var: float,
+        intercept_prior_var: float | None,
+        n_jobs: int | None = None,
+        max_bytes: int | None = None,
+    ):
+        s = np.asarray(sample_weight, dtype=float)
+        y = np.asarray(y, dtype=np.intp)
+        keep = s > 0
+        if not keep.all():
+            X, y, s = X[keep], y[keep], s[keep]
+        self.n_classes = int(n_classes)
+        if self.n_classes < 2 or y.min(initial=0) < 0 or y.max(initial=0) >= self.n_classes:
+            raise ValueError(
+                f"y must hold class indices in 0 … n_classes - 1 with n_classes ≥ 2; got "
+                f"n_classes={n_classes} and indices from {y.min()} to {y.max()}."
+            )
+        self.X = sp.csr_matrix(X, dtype=float) if sp.issparse(X) else np.asarray(X, dtype=float)
+        self.y = y
+        self.sample_weight = s
+        self.fit_intercept = intercept_prior_var is not None
+        self.n_features = self.X.shape[1]
+        k, d = self.n_classes, self.n_features
+        self.dim = k * (d + int(self.fit_intercept))
+        prior = np.full(self.dim, float(prior_var))
+        if self.fit_intercept:
+            prior[k * d :] = intercept_prior_var
+        self.prior_var = prior
+        self.n_jobs = n_jobs
+        self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
+
+    @property
+    def n_observations(self) -> int:
+        """Number of observations with positive weight."""
+        return self.X.shape[0]
+
+    def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` of the rows of ``theta`` (..., dim): shapes (..., K, d) and (..., K)
+        (zeros without an intercept)."""
+        theta = np.asarray(theta, dtype=float)
+        k, d = self.n_classes, self.n_features
+        W = theta[..., : k * d].reshape(*theta.shape[:-1], k, d)
+        b = theta[..., k * d :] if self.fit_intercept else np.zeros((*theta.shape[:-1], k))
+        return W, b
+
+    # --- many parameter vectors: the log-density the sampling fitters call -------------
+
+    def log_prior(self, theta: np.ndarray) -> np.ndarray:
+        """Normalized log prior density of the rows of ``theta`` (N, dim)."""
+        quad = (theta * theta) @ (1.0 / self.prior_var)
+        return -0.5 * (quad + self.dim * _LOG_2PI + np.log(self.prior_var).sum())
+
+    def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
+        """``Σ_i s_i log softmax(f_i)[y_i]`` for each row of ``theta`` (N, dim).
+
+        The (M, N, K) latent values are formed in blocks of rows and points whose
+        temporaries stay within ``max_bytes`` (one GEMM per block); the blocks run through
+        joblib when ``n_jobs`` asks for it. The blocks do not depend on ``n_jobs``, so
+        neither does the result, to the last bit.
+        """
+        theta = np.atleast_2d(np.asarray(theta, dtype=float))
+        n, m, k = theta.shape[0], self.n_observations, self.n_classes
+        # Per (row, point): K latent values and K of their exponentials, 8 bytes each.
+        entries = max(1, self.max_bytes // (16 * k))
+        block_n = min(n, max(256, entries // max(m, 1)))
+        block_m = min(m, max(1, entries // block_n))
+        tasks = [
+            (slice(i, min(i + block_n, n)), slice(j, min(j + block_m, m)))
+            for i in range(0, n, block_n)
+            for j in range(0, m, block_m)
+        ]
+        W, b = self.split(theta)
+        args = [
+            (self.X[cols], self.y[cols], self.sample_weight[cols], W[rows], b[rows])
+            for rows, cols in tasks
+        ]
+        if max(1, effective_n_jobs(self.n_jobs)) > 1 and len(tasks) > 1:
+            parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+                delayed(_block_log_likelihood)(*a) for a in args
+            )
+        else:
+            parts = [_block_log_likelihood(*a) for a in args]
+        out = np.zeros(n)
+        for (rows, _), part in zip(tasks, parts, strict=True):
+            out[rows] += part
+        return out
+
+    def log_density(self, theta: np.ndarray) -> np.ndarray:
+        """Unnormalized log-posterior ``log p(θ)`` of the rows of ``theta`` (N, dim)."""
+        theta = np.atleast_2d(np.asarray(theta, dtype=float))
+        return self.log_likelihood(theta) + self.log_prior(theta)
+
+    __call__ = log_density
+
+    # --- one parameter vector: what Newton's method needs -------------------------------
+
+    def probabilities(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(Σ_i s_i log softmax(f_i)[y_i], P)`` at one θ, with P (M, K) the softmax of the
+        latent values."""
+        W, b = self.split(theta)
+        f = np.asarray(self.X @ W.T) + b
+        f -= f.max(axis=1, keepdims=True)
+        log_norm = np.log(np.exp(f).sum(axis=1))
+        log_lik = float(self.sample_weight @ (f[np.arange(len(f)), self.y] - log_norm))
+        f -= log_norm[:, None]
+        np.exp(f, out=f)
+        return log_lik, f
+
+    def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """``log p(θ)``, its gradient and the negative Hessian (PD) at one point.
+
+        The negative Hessian of the likelihood is ``Σ_i s_i (diag p_i − p_i p_iᵀ) ⊗ x̃_i x̃_iᵀ``
+        (``x̃ = [x, 1]``), formed by :meth:`hessian` as K(K + 1)/2 weighted Gram matrices.
+        """
+        theta = np.asarray(theta, dtype=float)
+        log_lik, P = self.probabilities(theta)
+        value = log_lik + float(self.log_prior(theta[None])[0])
+        grad = self.gradient(P) - theta / self.prior_var
+        hess = self.hessian(P)
+        hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
+        return value, grad, hess
+
+    def gradient(self, P: np.ndarray) -> np.ndarray:
+        """Gradient of the log-likelihood given the probabilities ``P`` (M, K)."""
+        residual = -P * self.sample_weight[:, None]
+        residual[np.arange(len(P)), self.y] += self.sample_weight
+        grad_W = np.asarray(self.X.T @ residual).T  # (K, d)
+        parts = [grad_W.ravel()] + ([residual.sum(axis=0)] if self.fit_intercept else [])
+        return np.concatenate(parts)
+
+    def hessian(self, P: np.ndarray) -> np.ndarray:
+        """Negative Hessian of the log-likelihood (dim × dim) given ``P`` (M, K).
+
+        Block (k, l) is ``X̃ᵀ diag(s (δ_kl p_k − p_k p_l)) X̃``; rows are taken in blocks of
+        :func:`~vsbayes._memory.block_length` (the weighted copy of a block's rows).
+        """
+        k, d = self.n_classes, self.n_features
+        width = d + int(self.fit_intercept)
+        blocks = np.zeros((k, k, width, width))
+        rows_per_block = block_length(8.0 * width * 2)
+        sparse = sp.issparse(self.X)
+        for start in range(0, self.n_observations, rows_per_block):
+            rows = slice(start, start + rows_per_block)
+            x, p, s = self.X[rows], P[rows], self.sample_weight[rows]
+            if self.fit_intercept:
+                ones = np.ones((x.shape[0], 1))
+                x = sp.hstack([x, ones], format="csr") if sparse else np.hstack([x, ones])
+            sp_ = p * s[:, None]
+            for a in range(k):
+                for c in range(a, k):
+                    w = -sp_[:, a] * p[:, c]
+                    if a == c:
+                        w += sp_[:, a]
+                    if sparse:
+                        gram = (x.T @ x.multiply(w[:, None]).tocsr()).toarray()
+                    else:
+                        gram = x.T @ (x * w[:, None])
+                    blocks[a, c] += gram
+                    if c != a:
+                        blocks[c, a] += gram.T
+        hess = self._to_layout(blocks)
+        hess += hess.T  # exactly symmetric (the products' round-off is not)
+        hess *= 0.5
+        return hess
+
+    def _to_layout(self, blocks: np.ndarray) -> np.ndarray:
+        """The (K, K, d+1, d+1) blocks over ``[w_k, b_k]`` as a matrix in θ's layout."""
+        k, d = self.n_classes, self.n_features
+        # Index in θ of (class, column): coefficients class-major, then the intercepts.
+        index = np.arange(k)[:, None] * d + np.arange(d)[None, :]
+        if self.fit_intercept:
+            index = np.hstack([index, k * d + np.arange(k)[:, None]])
+        flat = index.ravel()
+        out = np.empty((self.dim, self.dim))
+        out[np.ix_(flat, flat)] = blocks.transpose(0, 2, 1, 3).reshape(self.dim, self.dim)
+        return out
+
+
+def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
+    """``Σ_i s_i log softmax(W x_i + b)[y_i]`` over one block of rows, for each point."""
+    n, k, d = W.shape
+    f = np.asarray(X @ W.reshape(n * k, d).T).reshape(-1, n, k)  # one GEMM
+    f += b
+    chosen = f[np.arange(len(f)), :, y]  # (m, n)
+    top = f.max(axis=2, keepdims=True)
+    f -= top
+    np.exp(f, out=f)
+    log_norm = np.log(f.sum(axis=2)) + top[..., 0]
+    chosen -= log_norm
+    return weights @ chosen
