@@ -22,6 +22,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from .._blas import one_blas_thread
 from .._random import as_generator
 from .._warnings import warn
 from ..approximations import expectation_propagation, glm_laplace
@@ -117,6 +118,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
 
     # --- fitting ----------------------------------------------------------------------
 
+    # Every BLAS call of the fit on one thread (vsbayes._blas): the same bits whatever
+    # the threads, and alone or beside other fits.
+    @one_blas_thread
     def fit(self, X, y, sample_weight=None):
         """Fit the posterior of the coefficients (one per class beyond two, one-vs-rest).
 
