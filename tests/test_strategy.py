@@ -60,13 +60,27 @@ def test_auto_keeps_the_global_fit_only_where_it_departs_from_ep(data, n_samples
         np.testing.assert_allclose(chosen.mean, ep.mean, rtol=1e-7)
 
 
-def test_strategy_is_recorded_per_class_beyond_two():
+def test_strategy_beyond_two_classes():
+    """Logistic: one multinomial posterior, global fit where affordable, else Laplace's (no
+    multinomial sites yet); probit: one strategy per one-vs-rest problem."""
     X, y = make_classification(
         n_samples=120, n_features=3, n_informative=3, n_redundant=0, n_classes=3, random_state=0
     )
     model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
-    assert model.strategy_.shape == (3,) and len(model.strategy_reason_) == 3
-    assert set(model.strategy_) <= {"global", "sites"}
+    assert list(model.strategy_) == ["global"] and len(model.strategy_reason_) == 1
+    assert "multinomial" in model.strategy_reason_[0]
+    probit = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
+    assert probit.strategy_.shape == (3,) and len(probit.strategy_reason_) == 3
+    assert set(probit.strategy_) <= {"global", "sites"}
+    with pytest.raises(ValueError, match="not available for more than two classes"):
+        vsbayes.VSLogisticRegression(strategy="sites").fit(X, y)
+    # Beyond the work limit, "auto" keeps the Laplace approximation: a choice, not a fallback.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vs_module, "MULTINOMIAL_WORK_LIMIT", 1e3)
+        small = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert list(small.strategy_) == ["laplace"] and not small.laplace_fallback_.any()
+    laplace = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    np.testing.assert_array_equal(small.coef_, laplace.coef_)
 
 
 @pytest.mark.parametrize(

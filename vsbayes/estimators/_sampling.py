@@ -92,6 +92,11 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         self._check_memory(model, self._total_samples(model.dim))
         return self._sample(model, self._sampling_kernel(model, laplace), rng)
 
+    def _multinomial_posterior(self, model, laplace, rng):
+        # No expectation propagation for the multinomial posterior: the kernel is Laplace's.
+        self._check_memory(model, self._total_samples(model.dim))
+        return self._sample(model, laplace, rng)
+
     def _check_memory(self, model, n_samples: int) -> None:
         """Raise MemoryLimitError now, before any fit, if the points would not fit."""
         check_memory(

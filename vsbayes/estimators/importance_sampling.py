@@ -96,6 +96,7 @@ def _is_doc(name: str, link: str, see_also: str) -> str:
 
 class ISLogisticRegression(ImportanceSamplingClassifier):
     _link = "logistic"
+    _multinomial = True
 
 
 class ISProbitRegression(ImportanceSamplingClassifier):

@@ -40,6 +40,7 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
     _method, _title = "laplace", "Laplace approximation"
     _link = "logistic"
     _falls_back = False
+    _multinomial = True
 
     def _posterior(self, model, laplace, rng):
         return laplace
