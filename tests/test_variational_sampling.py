@@ -294,3 +294,64 @@ def test_no_warnings_on_a_regular_problem():
         fit = variational_sampling(target, kernel, 32 * n_family_params(5), random_state=0)
     assert len(fit.rounds) == 2  # the default kernel adaptation
     assert fit.converged and fit.kl_error > 0 and fit.ess > 1
+
+
+# -- asking for an accuracy or a time budget -------------------------------------------
+def _bumpy_target(d=4):
+    # A non-Gaussian target: its VS fit has a positive predicted error at any N.
+    base = Gaussian(np.full(d, 0.5), 1.5 * np.eye(d), 0.0)
+    return lambda x: base.log_density(x) + 0.3 * np.sin(x).sum(axis=1)
+
+
+@pytest.mark.parametrize("target_kl", [1e-2, 1e-3])
+def test_target_kl_adds_rounds_until_the_predicted_error_meets_it(target_kl):
+    d = 4
+    kernel = Gaussian(np.zeros(d), np.eye(d))
+    n = n_family_params(d)
+    fit = variational_sampling(_bumpy_target(d), kernel, 8 * n, target_kl=target_kl, random_state=1)
+    assert fit.stop_reason == "target_kl"
+    # The 90 % quantile factor of an n-parameter fit's excess KL.
+    assert fit.kl_error * (1 + 1.2816 * math.sqrt(2 / n)) <= target_kl
+    assert fit.n_samples == sum(r.n_samples for r in fit.rounds) <= 16 * 8 * n
+    fixed = variational_sampling(_bumpy_target(d), kernel, 8 * n, random_state=1)
+    assert fixed.stop_reason == "n_samples"
+    if fixed.kl_error * (1 + 1.2816 * math.sqrt(2 / n)) > target_kl:
+        assert fit.n_samples > fixed.n_samples and len(fit.rounds) > len(fixed.rounds)
+
+
+def test_target_kl_stops_at_max_samples():
+    kernel = Gaussian(np.zeros(4), np.eye(4))
+    fit = variational_sampling(_bumpy_target(), kernel, 200, target_kl=1e-9, max_samples=900)
+    assert fit.stop_reason == "max_samples"
+    assert 200 < fit.n_samples <= 900
+
+
+def test_a_spent_time_budget_adds_no_round():
+    kernel = Gaussian(np.zeros(4), np.eye(4))
+    fit = variational_sampling(_bumpy_target(), kernel, 200, time_budget=1e-9, random_state=0)
+    assert fit.stop_reason == "time_budget"
+    assert fit.n_samples == 200
+
+
+def test_target_kl_keeps_gaussian_targets_exact(rng):
+    target = random_gaussian(rng, 3, log_Z=0.4)
+    kernel = nearby_kernel(rng, target)
+    fit = variational_sampling(target.log_density, kernel, 200, target_kl=1e-6, random_state=2)
+    assert fit.stop_reason == "target_kl" and fit.n_samples == 200
+    assert_recovers(fit, target)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"target_kl": 0.0}, "target_kl must be a positive"),
+        ({"target_kl": np.nan}, "target_kl must be a positive"),
+        ({"time_budget": -1.0}, "time_budget must be a positive"),
+        ({"target_kl": 1e-3, "max_samples": 10}, "max_samples=10 is below"),
+        ({"max_samples": 1000}, "max_samples needs target_kl or time_budget"),
+    ],
+)
+def test_accuracy_and_budget_arguments_are_checked(options, message):
+    kernel = Gaussian(np.zeros(2), np.eye(2))
+    with pytest.raises(ValueError, match=message):
+        variational_sampling(_bumpy_target(2), kernel, 100, **options)

@@ -170,6 +170,10 @@ class VSResult(DiagnosedGaussian):
         ``"gaussian"`` or ``"diagonal"``.
     rounds : list of RoundInfo
         Per-round record when kernel adaptation is used.
+    stop_reason : str or None
+        Why sampling stopped: ``"n_samples"`` (the points asked for), ``"target_kl"`` (the
+        predicted error met ``target_kl``), ``"max_samples"``, ``"time_budget"``, or
+        ``"failed"`` (an added round's fit failed; the previous fit is kept).
     """
 
     n_iter: int
@@ -181,6 +185,7 @@ class VSResult(DiagnosedGaussian):
     n_samples: int
     family: str
     rounds: list[RoundInfo] | None
+    stop_reason: str | None
 
 
 class ISResult(DiagnosedGaussian):

@@ -10,6 +10,7 @@ alike.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from .._blas import one_blas_thread
@@ -39,6 +40,7 @@ def run_rounds(
     rule,
     random_state,
     estimate: Callable,
+    extend: Callable | None = None,
 ):
     """Draw, evaluate and fit over ``rounds`` rounds of kernel adaptation.
 
@@ -50,6 +52,13 @@ def run_rounds(
         :class:`~vsbayes.exceptions.EstimationError`. A failure in an intermediate round
         is recorded and the next round reuses the same kernel; in the last round it
         propagates.
+    extend : callable, optional
+        ``extend(result, n_total, seconds) -> (size, reason)``, asked after the last planned
+        round and after every added one: ``size > 0`` adds a round of that many points
+        (drawn from the latest fit, ``kernel_scale`` times wider, and fitted as a last
+        round with all points so far); ``size == 0`` stops with ``reason``, recorded as
+        the result's ``stop_reason`` when it has one. A failed added round stops with
+        ``"failed"`` and keeps the previous fit.
 
     Returns
     -------
@@ -57,6 +66,7 @@ def run_rounds(
         The last round's estimate with its ``rounds`` diagnostic replaced by the list of
         :class:`~vsbayes.engine.RoundInfo` (the estimates are built with ``rounds=None``).
     """
+    started = time.perf_counter()
     rng = as_generator(random_state)
     rule = get_rule(rule)
     pool = SamplePool()
@@ -77,4 +87,20 @@ def run_rounds(
         infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
         if not last:
             current = Gaussian(fit.mean, kernel_scale * fit.cov)
-    return fit.replace(rounds=infos)
+    if extend is None:
+        return fit.replace(rounds=infos)
+    while True:
+        size, reason = extend(fit, pool.n_samples, time.perf_counter() - started)
+        if size <= 0:
+            break
+        current = Gaussian(fit.mean, kernel_scale * fit.cov)
+        draws = draw_from_kernel(current, size, rule, rng)
+        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
+        try:
+            fit = estimate(pool, fit, True)
+        except EstimationError:
+            infos.append(RoundInfo(current, size, 0, False))
+            reason = "failed"
+            break
+        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
+    return fit.replace(rounds=infos, stop_reason=reason)
