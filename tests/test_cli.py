@@ -122,6 +122,13 @@ def test_fit_default_vs_records_its_strategy(capsys, small_csv):
     assert "N:         none (VS site fits" in out
 
 
+def test_fit_target_kl_reports_the_predicted_error(capsys, small_csv):
+    argv = ("fit", small_csv, "--target", "outcome", "--strategy", "global")
+    status, out, _ = run(capsys, *argv, "--target-kl", "0.05")
+    assert status == 0
+    assert "predicted error:" in out and "sampling stopped: target_kl" in out
+
+
 def test_verbose_shows_progress(capsys, small_csv):
     status, _, err = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
     assert status == 0 and "fit: done" in err
@@ -153,6 +160,8 @@ def error_cases(tmp_path):
         "zero n_samples": (["fit", "--n-samples", "0"], 2),
         "unknown method": (["fit", "--method", "mcmc"], 2),
         "vb probit": (["fit", "--method", "vb", "--link", "probit"], 2),
+        "target-kl not vs": (["fit", "--method", "laplace", "--target-kl", "0.1"], 2),
+        "negative budget": (["fit", "--budget", "-1"], 2),
         "target without data": (["compare", "--target", "y"], 2),
         "no command": ([], 2),
     }
@@ -173,6 +182,8 @@ CASES = [
     "zero n_samples",
     "unknown method",
     "vb probit",
+    "target-kl not vs",
+    "negative budget",
     "target without data",
     "no command",
 ]

@@ -134,6 +134,20 @@ def _build_parser() -> _Parser:
         help="vs only: one global fit, VS site fits inside expectation propagation, or "
         "chosen per problem (auto, default)",
     )
+    fit.add_argument(
+        "--target-kl",
+        type=_positive_float,
+        metavar="NATS",
+        help="vs only: add points to the global fit until its predicted error (excess KL, "
+        "nats) meets this",
+    )
+    fit.add_argument(
+        "--budget",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="vs only: add points to the global fit only while the fit is predicted to end "
+        "within this many seconds",
+    )
     fit.set_defaults(handler=run_fit)
 
     compare = sub.add_parser(
@@ -183,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(
             args.command, "--target needs a DATA file (the embedded data have their own)"
         )
+    if args.command == "fit" and args.method != "vs" and (args.target_kl or args.budget):
+        return _usage_error("fit", "--target-kl and --budget are options of --method vs")
     if args.command == "fit" and args.method == "vb" and args.link == "probit":
         return _usage_error(
             "fit",

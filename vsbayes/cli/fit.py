@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
 from .data import Dataset, load_dataset
@@ -38,7 +40,13 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
         0 (errors raise ValueError, OSError or EstimationError).
     """
     data = load_dataset(args.data, args.target)
-    options = {"strategy": args.strategy} if args.method == "vs" else {}
+    options = {}
+    if args.method == "vs":
+        options = {
+            "strategy": args.strategy,
+            "target_kl": args.target_kl,
+            "time_budget": args.budget,
+        }
     estimator = make_estimator(
         args.method, args.link, C=args.C, n_samples=args.n_samples, seed=args.seed, **options
     )
@@ -98,6 +106,8 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
         if hasattr(estimator, "strategy_"):  # VS: the global fit or VS site fits in EP
             problems[-1]["strategy"] = str(estimator.strategy_[k])
             problems[-1]["strategy_reason"] = estimator.strategy_reason_[k]
+            problems[-1]["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
+            problems[-1]["stop_reason"] = estimator.stop_reason_[k]
     sampling = args.method in SAMPLING
     return {
         "command": "fit",
@@ -112,6 +122,8 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
             # The count used (None: no points, e.g. VS site fits inside EP).
             "n_samples_used": _samples_used(estimator) if sampling else None,
             "strategy": getattr(args, "strategy", None) if args.method == "vs" else None,
+            "target_kl": getattr(args, "target_kl", None),
+            "time_budget": getattr(args, "budget", None),
             "n_family_params": n_family_params(n_params),
             "seed": args.seed,
         },
@@ -120,6 +132,10 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
         "seconds": fit.seconds,
         "warnings": fit.warnings,
     }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
 
 
 def _samples_used(estimator) -> int | None:
@@ -178,6 +194,11 @@ def _format_summary(summary: dict) -> str:
         ]
         if "strategy" in problem:
             lines.append(f"strategy:         {problem['strategy']} ({problem['strategy_reason']})")
+        if problem.get("predicted_error") is not None:
+            lines.append(
+                f"predicted error:  {problem['predicted_error']:.3g} nats (excess KL; sampling "
+                f"stopped: {problem['stop_reason']})"
+            )
         if settings["method"] != "laplace":
             fallback = "yes (see the warning)" if problem["laplace_fallback"] else "no"
             lines.append(f"Laplace fallback: {fallback}")

@@ -113,6 +113,19 @@ _SAMPLING_PARAMETERS = {
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels.{defaults_note}
 """,
+    "target_kl": """\
+    target_kl : float, default=None
+        Ask for an accuracy instead of a sample size: the global variational-sampling fit
+        adds pooled rounds after its ``n_samples`` points until its predicted error
+        ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
+        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
+        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
+        the global fit samples: EP's site fits are unaffected.
+    time_budget : float, default=None
+        Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
+        (without it, each doubling the points), only while the next one is predicted to
+        end within what is left of the budget.
+""",
     "length_scale": """\
     length_scale : float, default=1.0
         Correlation length of the Gaussian-process prior on the likelihood ratio, in units

@@ -34,7 +34,7 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
     Subclasses define ``__init__`` (with ``n_samples``, ``rule`` and ``n_jobs`` besides the
     base parameters), set ``_engine`` — a fitter called as
     ``engine(log_target, kernel, n_samples, rule=..., random_state=..., **options)`` — and
-    implement ``_engine_options()``. ``n_samples="auto"`` means
+    implement ``_engine_options(dim, n_samples)``. ``n_samples="auto"`` means
     ``max(_auto_factor · n, _auto_minimum)`` with n the family's parameter count.
     """
 
@@ -43,8 +43,9 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
     _rules = ("mc", "qmc")
 
     @abc.abstractmethod
-    def _engine_options(self) -> dict:
-        """Keyword arguments of the engine specific to the method."""
+    def _engine_options(self, dim: int, n_samples: int) -> dict:
+        """Keyword arguments of the engine specific to the method, for a fit of ``dim``
+        parameters from ``n_samples`` points."""
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -118,7 +119,7 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
             n_samples,
             rule=self.rule,
             random_state=rng,
-            **self._engine_options(),
+            **self._engine_options(model.dim, n_samples),
         )
 
 

@@ -70,7 +70,7 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
             include_boundaries="neither",
         )
 
-    def _engine_options(self) -> dict:
+    def _engine_options(self, dim: int, n_samples: int) -> dict:
         return {"length_scale": self.length_scale}
 
     def _planned_bytes(self, dim: int, n_samples: int) -> float:

@@ -61,7 +61,7 @@ class ImportanceSamplingClassifier(SamplingGLMClassifier):
         super()._check_params()
         check_rounds(self)
 
-    def _engine_options(self) -> dict:
+    def _engine_options(self, dim: int, n_samples: int) -> dict:
         return {"rounds": self.rounds, "kernel_scale": self.kernel_scale}
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
+import time
 import warnings
 from textwrap import dedent
 
 import numpy as np
+from sklearn.utils import check_scalar
 
+from .._memory import memory_limit
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
@@ -30,6 +34,13 @@ __all__ = ["STRATEGIES", "VSLogisticRegression", "VSProbitRegression"]
 STRATEGIES = ("auto", "global", "sites")
 
 STRATEGY_ATTRIBUTES = dedent("""\
+    kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
+        The predicted error (excess KL, nats) of each posterior that is a global
+        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
+    stop_reason_ : ndarray of object, same shape
+        Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
+        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
+        the other posteriors.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
         The strategy of each binary problem: "global", "sites", or "laplace" where the
         chosen fit failed (see ``laplace_fallback_``).
@@ -91,6 +102,8 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         rule="mc",
         rounds=2,
         kernel_scale=1.5,
+        target_kl=None,
+        time_budget=None,
         max_iter=100,
         tol=1e-8,
         n_jobs=None,
@@ -113,6 +126,8 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         self.rule = rule
         self.rounds = rounds
         self.kernel_scale = kernel_scale
+        self.target_kl = target_kl
+        self.time_budget = time_budget
         self.n_jobs = n_jobs
 
     def _check_params(self) -> None:
@@ -120,15 +135,28 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         check_choice(self.family, "family", ("gaussian", "diagonal"))
         check_choice(self.strategy, "strategy", STRATEGIES)
         check_rounds(self)
+        for name in ("target_kl", "time_budget"):
+            if getattr(self, name) is not None:
+                check_scalar(
+                    getattr(self, name),
+                    name,
+                    numbers.Real,
+                    min_val=0,
+                    include_boundaries="neither",
+                )
 
     def fit(self, X, y, sample_weight=None):
-        self._choices = []
+        self._choices, self._started = [], time.perf_counter()
         try:
             super().fit(X, y, sample_weight)
             self.strategy_ = np.array([c[0] for c in self._choices])
             self.strategy_reason_ = [c[1] for c in self._choices]
         finally:
-            del self._choices
+            del self._choices, self._started
+        self.kl_error_ = np.array([getattr(p, "kl_error", np.nan) for p in self.posteriors_])
+        self.stop_reason_ = np.array(
+            [getattr(p, "stop_reason", None) for p in self.posteriors_], dtype=object
+        )
         return self
 
     fit.__doc__ = SamplingGLMClassifier.fit.__doc__
@@ -310,13 +338,25 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
     def _family(self) -> str:
         return self.family
 
-    def _engine_options(self) -> dict:
-        return {
+    def _engine_options(self, dim: int, n_samples: int) -> dict:
+        options = {
             "family": self.family,
             "rounds": self.rounds,
             "kernel_scale": self.kernel_scale,
             "max_iter": self.max_iter,
         }
+        if self.target_kl is None and self.time_budget is None:
+            return options
+        # Added rounds: up to 64 times the points, as many as fit in memory.
+        affordable = int(memory_limit() // self._planned_bytes(dim, 1))
+        options.update(
+            target_kl=self.target_kl,
+            max_samples=max(n_samples, min(64 * n_samples, affordable)),
+        )
+        if self.time_budget is not None:  # what is left of it for this fit
+            spent = time.perf_counter() - self._started
+            options["time_budget"] = max(self.time_budget - spent, 1e-9)
+        return options
 
     def _n_iter(self, posterior, laplace) -> int:
         # The solver's iterations over the rounds (global fit) or EP's sweeps (site fits).
@@ -368,6 +408,7 @@ def _vs_doc(name: str, link: str, see_also: str) -> str:
             "family",
             "rule",
             "rounds",
+            "target_kl",
             "n_jobs",
             family_note="full ",
             limits_note=(

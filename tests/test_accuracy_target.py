@@ -1,0 +1,55 @@
+"""Asking the VS estimators for an accuracy (target_kl) or a time budget instead of N."""
+
+import math
+
+import numpy as np
+import pytest
+
+import vsbayes
+from vsbayes import n_family_params
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((150, 3))
+    y = (X @ [1.0, -0.5, 0.3] + rng.logistic(size=150) > 0).astype(int)
+    return X, y
+
+
+def test_target_kl_is_met_by_the_global_fit(data):
+    X, y = data
+    target = 2e-3
+    est = vsbayes.VSLogisticRegression(strategy="global", target_kl=target, random_state=0)
+    est.fit(X, y)
+    n = n_family_params(X.shape[1] + 1)
+    assert est.stop_reason_.tolist() == ["target_kl"]
+    # kl_error times its 90 % quantile factor (a χ² with n degrees of freedom).
+    assert est.kl_error_[0] * (1 + 1.2816 * math.sqrt(2 / n)) <= target
+    plain = vsbayes.VSLogisticRegression(strategy="global", random_state=0).fit(X, y)
+    assert plain.stop_reason_.tolist() == ["n_samples"]
+    assert est.posteriors_[0].n_samples >= plain.posteriors_[0].n_samples
+
+
+def test_a_spent_time_budget_keeps_the_planned_points(data):
+    X, y = data
+    est = vsbayes.VSLogisticRegression(strategy="global", time_budget=1e-9, random_state=0)
+    plain = vsbayes.VSLogisticRegression(strategy="global", random_state=0)
+    est.fit(X, y)
+    plain.fit(X, y)
+    assert est.stop_reason_.tolist() == ["time_budget"]
+    np.testing.assert_array_equal(est.coef_, plain.coef_)
+
+
+def test_site_fits_report_no_sampling_error(data):
+    X, y = data
+    est = vsbayes.VSLogisticRegression(strategy="sites", target_kl=1e-3).fit(X, y)
+    assert np.isnan(est.kl_error_).all() and est.stop_reason_.tolist() == [None]
+
+
+@pytest.mark.parametrize("name", ["target_kl", "time_budget"])
+@pytest.mark.parametrize("value", [0.0, -1.0, "fast"])
+def test_accuracy_and_budget_are_validated(data, name, value):
+    X, y = data
+    with pytest.raises((ValueError, TypeError), match=name):
+        vsbayes.VSLogisticRegression(**{name: value}).fit(X, y)
