@@ -13,7 +13,7 @@ from sklearn.preprocessing import StandardScaler
 from vsbayes.approximations import softmax_laplace
 from vsbayes.exceptions import MemoryLimitError
 from vsbayes.models import SoftmaxGLMPosterior, softmax_predictive_log_proba
-from vsbayes.models.softmax_predictive import centred_basis, symmetric_sobol_nodes
+from vsbayes.models.softmax_predictive import TOLERANCE, centred_basis, symmetric_sobol_nodes
 
 
 def make_problem(rng, m=40, d=3, k=3, intercept=True, sparse=False, **options):
@@ -186,7 +186,13 @@ def _trapezoid_reference(mean, cov, points, half_width=9.0):
 
 @pytest.mark.parametrize(
     ("k", "scale", "tolerance", "points"),
-    [(3, 2.0, 1e-10, 201), (3, 5.0, 1e-5, 201), (4, 1.0, 1e-4, 71), (4, 5.0, 2e-3, 71)],
+    [
+        (3, 2.0, 1e-10, 201),
+        # Some rows wider than the trapezoid's range (λ > 40): the adaptive rule's accuracy.
+        (3, 5.0, TOLERANCE, 201),
+        (4, 1.0, TOLERANCE, 71),
+        (4, 5.0, TOLERANCE, 71),
+    ],
 )
 def test_predictive_matches_a_reference_integral(k, scale, tolerance, points):
     rng = np.random.default_rng(k)

@@ -8,14 +8,19 @@ minus their mean), ``J R`` is the centred latent's factor: the softmax is invari
 common shift, and centring first removes the posterior's prior-only directions (wide along
 the sum of the intercepts) before any product. A chunk of rows costs one product with the
 (d, K·p) coefficient part of R.
+
+The chunks run side by side (:meth:`SoftmaxLatent.run`), BLAS on one thread each, and the
+predictive rule blocks each chunk's rows again within its share of the memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from .._memory import block_length
-from ..models.softmax_predictive import N_NODES
+from .._blas import blas_thread_count, map_blocks, single_blas_thread
+from .._memory import block_bytes
 
 __all__ = ["SoftmaxLatent"]
 
@@ -46,8 +51,12 @@ class SoftmaxLatent:
     Attributes
     ----------
     chunks : list of slice
-        Row ranges whose temporaries (this class's and the predictive rule's) stay within
-        :func:`~vsbayes._memory.block_bytes`.
+        Row ranges whose temporaries stay within their thread's share of
+        :func:`~vsbayes._memory.block_bytes`, at least one per thread.
+    threads : int
+        Threads :meth:`run` uses: as many as BLAS may use now.
+    budget : float
+        Bytes of one thread's share, the bound the predictive rule's blocks keep within.
     """
 
     def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, cov: np.ndarray):
@@ -61,10 +70,14 @@ class SoftmaxLatent:
         self.w_root = np.ascontiguousarray(w_root.transpose(1, 0, 2).reshape(d, k * r))
         b_root = root[k * d :] if cov.shape[0] > k * d else np.zeros((k, r))
         self.b_root = b_root - b_root.mean(axis=0)
-        per_row = 8.0 * (2 * k * r + k * k) + 24.0 * N_NODES * k
-        rows = block_length(per_row)
+        threads = blas_thread_count()
+        self.budget = block_bytes() / threads
+        # Per row: the latent factor (K r), its product's copy, and the covariance (K²).
+        rows = max(1, int(self.budget // (8.0 * (2 * k * r + k * k))))
         n_rows = X.shape[0]
+        rows = min(rows, max(1, -(-n_rows // threads)))
         self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
 
     def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, cov)`` of the chunk's latent values: (m, K) and centred (m, K, K)."""
@@ -73,3 +86,8 @@ class SoftmaxLatent:
         mean = np.asarray(x @ self.coef.T) + self.intercept
         factor = np.asarray(x @ self.w_root).reshape(x.shape[0], k, -1) + self.b_root
         return mean, factor @ np.swapaxes(factor, 1, 2)
+
+    def run(self, work: Callable[[slice], None]) -> None:
+        """``work(rows)`` for every chunk, on :attr:`threads` threads, BLAS on one each."""
+        with single_blas_thread():
+            map_blocks(work, self.chunks)
