@@ -7,6 +7,7 @@ registry :data:`METHODS` (method → traits and class per link) are derived from
 from ._base import INTERCEPT_PRIOR_VAR, BayesianGLMClassifier
 from ._registry import LINKS, Method, methods_of
 from .bayesian_monte_carlo import BMCLogisticRegression, BMCProbitRegression
+from .empirical_bayes import EmpiricalBayesClassifier
 from .expectation_propagation import EPLogisticRegression, EPProbitRegression
 from .importance_sampling import ISLogisticRegression, ISProbitRegression
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
@@ -44,6 +45,7 @@ __all__ = [
     "BayesianGLMClassifier",
     "EPLogisticRegression",
     "EPProbitRegression",
+    "EmpiricalBayesClassifier",
     "ISLogisticRegression",
     "ISProbitRegression",
     "LaplaceLogisticRegression",
