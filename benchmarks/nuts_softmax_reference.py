@@ -1,0 +1,210 @@
+"""Long NUTS references of the multinomial (softmax) posterior on iris and wine.
+
+The model is :class:`vsbayes.models.SoftmaxGLMPosterior` on the standardized data at C = 1:
+W ~ N(0, C I), intercepts ~ N(0, 10⁶), θ = [W.ravel(), b]. The posterior is flat in the
+likelihood along the d + 1 directions that add one vector to every class, where it is its
+prior (variance C / K per coefficient, 10⁶ / K for the intercepts' sum): NUTS in the natural
+coordinates would need a step size for the narrowest direction and thousands of steps to
+cross the widest. As ``benchmarks/nuts_reference.py`` does for the binary model, NUTS runs
+in the coordinates z of θ = m + L z, m the Laplace mode and L Lᵀ the inverse Hessian there
+(a fixed linear map: the target is the exact posterior), with a diagonal mass matrix
+adapted on z during warm-up; chains one after another.
+
+Written to ``results/nuts_reference/softmax_<case>.npz``: the draws' mean and covariance
+of θ, their Monte Carlo standard errors, the posterior-predictive average of the softmax
+over the draws on every training row (``proba``, (M, K)) with its Monte Carlo standard
+error, and the diagnostics (rank-normalized split R-hat, bulk/tail ESS, divergences, wall
+time). Run single-threaded on one core::
+
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
+    taskset -c 1 python benchmarks/nuts_softmax_reference.py --cases iris wine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import zlib
+
+import numpy as np
+from _high_dim_cases import INTERCEPT_PRIOR_VAR, PRIOR_VAR, REFERENCE_DIR, gaussian_kl
+from nuts_reference import diagnostics
+from scipy.special import softmax
+from sklearn.datasets import load_iris, load_wine
+from sklearn.preprocessing import StandardScaler
+
+from vsbayes.approximations import softmax_laplace
+from vsbayes.models import SoftmaxGLMPosterior
+
+LOADERS = {"iris": load_iris, "wine": load_wine}
+
+
+def load_case(case: str) -> tuple[np.ndarray, np.ndarray]:
+    """The standardized features and the class indices."""
+    X, y = LOADERS[case](return_X_y=True)
+    return StandardScaler().fit_transform(X), np.asarray(y)
+
+
+def model_of(X, y) -> SoftmaxGLMPosterior:
+    return SoftmaxGLMPosterior(
+        X,
+        y,
+        np.ones(len(y)),
+        int(y.max()) + 1,
+        prior_var=PRIOR_VAR,
+        intercept_prior_var=INTERCEPT_PRIOR_VAR,
+    )
+
+
+def reference_path(case: str):
+    return REFERENCE_DIR / f"softmax_{case}.npz"
+
+
+def load_reference(case: str):
+    """``(mean, cov, proba, diagnostics)`` of the stored reference, or ``None``."""
+    path = reference_path(case)
+    if not path.is_file():
+        return None
+    with np.load(path) as data:
+        return (
+            data["mean"],
+            data["cov"],
+            data["proba"],
+            json.loads(str(data["diagnostics"])),
+        )
+
+
+def potential(model: SoftmaxGLMPosterior, mode: np.ndarray, root: np.ndarray):
+    """JAX potential −log p(m + L z) (constants dropped) of the whitened coordinates z."""
+    import jax
+    import jax.numpy as jnp
+
+    k, d = model.n_classes, model.n_features
+    X = jnp.asarray(model.X)
+    onehot = jnp.asarray(np.eye(k)[model.y])
+    inv_v = jnp.asarray(1.0 / model.prior_var)
+    m, L = jnp.asarray(mode), jnp.asarray(root)
+
+    def fn(z):
+        theta = m + L @ z
+        W, b = theta[: k * d].reshape(k, d), theta[k * d :]
+        f = X @ W.T + b
+        log_lik = jnp.sum(onehot * f) - jnp.sum(jax.nn.logsumexp(f, axis=1))
+        return -(log_lik - 0.5 * jnp.sum(theta * theta * inv_v))
+
+    return fn
+
+
+def run_case(case: str, args) -> dict:
+    import jax
+    import numpyro
+    from numpyro.diagnostics import effective_sample_size
+    from numpyro.infer import MCMC, NUTS
+
+    X, y = load_case(case)
+    model = model_of(X, y)
+    dim = model.dim
+    laplace = softmax_laplace(model, tol=1e-12)
+    mode, laplace_cov = laplace.mean, laplace.cov
+    # L = R⁻ᵀ for the precision H = R Rᵀ: L Lᵀ = H⁻¹.
+    root = np.linalg.cholesky(laplace_cov)
+    fn = potential(model, mode, root)
+    rng = np.random.default_rng(zlib.crc32(f"softmax/{case}".encode()))
+    probe = rng.standard_normal((3, dim))
+    ours = np.array([-float(fn(z)) for z in probe])
+    theirs = model.log_density(mode + probe @ root.T)
+    gap = float(np.ptp(ours - theirs))  # the constants differ; the shapes must not
+    print(f"{case}: p={dim}, log-density gap to vsbayes' model {gap:.1e}", flush=True)
+
+    kernel = NUTS(potential_fn=fn, dense_mass=False, target_accept_prob=args.target_accept)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=args.warmup,
+        num_samples=args.draws,
+        num_chains=args.chains,
+        chain_method="sequential",
+        progress_bar=False,
+    )
+    init = 0.5 * rng.standard_normal((args.chains, dim))
+    key = jax.random.PRNGKey(zlib.crc32(f"softmax/{case}".encode()) % 2**31)
+    start = time.perf_counter()
+    mcmc.run(key, init_params=init, extra_fields=("diverging", "num_steps"))
+    z = np.asarray(mcmc.get_samples(group_by_chain=True))
+    wall = time.perf_counter() - start
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    steps = np.asarray(extra["num_steps"])
+    theta = z @ root.T + mode  # (chains, draws, dim)
+    diag = diagnostics(theta)
+    mcse = diag.pop("mcse_mean")
+    flat = theta.reshape(-1, dim)
+    mean = flat.mean(axis=0)
+    centred = flat - mean
+    cov = centred.T @ centred / (len(flat) - 1)
+    # Posterior-predictive average on every training row, in chunks of draws.
+    n_rows, k = X.shape[0], model.n_classes
+    sums = np.zeros((n_rows, k))
+    chain_parts = []
+    for c in range(args.chains):
+        Wc, bc = model.split(theta[c])
+        probs = softmax(np.einsum("nd,skd->snk", X, Wc) + bc[:, None, :], axis=2)
+        sums += probs.sum(axis=0)
+        chain_parts.append(probs.reshape(len(probs), -1))
+    proba = sums / len(flat)
+    per_chain = np.stack(chain_parts)
+    ess = effective_sample_size(per_chain)
+    proba_mcse = (per_chain.reshape(-1, n_rows * k).std(axis=0) / np.sqrt(ess)).reshape(n_rows, k)
+    del per_chain, chain_parts
+    result = {
+        "case": case,
+        "M": int(X.shape[0]),
+        "d": int(X.shape[1]),
+        "K": int(k),
+        "p": int(dim),
+        "chains": args.chains,
+        "draws_per_chain": args.draws,
+        "warmup": args.warmup,
+        "target_accept": args.target_accept,
+        **diag,
+        "divergences": int(np.asarray(extra["diverging"]).sum()),
+        "mean_leapfrog_steps": float(steps.mean()),
+        "wall_seconds": wall,
+        "kl_nuts_laplace": gaussian_kl(mean, cov, mode, laplace_cov),
+        "proba_mcse_max": float(proba_mcse.max()),
+        "log_density_gap_vs_vsbayes": gap,
+        "jax": jax.__version__,
+        "numpyro": numpyro.__version__,
+    }
+    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        reference_path(case),
+        mean=mean,
+        cov=cov,
+        mcse_mean=mcse,
+        proba=proba,
+        proba_mcse=proba_mcse,
+        laplace_mode=mode,
+        diagnostics=json.dumps(result),
+    )
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=list(LOADERS), choices=list(LOADERS))
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--draws", type=int, default=25_000)
+    parser.add_argument("--warmup", type=int, default=2_000)
+    parser.add_argument("--target-accept", type=float, default=0.9)
+    args = parser.parse_args()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    for case in args.cases:
+        run_case(case, args)
+
+
+if __name__ == "__main__":
+    main()
