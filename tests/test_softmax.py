@@ -204,3 +204,16 @@ def test_predictive_matches_a_reference_integral(k, scale, tolerance, points):
     np.testing.assert_allclose(np.exp(log_p).sum(axis=1), 1.0, rtol=1e-13)
     reference = _trapezoid_reference(mean, cov, points)
     np.testing.assert_allclose(np.exp(log_p), reference, atol=tolerance)
+
+
+def test_predictive_keeps_tiny_probabilities_finite():
+    # A class 200 nats below the others underflows float32's sums: its row is redone in
+    # float64 log sums, so log p stays finite and near the plug-in value.
+    k = 5
+    mean = np.zeros((2, k))
+    mean[0, -1] = -200.0
+    cov = np.broadcast_to(0.01 * np.eye(k), (2, k, k))
+    log_p = softmax_predictive_log_proba(mean, cov)
+    assert np.isfinite(log_p).all()
+    assert log_p[0, -1] == pytest.approx(-200.0 - np.log(k - 1), abs=0.05)
+    np.testing.assert_allclose(np.exp(log_p[1]), 1.0 / k, atol=1e-6)
