@@ -19,6 +19,9 @@ medians), so that the ratios carry over to other machines better than the second
    fit ≤ 2.5 × its solo time.
 4. **Breast cancer** (standardized): ``VSLogisticRegression()`` against
    ``LogisticRegression()``. Target ≤ 12×.
+6. **A time budget** (issue 16): ``VSLogisticRegression(strategy="global",
+   time_budget=B)`` on Ionosphere-logistic for B = 0.25, 0.5, 1 and 2 s, 3 seeds: the whole
+   fit's time over B (issue 16: within 10 %), and the N it reached.
 5. **The likelihood floor**: the likelihood evaluation alone (the N × M link evaluations
    and their GEMM) against the whole VS fit, and the float32 logistic link
    (``fast_log_cdf``) against the exact float64 one: time, and the change of the fit
@@ -409,6 +412,26 @@ def float32_effect(data_dir, repeats):
     return rows
 
 
+# --- 6. A time budget -----------------------------------------------------------------------------
+def time_budget(data_dir):
+    X, y, n = ionosphere(data_dir)
+    rows = []
+    for budget in (0.25, 0.5, 1.0, 2.0):
+        for seed in range(3):
+            est = vsbayes.VSLogisticRegression(
+                C=1e5, fit_intercept=False, strategy="global", time_budget=budget,
+                random_state=seed,
+            )  # fmt: skip
+            seconds, _ = timed(lambda est=est: est.fit(X, y))
+            rows.append({"budget_s": budget, "seed": seed, "seconds": seconds,
+                         "ratio": seconds / budget, "N": est.posteriors_[0].n_samples,
+                         "stop_reason": str(est.stop_reason_[0])})  # fmt: skip
+        mine = [r for r in rows if r["budget_s"] == budget]
+        print(f"budget {budget} s: fit {[round(r['seconds'], 3) for r in mine]} s, N "
+              f"{[r['N'] // n for r in mine]} n", flush=True)  # fmt: skip
+    return rows
+
+
 # --- report ------------------------------------------------------------------------------------
 def report(results, info):
     ion, gauss = results["ionosphere"], results["gaussian"]
@@ -486,6 +509,17 @@ def report(results, info):
             f"| {r['case']} | {r['likelihood_s']:.3f} | {r['likelihood_float64_s']:.3f}"
             f" | {r['fit_s']:.3f} | {r['share']:.2f} |"
         )
+    lines += ["", "## A time budget (Ionosphere-logistic, global fit)", "",
+              "| budget s | fit s (3 seeds) | fit ÷ budget | N reached | stopped by |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    n = n_family_params(34)
+    for budget in dict.fromkeys(r["budget_s"] for r in results["time_budget"]):
+        mine = [r for r in results["time_budget"] if r["budget_s"] == budget]
+        seconds = ", ".join(f"{r['seconds']:.3f}" for r in mine)
+        ratios = ", ".join(f"{r['ratio']:.2f}" for r in mine)
+        reached = ", ".join(f"{r['N'] // n}n" for r in mine)
+        reasons = ", ".join(sorted({r["stop_reason"] for r in mine}))
+        lines.append(f"| {budget:g} | {seconds} | {ratios} | {reached} | {reasons} |")
     f32 = results["float32"]
     worst = {}
     for r in f32:
@@ -547,6 +581,7 @@ def main():
         "breast_cancer": breast_cancer_ratio(args.repeats),
         "likelihood": likelihood_floor(args.data_dir, args.repeats),
         "float32": float32_effect(args.data_dir, 3),
+        "time_budget": time_budget(args.data_dir),
         "moment_pass": moment_pass_under_load(),
         "concurrency": concurrency(args.repeats, args.data_dir),
     }

@@ -325,6 +325,7 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
     if max_samples < n_samples:
         raise ValueError(f"max_samples={max_samples} is below n_samples={n_samples}.")
     quantile = 1.0 + _QUANTILE_Z * math.sqrt(2.0 / n_params)
+    last = {"seconds": 0.0, "n_total": 0}
 
     def extend(fit, n_total, seconds):
         if target_kl is not None:
@@ -338,10 +339,13 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
         if size < max(1, n_total // 8):
             return 0, "max_samples"
         if time_budget is not None:
-            # The next round evaluates `size` points and fits all n_total + size; the time
-            # so far did n_total and fits of at most n_total each.
-            per_point = seconds / n_total
-            room = (time_budget - seconds) / per_point - n_total
+            # A round of s points costs about c·(s + N + s): evaluating them and fitting
+            # the pool of N + s. c from the last round (the planned ones first: N points
+            # evaluated, fits of about N points).
+            spent, added = seconds - last["seconds"], n_total - last["n_total"]
+            cost = spent / (added + n_total) if last["n_total"] else seconds / (2 * n_total)
+            last.update(seconds=seconds, n_total=n_total)
+            room = (time_budget - seconds) / max(cost, 1e-12) - n_total
             size = min(size, int(room / 2))
             if size < max(1, n_total // 8):
                 return 0, "time_budget"
