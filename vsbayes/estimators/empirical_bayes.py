@@ -29,6 +29,21 @@ def _total_evidence(estimator) -> float:
     return float(np.sum(estimator.log_marginal_likelihood_value_))
 
 
+def _delegate(name: str, summary: str, returns: str):
+    """A method calling the fitted estimator's ``name`` on X, with its numpydoc."""
+
+    def method(self, X):
+        check_is_fitted(self, "estimator_")
+        return getattr(self.estimator_, name)(X)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (
+        f"{summary}\n\nParameters\n----------\nX : {{array-like, sparse matrix}} of shape "
+        f"(n_samples, n_features)\n    Data.\n\nReturns\n-------\n{returns}\n"
+    )
+    return method
+
+
 class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
     """A vsbayes classifier whose prior scale C maximizes the evidence.
 
@@ -197,65 +212,26 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "estimator_")
         return self.estimator_.intercept_
 
-    def predict_proba(self, X):
-        """Posterior predictive probabilities of the estimator fitted at ``C_``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Data.
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba(X)
-
-    def predict_log_proba(self, X):
-        """Log of :meth:`predict_proba`.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Data.
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_log_proba(X)
-
-    def decision_function(self, X):
-        """Decision function of the estimator fitted at ``C_``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Data.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.decision_function(X)
-
-    def predict(self, X):
-        """Most probable class under the posterior predictive.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Data.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)
+    predict_proba = _delegate(
+        "predict_proba",
+        "Posterior predictive probabilities of the estimator fitted at ``C_``.",
+        "ndarray of shape (n_samples, n_classes)",
+    )
+    predict_log_proba = _delegate(
+        "predict_log_proba",
+        "Log of :meth:`predict_proba`.",
+        "ndarray of shape (n_samples, n_classes)",
+    )
+    decision_function = _delegate(
+        "decision_function",
+        "Decision function of the estimator fitted at ``C_``.",
+        "ndarray of shape (n_samples,) or (n_samples, n_classes)",
+    )
+    predict = _delegate(
+        "predict",
+        "Most probable class under the posterior predictive.",
+        "ndarray of shape (n_samples,)",
+    )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
