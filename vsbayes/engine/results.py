@@ -154,8 +154,9 @@ class VSResult(DiagnosedGaussian):
         Whether the stopping rule was met within ``max_iter``.
     kl_error : float
         Predicted excess KL of the fit, ``tr(Σ H⁻¹) / (2N)`` per unit mass (paper,
-        Proposition 2), estimated from the sample; exact for iid Monte Carlo, conservative
-        for QMC.
+        Proposition 2), estimated from the sample's residuals and corrected for their
+        in-sample optimism by generalized cross-validation's ``(1 - n/ESS)⁻²`` (ESS of the
+        fit's weights; infinite when n ≥ ESS); conservative for QMC.
     decrement : float
         Half the squared Newton decrement per unit mass at the last iterate: the
         optimization error, in the same units as ``kl_error``.

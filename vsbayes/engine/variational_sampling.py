@@ -332,7 +332,9 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
             predicted = quantile * fit.kl_error
             if predicted <= target_kl:
                 return 0, "target_kl"
-            size = math.ceil(n_total * (1.1 * predicted / target_kl - 1.0))
+            # An infinite prediction (n ≥ the fit's ESS): double the points.
+            growth = 1.1 * predicted / target_kl - 1.0 if math.isfinite(predicted) else 1.0
+            size = math.ceil(n_total * growth)
         else:
             size = n_total
         size = min(max(size, n_total // 2), max_samples - n_total)
