@@ -7,8 +7,9 @@ descheduled BLAS thread stalls every call that waits for it. Measured on 2 cores
 covariance inversion inside a variational-sampling fit took 7 ms on two threads against
 0.05 ms on one; a (d+1) × N by N × (d+1) moment pass (d = 34, N = 76,160) took 1.16 s on
 two BLAS threads with another process busy, against 10 ms idle; and for that skinny
-product two BLAS threads gain only 10 % on an idle machine, while the same product cut into
-column blocks on two Python threads (one BLAS thread each) gains 1.8×.
+product two BLAS threads gained only 10 % on an idle machine, while the same product cut
+into column blocks on two Python threads (one BLAS thread each) gained 1.8×. (Passes that
+are bound by memory rather than flops gain little from threads either way.)
 
 So every fit runs inside :func:`single_blas_thread`, and its large passes are cut into
 blocks that :func:`map_blocks` runs on up to :func:`worker_threads` threads: as many as BLAS
@@ -52,7 +53,9 @@ _lock = threading.Lock()
 _users = 0
 _limiter = None
 _budget = 1
-_pool: ThreadPoolExecutor | None = None
+# One pool per size (the BLAS limit rarely changes), never shut down while a fit could be
+# submitting to it.
+_pools: dict[int, ThreadPoolExecutor] = {}
 # Set in the pool's threads: a block that itself calls map_blocks runs its blocks in line.
 _local = threading.local()
 
@@ -126,13 +129,12 @@ def worker_threads() -> int:
 
 
 def _get_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool
     with _lock:
-        if _pool is None or _pool._max_workers != threads:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(threads, thread_name_prefix="vsbayes", initializer=_mark)
-        return _pool
+        if threads not in _pools:
+            _pools[threads] = ThreadPoolExecutor(
+                threads, thread_name_prefix="vsbayes", initializer=_mark
+            )
+        return _pools[threads]
 
 
 def _mark() -> None:
@@ -147,8 +149,8 @@ def map_blocks(func: Callable[[T], R], blocks: Sequence[T] | Iterable[T]) -> lis
     get the same bits whatever the threads); a block's exception is re-raised.
     """
     blocks = list(blocks)
-    threads = min(worker_threads(), len(blocks))
-    if threads <= 1:
+    threads = worker_threads()
+    if threads <= 1 or len(blocks) <= 1:
         return [func(b) for b in blocks]
     return list(_get_pool(threads).map(func, blocks))
 
