@@ -177,8 +177,10 @@ class GLMGaussian:
             spread = solve_triangular(lower, a.T, lower=True, check_finite=False)
             out[rows] = np.einsum("ij,ij->j", spread, spread)
 
-        # Each block holds its rows as a dense (p, block) array and the solve's result.
-        blocks = block_slices(m, p * p, max(1, self._max_bytes // (16 * p)))
+        # Each block holds its rows as a dense (p, block) array and the solve's result; 256
+        # rows at least, so that each solve is a matrix one (TRSM), not row by row.
+        cap = max(1, self._max_bytes // (16 * p))
+        blocks = block_slices(m, p * p, cap, max(2**22, 256 * p * p))
         with single_blas_thread():
             map_blocks(block, blocks)
         return out

@@ -178,10 +178,15 @@ class BinaryGLMPosterior:
                 return dsyrk(1.0, (a * np.sqrt(w)[:, None]).T)
             return a.T @ (a * w[:, None])
 
-        # Each block holds a weighted copy of its rows and its p × p product; 64 rows at
-        # least, so that the product outweighs adding it up.
+        # Each block holds a weighted copy of its rows and its p × p product, whose sum
+        # costs p² per block: a block does 64 times that work at least (dense: p² per row;
+        # sparse: the pairs of each row's non-zeros, and the product made dense).
         rows_cap = max(1, self.max_bytes // (8 * p) - p)
-        blocks = block_slices(self.n_observations, p * p, rows_cap, max(2**22, 64 * p * p))
+        if sp.issparse(self.design):
+            per_row = max(1.0, self.design.nnz / max(self.n_observations, 1)) ** 2
+        else:
+            per_row = p * p
+        blocks = block_slices(self.n_observations, per_row, rows_cap, max(2**22, 64 * p * p))
         with single_blas_thread():
             gram = sum_blocks(block, blocks)
         if symmetric:  # SYRK fills the upper triangle
