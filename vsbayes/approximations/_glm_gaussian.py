@@ -178,9 +178,10 @@ class GLMGaussian:
             out[rows] = np.einsum("ij,ij->j", spread, spread)
 
         # Each block holds its rows as a dense (p, block) array and the solve's result; 256
-        # rows at least, so that each solve is a matrix one (TRSM), not row by row.
+        # rows at least, so that each solve is a matrix one (TRSM), not row by row, and 2²⁷
+        # multiply-adds (as weighted_gram's blocks).
         cap = max(1, self._max_bytes // (16 * p))
-        blocks = block_slices(m, p * p, cap, max(2**22, 256 * p * p))
+        blocks = block_slices(m, p * p, cap, max(2**27, 256 * p * p))
         with single_blas_thread():
             map_blocks(block, blocks)
         return out
