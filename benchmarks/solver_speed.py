@@ -424,7 +424,7 @@ def time_budget(data_dir):
             )  # fmt: skip
             seconds, _ = timed(lambda est=est: est.fit(X, y))
             rows.append({"budget_s": budget, "seed": seed, "seconds": seconds,
-                         "ratio": seconds / budget, "N": est.posteriors_[0].n_samples,
+                         "ratio": seconds / budget, "N": est.posteriors_[0].n_samples, "n": n,
                          "stop_reason": str(est.stop_reason_[0])})  # fmt: skip
         mine = [r for r in rows if r["budget_s"] == budget]
         print(f"budget {budget} s: fit {[round(r['seconds'], 3) for r in mine]} s, N "
@@ -512,12 +512,11 @@ def report(results, info):
     lines += ["", "## A time budget (Ionosphere-logistic, global fit)", "",
               "| budget s | fit s (3 seeds) | fit ÷ budget | N reached | stopped by |",
               "|---|---|---|---|---|"]  # fmt: skip
-    n = n_family_params(34)
     for budget in dict.fromkeys(r["budget_s"] for r in results["time_budget"]):
         mine = [r for r in results["time_budget"] if r["budget_s"] == budget]
         seconds = ", ".join(f"{r['seconds']:.3f}" for r in mine)
         ratios = ", ".join(f"{r['ratio']:.2f}" for r in mine)
-        reached = ", ".join(f"{r['N'] // n}n" for r in mine)
+        reached = ", ".join(f"{r['N'] // r['n']}n" for r in mine)
         reasons = ", ".join(sorted({r["stop_reason"] for r in mine}))
         lines.append(f"| {budget:g} | {seconds} | {ratios} | {reached} | {reasons} |")
     f32 = results["float32"]

@@ -230,8 +230,8 @@ def variational_sampling(
         ``16 * n_samples``.
     time_budget : float, optional
         Seconds: add rounds, as for ``target_kl``, only while the next one is predicted to
-        end within the budget (from the time per point so far); without ``target_kl``, one
-        round of as many points as the budget allows (each round refits the whole pool).
+        end within the budget (from the time per point so far); without ``target_kl``,
+        each added round doubles the points (or fills what is left of the budget).
     random_state : int, RandomState, Generator or None
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
@@ -336,8 +336,8 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
             # An infinite prediction (n ≥ the fit's ESS): double the points.
             growth = 1.1 * predicted / target_kl - 1.0 if math.isfinite(predicted) else 1.0
             size = math.ceil(n_total * growth)
-        else:  # a budget alone: as many points as it allows, in one round (one refit)
-            size = max_samples - n_total
+        else:  # a budget alone: double the points while it allows
+            size = n_total
         size = min(max(size, n_total // 2), max_samples - n_total)
         if size < max(1, n_total // 8):
             return 0, "max_samples"

@@ -123,8 +123,8 @@ _SAMPLING_PARAMETERS = {
         the global fit samples: EP's site fits are unaffected.
     time_budget : float, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
-        (without it, one round of as many points as fit), only while the next one is
-        predicted to end within what is left of the budget.
+        (without it, each doubling the points), only while the next one is predicted to
+        end within what is left of the budget.
 """,
     "length_scale": """\
     length_scale : float, default=1.0
