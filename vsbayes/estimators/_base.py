@@ -192,6 +192,22 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
         self._store([f[0] for f in fits], [f[1] for f in fits], X.shape[1])
         return self
 
+    def _or_laplace(self, posterior_of, model, laplace, rng, what: str):
+        """``posterior_of(model, laplace, rng)``, or the Laplace approximation with an
+        UnreliableFitWarning when that raises an EstimationError."""
+        try:
+            posterior = posterior_of(model, laplace, rng)
+        except EstimationError as error:
+            warn(
+                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
+                f"{what} (recorded in laplace_fallback_).",
+                UnreliableFitWarning,
+            )
+            posterior = laplace
+        if self.verbose:
+            print(f"{type(self).__name__}: {posterior!r}")
+        return posterior
+
     def _fit_binary(self, X, y_pm, weights, rng) -> tuple[Gaussian, LaplaceResult]:
         model = BinaryGLMPosterior(
             X,
@@ -203,17 +219,7 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             n_jobs=self._n_jobs(),
         )
         laplace = glm_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-        try:
-            posterior = self._posterior(model, laplace, rng)
-        except EstimationError as error:
-            warn(
-                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"for this problem (recorded in laplace_fallback_).",
-                UnreliableFitWarning,
-            )
-            posterior = laplace
-        if self.verbose:
-            print(f"{type(self).__name__}: {posterior!r}")
+        posterior = self._or_laplace(self._posterior, model, laplace, rng, "for this problem")
         return posterior, laplace
 
     def _fit_multinomial(self, X, y_index, weights, rng) -> tuple[Gaussian, LaplaceResult]:
@@ -227,17 +233,9 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             n_jobs=self._n_jobs(),
         )
         laplace = softmax_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-        try:
-            posterior = self._multinomial_posterior(model, laplace, rng)
-        except EstimationError as error:
-            warn(
-                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"of the multinomial posterior (recorded in laplace_fallback_).",
-                UnreliableFitWarning,
-            )
-            posterior = laplace
-        if self.verbose:
-            print(f"{type(self).__name__}: {posterior!r}")
+        posterior = self._or_laplace(
+            self._multinomial_posterior, model, laplace, rng, "of the multinomial posterior"
+        )
         return posterior, laplace
 
     def _store_multinomial(self, posterior: Gaussian, laplace: LaplaceResult, n_features):
