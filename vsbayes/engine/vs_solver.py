@@ -29,6 +29,7 @@ from scipy.special import logsumexp
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._linalg import flushed_exp, solve_psd
+from ._subspace import Subspace
 from .families import QuadraticFamily
 
 __all__ = ["Iterate", "VSSolution", "VSSolver"]
@@ -88,40 +89,6 @@ class Iterate:
     theta: np.ndarray
     values: np.ndarray
     qbar: np.ndarray
-
-
-class _Subspace:
-    """The last ``size`` search directions and their values at the points (a ring buffer).
-
-    ``directions`` and ``values`` list the stored ones in slot order, which is the order the
-    subspace Newton solve sees them in.
-    """
-
-    def __init__(self, size: int, n_points: int):
-        self._directions: list[np.ndarray | None] = [None] * size
-        self._values = np.empty((size, n_points))
-        self._count = 0
-
-    def add(self, direction: np.ndarray, values: np.ndarray) -> None:
-        """Store a direction and its values, replacing the oldest one when full."""
-        slot = self._count % len(self._directions)
-        self._directions[slot] = direction
-        self._values[slot] = values
-        self._count += 1
-
-    @property
-    def _stored(self) -> int:
-        return min(self._count, len(self._directions))
-
-    @property
-    def directions(self) -> list[np.ndarray]:
-        """The stored directions in θ space."""
-        return self._directions[: self._stored]
-
-    @property
-    def values(self) -> np.ndarray:
-        """Their values at the points, shape (k, N)."""
-        return self._values[: self._stored]
 
 
 class VSSolver:
@@ -224,7 +191,7 @@ class VSSolver:
 
     def _reset_subspace(self) -> None:
         size = 1 if self.exact_hessian else self.memory
-        self._subspace = _Subspace(size, self.family.n_samples)
+        self._subspace = Subspace(size, self.family.n_samples)
 
     def update_gradient(self) -> None:
         """Weighted moments of q̄ and the gradient ``Σ (q̄ - p̄) φ``.
