@@ -194,10 +194,13 @@ def _format_summary(summary: dict) -> str:
         ]
         if "strategy" in problem:
             lines.append(f"strategy:         {problem['strategy']} ({problem['strategy_reason']})")
-        if problem.get("predicted_error") is not None:
+        if problem.get("stop_reason") is not None:  # a global VS fit
+            error = problem["predicted_error"]
+            # kl_error is infinite when the fit has fewer effective points than parameters.
+            said = "unavailable" if error is None else f"{error:.3g} nats (excess KL"
             lines.append(
-                f"predicted error:  {problem['predicted_error']:.3g} nats (excess KL; sampling "
-                f"stopped: {problem['stop_reason']})"
+                f"predicted error:  {said}; sampling stopped: {problem['stop_reason']}"
+                + ("" if error is None else ")")
             )
         if settings["method"] != "laplace":
             fallback = "yes (see the warning)" if problem["laplace_fallback"] else "no"
