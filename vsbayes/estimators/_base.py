@@ -2,7 +2,8 @@
 
 A public estimator is a thin subclass that picks a link (``_link``) and a posterior method
 (``_posterior``, and ``_multinomial_posterior`` where the method has a multinomial form);
-everything else — validation, the multinomial or one-vs-rest fits, prediction — lives here.
+everything else — validation, the multinomial or one-vs-rest fits — lives here, and
+prediction in its mixin :class:`~vsbayes.estimators._prediction.PosteriorPrediction`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ import abc
 import numbers
 
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     check_array,
-    check_is_fitted,
     check_non_negative,
     validate_data,
 )
@@ -31,10 +30,8 @@ from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
-from ..models import BinaryGLMPosterior, SoftmaxGLMPosterior, get_link
-from ..models.softmax_predictive import softmax_predictive_log_proba
-from ._latent import LatentMoments
-from ._softmax_latent import SoftmaxLatent
+from ..models import BinaryGLMPosterior, SoftmaxGLMPosterior
+from ._prediction import PosteriorPrediction
 
 __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
 
@@ -57,7 +54,9 @@ def ep_posterior(
     )
 
 
-class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta):
+class BayesianGLMClassifier(
+    PosteriorPrediction, ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta
+):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
     Subclasses set ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
@@ -272,218 +271,6 @@ class BayesianGLMClassifier(ClassifierMixin, BaseEstimator, metaclass=abc.ABCMet
             self.laplace_fallback_ = np.array(
                 [g is lap for g, lap in zip(posteriors, laplaces, strict=True)]
             )
-
-    # --- prediction -------------------------------------------------------------------
-
-    def latent_mean_and_variance(self, X):
-        """Posterior mean and variance of the latent value ``f = x·w + b`` at each row of X.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        mean, var : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
-            One column per one-vs-rest problem; for the multinomial posterior, one per class
-            of the centred latent value ``f_k − mean_l f_l`` (the softmax is invariant to a
-            common shift, along which the posterior is its prior).
-        """
-        X = self._validate_prediction_data(X)
-        if self._is_multinomial():
-            latent = SoftmaxLatent(X, self.coef_, self.intercept_, self.sigma_)
-            mean = np.empty((X.shape[0], len(self.coef_)))
-            var = np.empty_like(mean)
-            for rows in latent.chunks:
-                m, cov = latent(rows)
-                mean[rows] = m - m.mean(axis=1, keepdims=True)
-                var[rows] = np.einsum("nkk->nk", cov)
-            return mean, var
-        latent = self._latent(X)
-        mean = np.empty((X.shape[0], len(self.coef_)))
-        var = np.empty_like(mean)
-
-        def work(rows):
-            mean[rows], var[rows] = latent(rows)
-
-        latent.run(work)
-        if len(self.coef_) == 1:
-            return mean[:, 0], var[:, 0]
-        return mean, var
-
-    def _validate_prediction_data(self, X):
-        check_is_fitted(self)
-        return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
-
-    def _latent(self, X) -> LatentMoments:
-        covs = self.sigma_[None] if self.sigma_.ndim == 2 else self.sigma_
-        return LatentMoments(X, self.coef_, self.intercept_, covs)
-
-    def _class_log_proba(self, X, combine, width):
-        """``combine(log p, log(1-p))`` of the one-vs-rest problems, chunk by chunk of rows.
-
-        The predictive runs on each chunk's latent moments, so that its temporaries stay
-        within the chunks' memory bound (chunks run side by side on the threads BLAS may use;
-        see :class:`LatentMoments`); ``combine`` maps the chunk's (rows, problems)
-        log-probabilities to its rows of the (n_samples, width) result.
-        """
-        X = self._validate_prediction_data(X)
-        latent = self._latent(X)
-        predictive = get_link(self._link).predictive_log_proba
-        out = np.empty((X.shape[0], width))
-
-        def work(rows):
-            result = combine(*predictive(*latent(rows)))
-            if isinstance(result, tuple):  # columns
-                for column, values in enumerate(result):
-                    out[rows, column] = values[:, 0]
-            else:
-                out[rows] = result
-
-        latent.run(work)
-        return out
-
-    def predict_log_proba(self, X):
-        """Log of :meth:`predict_proba`, computed in the log domain.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-        """
-        return self._log_proba(X, np.asarray)
-
-    def _log_proba(self, X, transform):
-        """``transform`` of the normalized log predictive probabilities, chunk by chunk."""
-        check_is_fitted(self)
-        if self._is_multinomial():
-            return self._softmax_log_proba(X, transform)
-        if len(self.coef_) == 1:
-            # Two classes: log(1 - p) and log p, already complementary.
-            return self._class_log_proba(
-                X, lambda log_p, log_q: (transform(log_q), transform(log_p)), 2
-            )
-        return self._class_log_proba(
-            X,
-            lambda log_p, _: transform(log_p - logsumexp(log_p, axis=1, keepdims=True)),
-            len(self.coef_),
-        )
-
-    def _softmax_log_proba(self, X, transform):
-        """``transform`` of the multinomial posterior's log predictive, chunk by chunk."""
-        X = self._validate_prediction_data(X)
-        latent = SoftmaxLatent(X, self.coef_, self.intercept_, self.sigma_)
-        out = np.empty((X.shape[0], len(self.coef_)))
-
-        def work(rows):
-            log_p = softmax_predictive_log_proba(*latent(rows), max_bytes=latent.budget)
-            out[rows] = transform(log_p)
-
-        latent.run(work)
-        return out
-
-    def predict_proba(self, X):
-        """Posterior predictive class probabilities.
-
-        For two classes, ``P(y = classes_[1] | x) = ∫ F(f) N(f; m(x), v(x)) df`` with the
-        posterior mean ``m`` and variance ``v`` of the latent value: exactly
-        ``Φ(m / √(1 + v))`` for probit; for logistic a few closed-form terms per row
-        (Gauss–Hermite or a mixture of probits) with a relative error below 1e-7 on the
-        smaller of the two probabilities (a quadrature for the rare rows where their bound
-        does not give that; see
-        :func:`~vsbayes.models.predictive.logistic_predictive_log_proba`). With more
-        classes, for the multinomial posterior ``∫ softmax(f) N(f; m(x), S(x)) df`` over the
-        K latent values, by a deterministic rule: a 64² trapezoid rule for three classes
-        (absolute error ≤ 1e-5 where the centred latent's variance is ≤ 40 in every
-        direction), and beyond, quasi-Monte Carlo refined row by row until three estimated
-        standard errors are below 1e-3 (4096 to 65,536 nodes; see
-        :mod:`vsbayes.models.softmax_predictive`); for one-vs-rest, the binary
-        probabilities normalized.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-            Columns in the order of ``classes_``.
-        """
-        # exp of predict_log_proba, taken chunk by chunk.
-        return self._log_proba(X, np.exp)
-
-    def decision_function(self, X):
-        """Logit of the predictive probability of each one-vs-rest problem.
-
-        Monotone in :meth:`predict_proba` (positive means class ``classes_[1]`` for two
-        classes). For the multinomial posterior, the centred log predictive probabilities
-        ``log p_k − mean_l log p_l``, whose softmax is :meth:`predict_proba`.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
-        """
-        check_is_fitted(self)
-        if self._is_multinomial():
-            return self._softmax_log_proba(
-                X, lambda log_p: log_p - log_p.mean(axis=1, keepdims=True)
-            )
-        scores = self._class_log_proba(X, np.subtract, len(self.coef_))
-        return scores[:, 0] if len(self.coef_) == 1 else scores
-
-    def predict(self, X):
-        """Most probable class under the posterior predictive distribution.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        scores = self.decision_function(X)
-        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[index]
-
-    def sample_coef(self, n_draws: int, random_state=None):
-        """Draw coefficients and intercepts from the (Gaussian) posterior.
-
-        Parameters
-        ----------
-        n_draws : int
-            Number of draws.
-        random_state : int, RandomState, Generator or None, default=None
-            Seed of the draws.
-
-        Returns
-        -------
-        coef : ndarray of shape (n_draws, *coef_.shape)
-        intercept : ndarray of shape (n_draws, *intercept_.shape)
-            Zeros when ``fit_intercept=False``.
-        """
-        check_is_fitted(self)
-        n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
-        rng = as_generator(random_state)
-        if self._is_multinomial():
-            # One joint posterior: [W.ravel(), b] per draw (the draws include the
-            # prior-only shift common to all classes, to which predictions are invariant).
-            k, d = self.coef_.shape
-            draws = self.posteriors_[0].sample(n_draws, rng)
-            coef = draws[:, : k * d].reshape(n_draws, k, d)
-            intercept = draws[:, k * d :] if self.fit_intercept else np.zeros((n_draws, k))
-            return coef, intercept
-        draws = np.stack([g.sample(n_draws, rng) for g in self.posteriors_], axis=1)
-        d = self.coef_.shape[1]
-        intercept = draws[:, :, d] if self.fit_intercept else np.zeros(draws.shape[:2])
-        return draws[:, :, :d], intercept
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
