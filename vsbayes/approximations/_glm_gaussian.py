@@ -57,7 +57,7 @@ class GLMGaussian:
     ----------
     model : BinaryGLMPosterior
         Gives the signed design ``A`` (``model.design``), ``prior_var`` and ``max_bytes``.
-    tau : ndarray of shape (M,)
+    tau : ndarray of shape (M,), optional
         Site precisions, one per row of ``A``; ≥ 0 for log-concave factors.
     linear : ndarray of shape (p,), optional
         The linear term ``h`` (default 0, e.g. when only :meth:`solve` is needed).
@@ -66,6 +66,9 @@ class GLMGaussian:
         factor is the smaller matrix), the dual one otherwise.
     what : str, default="posterior precision"
         Name of H in the error raised when it is not positive definite.
+    precision : ndarray of shape (p, p), optional
+        H itself, instead of ``tau`` (primal form): for a model whose rows are not in
+        memory, which sums H over its chunks.
 
     Attributes
     ----------
@@ -87,28 +90,33 @@ class GLMGaussian:
     def __init__(
         self,
         model: BinaryGLMPosterior,
-        tau: np.ndarray,
+        tau: np.ndarray | None = None,
         linear: np.ndarray | None = None,
         *,
         form: str = "auto",
         what: str = "posterior precision",
+        precision: np.ndarray | None = None,
     ):
         if form not in _FORMS:
             raise ValueError(f"form must be one of {_FORMS}; got {form!r}.")
+        if (tau is None) == (precision is None):
+            raise ValueError("Give either the site precisions tau or the precision H.")
         p, m = model.dim, model.n_observations
         if form == "auto":
-            form = "dual" if p > max(m, _DUAL_MIN_DIM) else "primal"
+            form = "dual" if p > max(m, _DUAL_MIN_DIM) and precision is None else "primal"
         self.form = form
         self.linear = np.zeros(p) if linear is None else np.asarray(linear, dtype=float)
-        self._design = model.design
+        # None for a model whose rows are in dask chunks: then H is given, and only the
+        # rows' own quantities (t_mean, t_var) are unavailable.
+        self._design = getattr(model, "design", None)
         self._prior_var = model.prior_var
         self._max_bytes = model.max_bytes
-        tau = np.asarray(tau, dtype=float)
         if form == "primal":
             # weighted_gram's sum and its block product, then the Cholesky factor.
             check_memory(3 * 8.0 * p * p, f"the {p} × {p} {what}", _FEATURES_REMEDY)
-            precision = model.weighted_gram(tau)
-            precision[np.diag_indices(p)] += 1.0 / model.prior_var
+            if precision is None:
+                precision = model.weighted_gram(np.asarray(tau, dtype=float))
+                precision[np.diag_indices(p)] += 1.0 / model.prior_var
             self._lower = lower_cholesky(precision, what)
             self.half_log_det = float(np.log(np.diag(self._lower)).sum())
         else:
@@ -120,7 +128,7 @@ class GLMGaussian:
             )
             # Log-concave factors give τ ≥ 0 (EP's and Newton's sites alike); a negative τ can
             # only be round-off, and T^½ needs τ ≥ 0.
-            self._root = np.sqrt(np.maximum(tau, 0.0))
+            self._root = np.sqrt(np.maximum(np.asarray(tau, dtype=float), 0.0))
             self._kernel = _prior_kernel(model)
             dual = self._kernel * self._root[:, None]
             dual *= self._root
@@ -216,7 +224,7 @@ class GLMGaussian:
         MemoryLimitError
             If the p × p matrices would not fit in memory.
         """
-        p, m = self._prior_var.shape[0], self._design.shape[0]
+        p = self._prior_var.shape[0]
         what = f"the {p} × {p} posterior covariance (sigma_ of the estimators)"
         if self.form == "primal":
             # The Cholesky factor, the identity and the solution.
@@ -229,6 +237,7 @@ class GLMGaussian:
             upper = np.triu_indices(p, 1)
             inverse[upper] = inverse.T[upper]
             return inverse
+        m = self._design.shape[0]
         check_memory(8.0 * (p * p + p * m + 2 * m * m), what, _FEATURES_REMEDY)
         # H⁻¹ = D⁻¹ - V Vᵀ with V = D⁻¹ Aᵀ T^½ L⁻ᵀ (B = L Lᵀ). The explicit L⁻¹ is stable:
         # B ⪰ I, so |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.

@@ -21,6 +21,8 @@ from ._threads import blas_policy
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
 
+_HESSIAN = "negative Hessian of the log-posterior"
+
 
 class NewtonLaplaceSolver:
     """Newton's method with exact Hessian, Cholesky solves and Armijo backtracking.
@@ -69,8 +71,17 @@ class NewtonLaplaceSolver:
     def update_gradient_hessian(self) -> None:
         # The value and gradient of model.value_gradient_hessian, but the negative Hessian
         # only as its curvature weights s_i h_i: GLMGaussian factorizes it in primal or dual
-        # form (the dual one never forms the p × p matrix).
+        # form (the dual one never forms the p × p matrix). A model whose rows are not in
+        # memory (dask chunks) gives all three in one pass over its chunks.
         model, theta = self.model, self.theta
+        if not model.rows_in_memory:
+            self.value, self.grad, precision = model.value_gradient_hessian(theta)
+            self.weights = None
+            try:
+                self.gaussian = GLMGaussian(model, precision=precision, what=_HESSIAN)
+            except NotPositiveDefiniteError:
+                raise self._elongated(np.diag(precision)) from None
+            return
         t = np.asarray(model.design @ theta).ravel()
         self.value = float(model.sample_weight @ model.link.log_cdf(t)) + float(
             model.log_prior(theta[None])[0]
@@ -80,15 +91,13 @@ class NewtonLaplaceSolver:
         self.grad -= theta / model.prior_var
         self.weights = weights = model.sample_weight * curvature
         try:
-            self.gaussian = GLMGaussian(
-                model, weights, form=self.form, what="negative Hessian of the log-posterior"
-            )
+            self.gaussian = GLMGaussian(model, weights, form=self.form, what=_HESSIAN)
         except NotPositiveDefiniteError:
-            raise self._elongated(weights) from None
+            raise self._elongated(precision_diagonal(model, weights)) from None
 
-    def _elongated(self, weights) -> NotPositiveDefiniteError:
-        """The error for a posterior too elongated for float64, with its remedy."""
-        diagonal = precision_diagonal(self.model, weights)
+    def _elongated(self, diagonal: np.ndarray) -> NotPositiveDefiniteError:
+        """The error for a posterior too elongated for float64, with its remedy, given the
+        diagonal of the negative Hessian."""
         return NotPositiveDefiniteError(
             f"The negative Hessian of the log-posterior is not numerically positive "
             f"definite: the posterior is too elongated for float64 (its curvature "
@@ -131,7 +140,7 @@ class NewtonLaplaceSolver:
             )
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
-        gaussian, weights = self.gaussian, self.weights
+        gaussian, weights, model = self.gaussian, self.weights, self.model
 
         def cov() -> np.ndarray:
             # The p × p inverse is formed on first use only: EP started from the mode, or
@@ -140,7 +149,9 @@ class NewtonLaplaceSolver:
                 with single_blas_thread():  # as the fit itself (blas_policy)
                     return gaussian.cov
             except NotPositiveDefiniteError:
-                raise self._elongated(weights) from None
+                if weights is None:  # chunked rows: the factor exists, so does the inverse
+                    raise
+                raise self._elongated(precision_diagonal(model, weights)) from None
 
         return LaplaceResult(
             self.theta,

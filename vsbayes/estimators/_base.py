@@ -30,7 +30,9 @@ from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
-from ..models import BinaryGLMPosterior, SoftmaxGLMPosterior
+from ..models import BinaryGLMPosterior, ChunkedPosterior, SoftmaxGLMPosterior
+from ..models.dask_chunks import is_dask_array
+from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._prediction import PosteriorPrediction
 
 __all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
@@ -83,6 +85,8 @@ class BayesianGLMClassifier(
     _falls_back: bool = True
     #: Whether more than two classes get the multinomial posterior (else one-vs-rest).
     _multinomial: bool = False
+    #: Whether dask arrays are taken (fits that need only passes over row chunks).
+    _takes_dask: bool = True
 
     def __init__(
         self,
@@ -161,28 +165,12 @@ class BayesianGLMClassifier(
             The fitted estimator.
         """
         self._check_params()
-        X, y = _validate_training_data(self, X, y)
-        check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        n_classes = len(self.classes_)
-        if n_classes < 2:
-            raise ValueError(
-                f"This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {self.classes_[0].tolist()!r}."
-            )
-        weights = _validate_sample_weight(sample_weight, X.shape[0])
-        if self.class_weight is not None:
-            per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            weights = weights * per_class[y_index]
-        weighted = np.bincount(y_index, weights, minlength=n_classes) > 0
-        if weighted.sum() < 2:
-            only = self.classes_[weighted][0].tolist()
-            raise ValueError(
-                f"Only one class has non-zero sample weight ({only!r}); "
-                f"fitting needs samples of at least 2 classes with positive weight. Check "
-                f"sample_weight and class_weight."
-            )
+        if is_dask_array(X):
+            X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
+        else:
+            X, y_index, weights = self._fit_data(X, y, sample_weight)
         rng = as_generator(self.random_state)
+        n_classes = len(self.classes_)
         if n_classes > 2 and self._multinomial:
             self._store_multinomial(*self._fit_multinomial(X, y_index, weights, rng), X.shape[1])
             return self
@@ -190,6 +178,69 @@ class BayesianGLMClassifier(
         fits = [self._fit_binary(X, np.where(t, 1.0, -1.0), weights, rng) for t in targets]
         self._store([f[0] for f in fits], [f[1] for f in fits], X.shape[1])
         return self
+
+    def _fit_data(self, X, y, sample_weight):
+        """Checked in-memory ``(X, y_index, weights)``; sets ``classes_``."""
+        X, y = _validate_training_data(self, X, y)
+        check_classification_targets(y)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        self._check_n_classes()
+        weights = _validate_sample_weight(sample_weight, X.shape[0])
+        if self.class_weight is not None:
+            per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+            weights = weights * per_class[y_index]
+        self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
+        return X, y_index, weights
+
+    def _dask_fit_data(self, X, y, sample_weight):
+        """``(X, y_index, weights)`` of a dask X, all lazy and chunked alike (checked where
+        the chunks are); sets ``classes_``."""
+        if not self._takes_dask:
+            raise TypeError(
+                f"{type(self).__name__} needs the rows in memory and does not take dask "
+                f"arrays. Use LaplaceLogisticRegression, VSLogisticRegression, "
+                f"ISLogisticRegression or BMCLogisticRegression (or their probit versions), "
+                f"or pass X.compute() if the data fit in memory."
+            )
+        X, self.classes_, y_index, weights, counts, weighted = validate_dask_fit_data(
+            self, X, y, sample_weight
+        )
+        self._check_n_classes()
+        if self.class_weight is not None:
+            if isinstance(self.class_weight, str) and self.class_weight == "balanced":
+                per_class = balanced_class_weight(counts)
+            else:
+                per_class = compute_class_weight(
+                    self.class_weight, classes=self.classes_, y=self.classes_
+                )
+            weights = class_weighted(weights, y_index, per_class)
+            weighted = weighted * per_class
+        self._check_weighted_classes(weighted)
+        if len(self.classes_) > 2 and self._multinomial:
+            raise ValueError(
+                f"{type(self).__name__} fits more than two classes with the multinomial "
+                f"posterior, which does not take dask arrays yet. Pass X.compute() if the "
+                f"data fit in memory, or fit one-vs-rest posteriors, e.g. "
+                f"{type(self).__name__.replace('Logistic', 'Probit')}."
+            )
+        return X, y_index, weights
+
+    def _check_n_classes(self) -> None:
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"This solver needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {self.classes_[0].tolist()!r}."
+            )
+
+    def _check_weighted_classes(self, class_totals: np.ndarray) -> None:
+        weighted = class_totals > 0
+        if weighted.sum() < 2:
+            only = self.classes_[weighted][0].tolist()
+            raise ValueError(
+                f"Only one class has non-zero sample weight ({only!r}); "
+                f"fitting needs samples of at least 2 classes with positive weight. Check "
+                f"sample_weight and class_weight."
+            )
 
     def _or_laplace(self, posterior_of, model, laplace, rng, what: str):
         """``posterior_of(model, laplace, rng)``, or the Laplace approximation with an
@@ -208,17 +259,22 @@ class BayesianGLMClassifier(
         return posterior
 
     def _fit_binary(self, X, y_pm, weights, rng) -> tuple[Gaussian, LaplaceResult]:
-        model = BinaryGLMPosterior(
-            X,
-            y_pm,
-            weights,
-            self._link,
-            prior_var=float(self.C),
-            intercept_prior_var=INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
-            n_jobs=self._n_jobs(),
-        )
-        laplace = glm_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-        posterior = self._or_laplace(self._posterior, model, laplace, rng, "for this problem")
+        priors = {
+            "prior_var": float(self.C),
+            "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
+        }
+        if is_dask_array(X):
+            model = ChunkedPosterior(X, y_pm, weights, self._link, **priors)
+        else:
+            model = BinaryGLMPosterior(
+                X, y_pm, weights, self._link, n_jobs=self._n_jobs(), **priors
+            )
+        try:
+            laplace = glm_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
+            posterior = self._or_laplace(self._posterior, model, laplace, rng, "for this problem")
+        finally:
+            if is_dask_array(X):
+                model.chunks.release()  # the chunks' copies of the rows, on the workers
         return posterior, laplace
 
     def _fit_multinomial(self, X, y_index, weights, rng) -> tuple[Gaussian, LaplaceResult]:

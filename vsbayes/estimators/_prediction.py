@@ -6,6 +6,7 @@ posterior(s) these methods read (``coef_``, ``intercept_``, ``sigma_``, ``classe
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -18,11 +19,50 @@ from sklearn.utils.validation import (
 
 from .._random import as_generator
 from ..models import get_link
+from ..models.dask_chunks import is_dask_array
 from ..models.softmax_predictive import softmax_predictive_log_proba
+from ._dask_input import check_prediction_input, chunkwise_prediction
 from ._latent import LatentMoments
 from ._softmax_latent import SoftmaxLatent
 
 __all__ = ["PosteriorPrediction"]
+
+
+def _dask_chunkwise(shape):
+    """Decorate a prediction method so that a dask X gives a lazy dask array, the method
+    mapped over X's row chunks; ``shape(estimator)`` gives ``(n_columns or None, dtype)``."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def chunkwise(self, X):
+            if not is_dask_array(X):
+                return method(self, X)
+            check_is_fitted(self)
+            X = check_prediction_input(self, X)
+            n_columns, dtype = shape(self)
+            return chunkwise_prediction(
+                functools.partial(_predict_block, self, method.__name__), X, n_columns, dtype
+            )
+
+        return chunkwise
+
+    return decorate
+
+
+def _predict_block(estimator, name: str, block):
+    return getattr(estimator, name)(block)
+
+
+def _per_class(estimator):
+    return len(estimator.classes_), np.float64
+
+
+def _decision_shape(estimator):
+    return (None if len(estimator.classes_) == 2 else len(estimator.classes_)), np.float64
+
+
+def _label_shape(estimator):
+    return None, estimator.classes_.dtype
 
 
 class PosteriorPrediction:
@@ -96,12 +136,15 @@ class PosteriorPrediction:
         latent.run(work)
         return out
 
+    @_dask_chunkwise(_per_class)
     def predict_log_proba(self, X):
         """Log of :meth:`predict_proba`, computed in the log domain.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives a lazy dask array, computed chunk by
+            chunk where the chunks are.
 
         Returns
         -------
@@ -138,6 +181,7 @@ class PosteriorPrediction:
         latent.run(work)
         return out
 
+    @_dask_chunkwise(_per_class)
     def predict_proba(self, X):
         """Posterior predictive class probabilities.
 
@@ -158,7 +202,9 @@ class PosteriorPrediction:
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives a lazy dask array, computed chunk by
+            chunk where the chunks are.
 
         Returns
         -------
@@ -168,6 +214,7 @@ class PosteriorPrediction:
         # exp of predict_log_proba, taken chunk by chunk.
         return self._log_proba(X, np.exp)
 
+    @_dask_chunkwise(_decision_shape)
     def decision_function(self, X):
         """Logit of the predictive probability of each one-vs-rest problem.
 
@@ -177,7 +224,9 @@ class PosteriorPrediction:
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives a lazy dask array, computed chunk by
+            chunk where the chunks are.
 
         Returns
         -------
@@ -191,12 +240,15 @@ class PosteriorPrediction:
         scores = self._class_log_proba(X, np.subtract, len(self.coef_))
         return scores[:, 0] if len(self.coef_) == 1 else scores
 
+    @_dask_chunkwise(_label_shape)
     def predict(self, X):
         """Most probable class under the posterior predictive distribution.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives a lazy dask array, computed chunk by
+            chunk where the chunks are.
 
         Returns
         -------

@@ -177,6 +177,8 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         return posterior, laplace
 
     def _posterior(self, model, laplace, rng):
+        if not model.rows_in_memory:
+            return self._chunked_posterior(model, laplace, rng)
         if self.strategy == "global":
             self._check_memory(model, self._total_samples(model.dim))
             if self.kernel == "laplace":
@@ -207,6 +209,22 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         if self.strategy == "global":
             return self._chose("global", "strategy='global'", self._sample(model, kernel, rng))
         return self._auto(model, kernel, rng, ep, ep_warnings, ep_trouble)
+
+    def _chunked_posterior(self, model, laplace, rng):
+        """Rows in dask chunks: the global fit from the Laplace kernel (EP's sites are per
+        row, not over chunks)."""
+        if self.strategy == "sites":
+            raise ValueError(
+                "strategy='sites' needs the rows in memory: expectation propagation over "
+                "dask chunks is not implemented. Use strategy='auto' or 'global' (the global "
+                "fit from the Laplace kernel), or pass X.compute() if the data fit in memory."
+            )
+        self._check_memory(model, self._total_samples(model.dim))
+        reason = (
+            f"strategy={self.strategy!r} with rows in dask chunks: the global fit from the "
+            f"Laplace kernel (expectation propagation needs the rows in memory)"
+        )
+        return self._chose("global", reason, self._sample(model, laplace, rng))
 
     def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble):
         """strategy="auto": the global fit where affordable, reliable and measurably
@@ -377,8 +395,7 @@ def _reemit(caught) -> None:
 
 def _design_entries(model) -> float:
     """Multiply-adds of one parameter vector's pass over the design (non-zeros if sparse)."""
-    design = model.design
-    return float(design.nnz) if hasattr(design, "nnz") else float(design.size)
+    return float(model.n_design_entries)
 
 
 def _vs_doc(name: str, link: str, see_also: str) -> str:

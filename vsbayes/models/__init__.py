@@ -1,5 +1,6 @@
 """Layer 4 — log-density models (the likelihoods of the estimators, and test targets)."""
 
+from .chunked import ChunkedPosterior
 from .gaussian_mixture import GaussianMixtureTarget
 from .glm import BinaryGLMPosterior
 from .links import LogisticLink, ProbitLink, get_link
@@ -9,6 +10,7 @@ from .softmax_predictive import softmax_predictive_log_proba
 
 __all__ = [
     "BinaryGLMPosterior",
+    "ChunkedPosterior",
     "GaussianMixtureTarget",
     "LogisticLink",
     "ProbitLink",

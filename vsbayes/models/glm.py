@@ -21,7 +21,7 @@ from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
 from .._memory import block_bytes
 from .links import Link, get_link
 
-__all__ = ["BinaryGLMPosterior"]
+__all__ = ["BinaryGLMPosterior", "add_prior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 # Entries of a likelihood block: the GEMM's output is still in cache for the link's pass.
@@ -55,6 +55,9 @@ class BinaryGLMPosterior:
         :func:`vsbayes._memory.block_bytes`, a quarter of scikit-learn's
         ``working_memory`` when the model is built.
     """
+
+    #: The rows are here (``design``); see :class:`~vsbayes.models.ChunkedPosterior`.
+    rows_in_memory = True
 
     def __init__(
         self,
@@ -100,6 +103,13 @@ class BinaryGLMPosterior:
     def n_observations(self) -> int:
         """Number of observations with positive weight."""
         return self.design.shape[0]
+
+    @property
+    def n_design_entries(self) -> int:
+        """Multiply-adds of one parameter vector's pass over the design (its non-zeros if
+        sparse)."""
+        design = self.design
+        return int(design.nnz) if sp.issparse(design) else int(design.size)
 
     # --- many parameter vectors: the log-density the sampling fitters call -------------
 
@@ -196,22 +206,39 @@ class BinaryGLMPosterior:
             gram[lower] = gram.T[lower]
         return gram
 
-    def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        """``log p(θ)``, its gradient and the negative Hessian (PD) at one point.
+    def likelihood_value_gradient_hessian(
+        self, theta: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """The log-likelihood at one point, its gradient and its negative Hessian (PSD).
 
-        The Hessian is ``Aᵀ diag(s_i h_i) A + prior precision``, by :meth:`weighted_gram`.
+        The negative Hessian is ``Aᵀ diag(s_i h_i) A``, by :meth:`weighted_gram`. Sums over
+        rows: a chunked model (:class:`~vsbayes.models.ChunkedPosterior`) adds those of its
+        chunks.
         """
         theta = np.asarray(theta, dtype=float)
         t = np.asarray(self.design @ theta).ravel()
-        value = float(self.sample_weight @ self.link.log_cdf(t)) + float(
-            self.log_prior(theta[None])[0]
-        )
+        value = float(self.sample_weight @ self.link.log_cdf(t))
         slope, curvature = self.link.derivatives(t)
         grad = np.asarray(self.design.T @ (self.sample_weight * slope)).ravel()
-        hess = self.weighted_gram(self.sample_weight * curvature)
-        grad -= theta / self.prior_var
-        hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
-        return value, grad, hess
+        return value, grad, self.weighted_gram(self.sample_weight * curvature)
+
+    def value_gradient_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """``log p(θ)``, its gradient and the negative Hessian (PD) at one point.
+
+        The likelihood's terms (:meth:`likelihood_value_gradient_hessian`) plus the prior's.
+        """
+        theta = np.asarray(theta, dtype=float)
+        value, grad, hess = self.likelihood_value_gradient_hessian(theta)
+        return add_prior(self, theta, value, grad, hess)
+
+
+def add_prior(model, theta: np.ndarray, value: float, grad: np.ndarray, hess: np.ndarray):
+    """The log-posterior's value, gradient and negative Hessian from the likelihood's (in
+    place), for a model with ``log_prior``, ``prior_var`` and ``dim``."""
+    value += float(model.log_prior(theta[None])[0])
+    grad -= theta / model.prior_var
+    hess[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+    return value, grad, hess
 
 
 def _block_log_likelihood(design, weights, theta, link) -> np.ndarray:

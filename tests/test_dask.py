@@ -1,0 +1,183 @@
+"""Dask arrays as data: fits over row chunks on a LocalCluster equal the in-memory fits."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
+distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
+
+from vsbayes import (  # noqa: E402
+    BMCLogisticRegression,
+    EPLogisticRegression,
+    ISProbitRegression,
+    LaplaceLogisticRegression,
+    LaplaceProbitRegression,
+    VBLogisticRegression,
+    VSLogisticRegression,
+    VSProbitRegression,
+)
+from vsbayes.models import ChunkedPosterior  # noqa: E402
+from vsbayes.models.dask_chunks import DaskChunks  # noqa: E402
+
+# Row chunks change only the order of the sums over rows: results agree to round-off, far
+# within the issue's 1e-8 (the VS fit's error is ~1e-2 nats; its draws are the same).
+RTOL = 1e-8
+
+
+@pytest.fixture(scope="module")
+def client():
+    # Worker processes: the chunks' objects and the tasks go through pickling, as on a
+    # real cluster.
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 4))
+    y = (X @ np.array([1.0, -0.5, 0.25, 0.0]) + rng.logistic(size=3000) > 0).astype(int)
+    weights = rng.uniform(0.0, 2.0, size=3000)
+    return X, y, weights
+
+
+def as_dask(X, y, *more, chunk=700):
+    rows = [da.from_array(v, chunks=chunk) for v in (y, *more)]
+    return (da.from_array(X, chunks=(chunk, -1)), *rows)
+
+
+def assert_same_posterior(a, b):
+    np.testing.assert_allclose(b.coef_, a.coef_, rtol=RTOL)
+    np.testing.assert_allclose(b.intercept_, a.intercept_, rtol=RTOL)
+    np.testing.assert_allclose(b.sigma_, a.sigma_, rtol=RTOL, atol=RTOL * np.abs(a.sigma_).max())
+    np.testing.assert_allclose(b.log_marginal_likelihood_value_, a.log_marginal_likelihood_value_)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        LaplaceLogisticRegression(),
+        LaplaceProbitRegression(C=0.5, fit_intercept=False),
+        VSLogisticRegression(random_state=0),
+        # With dask input the kernel is Laplace's (EP needs the rows in memory).
+        VSProbitRegression(strategy="global", kernel="laplace", n_samples=300, random_state=1),
+        ISProbitRegression(kernel="laplace", n_samples=2000, random_state=2),
+        BMCLogisticRegression(kernel="laplace", n_samples=200, random_state=3),
+    ],
+    ids=type,
+)
+def test_fit_on_a_cluster_equals_the_in_memory_fit(client, data, estimator):
+    X, y, weights = data
+    local = estimator.__sklearn_clone__().fit(X, y, sample_weight=weights)
+    Xd, yd, wd = as_dask(X, y, weights)
+    chunked = estimator.__sklearn_clone__().fit(Xd, yd, sample_weight=wd)
+    assert_same_posterior(local, chunked)
+    assert chunked.n_features_in_ == X.shape[1]
+    if hasattr(chunked, "strategy_"):
+        assert chunked.strategy_.tolist() == ["global"]
+        assert "dask" in chunked.strategy_reason_[0]
+
+
+def test_prediction_on_a_dask_array_is_lazy_and_equal(client, data):
+    X, y, _ = data
+    Xd, _ = as_dask(X, y)
+    model = VSLogisticRegression(random_state=0).fit(X, y)
+    for name in ("predict_proba", "predict_log_proba", "decision_function", "predict"):
+        lazy = getattr(model, name)(Xd)
+        assert isinstance(lazy, da.Array), name
+        expected = getattr(model, name)(X)
+        assert lazy.shape == expected.shape and lazy.dtype == expected.dtype, name
+        np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, err_msg=name)
+
+
+def test_three_classes_one_vs_rest_and_balanced_weights(client):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(900, 3))
+    y = np.array(["a", "b", "c"])[np.argmax(X @ rng.normal(size=(3, 3)), axis=1)]
+    local = LaplaceProbitRegression(class_weight="balanced").fit(X, y)
+    Xd, yd = as_dask(X, y, chunk=250)
+    chunked = LaplaceProbitRegression(class_weight="balanced").fit(Xd, yd)
+    assert_same_posterior(local, chunked)
+    assert chunked.classes_.tolist() == ["a", "b", "c"]
+    np.testing.assert_allclose(chunked.predict_proba(Xd).compute(), local.predict_proba(X))
+
+
+def test_sparse_chunks_equal_dense(client, data):
+    X, y, _ = data
+    X = np.where(np.abs(X) > 1.0, X, 0.0)
+    Xd, yd = as_dask(X, y)
+    dense = LaplaceLogisticRegression().fit(Xd, yd)
+    sparse = LaplaceLogisticRegression().fit(Xd.map_blocks(sp.csr_matrix), yd)
+    assert_same_posterior(dense, sparse)
+
+
+def test_unknown_chunk_sizes_and_the_local_scheduler(data):
+    # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
+    X, y, _ = data
+    keep = X[:, 3] > -1.0
+    Xd, yd = as_dask(X, y)
+    chunked = LaplaceLogisticRegression().fit(Xd[da.from_array(keep, chunks=700)], yd[keep])
+    assert_same_posterior(LaplaceLogisticRegression().fit(X[keep], y[keep]), chunked)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda X, y: (X.map_blocks(lambda b: np.where(b > 3, np.nan, b)), y), "NaN"),
+        (lambda X, y: (X, y[:-1]), "rows"),
+        (lambda X, y: (X[:, 0], y), "2-dimensional"),
+        (lambda X, y: (X, y * 0), "only one class"),
+        (lambda X, y: (X.astype(str), y), "real numbers"),
+    ],
+)
+def test_invalid_dask_input_raises_a_value_error(data, change, match):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=match):
+        LaplaceLogisticRegression().fit(*change(*as_dask(X, y)))
+
+
+def test_negative_weights_and_unsupported_fits_are_named(data):
+    X, y, weights = data
+    Xd, yd, wd = as_dask(X, y, -weights)
+    with pytest.raises(ValueError, match="Negative"):
+        LaplaceLogisticRegression().fit(Xd, yd, sample_weight=wd)
+    for estimator in (EPLogisticRegression(), VBLogisticRegression()):
+        with pytest.raises(TypeError, match="rows in memory"):
+            estimator.fit(Xd, yd)
+    with pytest.raises(ValueError, match="strategy='sites'"):
+        VSLogisticRegression(strategy="sites").fit(Xd, yd)
+    with pytest.raises(ValueError, match="multinomial"):
+        VSLogisticRegression().fit(Xd, (Xd[:, 0] > 0).astype(int) + (Xd[:, 1] > 0))
+    model = LaplaceLogisticRegression().fit(X, y)
+    with pytest.raises(ValueError, match="expecting 4 features"):
+        model.predict_proba(Xd[:, :3])
+
+
+def _warning_chunk(X, y):
+    warnings.warn(f"chunk of {len(y)} rows", UserWarning, stacklevel=1)
+    return len(y)
+
+
+def test_warnings_raised_on_the_workers_reach_the_caller(client, data):
+    X, y, _ = data
+    Xd, yd = as_dask(X, y, chunk=1000)
+    with pytest.warns(UserWarning, match="chunk of 1000 rows.*dask worker") as caught:
+        DaskChunks(_warning_chunk, [Xd, yd])
+    assert len(caught) == 1  # three chunks, one distinct warning
+
+
+def test_chunked_posterior_passes_move_only_small_results(client, data):
+    X, y, weights = data
+    Xd, yd, wd = as_dask(X, np.where(y == 1, 1.0, -1.0), weights)
+    model = ChunkedPosterior(Xd, yd, wd, "logistic", prior_var=1.0, intercept_prior_var=None)
+    theta = np.random.default_rng(0).normal(size=(50, 4))
+    sent, received = model.chunks.bytes_sent, model.chunks.bytes_received
+    model.log_density(theta)
+    # The arguments once, and N values per chunk back: no rows.
+    assert model.chunks.bytes_sent - sent == theta.nbytes
+    assert model.chunks.bytes_received - received == model.chunks.n_chunks * 50 * 8

@@ -1,0 +1,160 @@
+"""Dask arrays as training and prediction data: validated and used chunk by chunk.
+
+The rows of a dask array are never gathered in this process: the checks of ``fit`` (shape,
+numeric dtype, finiteness, the classes, the weights) are reductions computed where the
+chunks are, in one ``dask.compute``; the labels and weights the model needs stay lazy
+arrays chunked like X; prediction maps the fitted estimator over X's chunks and returns a
+lazy dask array.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.multiclass import type_of_target
+
+__all__ = ["chunkwise_prediction", "validate_dask_fit_data"]
+
+
+def _block_finite(block) -> np.ndarray:
+    values = block.data if sp.issparse(block) else np.asarray(block)
+    return np.array([[bool(np.isfinite(values).all())]])
+
+
+def _as_float(block):
+    return block.astype(np.float64) if block.dtype != np.float64 else block
+
+
+def _rows_like(values, X, name: str):
+    """``values`` (dask or in-memory, 1-D) as a dask array chunked like X's rows."""
+    import dask.array as da
+
+    if not hasattr(values, "to_delayed"):
+        values = np.asarray(values)
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values.ravel()
+        values = da.from_array(values, chunks=(X.chunks[0],))
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-dimensional; got shape {values.shape}.")
+    if values.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"X has {X.shape[0]} rows but {name} has {values.shape[0]}; they must match."
+        )
+    return values.rechunk((X.chunks[0],))
+
+
+def _check_dask_X(estimator, X):
+    """X with known row chunks, one column chunk and float64 blocks (lazily)."""
+    if X.ndim != 2:
+        raise ValueError(
+            f"Expected a 2-dimensional dask array for X; got {X.ndim} dimension(s) with shape "
+            f"{X.shape}. Reshape it, e.g. X.reshape(-1, 1) for a single feature."
+        )
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool) or np.issubdtype(
+        X.dtype, np.complexfloating
+    ):
+        raise ValueError(
+            f"X must hold real numbers; the dask array has dtype {X.dtype}. Encode text or "
+            f"categorical columns first (e.g. dask_ml's preprocessing)."
+        )
+    if any(np.isnan(c) for c in X.chunks[0]):
+        X = X.compute_chunk_sizes()  # a count per chunk: only sizes come back
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"X has shape {X.shape}; at least one row and one feature are needed.")
+    X = X.rechunk({1: -1})
+    return X.map_blocks(_as_float, dtype=np.float64)
+
+
+def check_prediction_input(estimator, X):
+    """A dask X for prediction: 2-D, numeric, with the features seen in fit (lazily)."""
+    X = _check_dask_X(estimator, X)
+    if X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    return X
+
+
+def validate_dask_fit_data(estimator, X, y, sample_weight):
+    """``(X, classes, y_index, weights, counts, weighted_counts)`` for a dask X, checked
+    where the chunks are.
+
+    ``X`` comes back as float64 with one column chunk, ``y_index`` (class indices) and
+    ``weights`` as dask arrays chunked like its rows; ``classes``, ``counts`` (rows per
+    class) and ``weighted_counts`` (their total sample weight) are small ndarrays.
+    """
+    import dask
+    import dask.array as da
+
+    X = _check_dask_X(estimator, X)
+    estimator.n_features_in_ = X.shape[1]
+    if hasattr(estimator, "feature_names_in_"):
+        del estimator.feature_names_in_
+    y = _rows_like(y, X, "y")
+    if sample_weight is None:
+        weights = da.ones(X.shape[0], chunks=(X.chunks[0],))
+    elif isinstance(sample_weight, numbers.Number):
+        weights = da.full(X.shape[0], float(sample_weight), chunks=(X.chunks[0],))
+    else:
+        weights = _rows_like(sample_weight, X, "sample_weight").astype(np.float64)
+    finite = X.map_blocks(_block_finite, chunks=((1,) * X.numblocks[0], (1,)), dtype=bool)
+    checks = (
+        finite.all(),
+        da.unique(y),
+        da.isfinite(weights).all(),
+        (weights < 0).any(),
+    )
+    x_finite, classes, w_finite, w_negative = dask.compute(*checks)
+    if not x_finite:
+        raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
+    target = type_of_target(classes)
+    if target not in ("binary", "multiclass") and not (
+        target == "continuous" and np.all(np.equal(np.mod(classes, 1), 0))
+    ):
+        raise ValueError(
+            f"Unknown label type: {target}. Maybe you are trying to fit a classifier, which "
+            f"expects discrete classes on a regression target with continuous values."
+        )
+    if not w_finite:
+        raise ValueError("sample_weight contains NaN or infinity.")
+    if w_negative:
+        raise ValueError("Negative values in data passed to sample_weight")
+    y_index = y.map_blocks(_class_index, classes, dtype=np.intp)
+    k = len(classes)
+    counts, weighted_counts = dask.compute(
+        da.bincount(y_index, minlength=k), da.bincount(y_index, weights, minlength=k)
+    )
+    if not np.any(weighted_counts > 0):
+        raise ValueError("sample_weight is all zero; at least one weight must be positive.")
+    return X, classes, y_index, weights, counts, weighted_counts
+
+
+def _class_index(block, classes):
+    return np.searchsorted(classes, block).astype(np.intp)
+
+
+def class_weighted(weights, y_index, per_class: np.ndarray):
+    """The weights times each row's class weight (lazily)."""
+    return weights * y_index.map_blocks(_take, per_class, dtype=np.float64)
+
+
+def _take(block, values):
+    return values[block]
+
+
+def balanced_class_weight(counts: np.ndarray) -> np.ndarray:
+    """scikit-learn's "balanced" class weights ``n / (K · count_k)`` from the class counts."""
+    return counts.sum() / (len(counts) * counts.astype(np.float64))
+
+
+def chunkwise_prediction(method, X, n_columns: int | None, dtype):
+    """``method`` mapped over the row chunks of a checked dask X: a lazy dask array of
+    shape (M,) when ``n_columns`` is None, else (M, n_columns)."""
+    if n_columns is None:
+        return X.map_blocks(method, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
+    return X.map_blocks(method, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)

@@ -1,0 +1,156 @@
+"""Objects built from the row chunks of dask arrays, kept where they were built.
+
+A :class:`DaskChunks` builds one object per row chunk (e.g. the in-memory posterior of the
+chunk's rows) and keeps it there: on the workers of a ``distributed`` cluster when a
+client is active, else in this process (dask's local scheduler). Its :meth:`~DaskChunks.map`
+calls one method of every chunk's object with shared arguments, on the worker holding the
+chunk, and returns the results in chunk order: only the arguments (parameter vectors) and
+the results (vectors and small matrices) travel, never the rows. Warnings raised in a chunk
+are recorded there and raised again here, once each.
+
+dask is an optional dependency: it is imported only when a dask array is passed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["DaskChunks", "is_dask_array"]
+
+
+def is_dask_array(x) -> bool:
+    """Whether ``x`` is a dask array (without importing dask)."""
+    return type(x).__module__.startswith("dask.array") and hasattr(x, "to_delayed")
+
+
+def _active_client():
+    """The ``distributed`` client dask computes with, or None (local scheduler)."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
+    try:
+        return default_client()
+    except ValueError:  # no client
+        return None
+
+
+def _recorded(function: Callable, *args):
+    """``(function(*args), warnings)``: the warnings as (category, text) pairs, picklable."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = function(*args)
+    return result, [(w.category, str(w.message)) for w in caught]
+
+
+def _call_method(item, name: str, *args):
+    return getattr(item, name)(*args)
+
+
+def _relay(caught: Sequence[tuple[type[Warning], str]], seen: set) -> None:
+    for category, text in caught:
+        if (category, text) not in seen:
+            seen.add((category, text))
+            warnings.warn(f"{text} (raised on a dask worker)", category, stacklevel=4)
+
+
+class DaskChunks:
+    """One object per row chunk of dask arrays, built and kept where the chunk is.
+
+    Parameters
+    ----------
+    build : callable
+        ``build(*blocks)`` → the chunk's object, given the chunk's block of each array. A
+        module-level function (it is pickled to the workers).
+    arrays : sequence of dask arrays
+        Chunked by rows alike (one chunk along any other axis).
+
+    Attributes
+    ----------
+    n_chunks : int
+        Number of row chunks.
+    bytes_sent, bytes_received : int
+        Bytes of the arguments shipped to the chunks and of the results gathered back,
+        summed over the calls of :meth:`map` (the traffic of the rows' owner is only this).
+    """
+
+    def __init__(self, build: Callable, arrays: Sequence):
+        import dask
+
+        blocks = [np.asarray(a.to_delayed(), dtype=object).reshape(-1) for a in arrays]
+        tasks = [dask.delayed(_recorded)(build, *parts) for parts in zip(*blocks, strict=True)]
+        self.n_chunks = len(tasks)
+        self.bytes_sent = self.bytes_received = 0
+        self._client = _active_client()
+        if self._client is not None:
+            # Futures: the built objects stay on the workers that computed them.
+            self._items = self._client.compute(tasks)
+            built = self._client.gather(self._client.map(_first_warnings, self._items))
+        else:
+            self._items = list(dask.compute(*tasks, scheduler="threads"))
+            built = [item[1] for item in self._items]
+            self._items = [item[0] for item in self._items]
+        seen: set = set()
+        for caught in built:
+            _relay(caught, seen)
+        if self._client is not None:
+            self._items = self._client.map(_first, self._items)
+
+    def map(self, name: str, *args) -> list:
+        """``[chunk.name(*args) for chunk in chunks]``, each run where its chunk is."""
+        seen: set = set()
+        self.bytes_sent += sum(getattr(a, "nbytes", 0) for a in args)
+        if self._client is None:
+            out = []
+            for item in self._items:
+                result, caught = _recorded(_call_method, item, name, *args)
+                _relay(caught, seen)
+                out.append(result)
+            return out
+        client = self._client
+        # Arrays travel once to the cluster (the workers share them), not once per chunk.
+        shared = [client.scatter(a, hash=False) if isinstance(a, np.ndarray) else a for a in args]
+        futures = [
+            client.submit(_recorded, _call_method, item, name, *shared, pure=False)
+            for item in self._items
+        ]
+        out = []
+        for result, caught in client.gather(futures):
+            _relay(caught, seen)
+            out.append(result)
+        self.bytes_received += sum(_nbytes(r) for r in out)
+        return out
+
+    def sum(self, name: str, *args):
+        """The sum, in chunk order, of :meth:`map`'s results (numbers, arrays or tuples of
+        them): the same bits whatever the workers."""
+        results = self.map(name, *args)
+        total = results[0]
+        for r in results[1:]:
+            total = (
+                tuple(a + b for a, b in zip(total, r, strict=True))
+                if isinstance(total, tuple)
+                else total + r
+            )
+        return total
+
+    def release(self) -> None:
+        """Free the chunks' objects (on the workers)."""
+        self._items = []
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _first_warnings(pair):
+    return pair[1]
+
+
+def _nbytes(result) -> int:
+    if isinstance(result, tuple):
+        return sum(_nbytes(r) for r in result)
+    return int(getattr(result, "nbytes", 8))
