@@ -29,8 +29,8 @@ class ChunkedPosterior:
         Design matrix, chunked by rows only (dense or scipy.sparse chunks).
     y : dask array of shape (M,)
         Labels in {-1, +1}, chunked as X.
-    sample_weight : dask array of shape (M,)
-        Non-negative weights, chunked as X.
+    sample_weight : dask array of shape (M,) or None
+        Non-negative weights, chunked as X; None for ones.
     link : {"logistic", "probit"} or Link
         The binary link.
     prior_var, intercept_prior_var : float, float or None
@@ -74,7 +74,8 @@ class ChunkedPosterior:
             setattr(self, name, getattr(self._template, name))
         self.n_jobs = None
         spec = (self.link, float(prior_var), intercept_prior_var)
-        self.chunks = DaskChunks(_ChunkSpec(spec), [X, y, sample_weight])
+        arrays = [X, y] if sample_weight is None else [X, y, sample_weight]
+        self.chunks = DaskChunks(_ChunkSpec(spec), arrays)
         self.n_observations, self.n_design_entries = (int(v) for v in self.chunks.sum("sizes"))
 
     def log_prior(self, theta: np.ndarray) -> np.ndarray:
@@ -106,11 +107,11 @@ class _ChunkSpec:
     def __init__(self, spec):
         self.link, self.prior_var, self.intercept_prior_var = spec
 
-    def __call__(self, X, y, sample_weight) -> _Chunk:
+    def __call__(self, X, y, sample_weight=None) -> _Chunk:
         return _Chunk(
             X,
             y,
-            sample_weight,
+            np.ones(X.shape[0]) if sample_weight is None else sample_weight,
             self.link,
             prior_var=self.prior_var,
             intercept_prior_var=self.intercept_prior_var,
@@ -119,6 +120,12 @@ class _ChunkSpec:
 
 class _Chunk(BinaryGLMPosterior):
     """The posterior of one chunk's rows, with what the caller asks of a chunk."""
+
+    def __sizeof__(self) -> int:
+        # What dask's scheduler weighs (through sys.getsizeof) before moving a chunk.
+        design = self.design
+        rows = design.data.nbytes + design.indices.nbytes if sp.issparse(design) else design.nbytes
+        return object.__sizeof__(self) + rows + self.sample_weight.nbytes
 
     def sizes(self) -> tuple[int, int]:
         return self.n_observations, self.n_design_entries

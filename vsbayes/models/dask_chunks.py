@@ -13,6 +13,7 @@ dask is an optional dependency: it is imported only when a dask array is passed.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -46,8 +47,24 @@ def _recorded(function: Callable, *args):
     return result, [(w.category, str(w.message)) for w in caught]
 
 
-def _call_method(item, name: str, *args):
-    return getattr(item, name)(*args)
+class _Held:
+    """A chunk's object and the warnings its building raised."""
+
+    def __init__(self, build: Callable, *blocks):
+        self.item, self.caught = _recorded(build, *blocks)
+
+    def __sizeof__(self) -> int:
+        # dask weighs where to run a task by the bytes of its inputs (dask.sizeof falls
+        # back to sys.getsizeof): the chunk's object must say what it holds.
+        return object.__sizeof__(self) + sys.getsizeof(self.item)
+
+
+def _caught(held: _Held):
+    return held.caught
+
+
+def _call_method(held: _Held, name: str, *args):
+    return _recorded(getattr(held.item, name), *args)
 
 
 def _relay(caught: Sequence[tuple[type[Warning], str]], seen: set) -> None:
@@ -81,47 +98,54 @@ class DaskChunks:
         import dask
 
         blocks = [np.asarray(a.to_delayed(), dtype=object).reshape(-1) for a in arrays]
-        tasks = [dask.delayed(_recorded)(build, *parts) for parts in zip(*blocks, strict=True)]
+        tasks = [dask.delayed(_Held)(build, *parts) for parts in zip(*blocks, strict=True)]
         self.n_chunks = len(tasks)
         self.bytes_sent = self.bytes_received = 0
         self._client = _active_client()
-        if self._client is not None:
-            # Futures: the built objects stay on the workers that computed them.
-            self._items = self._client.compute(tasks)
-            built = self._client.gather(self._client.map(_first_warnings, self._items))
-        else:
+        if self._client is None:
             self._items = list(dask.compute(*tasks, scheduler="threads"))
-            built = [item[1] for item in self._items]
-            self._items = [item[0] for item in self._items]
+            caught = [held.caught for held in self._items]
+        else:
+            from distributed import wait
+
+            # Futures: the objects stay on the workers that built them, where every pass
+            # over them is asked to run (it may run elsewhere only if that worker is gone).
+            self._items = self._client.compute(tasks)
+            wait(self._items)
+            holders = self._client.who_has(self._items)
+            self._workers = [list(holders[f.key]) for f in self._items]
+            caught = self._client.gather(self._submit_all(_caught))
         seen: set = set()
-        for caught in built:
-            _relay(caught, seen)
-        if self._client is not None:
-            self._items = self._client.map(_first, self._items)
+        for each in caught:
+            _relay(each, seen)
+
+    def _submit_all(self, function: Callable, *args) -> list:
+        return [
+            self._client.submit(
+                function, item, *args, workers=where, allow_other_workers=True, pure=False
+            )
+            for item, where in zip(self._items, self._workers, strict=True)
+        ]
 
     def map(self, name: str, *args) -> list:
         """``[chunk.name(*args) for chunk in chunks]``, each run where its chunk is."""
         seen: set = set()
         self.bytes_sent += sum(getattr(a, "nbytes", 0) for a in args)
         if self._client is None:
-            out = []
-            for item in self._items:
-                result, caught = _recorded(_call_method, item, name, *args)
-                _relay(caught, seen)
-                out.append(result)
-            return out
-        client = self._client
-        # Arrays travel once to the cluster (the workers share them), not once per chunk.
-        shared = [client.scatter(a, hash=False) if isinstance(a, np.ndarray) else a for a in args]
-        futures = [
-            client.submit(_recorded, _call_method, item, name, *shared, pure=False)
-            for item in self._items
-        ]
+            pairs = [_call_method(held, name, *args) for held in self._items]
+        else:
+            client = self._client
+            # Arrays travel once to the cluster (the workers share them), not once per chunk.
+            shared = [
+                client.scatter(a, hash=False) if isinstance(a, np.ndarray) else a for a in args
+            ]
+            pairs = client.gather(self._submit_all(_call_method, name, *shared))
         out = []
-        for result, caught in client.gather(futures):
+        for result, caught in pairs:
             _relay(caught, seen)
             out.append(result)
-        self.bytes_received += sum(_nbytes(r) for r in out)
+        if self._client is not None:
+            self.bytes_received += sum(_nbytes(r) for r in out)
         return out
 
     def sum(self, name: str, *args):
@@ -140,14 +164,6 @@ class DaskChunks:
     def release(self) -> None:
         """Free the chunks' objects (on the workers)."""
         self._items = []
-
-
-def _first(pair):
-    return pair[0]
-
-
-def _first_warnings(pair):
-    return pair[1]
 
 
 def _nbytes(result) -> int:

@@ -1,0 +1,283 @@
+"""Data beyond one process (issue 15): VSLogisticRegression on dask arrays on a LocalCluster.
+
+For each number of rows M (× 20 features, a logistic model with a known coefficient
+vector), the data are generated lazily on a 2-worker ``distributed.LocalCluster`` (one
+thread per worker process; each chunk's rows and labels from its own seeded generator, so
+that nothing is computed in the caller) and ``VSLogisticRegression(random_state=0).fit``
+runs on the dask arrays. Recorded per M:
+
+* the fit's time, and for M ≤ ``--compare-up-to`` the in-memory fit's on the same rows
+  (computed into this process) in the same process: the ratio, and the largest relative
+  difference of the two posteriors (coefficients, intercept, covariance);
+* the peak resident memory of the caller over its memory before the fit (sampled every
+  20 ms; the caller also runs the LocalCluster's scheduler), and of each worker process;
+* the bytes moved: everything on the loopback interface during the fit (caller, scheduler
+  and workers all talk through it: an upper bound of the traffic), the workers' transfers
+  to each other (their transfer logs), and the arguments and results of the chunk passes
+  (counted by :class:`vsbayes.models.dask_chunks.DaskChunks`) — against X's size.
+
+Targets (issue 15): at 10⁷ rows the fit completes, the caller's peak grows by ≤ 200 MB
+and the traffic is ≤ 5 % of X; the posterior equals the in-memory fit's at 10⁶ rows to
+1e-8 relative; the time at 10⁶ rows ≤ 1.5 × the in-memory fit's.
+
+Usage: python benchmarks/distributed.py [--rows 1e5 1e6 1e7] [--compare-up-to 1e6]
+Writes benchmarks/results/distributed.{csv,json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+# This file's name is the package's: its directory must not be on the path, or
+# ``import distributed`` (here and in the worker processes, which inherit the path) finds it.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_spec = importlib.util.spec_from_file_location("_common", _HERE / "_common.py")
+_common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_common)
+RESULTS, machine, machine_line = _common.RESULTS, _common.machine, _common.machine_line
+write_csv, write_json = _common.write_csv, _common.write_json
+
+N_FEATURES = 20
+COEF = np.linspace(-1.0, 1.0, N_FEATURES)
+
+
+def _chunk_rows(block_id, rows: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, block_id[0]])
+    return rng.normal(size=(rows, N_FEATURES))
+
+
+def _chunk_labels(X: np.ndarray, seed: int, block_id=None) -> np.ndarray:
+    rng = np.random.default_rng([seed, 1_000_003, block_id[0]])
+    return (X @ COEF + 0.5 + rng.logistic(size=len(X)) > 0).astype(np.int64)
+
+
+def lazy_data(n_rows: int, chunk_rows: int, seed: int = 0):
+    """X (n_rows × 20) and y as dask arrays whose chunks are generated where computed."""
+    import dask.array as da
+
+    sizes = [chunk_rows] * (n_rows // chunk_rows)
+    if n_rows % chunk_rows:
+        sizes.append(n_rows % chunk_rows)
+    blocks = [
+        da.from_delayed(_delayed_rows(i, rows, seed), shape=(rows, N_FEATURES), dtype=float)
+        for i, rows in enumerate(sizes)
+    ]
+    X = da.concatenate(blocks, axis=0)
+    y = X.map_blocks(_chunk_labels, seed, drop_axis=1, dtype=np.int64)
+    return X, y
+
+
+def _delayed_rows(index: int, rows: int, seed: int):
+    import dask
+
+    return dask.delayed(_chunk_rows, pure=True)((index,), rows, seed)
+
+
+class Sampler:
+    """Peak RSS of this process and of the worker processes, sampled in a thread."""
+
+    def __init__(self, worker_pids):
+        import psutil
+
+        self._me = psutil.Process()
+        self._workers = [psutil.Process(pid) for pid in worker_pids]
+        self.base = self._me.memory_info().rss
+        self.worker_base = [w.memory_info().rss for w in self._workers]
+        self.peak, self.worker_peak = self.base, list(self.worker_base)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._me.memory_info().rss)
+            for i, w in enumerate(self._workers):
+                self.worker_peak[i] = max(self.worker_peak[i], w.memory_info().rss)
+            self._stop.wait(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def loopback_bytes() -> int:
+    import psutil
+
+    counters = psutil.net_io_counters(pernic=True)
+    return int(counters["lo"].bytes_sent) if "lo" in counters else 0
+
+
+def _outgoing(dask_worker) -> int:
+    return int(dask_worker.transfer_outgoing_bytes_total)
+
+
+def run(n_rows: int, chunk_rows: int, compare: bool, client) -> dict:
+    import os
+
+    from vsbayes import VSLogisticRegression
+    from vsbayes.models import chunked
+
+    X, y = lazy_data(n_rows, chunk_rows)
+    x_bytes = n_rows * N_FEATURES * 8
+    passes = []
+    original = chunked.ChunkedPosterior.__init__
+
+    def recording(self, *args, **kwargs):  # keeps the chunk store's traffic counters
+        original(self, *args, **kwargs)
+        passes.append(self.chunks)
+
+    chunked.ChunkedPosterior.__init__ = recording
+    pids = list(client.run(os.getpid).values())
+    transfers = sum(client.run(_outgoing).values())
+    lo = loopback_bytes()
+    with Sampler(pids) as memory, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.perf_counter()
+        model = VSLogisticRegression(random_state=0).fit(X, y)
+        seconds = time.perf_counter() - start
+    chunked.ChunkedPosterior.__init__ = original
+    lo = loopback_bytes() - lo
+    transfers = sum(client.run(_outgoing).values()) - transfers
+    row = {
+        "rows": n_rows,
+        "chunks": X.numblocks[0],
+        "x_mb": x_bytes / 1e6,
+        "fit_s": seconds,
+        "strategy": str(model.strategy_[0]),
+        "n_samples": int(model.posteriors_[0].n_samples),
+        "caller_peak_growth_mb": (memory.peak - memory.base) / 1e6,
+        "worker_peak_mb": max(memory.worker_peak) / 1e6,
+        "loopback_mb": lo / 1e6,
+        "worker_transfer_mb": transfers / 1e6,
+        "pass_args_mb": sum(p.bytes_sent for p in passes) / 1e6,
+        "pass_results_mb": sum(p.bytes_received for p in passes) / 1e6,
+        "traffic_share": lo / x_bytes,
+        "warnings": "; ".join(sorted({str(w.message)[:120] for w in caught})),
+    }
+    if compare:
+        X_local, y_local = (np.asarray(a) for a in client.compute([X, y], sync=True))
+        start = time.perf_counter()
+        local = VSLogisticRegression(random_state=0).fit(X_local, y_local)
+        row["in_memory_s"] = time.perf_counter() - start
+        row["ratio"] = seconds / row["in_memory_s"]
+        row["max_rel_diff"] = max(
+            float(np.max(np.abs(a - b) / np.abs(b).max()))
+            for a, b in (
+                (model.coef_, local.coef_),
+                (model.intercept_, local.intercept_),
+                (model.sigma_, local.sigma_),
+            )
+        )
+        del X_local, y_local
+    return row
+
+
+def report(rows: list[dict], info: dict) -> str:
+    lines = [
+        "# Dask arrays on a LocalCluster: VSLogisticRegression over row chunks",
+        "",
+        "Produced by `benchmarks/distributed.py`. Data: M rows × 20 standard normal features,",
+        "labels from a logistic model, generated chunk by chunk on a 2-worker",
+        "`distributed.LocalCluster` (one thread per worker process); "
+        "`VSLogisticRegression(random_state=0).fit(X, y)` on the dask arrays. The in-memory",
+        "fit (same rows computed into this process, same seed) is timed in the same process.",
+        "Memory: peak resident set over the fit, sampled every 20 ms (the caller also runs",
+        "the scheduler). Traffic: all bytes on the loopback interface during the fit (caller,",
+        "scheduler and workers all talk through it: an upper bound), the workers' transfers",
+        "to each other, and the chunk passes' arguments and results.",
+        "",
+        "| rows | chunks | X (MB) | fit (s) | in memory (s) | ratio | max rel. diff | "
+        "caller peak growth (MB) | worker peak (MB) | loopback (MB) | share of X | "
+        "worker↔worker (MB) | pass args / results (MB) | strategy, N |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['rows']:.0e} | {r['chunks']} | {r['x_mb']:.0f} | {r['fit_s']:.1f} | "
+            f"{r.get('in_memory_s', float('nan')):.1f} | {r.get('ratio', float('nan')):.2f} | "
+            f"{r.get('max_rel_diff', float('nan')):.2g} | {r['caller_peak_growth_mb']:.0f} | "
+            f"{r['worker_peak_mb']:.0f} | {r['loopback_mb']:.1f} | "
+            f"{100 * r['traffic_share']:.2f} % | {r['worker_transfer_mb']:.1f} | "
+            f"{r['pass_args_mb']:.1f} / {r['pass_results_mb']:.1f} | "
+            f"{r['strategy']}, {r['n_samples']} |"
+        )
+    warned = [f"{r['rows']:.0e}: {r['warnings']}" for r in rows if r["warnings"]]
+    lines += ["", "Warnings: " + ("; ".join(warned) if warned else "none."), ""]
+    lines.append(machine_line(info))
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    m = [r["rows"] for r in rows]
+    axes[0].loglog(m, [r["fit_s"] for r in rows], "o-", label="dask, LocalCluster")
+    compared = [r for r in rows if "in_memory_s" in r]
+    axes[0].loglog(
+        [r["rows"] for r in compared],
+        [r["in_memory_s"] for r in compared],
+        "s--",
+        label="in memory",
+    )
+    axes[0].set(xlabel="rows", ylabel="fit time (s)", title="VSLogisticRegression, 20 features")
+    axes[0].legend()
+    axes[1].loglog(m, [r["x_mb"] for r in rows], "k:", label="X")
+    axes[1].loglog(m, [r["loopback_mb"] for r in rows], "o-", label="bytes moved (loopback)")
+    axes[1].loglog(
+        m, [max(r["caller_peak_growth_mb"], 1e-1) for r in rows], "^-", label="caller's peak growth"
+    )
+    axes[1].set(xlabel="rows", ylabel="MB", title="what the caller holds and moves")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6, 1e7])
+    parser.add_argument("--compare-up-to", type=float, default=1e6)
+    parser.add_argument("--chunk-rows", type=int, default=250_000)
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+    from distributed import Client, LocalCluster
+
+    out = Path(args.out)
+    rows = []
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        for m in args.rows:
+            row = run(int(m), args.chunk_rows, m <= args.compare_up_to, client)
+            print(
+                {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
+                flush=True,
+            )
+            rows.append(row)
+    info = machine()
+    write_csv(out / "distributed.csv", rows)
+    write_json(out / "distributed.json", {"machine": info, "rows": rows})
+    (out / "distributed.md").write_text(report(rows, info))
+    plot(rows, out / "distributed.png")
+
+
+if __name__ == "__main__":
+    main()
