@@ -85,8 +85,9 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     where the chunks are.
 
     ``X`` comes back as float64 with one column chunk, ``y_index`` (class indices) and
-    ``weights`` as dask arrays chunked like its rows; ``classes``, ``counts`` (rows per
-    class) and ``weighted_counts`` (their total sample weight) are small ndarrays.
+    ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``,
+    ``counts`` (rows per class) and ``weighted_counts`` (their total sample weight) are
+    small ndarrays.
     """
     import dask
     import dask.array as da
@@ -97,19 +98,25 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
         del estimator.feature_names_in_
     y = _rows_like(y, X, "y")
     if sample_weight is None:
-        weights = da.ones(X.shape[0], chunks=(X.chunks[0],))
+        # No array of ones: the chunks make their own (a separate array's chunks could be
+        # computed on other workers than X's, and travel).
+        weights = None
     elif isinstance(sample_weight, numbers.Number):
         weights = da.full(X.shape[0], float(sample_weight), chunks=(X.chunks[0],))
     else:
         weights = _rows_like(sample_weight, X, "sample_weight").astype(np.float64)
     finite = X.map_blocks(_block_finite, chunks=((1,) * X.numblocks[0], (1,)), dtype=bool)
-    checks = (
-        finite.all(),
-        da.unique(y),
-        da.isfinite(weights).all(),
-        (weights < 0).any(),
+    w_finite, w_negative = (
+        (True, False)
+        if weights is None
+        else (
+            da.isfinite(weights).all(),
+            (weights < 0).any(),
+        )
     )
-    x_finite, classes, w_finite, w_negative = dask.compute(*checks)
+    x_finite, classes, w_finite, w_negative = dask.compute(
+        finite.all(), da.unique(y), w_finite, w_negative
+    )
     if not x_finite:
         raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
     target = type_of_target(classes)
@@ -126,9 +133,11 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
         raise ValueError("Negative values in data passed to sample_weight")
     y_index = y.map_blocks(_class_index, classes, dtype=np.intp)
     k = len(classes)
-    counts, weighted_counts = dask.compute(
-        da.bincount(y_index, minlength=k), da.bincount(y_index, weights, minlength=k)
-    )
+    counts = da.bincount(y_index, minlength=k)
+    if weights is None:
+        counts = weighted_counts = counts.compute()
+    else:
+        counts, weighted_counts = dask.compute(counts, da.bincount(y_index, weights, minlength=k))
     if not np.any(weighted_counts > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return X, classes, y_index, weights, counts, weighted_counts
@@ -139,8 +148,9 @@ def _class_index(block, classes):
 
 
 def class_weighted(weights, y_index, per_class: np.ndarray):
-    """The weights times each row's class weight (lazily)."""
-    return weights * y_index.map_blocks(_take, per_class, dtype=np.float64)
+    """The weights (None: ones) times each row's class weight (lazily)."""
+    per_row = y_index.map_blocks(_take, per_class, dtype=np.float64)
+    return per_row if weights is None else weights * per_row
 
 
 def _take(block, values):
