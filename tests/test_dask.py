@@ -32,7 +32,7 @@ def client():
     # Worker processes: the chunks' objects and the tasks go through pickling, as on a
     # real cluster.
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as cluster, distributed.Client(cluster) as client:
         yield client
 
