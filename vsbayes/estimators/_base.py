@@ -30,7 +30,12 @@ from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..gaussian import Gaussian
-from ..models import BinaryGLMPosterior, ChunkedPosterior, SoftmaxGLMPosterior
+from ..models import (
+    BinaryGLMPosterior,
+    ChunkedPosterior,
+    ChunkedSoftmaxPosterior,
+    SoftmaxGLMPosterior,
+)
 from ..models.dask_chunks import is_dask_array
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._prediction import PosteriorPrediction
@@ -216,13 +221,6 @@ class BayesianGLMClassifier(
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
         self._check_weighted_classes(weighted)
-        if len(self.classes_) > 2 and self._multinomial:
-            raise ValueError(
-                f"{type(self).__name__} fits more than two classes with the multinomial "
-                f"posterior, which does not take dask arrays yet. Pass X.compute() if the "
-                f"data fit in memory, or fit one-vs-rest posteriors, e.g. "
-                f"{type(self).__name__.replace('Logistic', 'Probit')}."
-            )
         return X, y_index, weights
 
     def _check_n_classes(self) -> None:
@@ -278,19 +276,25 @@ class BayesianGLMClassifier(
         return posterior, laplace
 
     def _fit_multinomial(self, X, y_index, weights, rng) -> tuple[Gaussian, LaplaceResult]:
-        model = SoftmaxGLMPosterior(
-            X,
-            y_index,
-            weights,
-            len(self.classes_),
-            prior_var=float(self.C),
-            intercept_prior_var=INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
-            n_jobs=self._n_jobs(),
-        )
-        laplace = softmax_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-        posterior = self._or_laplace(
-            self._multinomial_posterior, model, laplace, rng, "of the multinomial posterior"
-        )
+        k = len(self.classes_)
+        priors = {
+            "prior_var": float(self.C),
+            "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
+        }
+        if is_dask_array(X):
+            model = ChunkedSoftmaxPosterior(X, y_index, weights, k, **priors)
+        else:
+            model = SoftmaxGLMPosterior(X, y_index, weights, k, n_jobs=self._n_jobs(), **priors)
+        try:
+            laplace = softmax_laplace(
+                model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose
+            )
+            posterior = self._or_laplace(
+                self._multinomial_posterior, model, laplace, rng, "of the multinomial posterior"
+            )
+        finally:
+            if is_dask_array(X):
+                model.chunks.release()
         return posterior, laplace
 
     def _store_multinomial(self, posterior: Gaussian, laplace: LaplaceResult, n_features):

@@ -1,6 +1,6 @@
 """Layer 4 — log-density models (the likelihoods of the estimators, and test targets)."""
 
-from .chunked import ChunkedPosterior
+from .chunked import ChunkedPosterior, ChunkedSoftmaxPosterior
 from .gaussian_mixture import GaussianMixtureTarget
 from .glm import BinaryGLMPosterior
 from .links import LogisticLink, ProbitLink, get_link
@@ -11,6 +11,7 @@ from .softmax_predictive import softmax_predictive_log_proba
 __all__ = [
     "BinaryGLMPosterior",
     "ChunkedPosterior",
+    "ChunkedSoftmaxPosterior",
     "GaussianMixtureTarget",
     "LogisticLink",
     "ProbitLink",
