@@ -211,3 +211,20 @@ def test_chunked_posterior_passes_move_only_small_results(client, data):
     # The arguments once, and N values per chunk back: no rows.
     assert model.chunks.bytes_sent - sent == theta.nbytes
     assert model.chunks.bytes_received - received == model.chunks.n_chunks * 50 * 8
+
+
+def test_joblib_dask_backend_gives_the_same_bits(client):
+    # In-memory data with n_jobs inside joblib's dask backend: the likelihood's blocks run
+    # on the workers (one BLAS thread, as every fit's BLAS calls), the same blocks as in
+    # this process, so the same bits.
+    joblib = pytest.importorskip("joblib")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 3))  # several likelihood blocks of 256 points
+    y = (X[:, 0] + rng.logistic(size=3000) > 0).astype(int)
+    estimator = VSLogisticRegression(strategy="global", kernel="laplace", random_state=0)
+    local = estimator.__sklearn_clone__().fit(X, y)
+    with joblib.parallel_config(backend="dask"), distributed.get_task_stream(client) as tasks:
+        remote = estimator.__sklearn_clone__().set_params(n_jobs=2).fit(X, y)
+    assert tasks.data  # the blocks did run on the workers
+    np.testing.assert_array_equal(remote.coef_, local.coef_)
+    np.testing.assert_array_equal(remote.sigma_, local.sigma_)
