@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._warnings import warn
+
 __all__ = ["DaskChunks", "is_dask_array"]
 
 
@@ -71,7 +73,7 @@ def _relay(caught: Sequence[tuple[type[Warning], str]], seen: set) -> None:
     for category, text in caught:
         if (category, text) not in seen:
             seen.add((category, text))
-            warnings.warn(f"{text} (raised on a dask worker)", category, stacklevel=4)
+            warn(f"{text} (raised on a dask worker)", category)
 
 
 class DaskChunks:
