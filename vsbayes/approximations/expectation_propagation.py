@@ -72,9 +72,29 @@ def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
     return GLMGaussian(model, tau, linear, what="EP posterior precision")
 
 
-def _cavity(post: GLMGaussian, tau, nu, copies):
-    """Cavity precision and linear term of one copy of each factor."""
-    return 1.0 / post.t_var - tau / copies, post.t_mean / post.t_var - nu / copies
+def _cavity(t_mean, t_var, tau, nu, copies):
+    """Cavity precision and linear term of one copy of each factor, from the marginal
+    mean and variance of each ``t_i`` under the posterior."""
+    return 1.0 / t_var - tau / copies, t_mean / t_var - nu / copies
+
+
+def new_sites(link, t_mean, t_var, tau, nu, copies, power, site_fit):
+    """One undamped EP update of the sites ``(τ, ν)``, row by row, from the posterior's
+    marginals ``t_mean``, ``t_var`` of the ``t_i`` (any block of rows: the update is
+    local to each row)."""
+    cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
+    # A site whose cavity is not a proper Gaussian keeps its parameters this sweep.
+    ok = cav_tau > 0
+    cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
+    _, m, v = link.tilted_moments(cav_nu * cav_var, cav_var, power, method=site_fit)
+    # So does a site whose tilted moments are not usable (a variance lost to round-off
+    # on cavities of variance ~1e15).
+    ok &= (v > 0) & np.isfinite(m) & np.isfinite(v)
+    v = np.where(ok, v, 1.0)
+    return (
+        np.where(ok, copies * (1.0 / v - cav_tau), tau),
+        np.where(ok, copies * (m / v - cav_nu), nu),
+    )
 
 
 @blas_policy
@@ -92,8 +112,9 @@ def expectation_propagation(
 
     Parameters
     ----------
-    model : BinaryGLMPosterior
-        The posterior.
+    model : BinaryGLMPosterior or ChunkedPosterior
+        The posterior. With rows in dask chunks, the sites stay in the chunks and the
+        sweeps are plainly damped (:mod:`~vsbayes.approximations.chunked_ep`).
     damping : float, default=0.85
         Fraction of the new site parameters taken at each sweep (1 = undamped); smaller
         values converge on harder problems (near-separable data), more slowly.
@@ -130,9 +151,15 @@ def expectation_propagation(
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
-    copies, power = _split_weights(model.sample_weight)
     if start is None:
         start = glm_laplace(model).mean
+    if not model.rows_in_memory:  # rows in dask chunks: the sites stay with them
+        from .chunked_ep import chunked_expectation_propagation
+
+        return chunked_expectation_propagation(
+            model, damping=damping, tol=tol, max_iter=max_iter, start=start, site_fit=site_fit
+        )
+    copies, power = _split_weights(model.sample_weight)
     t = np.asarray(model.design @ np.asarray(start, dtype=float)).ravel()
     slope, curvature = model.link.derivatives(t)
     tau = model.sample_weight * curvature
@@ -145,19 +172,9 @@ def expectation_propagation(
     best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
     while n_iter < max_iter:
         n_iter += 1
-        cav_tau, cav_nu = _cavity(post, tau, nu, copies)
-        # A site whose cavity is not a proper Gaussian keeps its parameters this sweep.
-        ok = cav_tau > 0
-        cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
-        _, t_mean, t_var = model.link.tilted_moments(
-            cav_nu * cav_var, cav_var, power, method=site_fit
+        new_tau, new_nu = new_sites(
+            model.link, post.t_mean, post.t_var, tau, nu, copies, power, site_fit
         )
-        # So does a site whose tilted moments are not usable (a variance lost to round-off
-        # on cavities of variance ~1e15).
-        ok &= (t_var > 0) & np.isfinite(t_mean) & np.isfinite(t_var)
-        t_var = np.where(ok, t_var, 1.0)
-        new_tau = np.where(ok, copies * (1.0 / t_var - cav_tau), tau)
-        new_nu = np.where(ok, copies * (t_mean / t_var - cav_nu), nu)
         damped = (1.0 - damping) * sites + damping * np.concatenate([new_tau, new_nu])
         scale = 1.0 + np.abs(sites)
         residual = (damped - sites) / scale
@@ -234,25 +251,30 @@ def expectation_propagation(
 
 
 def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fit) -> float:
-    """EP's log evidence: site normalizers times the Gaussian integral of prior × sites.
+    """EP's log evidence: site normalizers times the Gaussian integral of prior × sites."""
+    sites, improper = site_log_normalizers(
+        model.link, post.t_mean, post.t_var, tau, nu, model.sample_weight, site_fit
+    )
+    check_cavities(improper)
+    return sites + gaussian_log_evidence(model, post)
+
+
+def site_log_normalizers(link, t_mean, t_var, tau, nu, weights, site_fit) -> tuple[float, int]:
+    """``Σ_i copies_i log Z̃_i`` over a block of rows, and its number of improper cavities
+    (the sum is then meaningless).
 
     A copy's site ``exp(-τ t²/2 + ν t)`` with normalizer ``Z_i / ∫ site × cavity`` and
     ``∫ exp(-τ t²/2 + ν t) N(t; m, v) dt = (1 + τ v)^(-1/2)
     exp((ν² v + 2 ν m - τ m²) / (2 (1 + τ v)))``.
     """
-    copies, power = _split_weights(model.sample_weight)
-    cav_tau, cav_nu = _cavity(post, tau, nu, copies)
+    copies, power = _split_weights(weights)
+    cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
     ok = cav_tau > 0
     if not ok.all():
-        raise EstimationError(
-            f"{int((~ok).sum())} of the final expectation-propagation cavities are improper "
-            f"(EP stopped short of a fixed point, or round-off in an ill-conditioned "
-            f"posterior), so EP has no evidence estimate. Increase max_iter or lower damping; "
-            f"standardize the features if their scales differ widely."
-        )
+        return math.nan, int((~ok).sum())
     cav_var = 1.0 / cav_tau
     cav_mean = cav_nu * cav_var
-    log_z, _, _ = model.link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
+    log_z, _, _ = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
     copy_tau, copy_nu = tau / copies, nu / copies
     denom = 1.0 + copy_tau * cav_var
     site_log_norm = (
@@ -260,12 +282,28 @@ def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fi
         + 0.5 * np.log(denom)
         - (copy_nu**2 * cav_var + 2.0 * copy_nu * cav_mean - copy_tau * cav_mean**2) / (2.0 * denom)
     )
-    gaussian = (
+    return float(copies @ site_log_norm), 0
+
+
+def check_cavities(improper: int) -> None:
+    """Raise EstimationError if some final cavities are improper (no evidence then)."""
+    if improper:
+        raise EstimationError(
+            f"{improper} of the final expectation-propagation cavities are improper "
+            f"(EP stopped short of a fixed point, or round-off in an ill-conditioned "
+            f"posterior), so EP has no evidence estimate. Increase max_iter or lower damping; "
+            f"standardize the features if their scales differ widely."
+        )
+
+
+def gaussian_log_evidence(model, post: GLMGaussian) -> float:
+    """The log integral of the prior times the Gaussian sites (EP's evidence without the
+    sites' normalizers)."""
+    return (
         0.5 * float(post.linear @ post.mean)
         - post.half_log_det
         - 0.5 * float(np.log(model.prior_var).sum())
     )
-    return float(copies @ site_log_norm) + gaussian
 
 
 class _Anderson:

@@ -78,10 +78,9 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         """The kernel: EP's posterior (to the fit's tolerance, so that results are
         reproducible to it, e.g. weights ≡ duplicated rows), or Laplace's if EP fails or
         does not converge (an unconverged EP can sit far from the posterior: sampling
-        from it measured a prior-like fit with sample weights of 1e3 and 1e-4), and for
-        rows in dask chunks."""
-        if self.kernel == "laplace" or not getattr(model, "rows_in_memory", True):
-            return laplace  # EP's sites are per row: not over dask chunks
+        from it measured a prior-like fit with sample weights of 1e3 and 1e-4)."""
+        if self.kernel == "laplace":
+            return laplace
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)

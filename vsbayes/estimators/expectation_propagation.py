@@ -23,8 +23,6 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
     """Base of the EP estimators: the damping parameter and the EP fit."""
 
     _method, _title = "ep", "expectation propagation"
-    # The sites are per row: EP over dask chunks is not implemented.
-    _takes_dask = False
 
     def __init__(
         self,

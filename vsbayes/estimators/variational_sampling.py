@@ -211,18 +211,19 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         return self._auto(model, kernel, rng, ep, ep_warnings, ep_trouble)
 
     def _chunked_posterior(self, model, laplace, rng):
-        """Rows in dask chunks: the global fit from the Laplace kernel (EP's sites are per
-        row, not over chunks)."""
+        """Rows in dask chunks (big data): "auto" takes the global fit from the Laplace
+        kernel, as for data-rich problems in memory, without EP's fit to compare with (a
+        dozen passes over the chunks); "sites" and "global" as in memory."""
         if self.strategy == "sites":
-            raise ValueError(
-                "strategy='sites' needs the rows in memory: expectation propagation over "
-                "dask chunks is not implemented. Use strategy='auto' or 'global' (the global "
-                "fit from the Laplace kernel), or pass X.compute() if the data fit in memory."
-            )
+            ep = ep_posterior(model, laplace, tol=self.tol)
+            return self._chose("sites", "strategy='sites'", ep)
         self._check_memory(model, self._total_samples(model.dim))
+        if self.strategy == "global":
+            fit = self._sample(model, self._sampling_kernel(model, laplace), rng)
+            return self._chose("global", "strategy='global'", fit)
         reason = (
-            f"strategy={self.strategy!r} with rows in dask chunks: the global fit from the "
-            f"Laplace kernel (expectation propagation needs the rows in memory)"
+            "strategy='auto' with rows in dask chunks: the global fit from the Laplace "
+            "kernel (big data; no EP fit to compare it with)"
         )
         return self._chose("global", reason, self._sample(model, laplace, rng))
 

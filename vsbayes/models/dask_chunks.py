@@ -65,8 +65,11 @@ def _caught(held: _Held):
     return held.caught
 
 
-def _call_method(held: _Held, name: str, *args):
-    return _recorded(getattr(held.item, name), *args)
+def _call(held: _Held, what: str | Callable, *args):
+    """``chunk.what(*args)`` for a method name, else ``what(chunk, *args)``."""
+    if isinstance(what, str):
+        return _recorded(getattr(held.item, what), *args)
+    return _recorded(what, held.item, *args)
 
 
 def _relay(caught: Sequence[tuple[type[Warning], str]], seen: set) -> None:
@@ -134,19 +137,21 @@ class DaskChunks:
             )
         return futures
 
-    def map(self, name: str, *args) -> list:
-        """``[chunk.name(*args) for chunk in chunks]``, each run where its chunk is."""
+    def map(self, what: str | Callable, *args) -> list:
+        """``[chunk.what(*args) for chunk in chunks]`` for a method's name, else
+        ``[what(chunk, *args) …]`` (a module-level function, which may keep state in the
+        chunk's object), each run where its chunk is."""
         seen: set = set()
         self.bytes_sent += sum(getattr(a, "nbytes", 0) for a in args)
         if self._client is None:
-            pairs = [_call_method(held, name, *args) for held in self._items]
+            pairs = [_call(held, what, *args) for held in self._items]
         else:
             client = self._client
             # Arrays travel once to the cluster (the workers share them), not once per chunk.
             shared = [
                 client.scatter(a, hash=False) if isinstance(a, np.ndarray) else a for a in args
             ]
-            pairs = client.gather(self._submit_all(_call_method, name, *shared))
+            pairs = client.gather(self._submit_all(_call, what, *shared))
         out = []
         for result, caught in pairs:
             _relay(caught, seen)
@@ -155,10 +160,10 @@ class DaskChunks:
             self.bytes_received += sum(_nbytes(r) for r in out)
         return out
 
-    def sum(self, name: str, *args):
+    def sum(self, what: str | Callable, *args):
         """The sum, in chunk order, of :meth:`map`'s results (numbers, arrays or tuples of
         them): the same bits whatever the workers."""
-        results = self.map(name, *args)
+        results = self.map(what, *args)
         total = results[0]
         for r in results[1:]:
             total = (
