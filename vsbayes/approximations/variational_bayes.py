@@ -38,8 +38,9 @@ class VBResult(DiagnosedGaussian):
         Updates of (ξ, posterior).
     converged : bool
         Whether the bound's last rise was below the tolerance.
-    xi : ndarray of shape (M,)
-        The variational parameters, one per observation with positive weight.
+    xi : ndarray of shape (M,) or None
+        The variational parameters, one per observation with positive weight (None for
+        rows in dask chunks, where they stay).
     """
 
     n_iter: int
@@ -66,8 +67,8 @@ def jaakkola_jordan(
 
     Parameters
     ----------
-    model : BinaryGLMPosterior
-        The posterior; its link must be logistic.
+    model : BinaryGLMPosterior or ChunkedPosterior
+        The posterior; its link must be logistic. Rows in dask chunks keep their ξ.
     start : Gaussian, optional
         Initial posterior for the ξ (e.g. the Laplace approximation); default the prior.
     tol : float, default=1e-8
@@ -83,6 +84,8 @@ def jaakkola_jordan(
     """
     if model.link.name != "logistic":
         raise ValueError(f"The Jaakkola-Jordan bound is for the logistic link, not {model.link}.")
+    if not model.rows_in_memory:
+        return _chunked_jaakkola_jordan(model, start=start, tol=tol, max_iter=max_iter)
     design, s, prior_var = model.design, model.sample_weight, model.prior_var
     b = np.asarray(design.T @ (0.5 * s)).ravel()
     # The row marginals of the starting Gaussian (the prior by default) give the first ξ.
@@ -110,10 +113,58 @@ def jaakkola_jordan(
         if gain <= tol * max(1.0, abs(bound)):
             converged = True
             break
+    _warn_unconverged(converged, max_iter, gain)
+    return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)
+
+
+def _warn_unconverged(converged: bool, max_iter: int, gain: float) -> None:
     if not converged:
         warn(
             f"The variational bound did not converge in max_iter={max_iter} updates (last "
             f"gain {gain:.3g} nats). Increase max_iter.",
             ConvergenceWarning,
         )
-    return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)
+
+
+def _chunked_jaakkola_jordan(model, *, start, tol, max_iter) -> VBResult:
+    """The same updates over rows in dask chunks: the ξ of each chunk are computed on its
+    worker from the posterior's mean and covariance, which give back ``Aᵀ diag(2 s λ) A``
+    and the chunk's terms of the bound (one pass per update)."""
+    chunks, prior_var = model.chunks, model.prior_var
+    b = chunks.sum(_half_weighted_rows)
+    mean, cov = (
+        (np.zeros(model.dim), np.diag(prior_var)) if start is None else (start.mean, start.cov)
+    )
+    half_log_det_prior = 0.5 * float(np.log(prior_var).sum())
+    bound, converged, n_iter = -math.inf, False, 0
+    while n_iter < max_iter:
+        n_iter += 1
+        gram, terms = chunks.sum(_bound_update, mean, cov)
+        gram[np.diag_indices(model.dim)] += 1.0 / prior_var
+        post = GLMGaussian(model, precision=gram, linear=b, what="variational precision")
+        mean, cov = post.mean, post.cov
+        new_bound = terms + 0.5 * float(b @ mean) - half_log_det_prior - post.half_log_det
+        gain, bound = new_bound - bound, new_bound
+        if gain <= tol * max(1.0, abs(bound)):
+            converged = True
+            break
+    _warn_unconverged(converged, max_iter, gain)
+    return VBResult(mean, cov, bound, n_iter=n_iter, converged=converged, xi=None)
+
+
+# --- on the workers ---------------------------------------------------------------------
+
+
+def _half_weighted_rows(chunk) -> np.ndarray:
+    return np.asarray(chunk.design.T @ (0.5 * chunk.sample_weight)).ravel()
+
+
+def _bound_update(chunk, mean: np.ndarray, cov: np.ndarray):
+    """The chunk's ξ from the posterior's marginals: its ``Aᵀ diag(2 s λ) A`` and its terms
+    ``Σ s (log σ(ξ) - ξ/2 + λ ξ²)`` of the bound."""
+    design, s = chunk.design, chunk.sample_weight
+    t_mean = np.asarray(design @ mean).ravel()
+    xi = np.sqrt(row_variances(design, cov, chunk.max_bytes) + t_mean * t_mean)
+    lam = _lambda(xi)
+    terms = float(s @ (log_expit(xi) - 0.5 * xi + lam * xi * xi))
+    return chunk.weighted_gram(2.0 * s * lam), terms

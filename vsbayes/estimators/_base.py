@@ -90,8 +90,6 @@ class BayesianGLMClassifier(
     _falls_back: bool = True
     #: Whether more than two classes get the multinomial posterior (else one-vs-rest).
     _multinomial: bool = False
-    #: Whether dask arrays are taken (fits that need only passes over row chunks).
-    _takes_dask: bool = True
 
     def __init__(
         self,
@@ -200,13 +198,6 @@ class BayesianGLMClassifier(
     def _dask_fit_data(self, X, y, sample_weight):
         """``(X, y_index, weights)`` of a dask X, all lazy and chunked alike (checked where
         the chunks are); sets ``classes_``."""
-        if not self._takes_dask:
-            raise TypeError(
-                f"{type(self).__name__} needs the rows in memory and does not take dask "
-                f"arrays. Use LaplaceLogisticRegression, VSLogisticRegression, "
-                f"ISLogisticRegression or BMCLogisticRegression (or their probit versions), "
-                f"or pass X.compute() if the data fit in memory."
-            )
         X, self.classes_, y_index, weights, counts, weighted = validate_dask_fit_data(
             self, X, y, sample_weight
         )

@@ -20,8 +20,6 @@ class VBLogisticRegression(BayesianGLMClassifier):
     # The Jaakkola–Jordan bound exists for the logistic link only.
     _method, _title = "vb", "variational Bayes (Jaakkola–Jordan bound)"
     _link = "logistic"
-    # The bound's parameters are per row: VB over dask chunks is not implemented.
-    _takes_dask = False
 
     def __init__(
         self,
