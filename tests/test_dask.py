@@ -233,8 +233,8 @@ def test_chunked_posterior_passes_move_only_small_results(client, data):
     theta = np.random.default_rng(0).normal(size=(50, 4))
     sent, received = model.chunks.bytes_sent, model.chunks.bytes_received
     model.log_density(theta)
-    # The arguments once, and N values per chunk back: no rows.
-    assert model.chunks.bytes_sent - sent == theta.nbytes
+    # The points with each chunk's task (small), and N values per chunk back: no rows.
+    assert model.chunks.bytes_sent - sent == model.chunks.n_chunks * theta.nbytes
     assert model.chunks.bytes_received - received == model.chunks.n_chunks * 50 * 8
 
 

@@ -23,6 +23,9 @@ from .._warnings import warn
 
 __all__ = ["DaskChunks", "is_dask_array"]
 
+# Arguments of a pass sent with every chunk's task when all their copies stay below this.
+_INLINE_BYTES = 2**20
+
 
 def is_dask_array(x) -> bool:
     """Whether ``x`` is a dask array (without importing dask)."""
@@ -95,8 +98,9 @@ class DaskChunks:
     n_chunks : int
         Number of row chunks.
     bytes_sent, bytes_received : int
-        Bytes of the arguments shipped to the chunks and of the results gathered back,
-        summed over the calls of :meth:`map` (the traffic of the rows' owner is only this).
+        Bytes of the arguments shipped to the cluster (once if scattered, else with each
+        chunk's task) and of the results gathered back, summed over the calls of
+        :meth:`map` (with a ``distributed`` client; the rows themselves never travel).
     """
 
     def __init__(self, build: Callable, arrays: Sequence):
@@ -142,15 +146,21 @@ class DaskChunks:
         ``[what(chunk, *args) …]`` (a module-level function, which may keep state in the
         chunk's object), each run where its chunk is."""
         seen: set = set()
-        self.bytes_sent += sum(getattr(a, "nbytes", 0) for a in args)
         if self._client is None:
             pairs = [_call(held, what, *args) for held in self._items]
         else:
             client = self._client
-            # Arrays travel once to the cluster (the workers share them), not once per chunk.
-            shared = [
-                client.scatter(a, hash=False) if isinstance(a, np.ndarray) else a for a in args
-            ]
+            # Large arrays (the N points) travel once to the cluster, the workers sharing
+            # them; small ones (θ, a p × p matrix) with each task, saving a round trip.
+            shared = []
+            for a in args:
+                nbytes = getattr(a, "nbytes", 0)
+                if isinstance(a, np.ndarray) and nbytes * self.n_chunks > _INLINE_BYTES:
+                    shared.append(client.scatter(a, hash=False))
+                    self.bytes_sent += nbytes
+                else:
+                    shared.append(a)
+                    self.bytes_sent += nbytes * self.n_chunks
             pairs = client.gather(self._submit_all(_call, what, *shared))
         out = []
         for result, caught in pairs:
