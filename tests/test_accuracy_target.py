@@ -53,3 +53,21 @@ def test_accuracy_and_budget_are_validated(data, name, value):
     X, y = data
     with pytest.raises((ValueError, TypeError), match=name):
         vsbayes.VSLogisticRegression(**{name: value}).fit(X, y)
+
+
+def test_the_default_target_drives_the_data_rich_global_fit_only(data):
+    # Data-rich (M ≥ 50n): "auto" takes the global fit by itself, and asks it for 0.01 nats.
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((20_000, 3))
+    y = (X @ [1.0, -0.5, 0.3] + rng.logistic(size=20_000) > 0).astype(int)
+    rich = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    n = n_family_params(X.shape[1] + 1)
+    assert rich.strategy_.tolist() == ["global"] and rich.stop_reason_.tolist() == ["target_kl"]
+    assert rich.kl_error_[0] * (1 + 1.2816 * math.sqrt(2 / n)) <= 0.01
+    # Elsewhere "auto" asks nothing: the same fit as without a target.
+    X, y = data
+    for strategy in ("auto", "global"):
+        default = vsbayes.VSLogisticRegression(strategy=strategy, random_state=0).fit(X, y)
+        none = vsbayes.VSLogisticRegression(strategy=strategy, target_kl=None, random_state=0)
+        np.testing.assert_array_equal(default.coef_, none.fit(X, y).coef_)
+    assert default.stop_reason_.tolist() == ["n_samples"]

@@ -42,11 +42,9 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     data = load_dataset(args.data, args.target)
     options = {}
     if args.method == "vs":
-        options = {
-            "strategy": args.strategy,
-            "target_kl": args.target_kl,
-            "time_budget": args.budget,
-        }
+        options = {"strategy": args.strategy, "time_budget": args.budget}
+        if args.target_kl is not None:  # else the estimator's default ("auto")
+            options["target_kl"] = args.target_kl
     estimator = make_estimator(
         args.method, args.link, C=args.C, n_samples=args.n_samples, seed=args.seed, **options
     )

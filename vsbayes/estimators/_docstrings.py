@@ -114,13 +114,17 @@ _SAMPLING_PARAMETERS = {
         Covariance inflation of the adapted kernels.{defaults_note}
 """,
     "target_kl": """\
-    target_kl : float, default=None
+    target_kl : float, "auto" or None, default="auto"
         Ask for an accuracy instead of a sample size: the global variational-sampling fit
         adds pooled rounds after its ``n_samples`` points until its predicted error
         ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
         ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
         :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
-        the global fit samples: EP's site fits are unaffected.
+        the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
+        the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
+        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
+        the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
+        whose N its work limit sets. ``None``: never a target.
     time_budget : float, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
         (without it, each doubling the points), only while the next one is predicted to
