@@ -248,8 +248,7 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
             "kernel (big data; no EP fit to compare it with)"
         )
         with self._asking_default_target():
-            start = self._data_rich_samples(model) if self.strategy == "auto" else None
-            fit = self._sample(model, laplace, rng, start)
+            fit = self._sample(model, laplace, rng, self._data_rich_samples(model))
         return self._chose("global", reason, fit)
 
     def _data_rich_samples(self, model) -> int | None:
