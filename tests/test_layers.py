@@ -13,6 +13,7 @@ LAYERS = {
     "vsbayes._memory": 0,
     "vsbayes._random": 0,
     "vsbayes._version": 0,
+    "vsbayes._sums": 0,
     "vsbayes._warnings": 0,
     "vsbayes.exceptions": 0,
     "vsbayes.gaussian": 1,

@@ -73,7 +73,7 @@ def chunked_expectation_propagation(
             ConvergenceWarning,
         )
     sites, improper = chunks.sum(_site_evidence, post.mean, post.cov, site_fit)
-    check_cavities(improper)
+    check_cavities(int(improper))
     return EPResult(
         post.mean,
         post.cov,

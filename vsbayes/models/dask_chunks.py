@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._sums import CompensatedSum
 from .._warnings import warn
 
 __all__ = ["DaskChunks", "is_dask_array"]
@@ -171,17 +172,20 @@ class DaskChunks:
         return out
 
     def sum(self, what: str | Callable, *args):
-        """The sum, in chunk order, of :meth:`map`'s results (numbers, arrays or tuples of
-        them): the same bits whatever the workers."""
+        """The compensated sum, in chunk order, of :meth:`map`'s results (numbers, arrays
+        or tuples of them): the same bits whatever the workers, and to a few ulps the sum
+        of any other grouping of the rows (:mod:`vsbayes._sums`)."""
         results = self.map(what, *args)
-        total = results[0]
-        for r in results[1:]:
-            total = (
-                tuple(a + b for a, b in zip(total, r, strict=True))
-                if isinstance(total, tuple)
-                else total + r
-            )
-        return total
+        single = not isinstance(results[0], tuple)
+        columns = [[r] for r in results] if single else results
+        totals = []
+        for terms in zip(*columns, strict=True):
+            total = CompensatedSum(np.shape(terms[0]))
+            for term in terms:
+                total.add(term)
+            value = total.result()
+            totals.append(value.item() if np.ndim(terms[0]) == 0 else value)
+        return totals[0] if single else tuple(totals)
 
     def release(self) -> None:
         """Free the chunks' objects (on the workers)."""

@@ -20,6 +20,7 @@ from scipy.linalg.blas import dsyrk
 
 from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
 from .._memory import block_bytes
+from .._sums import CompensatedSum
 from .links import Link, get_link
 
 __all__ = ["BinaryGLMPosterior", "add_prior"]
@@ -154,10 +155,12 @@ class BinaryGLMPosterior:
         else:
             with single_blas_thread():
                 parts = map_blocks(lambda a: _block_log_likelihood(*a), args)
-        out = np.zeros(n)
+        # Compensated: the same total, to a few ulps, for any grouping of the rows into
+        # blocks or dask chunks (vsbayes._sums).
+        out = CompensatedSum(n)
         for (rows, _), part in zip(tasks, parts, strict=True):
-            out[rows] += part
-        return out
+            out.add(part, rows)
+        return out.result()
 
     def _workers(self) -> int:
         # effective_n_jobs honours an enclosing joblib.parallel_config (n_jobs=None).
