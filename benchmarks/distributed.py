@@ -196,6 +196,7 @@ def run(n_rows: int, chunk_rows: int, compare: bool, client) -> dict:
         "pass_results_mb": sum(p.bytes_received for p in passes) / 1e6,
         "traffic_share": lo / x_bytes,
         "warnings": "; ".join(sorted({str(w.message)[:120] for w in caught})),
+        "load": os.getloadavg()[0],
     }
     if compare:
         X_local, y_local = (np.asarray(a) for a in client.compute([X, y], sync=True))
@@ -250,6 +251,12 @@ def report(rows: list[dict], info: dict) -> str:
         )
     warned = [f"{r['rows']:.0e}: {r['warnings']}" for r in rows if r["warnings"]]
     lines += ["", "Warnings: " + ("; ".join(warned) if warned else "none."), ""]
+    loads = ", ".join(f"{r['rows']:.0e}: {r['load']:.1f}" for r in rows)
+    lines += [
+        f"Load average (1 min) at the end of each fit, on {info['cores']} cores: {loads} "
+        f"(the cluster's own work counts in it; above ~2.5 another process was running).",
+        "",
+    ]
     lines.append(machine_line(info))
     return "\n".join(lines) + "\n"
 
