@@ -33,6 +33,8 @@ __all__ = ["SiteFits", "fit_sites"]
 # Newton stops after the step whose decrement per unit of fitted mass is below this: the
 # step is then ~1e-7 relative and, by quadratic convergence, leaves an error ~1e-14.
 _TOL = 1e-14
+# Largest relative spread of q̄ over the points for which the shared Hessian is taken.
+_CHORD = 0.1
 
 
 class SiteFits(NamedTuple):
@@ -94,7 +96,8 @@ def fit_sites(
     family = FullFamily(z)
     phi = family.feature_rows(slice(None))  # (P, n), shared by all sites
     log_window = -0.5 * np.einsum("pj,pj->p", z, z) - 0.5 * k * math.log(2.0 * math.pi)
-    t = kernel_mean[:, None, :] + np.einsum("mab,pb->mpa", kernel_chol, z)
+    t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
+    t += kernel_mean[:, None, :]
     log_ratio = np.asarray(log_target(t), dtype=float) - log_window  # log p̄ = log p/π
     # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p.
     shift = np.max(log_ratio, axis=1)
@@ -117,31 +120,66 @@ def fit_sites(
 
     everyone = np.arange(m)
     value, wq_all = objective(everyone, v)
-    pairs = (phi[:, :, None] * phi[:, None, :]).reshape(len(phi), -1)  # (P, n²)
+    # The Hessian's upper triangle: n(n + 1)/2 products per point, half the work of n²;
+    # formed on first need (sites near their kernel take the shared Hessian below).
+    first, second = np.triu_indices(phi.shape[1])
+    pairs = None
     active = everyone  # sites still iterating
     failed = np.zeros(m, dtype=bool)
     n_iter = 0
+    # Σ_j w_j φ_j φ_jᵀ: the Hessian per unit of mass wherever q̄ is constant over the points.
+    gram = (phi * weights[:, None]).T @ phi
     while active.size and n_iter < max_iter:
         n_iter += 1
         wq = wq_all[active]
+        mass = wq.sum(axis=1)
         grad = wq @ phi - target_moments[active]
-        hess = (wq @ pairs).reshape(-1, phi.shape[1], phi.shape[1])
-        # A site whose fitted mass has underflowed at every node (a kernel far from its
-        # target) has no Newton system: it stops, and is reported not integrable.
-        lost = ~(wq.sum(axis=1) > 0)
-        hess[lost] = np.eye(phi.shape[1])
-        grad[lost] = 0.0
-        failed[active[lost]] = True
-        # A relative ridge of 1e-13 keeps a numerically rank-deficient system (mass on a
-        # few nodes) solvable; it changes the step only, not the optimum the steps reach.
-        diagonal = np.einsum("mii->mi", hess)
-        diagonal += 1e-13 * diagonal.sum(axis=1, keepdims=True)
-        step = -np.linalg.solve(hess, grad[..., None])[..., 0]
+        # Where q̄ is within _CHORD of its mean over the points (a kernel near the fit: EP's
+        # sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is mass × gram to
+        # within that fraction: such a site takes that shared matrix (a chord step,
+        # converging linearly at a rate below _CHORD, and exactly Newton's where q̄ is
+        # constant, as at the start), and only the others form their own, n²/2 products per
+        # point. The optimum, where the gradient vanishes, is the same.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.abs(wq / weights - mass[:, None]).max(axis=1) / mass
+        chord = spread <= _CHORD
+        step = np.empty_like(grad)
+        if chord.any():
+            step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
+        full = np.flatnonzero(~chord)
+        if full.size:
+            if pairs is None:
+                pairs = phi[:, first] * phi[:, second]  # (P, n(n + 1)/2)
+            upper = wq[full] @ pairs
+            hess = np.empty((full.size, phi.shape[1], phi.shape[1]))
+            hess[:, first, second] = upper
+            hess[:, second, first] = upper
+            # A site whose fitted mass has underflowed at every node (a kernel far from its
+            # target) has no Newton system: it stops, and is reported not integrable.
+            lost = ~(mass[full] > 0)
+            hess[lost] = np.eye(phi.shape[1])
+            grad[full[lost]] = 0.0
+            failed[active[full[lost]]] = True
+            # A relative ridge of 1e-13 keeps a numerically rank-deficient system (mass on a
+            # few nodes) solvable; it changes the step only, not the optimum the steps reach.
+            diagonal = np.einsum("mii->mi", hess)
+            diagonal += 1e-13 * diagonal.sum(axis=1, keepdims=True)
+            step[full] = -np.linalg.solve(hess, grad[full][..., None])[..., 0]
         decrement = -np.einsum("mn,mn->m", grad, step)
-        # Within the quadratic region the full step leaves round-off only: those sites stop.
-        done = decrement <= _TOL * wq.sum(axis=1)
-        v[active[done]] += step[done]
-        active, step, decrement = active[~done], step[~done], decrement[~done]
+        # Within the quadratic region Newton's full step leaves round-off only: those sites
+        # stop. A chord step also converges linearly, leaving about spread × the step: it
+        # stops once that is as small too, at a decrement of at most _TOL² / spread² (with
+        # spread ≤ _CHORD, a few more of its cheap steps).
+        with np.errstate(divide="ignore"):
+            limit = np.where(chord, np.minimum(_TOL, _TOL**2 / spread**2), _TOL)
+        # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
+        # round-off is larger): the step is taken as is, as Newton's last one.
+        resolved = decrement <= _TOL * mass
+        v[active[resolved]] += step[resolved]
+        again = active[resolved & (decrement > limit * mass)]  # chord sites not done
+        if again.size:
+            value[again], wq_all[again] = objective(again, v[again])
+        active, step, decrement = active[~resolved], step[~resolved], decrement[~resolved]
         # Backtracking on each site's convex objective; the sites whose full step is taken
         # (nearly all, from a kernel near the target) need one evaluation.
         pending = np.arange(active.size)
@@ -164,7 +202,7 @@ def fit_sites(
         else:
             # No decrease along a Newton step: the site sits at round-off from its optimum.
             stalled[pending] = True
-        active = active[~stalled]
+        active = np.concatenate([active[~stalled], again])
     precision, eta, c = family.natural_from_theta(family.theta_from_basis(v))
     return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
 

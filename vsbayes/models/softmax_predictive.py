@@ -64,10 +64,10 @@ import functools
 import math
 
 import numpy as np
-from scipy.special import logsumexp, ndtri
-from scipy.stats import qmc
+from scipy.special import logsumexp
 
 from .._memory import block_bytes
+from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
 
 __all__ = [
     "N_NODES",
@@ -87,7 +87,7 @@ REPLICATES = 8
 #: Nodes per replicate at the first level, then four times as many at each level.
 _FIRST_NODES = 512
 _LEVELS = 3
-_SEED = 20130125  # fixed scrambling: the rule is deterministic
+_SEED = SOBOL_SEED  # fixed scrambling: the rule is deterministic
 #: Dimensions (K − 1) up to which the tensor trapezoid rule is used.
 TRAPEZOID_MAX_DIM = 2
 #: Largest variance of a row's centred latent in any direction (the largest eigenvalue of
@@ -110,24 +110,6 @@ def centred_basis(k: int) -> np.ndarray:
     centring = np.eye(k) - 1.0 / k
     q, _ = np.linalg.qr(centring[:, : k - 1])
     return q
-
-
-@functools.lru_cache(maxsize=64)
-def symmetric_sobol_nodes(dim: int, n_nodes: int = N_NODES, seed=_SEED) -> np.ndarray:
-    """Equal-weight nodes (n_nodes, dim) for N(0, I_dim): scrambled Sobol points (scrambling
-    from ``seed``) with their mirror images, whitened to mean 0 and second moment I exactly
-    (read-only, cached)."""
-    half = n_nodes // 2
-    u = qmc.Sobol(dim, scramble=True, rng=np.random.default_rng(seed)).random_base2(
-        max(0, math.ceil(math.log2(half)))
-    )[:half]
-    tiny = np.finfo(float).eps
-    z = ndtri(np.clip(u, tiny, 1.0 - tiny))
-    z = np.vstack([z, -z])
-    second = z.T @ z / len(z)
-    z = np.linalg.solve(np.linalg.cholesky(second), z.T).T
-    z.flags.writeable = False
-    return z
 
 
 @functools.lru_cache(maxsize=64)

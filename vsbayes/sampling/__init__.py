@@ -1,7 +1,7 @@
 """Layer 2 — sampling rules and draws through Gaussian kernels."""
 
 from .kernels import KernelDraws, draw_from_kernel
-from .rules import GaussHermite, MonteCarlo, SamplingRule, ScrambledSobol, get_rule
+from .rules import GaussHermite, MonteCarlo, SamplingRule, ScrambledSobol, SymmetricSobol, get_rule
 
 __all__ = [
     "GaussHermite",
@@ -9,6 +9,7 @@ __all__ = [
     "MonteCarlo",
     "SamplingRule",
     "ScrambledSobol",
+    "SymmetricSobol",
     "draw_from_kernel",
     "get_rule",
 ]

@@ -15,7 +15,15 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-__all__ = ["GaussHermite", "MonteCarlo", "SamplingRule", "ScrambledSobol", "get_rule"]
+__all__ = [
+    "GaussHermite",
+    "MonteCarlo",
+    "SamplingRule",
+    "ScrambledSobol",
+    "SymmetricSobol",
+    "get_rule",
+    "symmetric_sobol_nodes",
+]
 
 
 class SamplingRule(abc.ABC):
@@ -139,6 +147,84 @@ class GaussHermite(SamplingRule):
 
     def __repr__(self) -> str:
         return f"GaussHermite(order={self.order})"
+
+
+#: Fixed scrambling of the deterministic Sobol rules (:func:`symmetric_sobol_nodes`).
+SOBOL_SEED = 20130125
+
+
+@functools.lru_cache(maxsize=64)
+def symmetric_sobol_nodes(dim: int, n_nodes: int = 4096, seed=SOBOL_SEED) -> np.ndarray:
+    """Equal-weight nodes (n_nodes, dim) for N(0, I_dim): scrambled Sobol points (scrambling
+    from ``seed``) with their mirror images, whitened to mean 0 and second moment I exactly
+    (read-only, cached).
+
+    The rule integrates every polynomial of degree ≤ 3 exactly (odd ones by symmetry, the
+    second moments by the whitening).
+    """
+    half = n_nodes // 2
+    u = qmc.Sobol(dim, scramble=True, rng=np.random.default_rng(seed)).random_base2(
+        max(0, math.ceil(math.log2(half)))
+    )[:half]
+    tiny = np.finfo(float).eps
+    z = ndtri(np.clip(u, tiny, 1.0 - tiny))
+    z = np.vstack([z, -z])
+    second = z.T @ z / len(z)
+    z = np.linalg.solve(np.linalg.cholesky(second), z.T).T
+    z.flags.writeable = False
+    return z
+
+
+class SymmetricSobol(SamplingRule):
+    """Deterministic quasi-Monte Carlo rule for N(0, I_d): :func:`symmetric_sobol_nodes`.
+
+    A fixed scrambling (``seed``) makes the rule deterministic; the points come with their
+    mirror images and are whitened, so that the rule is exact for polynomials of degree
+    ≤ 3. Meant for the K-dimensional sites of the softmax (too many dimensions for a
+    tensor Gauss–Hermite rule), where VS fits the quadratic family's ``(d + 1)(d + 2)/2``
+    parameters on :meth:`n_points` nodes.
+
+    Parameters
+    ----------
+    points_per_param : int, default=4
+        Nodes per parameter of the full quadratic family in dimension d: ``n_points(d)`` is
+        the power of two at or above ``points_per_param · (d + 1)(d + 2)/2`` and
+        ``min_points``.
+    min_points : int, default=256
+        Fewest nodes in any dimension (small dimensions cost little, and fewer nodes fit a
+        non-Gaussian tilted density coarsely: on 2-dimensional softmax sites, 32 nodes left
+        EP's moments 3 times as far from exact EP's as 512).
+    seed : int, default=SOBOL_SEED
+        Scrambling of the Sobol sequence.
+    """
+
+    random = False
+    name = "symmetric-sobol"
+
+    def __init__(self, points_per_param: int = 4, min_points: int = 256, seed: int = SOBOL_SEED):
+        for name, value in (("points_per_param", points_per_param), ("min_points", min_points)):
+            if int(value) != value or value < 2:
+                raise ValueError(f"{name} must be an integer ≥ 2; got {value!r}.")
+        self.points_per_param = int(points_per_param)
+        self.min_points = int(min_points)
+        self.seed = seed
+
+    def n_points(self, d: int) -> int:
+        """Number of points of the rule in dimension ``d`` (a power of two)."""
+        wanted = max(self.min_points, self.points_per_param * (d + 1) * (d + 2) // 2)
+        return 1 << math.ceil(math.log2(wanted))
+
+    def standard_normal(self, n, d, rng=None):
+        """The ``n`` nodes (``n`` even) and equal log-weights; ``rng`` is ignored."""
+        if n < 2 or n % 2:
+            raise ValueError(f"A symmetric rule needs an even number of points; got n={n}.")
+        return symmetric_sobol_nodes(d, n, self.seed), _uniform_log_weights(n)
+
+    def __repr__(self) -> str:
+        return (
+            f"SymmetricSobol(points_per_param={self.points_per_param}, "
+            f"min_points={self.min_points})"
+        )
 
 
 _RULES = {"mc": MonteCarlo, "qmc": ScrambledSobol}
