@@ -62,7 +62,7 @@ def ep(X, y, n_classes: int, C: float):
             for c in range(a, k):
                 blocks[a, c] = x1.T @ (x1 * full[:, a, c][:, None])
                 blocks[c, a] = blocks[a, c].T
-        precision = model._to_layout(blocks)
+        precision = model.to_layout(blocks)
         precision = 0.5 * (precision + precision.T)
         precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
         cov = np.linalg.inv(precision)

@@ -114,6 +114,6 @@ def test_grid_search_on_log_loss(iris):
 
 def test_one_vs_rest_methods_keep_one_posterior_per_class(iris):
     X, y = iris
-    for cls in (vsbayes.LaplaceProbitRegression, vsbayes.EPLogisticRegression):
+    for cls in (vsbayes.LaplaceProbitRegression, vsbayes.VBLogisticRegression):
         est = cls().fit(X, y)
         assert est.sigma_.shape == (3, 5, 5)

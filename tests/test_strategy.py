@@ -61,8 +61,9 @@ def test_auto_keeps_the_global_fit_only_where_it_departs_from_ep(data, n_samples
 
 
 def test_strategy_beyond_two_classes():
-    """Logistic: one multinomial posterior, global fit where affordable, else Laplace's (no
-    multinomial sites yet); probit: one strategy per one-vs-rest problem."""
+    """Logistic: one multinomial posterior, global fit where affordable, else multinomial
+    EP (VS fits of the (K − 1)-dimensional sites); probit: one strategy per one-vs-rest
+    problem."""
     X, y = make_classification(
         n_samples=120, n_features=3, n_informative=3, n_redundant=0, n_classes=3, random_state=0
     )
@@ -72,15 +73,20 @@ def test_strategy_beyond_two_classes():
     probit = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
     assert probit.strategy_.shape == (3,) and len(probit.strategy_reason_) == 3
     assert set(probit.strategy_) <= {"global", "sites"}
-    with pytest.raises(ValueError, match="not available for more than two classes"):
-        vsbayes.VSLogisticRegression(strategy="sites").fit(X, y)
-    # Beyond the work limit, "auto" keeps the Laplace approximation: a choice, not a fallback.
+    # strategy="sites" is the multinomial EP, that of EPLogisticRegression.
+    sites = vsbayes.VSLogisticRegression(strategy="sites").fit(X, y)
+    ep = vsbayes.EPLogisticRegression().fit(X, y)
+    assert list(sites.strategy_) == ["sites"] and sites.strategy_reason_ == ["strategy='sites'"]
+    assert ep.coef_.shape == (3, 3) and ep.sigma_.shape == (12, 12)
+    np.testing.assert_allclose(sites.coef_, ep.coef_, rtol=1e-12)
+    assert sites.log_marginal_likelihood_value_ == ep.log_marginal_likelihood_value_
+    # Beyond the work limit, "auto" takes the sites: a choice, not a fallback.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(vs_module, "MULTINOMIAL_WORK_LIMIT", 1e3)
         small = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
-    assert list(small.strategy_) == ["laplace"] and not small.laplace_fallback_.any()
-    laplace = vsbayes.LaplaceLogisticRegression().fit(X, y)
-    np.testing.assert_array_equal(small.coef_, laplace.coef_)
+    assert list(small.strategy_) == ["sites"] and not small.laplace_fallback_.any()
+    assert "(K − 1)-dimensional sites" in small.strategy_reason_[0]
+    np.testing.assert_allclose(small.coef_, ep.coef_, rtol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from .expectation_propagation import EPResult, expectation_propagation
 from .newton_laplace import NewtonLaplaceSolver, glm_laplace
+from .softmax_ep import softmax_ep
 from .softmax_laplace import softmax_laplace
 from .variational_bayes import VBResult, jaakkola_jordan
 
@@ -12,5 +13,6 @@ __all__ = [
     "expectation_propagation",
     "glm_laplace",
     "jaakkola_jordan",
+    "softmax_ep",
     "softmax_laplace",
 ]

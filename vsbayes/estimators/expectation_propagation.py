@@ -6,6 +6,8 @@ import numbers
 
 from sklearn.utils import check_scalar
 
+from ..approximations import softmax_ep
+from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ._base import BayesianGLMClassifier, ep_posterior
 from ._docstrings import (
     ATTRIBUTES,
@@ -16,7 +18,18 @@ from ._docstrings import (
     fallback_note,
 )
 
-__all__ = ["EPLogisticRegression", "EPProbitRegression"]
+__all__ = ["EPLogisticRegression", "EPProbitRegression", "softmax_ep_posterior"]
+
+
+def softmax_ep_posterior(
+    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
+):
+    """Multinomial EP (VS fits of the (K − 1)-dimensional sites) from the Laplace sites.
+
+    ``tol`` is the estimator's; the sweeps stop at site changes of ``tol / 100``, as the
+    binary :func:`~vsbayes.estimators._base.ep_posterior`.
+    """
+    return softmax_ep(model, damping=damping, tol=1e-2 * tol, max_iter=max_iter, start=laplace.mean)
 
 
 class ExpectationPropagationClassifier(BayesianGLMClassifier):
@@ -58,16 +71,22 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
             model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
         )
 
+    def _multinomial_posterior(self, model, laplace, rng):
+        return softmax_ep_posterior(
+            model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
+        )
+
 
 class EPLogisticRegression(ExpectationPropagationClassifier):
     _link = "logistic"
+    _multinomial = True
 
 
 class EPProbitRegression(ExpectationPropagationClassifier):
     _link = "probit"
 
 
-def _ep_doc(name: str, link: str, moments: str, see_also: str) -> str:
+def _ep_doc(name: str, link: str, moments: str, see_also: str, multiclass: str) -> str:
     return estimator_docstring(
         summary=f"Bayesian {link} regression by expectation propagation.",
         description=(
@@ -76,7 +95,7 @@ def _ep_doc(name: str, link: str, moments: str, see_also: str) -> str:
             f"exact factor times the rest ({moments}); all sites are updated in parallel and\n"
             "damped until they stop moving, and EP's evidence estimate is returned\n"
             "(:func:`vsbayes.approximations.expectation_propagation`). Weights of at least 1\n"
-            "act as repeated factors (power EP), smaller ones as powers of the factor."
+            "act as repeated factors (power EP), smaller ones as powers of the factor." + multiclass
         ),
         params=COMMON_PARAMETERS.format(
             max_iter_extra=", and of EP's sweeps over the\n    sites",
@@ -115,10 +134,15 @@ EPLogisticRegression.__doc__ = _ep_doc(
     "logistic",
     "by a trapezoid rule accurate to about 1e-8",
     "VSLogisticRegression : The posterior by variational sampling.",
+    "\nBeyond two classes, the multinomial (softmax) posterior, whose sites are Gaussian\n"
+    "factors on each row's K − 1 centred latent values, fitted by variational sampling\n"
+    "on a deterministic rule (:func:`vsbayes.approximations.softmax_ep`).",
 )
 EPProbitRegression.__doc__ = _ep_doc(
     "EPProbitRegression",
     "probit",
     "closed form",
     "VSProbitRegression : The posterior by variational sampling.",
+    "\nBeyond two classes, one posterior per class (one-vs-rest): the probit has no\n"
+    "multinomial form.",
 )

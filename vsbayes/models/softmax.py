@@ -204,47 +204,79 @@ class SoftmaxGLMPosterior:
         """Gradient of the log-likelihood given the probabilities ``P`` (M, K)."""
         residual = -P * self.sample_weight[:, None]
         residual[np.arange(len(P)), self.y] += self.sample_weight
-        grad_W = np.asarray(self.X.T @ residual).T  # (K, d)
-        parts = [grad_W.ravel()] + ([residual.sum(axis=0)] if self.fit_intercept else [])
-        return np.concatenate(parts)
+        return self.to_vector(self.latent_transpose(residual))
 
     def hessian(self, P: np.ndarray) -> np.ndarray:
         """Negative Hessian of the log-likelihood (dim × dim) given ``P`` (M, K).
 
-        Block (k, l) is ``X̃ᵀ diag(s (δ_kl p_k − p_k p_l)) X̃``; rows are taken in blocks of
-        :func:`~vsbayes._memory.block_length` (the weighted copy of a block's rows).
+        Block (k, l) is ``X̃ᵀ diag(s (δ_kl p_k − p_k p_l)) X̃`` (:meth:`latent_gram`).
         """
-        k, d = self.n_classes, self.n_features
-        width = d + int(self.fit_intercept)
-        blocks = np.zeros((k, k, width, width))
-        rows_per_block = block_length(8.0 * width * 2)
-        sparse = sp.issparse(self.X)
-        for start in range(0, self.n_observations, rows_per_block):
-            rows = slice(start, start + rows_per_block)
-            x, p, s = self.X[rows], P[rows], self.sample_weight[rows]
-            if self.fit_intercept:
-                ones = np.ones((x.shape[0], 1))
-                x = sp.hstack([x, ones], format="csr") if sparse else np.hstack([x, ones])
-            sp_ = p * s[:, None]
-            for a in range(k):
-                for c in range(a, k):
-                    w = -sp_[:, a] * p[:, c]
-                    if a == c:
-                        w += sp_[:, a]
-                    if sparse:
-                        gram = (x.T @ x.multiply(w[:, None]).tocsr()).toarray()
-                    else:
-                        gram = x.T @ (x * w[:, None])
-                    blocks[a, c] += gram
-                    if c != a:
-                        blocks[c, a] += gram.T
-        hess = self._to_layout(blocks)
+        s = self.sample_weight[:, None, None]
+        curvature = s * (np.einsum("ia,ab->iab", P, np.eye(self.n_classes)))
+        curvature -= s * (P[:, :, None] * P[:, None, :])
+        hess = self.to_layout(self.latent_gram(curvature))
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
         return hess
 
-    def _to_layout(self, blocks: np.ndarray) -> np.ndarray:
-        """The (K, K, d+1, d+1) blocks over ``[w_k, b_k]`` as a matrix in θ's layout."""
+    def latent_gram(self, weights: np.ndarray) -> np.ndarray:
+        """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
+
+        ``x̃ = [x, 1]`` with an intercept (w = d + 1), else ``x``. With r = K and the
+        softmax's curvature as weights, the blocks of the Hessian; with other r, the
+        precision of any Gaussian factors on linear maps ``B x̃_i`` of the rows (expectation
+        propagation's sites). Dense rows: one product per block of rows over the r(r + 1)/2
+        pairs; rows are taken in blocks of :func:`~vsbayes._memory.block_length`.
+        """
+        weights = np.asarray(weights, dtype=float)
+        r = weights.shape[1]
+        width = self.n_features + int(self.fit_intercept)
+        first, second = np.triu_indices(r)
+        pairs = weights[:, first, second]  # (M, r(r + 1)/2)
+        flat = np.zeros((width, width * len(first)))
+        sparse = sp.issparse(self.X)
+        # Per row: its weighted copies, one per pair, and the row itself.
+        rows_per_block = block_length(8.0 * width * (len(first) + 2))
+        for start in range(0, self.n_observations, rows_per_block):
+            rows = slice(start, start + rows_per_block)
+            x = self.design_rows(rows)
+            if sparse:
+                for j in range(len(first)):
+                    gram = (x.T @ x.multiply(pairs[rows, j][:, None]).tocsr()).toarray()
+                    flat[:, j * width : (j + 1) * width] += gram
+            else:
+                copies = (x[:, None, :] * pairs[rows, :, None]).reshape(x.shape[0], -1)
+                flat += x.T @ copies  # one GEMM
+        grams = flat.reshape(width, len(first), width).transpose(1, 0, 2)
+        blocks = np.empty((r, r, width, width))
+        blocks[first, second] = grams
+        blocks[second, first] = grams.transpose(0, 2, 1)
+        return blocks
+
+    def latent_transpose(self, residual: np.ndarray) -> np.ndarray:
+        """``Σ_i residual_i x̃_iᵀ`` for (M, r) residuals: (r, w), the linear term of factors
+        on ``B x̃_i`` (with r = K and the softmax's residuals, the gradient)."""
+        parts = [np.asarray(self.X.T @ residual).T]
+        if self.fit_intercept:
+            parts.append(residual.sum(axis=0)[:, None])
+        return np.hstack(parts)
+
+    def design_rows(self, rows: slice):
+        """The rows ``x̃ = [x, 1]`` (or ``x`` without an intercept), dense or CSR."""
+        x = self.X[rows]
+        if not self.fit_intercept:
+            return x
+        ones = np.ones((x.shape[0], 1))
+        return sp.hstack([x, ones], format="csr") if sp.issparse(x) else np.hstack([x, ones])
+
+    def to_vector(self, matrix: np.ndarray) -> np.ndarray:
+        """θ (dim,) from the (K, w) matrix whose rows are ``[w_k, b_k]`` (or ``w_k``)."""
+        d = self.n_features
+        parts = [matrix[:, :d].ravel()] + ([matrix[:, d]] if self.fit_intercept else [])
+        return np.concatenate(parts)
+
+    def to_layout(self, blocks: np.ndarray) -> np.ndarray:
+        """The (K, K, w, w) blocks over ``[w_k, b_k]`` as a (dim, dim) matrix in θ's layout."""
         k, d = self.n_classes, self.n_features
         # Index in θ of (class, column): coefficients class-major, then the intercepts.
         index = np.arange(k)[:, None] * d + np.arange(d)[None, :]

@@ -1,0 +1,216 @@
+"""Expectation propagation for the multinomial posterior (layer 5), with VS fits of the
+(K − 1)-dimensional sites on a deterministic rule."""
+
+import importlib
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import log_softmax, logsumexp
+
+from vsbayes.approximations import expectation_propagation, softmax_ep, softmax_laplace
+from vsbayes.engine.site_fits import fit_sites
+from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
+from vsbayes.models.softmax_predictive import centred_basis
+from vsbayes.sampling import GaussHermite, SymmetricSobol
+from vsbayes.sampling.rules import symmetric_sobol_nodes
+
+ep_module = importlib.import_module("vsbayes.approximations.softmax_ep")
+
+
+def problem(seed, m=40, d=2, k=3, weights=None, C=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, d))
+    W = rng.standard_normal((k, d)) * 1.5
+    y = np.array([rng.choice(k, p=np.exp(log_softmax(W @ x))) for x in X])
+    s = np.ones(m) if weights is None else weights
+    return X, y, SoftmaxGLMPosterior(X, y, s, k, prior_var=C, intercept_prior_var=4.0)
+
+
+def kl(mean0, cov0, mean1, cov1) -> float:
+    """KL(N0 ‖ N1)."""
+    prec1 = np.linalg.inv(cov1)
+    gap = mean1 - mean0
+    return 0.5 * float(
+        np.trace(prec1 @ cov0)
+        - len(mean0)
+        + gap @ prec1 @ gap
+        + np.linalg.slogdet(cov1)[1]
+        - np.linalg.slogdet(cov0)[1]
+    )
+
+
+@pytest.mark.parametrize("dim", [2, 5, 9])
+def test_symmetric_sobol_rule_is_exact_to_degree_three(dim):
+    rule = SymmetricSobol(4)
+    n = rule.n_points(dim)
+    assert n >= max(256, 4 * (dim + 1) * (dim + 2) // 2) and n & (n - 1) == 0
+    z, log_w = rule.standard_normal(n, dim)
+    w = np.exp(log_w)
+    np.testing.assert_allclose(w @ z, 0.0, atol=1e-13)
+    np.testing.assert_allclose((z * w[:, None]).T @ z, np.eye(dim), atol=1e-12)
+    np.testing.assert_allclose(w @ (z[:, 0] ** 2 * z[:, 1]), 0.0, atol=1e-13)
+    assert not z.flags.writeable  # cached: read-only
+    with pytest.raises(ValueError, match="even"):
+        rule.standard_normal(n - 1, dim)
+
+
+@pytest.mark.parametrize("k", [4, 9])
+def test_site_fits_of_gaussian_targets_are_exact_in_softmax_dimensions(k, global_random_seed):
+    """The site fit of a Gaussian tilted density is exact (to round-off) on the deterministic
+    rule of the softmax sites, in K − 1 = 4 and 9 dimensions."""
+    rng = np.random.default_rng([k, global_random_seed])
+    m = 20
+    mean = rng.normal(size=(m, k))
+    root = rng.normal(size=(m, k, k)) / np.sqrt(k) + 2.0 * np.eye(k)
+    cov = root @ root.transpose(0, 2, 1)
+    log_z = rng.normal(size=m) * 100
+    prec = np.linalg.inv(cov)
+    log_det = np.linalg.slogdet(cov)[1]
+
+    def log_target(t):
+        gap = t - mean[:, None, :]
+        quad = np.einsum("mpa,mab,mpb->mp", gap, prec, gap)
+        return (log_z - 0.5 * log_det - 0.5 * k * np.log(2 * np.pi))[:, None] - 0.5 * quad
+
+    kernel_mean = mean + 0.5 * np.einsum(
+        "mab,mb->ma", np.linalg.cholesky(cov), rng.normal(size=(m, k))
+    )
+    kernel_chol = np.linalg.cholesky(cov) * rng.uniform(0.7, 1.5, size=(m, 1, 1))
+    fits = fit_sites(log_target, kernel_mean, kernel_chol, SymmetricSobol(4))
+    assert fits.integrable.all()
+    np.testing.assert_allclose(fits.log_Z, log_z, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(fits.mean, mean, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(fits.cov, cov, rtol=1e-8, atol=0)
+
+
+def test_two_classes_are_the_binary_ep_of_the_difference():
+    """With K = 2 the softmax is the logistic of f₁ − f₀: multinomial EP (1-dimensional sites,
+    the same Gauss–Hermite VS fits) is the binary EP of w = w₁ − w₀ under the prior
+    N(0, 2C), to the accuracy of the two site fits; so are the evidences."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    y = (X @ [1.0, -2.0, 0.5] + rng.logistic(size=60) > 0).astype(int)
+    multi = SoftmaxGLMPosterior(X, y, np.ones(60), 2, prior_var=1.5, intercept_prior_var=3.0)
+    binary = BinaryGLMPosterior(
+        X, 2.0 * y - 1.0, np.ones(60), "logistic", prior_var=3.0, intercept_prior_var=6.0
+    )
+    ep2 = softmax_ep(multi, tol=1e-11, rule=GaussHermite(20))
+    ep1 = expectation_propagation(binary, tol=1e-11)
+    diff = np.zeros((4, 8))
+    diff[:3, 3:6], diff[:3, :3] = np.eye(3), -np.eye(3)
+    diff[3, 7], diff[3, 6] = 1.0, -1.0
+    np.testing.assert_allclose(diff @ ep2.mean, ep1.mean, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(diff @ ep2.cov @ diff.T, ep1.cov, rtol=0, atol=1e-7)
+    assert ep2.log_Z == pytest.approx(ep1.log_Z, abs=1e-7)
+
+
+def test_ep_is_a_fixed_point_of_its_sweep():
+    """At convergence, one more undamped sweep (every site moment-matched to its tilted fit)
+    moves no site parameter by more than tol's order."""
+    _, _, model = problem(1)
+    contrast = ep_module._Contrast(model)
+    lam, eta = ep_module._laplace_sites(model, contrast.q, softmax_laplace(model).mean)
+    rules, level = ep_module._rules(SymmetricSobol()), np.zeros(model.n_observations, int)
+    # Sweeps by hand, undamped, from the Laplace sites to a site change of 1e-12.
+    for _ in range(200):
+        post = contrast.posterior(lam, eta)
+        new_lam, new_eta = ep_module._new_sites(
+            model, contrast, post, lam, eta, np.ones(40), rules, level
+        )
+        change = max(np.abs(new_lam - lam).max(), np.abs(new_eta - eta).max())
+        lam, eta = 0.5 * (lam + new_lam), 0.5 * (eta + new_eta)
+        if change < 1e-12:
+            break
+    assert change < 1e-12
+    ep = softmax_ep(model, tol=1e-12)
+    theta, cov = contrast.to_theta(*contrast.posterior(lam, eta)[:2])
+    np.testing.assert_allclose(ep.mean, theta, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ep.cov, cov, rtol=0, atol=1e-9)
+    # Moment matching: the posterior's latent marginal is each row's tilted fit.
+    v_mean, v_cov = contrast.latent(*contrast.posterior(lam, eta)[:2])
+    cav_prec, cav_lin, ok = ep_module._cavity(v_mean, v_cov, lam, eta, np.ones(40))
+    _, t_mean, t_cov, good = ep_module._site_fits(
+        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, np.ones(40), rules, level, ok
+    )
+    assert (ok & good).all()
+    np.testing.assert_allclose(t_mean, v_mean, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(t_cov, v_cov, rtol=0, atol=1e-9)
+
+
+def test_integer_weights_are_duplicated_rows():
+    """Power EP: a weight of 3 is three copies of the factor, exactly (to the tolerance)."""
+    rng = np.random.default_rng(2)
+    weights = rng.integers(1, 4, 30).astype(float)
+    X, y, weighted = problem(2, m=30, weights=weights)
+    rows = np.repeat(np.arange(30), weights.astype(int))
+    copies = SoftmaxGLMPosterior(
+        X[rows], y[rows], np.ones(len(rows)), 3, prior_var=1.0, intercept_prior_var=4.0
+    )
+    a, b = softmax_ep(weighted, tol=1e-11), softmax_ep(copies, tol=1e-11)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-8)
+    assert a.log_Z == pytest.approx(b.log_Z, abs=1e-8)
+
+
+def test_sparse_design_gives_the_dense_result():
+    X, y, dense = problem(3)
+    sparse = SoftmaxGLMPosterior(
+        sp.csr_matrix(X), y, np.ones(40), 3, prior_var=1.0, intercept_prior_var=4.0
+    )
+    a, b = softmax_ep(dense), softmax_ep(sparse)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-9)
+    assert a.log_Z == pytest.approx(b.log_Z, abs=1e-9)
+
+
+def reference_moments(model, laplace, n=2**17):
+    """Self-normalized importance sampling from the Laplace Gaussian widened 1.5 times, on
+    mirrored QMC nodes: the posterior's mean, covariance and log evidence."""
+    z = symmetric_sobol_nodes(model.dim, n, 7)
+    root = np.linalg.cholesky(laplace.cov) * 1.5
+    theta = laplace.mean + z @ root.T
+    log_kernel = -0.5 * np.einsum("ij,ij->i", z, z) - np.log(np.diag(root)).sum()
+    log_kernel -= 0.5 * model.dim * np.log(2 * np.pi)
+    log_w = model.log_density(theta) - log_kernel
+    log_Z = logsumexp(log_w) - np.log(n)
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    mean = w @ theta
+    centred = theta - mean
+    return mean, (centred * w[:, None]).T @ centred, log_Z
+
+
+def test_ep_is_closer_to_the_posterior_than_laplace():
+    """Against importance sampling (2¹⁷ QMC draws; 2¹⁸ moved it by KL 4e-4) on 40 rows,
+    3 classes, 2 features, C = 4: EP's moment-matched error is a small fraction of
+    Laplace's, and its evidence within EP's own error.
+
+    Measured: KL(ref ‖ EP) 0.016 against Laplace's 0.325 (on three other problems, ratios
+    0.035-0.052); log Z −24.986 against −24.894 (Laplace −25.023). EP's evidence error is
+    its own, not the site fits': with exact tilted moments (Gauss–Hermite 30²) it is −0.084
+    on this problem, and −0.04 to −0.09 on the others.
+    """
+    _, _, model = problem(4, C=4.0)
+    laplace = softmax_laplace(model)
+    mean, cov, log_Z = reference_moments(model, laplace)
+    ep = softmax_ep(model)
+    assert ep.converged
+    ep_error = kl(mean, cov, ep.mean, ep.cov)
+    assert ep_error < 0.1 * kl(mean, cov, laplace.mean, laplace.cov)
+    assert ep.log_Z == pytest.approx(log_Z, abs=0.15)
+
+
+def test_contrast_posterior_keeps_the_shift_prior():
+    """Along the shift directions (one vector added to every class) the posterior is the
+    prior: EP leaves it exactly, and the mean is centred (Σ_k w_k = 0)."""
+    _, _, model = problem(5)
+    ep = softmax_ep(model)
+    k, d = 3, 2
+    W, b = model.split(ep.mean)
+    np.testing.assert_allclose(W.sum(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(b.sum(), 0.0, atol=1e-12)
+    shift = np.zeros(model.dim)
+    shift[[c * d for c in range(k)]] = 1.0 / np.sqrt(k)  # feature 0 of every class
+    assert shift @ ep.cov @ shift == pytest.approx(model.prior_var[0], rel=1e-12)
+    q = centred_basis(k)
+    assert np.allclose(q.sum(axis=0), 0.0)
