@@ -9,6 +9,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _uci
 
+# benchmarks/ only for that import: its distributed.py would shadow the package of that
+# name in the modules imported after this one.
+sys.path.pop(0)
+
 AVAILABLE = all((_uci.DEFAULT_DATA_DIR / file).is_file() for file, _ in _uci.DATASETS.values())
 needs_data = pytest.mark.skipif(
     not AVAILABLE, reason=f"the paper's UCI files are not in {_uci.DEFAULT_DATA_DIR}"
