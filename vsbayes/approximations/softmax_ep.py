@@ -157,8 +157,11 @@ def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
                 f -= top[..., None]
                 np.exp(f, out=f)
                 chosen -= np.log(f.sum(axis=2)) + top  # log softmax(f)[y]
-                quad = np.einsum("mpa,mab,mpb->mp", t, prec, t, optimize=True)
-                return pw[:, None] * chosen - 0.5 * quad + np.einsum("mpa,ma->mp", t, lin)
+                # The cavity's −tᵀPt/2 + hᵀt, as (h − Pt/2)ᵀt: one batched product.
+                half = np.matmul(t, prec)
+                half *= -0.5
+                half += lin[:, None, :]
+                return pw[:, None] * chosen + np.einsum("mpa,mpa->mp", half, t)
 
             fits = fit_sites(log_target, mean[sites], chol[part], rule)
             log_z[sites], fit_mean[sites], fit_cov[sites] = fits.log_Z, fits.mean, fits.cov

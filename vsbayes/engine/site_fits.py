@@ -8,7 +8,11 @@ fit — of its own target, on a rule mapped through its own Gaussian kernel
 ``π_i = N(μ_i, L_i L_iᵀ)``: points ``t_ij = μ_i + L_i z_j``. Since every site uses the same
 standard nodes ``z_j``, the feature matrix Φ (P points × n parameters) is shared, and the
 M Newton problems are solved together as BLAS products and batched n×n solves, with no
-loop over sites.
+loop over sites. A site whose fit is within 10 % of its kernel at every point (at the
+start, and at every sweep near EP's fixed point) takes the rule's shared Gram matrix as
+its Hessian (a chord step: exact Newton where the fit equals the kernel, linear
+convergence at a rate below 0.1 otherwise), so that it needs no n × n matrix of its own;
+a deterministic rule's nodes, features and Gram matrix are kept for its next fits.
 
 With a deterministic rule (e.g. :class:`~vsbayes.sampling.GaussHermite`), the fit of a
 Gaussian target is exact (any rule with at least n points in general position), and the
@@ -92,10 +96,15 @@ def fit_sites(
     kernel_mean = np.asarray(kernel_mean, dtype=float)
     kernel_chol = np.asarray(kernel_chol, dtype=float)
     m, k = kernel_mean.shape
-    z, log_w = rule.standard_normal(rule.n_points(k), k, None)
+    shared = _rule_arrays(rule, k)
+    z, weights, phi, gram, log_window = (
+        shared.z,
+        shared.weights,
+        shared.phi,
+        shared.gram,
+        shared.log_window,
+    )
     family = FullFamily(z)
-    phi = family.feature_rows(slice(None))  # (P, n), shared by all sites
-    log_window = -0.5 * np.einsum("pj,pj->p", z, z) - 0.5 * k * math.log(2.0 * math.pi)
     t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
     t += kernel_mean[:, None, :]
     log_ratio = np.asarray(log_target(t), dtype=float) - log_window  # log p̄ = log p/π
@@ -103,7 +112,6 @@ def fit_sites(
     shift = np.max(log_ratio, axis=1)
     shift = np.where(np.isfinite(shift), shift, 0.0)
     p_bar = flushed_exp(log_ratio - shift[:, None])
-    weights = np.exp(log_w)
     wp = p_bar * weights  # (M, P)
     target_moments = wp @ phi  # (M, n): Σ_j w_j p̄_ij φ_j
     # Start at the kernel (q̄ = 1) scaled to the sampled mass.
@@ -120,15 +128,10 @@ def fit_sites(
 
     everyone = np.arange(m)
     value, wq_all = objective(everyone, v)
-    # The Hessian's upper triangle: n(n + 1)/2 products per point, half the work of n²;
-    # formed on first need (sites near their kernel take the shared Hessian below).
     first, second = np.triu_indices(phi.shape[1])
-    pairs = None
     active = everyone  # sites still iterating
     failed = np.zeros(m, dtype=bool)
     n_iter = 0
-    # Σ_j w_j φ_j φ_jᵀ: the Hessian per unit of mass wherever q̄ is constant over the points.
-    gram = (phi * weights[:, None]).T @ phi
     while active.size and n_iter < max_iter:
         n_iter += 1
         wq = wq_all[active]
@@ -148,9 +151,7 @@ def fit_sites(
             step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
         full = np.flatnonzero(~chord)
         if full.size:
-            if pairs is None:
-                pairs = phi[:, first] * phi[:, second]  # (P, n(n + 1)/2)
-            upper = wq[full] @ pairs
+            upper = wq[full] @ shared.pairs()
             hess = np.empty((full.size, phi.shape[1], phi.shape[1]))
             hess[:, first, second] = upper
             hess[:, second, first] = upper
@@ -205,6 +206,52 @@ def fit_sites(
         active = np.concatenate([active[~stalled], again])
     precision, eta, c = family.natural_from_theta(family.theta_from_basis(v))
     return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
+
+
+class _RuleArrays:
+    """What the fits on one rule in dimension k share: the nodes z and weights, the
+    features φ (P, n), ``log_window`` (log N(z; 0, I)), the Gram matrix Σ_j w_j φ_j φ_jᵀ
+    (the Hessian per unit of mass wherever q̄ is constant over the points) and, formed on
+    first need, the products of the Hessian's upper triangle (P, n(n + 1)/2: half the
+    work of n²)."""
+
+    def __init__(self, rule: SamplingRule, k: int):
+        self.z, log_w = rule.standard_normal(rule.n_points(k), k, None)
+        self.weights = np.exp(log_w)
+        self.phi = FullFamily(self.z).feature_rows(slice(None))
+        self.log_window = -0.5 * np.einsum("pj,pj->p", self.z, self.z)
+        self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
+        self.gram = (self.phi * self.weights[:, None]).T @ self.phi
+        self._pairs = None
+
+    def pairs(self) -> np.ndarray:
+        if self._pairs is not None:
+            return self._pairs
+        first, second = np.triu_indices(self.phi.shape[1])
+        pairs = self.phi[:, first] * self.phi[:, second]
+        if pairs.nbytes <= _PAIRS_BYTES:  # kept (digits' 1024 nodes in 9 dims: 12.6 MB)
+            self._pairs = pairs
+        return pairs
+
+
+# A deterministic rule's arrays are kept for its next fits (EP refits every site at every
+# sweep, in blocks): the few most recent (rule, dimension) pairs.
+_SHARED: dict = {}
+_SHARED_MAX = 4
+_PAIRS_BYTES = 2**25
+
+
+def _rule_arrays(rule: SamplingRule, k: int) -> _RuleArrays:
+    if rule.random:
+        return _RuleArrays(rule, k)
+    key = (repr(rule), k)
+    arrays = _SHARED.get(key)
+    if arrays is None:
+        arrays = _RuleArrays(rule, k)
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.pop(next(iter(_SHARED)))
+        _SHARED[key] = arrays
+    return arrays
 
 
 def _identity_basis(k: int) -> np.ndarray:

@@ -223,7 +223,7 @@ class SymmetricSobol(SamplingRule):
     def __repr__(self) -> str:
         return (
             f"SymmetricSobol(points_per_param={self.points_per_param}, "
-            f"min_points={self.min_points})"
+            f"min_points={self.min_points}, seed={self.seed!r})"
         )
 
 
