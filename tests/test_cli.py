@@ -98,7 +98,8 @@ def test_fit_multiclass_prints_one_table_per_problem(capsys, tmp_path):
     rng = np.random.default_rng(1)
     rows = [[f"{v:.4f}" for v in rng.normal(size=2)] + [label] for label in "abc" * 20]
     path = write_csv(tmp_path / "three.csv", ["x1", "x2", "species"], rows)
-    status, out, _ = run(capsys, "fit", path, "--method", "ep")
+    # The probit link is one-vs-rest beyond two classes (the logistic EP is multinomial).
+    status, out, _ = run(capsys, "fit", path, "--method", "ep", "--link", "probit")
     assert status == 0
     for k in (1, 2, 3):
         assert f"problem {k} of 3" in out

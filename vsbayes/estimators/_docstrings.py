@@ -71,8 +71,9 @@ _SAMPLING_PARAMETERS = {
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
         the expectation-propagation posterior (nearly exact for binary regression, Chopin
         and Ridgway 2017, so the importance weights are benign) or the Laplace
-        approximation. If EP fails, the Laplace one is used, as for the multinomial
-        posterior (more than two classes, logistic link), which has no EP yet.
+        approximation. If EP fails or does not converge, the Laplace one is used. For the
+        multinomial posterior (more than two classes, logistic link), the multinomial EP
+        (:func:`vsbayes.approximations.softmax_ep`).
 """,
     "strategy": """\
     strategy : {"auto", "global", "sites"}, default="auto"
@@ -92,10 +93,11 @@ _SAMPLING_PARAMETERS = {
         global fit at ``n_samples`` costs less than EP's expected work, ``"auto"`` first
         runs that fit from the Laplace kernel and keeps it if reliable.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes
-        (logistic link: the multinomial posterior, which has no EP yet), ``"auto"`` runs
-        the global fit from the Laplace kernel with 16n to 32n points within 5·10¹⁰
-        multiply-adds, else keeps the Laplace approximation (``strategy_`` "laplace");
-        ``"sites"`` raises a ValueError.
+        (logistic link: the multinomial posterior), ``"sites"`` is expectation
+        propagation whose sites are variational-sampling fits of the (K − 1)-dimensional
+        tilted densities (:func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs
+        the global fit (from that EP's kernel) with 16n to 32n points within 5·10¹⁰
+        multiply-adds, else takes those sites (``strategy_`` "sites").
 """,
     "family": """\
     family : {"gaussian", "diagonal"}, default="gaussian"

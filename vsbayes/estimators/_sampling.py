@@ -15,6 +15,7 @@ from .._memory import check_memory, format_bytes
 from ..engine import n_family_params
 from ..exceptions import ConvergenceWarning, EstimationError
 from ._base import BayesianGLMClassifier, ep_posterior
+from .expectation_propagation import softmax_ep_posterior
 
 __all__ = ["KERNELS", "SamplingGLMClassifier", "check_choice", "check_rounds"]
 
@@ -74,17 +75,19 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         blocks)."""
         return 8.0 * n_samples * (4 * dim + 8)
 
-    def _sampling_kernel(self, model, laplace):
-        """The kernel: EP's posterior (to the fit's tolerance, so that results are
-        reproducible to it, e.g. weights ≡ duplicated rows), or Laplace's if EP fails or
-        does not converge (an unconverged EP can sit far from the posterior: sampling
-        from it measured a prior-like fit with sample weights of 1e3 and 1e-4)."""
+    def _sampling_kernel(self, model, laplace, ep_fit=None):
+        """The kernel: EP's posterior (``ep_fit``: the binary EP, or the multinomial one;
+        to the fit's tolerance, so that results are reproducible to it, e.g. weights ≡
+        duplicated rows), or Laplace's if EP fails or does not converge (an unconverged EP
+        can sit far from the posterior: sampling from it measured a prior-like fit with
+        sample weights of 1e3 and 1e-4)."""
         if self.kernel == "laplace":
             return laplace
+        ep_fit = ep_posterior if ep_fit is None else ep_fit
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                ep = ep_posterior(model, laplace, tol=self.tol)
+                ep = ep_fit(model, laplace, tol=self.tol)
         except EstimationError:
             return laplace
         return ep if ep.converged else laplace
@@ -94,9 +97,12 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         return self._sample(model, self._sampling_kernel(model, laplace), rng)
 
     def _multinomial_posterior(self, model, laplace, rng):
-        # No expectation propagation for the multinomial posterior: the kernel is Laplace's.
+        # The multinomial EP as the kernel (measured against NUTS at C = 1, VS's global fit:
+        # KL over Laplace's 0.020-0.023 on iris from 0.022-0.030 with the Laplace kernel,
+        # 0.014-0.016 on wine from 0.044-0.105; three seeds).
         self._check_memory(model, self._total_samples(model.dim))
-        return self._sample(model, laplace, rng)
+        kernel = self._sampling_kernel(model, laplace, softmax_ep_posterior)
+        return self._sample(model, kernel, rng)
 
     def _check_memory(self, model, n_samples: int) -> None:
         """Raise MemoryLimitError now, before any fit, if the points would not fit."""

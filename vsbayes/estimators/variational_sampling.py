@@ -32,7 +32,8 @@ from .expectation_propagation import softmax_ep_posterior
 __all__ = ["STRATEGIES", "VSLogisticRegression", "VSProbitRegression"]
 
 #: "global": one VS fit of the whole posterior; "sites": expectation propagation whose site
-#: fits are VS fits of the one-dimensional tilted densities; "auto": chosen per problem.
+#: fits are VS fits of the one-dimensional tilted densities ((K − 1)-dimensional for the
+#: multinomial posterior); "auto": chosen per problem.
 STRATEGIES = ("auto", "global", "sites")
 
 STRATEGY_ATTRIBUTES = dedent("""\
@@ -302,15 +303,16 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         )
 
     def _multinomial_posterior(self, model, laplace, rng):
-        """The multinomial posterior: the global fit from the Laplace kernel where
-        affordable, else (and with ``strategy="sites"``) EP with VS fits of the
-        (K − 1)-dimensional sites."""
+        """The multinomial posterior: the global fit (from the multinomial EP kernel, see
+        ``_sampling_kernel``) where affordable, else (and with ``strategy="sites"``) EP
+        with VS fits of the (K − 1)-dimensional sites."""
         if self.strategy == "sites":
             reason = "strategy='sites'"
         else:
             n_samples, reason = self._multinomial_samples(model)
             if n_samples is not None:
-                fit = self._sample(model, laplace, rng, n_samples)
+                kernel = self._sampling_kernel(model, laplace, softmax_ep_posterior)
+                fit = self._sample(model, kernel, rng, n_samples)
                 self._choices.append(("global", reason))
                 return fit
         ep = softmax_ep_posterior(model, laplace, tol=self.tol)
@@ -335,7 +337,7 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
                 f"expectation propagation with VS fits of the (K − 1)-dimensional sites instead"
             )
         return n_samples, (
-            f"multinomial posterior: the global fit from the Laplace kernel with N={n_samples} "
+            f"multinomial posterior: the global fit with N={n_samples} "
             f"points within {MULTINOMIAL_WORK_LIMIT:.3g} multiply-adds"
         )
 
