@@ -261,3 +261,14 @@ def test_module_entry_point():
         [sys.executable, "-m", "vsbayes", "--version"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and "vsbayes" in done.stdout
+
+
+def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):
+    rng = np.random.default_rng(1)
+    rows = [[f"{v:.4f}" for v in rng.normal(size=2)] + [label] for label in "abc" * 20]
+    path = write_csv(tmp_path / "three.csv", ["x1", "x2", "species"], rows)
+    status, out, _ = run(capsys, "fit", path, "--method", "ep")
+    assert status == 0
+    assert "all classes (multinomial)" in out and out.count("log evidence") == 1
+    for name in ("a: x1", "c: x2", "b: (intercept)"):
+        assert name in out

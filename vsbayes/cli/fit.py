@@ -11,6 +11,7 @@ from ..estimators import INTERCEPT_PRIOR_VAR
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
 from .summary import (
+    INTERCEPT_NAME,
     Console,
     coefficient_summary,
     diagnostics,
@@ -84,18 +85,27 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
     """
     estimator = fit.estimator
     classes = estimator.classes_.tolist()
-    n_params = data.X.shape[1] + 1  # coefficients and intercept
+    # Coefficients and intercept, of one binary problem or of all classes (multinomial).
+    n_params = len(estimator.posteriors_[0].mean)
     evidence = estimator.log_marginal_likelihood_value_
     evidences = [evidence] if len(estimator.posteriors_) == 1 else list(evidence)
     problems = []
+    multinomial = estimator._is_multinomial()
+    names = data.feature_names
+    if multinomial:  # θ = [W.ravel(), b]: each class's coefficients, then the intercepts
+        names = [f"{c}: {n}" for c in classes for n in data.feature_names]
+        names += [f"{c}: {INTERCEPT_NAME}" for c in classes]
     for k, posterior in enumerate(estimator.posteriors_):
         problems.append(
             {
-                # Binary: P(y = classes_[1]); more classes: class k against the rest.
-                "positive_class": classes[1] if len(classes) == 2 else classes[k],
-                "coefficients": [
-                    c.as_dict() for c in coefficient_summary(posterior, data.feature_names)
-                ],
+                # Binary: P(y = classes_[1]); one-vs-rest: class k against the rest;
+                # multinomial: one joint problem over all classes (None).
+                "positive_class": None
+                if multinomial
+                else classes[1]
+                if len(classes) == 2
+                else classes[k],
+                "coefficients": [c.as_dict() for c in coefficient_summary(posterior, names)],
                 "log_evidence": float(evidences[k]),
                 "diagnostics": diagnostics(posterior),
                 "laplace_fallback": fit.fell_back[k],
@@ -172,7 +182,9 @@ def _format_summary(summary: dict) -> str:
     negative = data["classes"][0]["label"]
     for k, problem in enumerate(summary["problems"]):
         positive = problem["positive_class"]
-        if binary:
+        if positive is None:
+            title = f"problem: {data['target']}, all classes (multinomial)"
+        elif binary:
             title = f"problem: {data['target']} = {positive} (against {negative})"
         else:
             title = (
