@@ -13,6 +13,7 @@ from vsbayes import (  # noqa: E402
     BMCLogisticRegression,
     EPLogisticRegression,
     EPProbitRegression,
+    ISLogisticRegression,
     ISProbitRegression,
     LaplaceLogisticRegression,
     LaplaceProbitRegression,
@@ -103,9 +104,7 @@ EP_RTOL = 1e-7
     ],
     ids=type,
 )
-def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(
-    client, data, estimator
-):
+def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(client, data, estimator):
     X, y, weights = data
     local = estimator.__sklearn_clone__().fit(X, y, sample_weight=weights)
     chunked = estimator.__sklearn_clone__().fit(*as_dask(X, y, weights))
@@ -140,8 +139,12 @@ def test_three_classes_one_vs_rest_and_balanced_weights(client):
     np.testing.assert_allclose(chunked.predict_proba(Xd).compute(), local.predict_proba(X))
 
 
+# Over dask chunks the multinomial global fit samples from the Laplace kernel (no
+# multinomial EP there): the in-memory fit is asked for it too.
 @pytest.mark.parametrize(
-    "estimator", [LaplaceLogisticRegression(C=0.5), VSLogisticRegression(random_state=0)], ids=type
+    "estimator",
+    [LaplaceLogisticRegression(C=0.5), VSLogisticRegression(kernel="laplace", random_state=0)],
+    ids=type,
 )
 def test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit(client, estimator):
     rng = np.random.default_rng(2)
@@ -167,6 +170,21 @@ def test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit(client, estimator
     np.testing.assert_allclose(
         chunked.predict_proba(X), local.predict_proba(X), rtol=1e-7, atol=1e-10
     )
+
+
+def test_multinomial_ep_over_chunks_is_named_as_not_implemented(client):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(600, 2))
+    y = np.argmax(X @ rng.normal(size=(2, 3)) + rng.gumbel(size=(600, 3)), axis=1)
+    Xd, yd = as_dask(X, y, chunk=200)
+    with pytest.raises(ValueError, match="multinomial EP"):
+        EPLogisticRegression().fit(Xd, yd)
+    with pytest.raises(ValueError, match="strategy='sites'"):
+        VSLogisticRegression(strategy="sites").fit(Xd, yd)
+    # The global fits sample from the Laplace kernel instead of the multinomial EP's.
+    local = ISLogisticRegression(kernel="laplace", n_samples=3000, random_state=0).fit(X, y)
+    chunked = ISLogisticRegression(n_samples=3000, random_state=0).fit(Xd, yd)
+    np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=1e-6)
 
 
 def test_sparse_chunks_equal_dense(client, data):

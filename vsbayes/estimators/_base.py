@@ -40,11 +40,16 @@ from ..models.dask_chunks import is_dask_array
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._prediction import PosteriorPrediction
 
-__all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior"]
+__all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior", "rows_in_memory"]
 
 #: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
 #: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
 INTERCEPT_PRIOR_VAR = 1e6
+
+
+def rows_in_memory(model) -> bool:
+    """Whether the model holds its rows (else they are in dask chunks, on the workers)."""
+    return getattr(model, "rows_in_memory", True)
 
 
 def ep_posterior(

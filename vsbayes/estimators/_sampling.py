@@ -14,7 +14,7 @@ from sklearn.utils import check_scalar
 from .._memory import check_memory, format_bytes
 from ..engine import n_family_params
 from ..exceptions import ConvergenceWarning, EstimationError
-from ._base import BayesianGLMClassifier, ep_posterior
+from ._base import BayesianGLMClassifier, ep_posterior, rows_in_memory
 from .expectation_propagation import softmax_ep_posterior
 
 __all__ = ["KERNELS", "SamplingGLMClassifier", "check_choice", "check_rounds"]
@@ -80,9 +80,10 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
         to the fit's tolerance, so that results are reproducible to it, e.g. weights ≡
         duplicated rows), or Laplace's if EP fails or does not converge (an unconverged EP
         can sit far from the posterior: sampling from it measured a prior-like fit with
-        sample weights of 1e3 and 1e-4)."""
-        if self.kernel == "laplace":
-            return laplace
+        sample weights of 1e3 and 1e-4); Laplace's for the multinomial posterior of rows in
+        dask chunks."""
+        if self.kernel == "laplace" or (ep_fit is not None and not rows_in_memory(model)):
+            return laplace  # the multinomial EP over dask chunks is not implemented
         ep_fit = ep_posterior if ep_fit is None else ep_fit
         try:
             with warnings.catch_warnings():

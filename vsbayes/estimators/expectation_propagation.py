@@ -8,7 +8,7 @@ from sklearn.utils import check_scalar
 
 from ..approximations import softmax_ep
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
-from ._base import BayesianGLMClassifier, ep_posterior
+from ._base import BayesianGLMClassifier, ep_posterior, rows_in_memory
 from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
@@ -87,6 +87,14 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
         )
 
     def _multinomial_posterior(self, model, laplace, rng):
+        if not rows_in_memory(model):
+            raise ValueError(
+                f"{type(self).__name__} fits more than two classes with the multinomial EP, "
+                f"which needs the rows in memory (over dask chunks it is not implemented). "
+                f"Pass X.compute() if the data fit in memory, or fit one-vs-rest posteriors, "
+                f"e.g. OneVsRestClassifier({type(self).__name__}()), or use "
+                f"VSLogisticRegression or LaplaceLogisticRegression."
+            )
         return softmax_ep_posterior(
             model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
         )

@@ -15,7 +15,7 @@ from .._memory import memory_limit
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
-from ._base import ep_posterior
+from ._base import ep_posterior, rows_in_memory
 from ._docstrings import (
     ATTRIBUTES,
     COMMON_PARAMETERS,
@@ -306,7 +306,15 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
         """The multinomial posterior: the global fit (from the multinomial EP kernel, see
         ``_sampling_kernel``) where affordable, else (and with ``strategy="sites"``) EP
         with VS fits of the (K − 1)-dimensional sites."""
+        chunked = not rows_in_memory(model)
         if self.strategy == "sites":
+            if chunked:
+                raise ValueError(
+                    "strategy='sites' with more than two classes needs the rows in memory: "
+                    "the multinomial EP over dask chunks is not implemented. Use "
+                    "strategy='auto' or 'global', or pass X.compute() if the data fit in "
+                    "memory."
+                )
             reason = "strategy='sites'"
         else:
             n_samples, reason = self._multinomial_samples(model)
@@ -315,6 +323,13 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
                 fit = self._sample(model, kernel, rng, n_samples)
                 self._choices.append(("global", reason))
                 return fit
+            if chunked:  # a choice of "auto", recorded in strategy_ (no fallback)
+                self._choices.append(
+                    ("laplace", "the global fit of the multinomial posterior is beyond its "
+                     "work limit, and the multinomial EP over dask chunks is not "
+                     "implemented: the Laplace approximation is kept")
+                )  # fmt: skip
+                return laplace.replace()
         ep = softmax_ep_posterior(model, laplace, tol=self.tol)
         self._choices.append(("sites", reason))
         return ep
