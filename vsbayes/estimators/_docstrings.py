@@ -124,8 +124,7 @@ _SAMPLING_PARAMETERS = {
         :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
         the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
         the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
-        ``strategy_reason_``) and dask input, which then start from 4n points rather
-        than 8n (with ``n_samples="auto"``) — and no target (``n_samples`` points) for
+        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
         the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
         whose N its work limit sets. ``None``: never a target.
     time_budget : float, default=None

@@ -90,12 +90,6 @@ MULTINOMIAL_WORK_LIMIT = 5e10
 #: it is the accuracy issue 16's calibration asked of the paper's data (met in ≥ 90 % of
 #: fits, benchmarks/results/kl_error_calibration.md).
 DEFAULT_TARGET_KL = 0.01
-# Those fits start from 4n points, not 8n, when a target guards them (``n_samples="auto"``):
-# on data-rich posteriors 4n already predicts ~1e-4 nats, a hundredth of the target, and
-# the prediction is sound there (measured 20,000 × 10 and 8,000 × 6, against a 128n fit:
-# 7.9e-5 and 1.3e-4 nats, predicted 8.6e-5 and 1.2e-4; at 2-3n the prediction turns
-# optimistic, up to 4×). This halves the cost of the fits of big data.
-DATA_RICH_START_FACTOR = 4
 
 
 class VariationalSamplingClassifier(SamplingGLMClassifier):
@@ -211,8 +205,7 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
             if cheaper:
                 # Big data: the global fit from the Laplace kernel, if it is reliable.
                 with self._asking_default_target():
-                    start = self._data_rich_samples(model)
-                    fit, trouble = self._quiet_global(model, laplace, rng, start)
+                    fit, trouble = self._quiet_global(model, laplace, rng)
                 if trouble is None:
                     return self._chose("global", cheaper, fit)
         # EP is the kernel, the site-fit posterior, or both: one EP fit to fit tolerance.
@@ -250,16 +243,8 @@ class VariationalSamplingClassifier(SamplingGLMClassifier):
             "kernel (big data; no EP fit to compare it with)"
         )
         with self._asking_default_target():
-            fit = self._sample(model, laplace, rng, self._data_rich_samples(model))
+            fit = self._sample(model, laplace, rng)
         return self._chose("global", reason, fit)
-
-    def _data_rich_samples(self, model) -> int | None:
-        """N to start a global fit that "auto" takes by itself (None: the estimator's):
-        DATA_RICH_START_FACTOR·n when a target guards it, with ``n_samples="auto"``."""
-        if not isinstance(self.n_samples, str) or self._target_kl() is None:
-            return None
-        n = n_family_params(model.dim, self.family)
-        return max(DATA_RICH_START_FACTOR * n, self._auto_minimum)
 
     @contextlib.contextmanager
     def _asking_default_target(self):
