@@ -196,6 +196,22 @@ def test_sparse_chunks_equal_dense(client, data):
     assert_same_posterior(dense, sparse)
 
 
+def test_dask_dataframes_are_taken_with_their_column_names(client, data):
+    dd = pytest.importorskip("dask.dataframe", reason="dask DataFrames need pandas and pyarrow")
+    pd = pytest.importorskip("pandas")
+    X, y, weights = data
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    local = LaplaceLogisticRegression().fit(frame, y, sample_weight=weights)
+    parts = dd.from_pandas(frame.assign(y=y, w=weights), npartitions=3)
+    chunked = LaplaceLogisticRegression().fit(parts[["a", "b", "c", "d"]], parts["y"], parts["w"])
+    assert_same_posterior(local, chunked)
+    assert chunked.feature_names_in_.tolist() == ["a", "b", "c", "d"]
+    proba = chunked.predict_proba(parts[["a", "b", "c", "d"]])
+    np.testing.assert_allclose(proba.compute(), local.predict_proba(frame))
+    with pytest.raises(ValueError, match="feature names should match"):
+        chunked.predict_proba(parts[["b", "a", "c", "d"]])
+
+
 def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
     X, y, _ = data

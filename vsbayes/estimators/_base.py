@@ -36,7 +36,7 @@ from ..models import (
     ChunkedSoftmaxPosterior,
     SoftmaxGLMPosterior,
 )
-from ..models.dask_chunks import is_dask_array
+from ..models.dask_chunks import is_dask, is_dask_array
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._prediction import PosteriorPrediction
 
@@ -173,7 +173,7 @@ class BayesianGLMClassifier(
             The fitted estimator.
         """
         self._check_params()
-        if is_dask_array(X):
+        if is_dask(X):
             X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
         else:
             X, y_index, weights = self._fit_data(X, y, sample_weight)

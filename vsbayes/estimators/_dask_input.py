@@ -1,4 +1,4 @@
-"""Dask arrays as training and prediction data: validated and used chunk by chunk.
+"""Dask arrays (and DataFrames) as training and prediction data, used chunk by chunk.
 
 The rows of a dask array are never gathered in this process: the checks of ``fit`` (shape,
 numeric dtype, finiteness, the classes, the weights) are reductions computed where the
@@ -15,6 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.multiclass import type_of_target
 
+from ..models.dask_chunks import is_dask_frame
+
 __all__ = ["chunkwise_prediction", "validate_dask_fit_data"]
 
 
@@ -27,10 +29,20 @@ def _as_float(block):
     return block.astype(np.float64) if block.dtype != np.float64 else block
 
 
+def _as_array(X):
+    """A dask DataFrame or Series as a dask array (its partitions' lengths computed), with
+    its column names (None for anything else)."""
+    if not is_dask_frame(X):
+        return X, None
+    names = getattr(X, "columns", None)
+    return X.to_dask_array(lengths=True), None if names is None else np.asarray(names)
+
+
 def _rows_like(values, X, name: str):
     """``values`` (dask or in-memory, 1-D) as a dask array chunked like X's rows."""
     import dask.array as da
 
+    values, _ = _as_array(values)
     if not hasattr(values, "to_delayed"):
         values = np.asarray(values)
         if values.ndim == 2 and values.shape[1] == 1:
@@ -71,6 +83,13 @@ def _check_dask_X(estimator, X):
 
 def check_prediction_input(estimator, X):
     """A dask X for prediction: 2-D, numeric, with the features seen in fit (lazily)."""
+    X, names = _as_array(X)
+    fitted = getattr(estimator, "feature_names_in_", None)
+    if fitted is not None and names is not None and not np.array_equal(names, fitted):
+        raise ValueError(
+            f"The feature names should match those that were passed during fit: got "
+            f"{list(names)}, fitted with {list(fitted)}."
+        )
     X = _check_dask_X(estimator, X)
     if X.shape[1] != estimator.n_features_in_:
         raise ValueError(
@@ -92,9 +111,12 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     import dask
     import dask.array as da
 
+    X, names = _as_array(X)
     X = _check_dask_X(estimator, X)
     estimator.n_features_in_ = X.shape[1]
-    if hasattr(estimator, "feature_names_in_"):
+    if names is not None and all(isinstance(n, str) for n in names):
+        estimator.feature_names_in_ = names.astype(object)  # as scikit-learn's
+    elif hasattr(estimator, "feature_names_in_"):
         del estimator.feature_names_in_
     y = _rows_like(y, X, "y")
     if sample_weight is None:

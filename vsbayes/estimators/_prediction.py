@@ -19,7 +19,7 @@ from sklearn.utils.validation import (
 
 from .._random import as_generator
 from ..models import get_link
-from ..models.dask_chunks import is_dask_array
+from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.softmax_predictive import softmax_predictive_log_proba
 from ._dask_input import check_prediction_input, chunkwise_prediction
 from ._latent import LatentMoments
@@ -35,21 +35,26 @@ def _dask_chunkwise(shape):
     def decorate(method):
         @functools.wraps(method)
         def chunkwise(self, X):
-            if not is_dask_array(X):
+            if not is_dask(X):
                 return method(self, X)
             check_is_fitted(self)
+            # A DataFrame's names are checked here; its blocks get them back (no warning).
+            names = getattr(self, "feature_names_in_", None) if is_dask_frame(X) else None
             X = check_prediction_input(self, X)
             n_columns, dtype = shape(self)
-            return chunkwise_prediction(
-                functools.partial(_predict_block, self, method.__name__), X, n_columns, dtype
-            )
+            predict = functools.partial(_predict_block, self, method.__name__, names)
+            return chunkwise_prediction(predict, X, n_columns, dtype)
 
         return chunkwise
 
     return decorate
 
 
-def _predict_block(estimator, name: str, block):
+def _predict_block(estimator, name: str, names, block):
+    if names is not None:
+        import pandas as pd  # a dask DataFrame's blocks were pandas frames
+
+        block = pd.DataFrame(block, columns=names, copy=False)
     return getattr(estimator, name)(block)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from .._sums import CompensatedSum
 from .._warnings import warn
 
-__all__ = ["DaskChunks", "is_dask_array"]
+__all__ = ["DaskChunks", "is_dask", "is_dask_array", "is_dask_frame"]
 
 # Arguments of a pass sent with every chunk's task when all their copies stay below this.
 _INLINE_BYTES = 2**20
@@ -31,6 +31,16 @@ _INLINE_BYTES = 2**20
 def is_dask_array(x) -> bool:
     """Whether ``x`` is a dask array (without importing dask)."""
     return type(x).__module__.startswith("dask.array") and hasattr(x, "to_delayed")
+
+
+def is_dask_frame(x) -> bool:
+    """Whether ``x`` is a dask DataFrame or Series (without importing dask)."""
+    return type(x).__module__.startswith("dask.dataframe") and hasattr(x, "to_dask_array")
+
+
+def is_dask(x) -> bool:
+    """Whether ``x`` is a dask array, DataFrame or Series."""
+    return is_dask_array(x) or is_dask_frame(x)
 
 
 def _active_client():
