@@ -16,21 +16,21 @@ import math
 
 import numpy as np
 
-from .._warnings import warn
-from ..exceptions import ConvergenceWarning, EstimationError
 from ._glm_gaussian import GLMGaussian, row_variances
 from .expectation_propagation import (
+    _MIN_DAMPING,
+    _STALL,
     EPResult,
     _split_weights,
     check_cavities,
     gaussian_log_evidence,
     new_sites,
     site_log_normalizers,
+    stalled_error,
+    warn_unconverged,
 )
 
 __all__ = ["chunked_expectation_propagation"]
-
-_STALL, _MIN_DAMPING = 10, 1.0 / 64
 
 
 def chunked_expectation_propagation(
@@ -40,7 +40,8 @@ def chunked_expectation_propagation(
     the parameters of :func:`~vsbayes.approximations.expectation_propagation`."""
     chunks = model.chunks
     post = _posterior(model, chunks.sum(_start_sites, np.asarray(start, dtype=float)))
-    converged, change, best, stalled, n_iter = False, math.inf, math.inf, 0, 0
+    converged, change, n_iter = False, math.inf, 0
+    best, best_change, stalled = math.inf, math.inf, 0
     while n_iter < max_iter:
         n_iter += 1
         gram, linear, change = _sweep(chunks, post, damping, site_fit)
@@ -50,28 +51,16 @@ def chunked_expectation_propagation(
             break
         # Progress is measured undamped: halving the damping halves the change by itself.
         if change / damping < best:
-            best, stalled = change / damping, 0
+            best, best_change, stalled = change / damping, change, 0
         else:
             stalled += 1
             if stalled >= _STALL:
                 if damping <= _MIN_DAMPING:
-                    raise EstimationError(
-                        f"Expectation propagation cannot converge: its sweeps stalled at the "
-                        f"smallest damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the "
-                        f"last site change {change:.3g} against tol={tol:.3g}. Typical cause: "
-                        f"extreme sample or class weights (rescale them), or nearly separable "
-                        f"data with a vague prior (use a smaller C)."
-                    )
+                    raise stalled_error(n_iter, best_change, tol)
                 damping, stalled = max(0.5 * damping, _MIN_DAMPING), 0
     chunks.map(_commit_sites)
     if not converged:
-        warn(
-            f"Expectation propagation did not converge in {n_iter} sweeps (max_iter="
-            f"{max_iter}; largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter "
-            f"or lower damping; extreme sample or class weights can keep the sweeps from "
-            f"reaching tol.",
-            ConvergenceWarning,
-        )
+        warn_unconverged(n_iter, max_iter, change, tol)
     sites, improper = chunks.sum(_site_evidence, post.mean, post.cov, site_fit)
     check_cavities(int(improper))
     return EPResult(

@@ -198,13 +198,7 @@ def expectation_propagation(
                     # within reach (or the sweep's own round-off, amplified by sites of
                     # weight ~1e3, is above tol). The best sites are then arbitrary: with
                     # class weights 1e3 and 1e-4, some predicted every point wrong.
-                    raise EstimationError(
-                        f"Expectation propagation cannot converge: its sweeps stalled at the "
-                        f"smallest damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the "
-                        f"least site change {best_change:.3g} against tol={tol:.3g}. Typical "
-                        f"cause: extreme sample or class weights (rescale them), or nearly "
-                        f"separable data with a vague prior (use a smaller C)."
-                    )
+                    raise stalled_error(n_iter, best_change, tol)
                 if stalled >= _STALL:
                     if anderson.memory > 0:
                         anderson.memory = 0
@@ -233,13 +227,7 @@ def expectation_propagation(
         tau, nu = sites[:m], sites[m:]
         post = _posterior(model, tau, nu)
     if not converged:
-        warn(
-            f"Expectation propagation did not converge in {n_iter} sweeps (max_iter="
-            f"{max_iter}; largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter "
-            f"or lower damping; extreme sample or class weights can keep the sweeps from "
-            f"reaching tol.",
-            ConvergenceWarning,
-        )
+        warn_unconverged(n_iter, max_iter, change, tol)
     return EPResult(
         post.mean,
         post.cov,
@@ -257,6 +245,26 @@ def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fi
     )
     check_cavities(improper)
     return sites + gaussian_log_evidence(model, post)
+
+
+def stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
+    """The error of sweeps that stalled even at the smallest damping."""
+    return EstimationError(
+        f"Expectation propagation cannot converge: its sweeps stalled at the smallest "
+        f"damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the least site change "
+        f"{change:.3g} against tol={tol:.3g}. Typical cause: extreme sample or class weights "
+        f"(rescale them), or nearly separable data with a vague prior (use a smaller C)."
+    )
+
+
+def warn_unconverged(n_iter: int, max_iter: int, change: float, tol: float) -> None:
+    """The ConvergenceWarning of sweeps that reached ``max_iter``."""
+    warn(
+        f"Expectation propagation did not converge in {n_iter} sweeps (max_iter={max_iter}; "
+        f"largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter or lower "
+        f"damping; extreme sample or class weights can keep the sweeps from reaching tol.",
+        ConvergenceWarning,
+    )
 
 
 def site_log_normalizers(link, t_mean, t_var, tau, nu, weights, site_fit) -> tuple[float, int]:
