@@ -7,6 +7,7 @@ from sklearn.datasets import make_classification
 import vsbayes
 import vsbayes._memory
 import vsbayes.estimators._sampling as sampling
+import vsbayes.estimators._strategy as strategy_module
 import vsbayes.estimators.variational_sampling as vs_module
 from vsbayes.exceptions import MemoryLimitError
 
@@ -41,7 +42,7 @@ def test_global_strategy_from_the_laplace_kernel_never_runs_ep(data, monkeypatch
 
 def test_auto_takes_the_sites_when_the_global_fit_is_too_costly(data, monkeypatch):
     X, y = data
-    monkeypatch.setattr(vs_module, "GLOBAL_WORK_LIMIT", 1.0)
+    monkeypatch.setattr(strategy_module, "GLOBAL_WORK_LIMIT", 1.0)
     model = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
     assert list(model.strategy_) == ["sites"]
     assert "multiply-adds" in model.strategy_reason_[0]
@@ -54,7 +55,7 @@ def test_auto_keeps_the_global_fit_only_where_it_departs_from_ep(data, n_samples
     ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
     chosen = model.posteriors_[0]
     if model.strategy_[0] == "global":
-        assert vsbayes.excess_kl(chosen, ep) > vs_module.DEPARTURE_FACTOR * chosen.kl_error
+        assert vsbayes.excess_kl(chosen, ep) > strategy_module.DEPARTURE_FACTOR * chosen.kl_error
     else:
         assert model.strategy_[0] == "sites"
         np.testing.assert_allclose(chosen.mean, ep.mean, rtol=1e-7)
@@ -82,7 +83,7 @@ def test_strategy_beyond_two_classes():
     assert sites.log_marginal_likelihood_value_ == ep.log_marginal_likelihood_value_
     # Beyond the work limit, "auto" takes the sites: a choice, not a fallback.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(vs_module, "MULTINOMIAL_WORK_LIMIT", 1e3)
+        patch.setattr(strategy_module, "MULTINOMIAL_WORK_LIMIT", 1e3)
         small = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
     assert list(small.strategy_) == ["sites"] and not small.laplace_fallback_.any()
     assert "(K − 1)-dimensional sites" in small.strategy_reason_[0]
@@ -155,6 +156,6 @@ def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatc
     assert list(model.strategy_) == ["global"]
     assert "rows for n = 10" in model.strategy_reason_[0]
     # Fewer rows per parameter than DATA_RICH: EP's route is considered again.
-    monkeypatch.setattr(vs_module, "DATA_RICH", 10**6)
+    monkeypatch.setattr(strategy_module, "DATA_RICH", 10**6)
     with pytest.raises(AssertionError, match="EP was run"):
         vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
