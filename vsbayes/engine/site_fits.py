@@ -145,7 +145,10 @@ def fit_sites(
         # point. The optimum, where the gradient vanishes, is the same.
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.abs(wq / weights - mass[:, None]).max(axis=1) / mass
-        chord = spread <= _CHORD
+        # One-dimensional sites (binary EP) stay with Newton: their Hessians cost nothing,
+        # and a chord step's slower convergence costs target evaluations (measured on
+        # breast cancer: EP-logistic 34 → 48 ms with chord steps).
+        chord = (spread <= _CHORD) & (k > 1)
         step = np.empty_like(grad)
         if chord.any():
             step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
