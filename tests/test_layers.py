@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vsbayes"
 # Module prefix -> layer. Layer 0 holds the utilities every layer may use.
 LAYERS = {
     "vsbayes._blas": 0,
+    "vsbayes._indices": 0,
     "vsbayes._memory": 0,
     "vsbayes._random": 0,
     "vsbayes._version": 0,

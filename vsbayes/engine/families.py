@@ -25,6 +25,7 @@ from scipy.linalg import cho_solve
 from scipy.linalg.blas import dsyrk, dtrmm
 
 from .._blas import block_slices, map_blocks, sum_blocks
+from .._indices import triu_indices
 from .._memory import block_length
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
@@ -229,8 +230,8 @@ class FullFamily(QuadraticFamily):
 
         total = sum_blocks(block, range(len(self._blocks)))
         if symmetric:  # SYRK fills the upper triangle
-            lower = np.tril_indices_from(total, -1)
-            total[lower] = total.T[lower]
+            upper = triu_indices(len(total), 1)
+            total[upper[::-1]] = total[upper]
         return -0.5 * total
 
     def raw_moments(self, m):
@@ -263,14 +264,14 @@ class FullFamily(QuadraticFamily):
 
     def feature_rows(self, rows):
         z = self._yt[: self.dim, rows].T
-        i, j = np.triu_indices(self.dim)
+        i, j = triu_indices(self.dim)
         quad = z[:, i] * z[:, j]
         quad *= np.where(i == j, -0.5, -1.0)
         return np.hstack([np.ones((z.shape[0], 1)), z, quad])
 
     def theta_from_basis(self, v):
         d = self.dim
-        i, j = np.triu_indices(d)
+        i, j = triu_indices(d)
         precision = np.zeros((*v.shape[:-1], d, d))
         precision[..., i, j] = v[..., 1 + d :]
         precision[..., j, i] = v[..., 1 + d :]

@@ -19,6 +19,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from scipy.linalg.blas import dsyrk
 
 from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
+from .._indices import triu_indices
 from .._memory import block_bytes
 from .._sums import CompensatedSum
 from .links import Link, get_link
@@ -206,8 +207,8 @@ class BinaryGLMPosterior:
         with single_blas_thread():
             gram = sum_blocks(block, blocks)
         if symmetric:  # SYRK fills the upper triangle
-            lower = np.tril_indices(self.dim, -1)
-            gram[lower] = gram.T[lower]
+            upper = triu_indices(self.dim, 1)
+            gram[upper[::-1]] = gram[upper]
         return gram
 
     def likelihood_value_gradient_hessian(

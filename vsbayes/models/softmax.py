@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
 
+from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 
 __all__ = ["SoftmaxGLMPosterior"]
@@ -231,7 +232,7 @@ class SoftmaxGLMPosterior:
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
         width = self.n_features + int(self.fit_intercept)
-        first, second = np.triu_indices(r)
+        first, second = triu_indices(r)
         pairs = weights[:, first, second]  # (M, r(r + 1)/2)
         flat = np.zeros((width, width * len(first)))
         sparse = sp.issparse(self.X)

@@ -202,10 +202,7 @@ def link_variable_moments(link, mean, var):
     -------
     log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
     """
-    nodes = np.arange(_LINK_LOW, _LINK_HIGH + 0.5 * _LINK_STEP, _LINK_STEP)
-    scale = math.sqrt(_LINK_STEP * np.exp(link.log_pdf(nodes)) @ (nodes * nodes))
-    diff = _LINK_STEP * (np.exp(link.log_cdf(nodes)) - ndtr(nodes / scale))
-    basis = np.stack([diff, nodes * diff, nodes * nodes * diff], axis=1)
+    nodes, scale, basis = _link_rule(link)
     # Gaussian weights scaled to 1 at the node nearest the mean: no underflow far out.
     nearest = np.clip(mean, _LINK_LOW, nodes[-1])
     gauss = nodes - mean[:, None]
@@ -227,6 +224,25 @@ def link_variable_moments(link, mean, var):
     z2 = -(x / root) * d1 + k * ((s2 - 2.0 * mean * s1 + mean * mean * s0) / var - s0) / var
     slope = z1 / z0
     return top + np.log(z0), mean + var * slope, var + var * var * (z2 / z0 - slope * slope)
+
+
+# The link rule's nodes, scale and basis, per link class (EP asks at every sweep).
+_LINK_RULES: dict = {}
+
+
+def _link_rule(link) -> tuple[np.ndarray, float, np.ndarray]:
+    """Nodes of the trapezoid rule on the link's scale, the link variable's scale ``s``
+    and the rule's weights times ``(1, t, t²)`` of ``F(t) - Φ(t/s)``."""
+    key = (type(link), link.name)
+    if key not in _LINK_RULES:
+        nodes = np.arange(_LINK_LOW, _LINK_HIGH + 0.5 * _LINK_STEP, _LINK_STEP)
+        scale = math.sqrt(_LINK_STEP * np.exp(link.log_pdf(nodes)) @ (nodes * nodes))
+        diff = _LINK_STEP * (np.exp(link.log_cdf(nodes)) - ndtr(nodes / scale))
+        basis = np.stack([diff, nodes * diff, nodes * nodes * diff], axis=1)
+        for array in (nodes, basis):
+            array.flags.writeable = False
+        _LINK_RULES[key] = nodes, scale, basis
+    return _LINK_RULES[key]
 
 
 def _as_sites(mean, var, power):
