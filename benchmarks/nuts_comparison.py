@@ -47,10 +47,12 @@ VS: the public estimators (``VSLogisticRegression`` / ``VSProbitRegression``,
 (p+1)(p+2)/2), ``--vs-seeds`` 5 seeds each, whole-fit wall time; median error and median
 time per N. EP alone (``EPLogisticRegression`` / ``EPProbitRegression``) and the VS
 estimator's factor-wise form (``strategy="sites"``: EP whose site fits are VS fits of the
-tilted densities; closed-form ones for probit), one point each, the median time of 5 fits.
+tilted densities; closed-form ones for probit) at the estimator's ``tol`` of 1e-8 (the
+default), 1e-4 and 1e-2 (``SITES_TOLS``: EP's sweeps stop at site changes of tol / 100,
+its one cost knob, as N is the global fit's), one point each, the median time of 5 fits.
 Stored in ``results/nuts_comparison/vs.json``. The comparison is made twice: against the
 global fit's ladder alone, and against the VS estimator's faster setting at each level
-(the global fit at some N, or ``strategy="sites"``).
+(the global fit at some N, or ``strategy="sites"`` at some tol).
 
 Comparison: each error level a NUTS configuration reaches (its median error over seeds at
 a checkpoint, reached in the median time) and the time VS needs for it, interpolated on
@@ -130,6 +132,10 @@ CHECKPOINTS = (100, 200, 500, 1000, 2000, 5000)
 #: VS sample sizes, multiples of n = (p+1)(p+2)/2.
 VS_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 EP_REPEATS = 5
+# The estimator's tol for its strategy="sites" points: the default, and looser ones (EP's
+# sweeps stop at site changes of tol / 100) — the factor-wise form's cost knob, as N is the
+# global fit's.
+SITES_TOLS = (1e-8, 1e-4, 1e-2)
 COMPILE_EVENTS = "/jax/core/compile/"
 
 
@@ -171,12 +177,15 @@ class Cell:
         self.unit = self.excess(laplace) if self.paper else self.kl(laplace)
         self.laplace_kl = self.kl(laplace)
 
-    def estimator(self, family: str, n_samples: int | None = None, seed: int = 0):
-        """The public estimator of ``family`` (Laplace, EP, VS) on this cell's model."""
+    def estimator(
+        self, family: str, n_samples: int | None = None, seed: int = 0, tol: float = 1e-8
+    ):
+        """The public estimator of ``family`` (Laplace, EP, VS, VS-sites) on this cell's
+        model (``tol``: VS-sites' only)."""
         if family == "VS-sites":  # EP whose site fits are VS fits (closed form for probit)
             cls = paper.ESTIMATORS[("VS", self.link)]
             c, intercept = (paper.C, False) if self.paper else (BREAST_C, True)
-            return cls(C=c, fit_intercept=intercept, strategy="sites", random_state=seed)
+            return cls(C=c, fit_intercept=intercept, strategy="sites", tol=tol, random_state=seed)
         if self.paper:
             method = f"EP-{self.link}" if family == "EP" else family
             return paper.make(method, self.link, n_samples, seed)
@@ -185,9 +194,9 @@ class Cell:
             params.update(strategy="global", n_samples=n_samples)
         return make_estimator(family, self.link, seed if family == "VS" else None, **params)
 
-    def fit(self, family: str, n_samples: int | None = None, seed: int = 0):
+    def fit(self, family: str, n_samples: int | None = None, seed: int = 0, tol: float = 1e-8):
         """(posterior Gaussian of θ, whole-fit seconds, fell back to Laplace)."""
-        estimator = self.estimator(family, n_samples, seed)
+        estimator = self.estimator(family, n_samples, seed, tol)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # fallbacks are recorded, not printed
             t0 = time.perf_counter()
@@ -390,21 +399,23 @@ def run_vs(cells: list[Cell], seeds: int, again: bool) -> None:
                 flush=True,
             )
         points = {}
-        for family in ("EP", "VS-sites"):
+        for family, tol in [("EP", 1e-8)] + [("VS-sites", tol) for tol in SITES_TOLS]:
             times = []
             for _ in range(EP_REPEATS):
-                g, seconds, fallback = cell.fit(family)
+                g, seconds, fallback = cell.fit(family, tol=tol)
                 times.append(seconds)
-            points[family] = {
+            points[family, tol] = {
                 "seconds": float(np.median(times)),
                 "error": cell.kl(g) / cell.unit,
                 "error_with_log_Z": cell.excess(g) / cell.unit if cell.paper else None,
                 "fallback": fallback,
+                "tol": tol,
             }
         saved["cells"][cell.name] = {
             "fits": fits,
-            "ep": points["EP"],
-            "sites": points["VS-sites"],
+            "ep": points["EP", 1e-8],
+            "sites": points["VS-sites", SITES_TOLS[0]],
+            "sites_ladder": [points["VS-sites", tol] for tol in SITES_TOLS],
             "unit_nats": cell.unit,
             "laplace_kl_nats": cell.laplace_kl,
             "truth_floor": cell.truth_floor_nats / cell.unit,
@@ -459,14 +470,22 @@ def vs_time_to(level: float, curve: list[dict]) -> tuple[float | None, bool]:
     return None, False
 
 
-def estimator_time_to(level: float, curve: list[dict], sites: dict | None):
+def estimator_time_to(level: float, curve: list[dict], sites: list[dict]):
     """(seconds, bound) of the VS estimator's fastest setting for ``level``: the global
-    ladder (:func:`vs_time_to`) or ``strategy="sites"`` (one point), whichever is faster."""
+    ladder (:func:`vs_time_to`) or a ``strategy="sites"`` point (one per tol), whichever is
+    faster."""
     seconds, bound = vs_time_to(level, curve)
-    faster = seconds is None or (sites is not None and sites["seconds"] < seconds)
-    if sites is not None and sites["error"] <= level and faster:
-        return sites["seconds"], True
+    for point in sites:
+        if point["error"] <= level and (seconds is None or point["seconds"] < seconds):
+            seconds, bound = point["seconds"], True
     return seconds, bound
+
+
+def sites_points(entry: dict) -> list[dict]:
+    """The cell's ``strategy="sites"`` points (older files: the default's only)."""
+    if "sites_ladder" in entry:
+        return entry["sites_ladder"]
+    return [entry["sites"]] if "sites" in entry else []
 
 
 def load_nuts(cell: str, config: str) -> list[dict]:
@@ -507,7 +526,7 @@ def comparison(cells, configs) -> tuple[list[dict], list[dict], dict]:
                 vs_seconds, bound = vs_time_to(point["error"], curve)
                 ratio = point["seconds"] / vs_seconds if vs_seconds else None
                 est_seconds, est_bound = estimator_time_to(
-                    point["error"], curve, vs[name].get("sites")
+                    point["error"], curve, sites_points(vs[name])
                 )
                 est_ratio = point["seconds"] / est_seconds if est_seconds else None
                 rows.append(
@@ -635,8 +654,9 @@ def markdown(levels, summary, vs, info_nuts, info_vs) -> str:
         f"{len(target_rows)} paper cell × NUTS configuration pairs"
         + (f"; not on {', '.join(missed)}." if missed else ".")
         + " By the VS estimator's faster setting at each level (the global fit at some N, "
-        'or `strategy="sites"`: EP whose site fits are VS fits — closed-form tilted moments '
-        f"for probit): {len(target_rows) - len(missed_estimator)} of {len(target_rows)}"
+        'or `strategy="sites"` at some `tol`: EP whose site fits are VS fits — closed-form '
+        f"tilted moments for probit): {len(target_rows) - len(missed_estimator)} of "
+        f"{len(target_rows)}"
         + (f"; not on {', '.join(missed_estimator)}." if missed_estimator else "."),
     ]
     lines += [
@@ -675,10 +695,11 @@ def markdown(levels, summary, vs, info_nuts, info_vs) -> str:
                 f"{point['fallbacks']}/{point['fits']} | {_num(entry['truth_floor'], '.2g')} | "
                 f"{_num(entry['laplace_kl_nats'])} |"
             )
-        for label, key in (("EP", "ep"), ('VS `strategy="sites"`', "sites")):
-            if key not in entry:
-                continue
-            point = entry[key]
+        labelled = [("EP", entry["ep"])] + [
+            (f'VS `strategy="sites"`, tol={point.get("tol", 1e-8):g}', point)
+            for point in sites_points(entry)
+        ]
+        for label, point in labelled:
             lines.append(
                 f"| {name} | {label} | {_num(point['error'])} | "
                 f"{_num(point['error_with_log_Z'])} | {_num(point['seconds'])} | "
@@ -731,9 +752,10 @@ def figure(cells, configs, vs, path) -> None:
             ax.plot([c["seconds"] for c in curve], [c["error_with_log_Z"] for c in curve],
                     "s--", color="0.5", ms=2, label="VS with log Z")  # fmt: skip
         ax.plot(entry["ep"]["seconds"], entry["ep"]["error"], "*", color="C3", ms=9, label="EP")
-        if "sites" in entry:
-            ax.plot(entry["sites"]["seconds"], entry["sites"]["error"], "D", color="C4", ms=5,
-                    label="VS sites")  # fmt: skip
+        sites = sites_points(entry)
+        if sites:
+            ax.plot([p["seconds"] for p in sites], [p["error"] for p in sites], "D", color="C4",
+                    ms=5, label="VS sites (tol ladder)")  # fmt: skip
         lowest = min([c["error"] for c in curve] + [entry["ep"]["error"]])
         if entry["truth_floor"] > lowest / 10:  # else far below everything: not drawn
             ax.axhline(entry["truth_floor"], color="0.6", ls=":", lw=1, label="truth floor")
