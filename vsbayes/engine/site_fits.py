@@ -130,7 +130,9 @@ def fit_sites(
     # the target: EP's sites) the second start is within the rule's error of the optimum,
     # and Newton needs one or two steps instead of four or five.
     v = _kernel_start(wp, k, family.n_params)
-    value, wq_all = objective(everyone, v)
+    # At the kernel q̄ is the sampled mass at every node: no exponentials.
+    wq_all = weights * np.exp(v[:, :1] + 0.5 * k * math.log(2.0 * math.pi))
+    value = wq_all.sum(axis=1) - np.einsum("mn,mn->m", target_moments, v)
     matched = _moment_start(wp, z, k, family.n_params)
     if matched is not None:
         matched_value, matched_wq = objective(everyone, matched)
