@@ -16,18 +16,15 @@ import math
 
 import numpy as np
 
+from ._damped_sweeps import _MIN_DAMPING, _STALL, stalled_error, warn_unconverged
 from ._glm_gaussian import GLMGaussian, row_variances
 from .expectation_propagation import (
-    _MIN_DAMPING,
-    _STALL,
     EPResult,
     _split_weights,
     check_cavities,
     gaussian_log_evidence,
     new_sites,
     site_log_normalizers,
-    stalled_error,
-    warn_unconverged,
 )
 
 __all__ = ["chunked_expectation_propagation"]

@@ -14,8 +14,9 @@ over observations) and damped; the iterations stop when no site parameter moves 
 than ``tol`` (relative). The damped sweep is a fixed-point map converging linearly, often
 slowly (contraction 0.6-0.8 per sweep on standardized data sets: its Jacobian has both a
 slow positive mode and, undamped, an oscillating one); Anderson acceleration (Walker & Ni
-2011) mixes the last few sweeps to cancel both, dividing the sweeps by 2-3. The log
-evidence is EP's estimate at the fixed point.
+2011) mixes the last few sweeps to cancel both, dividing the sweeps by 2-3 (the loop, shared
+with the multinomial EP: :mod:`~vsbayes.approximations._damped_sweeps`). The log evidence
+is EP's estimate at the fixed point.
 """
 
 from __future__ import annotations
@@ -24,21 +25,16 @@ import math
 
 import numpy as np
 
-from .._warnings import warn
 from ..engine import DiagnosedGaussian
-from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
+from ..exceptions import EstimationError
 from ..models import BinaryGLMPosterior
+from ._damped_sweeps import damped_sweeps
 from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
 from .newton_laplace import glm_laplace
 
 __all__ = ["DEFAULT_DAMPING", "EPResult", "expectation_propagation"]
 
-
-# Sweeps without progress after which Anderson's mixing is switched off, and then after
-# which the damping is halved, down to _MIN_DAMPING.
-_STALL = 10
-_MIN_DAMPING = 1.0 / 64
 
 #: Default damping of the sweeps. With Anderson's mixing, 0.85 took 10-33 % fewer sweeps
 #: than 0.5 to a relative change of 1e-10 on 15 binary posteriors (the paper's four data
@@ -162,79 +158,41 @@ def expectation_propagation(
     copies, power = _split_weights(model.sample_weight)
     t = np.asarray(model.design @ np.asarray(start, dtype=float)).ravel()
     slope, curvature = model.link.derivatives(t)
-    tau = model.sample_weight * curvature
-    nu = model.sample_weight * (slope + curvature * t)
-    post = _posterior(model, tau, nu)
-    m = tau.size
-    sites = np.concatenate([tau, nu])
-    anderson = _Anderson(memory)
-    converged, change, n_iter = False, math.inf, 0
-    best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
-    while n_iter < max_iter:
-        n_iter += 1
-        new_tau, new_nu = new_sites(
-            model.link, post.t_mean, post.t_var, tau, nu, copies, power, site_fit
+    m = t.size
+    sites = np.concatenate(
+        [model.sample_weight * curvature, model.sample_weight * (slope + curvature * t)]
+    )
+
+    def update(post, sites):
+        tau, nu = sites[:m], sites[m:]
+        return np.concatenate(
+            new_sites(model.link, post.t_mean, post.t_var, tau, nu, copies, power, site_fit)
         )
-        damped = (1.0 - damping) * sites + damping * np.concatenate([new_tau, new_nu])
-        scale = 1.0 + np.abs(sites)
-        residual = (damped - sites) / scale
-        change = float(np.max(np.abs(residual), initial=0.0))
-        if change <= tol:
-            converged, sites = True, damped
-        else:
-            # Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing
-            # can wander off: after _STALL sweeps without a new smallest change, the plain
-            # damped sweeps go on alone from the best of them.
-            # If those stall too, they oscillate: the damping halves (down to 1/64), again
-            # from the best sites.
-            # Progress is measured undamped: halving the damping halves the change by itself.
-            if change / damping < best:
-                best, best_change = change / damping, change
-                best_sites, stalled = damped.copy(), 0
-            else:
-                stalled += 1
-                if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
-                    # No progress at the smallest damping either: there is no fixed point
-                    # within reach (or the sweep's own round-off, amplified by sites of
-                    # weight ~1e3, is above tol). The best sites are then arbitrary: with
-                    # class weights 1e3 and 1e-4, some predicted every point wrong.
-                    raise stalled_error(n_iter, best_change, tol)
-                if stalled >= _STALL:
-                    if anderson.memory > 0:
-                        anderson.memory = 0
-                    else:
-                        damping = max(0.5 * damping, _MIN_DAMPING)
-                    damped, stalled = best_sites, 0
-            sites = anderson.step(residual, damped, change, scale)
-            # Log-concave factors give τ ≥ 0 at every EP update: an extrapolation below
-            # is projected back (the dual form of the posterior needs τ ≥ 0).
-            np.maximum(sites[:m], 0.0, out=sites[:m])
-        try:
-            post = _posterior(model, sites[:m], sites[m:])
-        except NotPositiveDefiniteError:
-            if sites is damped:
-                raise
-            # The extrapolation left the positive-definite cone: take the damped sweep.
-            anderson.restart()
-            sites = damped
-            post = _posterior(model, sites[:m], sites[m:])
-        tau, nu = sites[:m], sites[m:]
-        if converged:
-            break
-    if not converged and best_change < change:
-        # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
-        sites, change = best_sites, best_change
-        tau, nu = sites[:m], sites[m:]
-        post = _posterior(model, tau, nu)
-    if not converged:
-        warn_unconverged(n_iter, max_iter, change, tol)
+
+    def project(sites, extrapolated):
+        # Log-concave factors give τ ≥ 0 at every EP update: an extrapolation below is
+        # projected back (the dual form of the posterior needs τ ≥ 0).
+        np.maximum(sites[:m], 0.0, out=sites[:m])
+        return sites
+
+    run = damped_sweeps(
+        sites,
+        update,
+        lambda sites: _posterior(model, sites[:m], sites[m:]),
+        project,
+        damping=damping,
+        tol=tol,
+        max_iter=max_iter,
+        memory=memory,
+    )
+    post, tau, nu = run.posterior, run.sites[:m], run.sites[m:]
     return EPResult(
         post.mean,
         post.cov,
         _log_evidence(model, post, tau, nu, site_fit),
-        n_iter=n_iter,
-        converged=converged,
-        site_change=change,
+        n_iter=run.n_iter,
+        converged=run.converged,
+        site_change=run.change,
     )
 
 
@@ -245,26 +203,6 @@ def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fi
     )
     check_cavities(improper)
     return sites + gaussian_log_evidence(model, post)
-
-
-def stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
-    """The error of sweeps that stalled even at the smallest damping."""
-    return EstimationError(
-        f"Expectation propagation cannot converge: its sweeps stalled at the smallest "
-        f"damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the least site change "
-        f"{change:.3g} against tol={tol:.3g}. Typical cause: extreme sample or class weights "
-        f"(rescale them), or nearly separable data with a vague prior (use a smaller C)."
-    )
-
-
-def warn_unconverged(n_iter: int, max_iter: int, change: float, tol: float) -> None:
-    """The ConvergenceWarning of sweeps that reached ``max_iter``."""
-    warn(
-        f"Expectation propagation did not converge in {n_iter} sweeps (max_iter={max_iter}; "
-        f"largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter or lower "
-        f"damping; extreme sample or class weights can keep the sweeps from reaching tol.",
-        ConvergenceWarning,
-    )
 
 
 def site_log_normalizers(link, t_mean, t_var, tau, nu, weights, site_fit) -> tuple[float, int]:
@@ -312,51 +250,6 @@ def gaussian_log_evidence(model, post: GLMGaussian) -> float:
         - post.half_log_det
         - 0.5 * float(np.log(model.prior_var).sum())
     )
-
-
-class _Anderson:
-    """Anderson acceleration (type II) of a fixed-point map x ↦ g(x), from its last steps.
-
-    The next point is ``g_k - ΔG γ`` with γ the least-squares fit of the residual ``f_k`` by
-    the residuals' differences ``ΔF``: the combination of the last ``memory`` steps whose
-    linearized residual is smallest. Far from a fixed point the linearization can fail;
-    the memory restarts, and the plain step ``g_k`` is taken, when the residual more than
-    doubles, and when the extrapolation is not finite or moves more than ten plain steps.
-    """
-
-    def __init__(self, memory: int):
-        self.memory = int(memory)
-        self.restart()
-
-    def restart(self) -> None:
-        self._last, self._d_res, self._d_img, self._change = None, [], [], math.inf
-
-    def step(
-        self, residual: np.ndarray, image: np.ndarray, change: float, scale: np.ndarray
-    ) -> np.ndarray:
-        """The next point, from the residual ``f_k = (g_k - x_k) / scale`` and ``g_k``."""
-        if self.memory <= 0 or not np.isfinite(change):
-            self.restart()
-            return image
-        if change > 2.0 * self._change:
-            self.restart()
-        self._change = change
-        if self._last is not None:
-            self._d_res.append(residual - self._last[0])
-            self._d_img.append(image - self._last[1])
-            if len(self._d_res) > self.memory:
-                del self._d_res[0], self._d_img[0]
-        self._last = residual, image
-        if not self._d_res:
-            return image
-        gamma = np.linalg.lstsq(np.column_stack(self._d_res), residual, rcond=None)[0]
-        mixed = image - np.column_stack(self._d_img) @ gamma
-        # x_k = g_k - f_k · scale: the extrapolation's move against the plain step's.
-        move = np.max(np.abs(mixed - image) / scale + np.abs(residual), initial=0.0)
-        if not np.isfinite(move) or move > 10.0 * change:
-            self.restart()
-            return image
-        return mixed
 
 
 def _split_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,9 +23,9 @@ parameter of the fit, at least 256: 1024 for r = 9), its kernel the posterior's 
 ``N(m_i, V_i)`` — and the new site, the fit's natural parameters minus the cavity's.
 The new sites are projected on the positive semi-definite cone (a log-concave factor
 gives PSD sites; the fits' round-off need not), damped and mixed by Anderson's
-acceleration, with the binary EP's stall rules: after ``_STALL`` sweeps without a smaller
-change, plain damped sweeps, then halved damping down to 1/64, and an
-:class:`~vsbayes.exceptions.EstimationError` if that stalls too.
+acceleration in the binary EP's sweep loop (:mod:`~vsbayes.approximations._damped_sweeps`,
+with its stall rules: without progress, plain damped sweeps, then halved damping down to
+1/64, and an :class:`~vsbayes.exceptions.EstimationError` if that stalls too).
 
 The sites start at the Laplace approximation's (the factors' second-order expansions at
 the mode), so that the first posterior is Laplace's. The log evidence is EP's estimate at
@@ -42,22 +42,19 @@ from scipy.linalg.lapack import dpotri
 
 from .._blas import block_slices, map_blocks, single_blas_thread
 from .._memory import block_bytes
-from .._warnings import warn
 from ..engine.site_fits import fit_sites
-from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
+from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models.softmax import SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
+from ._damped_sweeps import damped_sweeps
 from ._threads import blas_policy
-from .expectation_propagation import DEFAULT_DAMPING, EPResult, _Anderson, _split_weights
+from .expectation_propagation import DEFAULT_DAMPING, EPResult, _split_weights
 from .softmax_laplace import check_softmax_memory, softmax_laplace
 
 __all__ = ["softmax_ep"]
 
-_STALL = 10
-
-_MIN_DAMPING = 1.0 / 64
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -304,69 +301,37 @@ def softmax_ep(
         start = softmax_laplace(model).mean
     lam, eta = _laplace_sites(model, q, start)
     n_lam = m * r * r
-    sites = np.concatenate([lam.ravel(), eta.ravel()])
-    post = contrast.posterior(lam, eta)
-    anderson = _Anderson(memory)
-    converged, change, n_iter = False, math.inf, 0
-    best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
-    while n_iter < max_iter:
-        n_iter += 1
-        new_lam, new_eta = _new_sites(model, contrast, post, lam, eta, power, rules, level)
-        new = np.concatenate([new_lam.ravel(), new_eta.ravel()])
-        damped = (1.0 - damping) * sites + damping * new
-        scale = 1.0 + np.abs(sites)
-        residual = (damped - sites) / scale
-        change = float(np.max(np.abs(residual), initial=0.0))
-        if change <= tol:
-            converged, sites = True, damped
-        else:
-            if change / damping < best:
-                best, best_change, best_sites, stalled = change / damping, change, damped, 0
-            else:
-                stalled += 1
-                if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
-                    raise EstimationError(
-                        f"Expectation propagation cannot converge: its sweeps stalled at the "
-                        f"smallest damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the "
-                        f"least site change {best_change:.3g} against tol={tol:.3g}. Typical "
-                        f"cause: extreme sample or class weights, or nearly separable data "
-                        f"with a vague prior (use a smaller C)."
-                    )
-                if stalled >= _STALL:
-                    if anderson.memory > 0:
-                        anderson.memory = 0
-                    else:
-                        damping = max(0.5 * damping, _MIN_DAMPING)
-                    damped, stalled = best_sites, 0
-            sites = anderson.step(residual, damped, change, scale)
-            if sites is not damped:
-                sites = sites.copy()
-                sites[:n_lam] = _psd(sites[:n_lam].reshape(m, r, r)).ravel()
-        try:
-            post = contrast.posterior(sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r))
-        except NotPositiveDefiniteError:
-            if sites is damped:
-                raise
-            anderson.restart()
-            sites = damped
-            post = contrast.posterior(sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r))
-        lam, eta = sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r)
-        if converged:
-            break
-    if not converged and best_change < change:
-        sites, change = best_sites, best_change
-        lam, eta = sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r)
-        post = contrast.posterior(lam, eta)
-    if not converged:
-        warn(
-            f"Expectation propagation did not converge in {n_iter} sweeps (max_iter="
-            f"{max_iter}; largest site change {change:.3g}, tol={tol:.3g}). Increase max_iter "
-            f"or lower damping.",
-            ConvergenceWarning,
-        )
+
+    def split(sites):
+        return sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r)
+
+    def update(post, sites):
+        new_lam, new_eta = _new_sites(model, contrast, post, *split(sites), power, rules, level)
+        return np.concatenate([new_lam.ravel(), new_eta.ravel()])
+
+    def project(sites, extrapolated):
+        # Log-concave factors give PSD sites at every EP update; an extrapolation may not.
+        if extrapolated:
+            sites = sites.copy()
+            sites[:n_lam] = _psd(sites[:n_lam].reshape(m, r, r)).ravel()
+        return sites
+
+    run = damped_sweeps(
+        np.concatenate([lam.ravel(), eta.ravel()]),
+        update,
+        lambda sites: contrast.posterior(*split(sites)),
+        project,
+        damping=damping,
+        tol=tol,
+        max_iter=max_iter,
+        memory=memory,
+    )
+    post, (lam, eta) = run.posterior, split(run.sites)
     log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level)
     mean, cov = contrast.to_theta(post[0], post[1])
-    return EPResult(mean, cov, log_Z, n_iter=n_iter, converged=converged, site_change=change)
+    return EPResult(
+        mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change
+    )
 
 
 def _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level) -> float:
