@@ -378,7 +378,9 @@ class _exact_link:
 
     def __enter__(self):
         self._saved = LogisticLink.fast_log_cdf
-        LogisticLink.fast_log_cdf = classmethod(lambda cls, t, out=None: cls.log_cdf(t, out=out))
+        LogisticLink.fast_log_cdf = classmethod(
+            lambda cls, t, out=None, scratch=None: cls.log_cdf(t, out=out)
+        )
 
     def __exit__(self, *exc):
         LogisticLink.fast_log_cdf = self._saved
