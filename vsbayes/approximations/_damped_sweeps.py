@@ -7,9 +7,15 @@ projection of an extrapolation back to valid sites (:func:`damped_sweeps`).
 
 Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing can wander
 off: after ``_STALL`` sweeps without a new smallest change, the plain damped sweeps go on
-alone from the best of them. If those stall too, they oscillate: the damping halves (down
-to ``_MIN_DAMPING``), again from the best sites. Progress is measured undamped: halving
-the damping halves the change by itself.
+alone from the best of them; once they have cut the change tenfold, mixing resumes (once:
+the plain sweeps converge linearly, often slowly). If the plain sweeps stall too, they
+oscillate: the damping halves (down to ``_MIN_DAMPING``), again from the best sites.
+Progress is measured undamped: halving the damping halves the change by itself. Stalled
+at the smallest damping, the sweeps either are near a fixed point they cannot approach
+further — their map's own noise (the site fits' precision, amplified by wide latent
+marginals) is above ``tol``: measured on digits' multinomial EP at C = 10, a floor of
+1e-4 — and the best sites are kept with a warning, or they are far from any fixed point
+and EP gives up.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ __all__ = ["Anderson", "SweepResult", "damped_sweeps", "stalled_error", "warn_un
 # which the damping is halved, down to _MIN_DAMPING.
 _STALL = 10
 _MIN_DAMPING = 1.0 / 64
+# Stalled sweeps whose best undamped change is below this are accepted (see _floor), if
+# their posterior has settled: an undamped sweep moves it by less than this (_settled).
+_FLOOR = 1e-3
+_SETTLED = 1e-2
 
 
 class SweepResult(NamedTuple):
@@ -51,6 +61,7 @@ def damped_sweeps(
     tol: float,
     max_iter: int,
     memory: int,
+    marginals: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> SweepResult:
     """Run EP's sweeps from ``sites`` to a relative change of at most ``tol``.
 
@@ -72,6 +83,12 @@ def damped_sweeps(
         ``|Δ| / (1 + |site|)`` at which the sweeps stop; the most sweeps (then a
         ConvergenceWarning, and the sites of the sweep that moved least); the sweeps Anderson
         mixes (0: plain damped sweeps).
+    marginals : callable, optional
+        ``marginals(post)``: the posterior's means and variances. Sweeps stalled at the
+        smallest damping keep their best sites (with a ConvergenceWarning) when one more
+        undamped sweep moves no mean by more than 1 % of its standard deviation and no
+        variance by more than 1 %, and their change is below ``max(√tol, 1e-3)``;
+        without ``marginals`` they raise.
 
     Returns
     -------
@@ -80,12 +97,16 @@ def damped_sweeps(
     Raises
     ------
     EstimationError
-        If the sweeps stall even at the smallest damping.
+        If the sweeps stall even at the smallest damping, at a change above
+        ``max(√tol, 1e-3)`` or whose posterior still moves (see ``marginals``).
     """
     anderson = Anderson(memory)
     post = posterior(sites)
-    converged, change, n_iter = False, math.inf, 0
+    converged, at_floor, change, n_iter = False, False, math.inf, 0
     best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
+    # The best undamped change when mixing was switched off (None while it is on), and
+    # whether it has been switched on again.
+    plain_from, remixed = None, False
     while n_iter < max_iter:
         n_iter += 1
         damped = (1.0 - damping) * sites + damping * update(post, sites)
@@ -100,18 +121,27 @@ def damped_sweeps(
                 best_sites, stalled = damped.copy(), 0
             else:
                 stalled += 1
-                if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
-                    # No progress at the smallest damping either: there is no fixed point
-                    # within reach (or the sweep's own round-off, amplified by sites of
-                    # weight ~1e3, is above tol). The best sites are then arbitrary: with
-                    # class weights 1e3 and 1e-4, some predicted every point wrong.
-                    raise stalled_error(n_iter, best_change, tol)
-                if stalled >= _STALL:
-                    if anderson.memory > 0:
-                        anderson.memory = 0
-                    else:
-                        damping = max(0.5 * damping, _MIN_DAMPING)
-                    damped, stalled = best_sites, 0
+            if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
+                if best <= _floor(tol) and _settled(best_sites, update, posterior, marginals):
+                    # The sweeps stall this close to a fixed point: the map's own noise
+                    # (its site fits' precision, amplified where latent variances are
+                    # large) is above tol. The best sites are kept, with a warning.
+                    at_floor = True
+                    break
+                # No progress at the smallest damping either, far from any fixed point:
+                # none is within reach. The best sites are then arbitrary: with class
+                # weights 1e3 and 1e-4, some predicted every point wrong.
+                raise stalled_error(n_iter, best_change, tol)
+            if stalled >= _STALL:
+                if anderson.memory > 0:
+                    anderson.memory, plain_from = 0, best
+                else:
+                    damping = max(0.5 * damping, _MIN_DAMPING)
+                damped, stalled = best_sites, 0
+            elif plain_from is not None and not remixed and best <= 0.1 * plain_from:
+                # The plain sweeps converge (linearly, often slowly): mixing again, once.
+                anderson.memory, plain_from, remixed = memory, None, True
+                anderson.restart()
             sites = anderson.step(residual, damped, change, scale)
             sites = project(sites, sites is not damped)
         try:
@@ -129,9 +159,42 @@ def damped_sweeps(
         # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
         sites, change = best_sites, best_change
         post = posterior(sites)
-    if not converged:
+    if at_floor:
+        warn(
+            f"Expectation propagation stopped after {n_iter} sweeps at a relative site "
+            f"change of {best:.3g} (tol={tol:.3g}): even at the smallest damping its sweeps "
+            f"made no progress below it, the precision of its site fits here; the sites are "
+            f"those of the sweep that moved least. Increase tol to stop sooner.",
+            ConvergenceWarning,
+        )
+    elif not converged:
         warn_unconverged(n_iter, max_iter, change, tol)
     return SweepResult(sites, post, n_iter, converged, change)
+
+
+def _settled(sites, update, posterior, marginals) -> bool:
+    """Whether one undamped sweep from ``sites`` leaves the posterior's marginals in place
+    (means within 1 % of a standard deviation, variances within 1 %)."""
+    if marginals is None:
+        return False
+    try:
+        here = posterior(sites)
+        there = posterior(update(here, sites))
+    except NotPositiveDefiniteError:
+        return False
+    (m0, v0), (m1, v1) = marginals(here), marginals(there)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = np.abs(m1 - m0) / np.sqrt(v0)
+        ratio = np.abs(np.log(v1 / v0))
+    return bool(np.all(shift <= _SETTLED) and np.all(ratio <= _SETTLED))
+
+
+def _floor(tol: float) -> float:
+    """The undamped change below which stalled sweeps are accepted: √tol, and at least
+    ``_FLOOR``. Such sites are within that (relative) of a fixed point: a posterior within
+    about its square in KL, far inside EP's own error and its site fits' (the multinomial
+    sites' quasi-Monte Carlo rules err by ~1e-4)."""
+    return max(math.sqrt(tol), _FLOOR)
 
 
 def stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:

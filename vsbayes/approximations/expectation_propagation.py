@@ -184,6 +184,7 @@ def expectation_propagation(
         tol=tol,
         max_iter=max_iter,
         memory=memory,
+        marginals=lambda post: (post.mean, np.diag(post.cov)),
     )
     post, tau, nu = run.posterior, run.sites[:m], run.sites[m:]
     return EPResult(

@@ -325,6 +325,7 @@ def softmax_ep(
         tol=tol,
         max_iter=max_iter,
         memory=memory,
+        marginals=lambda post: (post[0], np.diag(post[1])),
     )
     post, (lam, eta) = run.posterior, split(run.sites)
     log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level)

@@ -1,0 +1,74 @@
+"""EP's sweep loop on maps whose behaviour is known (the EP fits themselves are tested in
+test_expectation_propagation.py and test_softmax_ep.py)."""
+
+import numpy as np
+import pytest
+
+from vsbayes.approximations._damped_sweeps import damped_sweeps
+from vsbayes.exceptions import ConvergenceWarning, EstimationError
+
+
+def _noisy_map(fixed_point: np.ndarray, noise: float):
+    """A map whose updates miss ``fixed_point`` by ±noise, alternately: no fixed point
+    closer than the noise (as EP's site fits, deterministic but not smooth)."""
+    calls = []
+
+    def update(post, sites):
+        calls.append(None)
+        return fixed_point + noise * (-1.0) ** len(calls) * (1.0 + np.abs(fixed_point))
+
+    return update
+
+
+def _run(update, start, tol=1e-10):
+    # The "posterior" is the sites themselves, each with unit variance.
+    return damped_sweeps(
+        start,
+        update,
+        lambda sites: sites,
+        lambda sites, extrapolated: sites,
+        damping=0.85,
+        tol=tol,
+        max_iter=1000,
+        memory=5,
+        marginals=lambda post: (post, np.ones_like(post)),
+    )
+
+
+def test_a_contraction_converges_to_its_fixed_point():
+    target = np.array([1.0, -2.0, 30.0])
+    run = _run(lambda post, sites: target + 0.5 * (sites - target), np.zeros(3))
+    assert run.converged
+    np.testing.assert_allclose(run.sites, target, rtol=1e-9)
+
+
+def test_sweeps_stalled_near_a_fixed_point_keep_the_best_sites_with_a_warning():
+    target = np.array([1.0, -2.0, 30.0])
+    with pytest.warns(ConvergenceWarning, match="even at the smallest damping"):
+        run = _run(_noisy_map(target, 1e-5), np.zeros(3))
+    assert not run.converged
+    # Within the map's own noise of the fixed point (relative to 1 + |site|).
+    assert np.all(np.abs(run.sites - target) <= 2e-5 * (1.0 + np.abs(target)))
+
+
+def test_sweeps_stalled_far_from_any_fixed_point_raise():
+    with pytest.raises(EstimationError, match="stalled at the smallest damping"):
+        _run(_noisy_map(np.array([1.0, -2.0, 30.0]), 0.05), np.zeros(3))
+
+
+def test_sweeps_stalled_near_sites_whose_posterior_still_moves_raise():
+    # Small relative site changes (1e-5), but a posterior with standard deviations of 1e-4,
+    # which one sweep moves by a tenth of one and more: not settled.
+    target = np.array([1.0, -2.0, 30.0])
+    with pytest.raises(EstimationError, match="stalled at the smallest damping"):
+        damped_sweeps(
+            np.zeros(3),
+            _noisy_map(target, 1e-5),
+            lambda sites: sites,
+            lambda sites, extrapolated: sites,
+            damping=0.85,
+            tol=1e-10,
+            max_iter=1000,
+            memory=5,
+            marginals=lambda post: (post, np.full_like(post, 1e-8)),
+        )
