@@ -270,12 +270,11 @@ class VariationalSamplingClassifier(StrategyChoice, SamplingGLMClassifier):
         target_kl = self._target_kl()
         if target_kl is None and self.time_budget is None:
             return options
-        # Added rounds: up to 64 times the points, as many as fit in memory.
+        # Added rounds: as many points as fit in memory, and with a target at most 64 times
+        # n_samples (a budget alone is the user's own limit on them).
         affordable = int(memory_limit() // self._planned_bytes(dim, 1))
-        options.update(
-            target_kl=target_kl,
-            max_samples=max(n_samples, min(64 * n_samples, affordable)),
-        )
+        cap = affordable if target_kl is None else min(64 * n_samples, affordable)
+        options.update(target_kl=target_kl, max_samples=max(n_samples, cap))
         if self.time_budget is not None:  # what is left of it for this fit
             spent = time.perf_counter() - self._started
             options["time_budget"] = max(self.time_budget - spent, 1e-9)
