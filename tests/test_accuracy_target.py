@@ -71,3 +71,20 @@ def test_the_default_target_drives_the_data_rich_global_fit_only(data):
         none = vsbayes.VSLogisticRegression(strategy=strategy, target_kl=None, random_state=0)
         np.testing.assert_array_equal(default.coef_, none.fit(X, y).coef_)
     assert default.stop_reason_.tolist() == ["n_samples"]
+
+
+def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
+    # With a target, added rounds stop at 64 × n_samples; a budget alone is the user's own
+    # limit, so only memory caps the points (a 64× cap stopped 2 s fits at 0.8 of it).
+    import time
+
+    from vsbayes._memory import memory_limit
+
+    budget_only = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=None)
+    with_target = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=1e-3)
+    for estimator in (budget_only, with_target):
+        estimator._started = time.perf_counter()
+    affordable = int(memory_limit() // budget_only._planned_bytes(5, 1))
+    assert affordable > 64 * 100
+    assert budget_only._engine_options(5, 100)["max_samples"] == affordable
+    assert with_target._engine_options(5, 100)["max_samples"] == 64 * 100
