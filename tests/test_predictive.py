@@ -269,14 +269,17 @@ def test_probit_against_quadrature(m, s):
 
 
 def test_sigmoid_derivative_bounds():
-    # ‖σ''‖∞ = 1/(6√3) at σ = (3 - √3)/6; the bound may exceed the sup by its grid's slack.
-    assert 1 / (6 * math.sqrt(3)) <= predictive._sigmoid_derivative_sup(2) <= 1.01 / (6 * 3**0.5)
-    # ‖σ⁽⁴⁾‖∞ = 1/8 at σ = 1/2 (σ⁽⁴⁾ = σ(1-σ)(1 - 12σ + 12σ²)... largest in the middle).
+    # Each bound is at least the derivative's largest value on a fine grid of t, and exceeds
+    # it by at most the bound's own grid slack: σ'' = σ(1-σ)(1-2σ), whose sup is 1/(6√3) at
+    # σ = (3 - √3)/6, and σ⁽⁴⁾ = σ(1-σ)(1 - 14σ + 36σ² - 24σ³), largest in the middle.
     x = np.linspace(-10.0, 10.0, 200_001)
     s = expit(x)
+    second = s * (1 - s) * (1 - 2 * s)
     fourth = s * (1 - s) * (1 - 14 * s + 36 * s**2 - 24 * s**3)
-    sup = predictive._sigmoid_derivative_sup(4)
-    assert np.abs(fourth).max() <= sup <= 1.01 * np.abs(fourth).max()
+    for order, values in ((2, second), (4, fourth)):
+        sup = predictive._sigmoid_derivative_sup(order)
+        assert np.abs(values).max() <= sup <= 1.01 * np.abs(values).max()
+    assert np.abs(second).max() == pytest.approx(1 / (6 * math.sqrt(3)), rel=1e-6)
 
 
 @pytest.mark.parametrize("n", range(1, predictive._GH_MAX_NODES + 1))
