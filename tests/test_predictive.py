@@ -18,7 +18,8 @@ import vsbayes
 from vsbayes._blas import blas_thread_count
 from vsbayes.estimators import _latent
 from vsbayes.models import predictive
-from vsbayes.models.predictive import logistic_predictive_log_proba, probit_predictive_log_proba
+from vsbayes.models.predictive import logistic_predictive_log_proba
+from vsbayes.models.probit_predictive import probit_predictive_log_proba
 
 # |mean| up to 60 and sd from 1e-3 to 1e4 (var from 1e-6 to 1e8), as the fast rule's targets.
 MEANS = [-60.0, -50.0, -40.0, -10.0, -3.0, -0.5, 0.0, 0.7, 2.0, 8.0, 30.0, 60.0]

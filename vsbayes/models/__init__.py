@@ -4,7 +4,8 @@ from .chunked import ChunkedPosterior, ChunkedSoftmaxPosterior
 from .gaussian_mixture import GaussianMixtureTarget
 from .glm import BinaryGLMPosterior
 from .links import LogisticLink, ProbitLink, get_link
-from .predictive import logistic_predictive_log_proba, probit_predictive_log_proba
+from .predictive import logistic_predictive_log_proba
+from .probit_predictive import probit_predictive_log_proba
 from .softmax import SoftmaxGLMPosterior
 from .softmax_predictive import softmax_predictive_log_proba
 

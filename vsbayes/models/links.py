@@ -12,7 +12,8 @@ import math
 import numpy as np
 from scipy.special import erfcx, expit, log_ndtr
 
-from .predictive import logistic_predictive_log_proba, probit_predictive_log_proba
+from .predictive import logistic_predictive_log_proba
+from .probit_predictive import probit_predictive_log_proba
 from .tilted import quadrature_tilted_moments, vs_tilted_moments
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
