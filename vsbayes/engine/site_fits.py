@@ -293,22 +293,14 @@ def _moment_start(wp: np.ndarray, z: np.ndarray, k: int, n_params: int) -> np.nd
     proper = np.isfinite(cov).all(axis=(1, 2)) & np.isfinite(mean).all(axis=1) & (mass > 0)
     cov[~proper] = np.eye(k)
     mean[~proper] = 0.0
-    if k == 1:  # EP's binary sites: no eigendecomposition needed
-        eigval = cov[:, 0]
-        precision = (1.0 / np.where(eigval > 0, eigval, 1.0))[:, :, None]
-        proper &= eigval[:, 0] > 0
-    else:
-        eigval, eigvec = np.linalg.eigh(cov)
-        proper &= eigval.min(axis=1) > 1e-12 * np.maximum(eigval.max(axis=1), 1e-300)
-        eigval = np.where(proper[:, None], eigval, 1.0)
-        precision = np.einsum("mab,mb,mcb->mac", eigvec, 1.0 / eigval, eigvec)
+    precision, log_det_cov, definite = _inverse(cov, rcond=1e-12)
+    proper &= definite
     if not proper.any():
         return None
-    eigval = np.where(proper[:, None], eigval, 1.0)
     eta = np.einsum("mab,mb->ma", precision, mean)
     c = (
         np.log(np.where(proper, mass, 1.0))
-        - 0.5 * np.log(eigval).sum(axis=1)
+        - 0.5 * log_det_cov
         - 0.5 * k * math.log(2.0 * math.pi)
         - 0.5 * np.einsum("ma,ma->m", eta, mean)
     )
@@ -326,20 +318,31 @@ def _identity_basis(k: int) -> np.ndarray:
     return (i == j).astype(float)
 
 
+def _inverse(matrices: np.ndarray, rcond: float = 0.0):
+    """Inverse and log-determinant of each symmetric k × k matrix, and whether it is
+    positive definite (smallest eigenvalue above ``rcond`` times the largest); where it is
+    not, those of the identity. One-dimensional ones (EP's binary sites) need no
+    eigendecomposition."""
+    if matrices.shape[1] == 1:
+        eigval, eigvec = matrices[:, 0], None
+    else:
+        eigval, eigvec = np.linalg.eigh(matrices)
+    definite = eigval.min(axis=1) > rcond * np.maximum(eigval.max(axis=1), 0.0)
+    definite &= eigval.min(axis=1) > 0
+    eigval = np.where(definite[:, None], eigval, 1.0)
+    if eigvec is None:
+        inverse = (1.0 / eigval)[:, :, None]
+    else:
+        inverse = np.einsum("mab,mb,mcb->mac", eigvec, 1.0 / eigval, eigvec)
+    return inverse, np.log(eigval).sum(axis=1), definite
+
+
 def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter, failed) -> SiteFits:
     """Moments of ``exp(c + ηᵀz - zᵀ Λ z / 2)`` (frame z) mapped to ``t = μ + L z``."""
     k = eta.shape[1]
-    if k == 1:  # EP's binary sites: the precision is its own eigenvalue
-        eigval = precision[:, 0]
-        integrable = (eigval[:, 0] > 0) & ~failed
-        cov_z = (1.0 / np.where(integrable[:, None], eigval, 1.0))[:, :, None]
-    else:
-        eigval, eigvec = np.linalg.eigh(precision)
-        integrable = np.all(eigval > 0, axis=1) & ~failed
-        inv_eig = 1.0 / np.where(integrable[:, None], eigval, 1.0)
-        cov_z = np.einsum("mab,mb,mcb->mac", eigvec, inv_eig, eigvec)
+    cov_z, log_det, definite = _inverse(precision)
+    integrable = definite & ~failed
     mean_z = np.einsum("mab,mb->ma", cov_z, eta)
-    log_det = np.log(np.where(integrable[:, None], eigval, 1.0)).sum(axis=1)
     log_Z = c + 0.5 * np.einsum("ma,ma->m", eta, mean_z) - 0.5 * log_det
     # q fits p(μ + L z) in z: its integral over t is |det L| times that over z.
     log_det_chol = np.log(np.abs(np.diagonal(kernel_chol, axis1=1, axis2=2))).sum(axis=1)
