@@ -17,6 +17,7 @@ from threadpoolctl import threadpool_limits
 
 import vsbayes
 from vsbayes.engine._agreement import check_mean_against_is, check_mean_within_fit
+from vsbayes.engine.families import FullFamily
 from vsbayes.exceptions import (
     DegenerateEstimateError,
     EstimationError,
@@ -258,9 +259,10 @@ def test_fits_far_from_the_importance_sampling_mean_are_errors(rng):
     BMC: the means must agree to within IS standard errors (distance × ESS)."""
     z = rng.standard_normal((400, 3))
     weights = np.ones(400)
-    check_mean_within_fit("VS", np.full(3, 1.0), np.eye(3), z, weights, "remedy")
+    points = FullFamily(z)
+    check_mean_within_fit("VS", np.full(3, 1.0), np.eye(3), points, weights, "remedy")
     with pytest.raises(DegenerateEstimateError, match=r"standard deviations.*remedy"):
-        check_mean_within_fit("VS", np.full(3, 5.0), np.eye(3), z, weights, "remedy")
+        check_mean_within_fit("VS", np.full(3, 5.0), np.eye(3), points, weights, "remedy")
     check_mean_against_is("BMC", np.full(3, 0.1), z, weights, "remedy")
     with pytest.raises(DegenerateEstimateError, match=r"standard errors.*remedy"):
         check_mean_against_is("BMC", np.full(3, 1.0), z, weights, "remedy")

@@ -74,6 +74,13 @@ def test_pool_window_and_coordinates_from_the_stored_draws(rng):
     for kernel in (a, b):
         direct = solve_triangular(kernel.chol, (x - kernel.mean).T, lower=True).T
         np.testing.assert_allclose(pool.coordinates(Frame(kernel)), direct, atol=1e-12)
+        columns = pool.homogeneous_columns(Frame(kernel))  # the full family's layout
+        np.testing.assert_allclose(columns[:-1], direct.T, atol=1e-12)
+        np.testing.assert_array_equal(columns[-1], 1.0)
+    # The window's norms cached by homogeneous_columns are those it computes itself.
+    pool._norms.clear()
+    pool.homogeneous_columns(Frame(b))
+    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
 
 
 def test_as_generator():

@@ -26,6 +26,7 @@ from scipy.stats import chi2
 
 from ..exceptions import DegenerateEstimateError
 from ._linalg import solve_psd
+from .families import QuadraticFamily
 
 __all__ = ["DISAGREEMENT_P", "check_mean_against_is", "check_mean_within_fit"]
 
@@ -44,7 +45,7 @@ def check_mean_within_fit(
     method: str,
     mean_z: np.ndarray,
     cov_z: np.ndarray,
-    z: np.ndarray,
+    points: QuadraticFamily,
     weights: np.ndarray,
     remedy: str,
 ) -> None:
@@ -56,17 +57,19 @@ def check_mean_within_fit(
         Name of the estimate in the message.
     mean_z, cov_z : ndarray of shape (d,) and (d, d)
         The fit's mean and covariance, in the coordinates of ``z``.
-    z : ndarray of shape (N, d)
-        The points (in kernel coordinates, where the covariances are well conditioned).
+    points : QuadraticFamily
+        The family on the points (in kernel coordinates, where the covariances are well
+        conditioned), for their weighted mean.
     weights : ndarray of shape (N,)
         Their non-negative importance weights, in any scale.
     remedy : str
         What to change, appended to the message.
     """
-    _, is_mean, ess = _is_moments(z, weights)
+    is_mean = points.weighted_mean(weights)
+    ess = float(weights.sum()) ** 2 / float(weights @ weights)
     gap = mean_z - is_mean
     distance = float(gap @ solve_psd(cov_z, gap))
-    limit = chi2.isf(DISAGREEMENT_P, z.shape[1])
+    limit = chi2.isf(DISAGREEMENT_P, points.dim)
     if distance > limit:
         raise DegenerateEstimateError(
             f"The importance-sampling mean of the points lies {math.sqrt(distance):.3g} "

@@ -100,6 +100,10 @@ class QuadraticFamily(abc.ABC):
         """
 
     @abc.abstractmethod
+    def weighted_mean(self, weights: np.ndarray) -> np.ndarray:
+        """``Σ_k w_k z_k / Σ_k w_k``: the points' mean under non-negative ``weights``."""
+
+    @abc.abstractmethod
     def constant(self) -> np.ndarray:
         """The parameter array whose values are 1 at every point."""
 
@@ -176,16 +180,27 @@ class FullFamily(QuadraticFamily):
         return (dim + 1) * (dim + 2) // 2
 
     def __init__(self, z: np.ndarray):
-        super().__init__(z)
-        d = self.dim
         # Homogeneous coordinates, one row per coordinate: contiguous for the BLAS calls.
-        self._yt = np.empty((d + 1, self.n_samples))
-        self._yt[:d] = z.T
-        self._yt[d] = 1.0
+        yt = np.empty((z.shape[1] + 1, z.shape[0]))
+        yt[:-1] = z.T
+        yt[-1] = 1.0
+        self._adopt(yt)
+
+    @classmethod
+    def from_columns(cls, yt: np.ndarray) -> FullFamily:
+        """The family on the points given as the columns of ``yt`` (d + 1, N): homogeneous
+        coordinates ``(z, 1)``, kept without a copy (a sample pool builds them directly)."""
+        family = cls.__new__(cls)
+        family._adopt(yt)
+        return family
+
+    def _adopt(self, yt: np.ndarray) -> None:
+        super().__init__(yt[:-1].T)  # the shape of the points
+        self._yt = yt
         # Column blocks of the two passes (values, moments), run side by side, each with a
         # contiguous buffer (BLAS takes its transpose without a copy).
         self._blocks = block_slices(self.n_samples, self.pass_work)
-        self._buffers = [np.empty((d + 1, b.stop - b.start)) for b in self._blocks]
+        self._buffers = [np.empty((self.dim + 1, b.stop - b.start)) for b in self._blocks]
 
     @property
     def pass_work(self):
@@ -233,6 +248,9 @@ class FullFamily(QuadraticFamily):
             upper = triu_indices(len(total), 1)
             total[upper[::-1]] = total[upper]
         return -0.5 * total
+
+    def weighted_mean(self, weights):
+        return self._yt[: self.dim] @ weights / weights.sum()
 
     def raw_moments(self, m):
         d = self.dim
@@ -331,6 +349,9 @@ class DiagonalFamily(QuadraticFamily):
 
     def moments(self, u):
         return sum_blocks(lambda cols: self._phi[:, cols] @ u[cols], self._blocks)
+
+    def weighted_mean(self, weights):
+        return weights @ self._z / weights.sum()
 
     def raw_moments(self, m):
         d = self.dim

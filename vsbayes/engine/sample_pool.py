@@ -170,6 +170,43 @@ class SamplePool:
             self._norms[key] = np.concatenate([np.einsum("ij,ij->i", u, u) for u in parts])
         return self._norms[key]
 
+    def homogeneous_columns(self, frame: Frame) -> np.ndarray:
+        """All points in the (full) frame's coordinates as the columns of a (d + 1, N) array
+        whose last row is ones: the full family's layout (:meth:`FullFamily.from_columns
+        <vsbayes.engine.families.FullFamily.from_columns>`), built in blocks side by side
+        straight from each round's stored z, without an (N, d) intermediate."""
+        d, kernel = self.dim, frame.kernel
+        out = np.empty((d + 1, self.n_samples))
+        out[d] = 1.0
+        tasks, offset = [], 0
+        for own, z in zip(self.kernels, self._z, strict=True):
+            transform = None if own is kernel else self._transform(own, kernel)
+            tasks += [(z, rows, offset, transform) for rows in block_slices(len(z), d * d)]
+            offset += len(z)
+
+        def block(task):
+            z, rows, offset, transform = task
+            cols = slice(offset + rows.start, offset + rows.stop)
+            if transform is None:
+                out[:d, cols] = z[rows].T
+            else:  # (A z + b)ᵀ for the block, written in place by one product
+                a, b = transform
+                np.matmul(a, z[rows].T, out=out[:d, cols])
+                out[:d, cols] += b[:, None]
+
+        map_blocks(block, tasks)
+        if any(k is kernel for k in self.kernels):  # the window's term needs the norms
+            self._norms[id(kernel)] = np.einsum("ij,ij->j", out[:d], out[:d])
+        return out
+
+    @staticmethod
+    def _transform(own: Gaussian, kernel: Gaussian) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, b)`` with ``L⁻¹(x - m) = A z + b`` for the points ``x = m_r + L_r z`` of a
+        round kernel ``own``, in ``kernel``'s whitened coordinates."""
+        a = solve_triangular(kernel.chol, own.chol, lower=True)
+        b = solve_triangular(kernel.chol, own.mean - kernel.mean, lower=True)
+        return a, b
+
     def _whitened_rounds(self, kernel: Gaussian) -> list[np.ndarray]:
         """Each round's points in the whitened coordinates of ``kernel``.
 
@@ -183,8 +220,7 @@ class SamplePool:
             if own is kernel:
                 out.append(z)
                 continue
-            a = solve_triangular(kernel.chol, own.chol, lower=True)
-            b = solve_triangular(kernel.chol, own.mean - kernel.mean, lower=True)
+            a, b = self._transform(own, kernel)
             u = np.empty_like(z)
 
             def block(rows, z=z, a=a, b=b, u=u):

@@ -19,7 +19,7 @@ from ..gaussian import Gaussian
 from ._agreement import check_mean_within_fit
 from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
-from .families import family_class, make_family
+from .families import FullFamily, family_class, make_family
 from .results import VSResult
 from .rounds import run_rounds
 from .sample_pool import Frame, SamplePool
@@ -62,8 +62,10 @@ def fit_vs_pool(
         False for an intermediate round (see ``INTERMEDIATE_TOL``).
     """
     frame = Frame(pool.kernels[-1], diagonal=(family == "diagonal"))
-    z = pool.coordinates(frame)
-    fam = make_family(family, z)
+    if frame.diagonal:
+        fam = make_family(family, pool.coordinates(frame))
+    else:
+        fam = FullFamily.from_columns(pool.homogeneous_columns(frame))
     log_w, log_window = pool.log_weights(), pool.log_window()
     log_iw = log_w + pool.log_p - log_window
     shift = float(log_iw.max())
@@ -96,7 +98,7 @@ def fit_vs_pool(
         "variational-sampling",
         sol.gaussian.mean,
         sol.gaussian.cov,
-        z,
+        fam,
         flushed_exp(log_iw - shift),
         "Increase n_samples or use a kernel closer to the target (rounds > 1 adapts it) or wider.",
     )
