@@ -81,6 +81,17 @@ def test_pool_window_and_coordinates_from_the_stored_draws(rng):
     pool._norms.clear()
     pool.homogeneous_columns(Frame(b))
     np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
+    # A third round: the norms kept from the first two are extended, not stale.
+    c = random_gaussian(rng, 3)
+    pool.add(c, draw_from_kernel(c, 100, MonteCarlo(), rng), np.zeros(100))
+    x = pool.x
+    expected = np.log(
+        sum(
+            share * stats.multivariate_normal(k.mean, k.cov).pdf(x)
+            for share, k in ((0.2, a), (0.3, b), (0.5, c))
+        )
+    )
+    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
 
 
 def test_as_generator():

@@ -107,13 +107,14 @@ class SamplePool:
         self._z: list[np.ndarray] = []
         self._log_w: list[np.ndarray] = []
         self._log_p: list[np.ndarray] = []
-        # Squared norms of all points in a round kernel's coordinates, by id (log_window).
-        self._norms: dict[int, np.ndarray] = {}
+        # Squared norms of each round's points in a round kernel's coordinates, by the
+        # kernel's id (log_window): a new round only needs its own points' norms under the
+        # earlier kernels, and all norms under its kernel.
+        self._norms: dict[int, list[np.ndarray]] = {}
 
     def add(self, kernel: Gaussian, draws, log_p: np.ndarray) -> None:
         """Append one round: its kernel, draws (x, z, log-weights) and target values."""
         self.kernels.append(kernel)
-        self._norms.clear()
         self._x.append(draws.x)
         self._z.append(draws.z)
         self._log_w.append(draws.log_weights)
@@ -163,12 +164,30 @@ class SamplePool:
         return logsumexp(np.stack(terms) + log_props[:, None], axis=0)
 
     def _squared_norms(self, kernel: Gaussian) -> np.ndarray:
-        """``|L⁻¹(x - m)|²`` at all points for a round's ``kernel``, kept until the next round."""
-        key = id(kernel)
-        if key not in self._norms:
-            parts = self._whitened_rounds(kernel)
-            self._norms[key] = np.concatenate([np.einsum("ij,ij->i", u, u) for u in parts])
-        return self._norms[key]
+        """``|L⁻¹(x - m)|²`` at all points for a round's ``kernel`` (each round's part kept
+        for the next rounds)."""
+        parts = self._norms.setdefault(id(kernel), [])
+        for own, z in list(zip(self.kernels, self._z, strict=True))[len(parts) :]:
+            if own is kernel:
+                parts.append(np.einsum("ij,ij->i", z, z))
+                continue
+            a, b = self._transform(own, kernel)
+            norms = np.empty(len(z))
+
+            def block(rows, z=z, a=a, b=b, norms=norms):
+                u = z[rows] @ a.T
+                u += b
+                norms[rows] = np.einsum("ij,ij->i", u, u)
+
+            map_blocks(block, block_slices(len(z), self.dim**2))
+            parts.append(norms)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _keep_norms(self, kernel: Gaussian, norms: np.ndarray) -> None:
+        """Keep the squared norms of all points under ``kernel`` if it is a round's kernel."""
+        if any(k is kernel for k in self.kernels):
+            bounds = np.cumsum(self.sizes)[:-1]
+            self._norms[id(kernel)] = np.split(norms, bounds)
 
     def homogeneous_columns(self, frame: Frame) -> np.ndarray:
         """All points in the (full) frame's coordinates as the columns of a (d + 1, N) array
@@ -195,26 +214,22 @@ class SamplePool:
                 out[:d, cols] += b[:, None]
 
         map_blocks(block, tasks)
-        if any(k is kernel for k in self.kernels):  # the window's term needs the norms
-            self._norms[id(kernel)] = np.einsum("ij,ij->j", out[:d], out[:d])
+        self._keep_norms(kernel, np.einsum("ij,ij->j", out[:d], out[:d]))
         return out
 
     @staticmethod
     def _transform(own: Gaussian, kernel: Gaussian) -> tuple[np.ndarray, np.ndarray]:
         """``(A, b)`` with ``L⁻¹(x - m) = A z + b`` for the points ``x = m_r + L_r z`` of a
-        round kernel ``own``, in ``kernel``'s whitened coordinates."""
+        round kernel ``own``, in ``kernel``'s whitened coordinates: ``A = L⁻¹ L_r``,
+        ``b = L⁻¹(m_r - m)``. A product of the stored z: half the multiply-adds of a
+        triangular solve against x, and better shaped for BLAS."""
         a = solve_triangular(kernel.chol, own.chol, lower=True)
         b = solve_triangular(kernel.chol, own.mean - kernel.mean, lower=True)
         return a, b
 
     def _whitened_rounds(self, kernel: Gaussian) -> list[np.ndarray]:
-        """Each round's points in the whitened coordinates of ``kernel``.
-
-        A round's points are ``x = m_r + L_r z_r``, so ``L⁻¹(x - m) = A z_r + b`` with the
-        d × d matrix ``A = L⁻¹ L_r`` and ``b = L⁻¹(m_r - m)``: one product of the stored z_r,
-        in blocks side by side (half the multiply-adds of a triangular solve against x, and
-        better shaped for BLAS).
-        """
+        """Each round's points in the whitened coordinates of ``kernel``: ``A z_r + b``
+        (:meth:`_transform`), in blocks side by side."""
         out = []
         for own, z in zip(self.kernels, self._z, strict=True):
             if own is kernel:
@@ -241,6 +256,5 @@ class SamplePool:
             return frame.coordinates(self.x)
         parts = self._whitened_rounds(frame.kernel)
         z = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        if any(k is frame.kernel for k in self.kernels):  # the window's term needs the norms
-            self._norms[id(frame.kernel)] = np.einsum("ij,ij->i", z, z)
+        self._keep_norms(frame.kernel, np.einsum("ij,ij->i", z, z))
         return z
