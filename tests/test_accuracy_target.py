@@ -88,3 +88,24 @@ def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
     assert affordable > 64 * 100
     assert budget_only._engine_options(5, 100)["max_samples"] == affordable
     assert with_target._engine_options(5, 100)["max_samples"] == 64 * 100
+
+
+def test_a_time_budget_plans_its_last_round_to_fill_it():
+    # The rule is given the rounds' timings: at 1 s a point to draw and 1 s a point to fit,
+    # a round of s points on a pool of N costs s + (N + s).
+    from vsbayes.engine.results import RoundInfo
+    from vsbayes.engine.variational_sampling import _MARGIN, _extension
+
+    kernel = vsbayes.Gaussian(np.zeros(2), np.eye(2))
+    extend = _extension(10, 6, None, 10_000, 300.0)
+    infos = [RoundInfo(kernel, 10, 1, True, 10.0, 10.0)]  # 20 s spent on a pool of 10
+    # Doubling (10 + 20 s) leaves room for more rounds: double.
+    assert extend(None, infos, 20.0) == (10, None)
+    # 120 s left: doubling (30 s) would leave 90 s, and the smallest round after it (2 points,
+    # 24 s) fits with the margin; with 50 s left it does not, so the round fills the rest.
+    assert extend(None, infos, 180.0) == (10, None)
+    size, reason = extend(None, infos, 250.0)
+    assert reason is None
+    assert size == math.floor((50.0 / _MARGIN - 10.0) / 2.0)
+    # Not even an eighth of the pool fits: stop.
+    assert extend(None, infos, 290.0) == (0, "time_budget")

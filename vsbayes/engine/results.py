@@ -35,12 +35,18 @@ class RoundInfo:
         Solver iterations of the fit at the end of the round (0 for IS).
     fitted : bool
         False when the round's fit failed (then the next round reuses ``kernel``).
+    draw_seconds : float
+        Time spent drawing the round's points and evaluating the target there.
+    fit_seconds : float
+        Time of the round's fit (of all points pooled so far).
     """
 
     kernel: Gaussian
     n_samples: int
     n_iter: int
     fitted: bool
+    draw_seconds: float = 0.0
+    fit_seconds: float = 0.0
 
 
 class DiagnosedGaussian(Gaussian):

@@ -53,8 +53,9 @@ def run_rounds(
         is recorded and the next round reuses the same kernel; in the last round it
         propagates.
     extend : callable, optional
-        ``extend(result, n_total, seconds) -> (size, reason)``, asked after the last planned
-        round and after every added one: ``size > 0`` adds a round of that many points
+        ``extend(result, infos, seconds) -> (size, reason)``, asked after the last planned
+        round and after every added one, with the :class:`~vsbayes.engine.RoundInfo` records
+        so far and the seconds since the start: ``size > 0`` adds a round of that many points
         (drawn from the latest fit, ``kernel_scale`` times wider, and fitted as a last
         round with all points so far); ``size == 0`` stops with ``reason``, recorded as
         the result's ``stop_reason`` when it has one. A failed added round stops with
@@ -71,36 +72,46 @@ def run_rounds(
     rule = get_rule(rule)
     pool = SamplePool()
     current, fit, infos = kernel, None, []
-    sizes = _round_sizes(n_samples, rounds)
-    for r, size in enumerate(sizes):
+
+    def run_round(size, final):
+        """Draw ``size`` points through ``current``, pool them and fit: the round's record
+        and its fit (None when an intermediate fit failed)."""
+        clock = time.perf_counter()
         draws = draw_from_kernel(current, size, rule, rng)
         pool.add(current, draws, evaluate_log_target(log_target, draws.x))
-        last = r == len(sizes) - 1
+        drawn = time.perf_counter()
         try:
-            new_fit = estimate(pool, fit, last)
+            new_fit = estimate(pool, fit, final)
         except EstimationError:
-            if last:
+            if final:
                 raise
-            infos.append(RoundInfo(current, size, 0, False))
+            new_fit = None
+        n_iter = 0 if new_fit is None else getattr(new_fit, "n_iter", 0)
+        timing = {"draw_seconds": drawn - clock, "fit_seconds": time.perf_counter() - drawn}
+        return RoundInfo(current, size, n_iter, new_fit is not None, **timing), new_fit
+
+    sizes = _round_sizes(n_samples, rounds)
+    for r, size in enumerate(sizes):
+        last = r == len(sizes) - 1
+        info, new_fit = run_round(size, last)
+        infos.append(info)
+        if new_fit is None:  # the next round reuses the kernel
             continue
         fit = new_fit
-        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
         if not last:
             current = Gaussian(fit.mean, kernel_scale * fit.cov)
     if extend is None:
         return fit.replace(rounds=infos)
     while True:
-        size, reason = extend(fit, pool.n_samples, time.perf_counter() - started)
+        size, reason = extend(fit, infos, time.perf_counter() - started)
         if size <= 0:
             break
         current = Gaussian(fit.mean, kernel_scale * fit.cov)
-        draws = draw_from_kernel(current, size, rule, rng)
-        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
         try:
-            fit = estimate(pool, fit, True)
+            info, fit = run_round(size, True)
         except EstimationError:
             infos.append(RoundInfo(current, size, 0, False))
             reason = "failed"
             break
-        infos.append(RoundInfo(current, size, getattr(fit, "n_iter", 0), True))
+        infos.append(info)
     return fit.replace(rounds=infos, stop_reason=reason)

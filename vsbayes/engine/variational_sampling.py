@@ -232,8 +232,9 @@ def variational_sampling(
         ``16 * n_samples``.
     time_budget : float, optional
         Seconds: add rounds, as for ``target_kl``, only while the next one is predicted to
-        end within the budget (from the time per point so far); without ``target_kl``,
-        each added round doubles the points (or fills what is left of the budget).
+        end within the budget (from the last round's time per point drawn and per point
+        fitted); without ``target_kl``, each added round doubles the points, and the last
+        (when the one after it might not fit) fills what is left of the budget.
     random_state : int, RandomState, Generator or None
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
@@ -307,6 +308,29 @@ def variational_sampling(
     return result
 
 
+# The time-budget rule's margin on predicted round times.
+_MARGIN = 1.15
+
+
+def _round_cost(last, fitted: int, pool: int):
+    """Predicted seconds of a round adding s points to a pool of ``pool``: drawing and
+    evaluating them, then fitting all ``pool + s``, at the cost per point of the ``last``
+    round (whose fit saw ``fitted`` points)."""
+    draw = last.draw_seconds / last.n_samples
+    fit = last.fit_seconds / fitted
+    return lambda s: draw * s + fit * (pool + s)
+
+
+def _largest_below(cost, limit, most):
+    """The largest ``s ≤ most`` with ``cost(s) ≤ limit`` (``cost`` increasing, ``cost(1) ≤
+    limit``), by bisection."""
+    low, high = 1, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if cost(middle) <= limit else (low, middle - 1)
+    return low
+
+
 # The 90 % quantile of a χ² with n degrees of freedom over its mean is about 1 + z √(2/n).
 _QUANTILE_Z = 1.2816
 
@@ -328,9 +352,9 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
     if max_samples < n_samples:
         raise ValueError(f"max_samples={max_samples} is below n_samples={n_samples}.")
     quantile = 1.0 + _QUANTILE_Z * math.sqrt(2.0 / n_params)
-    last = {"seconds": 0.0, "n_total": 0}
 
-    def extend(fit, n_total, seconds):
+    def extend(fit, infos, seconds):
+        n_total = sum(info.n_samples for info in infos)
         if target_kl is not None:
             predicted = quantile * fit.kl_error
             if predicted <= target_kl:
@@ -343,17 +367,22 @@ def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
         size = min(max(size, n_total // 2), max_samples - n_total)
         if size < max(1, n_total // 8):
             return 0, "max_samples"
-        if time_budget is not None:
-            # A round of s points costs about c·(s + N + s): evaluating them and fitting
-            # the pool of N + s. c from the last round (the planned ones first: N points
-            # evaluated, fits of about N points).
-            spent, added = seconds - last["seconds"], n_total - last["n_total"]
-            cost = spent / (added + n_total) if last["n_total"] else seconds / (2 * n_total)
-            last.update(seconds=seconds, n_total=n_total)
-            room = (time_budget - seconds) / max(cost, 1e-12) - n_total
-            size = min(size, int(room / 2))
-            if size < max(1, n_total // 8):
-                return 0, "time_budget"
-        return size, None
+        if time_budget is None:
+            return size, None
+        cost = _round_cost(infos[-1], n_total, n_total)
+        remaining = time_budget - seconds
+        if cost(max(1, n_total // 8)) > remaining:
+            return 0, "time_budget"
+        largest = _largest_below(cost, remaining, max_samples - n_total)
+        if target_kl is None:
+            # A budget alone: when even the smallest round (an eighth of the pool) might not
+            # fit after this one, this one is the last and fills the budget. Round times vary
+            # by tens of per cent, and a large round costs more per point than the smaller
+            # ones measured (fresh memory, caches): plan with a margin.
+            after = n_total + size
+            following = _round_cost(infos[-1], n_total, after)(after // 8)
+            if _MARGIN * (cost(size) + following) > remaining:
+                size = _largest_below(cost, remaining / _MARGIN, largest)
+        return min(size, largest), None
 
     return extend

@@ -129,8 +129,9 @@ _SAMPLING_PARAMETERS = {
         whose N its work limit sets. ``None``: never a target.
     time_budget : float, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
-        (without it, each doubling the points, up to as many as fit in memory), only while
-        the next one is predicted to end within what is left of the budget.
+        (without it, each doubling the points, up to as many as fit in memory, the last
+        one sized to fill the budget), only while the next one is predicted to end within
+        what is left of it.
 """,
     "length_scale": """\
     length_scale : float, default=1.0
