@@ -181,15 +181,13 @@ class FullFamily(QuadraticFamily):
 
     def __init__(self, z: np.ndarray):
         # Homogeneous coordinates, one row per coordinate: contiguous for the BLAS calls.
-        yt = np.empty((z.shape[1] + 1, z.shape[0]))
+        yt = np.ones((z.shape[1] + 1, len(z)))
         yt[:-1] = z.T
-        yt[-1] = 1.0
         self._adopt(yt)
 
     @classmethod
     def from_columns(cls, yt: np.ndarray) -> FullFamily:
-        """The family on the points given as the columns of ``yt`` (d + 1, N): homogeneous
-        coordinates ``(z, 1)``, kept without a copy (a sample pool builds them directly)."""
+        """The family on homogeneous coordinates ``(z, 1)`` given as columns (kept, no copy)."""
         family = cls.__new__(cls)
         family._adopt(yt)
         return family
@@ -197,8 +195,7 @@ class FullFamily(QuadraticFamily):
     def _adopt(self, yt: np.ndarray) -> None:
         super().__init__(yt[:-1].T)  # the shape of the points
         self._yt = yt
-        # Column blocks of the two passes (values, moments), run side by side, each with a
-        # contiguous buffer (BLAS takes its transpose without a copy).
+        # Column blocks of the passes (values, moments), side by side, each with a buffer.
         self._blocks = block_slices(self.n_samples, self.pass_work)
         self._buffers = [np.empty((self.dim + 1, b.stop - b.start)) for b in self._blocks]
 
