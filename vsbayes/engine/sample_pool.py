@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from scipy.special import logsumexp
 
 from .._blas import block_slices, map_blocks
+from .._sums import logsumexp
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
 

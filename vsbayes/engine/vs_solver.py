@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
+from .._sums import logsumexp
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._linalg import flushed_exp, solve_psd

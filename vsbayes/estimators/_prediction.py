@@ -10,7 +10,6 @@ import functools
 import numbers
 
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.utils import check_scalar
 from sklearn.utils.validation import (
     check_is_fitted,
@@ -18,6 +17,7 @@ from sklearn.utils.validation import (
 )
 
 from .._random import as_generator
+from .._sums import logsumexp
 from ..models import get_link
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.softmax_predictive import softmax_predictive_log_proba

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import logsumexp, softmax
+from scipy.special import softmax
 
 from .._memory import block_length
 from .._random import as_generator
+from .._sums import logsumexp
 from ..gaussian import Gaussian
 
 __all__ = ["GaussianMixtureTarget"]

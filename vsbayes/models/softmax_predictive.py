@@ -64,9 +64,9 @@ import functools
 import math
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .._memory import block_bytes
+from .._sums import logsumexp
 from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
 
 __all__ = [
