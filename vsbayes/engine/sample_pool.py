@@ -155,7 +155,7 @@ class SamplePool:
         """Log-density of the window (mixture of round kernels) at all points."""
         d = self.dim
         terms = [
-            -0.5 * self._squared_norms(kernel) - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
+            -0.5 * self.squared_norms(kernel) - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
             for kernel in self.kernels
         ]
         if len(terms) == 1:
@@ -163,7 +163,7 @@ class SamplePool:
         log_props = np.log(np.array(self.sizes, dtype=float) / self.n_samples)
         return logsumexp(np.stack(terms) + log_props[:, None], axis=0)
 
-    def _squared_norms(self, kernel: Gaussian) -> np.ndarray:
+    def squared_norms(self, kernel: Gaussian) -> np.ndarray:
         """``|L⁻¹(x - m)|²`` at all points for a round's ``kernel`` (each round's part kept
         for the next rounds)."""
         parts = self._norms.setdefault(id(kernel), [])

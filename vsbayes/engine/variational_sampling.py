@@ -80,14 +80,13 @@ def fit_vs_pool(
     log_iw = log_w + pool.log_p - log_window
     shift = float(log_iw.max())
     offsets = log_w - log_window - frame.log_det
-    start_values = None
     if start is None:
         start_z = Gaussian(np.zeros(pool.dim), np.eye(pool.dim))
-        if len(pool.kernels) == 1 and not frame.diagonal:
-            # Starting from the kernel itself: its log-density in frame coordinates.
-            start_values = log_window + frame.log_det
     else:
         start_z = frame.gaussian_to_frame(start)
+    start_values = None
+    if not frame.diagonal:
+        start_z, start_values = _isotropic_start(start_z, pool.squared_norms(frame.kernel))
     if final:
         round_tol, atol, hessian = tol, 0.0, "auto"
     else:
@@ -137,6 +136,21 @@ def fit_vs_pool(
             "from kernel coordinates (extremely ill-conditioned kernel). Rescale the "
             "problem or use a better-conditioned kernel."
         ) from None
+
+
+def _isotropic_start(start: Gaussian, norms: np.ndarray):
+    """``(start, values)``: when the solver's start (in frame coordinates) is N(0, σ² I) to
+    round-off — the kernel itself, or the fit that the kernel inflates — that Gaussian
+    exactly and its log-density at the points from their squared ``norms``, which saves
+    the solver a pass over the points; otherwise ``(start, None)``."""
+    d = start.dim
+    var = float(np.trace(start.cov)) / d
+    off = max(np.abs(start.mean).max() / math.sqrt(var), np.abs(start.cov / var - np.eye(d)).max())
+    if not off <= 1e-9:
+        return start, None
+    values = norms * (-0.5 / var)
+    values += start.log_Z - 0.5 * d * math.log(2.0 * math.pi * var)
+    return Gaussian(np.zeros(d), var * np.eye(d), start.log_Z), values
 
 
 def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
