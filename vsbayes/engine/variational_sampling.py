@@ -31,12 +31,6 @@ __all__ = ["n_family_params", "variational_sampling"]
 # error is below this fraction of its own sampling error, without the exact-Hessian
 # fallback, and its warnings are not shown (the final round reports on the result).
 INTERMEDIATE_TOL = 0.1
-# ... or below this fraction of the mismatch that the next kernel's inflation by
-# kernel_scale = s puts in on purpose, KL = d/2 (1/s - 1 + ln s) (0.036 d nats at 1.5):
-# optimizing further moves the next kernel by nothing that matters. On the paper's eight
-# cells it saves a solver iteration or two at N ≥ 32n with the same errors, and at 8n the
-# less converged kernel is, if anything, slightly better (its 4n points are noisy).
-INTERMEDIATE_MISMATCH_SHARE = 0.03
 
 
 def n_family_params(dim: int, family: str = "gaussian") -> int:
@@ -53,7 +47,6 @@ def fit_vs_pool(
     tol: float,
     max_iter: int,
     final: bool = True,
-    kernel_scale: float = 1.0,
 ) -> VSResult:
     """Fit the VS Gaussian to the points of ``pool``, in the frame of its last kernel.
 
@@ -67,9 +60,6 @@ def fit_vs_pool(
         See :func:`variational_sampling`.
     final : bool, default=True
         False for an intermediate round (see ``INTERMEDIATE_TOL``).
-    kernel_scale : float, default=1.0
-        The inflation of the next kernel, for an intermediate round (see
-        ``INTERMEDIATE_MISMATCH_SHARE``).
     """
     frame = Frame(pool.kernels[-1], diagonal=(family == "diagonal"))
     if frame.diagonal:
@@ -88,14 +78,12 @@ def fit_vs_pool(
     if not frame.diagonal:
         start_z, start_values = _isotropic_start(start_z, pool.squared_norms(frame.kernel))
     if final:
-        round_tol, atol, hessian = tol, 0.0, "auto"
+        round_tol, hessian = tol, "auto"
     else:
         large = fam.n_params > EXACT_HESSIAN_MAX_PARAMS
         round_tol, hessian = max(tol, INTERMEDIATE_TOL), "natural" if large else "auto"
-        s = kernel_scale
-        atol = INTERMEDIATE_MISMATCH_SHARE * 0.5 * pool.dim * (1.0 / s - 1.0 + math.log(s))
     solver = VSSolver(
-        fam, offsets, log_iw - shift, tol=round_tol, max_iter=max_iter, hessian=hessian, atol=atol
+        fam, offsets, log_iw - shift, tol=round_tol, max_iter=max_iter, hessian=hessian
     )
     sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
     if sol.gaussian is None:
@@ -315,10 +303,7 @@ def variational_sampling(
     extend = _extension(n_samples, n_params, target_kl, max_samples, time_budget)
 
     def estimate(pool, previous, final):
-        return fit_vs_pool(
-            pool, previous, family=family, tol=tol, max_iter=max_iter, final=final,
-            kernel_scale=kernel_scale,
-        )  # fmt: skip
+        return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter, final=final)
 
     result = run_rounds(
         log_target,

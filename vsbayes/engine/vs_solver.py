@@ -123,13 +123,10 @@ class VSSolver:
         exact line search; ``"auto"``: exact when ``n <= EXACT_HESSIAN_MAX_PARAMS``,
         otherwise natural, switching to exact when that is affordable and the natural
         iterations' rate says it would converge sooner (see ``_EXACT_STEPS``).
-    atol : float, default=0.0
-        Absolute tolerance in nats: stop also once the predicted optimization error is
-        below it (an intermediate round's fit, which only serves as the next kernel).
 
     Attributes
     ----------
-    family, offsets, log_pbar, tol, max_iter, memory, atol
+    family, offsets, log_pbar, tol, max_iter, memory
         The parameters.
     pbar : ndarray of shape (N,)
         ``p̄_k``, the weighted target values (set by ``__init__``, as are the next two).
@@ -160,7 +157,6 @@ class VSSolver:
         max_iter,
         memory=10,
         hessian="auto",
-        atol=0.0,
     ):
         if hessian not in ("auto", "exact", "natural"):
             raise ValueError(f"hessian must be 'auto', 'exact' or 'natural'; got {hessian!r}.")
@@ -168,7 +164,6 @@ class VSSolver:
         self.offsets = offsets
         self.log_pbar = log_pbar
         self.tol = tol
-        self.atol = atol
         self.max_iter = max_iter
         self.memory = memory
         n, n_points = family.n_params, family.n_samples
@@ -246,7 +241,7 @@ class VSSolver:
             # its order of magnitude. (A non-integrable optimum is reported by the caller.)
             fam = self.family
             self.kl_estimate = self._sampled_kl() * fam.n_params / fam.n_samples
-        return self.decrement <= max(_ROUNDOFF_FLOOR, self.atol, self.tol * self.kl_estimate)
+        return self.decrement <= max(_ROUNDOFF_FLOOR, self.tol * self.kl_estimate)
 
     def subspace_step(self) -> bool:
         """Add the new direction and minimize F exactly over the span of the last ones.
@@ -322,7 +317,7 @@ class VSSolver:
         rate = (decrements[-1] / decrements[-1 - _RATE_WINDOW]) ** (1.0 / _RATE_WINDOW)
         if not rate < 1.0:
             return True
-        goal = max(_ROUNDOFF_FLOOR, self.atol, self.tol * self.kl_estimate)
+        goal = max(_ROUNDOFF_FLOOR, self.tol * self.kl_estimate)
         steps_left = math.log(goal / decrements[-1]) / math.log(rate)
         if steps_left > self.max_iter - len(decrements):
             return True
