@@ -16,6 +16,7 @@ from vsbayes import (
     variational_sampling,
 )
 from vsbayes.engine.families import make_family
+from vsbayes.engine.sample_pool import isotropic_start
 from vsbayes.engine.vs_solver import VSSolver
 from vsbayes.exceptions import (
     ConvergenceWarning,
@@ -355,3 +356,16 @@ def test_accuracy_and_budget_arguments_are_checked(options, message):
     kernel = Gaussian(np.zeros(2), np.eye(2))
     with pytest.raises(ValueError, match=message):
         variational_sampling(_bumpy_target(2), kernel, 100, **options)
+
+
+def test_isotropic_start_values_are_the_log_density_at_the_points():
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(50, 4))
+    start = Gaussian(np.zeros(4), 0.7 * np.eye(4) * (1 + 1e-13), log_Z=1.3)
+    exact, values = isotropic_start(start, np.einsum("ij,ij->i", z, z))
+    np.testing.assert_allclose(values, exact.log_density(z), rtol=1e-12)
+    np.testing.assert_array_equal(exact.cov, 0.7 * (1 + 1e-13) * np.eye(4))
+    skewed = Gaussian(np.zeros(4), np.diag([0.7, 0.7, 0.7, 0.71]))
+    assert isotropic_start(skewed, np.ones(50))[1] is None
+    shifted = Gaussian(np.full(4, 1e-6), 0.7 * np.eye(4))
+    assert isotropic_start(shifted, np.ones(50))[1] is None

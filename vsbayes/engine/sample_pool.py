@@ -19,7 +19,7 @@ from .._sums import logsumexp
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
 
-__all__ = ["Frame", "SamplePool", "evaluate_log_target"]
+__all__ = ["Frame", "SamplePool", "evaluate_log_target", "isotropic_start"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -96,6 +96,38 @@ class Frame:
             half = self.scale @ g.chol
             cov = half @ half.T
         return mean, cov, g.log_Z + log_shift
+
+
+def isotropic_start(start: Gaussian, norms: np.ndarray) -> tuple[Gaussian, np.ndarray | None]:
+    """A VS solver's start with its log-density at the points, when that needs no pass.
+
+    The start of every round, in its kernel's frame, is N(0, σ² I) up to round-off: the
+    kernel itself, or the fit that the kernel inflates. Its log-density at the points is
+    then a function of their squared norms, which the window needs anyway.
+
+    Parameters
+    ----------
+    start : Gaussian
+        The start in frame coordinates (its ``log_Z`` is kept).
+    norms : ndarray of shape (N,)
+        Squared norms of the points in frame coordinates.
+
+    Returns
+    -------
+    start : Gaussian
+        Exactly N(0, σ² I) with the start's ``log_Z`` if the start is that to 1e-9
+        (relative), else the start unchanged.
+    values : ndarray of shape (N,) or None
+        The returned start's log-density at the points, or None if it is not isotropic.
+    """
+    d = start.dim
+    var = float(np.trace(start.cov)) / d
+    off = max(np.abs(start.mean).max() / math.sqrt(var), np.abs(start.cov / var - np.eye(d)).max())
+    if not off <= 1e-9:
+        return start, None
+    values = norms * (-0.5 / var)
+    values += start.log_Z - 0.5 * d * math.log(2.0 * math.pi * var)
+    return Gaussian(np.zeros(d), var * np.eye(d), start.log_Z), values
 
 
 class SamplePool:

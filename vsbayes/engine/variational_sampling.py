@@ -22,7 +22,7 @@ from ._validation import check_kernel, check_positive, check_positive_int
 from .families import FullFamily, family_class, make_family
 from .results import VSResult
 from .rounds import run_rounds
-from .sample_pool import Frame, SamplePool
+from .sample_pool import Frame, SamplePool, isotropic_start
 from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver
 
 __all__ = ["n_family_params", "variational_sampling"]
@@ -76,7 +76,7 @@ def fit_vs_pool(
         start_z = frame.gaussian_to_frame(start)
     start_values = None
     if not frame.diagonal:
-        start_z, start_values = _isotropic_start(start_z, pool.squared_norms(frame.kernel))
+        start_z, start_values = isotropic_start(start_z, pool.squared_norms(frame.kernel))
     if final:
         round_tol, hessian = tol, "auto"
     else:
@@ -124,21 +124,6 @@ def fit_vs_pool(
             "from kernel coordinates (extremely ill-conditioned kernel). Rescale the "
             "problem or use a better-conditioned kernel."
         ) from None
-
-
-def _isotropic_start(start: Gaussian, norms: np.ndarray):
-    """``(start, values)``: when the solver's start (in frame coordinates) is N(0, σ² I) to
-    round-off — the kernel itself, or the fit that the kernel inflates — that Gaussian
-    exactly and its log-density at the points from their squared ``norms``, which saves
-    the solver a pass over the points; otherwise ``(start, None)``."""
-    d = start.dim
-    var = float(np.trace(start.cov)) / d
-    off = max(np.abs(start.mean).max() / math.sqrt(var), np.abs(start.cov / var - np.eye(d)).max())
-    if not off <= 1e-9:
-        return start, None
-    values = norms * (-0.5 / var)
-    values += start.log_Z - 0.5 * d * math.log(2.0 * math.pi * var)
-    return Gaussian(np.zeros(d), var * np.eye(d), start.log_Z), values
 
 
 def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
