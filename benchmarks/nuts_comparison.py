@@ -48,8 +48,9 @@ VS: the public estimators (``VSLogisticRegression`` / ``VSProbitRegression``,
 time per N. EP alone (``EPLogisticRegression`` / ``EPProbitRegression``) and the VS
 estimator's factor-wise form (``strategy="sites"``: EP whose site fits are VS fits of the
 tilted densities; closed-form ones for probit) at the estimator's ``tol`` of 1e-8 (the
-default), 1e-4 and 1e-2 (``SITES_TOLS``: EP's sweeps stop at site changes of tol / 100,
-its one cost knob, as N is the global fit's), one point each, the median time of 5 fits.
+default), 1e-4, 1e-2, 0.1 and 1 (``SITES_TOLS``: EP's sweeps stop at site changes of
+tol / 100, its one cost knob, as N is the global fit's), one point each, the median time
+of 5 fits.
 Stored in ``results/nuts_comparison/vs.json``. The comparison is made twice: against the
 global fit's ladder alone, and against the VS estimator's faster setting at each level
 (the global fit at some N, or ``strategy="sites"`` at some tol).
@@ -133,9 +134,9 @@ CHECKPOINTS = (100, 200, 500, 1000, 2000, 5000)
 VS_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 EP_REPEATS = 5
 # The estimator's tol for its strategy="sites" points: the default, and looser ones (EP's
-# sweeps stop at site changes of tol / 100) — the factor-wise form's cost knob, as N is the
-# global fit's.
-SITES_TOLS = (1e-8, 1e-4, 1e-2)
+# sweeps stop at site changes of tol / 100, down to 1 % at tol = 1) — the factor-wise form's
+# cost knob, as N is the global fit's.
+SITES_TOLS = (1e-8, 1e-4, 1e-2, 1e-1, 1.0)
 COMPILE_EVENTS = "/jax/core/compile/"
 
 
