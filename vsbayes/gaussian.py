@@ -166,7 +166,9 @@ class Gaussian:
 
     def unwhiten(self, z) -> np.ndarray:
         """Inverse of :meth:`whiten`: ``mean + z @ chol.T``."""
-        return self._mean + np.asarray(z, dtype=float) @ self.chol.T
+        x = np.asarray(z, dtype=float) @ self.chol.T
+        x += self._mean  # in place: a second (N, d) array costs as much as the product
+        return x
 
     def logpdf(self, x) -> np.ndarray:
         """Log of the normalized density N(x; mean, cov) at points x of shape (N, d) or (d,)."""
