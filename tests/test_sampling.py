@@ -92,6 +92,16 @@ def test_pool_window_and_coordinates_from_the_stored_draws(rng):
         )
     )
     np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
+    # A round that reuses a kernel (after a failed fit) is one more component of it.
+    pool.add(c, draw_from_kernel(c, 50, MonteCarlo(), rng), np.zeros(50))
+    x = pool.x
+    expected = np.log(
+        sum(
+            share * stats.multivariate_normal(k.mean, k.cov).pdf(x)
+            for share, k in ((0.16, a), (0.24, b), (0.6, c))
+        )
+    )
+    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
 
 
 def test_as_generator():

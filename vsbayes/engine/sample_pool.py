@@ -143,6 +143,10 @@ class SamplePool:
         # kernel's id (log_window): a new round only needs its own points' norms under the
         # earlier kernels, and all norms under its kernel.
         self._norms: dict[int, list[np.ndarray]] = {}
+        # log Σ_j N_j q_j(x) at each round's points over its first _folded[r] kernels
+        # (log_window): a new round folds one kernel into each earlier round's sum.
+        self._log_mix: list[np.ndarray] = []
+        self._folded: list[int] = []
 
     def add(self, kernel: Gaussian, draws, log_p: np.ndarray) -> None:
         """Append one round: its kernel, draws (x, z, log-weights) and target values."""
@@ -151,6 +155,8 @@ class SamplePool:
         self._z.append(draws.z)
         self._log_w.append(draws.log_weights)
         self._log_p.append(log_p)
+        self._log_mix.append(None)
+        self._folded.append(0)
 
     @property
     def sizes(self) -> list[int]:
@@ -184,20 +190,45 @@ class SamplePool:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def log_window(self) -> np.ndarray:
-        """Log-density of the window (mixture of round kernels) at all points."""
-        d = self.dim
-        terms = [
-            -0.5 * self.squared_norms(kernel) - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
-            for kernel in self.kernels
+        """Log-density of the window (mixture of round kernels, with proportions
+        ``N_r / N``) at all points.
+
+        Each round's points keep ``log Σ_j N_j q_j`` over the kernels folded in so far, so a
+        new round costs one pass over the earlier points (its own kernel) and one per
+        kernel over its own, not one per kernel over all points.
+        """
+        d, sizes, kernels = self.dim, self.sizes, self.kernels
+        log_masses = [
+            math.log(size) - 0.5 * (d * _LOG_2PI + kernel.log_det_cov)
+            for size, kernel in zip(sizes, kernels, strict=True)
         ]
-        if len(terms) == 1:
-            return terms[0]
-        log_props = np.log(np.array(self.sizes, dtype=float) / self.n_samples)
-        return logsumexp(np.stack(terms) + log_props[:, None], axis=0)
+        for r, done in enumerate(self._folded):
+            terms = []
+            for j in range(done, len(kernels)):
+                term = self._norm_parts(kernels[j])[r] * -0.5
+                term += log_masses[j]
+                terms.append(term)
+            if done and len(terms) == 1:  # an earlier round: one kernel more
+                np.logaddexp(self._log_mix[r], terms[0], out=self._log_mix[r])
+            elif terms:
+                if done:
+                    terms.append(self._log_mix[r])
+                self._log_mix[r] = terms[0] if len(terms) == 1 else logsumexp(terms, axis=0)
+            self._folded[r] = len(kernels)
+        mix = self._log_mix
+        out = mix[0] - math.log(sizes[0]) if len(mix) == 1 else np.concatenate(mix)
+        if len(mix) > 1:
+            out -= math.log(self.n_samples)
+        return out
 
     def squared_norms(self, kernel: Gaussian) -> np.ndarray:
         """``|L⁻¹(x - m)|²`` at all points for a round's ``kernel`` (each round's part kept
         for the next rounds)."""
+        parts = self._norm_parts(kernel)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _norm_parts(self, kernel: Gaussian) -> list[np.ndarray]:
+        """Each round's part of :meth:`squared_norms`, computing the missing ones."""
         parts = self._norms.setdefault(id(kernel), [])
         for own, z in list(zip(self.kernels, self._z, strict=True))[len(parts) :]:
             if own is kernel:
@@ -213,7 +244,7 @@ class SamplePool:
 
             map_blocks(block, block_slices(len(z), self.dim**2))
             parts.append(norms)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return parts
 
     def _keep_norms(self, kernel: Gaussian, norms: np.ndarray) -> None:
         """Keep the squared norms of all points under ``kernel`` if it is a round's kernel."""
