@@ -92,20 +92,52 @@ def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
 
 def test_a_time_budget_plans_its_last_round_to_fill_it():
     # The rule is given the rounds' timings: at 1 s a point to draw and 1 s a point to fit,
-    # a round of s points on a pool of N costs s + (N + s).
+    # a round of s points on a pool of N costs s + (N + s) (the fit's cost per point grows
+    # like the pool to the power _FIT_GROWTH beyond that).
     from vsbayes.engine.results import RoundInfo
-    from vsbayes.engine.variational_sampling import _MARGIN, _extension
+    from vsbayes.engine.round_planning import _ROOM, extension_rule
 
     kernel = vsbayes.Gaussian(np.zeros(2), np.eye(2))
-    extend = _extension(10, 6, None, 10_000, 300.0)
+    extend = extension_rule(10, 6, None, 10_000, 300.0)
     infos = [RoundInfo(kernel, 10, 1, True, 10.0, 10.0)]  # 20 s spent on a pool of 10
-    # Doubling (10 + 20 s) leaves room for more rounds: double.
-    assert extend(None, infos, 20.0) == (10, None)
-    # 120 s left: doubling (30 s) would leave 90 s, and the smallest round after it (2 points,
-    # 24 s) fits with the margin; with 50 s left it does not, so the round fills the rest.
-    assert extend(None, infos, 180.0) == (10, None)
-    size, reason = extend(None, infos, 250.0)
-    assert reason is None
-    assert size == math.floor((50.0 / _MARGIN - 10.0) / 2.0)
+    # 280 s left: the round doubles the points (10, 30 s), and may draw up to what twice
+    # the rest allows; its deadline ends it at 10 points since a further round fits.
+    size, reason, enough, most = extend(None, infos, 20.0)
+    assert (size, reason) == (10, None)
+    assert most == math.floor((280.0 * _ROOM - 10.0) / 2.0)
+    assert enough(10, 21, 30.0)
+    # 50 s left: 10 more points would leave too little for a further round (2 points on a
+    # pool of 20), so the round goes on, to where its fit ends nearest the budget: at 10
+    # points drawn (260 s) 4 more end at 291 s; at 20 (270 s) the fit alone ends at 305 s.
+    size, reason, enough, most = extend(None, infos, 250.0)
+    assert (reason, most) == (None, math.floor((50.0 * _ROOM - 10.0) / 2.0))
+    assert not enough(10, 4, 260.0)
+    assert enough(20, 4, 270.0)
+    # Drawing slower leaves less time for the fit: 10 points drawn at 282 s end past it.
+    assert enough(10, 4, 282.0)
     # Not even an eighth of the pool fits: stop.
-    assert extend(None, infos, 290.0) == (0, "time_budget")
+    assert extend(None, infos, 290.0)[:2] == (0, "time_budget")
+
+
+def test_a_deadline_ends_a_round_between_chunks_with_a_valid_rule():
+    from vsbayes.engine.rounds import _draw_until
+    from vsbayes.sampling import get_rule
+
+    kernel = vsbayes.Gaussian(np.array([1.0, -2.0]), np.array([[2.0, 0.3], [0.3, 0.5]]))
+    seen = []
+
+    def enough(drawn, following, seconds):
+        seen.append((drawn, following))
+        return drawn >= 30
+
+    def log_target(x):
+        return -0.5 * np.square(x).sum(axis=1)
+
+    rng = np.random.default_rng(0)
+    draws, values = _draw_until(log_target, kernel, 100, 200, get_rule("mc"), rng, enough, 0.0)
+    # Chunks of ⌈100 / 8⌉ = 13 points, the test after each: stopped at 39.
+    assert seen == [(13, 13), (26, 13), (39, 13)]
+    assert len(draws.x) == len(draws.z) == len(values) == 39
+    np.testing.assert_allclose(draws.x, kernel.unwhiten(draws.z), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(values, log_target(draws.x))
+    np.testing.assert_allclose(draws.log_weights, -math.log(39), rtol=1e-12)

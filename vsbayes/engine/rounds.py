@@ -10,18 +10,51 @@ alike.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
 
 from .._blas import one_blas_thread
 from .._random import as_generator
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
-from ..sampling import draw_from_kernel, get_rule
+from ..sampling import KernelDraws, draw_from_kernel, get_rule
 from .results import RoundInfo
 from .sample_pool import SamplePool, evaluate_log_target
 
-__all__ = ["run_rounds"]
+__all__ = ["Extension", "run_rounds"]
+
+# A round with a deadline draws its points in this many chunks, testing it after each.
+_CHUNKS = 8
+
+
+class Extension(NamedTuple):
+    """What the ``extend`` rule of :func:`run_rounds` asks for.
+
+    Attributes
+    ----------
+    size : int
+        Points of the round to add; 0 stops.
+    reason : str or None
+        Why it stops (recorded as the result's ``stop_reason``).
+    enough : callable or None
+        ``enough(drawn, following, seconds) -> bool``: the round's deadline. With a random
+        rule the round is drawn in chunks (an eighth of ``size``) of up to ``most`` points
+        in all, and after each
+        (``drawn`` points so far, ``following`` in the next chunk, ``seconds`` since the
+        start) a true answer ends the drawing; the round is the points drawn so far.
+        Other rules draw ``size`` points.
+    most : int
+        Most points of a round drawn against ``enough`` (default: ``size``).
+    """
+
+    size: int
+    reason: str | None = None
+    enough: Callable[[int, int, float], bool] | None = None
+    most: int = 0
 
 
 def _round_sizes(n_samples: int, rounds: int) -> list[int]:
@@ -73,12 +106,19 @@ def run_rounds(
     pool = SamplePool()
     current, fit, infos = kernel, None, []
 
-    def run_round(size, final):
-        """Draw ``size`` points through ``current``, pool them and fit: the round's record
-        and its fit (None when an intermediate fit failed)."""
+    def run_round(size, final, enough=None, most=0):
+        """Draw ``size`` points through ``current`` (up to ``most`` against ``enough``, see
+        :class:`Extension`), pool them and fit: the round's record and its fit (None when
+        an intermediate fit failed)."""
         clock = time.perf_counter()
-        draws = draw_from_kernel(current, size, rule, rng)
-        pool.add(current, draws, evaluate_log_target(log_target, draws.x))
+        if enough is None or not rule.random:
+            draws = draw_from_kernel(current, size, rule, rng)
+            pool.add(current, draws, evaluate_log_target(log_target, draws.x))
+        else:
+            most = max(size, most)
+            draws = _draw_until(log_target, current, size, most, rule, rng, enough, started)
+            pool.add(current, *draws)
+        size = pool.sizes[-1]
         drawn = time.perf_counter()
         try:
             new_fit = estimate(pool, fit, final)
@@ -103,15 +143,45 @@ def run_rounds(
     if extend is None:
         return fit.replace(rounds=infos)
     while True:
-        size, reason = extend(fit, infos, time.perf_counter() - started)
+        size, reason, enough, most = extend(fit, infos, time.perf_counter() - started)
         if size <= 0:
             break
         current = Gaussian(fit.mean, kernel_scale * fit.cov)
         try:
-            info, fit = run_round(size, True)
+            info, fit = run_round(size, True, enough, most)
         except EstimationError:
             infos.append(RoundInfo(current, size, 0, False))
             reason = "failed"
             break
         infos.append(info)
     return fit.replace(rounds=infos, stop_reason=reason)
+
+
+def _draw_until(log_target, kernel, size, most, rule, rng, enough, started):
+    """Up to ``most`` points of a random rule through ``kernel`` with their target values,
+    drawn in chunks of an eighth of ``size`` until ``enough`` (see :class:`Extension`)
+    ends it. Independent chunks of a random rule, each weighted by its share of the
+    points, are one valid rule.
+
+    The chunks are written into arrays for all ``most`` points, so that their memory is
+    first touched (slow on a virtual machine) while the deadline is being watched, and
+    the round is their first rows: no copy after the last test.
+    """
+    d = kernel.dim
+    x, z = np.empty((most, d)), np.empty((d, most)).T  # z coordinate-major, as the rules'
+    log_w, values = np.empty(most), np.empty(most)
+    chunk = max(1, math.ceil(size / _CHUNKS))
+    shares, drawn = [], 0
+    while drawn < most:
+        rows = slice(drawn, min(drawn + chunk, most))
+        draws = draw_from_kernel(kernel, rows.stop - rows.start, rule, rng)
+        x[rows], z[rows], log_w[rows] = draws
+        values[rows] = evaluate_log_target(log_target, draws.x)
+        shares.append(rows)
+        drawn = rows.stop
+        following = min(chunk, most - drawn)
+        if following and enough(drawn, following, time.perf_counter() - started):
+            break
+    for rows in shares:
+        log_w[rows] += math.log((rows.stop - rows.start) / drawn)
+    return KernelDraws(x[:drawn], z[:drawn], log_w[:drawn]), values[:drawn]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -21,6 +20,7 @@ from ._linalg import flushed_exp
 from ._validation import check_kernel, check_positive, check_positive_int
 from .families import FullFamily, family_class, make_family
 from .results import VSResult
+from .round_planning import extension_rule
 from .rounds import run_rounds
 from .sample_pool import Frame, SamplePool, isotropic_start
 from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver
@@ -285,7 +285,7 @@ def variational_sampling(
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol!r}.")
 
-    extend = _extension(n_samples, n_params, target_kl, max_samples, time_budget)
+    extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget)
 
     def estimate(pool, previous, final):
         return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter, final=final)
@@ -305,83 +305,3 @@ def variational_sampling(
         result = result.replace(stop_reason="n_samples")
     _warn_about(result, kernel.dim, n_params, max_iter)
     return result
-
-
-# The time-budget rule's margin on predicted round times.
-_MARGIN = 1.15
-
-
-def _round_cost(last, fitted: int, pool: int):
-    """Predicted seconds of a round adding s points to a pool of ``pool``: drawing and
-    evaluating them, then fitting all ``pool + s``, at the cost per point of the ``last``
-    round (whose fit saw ``fitted`` points)."""
-    draw = last.draw_seconds / last.n_samples
-    fit = last.fit_seconds / fitted
-    return lambda s: draw * s + fit * (pool + s)
-
-
-def _largest_below(cost, limit, most):
-    """The largest ``s ≤ most`` with ``cost(s) ≤ limit`` (``cost`` increasing, ``cost(1) ≤
-    limit``), by bisection."""
-    low, high = 1, most
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if cost(middle) <= limit else (low, middle - 1)
-    return low
-
-
-# The 90 % quantile of a χ² with n degrees of freedom over its mean is about 1 + z √(2/n).
-_QUANTILE_Z = 1.2816
-
-
-def _extension(n_samples, n_params, target_kl, max_samples, time_budget):
-    """The ``extend`` rule of :func:`run_rounds` for ``target_kl`` / ``time_budget``
-    (None when neither is asked for); validates them."""
-    if target_kl is None and time_budget is None:
-        if max_samples is not None:
-            raise ValueError("max_samples needs target_kl or time_budget.")
-        return None
-    if target_kl is not None and not (np.isfinite(target_kl) and target_kl > 0):
-        raise ValueError(f"target_kl must be a positive number of nats; got {target_kl!r}.")
-    if time_budget is not None and not (np.isfinite(time_budget) and time_budget > 0):
-        raise ValueError(f"time_budget must be a positive number of seconds; got {time_budget!r}.")
-    max_samples = (
-        16 * n_samples if max_samples is None else check_positive_int(max_samples, "max_samples")
-    )
-    if max_samples < n_samples:
-        raise ValueError(f"max_samples={max_samples} is below n_samples={n_samples}.")
-    quantile = 1.0 + _QUANTILE_Z * math.sqrt(2.0 / n_params)
-
-    def extend(fit, infos, seconds):
-        n_total = sum(info.n_samples for info in infos)
-        if target_kl is not None:
-            predicted = quantile * fit.kl_error
-            if predicted <= target_kl:
-                return 0, "target_kl"
-            # An infinite prediction (n ≥ the fit's ESS): double the points.
-            growth = 1.1 * predicted / target_kl - 1.0 if math.isfinite(predicted) else 1.0
-            size = math.ceil(n_total * growth)
-        else:  # a budget alone: double the points while it allows
-            size = n_total
-        size = min(max(size, n_total // 2), max_samples - n_total)
-        if size < max(1, n_total // 8):
-            return 0, "max_samples"
-        if time_budget is None:
-            return size, None
-        cost = _round_cost(infos[-1], n_total, n_total)
-        remaining = time_budget - seconds
-        if cost(max(1, n_total // 8)) > remaining:
-            return 0, "time_budget"
-        largest = _largest_below(cost, remaining, max_samples - n_total)
-        if target_kl is None:
-            # A budget alone: when even the smallest round (an eighth of the pool) might not
-            # fit after this one, this one is the last and fills the budget. Round times vary
-            # by tens of per cent, and a large round costs more per point than the smaller
-            # ones measured (fresh memory, caches): plan with a margin.
-            after = n_total + size
-            following = _round_cost(infos[-1], n_total, after)(after // 8)
-            if _MARGIN * (cost(size) + following) > remaining:
-                size = _largest_below(cost, remaining / _MARGIN, largest)
-        return min(size, largest), None
-
-    return extend
