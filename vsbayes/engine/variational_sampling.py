@@ -230,10 +230,12 @@ def variational_sampling(
         Most points drawn in all with ``target_kl`` or ``time_budget``; default
         ``16 * n_samples``.
     time_budget : float, optional
-        Seconds: add rounds, as for ``target_kl``, only while the next one is predicted to
-        end within the budget (from the last round's time per point drawn and per point
-        fitted); without ``target_kl``, each added round doubles the points, and the last
-        (when the one after it might not fit) fills what is left of the budget.
+        Seconds: add rounds, as for ``target_kl``, only while the smallest one is predicted
+        to end within the budget (from the last round's time per point drawn and per point
+        fitted). With a random rule, an added round draws in chunks and stops where its
+        fit's predicted end is nearest the budget. Without ``target_kl``, each added round
+        doubles the points if a further round can follow it, and otherwise is the last and
+        fills what is left of the budget.
     random_state : int, RandomState, Generator or None
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one

@@ -130,8 +130,9 @@ _SAMPLING_PARAMETERS = {
     time_budget : float, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
         (without it, each doubling the points, up to as many as fit in memory, the last
-        one sized to fill the budget), only while the next one is predicted to end within
-        what is left of it.
+        one filling the budget), only while one is predicted to end within what is left
+        of it; each draws its points in chunks and stops where its fit is predicted to
+        end nearest the budget.
 """,
     "length_scale": """\
     length_scale : float, default=1.0
