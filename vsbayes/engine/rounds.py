@@ -42,11 +42,10 @@ class Extension(NamedTuple):
         Why it stops (recorded as the result's ``stop_reason``).
     enough : callable or None
         ``enough(drawn, following, seconds) -> bool``: the round's deadline. With a random
-        rule the round is drawn in chunks (an eighth of ``size``) of up to ``most`` points
-        in all, and after each
-        (``drawn`` points so far, ``following`` in the next chunk, ``seconds`` since the
-        start) a true answer ends the drawing; the round is the points drawn so far.
-        Other rules draw ``size`` points.
+        rule the round is drawn in chunks (an eighth of ``size``), up to ``most`` points,
+        and after each chunk (``drawn`` points so far, ``following`` in the next chunk,
+        ``seconds`` since the start) a true answer ends the drawing: the round is the
+        points drawn so far. Other rules draw ``size`` points.
     most : int
         Most points of a round drawn against ``enough`` (default: ``size``).
     """
