@@ -147,3 +147,19 @@ def test_sweeps_that_stall_at_the_smallest_damping_raise():
         estimator.fit(X[:50], y[:50])
     assert estimator.laplace_fallback_.all()
     assert np.mean(estimator.predict(X[50:]) == 0) > 0.87
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_ep_evidence_is_that_of_converged_sites(small_data, link):
+    # The evidence comes from the sites the last sweep started from (its normalizers are
+    # computed there): within tol of the fixed point, where EP's evidence is stationary,
+    # so it is off by O(tol²) — an evidence of sites and normalizers that did not belong
+    # together would be off by O(tol) per row.
+    X, y = small_data
+    model = BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), link, prior_var=C, intercept_prior_var=1e6
+    )
+    exact = expectation_propagation(model, tol=1e-12)
+    loose = expectation_propagation(model, tol=1e-4)
+    assert loose.converged and loose.n_iter < exact.n_iter
+    assert abs(loose.log_Z - exact.log_Z) <= len(y) * 1e-8

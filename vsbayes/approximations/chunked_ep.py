@@ -107,7 +107,7 @@ def _update_sites(chunk, mean: np.ndarray, cov: np.ndarray, damping: float, site
     t_mean = np.asarray(chunk.design @ mean).ravel()
     t_var = row_variances(chunk.design, cov, chunk.max_bytes)
     copies, power = _split_weights(chunk.sample_weight)
-    new_tau, new_nu = new_sites(chunk.link, t_mean, t_var, tau, nu, copies, power, site_fit)
+    new_tau, new_nu, _ = new_sites(chunk.link, t_mean, t_var, tau, nu, copies, power, site_fit)
     damped_tau = (1.0 - damping) * tau + damping * new_tau
     damped_nu = (1.0 - damping) * nu + damping * new_nu
     change = max(
