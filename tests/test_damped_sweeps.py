@@ -72,3 +72,18 @@ def test_sweeps_stalled_near_sites_whose_posterior_still_moves_raise():
             memory=5,
             marginals=lambda post: (post, np.full_like(post, 1e-8)),
         )
+
+
+@pytest.mark.parametrize(
+    ("mean_shift", "variance_factor", "settled"),
+    [(0.0099, 1.0, True), (0.0101, 1.0, False), (0.0, 1.014, True), (0.0, 1.0145, False)],
+)
+def test_settled_bounds_each_marginals_kl_divergence(mean_shift, variance_factor, settled):
+    # One sweep takes the posterior from "0" to "1": a marginal N(0, 1) to
+    # N(mean_shift, variance_factor); settled below 5e-5 nats of KL divergence.
+    from vsbayes.approximations._damped_sweeps import _settled
+
+    def marginals(post):
+        return np.array([post * mean_shift]), np.array([1.0 + post * (variance_factor - 1.0)])
+
+    assert _settled(0.0, lambda post, sites: 1.0, lambda sites: sites, marginals) is settled
