@@ -57,6 +57,13 @@ def test_draws_through_kernel(rng):
     assert np.all(np.abs(draws.x.mean(axis=0) - kernel.mean) < 5 * sd_of_mean)
 
 
+def _mixture_log_pdf(x, components):
+    """log Σ share × N(x; kernel) over ``(share, kernel)`` pairs, by scipy."""
+    return np.log(
+        sum(share * stats.multivariate_normal(k.mean, k.cov).pdf(x) for share, k in components)
+    )
+
+
 def test_pool_window_and_coordinates_from_the_stored_draws(rng):
     # The pool maps each round's whitened draws into other kernels' coordinates (never
     # solving against x): check both against scipy and a direct solve from x.
@@ -66,42 +73,32 @@ def test_pool_window_and_coordinates_from_the_stored_draws(rng):
         draws = draw_from_kernel(kernel, n, MonteCarlo(), rng)
         pool.add(kernel, draws, np.zeros(n))
     x = pool.x
-    expected = np.log(
-        0.4 * stats.multivariate_normal(a.mean, a.cov).pdf(x)
-        + 0.6 * stats.multivariate_normal(b.mean, b.cov).pdf(x)
+    np.testing.assert_allclose(
+        pool.log_window(), _mixture_log_pdf(x, ((0.4, a), (0.6, b))), rtol=1e-12
     )
-    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
     for kernel in (a, b):
         direct = solve_triangular(kernel.chol, (x - kernel.mean).T, lower=True).T
         np.testing.assert_allclose(pool.coordinates(Frame(kernel)), direct, atol=1e-12)
         columns = pool.homogeneous_columns(Frame(kernel))  # the full family's layout
         np.testing.assert_allclose(columns[:-1], direct.T, atol=1e-12)
         np.testing.assert_array_equal(columns[-1], 1.0)
-    # The window's norms cached by homogeneous_columns are those it computes itself.
-    pool._norms.clear()
-    pool.homogeneous_columns(Frame(b))
-    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
-    # A third round: the norms kept from the first two are extended, not stale.
+        # The norms homogeneous_columns keeps for the window are the squared norms.
+        pool._norms.clear()
+        pool.homogeneous_columns(Frame(kernel))
+        np.testing.assert_allclose(
+            pool.squared_norms(kernel), np.square(direct).sum(axis=1), rtol=1e-12
+        )
+    # A third round, folded into the window kept from the first two.
     c = random_gaussian(rng, 3)
     pool.add(c, draw_from_kernel(c, 100, MonteCarlo(), rng), np.zeros(100))
-    x = pool.x
-    expected = np.log(
-        sum(
-            share * stats.multivariate_normal(k.mean, k.cov).pdf(x)
-            for share, k in ((0.2, a), (0.3, b), (0.5, c))
-        )
+    np.testing.assert_allclose(
+        pool.log_window(), _mixture_log_pdf(pool.x, ((0.2, a), (0.3, b), (0.5, c))), rtol=1e-12
     )
-    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
     # A round that reuses a kernel (after a failed fit) is one more component of it.
     pool.add(c, draw_from_kernel(c, 50, MonteCarlo(), rng), np.zeros(50))
-    x = pool.x
-    expected = np.log(
-        sum(
-            share * stats.multivariate_normal(k.mean, k.cov).pdf(x)
-            for share, k in ((0.16, a), (0.24, b), (0.6, c))
-        )
+    np.testing.assert_allclose(
+        pool.log_window(), _mixture_log_pdf(pool.x, ((0.16, a), (0.24, b), (0.6, c))), rtol=1e-12
     )
-    np.testing.assert_allclose(pool.log_window(), expected, rtol=1e-12)
 
 
 def test_as_generator():
