@@ -216,9 +216,8 @@ class SamplePool:
                 self._log_mix[r] = terms[0] if len(terms) == 1 else logsumexp(terms, axis=0)
             self._folded[r] = len(kernels)
         mix = self._log_mix
-        out = mix[0] - math.log(sizes[0]) if len(mix) == 1 else np.concatenate(mix)
-        if len(mix) > 1:
-            out -= math.log(self.n_samples)
+        out = np.concatenate(mix) if len(mix) > 1 else mix[0].copy()
+        out -= math.log(self.n_samples)
         return out
 
     def squared_norms(self, kernel: Gaussian) -> np.ndarray:
