@@ -174,14 +174,14 @@ def expectation_propagation(
         [model.sample_weight * curvature, model.sample_weight * (slope + curvature * t)]
     )
 
-    last = {}  # the last sweep's posterior, sites and their sites' normalizers
+    last = {}  # the posterior the last sweep started from, and its sites' normalizers
 
     def update(post, sites):
         tau, nu = sites[:m], sites[m:]
         new_tau, new_nu, normalizers = new_sites(
             model.link, post.t_mean, post.t_var, tau, nu, copies, power, site_fit
         )
-        last.update(post=post, tau=tau.copy(), nu=nu.copy(), normalizers=normalizers)
+        last.update(post=post, normalizers=normalizers)
         return np.concatenate([new_tau, new_nu])
 
     def project(sites, extrapolated):
