@@ -31,12 +31,12 @@ _FIT_GROWTH = 0.15
 _ROOM = 2.0
 
 
-def _round_cost(last: RoundInfo, fitted: int, pool: int) -> Callable[[int], float]:
+def _round_cost(last: RoundInfo, pool: int) -> Callable[[int], float]:
     """Predicted seconds of a round adding s points to a pool of ``pool``: drawing and
     evaluating them, then fitting all ``pool + s``, at the cost per point of the ``last``
-    round (whose fit saw ``fitted`` points)."""
+    round (whose fit saw the ``pool``)."""
     draw = last.draw_seconds / last.n_samples
-    fit = last.fit_seconds / fitted
+    fit = last.fit_seconds / pool
     return lambda s: draw * s + fit * (pool + s)
 
 
@@ -124,7 +124,7 @@ def extension_rule(
             return Extension(0, "max_samples")
         if time_budget is None:
             return Extension(size)
-        cost = _round_cost(infos[-1], n_total, n_total)
+        cost = _round_cost(infos[-1], n_total)
         remaining = time_budget - seconds
         if cost(max(1, n_total // 8)) > remaining:
             return Extension(0, "time_budget")
