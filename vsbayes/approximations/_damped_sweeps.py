@@ -11,11 +11,11 @@ alone from the best of them; once they have cut the change tenfold, mixing resum
 the plain sweeps converge linearly, often slowly). If the plain sweeps stall too, they
 oscillate: the damping halves (down to ``_MIN_DAMPING``), again from the best sites.
 Progress is measured undamped: halving the damping halves the change by itself. Stalled
-at the smallest damping, the sweeps either are near a fixed point they cannot approach
-further — their map's own noise (the site fits' precision, amplified by wide latent
-marginals) is above ``tol``: measured on digits' multinomial EP at C = 10, a floor of
-1e-4 — and the best sites are kept with a warning, or they are far from any fixed point
-and EP gives up.
+sweeps may be near a fixed point they cannot approach further — their map's own noise
+(the site fits' precision, amplified by wide latent marginals) is above ``tol``: measured
+on digits' multinomial EP at C = 10, a floor of 1e-4. At every stall, sites that close
+to a fixed point whose posterior has settled are kept with a warning (less damping would
+not move them further); stalled at the smallest damping, sweeps that are not give up.
 """
 
 from __future__ import annotations
@@ -86,12 +86,12 @@ def damped_sweeps(
         ConvergenceWarning, and the sites of the sweep that moved least); the sweeps Anderson
         mixes (0: plain damped sweeps).
     marginals : callable, optional
-        ``marginals(post)``: the posterior's means and variances. Sweeps stalled at the
-        smallest damping keep their best sites (with a ConvergenceWarning) when one more
-        undamped sweep moves no marginal by more than 5e-5 nats of KL divergence (a mean
-        by 1 % of its standard deviation, a variance by 1.4 %), and their change is below
-        ``max(√tol, 1e-3)``;
-        without ``marginals`` they raise.
+        ``marginals(post)``: the posterior's means and variances. Stalled sweeps (10
+        sweeps without progress) keep their best sites (with a ConvergenceWarning) when
+        one more undamped sweep moves no marginal by more than 5e-5 nats of KL divergence
+        (a mean by 1 % of its standard deviation, a variance by 1.4 %), and their change
+        is below ``max(√tol, 1e-3)``; without ``marginals``, they go on to the smallest
+        damping and raise there.
 
     Returns
     -------
@@ -107,6 +107,7 @@ def damped_sweeps(
     post = posterior(sites)
     converged, at_floor, change, n_iter = False, False, math.inf, 0
     best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
+    tested = math.inf  # the best change whose sites were last tested for _settled
     # The best undamped change when mixing was switched off (None while it is on), and
     # whether it has been switched on again.
     plain_from, remixed = None, False
@@ -124,18 +125,21 @@ def damped_sweeps(
                 best_sites, stalled = damped.copy(), 0
             else:
                 stalled += 1
-            if stalled >= _STALL and anderson.memory == 0 and damping <= _MIN_DAMPING:
-                if best <= _floor(tol) and _settled(best_sites, update, posterior, marginals):
+            if stalled >= _STALL:
+                if best <= _floor(tol) and best < tested:
+                    tested = best
+                    at_floor = _settled(best_sites, update, posterior, marginals)
+                if at_floor:
                     # The sweeps stall this close to a fixed point: the map's own noise
                     # (its site fits' precision, amplified where latent variances are
-                    # large) is above tol. The best sites are kept, with a warning.
-                    at_floor = True
+                    # large) is above tol. The best sites are kept, with a warning: less
+                    # damping cannot move a settled posterior further.
                     break
-                # No progress at the smallest damping either, far from any fixed point:
-                # none is within reach. The best sites are then arbitrary: with class
-                # weights 1e3 and 1e-4, some predicted every point wrong.
-                raise stalled_error(n_iter, best_change, tol)
-            if stalled >= _STALL:
+                if anderson.memory == 0 and damping <= _MIN_DAMPING:
+                    # No progress at the smallest damping either, far from any fixed
+                    # point: none is within reach. The best sites are then arbitrary:
+                    # with class weights 1e3 and 1e-4, some predicted every point wrong.
+                    raise stalled_error(n_iter, best_change, tol)
                 if anderson.memory > 0:
                     anderson.memory, plain_from = 0, best
                 else:
@@ -165,7 +169,7 @@ def damped_sweeps(
     if at_floor:
         warn(
             f"Expectation propagation stopped after {n_iter} sweeps at a relative site "
-            f"change of {best:.3g} (tol={tol:.3g}): even at the smallest damping its sweeps "
+            f"change of {best:.3g} (tol={tol:.3g}): {_STALL} more sweeps (damping {damping:g}) "
             f"made no progress below it, the precision of its site fits here. The sites are "
             f"those of the sweep that moved least; one more sweep moves the posterior's means "
             f"and variances by less than {_SETTLED:g} nats of KL divergence in each marginal "
