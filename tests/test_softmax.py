@@ -10,6 +10,7 @@ from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
+import vsbayes
 from vsbayes.approximations import softmax_laplace
 from vsbayes.exceptions import MemoryLimitError
 from vsbayes.models import SoftmaxGLMPosterior, softmax_predictive_log_proba
@@ -154,6 +155,17 @@ def test_laplace_refuses_matrices_beyond_memory(rng, monkeypatch):
     monkeypatch.setattr("vsbayes._memory.memory_limit", lambda: 1000.0)
     with pytest.raises(MemoryLimitError, match="OneVsRestClassifier"):
         softmax_laplace(model)
+
+
+@pytest.mark.parametrize(
+    "estimator", [vsbayes.LaplaceLogisticRegression(), vsbayes.VSLogisticRegression()]
+)
+def test_a_multinomial_posterior_too_large_to_factorize_is_refused_up_front(rng, estimator):
+    # 3 classes × 3,334 columns = 10,002 parameters: each 10,002² factorization would take
+    # 3.3e11 multiply-adds, tens of them per fit. Refused before any p × p matrix exists.
+    X = rng.standard_normal((6, 3333))
+    with pytest.raises(ValueError, match=r"10002 parameters.*OneVsRestClassifier"):
+        estimator.fit(X, [0, 1, 2, 0, 1, 2])
 
 
 # --- the predictive rule ------------------------------------------------------------------

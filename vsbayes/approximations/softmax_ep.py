@@ -51,7 +51,7 @@ from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import damped_sweeps
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, _split_weights
-from .softmax_laplace import check_softmax_memory, softmax_laplace
+from .softmax_laplace import check_softmax_size, softmax_laplace
 
 __all__ = ["softmax_ep"]
 
@@ -291,7 +291,7 @@ def softmax_ep(
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
-    check_softmax_memory(model)
+    check_softmax_size(model)
     rules = _rules(SymmetricSobol(16) if rule is None else rule)
     level = np.zeros(model.n_observations, dtype=int)
     contrast = _Contrast(model)
