@@ -1,6 +1,8 @@
 """EP's sweep loop on maps whose behaviour is known (the EP fits themselves are tested in
 test_expectation_propagation.py and test_softmax_ep.py)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,19 @@ def test_sweeps_stalled_near_a_fixed_point_keep_the_best_sites_with_a_warning():
     # Kept at the first stall (10 sweeps without progress, from the 2 or 3 that reach the
     # noise): halving the damping down to 1/64 would take 60 more sweeps and move nothing.
     assert run.n_iter <= 2 * 10 + 5
+
+
+def test_sweeps_stalled_within_ten_times_tol_keep_their_sites_silently():
+    # The site fits' own precision just above tol (the binary EP's dual form at the
+    # estimators' tol = 1e-10): no warning for what no sweep can improve.
+    target = np.array([1.0, -2.0, 30.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = _run(_noisy_map(target, 3e-10), np.zeros(3))
+    assert not run.converged
+    assert np.all(np.abs(run.sites - target) <= 6e-10 * (1.0 + np.abs(target)))
+    with pytest.warns(ConvergenceWarning, match="made no progress below it"):
+        _run(_noisy_map(target, 3e-10), np.zeros(3), tol=1e-11)
 
 
 def test_sweeps_stalled_far_from_any_fixed_point_raise():

@@ -36,6 +36,8 @@ def test_dual_equals_primal(rng, sparse, intercept):
     primal = GLMGaussian(model, tau, linear, form="primal")
     dual = GLMGaussian(model, tau, linear, form="dual")
     assert (primal.form, dual.form) == ("primal", "dual")
+    assert_close(dual.var, primal.var)
+    assert "cov" not in vars(dual)  # the dual's variances need no p × p covariance
     for name in ("mean", "cov", "t_mean", "t_var", "linear"):
         assert_close(getattr(dual, name), getattr(primal, name))
     assert dual.half_log_det == pytest.approx(primal.half_log_det, abs=1e-8)

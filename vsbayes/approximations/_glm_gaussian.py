@@ -239,15 +239,35 @@ class GLMGaussian:
             return inverse
         m = self._design.shape[0]
         check_memory(8.0 * (p * p + p * m + 2 * m * m), what, _FEATURES_REMEDY)
-        # H⁻¹ = D⁻¹ - V Vᵀ with V = D⁻¹ Aᵀ T^½ L⁻ᵀ (B = L Lᵀ). The explicit L⁻¹ is stable:
-        # B ⪰ I, so |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.
-        inv_lower = solve_triangular(self._lower, np.eye(m), lower=True, check_finite=False)
-        spread = np.asarray(self._design.T @ (self._root[:, None] * inv_lower.T))
-        spread *= self._prior_var[:, None]
+        spread = self._dual_spread()
         cov = spread @ spread.T  # a product with its own transpose: exactly symmetric (SYRK)
         np.negative(cov, out=cov)
         cov[np.diag_indices(p)] += self._prior_var
         return cov
+
+    @cached_property
+    def var(self) -> np.ndarray:
+        """The marginal variances, the diagonal of ``H⁻¹``, shape (p,): in the dual form
+        without the p × p covariance (O(M² p) instead of O(M p²))."""
+        if self.form == "primal" or "cov" in self.__dict__:
+            return np.diag(self.cov).copy()
+        p, m = self._design.shape[1], self._design.shape[0]
+        check_memory(
+            8.0 * (p * m + 2 * m * m),
+            f"the posterior variances of {p} coefficients",
+            "Reduce the number of observations (subsample) or of features.",
+        )
+        spread = self._dual_spread()
+        return self._prior_var - np.einsum("ij,ij->i", spread, spread)
+
+    def _dual_spread(self) -> np.ndarray:
+        # H⁻¹ = D⁻¹ - V Vᵀ with V = D⁻¹ Aᵀ T^½ L⁻ᵀ (B = L Lᵀ), shape (p, M). The explicit
+        # L⁻¹ is stable: B ⪰ I, so |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.
+        m = self._design.shape[0]
+        inv_lower = solve_triangular(self._lower, np.eye(m), lower=True, check_finite=False)
+        spread = np.asarray(self._design.T @ (self._root[:, None] * inv_lower.T))
+        spread *= self._prior_var[:, None]
+        return spread
 
 
 def row_variances(design, cov: np.ndarray, max_bytes: int) -> np.ndarray:

@@ -199,7 +199,7 @@ def expectation_propagation(
         tol=tol,
         max_iter=max_iter,
         memory=memory,
-        marginals=lambda post: (post.mean, np.diag(post.cov)),
+        marginals=lambda post: (post.mean, post.var),
     )
     post = run.posterior
     if run.converged and math.isfinite(last["normalizers"]):
