@@ -40,6 +40,26 @@ def lower_cholesky(matrix: np.ndarray, what: str) -> np.ndarray:
         ) from None
 
 
+def _symmetrize(matrix: np.ndarray) -> float:
+    """Replace a square matrix by ``(A + Aᵀ)/2`` in place and return ``max |A - Aᵀ|``, in
+    blocks of rows whose temporaries stay near 32 MiB (a 5,000-dimensional covariance is
+    200 MB, and each whole-matrix temporary costs as much again)."""
+    d = matrix.shape[0]
+    step = max(1, 2**22 // max(d, 1))
+    asymmetry = 0.0
+    for start in range(0, d, step):
+        rows = slice(start, min(start + step, d))
+        upper, lower = matrix[rows, start:], matrix[start:, rows].T
+        difference = upper - lower
+        np.abs(difference, out=difference)
+        asymmetry = max(asymmetry, float(difference.max(initial=0.0)))
+        average = upper + lower
+        average *= 0.5
+        matrix[rows, start:] = average
+        matrix[start:, rows] = average.T
+    return asymmetry
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
@@ -100,12 +120,12 @@ class Gaussian:
             raise ValueError(f"cov must have shape ({d}, {d}) to match mean, got {cov.shape}.")
         if not np.isfinite(cov).all():
             raise ValueError("mean, cov and log_Z must be finite.")
-        asymmetry = np.abs(cov - cov.T).max(initial=0.0)
-        if asymmetry > 1e-8 * np.abs(cov).max(initial=0.0):
+        largest = max(cov.max(initial=0.0), -cov.min(initial=0.0))
+        asymmetry = _symmetrize(cov)
+        if asymmetry > 1e-8 * largest:
             raise NotPositiveDefiniteError(
                 f"cov is not symmetric (max |cov - cov.T| = {asymmetry:.3g})."
             )
-        cov = 0.5 * (cov + cov.T)
         self._chol = _readonly(lower_cholesky(cov, "covariance"))
         self._cov = _readonly(cov)
         self._pending_cov = None
