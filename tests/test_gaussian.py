@@ -21,6 +21,20 @@ def test_rejects_bad_inputs():
         Gaussian([0.0, 0.0], [[1.0, 2.0], [2.0, 1.0]])
 
 
+@pytest.mark.parametrize("d", [3, 2100])  # 2100: symmetrized in two blocks of rows
+def test_a_covariance_off_by_round_off_is_symmetrized_and_one_far_off_is_refused(rng, d):
+    low_rank = rng.standard_normal((d, 20))
+    spd = low_rank @ low_rank.T / 20 + np.eye(d)
+    noisy = spd + 1e-12 * rng.standard_normal((d, d)) * np.abs(spd).max()
+    g = Gaussian(np.zeros(d), noisy)
+    np.testing.assert_array_equal(g.cov, g.cov.T)
+    np.testing.assert_allclose(g.cov, 0.5 * (noisy + noisy.T), rtol=0, atol=1e-15)
+    far = spd.copy()
+    far[d - 1, 0] += 1e-6 * np.abs(spd).max()  # in the last block's rows, below the first's
+    with pytest.raises(NotPositiveDefiniteError, match="symmetric"):
+        Gaussian(np.zeros(d), far)
+
+
 def test_arrays_are_read_only(rng):
     g = random_gaussian(rng, 3)
     with pytest.raises(ValueError):
