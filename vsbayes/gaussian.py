@@ -40,12 +40,12 @@ def lower_cholesky(matrix: np.ndarray, what: str) -> np.ndarray:
         ) from None
 
 
-def _symmetrize(matrix: np.ndarray) -> float:
+def _symmetrize(matrix: np.ndarray, block_entries: int = 2**22) -> float:
     """Replace a square matrix by ``(A + Aᵀ)/2`` in place and return ``max |A - Aᵀ|``, in
-    blocks of rows whose temporaries stay near 32 MiB (a 5,000-dimensional covariance is
-    200 MB, and each whole-matrix temporary costs as much again)."""
+    blocks of rows whose temporaries hold about ``block_entries`` (32 MiB) each: a
+    5,000-dimensional covariance is 200 MB, and each whole-matrix temporary as much again."""
     d = matrix.shape[0]
-    step = max(1, 2**22 // max(d, 1))
+    step = max(1, block_entries // max(d, 1))
     asymmetry = 0.0
     for start in range(0, d, step):
         rows = slice(start, min(start + step, d))
