@@ -28,8 +28,10 @@ def test_a_covariance_off_by_round_off_is_symmetrized_and_one_far_off_is_refused
     g = Gaussian(np.zeros(3), noisy)
     np.testing.assert_array_equal(g.cov, g.cov.T)
     np.testing.assert_allclose(g.cov, 0.5 * (noisy + noisy.T), rtol=0, atol=1e-15)
+    far = spd.copy()
+    far[2, 0] += 1e-6
     with pytest.raises(NotPositiveDefiniteError, match="symmetric"):
-        Gaussian(np.zeros(3), spd + [[0, 0, 0], [0, 0, 0], [1e-6, 0, 0]])
+        Gaussian(np.zeros(3), far)
 
 
 @pytest.mark.parametrize("block_entries", [1, 7, 40, 10**6])  # 1-row blocks to one block
