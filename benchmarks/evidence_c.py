@@ -13,7 +13,8 @@ choice (the whole selection and the final fit) on the same outer training sets, 
 process. Issue 16's target: the evidence's held-out log loss within 2 % of the grid
 search's, in at most a third of its time. Also, on all the data: the evidence curve
 (Laplace's on the grid, VS's at the refinement's points) and the cross-validated log loss
-over the grid, with both chosen Cs.
+over the grid, with both chosen Cs; and the C at which the exact log evidence (importance
+sampling, 10⁶ draws) peaks, against the chosen one.
 
 Datasets: breast cancer (scikit-learn), digits 3 against the rest (scikit-learn), and the
 paper's four UCI datasets (``--data-dir``; their attribute columns, standardized — not
@@ -38,9 +39,13 @@ from sklearn.model_selection import GridSearchCV, RepeatedStratifiedKFold, Strat
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from vsbayes import EmpiricalBayesClassifier, VSLogisticRegression
+from vsbayes import EmpiricalBayesClassifier, ISLogisticRegression, VSLogisticRegression
 
 CS = np.logspace(-4, 4, 13)
+# The exact evidence's check: importance sampling from EP's posterior with this many draws,
+# on 9 Cs spanning a factor 4 either side of the evidence's choice.
+EXACT_DRAWS = 10**6
+EXACT_SPAN = np.logspace(-0.6, 0.6, 9)
 
 
 def datasets(data_dir):
@@ -113,6 +118,7 @@ def compare(name, X, y, repeats):
         "evidence_C": eb.C_,
         "grid_C": chosen_c(grid),
     }
+    curves["exact"] = exact_evidence(X, y, eb.C_)
     summary = {
         "dataset": name,
         "rows": len(y),
@@ -137,7 +143,38 @@ def compare(name, X, y, repeats):
     return summary, folds, curves
 
 
-def markdown(summaries, repeats, info) -> str:
+def _peak(cs, log_evidence) -> float:
+    """The maximizing C of a curve on a log-spaced grid: the vertex of the parabola in
+    log C through the largest value and its neighbours."""
+    k = int(np.clip(np.argmax(log_evidence), 1, len(cs) - 2))
+    t = np.log10(cs[k - 1 : k + 2])
+    a, b, _ = np.polyfit(t, log_evidence[k - 1 : k + 2], 2)
+    return float(10 ** (-b / (2 * a))) if a < 0 else float(cs[np.argmax(log_evidence)])
+
+
+def exact_evidence(X, y, center) -> dict:
+    """The log evidence on all the data (standardized) by importance sampling with
+    EXACT_DRAWS draws and by VS, on Cs around ``center``, with the C each peaks at: whether
+    the evidence's choice is the evidence's, or an artefact of its approximations."""
+    X = StandardScaler().fit_transform(X)
+    cs = center * EXACT_SPAN
+    curves = {"Cs": cs.tolist(), "is": [], "vs": [], "ess": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for c in cs:
+            exact = ISLogisticRegression(C=c, n_samples=EXACT_DRAWS, random_state=0).fit(X, y)
+            curves["is"].append(exact.log_marginal_likelihood_value_)
+            curves["ess"].append(float(exact.posteriors_[0].ess))
+            vs = VSLogisticRegression(C=c, random_state=0).fit(X, y)
+            curves["vs"].append(vs.log_marginal_likelihood_value_)
+    curves["is_peak"] = _peak(cs, np.array(curves["is"]))
+    curves["vs_peak"] = _peak(cs, np.array(curves["vs"]))
+    print(f"exact evidence peaks at C = {curves['is_peak']:.3g} (VS's {curves['vs_peak']:.3g}, "
+          f"chosen {center:.3g}); least ESS {min(curves['ess']):.0f}", flush=True)  # fmt: skip
+    return curves
+
+
+def markdown(summaries, repeats, info, curves) -> str:
     lines = [
         "# C by the evidence against C by cross-validation",
         "",
@@ -162,6 +199,26 @@ def markdown(summaries, repeats, info) -> str:
             f"{s['grid_log_loss']:.4f} | {s['log_loss_ratio']:.3f} | {s['evidence_s']:.2f} | "
             f"{s['grid_s']:.2f} | {s['time_ratio']:.2f} | {s['evidence_C_median']:.3g} | "
             f"{s['grid_C_median']:.3g} | {'✓' if met else '✗'} |"
+        )
+    lines += [
+        "",
+        "## Is it the evidence's C? The exact evidence against its approximations",
+        "",
+        f"On all the data (standardized): the C chosen by `EmpiricalBayesClassifier`, the "
+        f"C at which the log evidence by importance sampling ({EXACT_DRAWS:,} draws from "
+        f"EP's posterior) peaks, and VS's on the same 9 Cs (a factor 4 either side of the "
+        f"choice; the vertex of the parabola in log C through the largest value), against "
+        f"the 5-fold cross-validation's C. Where the chosen C and the exact evidence's "
+        f"agree, the gap to the grid search is the evidence's own, not its approximation's.",
+        "",
+        "| dataset | C chosen | C, exact evidence | C, VS evidence | C, 5-fold CV | least ESS |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, c in curves.items():
+        e = c["exact"]
+        lines.append(
+            f"| {name} | {c['evidence_C']:.3g} | {e['is_peak']:.3g} | {e['vs_peak']:.3g} | "
+            f"{c['grid_C']:.3g} | {min(e['ess']):.0f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -213,7 +270,7 @@ def main() -> None:
         {"machine": info, "repeats": args.repeats, "summary": summaries, "folds": folds,
          "curves": curves},
     )  # fmt: skip
-    (RESULTS / "evidence_c.md").write_text(markdown(summaries, args.repeats, info))
+    (RESULTS / "evidence_c.md").write_text(markdown(summaries, args.repeats, info, curves))
     figure(curves, RESULTS / "evidence_c.png")
 
 
