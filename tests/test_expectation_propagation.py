@@ -123,6 +123,22 @@ def test_ep_converges_on_well_conditioned_data(link):
     assert ep.converged and ep.site_change <= 1e-8 and ep.n_iter < 100
 
 
+def test_the_dual_form_converges_with_the_vague_intercept():
+    # More coefficients than rows (the dual form) with the estimators' intercept prior of
+    # variance 1e6: kept in B it made B's condition number ~1e7 and its inverse's round-off
+    # the sweeps' floor (47 sweeps here, 38 and a ConvergenceWarning on 2000 × 5000).
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 800, density=0.03, format="csr", random_state=rng)
+    y = np.where(X @ rng.standard_normal(800) + 0.3 * rng.standard_normal(200) > 0, 1.0, -1.0)
+    model = BinaryGLMPosterior(
+        X, y, np.ones(200), "logistic", prior_var=1.0, intercept_prior_var=1e6
+    )
+    ep = expectation_propagation(model, tol=1e-10)
+    assert ep.converged and ep.n_iter <= 15
+
+
 def test_sweeps_that_stall_at_the_smallest_damping_raise():
     # scikit-learn's class-weight check: weights 1e3 and 1e-4 leave EP no reachable fixed
     # point; the best sites it held then predicted every test point wrong. EP raises, and

@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse as sp
 
 from vsbayes.approximations import NewtonLaplaceSolver, glm_laplace
-from vsbayes.approximations._glm_gaussian import GLMGaussian, precision_diagonal
+from vsbayes.approximations._design_forms import precision_diagonal
+from vsbayes.approximations._glm_gaussian import GLMGaussian
 from vsbayes.exceptions import NotPositiveDefiniteError
 from vsbayes.models import BinaryGLMPosterior
 

@@ -16,12 +16,24 @@ CSR. Two factorizations give it:
   its eigenvalues ≥ 1, so its Cholesky factorization is stable (it is the symmetric form
   of Rasmussen and Williams 2006, Algorithm 3.5). A CSR design stays sparse: only
   products ``A @ dense`` and ``A.T @ dense`` are formed.
+
+  The intercept's vague prior (variance s = 10⁶ in the estimators) is kept out of B: in
+  it, s·uuᵀ (u = T^½ a, a the intercept's column) would take B's condition number to
+  ~10⁸ and its inverse's last digits with it — the EP sweeps stalled at site changes of
+  1e-9 on a sparse 2000 × 5000 problem. B₀ is B without it, and the intercept enters in
+  closed form: given b, the coefficients' posterior is the dual one of B₀ (covariance
+  P₀), and b's posterior variance is ``γ = s / (1 + s uᵀB₀⁻¹u)``, so that, with
+  ``g = D_w⁻¹ Xᵀ T^½ B₀⁻¹ u``, ``H⁻¹ = [[P₀ + γ g gᵀ, −γ g], [−γ gᵀ, γ]]`` and
+  ``log det B = log det B₀ + log(1 + s uᵀB₀⁻¹u)``: sums of positive terms, no 10⁶ to
+  cancel.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,8 +45,9 @@ from .._memory import check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
+from ._design_forms import row_variances
 
-__all__ = ["GLMGaussian", "precision_diagonal", "row_variances"]
+__all__ = ["GLMGaussian"]
 
 _FORMS = ("auto", "primal", "dual")
 # "auto" takes the dual form only beyond this p: below, the primal factorization costs
@@ -129,26 +142,42 @@ class GLMGaussian:
             # Log-concave factors give τ ≥ 0 (EP's and Newton's sites alike); a negative τ can
             # only be round-off, and T^½ needs τ ≥ 0.
             self._root = np.sqrt(np.maximum(np.asarray(tau, dtype=float), 0.0))
-            self._kernel = _prior_kernel(model)
-            dual = self._kernel * self._root[:, None]
+            self._parts = _dual_parts(model)
+            dual = self._parts.kernel * self._root[:, None]
             dual *= self._root
             dual[np.diag_indices(m)] += 1.0
             self._lower = lower_cholesky(dual, f"dual form (I + T^½ A D⁻¹ Aᵀ T^½) of the {what}")
-            self.half_log_det = float(
-                np.log(np.diag(self._lower)).sum() - 0.5 * np.log(self._prior_var).sum()
-            )
+            half_log_det = np.log(np.diag(self._lower)).sum() - 0.5 * np.log(self._prior_var).sum()
+            self._intercept = None
+            if self._parts.column is not None:  # b in closed form (module docstring)
+                u = self._root * self._parts.column
+                z = cho_solve((self._lower, True), u, check_finite=False)
+                spread = self._prior_var[-1] * float(u @ z)  # s uᵀB₀⁻¹u
+                rz = self._root * z
+                g = self._parts.coef_var * np.asarray(self._design.T @ rz).ravel()
+                g[-1] = -1.0  # ĝ = (g, -1)
+                self._intercept = _Intercept(z, rz, g, self._prior_var[-1] / (1.0 + spread))
+                half_log_det += 0.5 * math.log1p(spread)
+            self.half_log_det = float(half_log_det)
 
     def solve(self, v: np.ndarray) -> np.ndarray:
         """``H⁻¹ v`` for ``v`` of shape (p,) or (p, k)."""
         v = np.asarray(v, dtype=float)
         if self.form == "primal":
             return cho_solve((self._lower, True), v, check_finite=False)
-        prior_var, root = self._prior_var, self._root
+        # P₀ v (the coefficients given b; 0 for b), then b's mean γ (v_b - gᵀv_w) and
+        # μ_w = P₀ v_w - g μ_b: with ĝ = (g, -1), out = P₀ v - ĝ μ_b.
+        prior_var, root = self._parts.coef_var, self._root
         if v.ndim == 2:
             prior_var, root = prior_var[:, None], root[:, None]
-        scaled = prior_var * v  # D⁻¹ v
+        scaled = prior_var * v  # D_w⁻¹ v
         inner = cho_solve((self._lower, True), root * (self._design @ scaled), check_finite=False)
-        return scaled - prior_var * (self._design.T @ (root * inner))
+        out = scaled - prior_var * (self._design.T @ (root * inner))
+        if self._intercept is not None:
+            g = self._intercept.g
+            mean_b = -self._intercept.var * (g @ v)  # γ (v_b - gᵀv_w), as ĝ_b = -1
+            out -= np.multiply.outer(g, mean_b)
+        return out
 
     @cached_property
     def mean(self) -> np.ndarray:
@@ -199,11 +228,15 @@ class GLMGaussian:
         # = I - B⁻¹, so τ_i t_var_i = 1 - (B⁻¹)_ii, and diag(B⁻¹) needs only L⁻¹ (a third
         # of the flops of L⁻¹ T^½ K). The subtraction loses digits where 1 - (B⁻¹)_ii is
         # small (sites of little weight): those columns take the direct form.
-        kernel, root, lower = self._kernel, self._root, self._lower
+        # The intercept adds γ zᵢ² to 1 - (B⁻¹)_ii, and γ eᵢ² to the direct form, with
+        # e = a - K₀ T^½ z (T^½ e = z): the latent values' covariance is M₀ + γ e eᵀ.
+        kernel, root, lower = self._parts.kernel, self._root, self._lower
         inverse, info = dtrtri(lower, lower=1)
         if info != 0:
             raise NotPositiveDefiniteError("The dual factor is singular.")
         weight = 1.0 - np.einsum("ij,ij->j", inverse, inverse)
+        if self._intercept is not None:
+            weight += self._intercept.var * np.square(self._intercept.z)
         out = np.empty_like(weight)
         strong = weight >= _CANCELLATION
         out[strong] = weight[strong] / np.square(root[strong])
@@ -213,6 +246,9 @@ class GLMGaussian:
                 lower, kernel[:, weak] * root[:, None], lower=True, check_finite=False
             )
             out[weak] = np.diag(kernel)[weak] - np.einsum("ij,ij->j", spread, spread)
+            if self._intercept is not None:
+                e = self._parts.column[weak] - kernel[weak] @ self._intercept.rz
+                out[weak] += self._intercept.var * np.square(e)
         return out
 
     @cached_property
@@ -242,7 +278,12 @@ class GLMGaussian:
         spread = self._dual_spread()
         cov = spread @ spread.T  # a product with its own transpose: exactly symmetric (SYRK)
         np.negative(cov, out=cov)
-        cov[np.diag_indices(p)] += self._prior_var
+        cov[np.diag_indices(p)] += self._parts.coef_var
+        if self._intercept is not None:
+            # + γ ĝ ĝᵀ, in row blocks; r_i r_j keeps it exactly symmetric.
+            r = math.sqrt(self._intercept.var) * self._intercept.g
+            for rows in block_slices(p, p, max(1, self._max_bytes // (8 * p))):
+                cov[rows] += np.multiply.outer(r[rows], r)
         return cov
 
     @cached_property
@@ -258,118 +299,73 @@ class GLMGaussian:
             "Reduce the number of observations (subsample) or of features.",
         )
         spread = self._dual_spread()
-        return self._prior_var - np.einsum("ij,ij->i", spread, spread)
+        var = self._parts.coef_var - np.einsum("ij,ij->i", spread, spread)
+        if self._intercept is not None:
+            var += self._intercept.var * np.square(self._intercept.g)
+        return var
 
     def _dual_spread(self) -> np.ndarray:
-        # H⁻¹ = D⁻¹ - V Vᵀ with V = D⁻¹ Aᵀ T^½ L⁻ᵀ (B = L Lᵀ), shape (p, M). The explicit
-        # L⁻¹ is stable: B ⪰ I, so |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.
+        # P₀ = D_w⁻¹ - V Vᵀ with V = D_w⁻¹ Aᵀ T^½ L⁻ᵀ (B₀ = L Lᵀ), shape (p, M), its
+        # intercept row 0 (D_w⁻¹ has 0 there). The explicit L⁻¹ is stable: B₀ ⪰ I, so
+        # |L⁻¹| ≤ 1. Aᵀ @ dense keeps a CSR design sparse.
         m = self._design.shape[0]
         inv_lower = solve_triangular(self._lower, np.eye(m), lower=True, check_finite=False)
         spread = np.asarray(self._design.T @ (self._root[:, None] * inv_lower.T))
-        spread *= self._prior_var[:, None]
+        spread *= self._parts.coef_var[:, None]
         return spread
 
 
-def row_variances(design, cov: np.ndarray, max_bytes: int) -> np.ndarray:
-    """``a_iᵀ Σ a_i`` for every row ``a_i`` of a dense or CSR design, in bounded blocks.
+class _Intercept(NamedTuple):
+    """The intercept in closed form (module docstring): ``z = B₀⁻¹u``, ``T^½ z``,
+    ``ĝ = (g, -1)`` and ``γ`` (b's posterior variance)."""
 
-    Dense: ``(A Σ ∘ A)`` summed over row blocks of at most ``max_bytes``. CSR: a sum over
-    the pairs of each row's non-zeros, gathered from Σ (no dense row is formed).
-
-    Parameters
-    ----------
-    design : ndarray or scipy.sparse CSR matrix of shape (M, p)
-    cov : ndarray of shape (p, p)
-        Symmetric matrix.
-    max_bytes : int
-        Bound on the temporaries of one block.
-
-    Returns
-    -------
-    ndarray of shape (M,)
-    """
-    if not sp.issparse(design):
-        m, p = design.shape
-        block = max(1, max_bytes // (8 * p))
-        out = np.empty(m)
-        for j in range(0, m, block):
-            rows = design[j : j + block]
-            out[j : j + block] = np.einsum("ij,ij->i", rows @ cov, rows)
-        return out
-    return _sparse_quadratic_forms(design, cov, max_bytes)
+    z: np.ndarray
+    rz: np.ndarray
+    g: np.ndarray
+    var: float
 
 
-def _sparse_quadratic_forms(design: sp.csr_matrix, cov: np.ndarray, max_bytes: int) -> np.ndarray:
-    """CSR rows: pairs of non-zeros in row blocks of bounded size (six 8-byte arrays per
-    pair)."""
-    m = design.shape[0]
-    counts = np.diff(design.indptr)
-    out = np.zeros(m)
-    cost = np.cumsum(np.square(counts.astype(np.int64)))
-    start = 0
-    while start < m:
-        budget = (cost[start - 1] if start else 0) + max(1, max_bytes // 48)
-        stop = max(start + 1, int(np.searchsorted(cost, budget, side="right")))
-        block = design[start:stop]
-        rows = np.repeat(np.arange(stop - start), np.diff(block.indptr))
-        partners = np.diff(block.indptr)[rows]  # each non-zero pairs with its row's
-        first = np.repeat(np.arange(block.nnz), partners)
-        offsets = np.arange(first.size) - np.repeat(np.cumsum(partners) - partners, partners)
-        second = block.indptr[rows[first]] + offsets
-        values = block.data[first] * block.data[second]
-        values *= cov[block.indices[first], block.indices[second]]
-        out[start:stop] = np.bincount(rows[first], weights=values, minlength=stop - start)
-        start = stop
-    return out
+class _DualParts(NamedTuple):
+    """What the dual form needs of a model besides the sites: the coefficients' prior
+    variances ``D_w⁻¹`` (0 for the intercept), their kernel ``K₀ = A D_w⁻¹ Aᵀ`` (M × M,
+    read-only) and the intercept's column ``a`` of A (dense; None without an intercept)."""
+
+    coef_var: np.ndarray
+    kernel: np.ndarray
+    column: np.ndarray | None
 
 
-def precision_diagonal(model: BinaryGLMPosterior, tau: np.ndarray) -> np.ndarray:
-    """The diagonal of ``H = diag(1/prior_var) + Aᵀ diag(τ) A``, without forming H.
+# They depend on the model only, not on the sites: Newton's iterations and EP's sweeps over
+# one model reuse them (O(M² p) each time otherwise). Weak keys: they go with the model.
+_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    Parameters
-    ----------
-    model : BinaryGLMPosterior
-        The model giving ``A`` and ``prior_var``.
-    tau : ndarray of shape (M,)
-        Site precisions.
 
-    Returns
-    -------
-    ndarray of shape (p,)
-    """
-    design = model.design
+def _dual_parts(model: BinaryGLMPosterior) -> _DualParts:
+    parts = _PARTS.get(model)
+    if parts is None:
+        design, coef_var, column = model.design, model.prior_var.copy(), None
+        if model.fit_intercept:
+            coef_var[-1] = 0.0
+            column = design[:, -1]
+            column = np.asarray(column.toarray() if sp.issparse(column) else column).ravel()
+        kernel = _prior_kernel(design, coef_var, model.max_bytes)
+        for array in (coef_var, kernel):
+            array.flags.writeable = False
+        parts = _PARTS[model] = _DualParts(coef_var, kernel, column)
+    return parts
+
+
+def _prior_kernel(design, prior_var: np.ndarray, max_bytes: int) -> np.ndarray:
+    """``X D⁻¹ Xᵀ`` (M × M, dense), the prior covariance of the latent values ``Xθ``."""
+    scale = np.sqrt(prior_var)
     if sp.issparse(design):
-        squares = np.asarray(design.multiply(design).T @ tau).ravel()
-    else:
-        squares = np.einsum("ij,ij,i->j", design, design, tau)  # no (M, p) temporary
-    return squares + 1.0 / model.prior_var
-
-
-# K depends on the model only, not on the sites: Newton's iterations and EP's sweeps over
-# one model reuse it (O(M² p) each time otherwise). Weak keys: it goes with the model.
-_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _prior_kernel(model: BinaryGLMPosterior) -> np.ndarray:
-    """``K = A D⁻¹ Aᵀ`` (M × M, dense, read-only), the prior covariance of the ``t_i``."""
-    kernel = _KERNELS.get(model)
-    if kernel is None:
-        kernel = _compute_prior_kernel(model)
-        kernel.flags.writeable = False
-        _KERNELS[model] = kernel
-    return kernel
-
-
-def _compute_prior_kernel(model: BinaryGLMPosterior) -> np.ndarray:
-    design, scale = model.design, np.sqrt(model.prior_var)
-    if sp.issparse(design):
-        scaled = design @ sp.diags(scale)  # CSR with A's sparsity
+        scaled = design @ sp.diags(scale)  # CSR with X's sparsity
         return np.asarray((scaled @ scaled.T).toarray())
     m, p = design.shape
     kernel = np.zeros((m, m))
     # Blocks of columns, so that the scaled copy stays within max_bytes; each block's
     # product with its own transpose is exactly symmetric.
-    block = max(1, model.max_bytes // (8 * max(m, 1)))
+    block = max(1, max_bytes // (8 * max(m, 1)))
     for j in range(0, p, block):
         part = design[:, j : j + block] * scale[j : j + block]
         kernel += part @ part.T

@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from ._damped_sweeps import _MIN_DAMPING, _STALL, stalled_error, warn_unconverged
-from ._glm_gaussian import GLMGaussian, row_variances
+from ._design_forms import row_variances
+from ._glm_gaussian import GLMGaussian
 from .expectation_propagation import (
     EPResult,
     _split_weights,

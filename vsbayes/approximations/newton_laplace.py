@@ -16,7 +16,8 @@ from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior
-from ._glm_gaussian import GLMGaussian, precision_diagonal
+from ._design_forms import precision_diagonal
+from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
 
 __all__ = ["NewtonLaplaceSolver", "glm_laplace"]
