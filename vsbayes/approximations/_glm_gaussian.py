@@ -152,12 +152,12 @@ class GLMGaussian:
             if self._parts.column is not None:  # b in closed form (module docstring)
                 u = self._root * self._parts.column
                 z = cho_solve((self._lower, True), u, check_finite=False)
-                spread = self._prior_var[-1] * float(u @ z)  # s uᵀB₀⁻¹u
+                gain = self._prior_var[-1] * float(u @ z)  # s uᵀB₀⁻¹u
                 rz = self._root * z
                 g = self._parts.coef_var * np.asarray(self._design.T @ rz).ravel()
                 g[-1] = -1.0  # ĝ = (g, -1)
-                self._intercept = _Intercept(z, rz, g, self._prior_var[-1] / (1.0 + spread))
-                half_log_det += 0.5 * math.log1p(spread)
+                self._intercept = _Intercept(z, rz, g, self._prior_var[-1] / (1.0 + gain))
+                half_log_det += 0.5 * math.log1p(gain)
             self.half_log_det = float(half_log_det)
 
     def solve(self, v: np.ndarray) -> np.ndarray:
@@ -194,7 +194,8 @@ class GLMGaussian:
         """Variance ``a_iᵀ H⁻¹ a_i`` of each ``t_i = a_iᵀθ``, shape (M,), without the covariance.
 
         Primal: ``|L⁻¹ a_i|²`` over blocks of rows. Dual: the diagonal of
-        ``A H⁻¹ Aᵀ = K - K T^½ B⁻¹ T^½ K`` with ``K = A D⁻¹ Aᵀ``, in O(M³) given K.
+        ``A H⁻¹ Aᵀ = K - K T^½ B⁻¹ T^½ K`` with ``K = A D⁻¹ Aᵀ``, in O(M³) given K₀ (K
+        without the intercept, which is added in closed form).
         """
         if self.form == "dual":
             return self._dual_t_var()
