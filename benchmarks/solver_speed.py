@@ -542,8 +542,8 @@ def report(results, info):
     vs = np.array([g["vs_s"] for g in gauss])
     naive = np.array([g["naive_s"] for g in gauss])
     newton = np.array([g["newton_s"] for g in gauss])
-    one = np.array([g.get("one_iteration_s", np.nan) for g in gauss])
-    lstsq = np.array([g.get("lstsq_s", np.nan) for g in gauss])
+    one = np.array([g["one_iteration_s"] for g in gauss])
+    lstsq = np.array([g["lstsq_s"] for g in gauss])
     lines += [
         "",
         "## Gaussian target (d = 30, N = 32n, rounds=1): VS against naive fits",
