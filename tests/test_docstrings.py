@@ -32,6 +32,6 @@ def test_documented_defaults_match_the_signature(cls):
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
         if parameter.default is inspect.Parameter.empty:
             continue
-        documented = re.search(rf"^{name} : .*default=(.+)$", cls.__doc__, re.MULTILINE)
+        documented = re.search(rf"^{name} : .*default=(.+)$", inspect.getdoc(cls), re.MULTILINE)
         assert documented, name
         assert ast.literal_eval(documented.group(1)) == parameter.default, name

@@ -8,15 +8,6 @@ from sklearn.utils import check_scalar
 
 from ..engine import bayesian_monte_carlo, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
-from ._docstrings import (
-    ATTRIBUTES,
-    COMMON_PARAMETERS,
-    FALLBACK_ATTRIBUTE,
-    ep_tol_note,
-    estimator_docstring,
-    fallback_note,
-    sampling_parameters,
-)
 from ._sampling import SamplingGLMClassifier
 
 __all__ = ["BMCLogisticRegression", "BMCProbitRegression"]
@@ -96,60 +87,217 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
         return min(total, MAX_BMC_SAMPLES)
 
 
-def _bmc_doc(name: str, link: str, see_also: str) -> str:
-    return estimator_docstring(
-        summary=f"Bayesian {link} regression by Bayesian Monte Carlo.",
-        description=(
-            "A Gaussian process with a squared-exponential covariance interpolates the ratio\n"
-            "posterior / kernel at points drawn through ``kernel`` (EP's posterior or Laplace's);\n"
-            "its integral and moments against the kernel are the evidence, mean and covariance\n"
-            "(:func:`vsbayes.bayesian_monte_carlo`; Rasmussen and Ghahramani 2003). The cost\n"
-            "grows like N³: a baseline for small problems."
-        ),
-        params=COMMON_PARAMETERS.format(
-            max_iter_extra="",
-            tol_extra=ep_tol_note('the sampling kernel, with ``kernel="ep"``'),
-            random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
-        )
-        + sampling_parameters(
-            "n_samples",
-            "kernel",
-            "rule",
-            "length_scale",
-            "n_jobs",
-            limits_note="\n        At most 16384 (``auto`` stops there): BMC stores an N×N matrix.",
-        ),
-        attributes=ATTRIBUTES.format(
-            n_iter="Newton iterations of the Laplace kernel.",
-            diagnostics="``length_scale``, ``n_samples`` of :class:`vsbayes.BMCResult`",
-            extra=FALLBACK_ATTRIBUTE,
-        ),
-        see_also=see_also,
-        notes=fallback_note(
-            "e.g. a non-positive evidence, or a mean far from the importance-sampling "
-            "mean of the same points"
-        ),
-        name=name,
-        example_args="random_state=0",
-        example_prep=">>> X = X[:, :3]  # BMC is a method for few dimensions\n",
-    )
-
-
 class BMCLogisticRegression(BayesianMonteCarloClassifier):
+    """Bayesian logistic regression by Bayesian Monte Carlo.
+
+    A Gaussian process with a squared-exponential covariance interpolates the ratio
+    posterior / kernel at points drawn through ``kernel`` (EP's posterior or Laplace's); its
+    integral and moments against the kernel are the evidence, mean and covariance
+    (:func:`vsbayes.bayesian_monte_carlo`; Rasmussen and Ghahramani 2003). The cost grows
+    like N³: a baseline for small problems.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+        At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used.
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    length_scale : float, default=1.0
+        Correlation length of the Gaussian-process prior on the likelihood ratio, in units
+        of the kernel's standard deviations (see :func:`vsbayes.bayesian_monte_carlo`).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations of the Laplace kernel.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics
+        (``length_scale``, ``n_samples`` of :class:`vsbayes.BMCResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSLogisticRegression : The same draws, fitted by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a non-positive evidence, or a mean
+    far from the importance-sampling mean of the same points), the Laplace approximation is
+    used for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
+    ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import BMCLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = X[:, :3]  # BMC is a method for few dimensions
+    >>> model = make_pipeline(StandardScaler(), BMCLogisticRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "logistic"
 
 
 class BMCProbitRegression(BayesianMonteCarloClassifier):
+    """Bayesian probit regression by Bayesian Monte Carlo.
+
+    A Gaussian process with a squared-exponential covariance interpolates the ratio
+    posterior / kernel at points drawn through ``kernel`` (EP's posterior or Laplace's); its
+    integral and moments against the kernel are the evidence, mean and covariance
+    (:func:`vsbayes.bayesian_monte_carlo`; Rasmussen and Ghahramani 2003). The cost grows
+    like N³: a baseline for small problems.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+        At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used.
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    length_scale : float, default=1.0
+        Correlation length of the Gaussian-process prior on the likelihood ratio, in units
+        of the kernel's standard deviations (see :func:`vsbayes.bayesian_monte_carlo`).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations of the Laplace kernel.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics
+        (``length_scale``, ``n_samples`` of :class:`vsbayes.BMCResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSProbitRegression : The same draws, fitted by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a non-positive evidence, or a mean
+    far from the importance-sampling mean of the same points), the Laplace approximation is
+    used for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
+    ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import BMCProbitRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = X[:, :3]  # BMC is a method for few dimensions
+    >>> model = make_pipeline(StandardScaler(), BMCProbitRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "probit"
-
-
-BMCLogisticRegression.__doc__ = _bmc_doc(
-    "BMCLogisticRegression",
-    "logistic",
-    "VSLogisticRegression : The same draws, fitted by variational sampling.",
-)
-BMCProbitRegression.__doc__ = _bmc_doc(
-    "BMCProbitRegression",
-    "probit",
-    "VSProbitRegression : The same draws, fitted by variational sampling.",
-)

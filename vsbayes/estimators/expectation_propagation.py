@@ -9,14 +9,6 @@ from sklearn.utils import check_scalar
 from ..approximations import softmax_ep
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ._base import BayesianGLMClassifier, ep_posterior, rows_in_memory
-from ._docstrings import (
-    ATTRIBUTES,
-    COMMON_PARAMETERS,
-    FALLBACK_ATTRIBUTE,
-    continued,
-    estimator_docstring,
-    fallback_note,
-)
 
 __all__ = ["EPLogisticRegression", "EPProbitRegression", "softmax_ep_posterior"]
 
@@ -101,71 +93,187 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
 
 
 class EPLogisticRegression(ExpectationPropagationClassifier):
+    """Bayesian logistic regression by expectation propagation.
+
+    Each logistic likelihood factor is replaced by a Gaussian site in the direction of its
+    design row, fitted so that the posterior matches the moments of the exact factor times
+    the rest (by a trapezoid rule accurate to about 1e-8); all sites are updated in parallel
+    and damped until they stop moving, and EP's evidence estimate is returned
+    (:func:`vsbayes.approximations.expectation_propagation`). Weights of at least 1 act as
+    repeated factors (power EP), smaller ones as powers of the factor. Beyond two classes,
+    the multinomial (softmax) posterior, whose sites are Gaussian factors on each row's
+    K − 1 centred latent values, fitted by variational sampling on a deterministic rule
+    (:func:`vsbayes.approximations.softmax_ep`).
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    damping : float, default=0.85
+        Fraction of the new site parameters taken at each sweep (1: undamped); lower
+        it if EP does not converge (near-separable data).
+    max_iter : int, default=200
+        Maximum iterations of Newton's method for the mode, and of EP's sweeps over the
+        sites.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
+        sweep (the multinomial EP's threshold: ``max(tol / 100, 1e-8)``).
+    random_state : int, RandomState instance, Generator or None, default=None
+        Unused (no randomness); kept for API compatibility.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per class of the
+        multinomial model, or per one-vs-rest problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
+        ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
+        multinomial model's: one float; one-vs-rest: one per class).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        EP sweeps over the sites.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, or the multinomial model's one joint
+        posterior, with the method's diagnostics (``n_iter``, ``converged``, ``site_change`` of
+        :class:`vsbayes.approximations.EPResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSLogisticRegression : The posterior by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (a site precision so large the posterior
+    covariance is not numerically positive definite, or max_iter reached with improper
+    cavities), the Laplace approximation is used for that problem, with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import EPLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), EPLogisticRegression(C=1.0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "logistic"
     _multinomial = True
 
 
 class EPProbitRegression(ExpectationPropagationClassifier):
+    """Bayesian probit regression by expectation propagation.
+
+    Each probit likelihood factor is replaced by a Gaussian site in the direction of its
+    design row, fitted so that the posterior matches the moments of the exact factor times
+    the rest (closed form); all sites are updated in parallel and damped until they stop
+    moving, and EP's evidence estimate is returned
+    (:func:`vsbayes.approximations.expectation_propagation`). Weights of at least 1 act as
+    repeated factors (power EP), smaller ones as powers of the factor. Beyond two classes,
+    one posterior per class (one-vs-rest): the probit has no multinomial form.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    damping : float, default=0.85
+        Fraction of the new site parameters taken at each sweep (1: undamped); lower
+        it if EP does not converge (near-separable data).
+    max_iter : int, default=200
+        Maximum iterations of Newton's method for the mode, and of EP's sweeps over the
+        sites.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
+        sweep.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Unused (no randomness); kept for API compatibility.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        EP sweeps over the sites.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics (``n_iter``,
+        ``converged``, ``site_change`` of :class:`vsbayes.approximations.EPResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSProbitRegression : The posterior by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (a site precision so large the posterior
+    covariance is not numerically positive definite, or max_iter reached with improper
+    cavities), the Laplace approximation is used for that problem, with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import EPProbitRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), EPProbitRegression(C=1.0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "probit"
-
-
-def _ep_doc(name: str, link: str, moments: str, see_also: str, multiclass: str) -> str:
-    return estimator_docstring(
-        summary=f"Bayesian {link} regression by expectation propagation.",
-        description=(
-            f"Each {link} likelihood factor is replaced by a Gaussian site in the direction\n"
-            "of its design row, fitted so that the posterior matches the moments of the\n"
-            f"exact factor times the rest ({moments}); all sites are updated in parallel and\n"
-            "damped until they stop moving, and EP's evidence estimate is returned\n"
-            "(:func:`vsbayes.approximations.expectation_propagation`). Weights of at least 1\n"
-            "act as repeated factors (power EP), smaller ones as powers of the factor." + multiclass
-        ),
-        params=COMMON_PARAMETERS.format(
-            max_iter_extra=", and of EP's sweeps over the\n    sites",
-            tol_extra=continued(
-                "EP stops when no site parameter moves by more than ``tol / 100`` "
-                "(relative) in a sweep."
-            ),
-            random_state="Unused (no randomness); kept for API compatibility.",
-        )
-        .replace("max_iter : int, default=100", "max_iter : int, default=200")
-        .replace(
-            "random_state : ",
-            "damping : float, default=0.85\n"
-            "    Fraction of the new site parameters taken at each sweep (1: undamped); lower\n"
-            "    it if EP does not converge (near-separable data).\n"
-            "random_state : ",
-        ),
-        attributes=ATTRIBUTES.format(
-            n_iter="EP sweeps over the sites.",
-            diagnostics="``n_iter``, ``converged``, ``site_change`` of "
-            ":class:`vsbayes.approximations.EPResult`",
-            extra=FALLBACK_ATTRIBUTE,
-        ),
-        notes=fallback_note(
-            "a site precision so large the posterior covariance is not numerically "
-            "positive definite, or max_iter reached with improper cavities"
-        ),
-        see_also=see_also,
-        name=name,
-        example_args="C=1.0",
-    )
-
-
-EPLogisticRegression.__doc__ = _ep_doc(
-    "EPLogisticRegression",
-    "logistic",
-    "by a trapezoid rule accurate to about 1e-8",
-    "VSLogisticRegression : The posterior by variational sampling.",
-    "\nBeyond two classes, the multinomial (softmax) posterior, whose sites are Gaussian\n"
-    "factors on each row's K − 1 centred latent values, fitted by variational sampling\n"
-    "on a deterministic rule (:func:`vsbayes.approximations.softmax_ep`).",
-)
-EPProbitRegression.__doc__ = _ep_doc(
-    "EPProbitRegression",
-    "probit",
-    "closed form",
-    "VSProbitRegression : The posterior by variational sampling.",
-    "\nBeyond two classes, one posterior per class (one-vs-rest): the probit has no\n"
-    "multinomial form.",
-)

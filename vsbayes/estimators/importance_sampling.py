@@ -3,15 +3,6 @@
 from __future__ import annotations
 
 from ..engine import importance_sampling
-from ._docstrings import (
-    ATTRIBUTES,
-    COMMON_PARAMETERS,
-    FALLBACK_ATTRIBUTE,
-    ep_tol_note,
-    estimator_docstring,
-    fallback_note,
-    sampling_parameters,
-)
 from ._sampling import SamplingGLMClassifier, check_rounds
 
 __all__ = ["ISLogisticRegression", "ISProbitRegression"]
@@ -65,51 +56,222 @@ class ImportanceSamplingClassifier(SamplingGLMClassifier):
         return {"rounds": self.rounds, "kernel_scale": self.kernel_scale}
 
 
-def _is_doc(name: str, link: str, see_also: str) -> str:
-    return estimator_docstring(
-        summary=f"Bayesian {link} regression by importance sampling.",
-        description=(
-            "The posterior mean and covariance are the self-normalized importance-sampling\n"
-            "moments of points drawn through ``kernel`` (EP's posterior or Laplace's), and the\n"
-            "evidence is the importance-sampling average of posterior / kernel\n"
-            "(:func:`vsbayes.importance_sampling`).\n"
-            "A baseline for :class:`VSLogisticRegression`: with one round, the same\n"
-            "``n_samples`` and ``random_state``, both evaluate the posterior at the same points."
-        ),
-        params=COMMON_PARAMETERS.format(
-            max_iter_extra="",
-            tol_extra=ep_tol_note('the sampling kernel, with ``kernel="ep"``'),
-            random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
-        )
-        + sampling_parameters("n_samples", "kernel", "rule", "rounds", "n_jobs", rounds=1),
-        attributes=ATTRIBUTES.format(
-            n_iter="Newton iterations of the Laplace kernel.",
-            diagnostics="``ess``, ``n_samples``, ``rounds`` of :class:`vsbayes.ISResult`",
-            extra=FALLBACK_ATTRIBUTE,
-        ),
-        see_also=see_also,
-        notes=fallback_note("e.g. a singular weighted covariance"),
-        name=name,
-        example_args="random_state=0",
-    )
-
-
 class ISLogisticRegression(ImportanceSamplingClassifier):
+    """Bayesian logistic regression by importance sampling.
+
+    The posterior mean and covariance are the self-normalized importance-sampling moments of
+    points drawn through ``kernel`` (EP's posterior or Laplace's), and the evidence is the
+    importance-sampling average of posterior / kernel (:func:`vsbayes.importance_sampling`).
+    A baseline for :class:`VSLogisticRegression`: with one round, the same ``n_samples`` and
+    ``random_state``, both evaluate the posterior at the same points.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used. For the
+        multinomial posterior (more than two classes, logistic link), the multinomial EP
+        (:func:`vsbayes.approximations.softmax_ep`).
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    rounds : int, default=1
+        Rounds of kernel adaptation: round 1 draws from ``kernel``, round
+        r+1 from the fit of round r with its covariance scaled by ``kernel_scale``, and the
+        final fit pools all points.
+    kernel_scale : float, default=1.5
+        Covariance inflation of the adapted kernels.
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per class of the
+        multinomial model, or per one-vs-rest problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
+        ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
+        multinomial model's: one float; one-vs-rest: one per class).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations of the Laplace kernel.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, or the multinomial model's one joint
+        posterior, with the method's diagnostics (``ess``, ``n_samples``, ``rounds`` of
+        :class:`vsbayes.ISResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSLogisticRegression : The same draws, fitted by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance), the
+    Laplace approximation is used for that problem, with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import ISLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), ISLogisticRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "logistic"
     _multinomial = True
 
 
 class ISProbitRegression(ImportanceSamplingClassifier):
+    """Bayesian probit regression by importance sampling.
+
+    The posterior mean and covariance are the self-normalized importance-sampling moments of
+    points drawn through ``kernel`` (EP's posterior or Laplace's), and the evidence is the
+    importance-sampling average of posterior / kernel (:func:`vsbayes.importance_sampling`).
+    A baseline for :class:`VSLogisticRegression`: with one round, the same ``n_samples`` and
+    ``random_state``, both evaluate the posterior at the same points.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used.
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    rounds : int, default=1
+        Rounds of kernel adaptation: round 1 draws from ``kernel``, round
+        r+1 from the fit of round r with its covariance scaled by ``kernel_scale``, and the
+        final fit pools all points.
+    kernel_scale : float, default=1.5
+        Covariance inflation of the adapted kernels.
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations of the Laplace kernel.
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics (``ess``,
+        ``n_samples``, ``rounds`` of :class:`vsbayes.ISResult`).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    VSProbitRegression : The same draws, fitted by variational sampling.
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance), the
+    Laplace approximation is used for that problem, with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import ISProbitRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), ISProbitRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "probit"
-
-
-ISLogisticRegression.__doc__ = _is_doc(
-    "ISLogisticRegression",
-    "logistic",
-    "VSLogisticRegression : The same draws, fitted by variational sampling.",
-)
-ISProbitRegression.__doc__ = _is_doc(
-    "ISProbitRegression",
-    "probit",
-    "VSProbitRegression : The same draws, fitted by variational sampling.",
-)

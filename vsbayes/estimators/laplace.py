@@ -3,40 +3,84 @@
 from __future__ import annotations
 
 from ._base import BayesianGLMClassifier
-from ._docstrings import ATTRIBUTES, COMMON_PARAMETERS, estimator_docstring
 
 __all__ = ["LaplaceLogisticRegression", "LaplaceProbitRegression"]
 
 
-def _laplace_doc(name: str, link: str, see_also: str) -> str:
-    probit_note = "" if link == "logistic" else " for the logistic link; here the link is Φ"
-    return estimator_docstring(
-        summary=f"Bayesian {link} regression by the Laplace approximation.",
-        description=(
-            "The posterior of the coefficients is approximated by the Gaussian at its mode\n"
-            "(found by Newton's method with the exact Hessian) with the inverse negative\n"
-            "Hessian as covariance; the log evidence is the Laplace estimate. Its point\n"
-            f"predictions equal those of scikit-learn's ``LogisticRegression(C=C)``{probit_note};\n"
-            "its probabilities are the posterior predictive ones, which account for the\n"
-            "uncertainty of the coefficients."
-        ),
-        params=COMMON_PARAMETERS.format(
-            max_iter_extra="",
-            tol_extra="",
-            random_state="Unused (no randomness); kept for API compatibility.",
-        ),
-        attributes=ATTRIBUTES.format(
-            n_iter="Newton iterations (gradient and Hessian evaluations).",
-            diagnostics="``n_iter``, ``converged``, ``grad_norm``, ``log_density_at_mode``",
-            extra="",
-        ),
-        see_also=see_also,
-        name=name,
-        example_args="C=1.0",
-    )
-
-
 class LaplaceLogisticRegression(BayesianGLMClassifier):
+    """Bayesian logistic regression by the Laplace approximation.
+
+    The posterior of the coefficients is approximated by the Gaussian at its mode (found by
+    Newton's method with the exact Hessian) with the inverse negative Hessian as covariance;
+    the log evidence is the Laplace estimate. Its mode is the solution of scikit-learn's
+    ``LogisticRegression(C=C)`` (up to the intercept's vague prior), so for two classes its
+    point predictions are ``LogisticRegression``'s; its probabilities are the posterior
+    predictive ones, which account for the uncertainty of the coefficients.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Unused (no randomness); kept for API compatibility.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per class of the
+        multinomial model, or per one-vs-rest problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
+        ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
+        multinomial model's: one float; one-vs-rest: one per class).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations (gradient and Hessian evaluations).
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, or the multinomial model's one joint
+        posterior, with the method's diagnostics (``n_iter``, ``converged``, ``grad_norm``,
+        ``log_density_at_mode``).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+
+    See Also
+    --------
+    VSLogisticRegression : The same model, posterior by variational sampling.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import LaplaceLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), LaplaceLogisticRegression(C=1.0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _method, _title = "laplace", "Laplace approximation"
     _link = "logistic"
     _falls_back = False
@@ -47,21 +91,80 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
 
 
 class LaplaceProbitRegression(BayesianGLMClassifier):
+    """Bayesian probit regression by the Laplace approximation.
+
+    The posterior of the coefficients is approximated by the Gaussian at its mode (found by
+    Newton's method with the exact Hessian) with the inverse negative Hessian as covariance;
+    the log evidence is the Laplace estimate. Its mode is the penalized maximum-likelihood
+    fit of the probit model, as ``LogisticRegression(C=C)``'s is of the logistic one; its
+    probabilities are the posterior predictive ones, which account for the uncertainty of
+    the coefficients.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Unused (no randomness); kept for API compatibility.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Newton iterations (gradient and Hessian evaluations).
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics (``n_iter``,
+        ``converged``, ``grad_norm``, ``log_density_at_mode``).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+
+    See Also
+    --------
+    VSProbitRegression : The same model, posterior by variational sampling.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import LaplaceProbitRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), LaplaceProbitRegression(C=1.0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _method, _title = "laplace", "Laplace approximation"
     _link = "probit"
     _falls_back = False
 
     def _posterior(self, model, laplace, rng):
         return laplace
-
-
-LaplaceLogisticRegression.__doc__ = _laplace_doc(
-    "LaplaceLogisticRegression",
-    "logistic",
-    "VSLogisticRegression : The same model, posterior by variational sampling.",
-)
-LaplaceProbitRegression.__doc__ = _laplace_doc(
-    "LaplaceProbitRegression",
-    "probit",
-    "VSProbitRegression : The same model, posterior by variational sampling.",
-)

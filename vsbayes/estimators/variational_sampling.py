@@ -6,7 +6,6 @@ import contextlib
 import numbers
 import time
 import warnings
-from textwrap import dedent
 
 import numpy as np
 from sklearn.utils import check_scalar
@@ -15,37 +14,12 @@ from .._memory import memory_limit
 from ..engine import variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError
 from ._base import ep_posterior, rows_in_memory
-from ._docstrings import (
-    ATTRIBUTES,
-    COMMON_PARAMETERS,
-    FALLBACK_ATTRIBUTE,
-    VS_DEFAULTS_NOTE,
-    VS_TOL_NOTE,
-    estimator_docstring,
-    fallback_note,
-    sampling_parameters,
-)
 from ._sampling import SamplingGLMClassifier, check_choice, check_rounds
 from ._strategy import STRATEGIES, StrategyChoice
 from .expectation_propagation import softmax_ep_posterior
 
 __all__ = ["STRATEGIES", "VSLogisticRegression", "VSProbitRegression"]
 
-
-STRATEGY_ATTRIBUTES = dedent("""\
-    kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
-        The predicted error (excess KL, nats) of each posterior that is a global
-        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
-    stop_reason_ : ndarray of object, same shape
-        Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
-        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
-        the other posteriors.
-    strategy_ : ndarray of str, shape (1,) or (n_classes,)
-        The strategy of each binary problem: "global", "sites", or "laplace" where the
-        chosen fit failed (see ``laplace_fallback_``).
-    strategy_reason_ : list of str
-        Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
-""")
 
 #: The predicted error (excess KL, nats) ``target_kl="auto"`` asks of the global fits the
 #: estimator takes by itself without comparing them with EP: the data-rich branch of
@@ -288,78 +262,371 @@ class VariationalSamplingClassifier(StrategyChoice, SamplingGLMClassifier):
         return posterior.n_iter if posterior is not laplace else laplace.n_iter
 
 
-def _vs_doc(name: str, link: str, see_also: str) -> str:
-    return estimator_docstring(
-        summary=f"Bayesian {link} regression by variational sampling.",
-        description=(
-            "The posterior of the coefficients is a Gaussian fitted by variational sampling\n"
-            "(Roche 2013): either one fit of the whole posterior\n"
-            "(:func:`vsbayes.variational_sampling`, points drawn through the\n"
-            "expectation-propagation posterior), exact when the posterior is Gaussian, with\n"
-            "an error decreasing like 1/N otherwise; or expectation propagation whose site\n"
-            "fits are "
-            "variational-sampling fits of the one-dimensional tilted densities (of the\n"
-            "(K − 1)-dimensional ones for the multinomial posterior), which holds\n"
-            "for any number of features (``strategy``). Use it where you would use\n"
-            "scikit-learn's ``LogisticRegression(C=C)``: ``predict_proba`` returns the\n"
-            "posterior predictive probabilities."
-        ),
-        params=COMMON_PARAMETERS.format(
-            max_iter_extra=", and of the variational-sampling\n    solver in each round",
-            tol_extra=VS_TOL_NOTE,
-            random_state="Seed of the sampling; an int makes ``fit`` reproducible.",
-        )
-        + sampling_parameters(
-            "n_samples",
-            "kernel",
-            "strategy",
-            "family",
-            "rule",
-            "rounds",
-            "target_kl",
-            "n_jobs",
-            family_note="full ",
-            limits_note=(
-                "\n        Fewer than n raises a ValueError (the fit is not determined); fewer "
-                'than 2n\n        warns (UnreliableFitWarning). With ``strategy="auto"``, '
-                '``"auto"`` gives the\n        global fit 16n to 32n points (see '
-                "``strategy``)."
-            ),
-            defaults_note=VS_DEFAULTS_NOTE,
-        ),
-        attributes=ATTRIBUTES.format(
-            n_iter="Variational-sampling solver iterations, summed over the rounds (global "
-            "fit), or expectation-propagation sweeps (site fits).",
-            diagnostics="``kl_error``, ``ess``, ``n_samples``, ``rounds``, … of "
-            ":class:`vsbayes.VSResult`",
-            extra=STRATEGY_ATTRIBUTES + FALLBACK_ATTRIBUTE,
-        ),
-        see_also=see_also,
-        notes=fallback_note(
-            "e.g. a non-integrable fit, or a fit that extrapolates beyond the points "
-            "carrying the weight"
-        ),
-        name=name,
-        example_args="random_state=0",
-    )
-
-
 class VSLogisticRegression(VariationalSamplingClassifier):
+    """Bayesian logistic regression by variational sampling.
+
+    The posterior of the coefficients is a Gaussian fitted by variational sampling (Roche
+    2013): either one fit of the whole posterior (:func:`vsbayes.variational_sampling`,
+    points drawn through the expectation-propagation posterior), exact when the posterior is
+    Gaussian, with an error decreasing like 1/N otherwise; or expectation propagation whose
+    site fits are variational-sampling fits of the one-dimensional tilted densities (of the
+    (K − 1)-dimensional ones for the multinomial posterior), which holds for any number of
+    features (``strategy``). Use it where you would use scikit-learn's
+    ``LogisticRegression(C=C)``: ``predict_proba`` returns the posterior predictive
+    probabilities.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a full Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+        Fewer than n raises a ValueError (the fit is not determined); fewer than 2n
+        warns (UnreliableFitWarning). With ``strategy="auto"``, ``"auto"`` gives the
+        global fit 16n to 32n points (see ``strategy``).
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used. For the
+        multinomial posterior (more than two classes, logistic link), the multinomial EP
+        (:func:`vsbayes.approximations.softmax_ep`).
+    strategy : {"auto", "global", "sites"}, default="auto"
+        ``"global"``: one variational-sampling fit of the whole posterior (n parameters, N
+        points in the p-dimensional space), which corrects EP's residual bias when N is
+        large enough. ``"sites"``: expectation propagation whose site fits are
+        variational-sampling fits of the one-dimensional tilted densities (cost O(M p²) per
+        sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
+        any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
+        with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        count, so the choice is the same on every machine); with an int, at that N — and
+        keeps it only if it is reliable (no warning) and departs from EP by more than 4
+        times its own predicted error ``kl_error``; otherwise EP's posterior is the more
+        accurate one (below 16n the global fit is measured less accurate than EP on the
+        paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
+        posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
+        ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
+        ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
+        multinomial posterior), ``"sites"`` is expectation propagation whose sites are
+        variational-sampling fits of the (K − 1)-dimensional tilted densities
+        (:func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
+        (from that EP's kernel) with 16n to 32n points within 5·10¹⁰ multiply-adds (an int
+        ``n_samples``: that N), else takes those sites (``strategy_`` "sites").
+    family : {"gaussian", "diagonal"}, default="gaussian"
+        Full or diagonal posterior covariance ("diagonal": n = 2p+1 for "auto").
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    rounds : int, default=2
+        Rounds of kernel adaptation: round 1 draws from ``kernel``, round
+        r+1 from the fit of round r with its covariance scaled by ``kernel_scale``, and the
+        final fit pools all points.
+    kernel_scale : float, default=1.5
+        Covariance inflation of the adapted kernels.
+
+        The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
+        ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
+        links): two rounds halve the error of one round in the same time; a third round
+        gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
+        second than 8n but 2–4× slower per fit.
+    target_kl : float, "auto" or None, default="auto"
+        Ask for an accuracy instead of a sample size: the global variational-sampling fit
+        adds pooled rounds after its ``n_samples`` points until its predicted error
+        ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
+        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
+        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
+        the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
+        the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
+        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
+        the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
+        whose N its work limit sets. ``None``: never a target.
+    time_budget : float or None, default=None
+        Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
+        (without it, each doubling the points, up to as many as fit in memory, the last
+        one filling the budget), only while one is predicted to end within what is left
+        of it; each draws its points in chunks and stops where its fit is predicted to
+        end nearest the budget.
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode, and of the variational-sampling
+        solver in each round.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, and the posterior of the site fits)
+        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
+        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
+        variational-sampling solver, whose tolerance is fixed: it stops once its
+        optimization error (half the squared Newton decrement per unit mass) is below 1e-2
+        times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
+        rounds, whose fits only serve as kernels), as with
+        :func:`vsbayes.variational_sampling`'s default ``tol=1e-2``, or after ``max_iter``
+        iterations.
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per class of the
+        multinomial model, or per one-vs-rest problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
+        ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
+        multinomial model's: one float; one-vs-rest: one per class).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Variational-sampling solver iterations, summed over the rounds (global fit), or
+        expectation-propagation sweeps (site fits).
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, or the multinomial model's one joint
+        posterior, with the method's diagnostics (a global fit's :class:`vsbayes.VSResult`:
+        ``kl_error``, ``ess``, ``n_samples``, ``rounds``, …; site fits'
+        :class:`vsbayes.approximations.EPResult`: ``n_iter``, ``converged``, ``site_change``).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
+        The predicted error (excess KL, nats) of each posterior that is a global
+        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
+    stop_reason_ : ndarray of object, same shape
+        Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
+        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
+        the other posteriors.
+    strategy_ : ndarray of str, shape (1,) or (n_classes,)
+        The strategy of each binary problem: "global", "sites", or "laplace" where the
+        chosen fit failed (see ``laplace_fallback_``).
+    strategy_reason_ : list of str
+        Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    EPLogisticRegression : Expectation propagation alone (the sampling kernel).
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a non-integrable fit, or a fit that
+    extrapolates beyond the points carrying the weight), the Laplace approximation is used
+    for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
+    ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import VSLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), VSLogisticRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "logistic"
     _multinomial = True
 
 
 class VSProbitRegression(VariationalSamplingClassifier):
+    """Bayesian probit regression by variational sampling.
+
+    The posterior of the coefficients is a Gaussian fitted by variational sampling (Roche
+    2013): either one fit of the whole posterior (:func:`vsbayes.variational_sampling`,
+    points drawn through the expectation-propagation posterior), exact when the posterior is
+    Gaussian, with an error decreasing like 1/N otherwise; or expectation propagation whose
+    site fits are variational-sampling fits of the one-dimensional tilted densities, which
+    holds for any number of features (``strategy``). Use it where you would use
+    scikit-learn's ``LogisticRegression(C=C)``: ``predict_proba`` returns the posterior
+    predictive probabilities. Beyond two classes, one posterior per class (one-vs-rest): the
+    probit has no multinomial form.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
+        is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
+        the intercept's vague prior). Smaller values mean stronger regularization.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
+        evidence is finite).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    n_samples : "auto" or int, default="auto"
+        Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
+        n the number of parameters of a full Gaussian over the p coefficients (and
+        intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
+        one round, all sampling estimators evaluate the posterior at exactly the same
+        points, so comparisons between them are paired.
+        Fewer than n raises a ValueError (the fit is not determined); fewer than 2n
+        warns (UnreliableFitWarning). With ``strategy="auto"``, ``"auto"`` gives the
+        global fit 16n to 32n points (see ``strategy``).
+    kernel : {"ep", "laplace"}, default="ep"
+        The Gaussian the points are drawn through (the first round's, with ``rounds``):
+        the expectation-propagation posterior (nearly exact for binary regression, Chopin
+        and Ridgway 2017, so the importance weights are benign) or the Laplace
+        approximation. If EP fails or does not converge, the Laplace one is used.
+    strategy : {"auto", "global", "sites"}, default="auto"
+        ``"global"``: one variational-sampling fit of the whole posterior (n parameters, N
+        points in the p-dimensional space), which corrects EP's residual bias when N is
+        large enough. ``"sites"``: expectation propagation whose site fits are
+        variational-sampling fits of the one-dimensional tilted densities (cost O(M p²) per
+        sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
+        any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
+        with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        count, so the choice is the same on every machine); with an int, at that N — and
+        keeps it only if it is reliable (no warning) and departs from EP by more than 4
+        times its own predicted error ``kl_error``; otherwise EP's posterior is the more
+        accurate one (below 16n the global fit is measured less accurate than EP on the
+        paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
+        posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
+        ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
+        ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes, each
+        one-vs-rest problem is chosen so (the probit has no multinomial form).
+    family : {"gaussian", "diagonal"}, default="gaussian"
+        Full or diagonal posterior covariance ("diagonal": n = 2p+1 for "auto").
+    rule : {"mc", "qmc"}, default="mc"
+        iid Monte Carlo or scrambled Sobol points.
+    rounds : int, default=2
+        Rounds of kernel adaptation: round 1 draws from ``kernel``, round
+        r+1 from the fit of round r with its covariance scaled by ``kernel_scale``, and the
+        final fit pools all points.
+    kernel_scale : float, default=1.5
+        Covariance inflation of the adapted kernels.
+
+        The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
+        ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
+        links): two rounds halve the error of one round in the same time; a third round
+        gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
+        second than 8n but 2–4× slower per fit.
+    target_kl : float, "auto" or None, default="auto"
+        Ask for an accuracy instead of a sample size: the global variational-sampling fit
+        adds pooled rounds after its ``n_samples`` points until its predicted error
+        ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
+        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
+        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
+        the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
+        the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
+        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
+        the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
+        whose N its work limit sets. ``None``: never a target.
+    time_budget : float or None, default=None
+        Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
+        (without it, each doubling the points, up to as many as fit in memory, the last
+        one filling the budget), only while one is predicted to end within what is left
+        of it; each draws its points in chunks and stops where its fit is predicted to
+        end nearest the budget.
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode, and of the variational-sampling
+        solver in each round.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, and the posterior of the site fits)
+        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
+        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
+        variational-sampling solver, whose tolerance is fixed: it stops once its
+        optimization error (half the squared Newton decrement per unit mass) is below 1e-2
+        times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
+        rounds, whose fits only serve as kernels), as with
+        :func:`vsbayes.variational_sampling`'s default ``tol=1e-2``, or after ``max_iter``
+        iterations.
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (beyond two classes, one row per one-vs-rest
+        problem).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept (zeros when ``fit_intercept=False``).
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
+        Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
+        length); beyond two classes, one per one-vs-rest problem.
+    log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
+        Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
+        two classes, one per one-vs-rest problem).
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
+        Variational-sampling solver iterations, summed over the rounds (global fit), or
+        expectation-propagation sweeps (site fits).
+    posteriors_ : list of Gaussian
+        The posterior of each binary problem, with the method's diagnostics (a global fit's
+        :class:`vsbayes.VSResult`: ``kl_error``, ``ess``, ``n_samples``, ``rounds``, …; site
+        fits' :class:`vsbayes.approximations.EPResult`: ``n_iter``, ``converged``,
+        ``site_change``).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when X has string column names.
+    kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
+        The predicted error (excess KL, nats) of each posterior that is a global
+        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
+    stop_reason_ : ndarray of object, same shape
+        Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
+        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
+        the other posteriors.
+    strategy_ : ndarray of str, shape (1,) or (n_classes,)
+        The strategy of each binary problem: "global", "sites", or "laplace" where the
+        chosen fit failed (see ``laplace_fallback_``).
+    strategy_reason_ : list of str
+        Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
+    laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
+        True where the method failed and the Laplace approximation is used instead.
+
+    See Also
+    --------
+    EPProbitRegression : Expectation propagation alone (the sampling kernel).
+
+    Notes
+    -----
+    If the method cannot return a valid Gaussian (e.g. a non-integrable fit, or a fit that
+    extrapolates beyond the points carrying the weight), the Laplace approximation is used
+    for that problem, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`;
+    ``laplace_fallback_`` records it.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from vsbayes import VSProbitRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = make_pipeline(StandardScaler(), VSProbitRegression(random_state=0)).fit(X, y)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
     _link = "probit"
-
-
-VSLogisticRegression.__doc__ = _vs_doc(
-    "VSLogisticRegression",
-    "logistic",
-    "EPLogisticRegression : Expectation propagation alone (the sampling kernel).",
-)
-VSProbitRegression.__doc__ = _vs_doc(
-    "VSProbitRegression",
-    "probit",
-    "EPProbitRegression : Expectation propagation alone (the sampling kernel).",
-)
