@@ -1,4 +1,4 @@
-"""Data beyond one process (issue 15): VSLogisticRegression on dask arrays on a LocalCluster.
+"""Data beyond one process (D-020): VSLogisticRegression on dask arrays on a LocalCluster.
 
 For each number of rows M (× 20 features, a logistic model with a known coefficient
 vector), the data are generated lazily on a 2-worker ``distributed.LocalCluster`` (one
@@ -18,9 +18,9 @@ the dask arrays. Recorded per M:
   (their transfer logs), and the arguments and results of the chunk passes (counted by
   :class:`vsbayes.models.dask_chunks.DaskChunks`) — against X's size.
 
-Targets (issue 15): at 10⁷ rows the fit completes, the caller's peak grows by ≤ 200 MB
-and the traffic is ≤ 5 % of X; the posterior equals the in-memory fit's at 10⁶ rows to
-1e-8 relative; the time at 10⁶ rows ≤ 1.5 × the in-memory fit's.
+Targets (D-020 in docs/decisions.md): at 10⁷ rows the fit completes, the caller's peak
+grows by ≤ 200 MB and the traffic is ≤ 5 % of X; the posterior equals the in-memory fit's
+at 10⁶ rows to 1e-8 relative; the time at 10⁶ rows ≤ 1.5 × the in-memory fit's.
 
 Usage: python benchmarks/distributed.py [--rows 1e5 1e6 1e7] [--compare-up-to 1e6]
 Writes benchmarks/results/distributed.{csv,json,md,png}.

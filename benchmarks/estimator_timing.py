@@ -22,8 +22,9 @@ seconds do.
    (VmHWM on Linux, else ``ru_maxrss``) after the imports, after generating the data, and
    after the fit.
 
-The report checks issue 3's targets: VS on standardized breast cancer ≤ 0.5 s and ≤ 20×
-LogisticRegression; VS at M = 1e6, d = 20 within 60 s and a 2 GB peak.
+The report checks the targets of D-026 (docs/decisions.md): VS on standardized breast
+cancer ≤ 0.5 s and ≤ 20× LogisticRegression; VS at M = 1e6, d = 20 within 60 s and a 2 GB
+peak.
 
 ConvergenceWarning and UnreliableFitWarning raised during a timed fit are expected here
 (LogisticRegression on the raw data; VS diagnostics): they are recorded, counted in the
@@ -63,7 +64,7 @@ MEMORY_CASE = (10**6, 20)
 QUICK_SIZES, QUICK_DIMS, QUICK_MEMORY_CASE = [10**3, 10**4], [10], (10**4, 20)
 # Above this M one fit per estimator: the run is long and its noise relatively small.
 SINGLE_FIT_FROM = 10**5
-# Issue 3's targets (2 GB read as 2 GiB, the unit the peak memory is reported in).
+# D-026's targets (2 GB read as 2 GiB, the unit the peak memory is reported in).
 TARGETS = {"bc_seconds": 0.5, "bc_ratio": 20.0, "memory_seconds": 60.0, "memory_mb": 2048.0}
 
 # From the estimators' registry: every logistic estimator, and EP's probit one.
@@ -410,7 +411,7 @@ def markdown(rows, memory, info, args):
         )
     lines += [
         "",
-        "### Baselines on the same data (issue 4): fit seconds, and × VS",
+        "### Baselines on the same data (D-028): fit seconds, and × VS",
         "",
         "| M | d | VS s | " + " | ".join(f"{b} s (× VS)" for b in BASELINES) + " |",
         "|---|---|---|" + "---|" * len(BASELINES),

@@ -1,4 +1,4 @@
-"""C by the evidence against C by cross-validation (issue 16).
+"""C by the evidence against C by cross-validation (D-025 in docs/decisions.md).
 
 Two ways to choose ``C`` for ``VSLogisticRegression`` (defaults otherwise, features
 standardized inside a Pipeline, with intercept):
@@ -10,7 +10,7 @@ standardized inside a Pipeline, with intercept):
 
 Held-out log loss by an outer ``RepeatedStratifiedKFold(5, --repeats)``; fit time of each
 choice (the whole selection and the final fit) on the same outer training sets, in the same
-process. Issue 16's target: the evidence's held-out log loss within 2 % of the grid
+process. The target (D-025): the evidence's held-out log loss within 2 % of the grid
 search's, in at most a third of its time. Also, on all the data: the evidence curve
 (Laplace's on the grid, VS's at the refinement's points) and the cross-validated log loss
 over the grid, with both chosen Cs; and the C at which the exact log evidence (importance
@@ -182,7 +182,7 @@ def markdown(summaries, repeats, info, curves) -> str:
         f"`EmpiricalBayesClassifier` (Laplace's evidence over 13 Cs in [1e-4, 1e4], refined "
         f"with VS's) or by `GridSearchCV` (the same 13 Cs, 5 folds, log loss). Held-out log "
         f"loss: mean over {repeats} × 5 outer folds; time: median over them of the whole "
-        f"choice and final fit. Targets (issue 16): log loss within 2 % of the grid "
+        f"choice and final fit. Targets (D-025): log loss within 2 % of the grid "
         f"search's, in at most a third of its time. Produced by `benchmarks/evidence_c.py`.",
         "",
         machine_line(info),

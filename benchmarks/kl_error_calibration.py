@@ -12,13 +12,13 @@ n/(2 ESS) nats, is reported beside it: where the measured error approaches it, t
 says more about the truth than about kl_error.
 
 Per cell and N: median of predicted / measured, its 5-95 % range, the share of fits within
-a factor 3, the median ESS of the fit's importance weights. Issue 16's target: median ratio
-in [0.5, 2] in every cell and 90 % of fits within ×3, or the fit reports its error as
-unreliable.
+a factor 3, the median ESS of the fit's importance weights. The target (D-008 in
+docs/decisions.md): median ratio in [0.5, 2] in every cell and 90 % of fits within ×3, or
+the fit reports its error as unreliable.
 
 Asked for an accuracy: the same fits with ``target_kl`` (``--targets``, default 0.01 nats)
 instead of N (from the default 8n, adding pooled rounds until the predicted error meets
-it): the share of seeds whose measured error is at most the target, per cell (issue 16:
+it): the share of seeds whose measured error is at most the target, per cell (D-009:
 ≥ 90 %), with the N reached and why sampling stopped.
 
 Every fit is appended to ``results/kl_error_calibration.jsonl`` (``kl_error_target.jsonl``
@@ -97,7 +97,7 @@ def target_markdown(rows) -> str:
         "",
         "The same estimators from the default 8n, adding pooled rounds until the predicted "
         "error (times its 90 % quantile factor) meets `target_kl`; *met*: the share of seeds "
-        "whose measured excess KL is at most the target (issue 16: ≥ 90 %).",
+        "whose measured excess KL is at most the target (D-009: ≥ 90 %).",
         "",
         "| dataset | link | target_kl | fits | met | measured (median) | measured (max) "
         "| N reached (median) | stopped by |",
@@ -206,7 +206,7 @@ def markdown(rows, info) -> str:
         "",
         "An infinite prediction (n ≥ the ESS of the fit's weights: the fit interpolates its "
         "points) is the fit reporting its error as unknown; *within ×3 or flagged* counts "
-        "those with the fits within ×3 (issue 16: 90 %).",
+        "those with the fits within ×3 (D-008: 90 %).",
         "",
         "| dataset | link | N | fits | median ratio | 5–95 % | within ×3 | flagged "
         "| within ×3 or flagged | measured | predicted | ESS | truth's error |",

@@ -1,7 +1,7 @@
 """The multinomial (softmax) posterior on iris, wine and digits: time and error per method.
 
-Issue 14's targets, measured in one process on the standardized data at C = 1 (intercepts
-fitted, the estimators' defaults otherwise):
+The targets of D-015 (docs/decisions.md), measured in one process on the standardized
+data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
 
 1. Time of ``fit`` and of ``predict_proba`` on the training rows, per method
    (``LaplaceLogisticRegression``, ``VSLogisticRegression``, ``ISLogisticRegression``,

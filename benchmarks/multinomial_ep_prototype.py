@@ -1,5 +1,5 @@
-"""A prototype of expectation propagation for the multinomial posterior, to size issue 14's
-remaining step: does a posterior beyond Laplace meet the digits log-loss target?
+"""A prototype of expectation propagation for the multinomial posterior, to size the step
+before D-014 (docs/decisions.md): does a posterior beyond Laplace meet the digits log-loss target?
 
 Not the library's method (that is to be EP with K-dimensional VS site fits,
 ``vsbayes.engine.site_fits``): here each site's tilted moments are importance-weighted

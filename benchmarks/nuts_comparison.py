@@ -59,7 +59,7 @@ Comparison: each error level a NUTS configuration reaches (its median error over
 a checkpoint, reached in the median time) and the time VS needs for it, interpolated on
 VS's median error-against-time curve (log-log, at the first N whose error is at most the
 level; where VS's smallest N is already below the level, its time, so the ratio is a lower
-bound "≥"). Target (issue 13, on the four paper cells): NUTS time ÷ VS time ≥ 50 for
+bound "≥"). Target (D-027, on the four paper cells): NUTS time ÷ VS time ≥ 50 for
 ``default``, ≥ 10 for ``dense`` and ``2chains``, at every level.
 
 Outputs: ``results/nuts_comparison.md`` / ``.csv`` / ``.json`` and ``nuts_comparison.png``
@@ -610,7 +610,7 @@ def markdown(levels, summary, vs, info_nuts, info_vs) -> str:
         "N = 2n … 256n, median of 5 seeds per N. Each NUTS level is its median error over "
         "the seeds at k draws, reached in the median time; *VS s* is the time VS needs for "
         'that error, interpolated log-log on its median curve ("≥": VS\'s smallest N is '
-        "already below the level, so the ratio is a lower bound). Targets (issue 13, the four "
+        "already below the level, so the ratio is a lower bound). Targets (D-027, the four "
         "paper cells): NUTS time ÷ VS time ≥ 50 for default NUTS, ≥ 10 for the tuned ones.",
         "",
         f"NUTS: JAX {nuts_info.get('jax', '?')}, NumPyro {nuts_info.get('numpyro', '?')}, "

@@ -335,7 +335,7 @@ def _cell(row, method):
 
 
 def targets(row) -> dict:
-    """The issue's targets for this cell: VS vs the paper, EP-probit and IS."""
+    """The targets of D-034 (docs/decisions.md) for this cell: VS vs the paper, EP-probit and IS."""
     paper_vs = PAPER[(row["dataset"], row["model"])]["VS"][0]
     factor = 20 if row["budget_s"] >= 10 else 5
     goal = max(paper_vs / factor, 2 * row["noise_floor"]) if factor == 20 else paper_vs / factor
@@ -392,7 +392,7 @@ def markdown(rows, budgets, info) -> str:
         "Columns: *Laplace KL* is the Laplace method's excess KL in nats (the unit of the "
         "ratios); *N* the sample size of the cell as a multiple of n = (d+1)(d+2)/2, the "
         "largest whose calibration fit took at most the budget; *floor* the ground truth's "
-        "own noise n/(2·ESS) in the same units; *VS goal* the issue's target (10 s: "
+        "own noise n/(2·ESS) in the same units; *VS goal* D-034's target (10 s: "
         "max(paper/20, 2·floor); 1 s: paper/5); *met*: the VS goal, VS beating EP-probit "
         "(probit, 10 s) and VS ≤ IS.",
         "",

@@ -23,9 +23,10 @@ closed-form terms against the quadrature they replace); the peak memory that
 allocations), against the size of X; and the accuracy of the closed-form terms against the
 quadrature on a grid of |mean| ≤ 60, var from 1e-6 to 1e8.
 
-Targets (issue 17): on 1e6 × 20, VSLogisticRegression ≤ 4 × and VSProbitRegression ≤ 3 ×
-LogisticRegression; peak memory of predict_proba ≤ 2 × the size of X; relative error of
-log p and log(1 - p) ≤ 1e-6 and absolute error of p ≤ 1e-7 on the grid.
+Targets (D-022 in docs/decisions.md): on 1e6 × 20, VSLogisticRegression ≤ 4 × and
+VSProbitRegression ≤ 3 × LogisticRegression; peak memory of predict_proba ≤ 2 × the size
+of X; relative error of log p and log(1 - p) ≤ 1e-6 and absolute error of p ≤ 1e-7 on the
+grid.
 
 Usage: python benchmarks/prediction_timing.py [--rounds 7] [--out DIR]
        python benchmarks/prediction_timing.py --quick --out /tmp/bench_out   (smoke test:

@@ -1,4 +1,4 @@
-"""VS at the speed of its data (issue 13): iterations, BLAS under load, the likelihood floor.
+"""VS at the speed of its data (D-027): iterations, BLAS under load, the likelihood floor.
 
 Every speed is a ratio against a baseline timed in the same process (interleaved fits,
 medians), so that the ratios carry over to other machines better than the seconds do.
@@ -19,9 +19,9 @@ medians), so that the ratios carry over to other machines better than the second
    fit ≤ 2.5 × its solo time.
 4. **Breast cancer** (standardized): ``VSLogisticRegression()`` against
    ``LogisticRegression()``. Target ≤ 12×.
-6. **A time budget** (issue 16): ``VSLogisticRegression`` / ``VSProbitRegression``
+6. **A time budget** (D-009): ``VSLogisticRegression`` / ``VSProbitRegression``
    (``strategy="global", time_budget=B``) on the paper's four datasets for B = 0.25, 0.5,
-   1 and 2 s, 3 seeds: the whole fit's time over B (issue 16: within 10 %), and the N it
+   1 and 2 s, 3 seeds: the whole fit's time over B (D-009: within 10 %), and the N it
    reached; and how reproducible a fit's time is on the machine (the same fit at the 2 s
    budget's N, 10 times), which bounds any budget rule.
 5. **The likelihood floor**: the likelihood evaluation alone (the N × M link evaluations
@@ -497,7 +497,7 @@ def _budget_lines(budget) -> list[str]:
     rows, spread = budget["fits"], budget["spread"]
     within = [abs(r["ratio"] - 1.0) <= 0.1 for r in rows]
     lines = ["", "## A time budget (the paper's cells, global fit)", "",
-             f"Fit ÷ budget of 3 seeds; within 10 % (issue 16): {sum(within)} of {len(rows)} "
+             f"Fit ÷ budget of 3 seeds; within 10 % (D-009): {sum(within)} of {len(rows)} "
              f"fits.", "",
              "| dataset | link | " + " | ".join(f"{b:g} s" for b in BUDGETS)
              + " | N reached at the largest |",
@@ -527,7 +527,7 @@ def _budget_lines(budget) -> list[str]:
 # --- report ------------------------------------------------------------------------------------
 def report(results, info):
     ion, gauss = results["ionosphere"], results["gaussian"]
-    lines = ["# VS solver speed (issue 13)", "", machine_line(info), ""]
+    lines = ["# VS solver speed (D-027)", "", machine_line(info), ""]
     lines += [
         "## Ionosphere-logistic: whole fits, VS against IS on the same N",
         "",
@@ -549,7 +549,7 @@ def report(results, info):
         "## Gaussian target (d = 30, N = 32n, rounds=1): VS against naive fits",
         "",
         "Same draws, same objective; the naive fits build the N × n feature matrix: a "
-        "quasi-Newton with the Hessian fixed at the start (the issue's baseline) and Newton's "
+        "quasi-Newton with the Hessian fixed at the start (D-027's baseline) and Newton's "
         "method with the Hessian formed at every step (the paper's code).",
         "",
         "| fit | median ms | iterations (seeds) | VS / fit |",
@@ -566,7 +566,7 @@ def report(results, info):
         f"{np.median(vs) / np.median(newton):.3f} |",
         "",
         f"Largest VS error (mean, covariance, log Z, in the target's scale): "
-        f"{max(g['error'] for g in gauss):.1e}. The issue's target, VS ≤ 0.05 × the "
+        f"{max(g['error'] for g in gauss):.1e}. D-027's target, VS ≤ 0.05 × the "
         f"fixed-Hessian fit, asks for {0.05 * np.median(naive) * 1e3:.0f} ms; a VS fit "
         f"stopped after one iteration takes {np.median(one) / np.median(naive):.3f} × it.",
         "",

@@ -35,7 +35,15 @@ html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
 # their column with a visible cue: _static/custom.css, _static/tables.js.
 html_sidebars = {
     page: []
-    for page in ("guide", "which_method", "estimators", "engine", "benchmarks", "developer")
+    for page in (
+        "guide",
+        "which_method",
+        "estimators",
+        "engine",
+        "benchmarks",
+        "developer",
+        "decisions",
+    )
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]

@@ -25,7 +25,7 @@ from vsbayes.models import ChunkedPosterior  # noqa: E402
 from vsbayes.models.dask_chunks import DaskChunks  # noqa: E402
 
 # Row chunks change only the order of the sums over rows: results agree to round-off, far
-# within the issue's 1e-8 (the VS fit's error is ~1e-2 nats; its draws are the same).
+# within D-020's 1e-8 (the VS fit's error is ~1e-2 nats; its draws are the same).
 RTOL = 1e-8
 
 

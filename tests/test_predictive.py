@@ -27,7 +27,7 @@ SDS = [0.0, 1e-4, 1e-3, 0.1, 0.5, 0.99, 1.01, 2.0, 5.0, 7.0, 30.0, 1e3, 1e4]
 METHODS = ["auto", "quadrature"]
 QUADRATURE = partial(logistic_predictive_log_proba, method="quadrature")
 # The fast rule's design bound: relative error of min(p, 1 - p) below 1e-7, hence below
-# 1.5e-7 on log p and 2e-7 on log(1 - p) (relative), 5e-8 on p; the issue asks 1e-6 and 1e-7.
+# 1.5e-7 on log p and 2e-7 on log(1 - p) (relative), 5e-8 on p; D-022 asks 1e-6 and 1e-7.
 FAST_LOG_RTOL = 2e-7
 FAST_P_ATOL = 5e-8
 LOG_PHI_0 = -0.5 * math.log(2.0 * math.pi)
@@ -86,7 +86,7 @@ def test_logistic_against_quadrature(grid):
 
 
 def test_fast_logistic_against_quadrature(grid):
-    # The issue's requirement, against scipy's quad: 1e-7 absolute on p, 1e-6 relative on
+    # D-022's requirement, against scipy's quad: 1e-7 absolute on p, 1e-6 relative on
     # log p and log(1 - p); the design bound is tighter.
     m, s, ref_log_p, ref_log_1mp = grid
     log_p, log_1mp = logistic_predictive_log_proba(m, s**2)
