@@ -353,7 +353,11 @@ class IndependentLatents(_RowChunks):
 
 
 def _root(cov: np.ndarray) -> np.ndarray:
-    """A factor R with ``R Rᵀ = cov`` (Cholesky, or the eigen-root if only semi-definite)."""
+    """A factor R with ``R Rᵀ = cov`` (Cholesky, or the eigen-root if only semi-definite).
+
+    Any root serves the joint scores (it is centred next); the independent scores' factor
+    must be triangular, intercept first (:func:`_intercept_first_factor`).
+    """
     try:
         return np.linalg.cholesky(cov)
     except np.linalg.LinAlgError:
