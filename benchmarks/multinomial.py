@@ -53,9 +53,9 @@ from vsbayes import (
     LaplaceLogisticRegression,
     VSLogisticRegression,
 )
-from vsbayes.estimators._softmax_latent import SoftmaxLatent
 from vsbayes.exceptions import MemoryLimitError
 from vsbayes.models import softmax_predictive_log_proba
+from vsbayes.models.latent import JointLatents
 
 CASES = {"iris": load_iris, "wine": load_wine, "digits": load_digits}
 METHODS = {
@@ -162,7 +162,7 @@ def time_and_error(case: str, rounds: int) -> list[dict]:
     if ref is not None:
         # The best any Gaussian posterior can do: the reference's own moment-matched one.
         k, d = len(np.unique(y)), X.shape[1]
-        latent = SoftmaxLatent(X, mean_ref[: k * d].reshape(k, d), mean_ref[k * d :], cov_ref)
+        latent = JointLatents(X, mean_ref[: k * d].reshape(k, d), mean_ref[k * d :], cov_ref)
         proba = np.exp(softmax_predictive_log_proba(*latent(slice(0, len(X)))))
         gap = np.abs(proba - proba_ref)
         row = _failed_row(case, "NUTS moments (Gaussian)", X, y, "")

@@ -10,7 +10,7 @@ averages over 2048 mirrored, whitened Sobol nodes of its cavity. The algorithm:
   Laplace approximation's (the softmax's curvature diag p − p pᵀ and the gradient at the
   mode, so that the first posterior is Laplace's);
 * parallel damped sweeps (damping 0.5): from the posterior N(μ, Σ) of θ, each row's latent
-  moments (``SoftmaxLatent``), its cavity, the tilted moments of cavity × softmax_y, the new
+  moments (``JointLatents``), its cavity, the tilted moments of cavity × softmax_y, the new
   site; the posterior precision is the prior's plus K(K + 1)/2 weighted Gram matrices;
 * at most 15 sweeps, or until no site parameter moves by more than 5e-3.
 
@@ -35,8 +35,8 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
 from vsbayes.approximations import softmax_laplace
-from vsbayes.estimators._softmax_latent import SoftmaxLatent
 from vsbayes.models import SoftmaxGLMPosterior, softmax_predictive_log_proba
+from vsbayes.models.latent import JointLatents
 from vsbayes.models.softmax_predictive import centred_basis, symmetric_sobol_nodes
 
 N_NODES = 2048
@@ -83,7 +83,7 @@ def ep(X, y, n_classes: int, C: float):
     while sweeps < MAX_SWEEPS:
         sweeps += 1
         W, b = model.split(mean)
-        latent_mean, latent_cov = SoftmaxLatent(X, W, b, cov)(slice(0, m_rows))
+        latent_mean, latent_cov = JointLatents(X, W, b, cov)(slice(0, m_rows))
         inv = np.linalg.inv(q.T @ latent_cov @ q)
         cavity_precision = inv - lam
         cavity_linear = np.einsum("iab,ib->ia", inv, latent_mean @ q) - eta
@@ -124,7 +124,7 @@ def main() -> None:
             X, X_test = scaler.transform(X0[train]), scaler.transform(X0[test])
             model, mean, cov, n = ep(X, y0[train], 10, C)
             W, b = model.split(mean)
-            latent = SoftmaxLatent(X_test, W, b, cov)
+            latent = JointLatents(X_test, W, b, cov)
             proba = np.exp(softmax_predictive_log_proba(*latent(slice(0, len(X_test)))))
             losses.append(log_loss(y0[test], proba, labels=np.arange(10)))
             sweeps.append(n)

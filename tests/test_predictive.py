@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 import vsbayes
 from vsbayes._blas import blas_thread_count
-from vsbayes.estimators import _latent
+from vsbayes.models import latent as latent_module
 from vsbayes.models import predictive
 from vsbayes.models.predictive import logistic_predictive_log_proba
 from vsbayes.models.probit_predictive import probit_predictive_log_proba
@@ -384,7 +384,7 @@ def test_latent_moments_in_chunks(n_problems, fit_intercept, kind, monkeypatch):
     coef, intercept, sigma = random_posterior(rng, n_problems, d, fit_intercept)
     est = posterior_estimator(vsbayes.VSLogisticRegression, coef, intercept, sigma, fit_intercept)
     pairs = kind == "sparse_pairs"
-    monkeypatch.setattr(_latent, "_GATHER_COST", 1e-9 if pairs else 1e9)
+    monkeypatch.setattr(latent_module, "_GATHER_COST", 1e-9 if pairs else 1e9)
     want_mean, want_var = direct_moments(X, coef, intercept, sigma, fit_intercept)
     if n_problems == 1:
         want_mean, want_var = want_mean[:, 0], want_var[:, 0]
@@ -464,10 +464,11 @@ def test_chunks_on_threads_give_the_same_values(monkeypatch):
     coef, intercept, sigma = random_posterior(rng, 3, d)
     est = posterior_estimator(vsbayes.VSLogisticRegression, coef, intercept, sigma)
     with sklearn.config_context(working_memory=0.05):  # ~20 chunks
-        monkeypatch.setattr(_latent, "blas_thread_count", lambda: 1)
+        monkeypatch.setattr(latent_module, "blas_thread_count", lambda: 1)
         one = est.predict_log_proba(X), est.latent_mean_and_variance(X)
-        monkeypatch.setattr(_latent, "blas_thread_count", lambda: 3)
-        assert len(est._latent(X).chunks) > 3 and est._latent(X).threads == 3
+        monkeypatch.setattr(latent_module, "blas_thread_count", lambda: 3)
+        latent = est._predictive().latent(X)
+        assert len(latent.chunks) > 3 and latent.threads == 3
         three = est.predict_log_proba(X), est.latent_mean_and_variance(X)
     # Equal to round-off: the threads share working_memory, so the chunks' sizes (and the
     # BLAS blocking of their products) differ; NumPy 1.23 then differs in the last bit.
@@ -481,4 +482,4 @@ def test_prediction_follows_the_blas_thread_limit():
         rng = np.random.default_rng(3)
         coef, intercept, sigma = random_posterior(rng, 1, 4)
         est = posterior_estimator(vsbayes.VSProbitRegression, coef, intercept, sigma)
-        assert est._latent(rng.normal(size=(10, 4))).threads == 1
+        assert est._predictive().latent(rng.normal(size=(10, 4))).threads == 1

@@ -45,7 +45,7 @@ from .._memory import check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
-from ._design_forms import row_variances
+from ..models.latent import row_variances
 
 __all__ = ["GLMGaussian"]
 

@@ -1,7 +1,10 @@
 """Prediction from the fitted posterior: latent moments, predictive probabilities, draws.
 
 A mixin of :class:`~vsbayes.estimators._base.BayesianGLMClassifier`, which fits the
-posterior(s) these methods read (``coef_``, ``intercept_``, ``sigma_``, ``classes_``).
+posterior(s) these methods read (``coef_``, ``intercept_``, ``sigma_``, ``classes_``). The
+methods validate X and ask the fitted predictive
+(:func:`~vsbayes.models.fitted_predictive.fitted_predictive`: binary, one-vs-rest or
+multinomial, one interface); a dask X is mapped over its row chunks.
 """
 
 from __future__ import annotations
@@ -17,13 +20,9 @@ from sklearn.utils.validation import (
 )
 
 from .._random import as_generator
-from .._sums import logsumexp
-from ..models import get_link
 from ..models.dask_chunks import is_dask, is_dask_frame
-from ..models.softmax_predictive import softmax_predictive_log_proba
+from ..models.fitted_predictive import FittedPredictive, fitted_predictive
 from ._dask_input import check_prediction_input, chunkwise_prediction
-from ._latent import LatentMoments
-from ._softmax_latent import SoftmaxLatent
 
 __all__ = ["PosteriorPrediction"]
 
@@ -87,59 +86,17 @@ class PosteriorPrediction:
             of the centred latent value ``f_k − mean_l f_l`` (the softmax is invariant to a
             common shift, along which the posterior is its prior).
         """
-        X = self._validate_prediction_data(X)
-        if self._is_multinomial():
-            latent = SoftmaxLatent(X, self.coef_, self.intercept_, self.sigma_)
-            mean = np.empty((X.shape[0], len(self.coef_)))
-            var = np.empty_like(mean)
-            for rows in latent.chunks:
-                m, cov = latent(rows)
-                mean[rows] = m - m.mean(axis=1, keepdims=True)
-                var[rows] = np.einsum("nkk->nk", cov)
-            return mean, var
-        latent = self._latent(X)
-        mean = np.empty((X.shape[0], len(self.coef_)))
-        var = np.empty_like(mean)
+        predictive = self._predictive()
+        return predictive.latent_mean_and_variance(self._validate_prediction_data(X))
 
-        def work(rows):
-            mean[rows], var[rows] = latent(rows)
-
-        latent.run(work)
-        if len(self.coef_) == 1:
-            return mean[:, 0], var[:, 0]
-        return mean, var
+    def _predictive(self) -> FittedPredictive:
+        """The fitted posterior's predictive (its kind read from ``sigma_`` and ``coef_``)."""
+        check_is_fitted(self)
+        posteriors = getattr(self, "posteriors_", None)  # needed by sample_coef only
+        return fitted_predictive(self.coef_, self.intercept_, self.sigma_, self._link, posteriors)
 
     def _validate_prediction_data(self, X):
-        check_is_fitted(self)
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
-
-    def _latent(self, X) -> LatentMoments:
-        covs = self.sigma_[None] if self.sigma_.ndim == 2 else self.sigma_
-        return LatentMoments(X, self.coef_, self.intercept_, covs)
-
-    def _class_log_proba(self, X, combine, width):
-        """``combine(log p, log(1-p))`` of the one-vs-rest problems, chunk by chunk of rows.
-
-        The predictive runs on each chunk's latent moments, so that its temporaries stay
-        within the chunks' memory bound (chunks run side by side on the threads BLAS may use;
-        see :class:`LatentMoments`); ``combine`` maps the chunk's (rows, problems)
-        log-probabilities to its rows of the (n_samples, width) result.
-        """
-        X = self._validate_prediction_data(X)
-        latent = self._latent(X)
-        predictive = get_link(self._link).predictive_log_proba
-        out = np.empty((X.shape[0], width))
-
-        def work(rows):
-            result = combine(*predictive(*latent(rows)))
-            if isinstance(result, tuple):  # columns
-                for column, values in enumerate(result):
-                    out[rows, column] = values[:, 0]
-            else:
-                out[rows] = result
-
-        latent.run(work)
-        return out
 
     @_dask_chunkwise(_per_class)
     def predict_log_proba(self, X):
@@ -155,36 +112,8 @@ class PosteriorPrediction:
         -------
         ndarray of shape (n_samples, n_classes)
         """
-        return self._log_proba(X, np.asarray)
-
-    def _log_proba(self, X, transform):
-        """``transform`` of the normalized log predictive probabilities, chunk by chunk."""
-        check_is_fitted(self)
-        if self._is_multinomial():
-            return self._softmax_log_proba(X, transform)
-        if len(self.coef_) == 1:
-            # Two classes: log(1 - p) and log p, already complementary.
-            return self._class_log_proba(
-                X, lambda log_p, log_q: (transform(log_q), transform(log_p)), 2
-            )
-        return self._class_log_proba(
-            X,
-            lambda log_p, _: transform(log_p - logsumexp(log_p, axis=1, keepdims=True)),
-            len(self.coef_),
-        )
-
-    def _softmax_log_proba(self, X, transform):
-        """``transform`` of the multinomial posterior's log predictive, chunk by chunk."""
-        X = self._validate_prediction_data(X)
-        latent = SoftmaxLatent(X, self.coef_, self.intercept_, self.sigma_)
-        out = np.empty((X.shape[0], len(self.coef_)))
-
-        def work(rows):
-            log_p = softmax_predictive_log_proba(*latent(rows), max_bytes=latent.budget)
-            out[rows] = transform(log_p)
-
-        latent.run(work)
-        return out
+        predictive = self._predictive()
+        return predictive.log_proba(self._validate_prediction_data(X))
 
     @_dask_chunkwise(_per_class)
     def predict_proba(self, X):
@@ -217,7 +146,8 @@ class PosteriorPrediction:
             Columns in the order of ``classes_``.
         """
         # exp of predict_log_proba, taken chunk by chunk.
-        return self._log_proba(X, np.exp)
+        predictive = self._predictive()
+        return predictive.log_proba(self._validate_prediction_data(X), np.exp)
 
     @_dask_chunkwise(_decision_shape)
     def decision_function(self, X):
@@ -237,13 +167,8 @@ class PosteriorPrediction:
         -------
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
-        check_is_fitted(self)
-        if self._is_multinomial():
-            return self._softmax_log_proba(
-                X, lambda log_p: log_p - log_p.mean(axis=1, keepdims=True)
-            )
-        scores = self._class_log_proba(X, np.subtract, len(self.coef_))
-        return scores[:, 0] if len(self.coef_) == 1 else scores
+        predictive = self._predictive()
+        return predictive.decision_function(self._validate_prediction_data(X))
 
     @_dask_chunkwise(_label_shape)
     def predict(self, X):
@@ -279,18 +204,6 @@ class PosteriorPrediction:
         intercept : ndarray of shape (n_draws, *intercept_.shape)
             Zeros when ``fit_intercept=False``.
         """
-        check_is_fitted(self)
+        predictive = self._predictive()
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
-        rng = as_generator(random_state)
-        if self._is_multinomial():
-            # One joint posterior: [W.ravel(), b] per draw (the draws include the
-            # prior-only shift common to all classes, to which predictions are invariant).
-            k, d = self.coef_.shape
-            draws = self.posteriors_[0].sample(n_draws, rng)
-            coef = draws[:, : k * d].reshape(n_draws, k, d)
-            intercept = draws[:, k * d :] if self.fit_intercept else np.zeros((n_draws, k))
-            return coef, intercept
-        draws = np.stack([g.sample(n_draws, rng) for g in self.posteriors_], axis=1)
-        d = self.coef_.shape[1]
-        intercept = draws[:, :, d] if self.fit_intercept else np.zeros(draws.shape[:2])
-        return draws[:, :, :d], intercept
+        return predictive.sample(n_draws, as_generator(random_state))

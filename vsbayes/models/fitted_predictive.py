@@ -1,0 +1,250 @@
+"""The posterior predictive of a fitted classifier: latent moments, class log-probabilities
+and coefficient draws at new rows, whatever the posterior's structure.
+
+:func:`fitted_predictive` reads the structure from the fitted posterior's arrays
+(``coef_``, ``intercept_``, ``sigma_``) and returns one of three kinds with one interface:
+
+- :class:`BinaryPredictive`: one posterior, two classes; ``P(y = 1 | x)`` is the link's
+  predictive on the latent score's moments
+  (:meth:`~vsbayes.models.links.Link.predictive_log_proba`).
+- :class:`OneVsRestPredictive`: one independent posterior per class; the binary
+  probabilities normalized.
+- :class:`MultinomialPredictive`: one joint posterior of the K classes' scores; the
+  softmax's predictive (:func:`~vsbayes.models.softmax_predictive.softmax_predictive_log_proba`).
+
+Every method runs chunk by chunk of rows (:mod:`vsbayes.models.latent`): the predictive
+rule on each chunk's latent moments, so that its temporaries stay within the chunks'
+memory bound, the chunks side by side on the threads BLAS may use.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .._sums import logsumexp
+from ..gaussian import Gaussian
+from .latent import IndependentLatents, JointLatents
+from .links import Link, get_link
+from .softmax_predictive import softmax_predictive_log_proba
+
+__all__ = [
+    "BinaryPredictive",
+    "FittedPredictive",
+    "MultinomialPredictive",
+    "OneVsRestPredictive",
+    "fitted_predictive",
+]
+
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+class FittedPredictive(abc.ABC):
+    """A fitted posterior's predictive at new rows (validated float64, dense or CSR).
+
+    Parameters
+    ----------
+    coef : ndarray of shape (n_problems, d)
+        Posterior mean of the coefficients.
+    intercept : ndarray of shape (n_problems,)
+        Posterior mean of the intercepts (zeros without one).
+    sigma : ndarray
+        Posterior covariance(s), intercept last when it is fitted.
+    posteriors : sequence of Gaussian, optional
+        The posteriors themselves, which :meth:`sample` draws from.
+    """
+
+    def __init__(
+        self,
+        coef: np.ndarray,
+        intercept: np.ndarray,
+        sigma: np.ndarray,
+        posteriors: Sequence[Gaussian] | None = None,
+    ):
+        self.coef, self.intercept, self.sigma = coef, intercept, sigma
+        self.posteriors = posteriors
+
+    @abc.abstractmethod
+    def latent(self, X):
+        """The rows' latent moments, chunk by chunk (:mod:`vsbayes.models.latent`)."""
+
+    @abc.abstractmethod
+    def latent_mean_and_variance(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of each row's latent score(s): (n,) for one, else (n, K)."""
+
+    @abc.abstractmethod
+    def log_proba(self, X, transform: Transform = np.asarray) -> np.ndarray:
+        """``transform`` of the normalized log predictive probabilities, (n, n_classes),
+        applied chunk by chunk."""
+
+    @abc.abstractmethod
+    def decision_function(self, X) -> np.ndarray:
+        """Scores monotone in the probabilities: (n,) for two classes, else (n, K)."""
+
+    @abc.abstractmethod
+    def sample(self, n_draws: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(coef, intercept)`` drawn from the posterior(s): (n_draws, *coef.shape) and
+        (n_draws, *intercept.shape), intercepts zero when not fitted."""
+
+
+class OneVsRestPredictive(FittedPredictive):
+    """One independent binary posterior per class; the probabilities normalized.
+
+    ``sigma`` is (n_problems, p, p). ``link`` is the binary link (a name or a
+    :class:`~vsbayes.models.links.Link`).
+    """
+
+    def __init__(self, coef, intercept, sigma, link: str | Link, posteriors=None):
+        super().__init__(coef, intercept, sigma, posteriors)
+        self.link = get_link(link)
+
+    def _covs(self) -> np.ndarray:
+        return self.sigma
+
+    def latent(self, X) -> IndependentLatents:
+        return IndependentLatents(X, self.coef, self.intercept, self._covs())
+
+    def latent_mean_and_variance(self, X):
+        latent = self.latent(X)
+        mean = np.empty((X.shape[0], len(self.coef)))
+        var = np.empty_like(mean)
+
+        def work(rows):
+            mean[rows], var[rows] = latent(rows)
+
+        latent.run(work)
+        return mean, var
+
+    def _class_log_proba(self, X, combine, width: int) -> np.ndarray:
+        """``combine(log p, log(1-p))`` of the problems' predictives, chunk by chunk:
+        ``combine`` maps a chunk's (rows, problems) log-probabilities to its rows of the
+        (n_samples, width) result (an array, or a tuple of columns)."""
+        latent = self.latent(X)
+        predictive = self.link.predictive_log_proba
+        out = np.empty((X.shape[0], width))
+
+        def work(rows):
+            result = combine(*predictive(*latent(rows)))
+            if isinstance(result, tuple):  # columns
+                for column, values in enumerate(result):
+                    out[rows, column] = values[:, 0]
+            else:
+                out[rows] = result
+
+        latent.run(work)
+        return out
+
+    def log_proba(self, X, transform=np.asarray):
+        return self._class_log_proba(
+            X,
+            lambda log_p, _: transform(log_p - logsumexp(log_p, axis=1, keepdims=True)),
+            len(self.coef),
+        )
+
+    def decision_function(self, X):
+        return self._class_log_proba(X, np.subtract, len(self.coef))
+
+    def sample(self, n_draws, rng):
+        draws = np.stack([g.sample(n_draws, rng) for g in self.posteriors], axis=1)
+        d = self.coef.shape[1]
+        intercept = draws[:, :, d] if draws.shape[2] > d else np.zeros(draws.shape[:2])
+        return draws[:, :, :d], intercept
+
+
+class BinaryPredictive(OneVsRestPredictive):
+    """One binary posterior (two classes): the one-problem case of one-vs-rest, whose
+    log-probabilities ``log(1 - p)`` and ``log p`` are already complementary.
+
+    ``sigma`` is (p, p).
+    """
+
+    def _covs(self) -> np.ndarray:
+        return self.sigma[None]
+
+    def latent_mean_and_variance(self, X):
+        mean, var = super().latent_mean_and_variance(X)
+        return mean[:, 0], var[:, 0]
+
+    def log_proba(self, X, transform=np.asarray):
+        return self._class_log_proba(
+            X, lambda log_p, log_q: (transform(log_q), transform(log_p)), 2
+        )
+
+    def decision_function(self, X):
+        return super().decision_function(X)[:, 0]
+
+
+class MultinomialPredictive(FittedPredictive):
+    """One joint posterior of the K classes' scores, in the multinomial model's layout
+    θ = ``[W.ravel(), b]``: ``sigma`` is (p, p), p = K d (+ K with intercepts)."""
+
+    def latent(self, X) -> JointLatents:
+        return JointLatents(X, self.coef, self.intercept, self.sigma)
+
+    def latent_mean_and_variance(self, X):
+        latent = self.latent(X)
+        mean = np.empty((X.shape[0], len(self.coef)))
+        var = np.empty_like(mean)
+        for rows in latent.chunks:
+            m, cov = latent(rows)
+            mean[rows] = m - m.mean(axis=1, keepdims=True)
+            var[rows] = np.einsum("nkk->nk", cov)
+        return mean, var
+
+    def log_proba(self, X, transform=np.asarray):
+        latent = self.latent(X)
+        out = np.empty((X.shape[0], len(self.coef)))
+
+        def work(rows):
+            log_p = softmax_predictive_log_proba(*latent(rows), max_bytes=latent.budget)
+            out[rows] = transform(log_p)
+
+        latent.run(work)
+        return out
+
+    def decision_function(self, X):
+        return self.log_proba(X, lambda log_p: log_p - log_p.mean(axis=1, keepdims=True))
+
+    def sample(self, n_draws, rng):
+        # One joint posterior: [W.ravel(), b] per draw (the draws include the prior-only
+        # shift common to all classes, to which predictions are invariant).
+        k, d = self.coef.shape
+        draws = self.posteriors[0].sample(n_draws, rng)
+        coef = draws[:, : k * d].reshape(n_draws, k, d)
+        intercept = draws[:, k * d :] if draws.shape[1] > k * d else np.zeros((n_draws, k))
+        return coef, intercept
+
+
+def fitted_predictive(
+    coef: np.ndarray,
+    intercept: np.ndarray,
+    sigma: np.ndarray,
+    link: str | Link,
+    posteriors: Sequence[Gaussian] | None = None,
+) -> FittedPredictive:
+    """The predictive of a fitted posterior, its kind read from the arrays' shapes.
+
+    Parameters
+    ----------
+    coef : ndarray of shape (n_problems, d)
+    intercept : ndarray of shape (n_problems,)
+    sigma : ndarray of shape (p, p) or (n_problems, p, p)
+        One covariance per problem (one-vs-rest), or one covariance: of one binary
+        problem's ``[w, b]`` when ``coef`` has one row, else of the multinomial θ.
+    link : str or Link
+        The binary link of binary and one-vs-rest posteriors (the multinomial's is the
+        softmax).
+    posteriors : sequence of Gaussian, optional
+        The posteriors, for :meth:`FittedPredictive.sample`.
+
+    Returns
+    -------
+    FittedPredictive
+    """
+    if sigma.ndim == 3:
+        return OneVsRestPredictive(coef, intercept, sigma, link, posteriors)
+    if len(coef) == 1:
+        return BinaryPredictive(coef, intercept, sigma, link, posteriors)
+    return MultinomialPredictive(coef, intercept, sigma, posteriors)

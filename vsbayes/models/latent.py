@@ -1,0 +1,421 @@
+"""Per-row latent moments of a Gaussian posterior: the mean and covariance of ``f = Θ x̃``.
+
+Under a Gaussian posterior N(μ, Σ) of the coefficients, a row's latent scores ``f = Θ x̃``
+(``x̃ = [x, 1]`` with an intercept) are Gaussian: mean ``Θ̄ x̃`` and covariance ``J Σ Jᵀ``,
+where J picks ``x̃`` for each score. One latent score (binary, or each problem of
+one-vs-rest) is the one-row case: variance ``x̃ᵀ Σ x̃``. Every pass runs over row blocks
+whose temporaries stay within :func:`~vsbayes._memory.block_bytes`; sparse rows are never
+densified.
+
+**From the covariance** (the fits' sweeps, whose covariance changes at every sweep):
+:func:`row_variances` (one score) and :func:`row_moments` (r scores). A dense block of rows
+costs one product with Σ (its r² blocks side by side for r scores) and a contraction with
+the rows.
+
+**From a factor** (prediction, where one posterior serves any number of rows):
+:class:`IndependentLatents` (one score per problem, binary and one-vs-rest) and
+:class:`JointLatents` (the K scores of the multinomial posterior) factor Σ once and cost a
+block of rows one product with the factor. The one-score case is the cheaper
+specialization: with the Cholesky factor of Σ ordered intercept first,
+``F = [[r, 0], [c, W]]``, ``Fᵀ x̃ = [r + c·x, Wᵀ x]``, so that the intercept's column joins
+the means' small product, and the variance ``‖Wᵀ x‖² + (r + c·x)²`` is a sum of squares:
+no cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features), never negative.
+A factorization per call is negligible next to the products over the rows.
+
+**Sparse rows** with few non-zeros among many features take ``Σ_ab x_a x_b Σ_ab`` over
+each row's non-zero pairs instead (one gather for both uses): ``k(k + 1)/2`` terms for
+``k`` non-zeros, against ``k d`` for a product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from .._blas import blas_thread_count, block_slices, map_blocks, single_blas_thread
+from .._memory import block_bytes, block_length
+
+__all__ = [
+    "IndependentLatents",
+    "JointLatents",
+    "row_moments",
+    "row_variances",
+]
+
+# Rows × features per chunk at most, whatever block_bytes allows: the chunk's arrays stay
+# near the processor's caches (1e6 × 20 on 2 cores: 2^17 to 2^19 entries per chunk ran in
+# 0.6× the time of one chunk of all rows; far smaller chunks pay Python's per-call cost).
+_CACHE_ENTRIES = 2**19
+# A gathered pair costs about this many multiply-adds of the product (random access into Σ).
+_GATHER_COST = 8
+# Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
+_PAIR_BYTES = 96
+# Pairs per chunk at most, whatever the memory allows (the cache bound of the gather).
+_CACHE_PAIRS = 2**20
+
+
+# --- Sparse rows: the non-zero pairs ------------------------------------------------------
+
+
+def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
+    """Row slices whose non-zero pairs (``k(k + 1)/2`` for a row's k non-zeros) fit in
+    ``budget`` bytes (at least one row each)."""
+    pairs = np.cumsum(counts * (counts + 1) // 2)
+    per_chunk = max(1, min(int(budget // _PAIR_BYTES), _CACHE_PAIRS))
+    start = 0
+    while start < counts.size:
+        done = pairs[start - 1] if start else 0
+        stop = int(np.searchsorted(pairs, done + per_chunk, side="right"))
+        stop = max(stop, start + 1)
+        yield slice(start, stop)
+        start = stop
+
+
+def _row_counts(X: sp.csr_matrix) -> np.ndarray:
+    return np.diff(X.indptr).astype(np.int64)
+
+
+def _pair_quadratic_forms(X: sp.csr_matrix, covs: np.ndarray) -> np.ndarray:
+    """``x̃ᵀ S x̃`` for each CSR row x and each symmetric S of ``covs``, from the non-zero pairs.
+
+    Each unordered pair of a row's non-zeros is gathered once (doubled off the diagonal).
+    The rows are taken whole: bound them with :func:`_pair_chunks`.
+
+    Parameters
+    ----------
+    X : CSR matrix of shape (n_rows, d)
+    covs : ndarray of shape (n_covs, d, d) or (n_covs, d + 1, d + 1)
+        Symmetric matrices; with d + 1, the last entry is the intercept's (``x̃ = [x, 1]``).
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n_covs)
+    """
+    n_rows, d = X.shape
+    counts = _row_counts(X)
+    row_of = np.repeat(np.arange(n_rows), counts)  # of each non-zero
+    # Non-zero a (the i-th of its row's k) pairs with itself and the k - i - 1 after it.
+    span = counts[row_of] - (np.arange(row_of.size) - X.indptr[:-1].astype(np.int64)[row_of])
+    first = np.repeat(np.arange(row_of.size), span)
+    within = np.arange(first.size) - np.repeat(np.cumsum(span) - span, span)
+    second = first + within
+    values = X.data[first] * X.data[second]
+    values[within > 0] *= 2.0
+    columns = X.indices.astype(np.int64)
+    flat = columns[first] * covs.shape[-1] + columns[second]
+    rows = row_of[first]
+    out = np.empty((n_rows, len(covs)))
+    for k, cov in enumerate(covs):
+        out[:, k] = np.bincount(rows, values * cov.ravel()[flat], minlength=n_rows)
+    if covs.shape[-1] > d:  # the intercept: 2 x·S[:d, d] + S[d, d]
+        out += 2.0 * np.asarray(X @ covs[:, :d, d].T) + covs[:, d, d]
+    return out
+
+
+def _gathers_pairs(X, width: int) -> bool:
+    """Whether sparse X's non-zero pairs cost less than its product with ``width`` columns."""
+    if not sp.issparse(X):
+        return False
+    counts = _row_counts(X)
+    return float(counts @ (counts + 1)) / 2 * _GATHER_COST < X.nnz * width
+
+
+# --- From the covariance: the fits' sweeps ------------------------------------------------
+
+
+def row_variances(design, cov: np.ndarray, max_bytes: int | None = None) -> np.ndarray:
+    """``a_iᵀ Σ a_i`` for every row ``a_i`` of a dense or CSR design: one latent score.
+
+    The one-score case of :func:`row_moments` (the design holds any intercept column):
+    dense, ``(A Σ ∘ A)`` summed over row blocks; CSR, :func:`_pair_quadratic_forms`.
+
+    Parameters
+    ----------
+    design : ndarray or scipy.sparse CSR matrix of shape (M, p)
+    cov : ndarray of shape (p, p)
+        Symmetric matrix.
+    max_bytes : int, optional
+        Bound on the temporaries of one block (default
+        :func:`~vsbayes._memory.block_bytes`).
+
+    Returns
+    -------
+    ndarray of shape (M,)
+    """
+    m, p = design.shape
+    if sp.issparse(design):
+        budget = block_bytes() if max_bytes is None else max_bytes
+        out = np.empty(m)
+        for rows in _pair_chunks(_row_counts(design), budget):
+            out[rows] = _pair_quadratic_forms(design[rows], cov[None])[:, 0]
+        return out
+    block = block_length(8 * p) if max_bytes is None else max(1, max_bytes // (8 * p))
+    out = np.empty(m)
+    for j in range(0, m, block):
+        rows = design[j : j + block]
+        out[j : j + block] = np.einsum("ij,ij->i", rows @ cov, rows)
+    return out
+
+
+def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of every row's r latent scores ``g = B x̃`` under N(vec B, Σ).
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (M, d)
+    coef : ndarray of shape (r, w)
+        Posterior mean of B: ``w = d``, or ``w = d + 1`` with an intercept (its last
+        column, ``x̃ = [x, 1]``).
+    cov : ndarray of shape (r·w, r·w)
+        Posterior covariance of B's entries, row-major (score by score).
+
+    Returns
+    -------
+    mean : ndarray of shape (M, r)
+    cov : ndarray of shape (M, r, r)
+        Symmetric.
+    """
+    r, w = coef.shape
+    m, d = X.shape
+    blocks = cov.reshape(r, w, r, w)
+    # A row's r(r + 1)/2 forms per pair, against the product's r² w columns.
+    if _gathers_pairs(X, 2 * r * w // (r + 1)):
+        return _pair_row_moments(X, coef, blocks)
+    # (w, r·r·w): column j of x̃ against every block Σ[a, :, c, :].
+    spread = np.ascontiguousarray(blocks.transpose(1, 0, 2, 3)).reshape(w, -1)
+    out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))
+
+    def block(rows: slice) -> None:
+        x = X[rows]
+        if w > d:
+            ones = np.ones((x.shape[0], 1))
+            x = sp.hstack([x, ones], format="csr") if sp.issparse(x) else np.hstack([x, ones])
+        # A sparse block is multiplied as such; its contraction reads the product's entries
+        # at its non-zeros only.
+        out_mean[rows] = x @ coef.T
+        y = np.asarray(x @ spread).reshape(x.shape[0], r, r, w)
+        if sp.issparse(x):
+            x = x.tocoo()
+            out_cov[rows] = 0.0
+            np.add.at(out_cov[rows], x.row, y[x.row, :, :, x.col] * x.data[:, None, None])
+        else:
+            out_cov[rows] = np.einsum("iacj,ij->iac", y, x)
+
+    # Blocks of 256 rows at least (memory allowing): each reads all of Σ (r²w² entries),
+    # which a block of one row would do per row. 2000 rows × 2004 parameters: one pass
+    # 2.5 s in one-row blocks (memory-bound matrix-vector products), 0.2 s in these.
+    cap = block_length(8 * (r * r * w + w))
+    work = r * r * w * w
+    with single_blas_thread():
+        map_blocks(block, block_slices(m, work, cap, max(2**22, 256 * work)))
+    return out_mean, 0.5 * (out_cov + np.swapaxes(out_cov, 1, 2))
+
+
+def _pair_row_moments(X: sp.csr_matrix, coef: np.ndarray, blocks: np.ndarray):
+    """:func:`row_moments` of sparse rows from their non-zero pairs, one symmetric block
+    ``(Σ_ac + Σ_acᵀ)/2`` per pair of scores a ≤ c (a quadratic form sees only that)."""
+    r = len(coef)
+    m, d = X.shape
+    upper_a, upper_c = np.triu_indices(r)
+    pair_blocks = blocks[upper_a, :, upper_c, :]  # (r(r + 1)/2, w, w)
+    sym = 0.5 * (pair_blocks + pair_blocks.swapaxes(1, 2))
+    out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))
+    for rows in _pair_chunks(_row_counts(X), block_bytes()):
+        x = X[rows]
+        out_mean[rows] = np.asarray(x @ coef[:, :d].T) + coef[:, d:].sum(axis=1)
+        forms = _pair_quadratic_forms(x, sym)
+        out_cov[rows, upper_a, upper_c] = forms
+        out_cov[rows, upper_c, upper_a] = forms
+    return out_mean, out_cov
+
+
+# --- From a factor: prediction ------------------------------------------------------------
+
+
+class _RowChunks:
+    """Row chunks of X that :meth:`run` maps on the threads BLAS may use.
+
+    Attributes
+    ----------
+    chunks : list of slice
+        Consecutive row ranges covering X, whose temporaries stay within their thread's
+        share of :func:`~vsbayes._memory.block_bytes`.
+    threads : int
+        Threads :meth:`run` uses: as many as BLAS may use now (at most one per chunk). The
+        chunks' products would otherwise be BLAS's parallel work; run side by side on one
+        BLAS thread each, they parallelize the element-wise passes too, and no idle BLAS
+        pool spins between them.
+    """
+
+    chunks: list[slice]
+    threads: int
+
+    def run(self, work: Callable[[slice], None]) -> None:
+        """``work(rows)`` for every chunk, on :attr:`threads` threads, BLAS on one each."""
+        # One BLAS thread per product: between products, the idle threads of NumPy's and
+        # SciPy's OpenBLAS pools would spin against the element-wise passes (predict_proba
+        # on 1e6 × 20, 2 cores, same process: 1.0 s with BLAS's two threads per product,
+        # 0.23 s with one; with the chunks on two threads, 0.061 s against 0.091 s on one).
+        with single_blas_thread():
+            map_blocks(work, self.chunks)
+
+
+def _intercept_first_factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(W, c, r)`` with ``x̃ᵀ cov x̃ = ‖Wᵀ x‖² + (r + c·x)²`` for every x, W (d, d) lower
+    triangular.
+
+    ``cov`` is (d, d) (then c = 0, r = 0) or, with an intercept last, (d + 1, d + 1):
+    factored with the intercept first, its Cholesky factor [[r, 0], [c, W]] puts the
+    intercept in one column, so the other d need no offset.
+    """
+    order = np.r_[d, :d] if cov.shape[0] > d else np.arange(d)
+    ordered = cov[np.ix_(order, order)]
+    try:
+        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
+    except scipy.linalg.LinAlgError:
+        # Positive semi-definite to round-off only: its clipped eigenvalues, plus a ridge
+        # of 1e-13 of the largest (a change of v below round-off), make it definite.
+        eigval, eigvec = np.linalg.eigh(ordered)
+        clipped = np.maximum(eigval, 0.0)
+        ordered = (eigvec * clipped) @ eigvec.T
+        ordered[np.diag_indices_from(ordered)] += 1e-13 * max(clipped.max(), 1e-300)
+        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
+    if cov.shape[0] == d:
+        return lower, np.zeros(d), 0.0
+    return np.ascontiguousarray(lower[1:, 1:]), lower[1:, 0].copy(), float(lower[0, 0])
+
+
+class IndependentLatents(_RowChunks):
+    """Mean and variance of each problem's one latent score at X's rows, chunk by chunk.
+
+    Binary (one problem) and one-vs-rest (one per class): independent posteriors, hence
+    one variance per problem and no covariance between them.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, d)
+        Validated float64 rows.
+    coef : ndarray of shape (n_problems, d)
+        Posterior means of the coefficients.
+    intercept : ndarray of shape (n_problems,)
+        Posterior means of the intercepts (zeros without one).
+    covs : ndarray of shape (n_problems, d, d) or (n_problems, d + 1, d + 1)
+        Posterior covariances, intercept last when it is fitted.
+    """
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covs: np.ndarray):
+        self.X, self.coef, self.intercept, self.covs = X, coef, intercept, covs
+        n_rows, d = X.shape
+        n_problems = len(coef)
+        threads = blas_thread_count()
+        self.pairs = _gathers_pairs(X, d)
+        if self.pairs:
+            self.chunks = list(_pair_chunks(_row_counts(X), block_bytes() / threads))
+        else:
+            factors = [_intercept_first_factor(cov, d) for cov in covs]
+            self.weights = [f[0] for f in factors]
+            self.roots = np.array([f[2] for f in factors])
+            # One small product gives the intercepts' columns c·x and the means.
+            self.intercept_fitted = covs.shape[-1] > d
+            side = [f[1] for f in factors] if self.intercept_fitted else []
+            self.side = np.ascontiguousarray(np.column_stack([*side, *coef]))
+            # Per row: a problem's product (its factor's columns), the small product, the
+            # means and variances, and the predictive's temporaries downstream (about 24
+            # per problem).
+            rows = block_length(8.0 * (d + 28 * n_problems) * threads)
+            rows = min(rows, max(1, _CACHE_ENTRIES // d))
+            self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, var)`` of the rows, each of shape (n_rows_in_chunk, n_problems)."""
+        block = self.X[rows]
+        if self.pairs:
+            mean = np.asarray(block @ self.coef.T) + self.intercept
+            var = _pair_quadratic_forms(block, self.covs)
+            np.maximum(var, 0.0, out=var)  # round-off only: the covariances are PD
+            return mean, var
+        small = np.asarray(block @ self.side)
+        n_problems = len(self.coef)
+        mean = small[:, -n_problems:] + self.intercept
+        var = np.empty_like(mean)
+        for k, weights in enumerate(self.weights):
+            product = np.asarray(block @ weights)
+            var[:, k] = np.einsum("ij,ij->i", product, product)
+        if self.intercept_fitted:
+            first = small[:, :n_problems] + self.roots
+            first *= first
+            var += first
+        return mean, var
+
+
+def _root(cov: np.ndarray) -> np.ndarray:
+    """A factor R with ``R Rᵀ = cov`` (Cholesky, or the eigen-root if only semi-definite).
+
+    Any root serves the joint scores (it is centred next); the independent scores' factor
+    must be triangular, intercept first (:func:`_intercept_first_factor`).
+    """
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        eigval, eigvec = np.linalg.eigh(cov)
+        return eigvec * np.sqrt(np.maximum(eigval, 0.0))
+
+
+class JointLatents(_RowChunks):
+    """Mean and centred covariance of the K latent scores of a joint posterior at X's rows.
+
+    The multinomial model's layout, θ = ``[W.ravel(), b]`` (:mod:`vsbayes.models.softmax`).
+    With a factor ``Σ = R Rᵀ`` whose class axis is centred (each parameter's K entries
+    minus their mean), ``J R`` is the centred latent's factor: the softmax is invariant to
+    a common shift, and centring first removes the posterior's prior-only directions (wide
+    along the sum of the intercepts) before any product. A chunk of rows costs one product
+    with the (d, K·p) coefficient part of R (sparse rows as such).
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, d)
+        Validated float64 rows.
+    coef : ndarray of shape (K, d)
+        Posterior mean of W.
+    intercept : ndarray of shape (K,)
+        Posterior mean of b (zeros without one).
+    cov : ndarray of shape (p, p)
+        Posterior covariance of θ = [W.ravel(), b] (p = K d without an intercept).
+
+    Attributes
+    ----------
+    budget : float
+        Bytes of one thread's share, the bound the predictive rule's blocks keep within.
+    """
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, cov: np.ndarray):
+        self.X, self.coef, self.intercept = X, coef, intercept
+        k, d = coef.shape
+        root = _root(cov)
+        r = root.shape[1]
+        w_root = root[: k * d].reshape(k, d, r)
+        w_root = w_root - w_root.mean(axis=0)
+        # (d, K·r): one product per chunk gives every class's rows of J R.
+        self.w_root = np.ascontiguousarray(w_root.transpose(1, 0, 2).reshape(d, k * r))
+        b_root = root[k * d :] if cov.shape[0] > k * d else np.zeros((k, r))
+        self.b_root = b_root - b_root.mean(axis=0)
+        threads = blas_thread_count()
+        self.budget = block_bytes() / threads
+        # Per row: the latent factor (K r), its product's copy, and the covariance (K²).
+        rows = block_length(8.0 * (2 * k * r + k * k) * threads)
+        n_rows = X.shape[0]
+        rows = min(rows, max(1, -(-n_rows // threads)))
+        self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, cov)`` of the chunk's latent scores: (m, K) and centred (m, K, K)."""
+        x = self.X[rows]
+        k = len(self.coef)
+        mean = np.asarray(x @ self.coef.T) + self.intercept
+        factor = np.asarray(x @ self.w_root).reshape(x.shape[0], k, -1) + self.b_root
+        return mean, factor @ np.swapaxes(factor, 1, 2)
