@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from vsbayes.approximations._damped_sweeps import damped_sweeps
+from vsbayes.approximations._damped_sweeps import ArraySites, damped_sweeps
 from vsbayes.exceptions import ConvergenceWarning, EstimationError
 
 
@@ -22,35 +22,37 @@ def _noisy_map(fixed_point: np.ndarray, noise: float):
     return update
 
 
-def _run(update, start, tol=1e-10):
-    # The "posterior" is the sites themselves, each with unit variance.
-    return damped_sweeps(
+def _store(update, start, variance=1.0):
+    # The "posterior" is the sites themselves, each with the same variance.
+    return ArraySites(
         start,
         update,
         lambda sites: sites,
         lambda sites, extrapolated: sites,
-        damping=0.85,
-        tol=tol,
-        max_iter=1000,
-        memory=5,
-        marginals=lambda post: (post, np.ones_like(post)),
+        marginals=lambda post: (post, np.full_like(post, variance)),
     )
+
+
+def _run(update, start, tol=1e-10, variance=1.0):
+    store = _store(update, start, variance)
+    run = damped_sweeps(store, damping=0.85, tol=tol, max_iter=1000, memory=5)
+    return run, store.sites
 
 
 def test_a_contraction_converges_to_its_fixed_point():
     target = np.array([1.0, -2.0, 30.0])
-    run = _run(lambda post, sites: target + 0.5 * (sites - target), np.zeros(3))
+    run, sites = _run(lambda post, sites: target + 0.5 * (sites - target), np.zeros(3))
     assert run.converged
-    np.testing.assert_allclose(run.sites, target, rtol=1e-9)
+    np.testing.assert_allclose(sites, target, rtol=1e-9)
 
 
 def test_sweeps_stalled_near_a_fixed_point_keep_the_best_sites_with_a_warning():
     target = np.array([1.0, -2.0, 30.0])
     with pytest.warns(ConvergenceWarning, match="made no progress below it"):
-        run = _run(_noisy_map(target, 1e-5), np.zeros(3))
+        run, sites = _run(_noisy_map(target, 1e-5), np.zeros(3))
     assert not run.converged
     # Within the map's own noise of the fixed point (relative to 1 + |site|).
-    assert np.all(np.abs(run.sites - target) <= 2e-5 * (1.0 + np.abs(target)))
+    assert np.all(np.abs(sites - target) <= 2e-5 * (1.0 + np.abs(target)))
     # Kept at the first stall (10 sweeps without progress, from the 2 or 3 that reach the
     # noise): halving the damping down to 1/64 would take 60 more sweeps and move nothing.
     assert run.n_iter <= 2 * 10 + 5
@@ -62,9 +64,9 @@ def test_sweeps_stalled_within_ten_times_tol_keep_their_sites_silently():
     target = np.array([1.0, -2.0, 30.0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        run = _run(_noisy_map(target, 3e-10), np.zeros(3))
+        run, sites = _run(_noisy_map(target, 3e-10), np.zeros(3))
     assert not run.converged
-    assert np.all(np.abs(run.sites - target) <= 6e-10 * (1.0 + np.abs(target)))
+    assert np.all(np.abs(sites - target) <= 6e-10 * (1.0 + np.abs(target)))
     with pytest.warns(ConvergenceWarning, match="made no progress below it"):
         _run(_noisy_map(target, 3e-10), np.zeros(3), tol=1e-11)
 
@@ -79,17 +81,7 @@ def test_sweeps_stalled_near_sites_whose_posterior_still_moves_raise():
     # which one sweep moves by a tenth of one and more: not settled.
     target = np.array([1.0, -2.0, 30.0])
     with pytest.raises(EstimationError, match="stalled at the smallest damping"):
-        damped_sweeps(
-            np.zeros(3),
-            _noisy_map(target, 1e-5),
-            lambda sites: sites,
-            lambda sites, extrapolated: sites,
-            damping=0.85,
-            tol=1e-10,
-            max_iter=1000,
-            memory=5,
-            marginals=lambda post: (post, np.full_like(post, 1e-8)),
-        )
+        _run(_noisy_map(target, 1e-5), np.zeros(3), variance=1e-8)
 
 
 @pytest.mark.parametrize(
@@ -104,4 +96,39 @@ def test_settled_bounds_each_marginals_kl_divergence(mean_shift, variance_factor
     def marginals(post):
         return np.array([post * mean_shift]), np.array([1.0 + post * (variance_factor - 1.0)])
 
-    assert _settled(0.0, lambda post, sites: 1.0, lambda sites: sites, marginals) is settled
+    store = ArraySites(
+        0.0, lambda post, sites: 1.0, lambda sites: sites, lambda sites, e: sites, marginals
+    )
+    assert _settled(store) is settled
+
+
+@pytest.mark.parametrize("class_weights", [(1.0, 1.0), (1e3, 1e-4)], ids=["plain", "stalling"])
+def test_sites_in_row_chunks_take_the_same_sweeps_as_in_memory(class_weights):
+    # The chunked store is a backend of the same loop: unmixed, its sweeps are those of the
+    # sites in memory, to the round-off of the sums over chunks — also where extreme class
+    # weights stall them (back to the best sites, after sweeps 14 and 32, damping halved).
+    da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
+    from vsbayes.approximations import expectation_propagation
+    from vsbayes.models import BinaryGLMPosterior, ChunkedPosterior
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    y = np.where(X @ np.array([1.0, -0.5, 0.25]) + rng.logistic(size=600) > 0, 1.0, -1.0)
+    weights = np.where(y > 0, *class_weights)
+    priors = {"prior_var": 4.0, "intercept_prior_var": 100.0}
+    in_memory = BinaryGLMPosterior(X, y, weights, "logistic", **priors)
+    chunks = [
+        da.from_array(X, chunks=(150, -1)),
+        *(da.from_array(v, chunks=150) for v in (y, weights)),
+    ]
+    chunked = ChunkedPosterior(*chunks, "logistic", **priors)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        here = expectation_propagation(in_memory, tol=1e-10, max_iter=40, memory=0)
+        there = expectation_propagation(chunked, tol=1e-10, max_iter=40)
+    assert (there.n_iter, there.converged) == (here.n_iter, here.converged)
+    assert len(caught) == (0 if here.converged else 2)
+    np.testing.assert_allclose(there.site_change, here.site_change, rtol=1e-3)
+    np.testing.assert_allclose(there.mean, here.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(there.cov, here.cov, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(there.log_Z, here.log_Z, rtol=1e-10)

@@ -1,9 +1,13 @@
 """The sweep loop of expectation propagation: damped parallel updates, Anderson-mixed.
 
 EP's sites are a fixed point of the map "sites → posterior → new sites". The sweeps damp
-that map and mix the last few with Anderson's acceleration (Walker & Ni 2011); the binary
+that map and mix the last few with Anderson's acceleration (Walker & Ni 2011). The binary
 and the multinomial EP share this loop, and differ only in the map, the posterior and the
-projection of an extrapolation back to valid sites (:func:`damped_sweeps`).
+projection of an extrapolation back to valid sites; all of these come with the *site
+store* that holds the sites (:class:`SiteStore`): one array in this process
+(:class:`ArraySites`), or the row chunks of dask workers
+(:class:`~vsbayes.approximations.chunked_ep.ChunkedSites`, plainly damped). The rules
+below are the same wherever the sites are (:func:`damped_sweeps`).
 
 Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing can wander
 off: after ``_STALL`` sweeps without a new smallest change, the plain damped sweeps go on
@@ -22,14 +26,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
 
-__all__ = ["Anderson", "SweepResult", "damped_sweeps", "stalled_error", "warn_unconverged"]
+__all__ = [
+    "Anderson",
+    "ArraySites",
+    "SiteStore",
+    "SweepResult",
+    "damped_step",
+    "damped_sweeps",
+]
 
 # Sweeps without progress after which Anderson's mixing is switched off, and then after
 # which the damping is halved, down to _MIN_DAMPING.
@@ -48,28 +59,67 @@ _QUIET = 10.0
 
 
 class SweepResult(NamedTuple):
-    """The sites the sweeps ended with, their posterior and how the sweeps went."""
+    """How the sweeps went, and the posterior of the sites they ended with (those stay in
+    the store)."""
 
-    sites: np.ndarray
     posterior: Any
     n_iter: int
     converged: bool
     change: float
 
 
-def damped_sweeps(
-    sites: np.ndarray,
-    update: Callable[[Any, np.ndarray], np.ndarray],
-    posterior: Callable[[np.ndarray], Any],
-    project: Callable[[np.ndarray, bool], np.ndarray],
-    *,
-    damping: float,
-    tol: float,
-    max_iter: int,
-    memory: int,
-    marginals: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
-) -> SweepResult:
-    """Run EP's sweeps from ``sites`` to a relative change of at most ``tol``.
+class SiteStore(Protocol):
+    """Where the sweeps' sites are kept, with EP's map of them (:func:`damped_sweeps`).
+
+    A store holds three sets of sites: the *current* ones, the *candidate* (the last
+    damped sweep from them) and the *best* (the candidate of the sweep that moved least).
+    :class:`ArraySites` keeps them in one array here; a store may keep them anywhere
+    (e.g. :class:`~vsbayes.approximations.chunked_ep.ChunkedSites`, with the rows on
+    dask workers), the loop only says which becomes which.
+    """
+
+    def posterior(self) -> Any:
+        """The posterior of prior × current sites; raises
+        :class:`~vsbayes.exceptions.NotPositiveDefiniteError` if it is not proper."""
+
+    def sweep(self, post: Any, damping: float) -> float:
+        """Make the damped sweep from the current sites, whose posterior is ``post``, the
+        candidate; return its change (:func:`damped_step`)."""
+
+    def keep_best(self) -> None:
+        """Remember the candidate as the best sites."""
+
+    def restore_best(self) -> None:
+        """Make the best sites the candidate."""
+
+    def advance(self, mixing: Anderson, change: float) -> bool:
+        """Make the candidate the current sites: mixed with the last sweeps by ``mixing``
+        and made valid (e.g. non-negative precisions) where the store can mix (else
+        ``mixing.memory`` is 0); return whether the sites are an extrapolation."""
+
+    def accept(self) -> None:
+        """Make the candidate the current sites, as it is."""
+
+    def best_and_next_marginals(self) -> tuple[tuple, tuple] | None:
+        """The means and variances of the posterior of the best sites and of one undamped
+        sweep from them, or None if the store has no marginals (then stalled sweeps go on
+        to the smallest damping, and raise there)."""
+
+
+def damped_step(
+    sites: np.ndarray, new: np.ndarray, damping: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """One damped sweep ``(1 - damping) sites + damping new``, its scale ``1 + |sites|``,
+    its residual ``Δ / scale`` and the largest ``|residual|``: the change the sweeps
+    converge on, whichever store (or part of one) the sites are in."""
+    damped = (1.0 - damping) * sites + damping * new
+    scale = 1.0 + np.abs(sites)
+    residual = (damped - sites) / scale
+    return damped, scale, residual, float(np.max(np.abs(residual), initial=0.0))
+
+
+class ArraySites:
+    """The sites in one flat array in this process: the store of the in-memory EPs.
 
     Parameters
     ----------
@@ -84,18 +134,80 @@ def damped_sweeps(
         ``project(sites, extrapolated)``: the sites made valid (e.g. non-negative
         precisions); ``extrapolated`` is False for a plain damped sweep. It may work in
         place, and then returns its argument.
+    marginals : callable, optional
+        ``marginals(post)``: the posterior's means and variances (see
+        :func:`damped_sweeps`).
+
+    Attributes
+    ----------
+    sites : ndarray
+        The current sites: after :func:`damped_sweeps`, those it ended with.
+    """
+
+    def __init__(
+        self,
+        sites: np.ndarray,
+        update: Callable[[Any, np.ndarray], np.ndarray],
+        posterior: Callable[[np.ndarray], Any],
+        project: Callable[[np.ndarray, bool], np.ndarray],
+        marginals: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
+    ):
+        self.sites, self._best = sites, sites
+        self._update, self._posterior, self._project = update, posterior, project
+        self._marginals = marginals
+
+    def posterior(self) -> Any:
+        return self._posterior(self.sites)
+
+    def sweep(self, post: Any, damping: float) -> float:
+        new = self._update(post, self.sites)
+        self._damped, self._scale, self._residual, change = damped_step(self.sites, new, damping)
+        return change
+
+    def keep_best(self) -> None:
+        # A copy: ``project`` may change the candidate in place.
+        self._best = self._damped.copy()
+
+    def restore_best(self) -> None:
+        self._damped = self._best
+
+    def advance(self, mixing: Anderson, change: float) -> bool:
+        sites = mixing.step(self._residual, self._damped, change, self._scale)
+        self.sites = self._project(sites, sites is not self._damped)
+        return self.sites is not self._damped
+
+    def accept(self) -> None:
+        self.sites = self._damped
+
+    def best_and_next_marginals(self) -> tuple[tuple, tuple] | None:
+        if self._marginals is None:
+            return None
+        here = self._posterior(self._best)
+        there = self._posterior(self._update(here, self._best))
+        return self._marginals(here), self._marginals(there)
+
+
+def damped_sweeps(
+    store: SiteStore, *, damping: float, tol: float, max_iter: int, memory: int
+) -> SweepResult:
+    """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``.
+
+    Parameters
+    ----------
+    store : SiteStore
+        The sites, from where the sweeps start, and their map (e.g. :class:`ArraySites`);
+        the sites the sweeps end with stay there.
     damping, tol, max_iter, memory
         Fraction of the new sites taken per sweep; the largest relative change
         ``|Δ| / (1 + |site|)`` at which the sweeps stop; the most sweeps (then a
         ConvergenceWarning, and the sites of the sweep that moved least); the sweeps Anderson
-        mixes (0: plain damped sweeps).
-    marginals : callable, optional
-        ``marginals(post)``: the posterior's means and variances. Stalled sweeps (10
-        sweeps without progress) keep their best sites (with a ConvergenceWarning, unless
-        within 10 × tol) when one more undamped sweep moves no marginal by more than 5e-5
-        nats of KL divergence (a mean by 1 % of its standard deviation, a variance by
-        1.4 %), and their change is below ``max(√tol, 1e-3)``; without ``marginals``,
-        they go on to the smallest damping and raise there.
+        mixes (0: plain damped sweeps; 0 for a store that cannot mix).
+
+    Stalled sweeps (10 sweeps without progress) keep their best sites (with a
+    ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
+    undamped sweep moves no marginal by more than 5e-5 nats of KL divergence (a mean by 1 %
+    of its standard deviation, a variance by 1.4 %), and their change is below
+    ``max(√tol, 1e-3)``; else they go on to the smallest damping and raise there.
 
     Returns
     -------
@@ -105,71 +217,70 @@ def damped_sweeps(
     ------
     EstimationError
         If the sweeps stall even at the smallest damping, at a change above
-        ``max(√tol, 1e-3)`` or whose posterior still moves (see ``marginals``).
+        ``max(√tol, 1e-3)`` or whose posterior still moves.
     """
     anderson = Anderson(memory)
-    post = posterior(sites)
+    post = store.posterior()
     converged, at_floor, change, n_iter = False, False, math.inf, 0
-    best, best_change, best_sites, stalled = math.inf, math.inf, sites, 0
+    best, best_change, stalled = math.inf, math.inf, 0
     tested = math.inf  # the best change whose sites were last tested for _settled
     # The best undamped change when mixing was switched off (None while it is on), and
     # whether it has been switched on again.
     plain_from, remixed = None, False
     while n_iter < max_iter:
         n_iter += 1
-        damped = (1.0 - damping) * sites + damping * update(post, sites)
-        scale = 1.0 + np.abs(sites)
-        residual = (damped - sites) / scale
-        change = float(np.max(np.abs(residual), initial=0.0))
+        change = store.sweep(post, damping)
         if change <= tol:
-            converged, sites = True, damped
+            converged = True
+            store.accept()
+            post = store.posterior()
+            break
+        if change / damping < best:
+            best, best_change, stalled = change / damping, change, 0
+            store.keep_best()
         else:
-            if change / damping < best:
-                best, best_change = change / damping, change
-                best_sites, stalled = damped.copy(), 0
+            stalled += 1
+        if stalled >= _STALL:
+            if best <= _floor(tol) and best < tested:
+                tested = best
+                at_floor = _settled(store)
+            if at_floor:
+                # The sweeps stall this close to a fixed point: the map's own noise (its
+                # site fits' precision, amplified where latent variances are large) is
+                # above tol. The best sites are kept, with a warning: less damping cannot
+                # move a settled posterior further.
+                break
+            if anderson.memory == 0 and damping <= _MIN_DAMPING:
+                # No progress at the smallest damping either, far from any fixed point:
+                # none is within reach. The best sites are then arbitrary: with class
+                # weights 1e3 and 1e-4, some predicted every point wrong.
+                raise _stalled_error(n_iter, best_change, tol)
+            if anderson.memory > 0:
+                anderson.memory, plain_from = 0, best
             else:
-                stalled += 1
-            if stalled >= _STALL:
-                if best <= _floor(tol) and best < tested:
-                    tested = best
-                    at_floor = _settled(best_sites, update, posterior, marginals)
-                if at_floor:
-                    # The sweeps stall this close to a fixed point: the map's own noise
-                    # (its site fits' precision, amplified where latent variances are
-                    # large) is above tol. The best sites are kept, with a warning: less
-                    # damping cannot move a settled posterior further.
-                    break
-                if anderson.memory == 0 and damping <= _MIN_DAMPING:
-                    # No progress at the smallest damping either, far from any fixed
-                    # point: none is within reach. The best sites are then arbitrary:
-                    # with class weights 1e3 and 1e-4, some predicted every point wrong.
-                    raise stalled_error(n_iter, best_change, tol)
-                if anderson.memory > 0:
-                    anderson.memory, plain_from = 0, best
-                else:
-                    damping = max(0.5 * damping, _MIN_DAMPING)
-                damped, stalled = best_sites, 0
-            elif plain_from is not None and not remixed and best <= 0.1 * plain_from:
-                # The plain sweeps converge (linearly, often slowly): mixing again, once.
-                anderson.memory, plain_from, remixed = memory, None, True
-                anderson.restart()
-            sites = anderson.step(residual, damped, change, scale)
-            sites = project(sites, sites is not damped)
+                damping = max(0.5 * damping, _MIN_DAMPING)
+            store.restore_best()
+            stalled = 0
+        elif plain_from is not None and not remixed and best <= 0.1 * plain_from:
+            # The plain sweeps converge (linearly, often slowly): mixing again, once.
+            anderson.memory, plain_from, remixed = memory, None, True
+            anderson.restart()
+        extrapolated = store.advance(anderson, change)
         try:
-            post = posterior(sites)
+            post = store.posterior()
         except NotPositiveDefiniteError:
-            if sites is damped:
+            if not extrapolated:
                 raise
             # The extrapolation left the positive-definite cone: take the damped sweep.
             anderson.restart()
-            sites = damped
-            post = posterior(sites)
-        if converged:
-            break
+            store.accept()
+            post = store.posterior()
     if not converged and best_change < change:
         # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
-        sites, change = best_sites, best_change
-        post = posterior(sites)
+        change = best_change
+        store.restore_best()
+        store.accept()
+        post = store.posterior()
     if at_floor and best > _QUIET * tol:
         warn(
             f"Expectation propagation stopped after {n_iter} sweeps at a relative site "
@@ -181,21 +292,20 @@ def damped_sweeps(
             ConvergenceWarning,
         )
     elif not (converged or at_floor):
-        warn_unconverged(n_iter, max_iter, change, tol)
-    return SweepResult(sites, post, n_iter, converged, change)
+        _warn_unconverged(n_iter, max_iter, change, tol)
+    return SweepResult(post, n_iter, converged, change)
 
 
-def _settled(sites, update, posterior, marginals) -> bool:
-    """Whether one undamped sweep from ``sites`` leaves each of the posterior's marginals
-    within ``_SETTLED`` nats of KL divergence of where it was."""
-    if marginals is None:
-        return False
+def _settled(store: SiteStore) -> bool:
+    """Whether one undamped sweep from the best sites leaves each of the posterior's
+    marginals within ``_SETTLED`` nats of KL divergence of where it was."""
     try:
-        here = posterior(sites)
-        there = posterior(update(here, sites))
+        pair = store.best_and_next_marginals()
     except NotPositiveDefiniteError:
         return False
-    (m0, v0), (m1, v1) = marginals(here), marginals(there)
+    if pair is None:
+        return False
+    (m0, v0), (m1, v1) = pair
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = v0 / v1
         kl = 0.5 * (ratio + (m1 - m0) ** 2 / v1 - 1.0 - np.log(ratio))
@@ -210,7 +320,7 @@ def _floor(tol: float) -> float:
     return max(math.sqrt(tol), _FLOOR)
 
 
-def stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
+def _stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
     """The error of sweeps that stalled even at the smallest damping."""
     return EstimationError(
         f"Expectation propagation cannot converge: its sweeps stalled at the smallest "
@@ -220,7 +330,7 @@ def stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
     )
 
 
-def warn_unconverged(n_iter: int, max_iter: int, change: float, tol: float) -> None:
+def _warn_unconverged(n_iter: int, max_iter: int, change: float, tol: float) -> None:
     """The ConvergenceWarning of sweeps that reached ``max_iter``."""
     warn(
         f"Expectation propagation did not converge in {n_iter} sweeps (max_iter={max_iter}; "

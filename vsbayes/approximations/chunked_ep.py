@@ -1,135 +1,168 @@
-"""Expectation propagation over row chunks held by dask workers.
+"""EP's sites kept in the row chunks of a posterior whose rows are on dask workers.
 
-The sites ``(τ_i, ν_i)`` are per row: each chunk keeps its own on the worker that holds its
-rows (:class:`~vsbayes.models.ChunkedPosterior`). A sweep is one map over the chunks — from
-the posterior's mean and covariance, each chunk updates its sites (the same row-wise
-update as in memory, :func:`~vsbayes.approximations.expectation_propagation.new_sites`),
-damps them and returns ``Aᵀ diag(τ) A``, ``Aᵀ ν`` and its largest change — and a sum of
-those small results here. Anderson's mixing of the in-memory EP needs the whole site
-vector, so the sweeps here are plainly damped (more of them), and stall as in memory:
-without progress for a while the damping halves, down to 1/64, then EP gives up.
+The sites ``(τ_i, ν_i)`` are per row: each chunk keeps its own, flattened as ``[τ; ν]``, on
+the worker that holds its rows (:class:`~vsbayes.models.ChunkedPosterior`).
+:class:`ChunkedSites` is the site store of EP's sweep loop
+(:func:`~vsbayes.approximations._damped_sweeps.damped_sweeps`), whose stall, damping and
+convergence rules are those of the in-memory EP. A sweep is one map over the chunks — from
+the posterior's mean and covariance, each chunk updates its sites (EP's row-wise update,
+given by the caller), damps them and returns ``Aᵀ diag(τ) A``, ``Aᵀ ν`` and its largest
+change — and a sum of those small results here. Anderson's mixing needs the whole site
+vector, so the sweeps here are plainly damped (more of them); and the chunks give no
+marginals to tell a settled posterior, so stalled sweeps halve the damping down to 1/64,
+then EP gives up.
+
+The loop says which sites become the current, the candidate or the best ones; those
+moves are recorded here and done on the workers at the start of the next pass over the
+chunks, costing no round trip of their own.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Any, Protocol
 
 import numpy as np
 
-from ._damped_sweeps import _MIN_DAMPING, _STALL, stalled_error, warn_unconverged
+from ._damped_sweeps import Anderson, damped_step
 from ._design_forms import row_variances
 from ._glm_gaussian import GLMGaussian
-from .expectation_propagation import (
-    EPResult,
-    _split_weights,
-    check_cavities,
-    gaussian_log_evidence,
-    new_sites,
-    site_log_normalizers,
-)
 
-__all__ = ["chunked_expectation_propagation"]
+__all__ = ["ChunkedSites", "RowSites"]
 
 
-def chunked_expectation_propagation(
-    model, *, damping: float, tol: float, max_iter: int, start: np.ndarray, site_fit: str
-) -> EPResult:
-    """EP on a :class:`~vsbayes.models.ChunkedPosterior` (see the module docstring), with
-    the parameters of :func:`~vsbayes.approximations.expectation_propagation`."""
-    chunks = model.chunks
-    post = _posterior(model, chunks.sum(_start_sites, np.asarray(start, dtype=float)))
-    converged, change, n_iter = False, math.inf, 0
-    best, best_change, stalled = math.inf, math.inf, 0
-    while n_iter < max_iter:
-        n_iter += 1
-        gram, linear, change = _sweep(chunks, post, damping, site_fit)
-        post = _posterior(model, (gram, linear))
-        if change <= tol:
-            converged = True
-            break
-        # Progress is measured undamped: halving the damping halves the change by itself.
-        if change / damping < best:
-            best, best_change, stalled = change / damping, change, 0
-        else:
-            stalled += 1
-            if stalled >= _STALL:
-                if damping <= _MIN_DAMPING:
-                    raise stalled_error(n_iter, best_change, tol)
-                damping, stalled = max(0.5 * damping, _MIN_DAMPING), 0
-    chunks.map(_commit_sites)
-    if not converged:
-        warn_unconverged(n_iter, max_iter, change, tol)
-    sites, improper = chunks.sum(_site_evidence, post.mean, post.cov, site_fit)
-    check_cavities(int(improper))
-    return EPResult(
-        post.mean,
-        post.cov,
-        sites + gaussian_log_evidence(model, post),
-        n_iter=n_iter,
-        converged=converged,
-        site_change=change,
-    )
+class RowSites(Protocol):
+    """EP's row-wise math on the sites ``[τ; ν]`` of a block of rows (picklable: it
+    travels to the workers). ``link``, ``weights``: the block's link and sample weights;
+    ``t_mean``, ``t_var``: the posterior's marginals of its ``t_i = a_iᵀθ``."""
+
+    def start(self, link: Any, t: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """The sites EP starts from, given ``t`` at the posterior mode."""
+
+    def update(self, link, t_mean, t_var, sites, weights) -> tuple[np.ndarray, float]:
+        """The undamped new sites, and ``Σ_i copies_i log Z̃_i`` of ``sites`` (NaN if a
+        cavity is improper; the chunks do not use it)."""
+
+    def normalizers(self, link, t_mean, t_var, sites, weights) -> tuple[float, int]:
+        """``Σ_i copies_i log Z̃_i`` and the number of improper cavities."""
 
 
-def _posterior(model, sums) -> GLMGaussian:
-    gram, linear = sums
-    gram[np.diag_indices(model.dim)] += 1.0 / model.prior_var
-    return GLMGaussian(model, precision=gram, linear=linear, what="EP posterior precision")
+class ChunkedSites:
+    """EP's sites in the row chunks of ``model``, a site store (see the module docstring).
 
+    Parameters
+    ----------
+    model : ChunkedPosterior
+        The posterior; its chunks keep the sites.
+    rows : RowSites
+        EP's row-wise math.
+    start : ndarray of shape (p,)
+        The posterior mode, where the sites start.
+    """
 
-def _sweep(chunks, post: GLMGaussian, damping: float, site_fit: str):
-    results = chunks.map(_update_sites, post.mean, post.cov, damping, site_fit)
-    gram, linear = results[0][0], results[0][1]
-    for g, h, _ in results[1:]:
-        gram, linear = gram + g, linear + h
-    return gram, linear, max(r[2] for r in results)
+    def __init__(self, model, rows: RowSites, start: np.ndarray):
+        self._model, self._rows = model, rows
+        # The moves the workers make at the next pass, in order (see _move).
+        self._moves: list[str] = []
+        sums = model.chunks.sum(_start_sites, rows, np.asarray(start, dtype=float))
+        # Each set of sites is known here by its sums (Aᵀ diag(τ) A, Aᵀ ν).
+        self._current = self._candidate = self._best = sums
+
+    def posterior(self) -> GLMGaussian:
+        gram, linear = self._current
+        precision = gram.copy()
+        precision[np.diag_indices(self._model.dim)] += 1.0 / self._model.prior_var
+        return GLMGaussian(
+            self._model, precision=precision, linear=linear, what="EP posterior precision"
+        )
+
+    def sweep(self, post: GLMGaussian, damping: float) -> float:
+        results = self._map(_sweep_sites, post.mean, post.cov, damping)
+        gram, linear = results[0][0], results[0][1]
+        for g, h, _ in results[1:]:
+            gram, linear = gram + g, linear + h
+        self._candidate = gram, linear
+        return max(r[2] for r in results)
+
+    def keep_best(self) -> None:
+        self._best = self._candidate
+        self._moves.append("keep")
+
+    def restore_best(self) -> None:
+        self._candidate = self._best
+        self._moves.append("restore")
+
+    def advance(self, mixing: Anderson, change: float) -> bool:
+        if mixing.memory:
+            raise ValueError("Sites in row chunks are plainly damped: mix none (memory=0).")
+        self.accept()
+        return False
+
+    def accept(self) -> None:
+        self._current = self._candidate
+        self._moves.append("accept")
+
+    def best_and_next_marginals(self) -> None:
+        return None
+
+    def site_normalizers(self, post: GLMGaussian) -> tuple[float, int]:
+        """``Σ_i copies_i log Z̃_i`` of the current sites over all chunks, and the number of
+        improper cavities (the sum is then meaningless)."""
+        moves, self._moves = self._moves, []
+        total, improper = self._model.chunks.sum(
+            _site_normalizers, self._rows, moves, post.mean, post.cov
+        )
+        return total, int(improper)
+
+    def _map(self, function, *args) -> list:
+        moves, self._moves = self._moves, []
+        return self._model.chunks.map(function, self._rows, moves, *args)
 
 
 # --- on the workers: each chunk's sites, kept in its posterior object ------------------
 
 
-def _start_sites(chunk, theta: np.ndarray):
-    """The sites of the factors' second-order expansions at ``theta`` (the mode): the
-    first posterior is then the Laplace approximation."""
+def _start_sites(chunk, rows: RowSites, theta: np.ndarray):
+    """The sites EP starts from (current, candidate and best), and their sums."""
     t = np.asarray(chunk.design @ theta).ravel()
-    slope, curvature = chunk.link.derivatives(t)
-    s = chunk.sample_weight
-    chunk.ep_sites = s * curvature, s * (slope + curvature * t)
-    chunk.ep_pending = None
-    return _site_sums(chunk, *chunk.ep_sites)
+    chunk.ep_sites = rows.start(chunk.link, t, chunk.sample_weight)
+    chunk.ep_candidate = chunk.ep_best = chunk.ep_sites
+    return _site_sums(chunk, chunk.ep_sites)
 
 
-def _update_sites(chunk, mean: np.ndarray, cov: np.ndarray, damping: float, site_fit: str):
-    """Commit the previous sweep's sites, update them from the posterior's marginals and
-    damp; return the new sites' ``Aᵀ diag(τ) A``, ``Aᵀ ν`` and the largest relative
-    change (kept pending until the next call)."""
-    _commit_sites(chunk)
-    tau, nu = chunk.ep_sites
+def _move(chunk, moves: list[str]) -> None:
+    """The loop's moves since the last pass. No site array is changed in place, so a move
+    is an assignment."""
+    for move in moves:
+        if move == "keep":
+            chunk.ep_best = chunk.ep_candidate
+        elif move == "restore":
+            chunk.ep_candidate = chunk.ep_best
+        else:  # "accept"
+            chunk.ep_sites = chunk.ep_candidate
+
+
+def _marginals(chunk, mean: np.ndarray, cov: np.ndarray):
     t_mean = np.asarray(chunk.design @ mean).ravel()
-    t_var = row_variances(chunk.design, cov, chunk.max_bytes)
-    copies, power = _split_weights(chunk.sample_weight)
-    new_tau, new_nu, _ = new_sites(chunk.link, t_mean, t_var, tau, nu, copies, power, site_fit)
-    damped_tau = (1.0 - damping) * tau + damping * new_tau
-    damped_nu = (1.0 - damping) * nu + damping * new_nu
-    change = max(
-        float(np.max(np.abs(damped_tau - tau) / (1.0 + np.abs(tau)), initial=0.0)),
-        float(np.max(np.abs(damped_nu - nu) / (1.0 + np.abs(nu)), initial=0.0)),
+    return t_mean, row_variances(chunk.design, cov, chunk.max_bytes)
+
+
+def _sweep_sites(chunk, rows: RowSites, moves, mean, cov, damping: float):
+    """The damped sweep from the current sites, kept as the candidate: its sums and its
+    largest relative change."""
+    _move(chunk, moves)
+    sites = chunk.ep_sites
+    new, _ = rows.update(chunk.link, *_marginals(chunk, mean, cov), sites, chunk.sample_weight)
+    chunk.ep_candidate, _, _, change = damped_step(sites, new, damping)
+    return (*_site_sums(chunk, chunk.ep_candidate), change)
+
+
+def _site_sums(chunk, sites: np.ndarray):
+    m = sites.size // 2
+    return chunk.weighted_gram(sites[:m]), np.asarray(chunk.design.T @ sites[m:]).ravel()
+
+
+def _site_normalizers(chunk, rows: RowSites, moves, mean, cov):
+    _move(chunk, moves)
+    return rows.normalizers(
+        chunk.link, *_marginals(chunk, mean, cov), chunk.ep_sites, chunk.sample_weight
     )
-    chunk.ep_pending = damped_tau, damped_nu
-    return (*_site_sums(chunk, damped_tau, damped_nu), change)
-
-
-def _commit_sites(chunk) -> None:
-    if chunk.ep_pending is not None:
-        chunk.ep_sites, chunk.ep_pending = chunk.ep_pending, None
-
-
-def _site_sums(chunk, tau, nu):
-    return chunk.weighted_gram(tau), np.asarray(chunk.design.T @ nu).ravel()
-
-
-def _site_evidence(chunk, mean: np.ndarray, cov: np.ndarray, site_fit: str):
-    tau, nu = chunk.ep_sites
-    t_mean = np.asarray(chunk.design @ mean).ravel()
-    t_var = row_variances(chunk.design, cov, chunk.max_bytes)
-    return site_log_normalizers(chunk.link, t_mean, t_var, tau, nu, chunk.sample_weight, site_fit)

@@ -28,9 +28,10 @@ import numpy as np
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError
 from ..models import BinaryGLMPosterior
-from ._damped_sweeps import damped_sweeps
+from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
+from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
 
 __all__ = ["DEFAULT_DAMPING", "EPResult", "expectation_propagation"]
@@ -160,29 +161,28 @@ def expectation_propagation(
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
     if start is None:
         start = glm_laplace(model).mean
-    if not model.rows_in_memory:  # rows in dask chunks: the sites stay with them
-        from .chunked_ep import chunked_expectation_propagation
+    rows = _BinaryRows(site_fit)
+    if model.rows_in_memory:
+        return _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory)
+    # Rows in dask chunks: the sites stay with them, plainly damped.
+    store = ChunkedSites(model, rows, start)
+    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=0)
+    log_evidence = _log_evidence(model, run.posterior, *store.site_normalizers(run.posterior))
+    return _result(run, log_evidence)
 
-        return chunked_expectation_propagation(
-            model, damping=damping, tol=tol, max_iter=max_iter, start=start, site_fit=site_fit
-        )
-    copies, power = _split_weights(model.sample_weight)
+
+def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPResult:
+    """The sweeps on the sites of the rows in memory, flattened as ``[τ; ν]``, mixed."""
     t = np.asarray(model.design @ np.asarray(start, dtype=float)).ravel()
-    slope, curvature = model.link.derivatives(t)
     m = t.size
-    sites = np.concatenate(
-        [model.sample_weight * curvature, model.sample_weight * (slope + curvature * t)]
-    )
-
     last = {}  # the posterior the last sweep started from, and its sites' normalizers
 
     def update(post, sites):
-        tau, nu = sites[:m], sites[m:]
-        new_tau, new_nu, normalizers = new_sites(
-            model.link, post.t_mean, post.t_var, tau, nu, copies, power, site_fit
+        new, normalizers = rows.update(
+            model.link, post.t_mean, post.t_var, sites, model.sample_weight
         )
         last.update(post=post, normalizers=normalizers)
-        return np.concatenate([new_tau, new_nu])
+        return new
 
     def project(sites, extrapolated):
         # Log-concave factors give τ ≥ 0 at every EP update: an extrapolation below is
@@ -190,25 +190,61 @@ def expectation_propagation(
         np.maximum(sites[:m], 0.0, out=sites[:m])
         return sites
 
-    run = damped_sweeps(
-        sites,
+    store = ArraySites(
+        rows.start(model.link, t, model.sample_weight),
         update,
         lambda sites: _posterior(model, sites[:m], sites[m:]),
         project,
-        damping=damping,
-        tol=tol,
-        max_iter=max_iter,
-        memory=memory,
         marginals=lambda post: (post.mean, post.var),
     )
-    post = run.posterior
+    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
     if run.converged and math.isfinite(last["normalizers"]):
         # The evidence of the sites the last sweep started from, whose normalizers it has
         # computed: within tol of the returned ones, and EP's evidence is stationary at its
         # fixed point (Rasmussen & Williams 2006, §3.6), so it differs by O(tol²).
         log_evidence = last["normalizers"] + gaussian_log_evidence(model, last["post"])
     else:
-        log_evidence = _log_evidence(model, post, run.sites[:m], run.sites[m:], site_fit)
+        post = run.posterior
+        normalizers = rows.normalizers(
+            model.link, post.t_mean, post.t_var, store.sites, model.sample_weight
+        )
+        log_evidence = _log_evidence(model, post, *normalizers)
+    return _result(run, log_evidence)
+
+
+class _BinaryRows:
+    """EP's row-wise math on the sites ``[τ; ν]`` of a block of binary GLM rows, the same
+    for the rows in memory and for each chunk's (a
+    :class:`~vsbayes.approximations.chunked_ep.RowSites`; picklable, it travels to the
+    workers)."""
+
+    def __init__(self, site_fit: str):
+        self.site_fit = site_fit
+
+    def start(self, link, t, weights) -> np.ndarray:
+        """The second-order expansions of the factors at ``t``."""
+        slope, curvature = link.derivatives(t)
+        return np.concatenate([weights * curvature, weights * (slope + curvature * t)])
+
+    def update(self, link, t_mean, t_var, sites, weights) -> tuple[np.ndarray, float]:
+        """:func:`new_sites`, flattened."""
+        m = weights.size
+        copies, power = _split_weights(weights)
+        new_tau, new_nu, normalizers = new_sites(
+            link, t_mean, t_var, sites[:m], sites[m:], copies, power, self.site_fit
+        )
+        return np.concatenate([new_tau, new_nu]), normalizers
+
+    def normalizers(self, link, t_mean, t_var, sites, weights) -> tuple[float, int]:
+        """:func:`site_log_normalizers`."""
+        m = weights.size
+        return site_log_normalizers(
+            link, t_mean, t_var, sites[:m], sites[m:], weights, self.site_fit
+        )
+
+
+def _result(run, log_evidence: float) -> EPResult:
+    post = run.posterior
     return EPResult(
         post.mean,
         post.cov,
@@ -219,13 +255,11 @@ def expectation_propagation(
     )
 
 
-def _log_evidence(model: BinaryGLMPosterior, post: GLMGaussian, tau, nu, site_fit) -> float:
-    """EP's log evidence: site normalizers times the Gaussian integral of prior × sites."""
-    sites, improper = site_log_normalizers(
-        model.link, post.t_mean, post.t_var, tau, nu, model.sample_weight, site_fit
-    )
+def _log_evidence(model, post: GLMGaussian, normalizers: float, improper: int) -> float:
+    """EP's log evidence: the sites' normalizers (``improper``: the number of improper
+    cavities, which leave it undefined) and the Gaussian integral of prior × sites."""
     check_cavities(improper)
-    return sites + gaussian_log_evidence(model, post)
+    return normalizers + gaussian_log_evidence(model, post)
 
 
 def site_log_normalizers(link, t_mean, t_var, tau, nu, weights, site_fit) -> tuple[float, int]:

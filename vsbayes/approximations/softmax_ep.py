@@ -49,7 +49,7 @@ from ..models.latent import row_moments
 from ..models.softmax import SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
-from ._damped_sweeps import damped_sweeps
+from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, _split_weights
 from .softmax_laplace import check_softmax_size, softmax_laplace
@@ -301,18 +301,15 @@ def softmax_ep(
             sites[:n_lam] = _psd(sites[:n_lam].reshape(m, r, r)).ravel()
         return sites
 
-    run = damped_sweeps(
+    store = ArraySites(
         np.concatenate([lam.ravel(), eta.ravel()]),
         update,
         lambda sites: contrast.posterior(*split(sites)),
         project,
-        damping=damping,
-        tol=tol,
-        max_iter=max_iter,
-        memory=memory,
         marginals=lambda post: (post[0], np.diag(post[1])),
     )
-    post, (lam, eta) = run.posterior, split(run.sites)
+    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
+    post, (lam, eta) = run.posterior, split(store.sites)
     log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level)
     mean, cov = contrast.to_theta(post[0], post[1])
     return EPResult(
