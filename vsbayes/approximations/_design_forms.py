@@ -1,6 +1,6 @@
-"""Quadratic forms of a binary GLM's signed design ``A`` (dense or CSR), without densifying it:
-the diagonal of ``Aᵀ diag(τ) A`` here, and the rows' ``a_iᵀ Σ a_i``, re-exported from their
-home with the other latent moments, :func:`vsbayes.models.latent.row_variances`."""
+"""The diagonal of a binary GLM's ``Aᵀ diag(τ) A`` (dense or CSR ``A``), without densifying it.
+
+The rows' ``a_iᵀ Σ a_i`` live with the other latent moments in :mod:`vsbayes.models.latent`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..models import BinaryGLMPosterior
-from ..models.latent import row_variances
 
-__all__ = ["precision_diagonal", "row_variances"]
+__all__ = ["precision_diagonal"]
 
 
 def precision_diagonal(model: BinaryGLMPosterior, tau: np.ndarray) -> np.ndarray:

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..models.latent import row_variances
 from ._damped_sweeps import Anderson, damped_step
-from ._design_forms import row_variances
 from ._glm_gaussian import GLMGaussian
 
 __all__ = ["ChunkedSites", "RowSites"]

@@ -23,7 +23,7 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import ConvergenceWarning
 from ..gaussian import Gaussian
 from ..models import BinaryGLMPosterior
-from ._design_forms import row_variances
+from ..models.latent import row_variances
 from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
 
