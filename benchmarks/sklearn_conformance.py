@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,7 @@ class LogisticRegression(VSLogisticRegression):
         return super().fit(X, y, sample_weight)
 '''
 
-CONFTEST = '''
+CONFTEST = """
 import json
 import os
 
@@ -91,7 +90,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_sessionfinish(session, exitstatus):
     with open(os.environ["VSBAYES_CONFORMANCE_OUT"], "w") as out:
         json.dump(RECORDS, out)
-'''
+"""
 
 
 def prepare(folder: Path) -> Path:
@@ -100,7 +99,8 @@ def prepare(folder: Path) -> Path:
     pattern = r"from sklearn\.linear_model import LogisticRegression, "
     if not re.search(pattern, text):
         raise RuntimeError(f"{source}: the import of LogisticRegression was not found")
-    text = re.sub(pattern, "from _vs_factory import LogisticRegression\nfrom sklearn.linear_model import ", text)
+    replacement = "from _vs_factory import LogisticRegression\nfrom sklearn.linear_model import "
+    text = re.sub(pattern, replacement, text)
     target = folder / "test_logistic_vs.py"
     target.write_text(text)
     (folder / "_vs_factory.py").write_text(FACTORY)
@@ -115,9 +115,25 @@ def run(extra: list[str]) -> list[dict]:
         out = folder / "records.json"
         env = dict(os.environ, VSBAYES_CONFORMANCE_OUT=str(out), PYTHONPATH=str(folder))
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-             "-p", "sklearn.conftest", "--rootdir", str(folder), "-o", "addopts=", str(test_file), *extra],
-            cwd=folder, env=env, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "sklearn.conftest",
+                "--rootdir",
+                str(folder),
+                "-o",
+                "addopts=",
+                str(test_file),
+                *extra,
+            ],
+            cwd=folder,
+            env=env,
+            check=False,
         )
         return json.loads(out.read_text())
 
