@@ -13,6 +13,7 @@ import functools
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_scalar
 from sklearn.utils.validation import (
     check_is_fitted,
@@ -58,11 +59,18 @@ def _predict_block(estimator, name: str, names, block):
 
 
 def _per_class(estimator):
-    return len(estimator.classes_), np.float64
+    return len(estimator.classes_), _output_dtype(estimator)
 
 
 def _decision_shape(estimator):
-    return (None if len(estimator.classes_) == 2 else len(estimator.classes_)), np.float64
+    n_classes = len(estimator.classes_)
+    return (None if n_classes == 2 else n_classes), _output_dtype(estimator)
+
+
+def _output_dtype(estimator) -> np.dtype:
+    """float32 where the fit's X was float32 (``coef_`` keeps its dtype, as scikit-learn's
+    linear models do), else float64: the computation itself is always in float64."""
+    return np.dtype(np.float32) if estimator.coef_.dtype == np.float32 else np.dtype(np.float64)
 
 
 def _label_shape(estimator):
@@ -87,13 +95,54 @@ class PosteriorPrediction:
             common shift, along which the posterior is its prior).
         """
         predictive = self._predictive()
-        return predictive.latent_mean_and_variance(self._validate_prediction_data(X))
+        mean, var = predictive.latent_mean_and_variance(self._validate_prediction_data(X))
+        dtype = _output_dtype(self)
+        return mean.astype(dtype, copy=False), var.astype(dtype, copy=False)
 
     def _predictive(self) -> FittedPredictive:
-        """The fitted posterior's predictive (its kind read from ``sigma_`` and ``coef_``)."""
+        """The fitted posterior's predictive (its kind read from ``sigma_`` and ``coef_``),
+        computed in float64 whatever the fitted attributes' dtype (and from a sparsified
+        ``coef_`` too)."""
         check_is_fitted(self)
         posteriors = getattr(self, "posteriors_", None)  # needed by sample_coef only
-        return fitted_predictive(self.coef_, self.intercept_, self.sigma_, self._link, posteriors)
+        coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
+        return fitted_predictive(
+            np.asarray(coef, dtype=np.float64),
+            np.asarray(self.intercept_, dtype=np.float64),
+            np.asarray(self.sigma_, dtype=np.float64),
+            self._link,
+            posteriors,
+        )
+
+    def sparsify(self):
+        """Store ``coef_`` as a scipy.sparse CSR matrix, as ``LogisticRegression.sparsify``.
+
+        The posterior means are rarely exactly zero, so this saves memory only where many
+        are (features that never occur with a non-zero value, for instance); prediction is
+        unchanged. :meth:`densify` converts back.
+
+        Returns
+        -------
+        self : object
+            The estimator, with a sparse ``coef_``.
+        """
+        check_is_fitted(self, "coef_")
+        if not sp.issparse(self.coef_):
+            self.coef_ = sp.csr_matrix(self.coef_)
+        return self
+
+    def densify(self):
+        """Store ``coef_`` as a dense ndarray again (the default after ``fit``).
+
+        Returns
+        -------
+        self : object
+            The estimator, with a dense ``coef_``.
+        """
+        check_is_fitted(self, "coef_")
+        if sp.issparse(self.coef_):
+            self.coef_ = self.coef_.toarray()
+        return self
 
     def _validate_prediction_data(self, X):
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
@@ -113,7 +162,8 @@ class PosteriorPrediction:
         ndarray of shape (n_samples, n_classes)
         """
         predictive = self._predictive()
-        return predictive.log_proba(self._validate_prediction_data(X))
+        log_proba = predictive.log_proba(self._validate_prediction_data(X))
+        return log_proba.astype(_output_dtype(self), copy=False)
 
     @_dask_chunkwise(_per_class)
     def predict_proba(self, X):
@@ -147,7 +197,8 @@ class PosteriorPrediction:
         """
         # exp of predict_log_proba, taken chunk by chunk.
         predictive = self._predictive()
-        return predictive.log_proba(self._validate_prediction_data(X), np.exp)
+        proba = predictive.log_proba(self._validate_prediction_data(X), np.exp)
+        return proba.astype(_output_dtype(self), copy=False)
 
     @_dask_chunkwise(_decision_shape)
     def decision_function(self, X):
@@ -168,7 +219,8 @@ class PosteriorPrediction:
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
         predictive = self._predictive()
-        return predictive.decision_function(self._validate_prediction_data(X))
+        scores = predictive.decision_function(self._validate_prediction_data(X))
+        return scores.astype(_output_dtype(self), copy=False)
 
     @_dask_chunkwise(_label_shape)
     def predict(self, X):
