@@ -33,7 +33,6 @@ import importlib.util
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +45,8 @@ _spec = importlib.util.spec_from_file_location("_common", _HERE / "_common.py")
 _common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_common)
 RESULTS, machine, machine_line = _common.RESULTS, _common.machine, _common.machine_line
+CACHE, compare_rows, read_csv = _common.CACHE, _common.compare_rows, _common.read_csv
+recorded_warnings = _common.recorded_warnings
 write_csv, write_json = _common.write_csv, _common.write_json
 
 N_FEATURES = 20
@@ -172,8 +173,7 @@ def run(n_rows: int, chunk_rows: int, compare: bool, client) -> dict:
     cluster_pids = [os.getpid(), *pids, *(psutil.Process(p).ppid() for p in pids)]
     transfers = sum(client.run(_outgoing).values())
     lo = socket_bytes(cluster_pids)
-    with Sampler(pids) as memory, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with Sampler(pids) as memory, recorded_warnings() as caught:
         start = time.perf_counter()
         model = VSLogisticRegression(random_state=0).fit(X, y)
         seconds = time.perf_counter() - start

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 from pathlib import Path
 
 import _ground_truth
 import _uci
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import RESULTS, machine, machine_line, timed, write_csv, write_json
 
 import vsbayes
 from vsbayes import Gaussian, excess_kl
@@ -134,11 +132,7 @@ def make(method: str, model: str, n_samples: int | None = None, seed: int = 0):
 def posterior(X, y, method, model, n_samples=None, seed=0) -> tuple[Gaussian, float, bool]:
     """Fit; return (posterior Gaussian, seconds, fell back to Laplace)."""
     estimator = make(method, model, n_samples, seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fallbacks are recorded, not printed
-        t0 = time.perf_counter()
-        estimator.fit(X, y)
-        seconds = time.perf_counter() - t0
+    seconds, _, _ = timed(lambda: estimator.fit(X, y))  # fallbacks are recorded, not printed
     fallback = bool(getattr(estimator, "laplace_fallback_", [False])[0])
     return estimator.posteriors_[0], seconds, fallback
 
