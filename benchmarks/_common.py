@@ -12,7 +12,8 @@
   process, medians of the repeats; the baseline's time is the faster of its median at the
   default BLAS threads and its median on one BLAS thread (a few-ms fit can lose 2× to
   threads spinning on a shared machine, and the ratio should not credit vsbayes with that).
-* :func:`compare_rows`: a rerun's numbers next to the committed ones (the ``--quick`` modes).
+* :func:`quick_report`: the ``--quick`` modes' seeded numbers next to the committed results'
+  and the previous quick run's (:func:`compare_rows`).
 * ``CACHE``: the folder, ignored by git, where large references are generated on demand and
   the quick runs write; no file over 1 MB is committed under ``results/``
   (``tests/test_benchmark_results.py``).
@@ -259,12 +260,19 @@ def fmt(x: float) -> str:
 
 
 def compare_rows(
-    new: Iterable[dict], committed: Iterable[dict], keys: tuple[str, ...], values: tuple[str, ...]
+    new: Iterable[dict],
+    reference: Iterable[dict],
+    keys: tuple[str, ...],
+    values: tuple[str, ...],
+    *,
+    label: str = "the committed results",
+    show: int = 10,
 ) -> int:
-    """Print each new row's ``values`` beside the committed row with the same ``keys``.
+    """Print how many ``values`` of the new rows equal those of the ``reference`` rows with the
+    same ``keys``, and the first ``show`` that differ; return the number that differ.
 
-    Numbers are compared as floats (a CSV holds ``repr``, which round-trips exactly); a
-    seeded rerun of unchanged code shows every value "same". Returns the number that differ.
+    Numbers are compared as floats (CSV and JSON hold ``repr``, which round-trips exactly), so
+    a seeded rerun of unchanged code shows every value the same.
     """
 
     def key(row):
@@ -277,7 +285,7 @@ def compare_rows(
             return str(a) == str(b)
         return a == b or (math.isnan(a) and math.isnan(b))
 
-    old = {key(r): r for r in committed}
+    old = {key(r): r for r in reference}
     differ = missing = total = 0
     for row in new:
         ref = old.get(key(row))
@@ -288,16 +296,35 @@ def compare_rows(
             total += 1
             if not same(row.get(name), ref.get(name)):
                 differ += 1
-                print(
-                    f"DIFFERS {dict(zip(keys, key(row), strict=True))} {name}: {ref.get(name)} -> "
-                    f"{row.get(name)}"
-                )
+                if differ <= show:
+                    where = dict(zip(keys, key(row), strict=True))
+                    print(f"  differs: {where} {name}: {ref.get(name)} -> {row.get(name)}")
     print(
-        f"compared {total} numbers with the committed results: {total - differ} same, "
-        f"{differ} differ" + (f"; {missing} rows not in the committed results" if missing else ""),
+        f"Compared with {label}: {total} numbers, {total - differ} same, {differ} differ"
+        + (f"; {missing} rows not there" if missing else "")
+        + ".",
         flush=True,
     )
     return differ
+
+
+def quick_report(
+    name: str, rows: list[dict], keys: tuple[str, ...], values: tuple[str, ...], committed
+) -> None:
+    """The ``--quick`` modes' report: the seeded numbers of ``rows`` beside the committed
+    results' and beside the previous quick run's (``CACHE/<name>_quick.json``), then saved
+    there for the next run. Run ``--quick`` before and after a change: "every number the
+    same" against the previous run is the check (the committed results may come from an older
+    commit, and say so by differing)."""
+    path = CACHE / f"{name}_quick.json"
+    compare_rows(rows, committed, keys, values)
+    if path.is_file():
+        previous = json.loads(path.read_text())
+        commit = previous.get("machine", {}).get("commit", "?")
+        compare_rows(rows, previous["rows"], keys, values, label=f"the last quick run ({commit})")
+    kept = [{k: row.get(k) for k in (*keys, *values)} for row in rows]
+    write_json(path, {"machine": machine(), "rows": kept})
+    print(f"Saved in {path}.")
 
 
 def read_csv(path: Path) -> list[dict]:

@@ -34,14 +34,15 @@ are over 1 MB and so not committed: ``nuts_reference.py --restore`` copies them 
 history into ``results/cache/nuts_reference/`` (or reruns NUTS; see its docstring); without
 them those cells are listed as "no reference yet".
 
-Quick check (about 1-2 minutes on 2 cores)::
+Quick check (under a minute on 2 cores)::
 
     python benchmarks/high_dimension.py --quick
 
 refits every method on breast cancer (both links, seed 0: the committed run's first seed)
-into ``results/cache/high_dimension_quick/`` and prints each KL, warning count and strategy
-beside the committed ``results/high_dimension.json``'s: unchanged code shows every number the
-same (times and ratios to LR differ with the machine's state).
+into ``results/cache/high_dimension_quick/`` and compares each KL, warning count, fallback and
+strategy with the committed ``results/high_dimension.json`` and with the last quick run
+(``results/cache/high_dimension_quick.json``): unchanged numbers show "0 differ" (times and
+ratios to LR are not compared: they follow the machine's state).
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ from _common import (
     CACHE,
     RESULTS,
     LRBaseline,
-    compare_rows,
     fmt,
     machine,
     machine_line,
+    quick_report,
     timed,
     warning_summary,
     write_csv,
@@ -562,12 +563,12 @@ def main() -> None:
         saved = run(args, saved)
     print(render(saved, args.out))
     if args.quick:
-        committed = load_saved(RESULTS / f"{NAME}.json").get("runs", [])
-        compare_rows(
+        quick_report(
+            NAME,
             saved["runs"],
-            committed,
             keys=("case", "link", "method", "seed"),
             values=("status", "kl", "warnings", "fallback", "strategy"),
+            committed=load_saved(RESULTS / f"{NAME}.json").get("runs", []),
         )
 
 

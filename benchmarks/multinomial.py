@@ -33,9 +33,10 @@ Quick check (about 30 s)::
     python benchmarks/multinomial.py --quick
 
 is ``--cases iris wine --rounds 1 --skip-cv --skip-nuts --out results/cache/multinomial_quick``
-and prints each method's errors (KL to the reference, over Laplace's, largest probability gap,
-strategy) beside the committed ``results/multinomial.csv``'s: unchanged code shows every number
-the same (times differ with the machine's state).
+and compares each method's errors (KL to the reference, over Laplace's, largest probability
+gap, strategy) with the committed ``results/multinomial.csv`` and with the last quick run
+(``results/cache/multinomial_quick.json``): unchanged numbers show "0 differ" (times are not
+compared: they follow the machine's state).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ import numpy as np
 from _common import (
     CACHE,
     RESULTS,
-    compare_rows,
     machine,
     machine_line,
+    quick_report,
     read_csv,
     recorded_warnings,
     timed,
@@ -657,11 +658,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write_report(args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts)
     if args.quick:
-        compare_rows(
+        quick_report(
+            "multinomial",
             rows,
-            read_csv(RESULTS / "multinomial.csv"),
             keys=("case", "method"),
             values=("kl_ref", "kl_ratio", "proba_gap", "proba_gap_rows_over_target", "strategy"),
+            committed=read_csv(RESULTS / "multinomial.csv"),
         )
 
 
