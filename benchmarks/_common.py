@@ -189,11 +189,6 @@ class LRBaseline:
         return self.default + self.one_thread
 
     @property
-    def threads(self) -> str:
-        """The setting :attr:`seconds` comes from: ``"default"`` or ``"1"``."""
-        return "1" if np.median(self.one_thread) < np.median(self.default) else "default"
-
-    @property
     def seconds(self) -> float:
         if not self.default:
             return math.nan
