@@ -10,11 +10,19 @@ The references are long NUTS runs (``benchmarks/nuts_reference.py``), kept as th
 moment-matched Gaussian of the draws in ``results/nuts_reference/<case>_<link>.npz``;
 :func:`load_reference` reads them and :func:`gaussian_kl` measures a method's Gaussian
 against one. Nothing here needs NumPyro or JAX.
+
+The ``LARGE_REFERENCES`` (over 1 MB: their covariance has 500² and 2000² entries) are not
+committed; they live in ``results/cache/nuts_reference/`` (ignored by git), where
+``python benchmarks/nuts_reference.py --restore`` copies the copies committed before
+``COMMITTED_AT`` (seconds, bitwise the same), or
+``python benchmarks/nuts_reference.py --cases classif_d500_m300 sparse_d2000`` reruns NUTS
+(about 4, 6 and 20 minutes on one core; needs the ``bench`` extra).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +30,12 @@ import scipy.sparse as sp
 from scipy.linalg import cho_factor, solve_triangular
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "results" / "nuts_reference"
+#: Where the references over 1 MB are generated on demand (ignored by git).
+LARGE_REFERENCE_DIR = REFERENCE_DIR.parent / "cache" / "nuts_reference"
+LARGE_REFERENCES = ("classif_d500_m300_logistic", "classif_d500_m300_probit",
+                    "sparse_d2000_logistic")  # fmt: skip
+#: The last commit with the large references in ``REFERENCE_DIR``.
+COMMITTED_AT = "e3e12ddf27c1fd67ece7bef7ae6d6a877701ab6f"
 
 #: Prior of the model: variance C of each weight and of the intercept.
 PRIOR_VAR = 1.0
@@ -141,7 +155,25 @@ def gaussian_kl(mean_ref, cov_ref, mean, cov) -> float:
 
 
 def reference_path(case: str, link: str) -> Path:
-    return REFERENCE_DIR / f"{case}_{link}.npz"
+    name = f"{case}_{link}"
+    return (LARGE_REFERENCE_DIR if name in LARGE_REFERENCES else REFERENCE_DIR) / f"{name}.npz"
+
+
+def restore_large_references() -> list[Path]:
+    """Copy the ``LARGE_REFERENCES`` missing from the cache out of the git history."""
+    restored = []
+    LARGE_REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    for name in LARGE_REFERENCES:
+        path = LARGE_REFERENCE_DIR / f"{name}.npz"
+        if path.is_file():
+            continue
+        committed = f"{COMMITTED_AT}:benchmarks/results/nuts_reference/{name}.npz"
+        done = subprocess.run(
+            ["git", "show", committed], capture_output=True, check=True, cwd=REFERENCE_DIR.parent
+        )
+        path.write_bytes(done.stdout)
+        restored.append(path)
+    return restored
 
 
 def load_reference(case: str, link: str):

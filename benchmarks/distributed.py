@@ -23,7 +23,17 @@ grows by ≤ 200 MB and the traffic is ≤ 5 % of X; the posterior equals the in
 at 10⁶ rows to 1e-8 relative; the time at 10⁶ rows ≤ 1.5 × the in-memory fit's.
 
 Usage: python benchmarks/distributed.py [--rows 1e5 1e6 1e7] [--compare-up-to 1e6]
-Writes benchmarks/results/distributed.{csv,json,md,png}.
+Writes benchmarks/results/distributed.{csv,json,md,png}. The full run takes about 10 minutes
+(needs the ``dask`` extra: dask, distributed, psutil).
+
+Quick check (10⁵ rows, about 30 s)::
+
+    python benchmarks/distributed.py --quick
+
+is ``--rows 1e5 --compare-up-to 1e5 --out results/cache/distributed_quick`` and compares the
+seeded figures (strategy, N, chunks, the bytes of the chunk passes, the largest differences
+from the in-memory fit) with the committed ``results/distributed.csv`` and with the last quick
+run (``results/cache/distributed_quick.json``): unchanged numbers show "0 differ".
 """
 
 from __future__ import annotations
@@ -33,7 +43,6 @@ import importlib.util
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +55,8 @@ _spec = importlib.util.spec_from_file_location("_common", _HERE / "_common.py")
 _common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_common)
 RESULTS, machine, machine_line = _common.RESULTS, _common.machine, _common.machine_line
+CACHE, quick_report, read_csv = _common.CACHE, _common.quick_report, _common.read_csv
+recorded_warnings = _common.recorded_warnings
 write_csv, write_json = _common.write_csv, _common.write_json
 
 N_FEATURES = 20
@@ -172,8 +183,7 @@ def run(n_rows: int, chunk_rows: int, compare: bool, client) -> dict:
     cluster_pids = [os.getpid(), *pids, *(psutil.Process(p).ppid() for p in pids)]
     transfers = sum(client.run(_outgoing).values())
     lo = socket_bytes(cluster_pids)
-    with Sampler(pids) as memory, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with Sampler(pids) as memory, recorded_warnings() as caught:
         start = time.perf_counter()
         model = VSLogisticRegression(random_state=0).fit(X, y)
         seconds = time.perf_counter() - start
@@ -296,7 +306,10 @@ def main() -> None:
     parser.add_argument("--compare-up-to", type=float, default=1e6)
     parser.add_argument("--chunk-rows", type=int, default=250_000)
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--quick", action="store_true", help="1e5 rows, compared")
     args = parser.parse_args()
+    if args.quick:
+        args.rows, args.compare_up_to, args.out = [1e5], 1e5, str(CACHE / "distributed_quick")
     from distributed import Client, LocalCluster
 
     out = Path(args.out)
@@ -319,6 +332,15 @@ def main() -> None:
     write_json(out / "distributed.json", {"machine": info, "rows": rows})
     (out / "distributed.md").write_text(report(rows, info))
     plot(rows, out / "distributed.png")
+    if args.quick:
+        quick_report(
+            "distributed",
+            rows,
+            keys=("rows",),
+            values=("chunks", "strategy", "n_samples", "pass_args_mb", "pass_results_mb",
+                    "coef_abs_diff", "max_rel_diff"),
+            committed=read_csv(RESULTS / "distributed.csv"),
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,17 +19,14 @@ Writes benchmarks/results/estimator_defaults.{csv,json,md,png}.
 from __future__ import annotations
 
 import argparse
-import time
-import warnings
 
 import numpy as np
-from _common import RESULTS, fmt, machine, machine_line, quartiles, write_csv, write_json
+from _common import RESULTS, fmt, machine, machine_line, quartiles, timed, write_csv, write_json
 from scipy.special import expit
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes
-from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 
 ESTIMATORS = {"logistic": vsbayes.VSLogisticRegression, "probit": vsbayes.VSProbitRegression}
 LAPLACE = {"logistic": vsbayes.LaplaceLogisticRegression, "probit": vsbayes.LaplaceProbitRegression}
@@ -48,12 +45,9 @@ def datasets():
 
 
 def fit(cls, X, y, **params):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnreliableFitWarning)
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        start = time.perf_counter()
-        est = cls(**params).fit(X, y)
-        return est, time.perf_counter() - start
+    estimator = cls(**params)
+    seconds, _, _ = timed(lambda: estimator.fit(X, y))
+    return estimator, seconds
 
 
 def main():

@@ -27,12 +27,10 @@ Writes benchmarks/results/evidence_c.{csv,json,md,png}.
 from __future__ import annotations
 
 import argparse
-import time
-import warnings
 
 import _uci
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import RESULTS, machine, machine_line, recorded_warnings, timed, write_csv, write_json
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.metrics import log_loss
 from sklearn.model_selection import GridSearchCV, RepeatedStratifiedKFold, StratifiedKFold
@@ -78,11 +76,7 @@ def grid_model():
 
 
 def timed_fit(model, X, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        start = time.perf_counter()
-        model.fit(X, y)
-        return time.perf_counter() - start
+    return timed(lambda: model.fit(X, y))[0]
 
 
 def chosen_c(model) -> float:
@@ -105,8 +99,7 @@ def compare(name, X, y, repeats):
     evidence = evidence_model()
     evidence.fit(X, y)
     grid = grid_model()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with recorded_warnings():
         grid.fit(X, y)
     eb = evidence[-1]
     curves = {
@@ -159,8 +152,7 @@ def exact_evidence(X, y, center) -> dict:
     X = StandardScaler().fit_transform(X)
     cs = center * EXACT_SPAN
     curves = {"Cs": cs.tolist(), "is": [], "vs": [], "ess": []}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with recorded_warnings():
         for c in cs:
             exact = ISLogisticRegression(C=c, n_samples=EXACT_DRAWS, random_state=0).fit(X, y)
             curves["is"].append(exact.log_marginal_likelihood_value_)

@@ -17,9 +17,10 @@ Error: ``gaussian_kl(reference, fit)`` (nats, KL from the NUTS Gaussian to the m
 that KL divided by Laplace's — "error ÷ Laplace's". The reference's own noise floor (from its
 summary) bounds what can be resolved. Time: wall time of ``fit`` and its ratio to
 ``sklearn.linear_model.LogisticRegression(C=1)`` on the same data, timed in the same process
-(the median of 5 after a warm-up and of one more beside each fit). Warnings raised by a fit
-are recorded (categories, first message), not printed; an estimator that raises has its
-error text recorded and the run goes on.
+by ``_common.LRBaseline`` (5 fits after a warm-up and one more beside each fit, each at the
+default BLAS threads and on one; the faster median). Warnings raised by a fit are recorded
+(categories, first message), not printed; an estimator that raises has its error text
+recorded and the run goes on.
 
 Every fit is saved in ``results/high_dimension.json`` as it ends; a rerun skips the fits
 already there (those that errored are retried; ``--force`` refits), and ``--render-only``
@@ -27,21 +28,45 @@ rebuilds the CSV, Markdown and PNG from that JSON.
 
 Usage: python benchmarks/high_dimension.py [--cases breast_cancer digits3] [--links logistic]
            [--methods laplace ep vs] [--seeds 3] [--out DIR] [--force] [--render-only]
+
+The full run takes hours (the d = 500 and sparse d = 2000 cells dominate). Their references
+are over 1 MB and so not committed: ``nuts_reference.py --restore`` copies them from the
+history into ``results/cache/nuts_reference/`` (or reruns NUTS; see its docstring); without
+them those cells are listed as "no reference yet".
+
+Quick check (under a minute on 2 cores)::
+
+    python benchmarks/high_dimension.py --quick
+
+refits every method on breast cancer (both links, seed 0: the committed run's first seed)
+into ``results/cache/high_dimension_quick/`` and compares each KL, warning count, fallback and
+strategy with the committed ``results/high_dimension.json`` and with the last quick run
+(``results/cache/high_dimension_quick.json``): unchanged numbers show "0 differ" (times and
+ratios to LR are not compared: they follow the machine's state).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, fmt, machine, machine_line, write_csv, write_json
+from _common import (
+    CACHE,
+    RESULTS,
+    LRBaseline,
+    fmt,
+    machine,
+    machine_line,
+    quick_report,
+    timed,
+    warning_summary,
+    write_csv,
+    write_json,
+)
 from _high_dim_cases import CASES, cells, gaussian_kl, load_case, load_reference
-from sklearn.linear_model import LogisticRegression
 
 import vsbayes
 
@@ -99,13 +124,10 @@ def timed_fit(make, X, y, *, repeats: int = 1) -> dict:
     try:
         for k in range(repeats):
             estimator = make()
-            with warnings.catch_warnings(record=True) as record:
-                warnings.simplefilter("always")
-                t0 = time.perf_counter()
-                estimator.fit(X, y)
-                times.append(time.perf_counter() - t0)
+            seconds, _, record = timed(lambda estimator=estimator: estimator.fit(X, y))
+            times.append(seconds)
             if k == 0:
-                caught = list(record)
+                caught = record
                 if times[0] >= FAST_SECONDS:
                     break
     except Exception as error:  # the package changes under us: record it and go on
@@ -123,26 +145,11 @@ def timed_fit(make, X, y, *, repeats: int = 1) -> dict:
         "mean": mean,
         "cov": np.asarray(estimator.sigma_, dtype=float),
         "log_Z": float(estimator.log_marginal_likelihood_value_),
-        "warnings": len(caught),
-        "warning_categories": ",".join(sorted({w.category.__name__ for w in caught})),
-        "warning_first": f"{caught[0].category.__name__}: {caught[0].message}" if caught else "",
+        **warning_summary(caught),
         "fallback": "" if fallback is None else bool(np.any(fallback)),
         "strategy": "" if strategy is None else ",".join(map(str, strategy)),
         "strategy_reason": "" if reasons is None else " | ".join(reasons),
     }
-
-
-def baseline_times(X, y, repeats: int = BASELINE_REPEATS, **params) -> list[float]:
-    """Wall times of ``LogisticRegression(**params).fit``, ``repeats`` fits after a warm-up."""
-    times = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a ConvergenceWarning does not change its role here
-        for k in range(repeats + 1):
-            t0 = time.perf_counter()
-            LogisticRegression(**params).fit(X, y)
-            if k:
-                times.append(time.perf_counter() - t0)
-    return times
 
 
 def load_saved(path: Path) -> dict:
@@ -223,7 +230,7 @@ def warm_up(specs) -> None:
     X = (X - X.mean(0)) / X.std(0)
     for family, link, params, seeded in specs:
         timed_fit(lambda: make_estimator(family, link, 0 if seeded else None, **params), X, y)
-    baseline_times(X, y)
+    LRBaseline(X, y).time(record=False)
 
 
 def run(args, saved: dict) -> dict:
@@ -266,7 +273,7 @@ def run(args, saved: dict) -> dict:
             **{k: v for k, v in meta.get(cell, {}).items() if k.startswith("lr_")},
         }
         X = y = None
-        lr, lr_times = None, []
+        lr, baseline = None, None
         for method in args.methods:
             if method not in METHODS or skip_reason(case, link, method) == "n/a (logistic only)":
                 continue
@@ -284,15 +291,15 @@ def run(args, saved: dict) -> dict:
                     continue
                 if X is None:
                     X, y = load_case(case)
-                    lr_times = baseline_times(X, y, C=C)
-                    lr_median = np.median(lr_times)
-                    print(f"{cell}: LogisticRegression(C=1) {lr_median:.3g} s", flush=True)
-                # LR is timed again beside every fit, and each ratio takes the median of all
+                    baseline = LRBaseline(X, y, C=C).time(record=False)
+                    baseline.time(BASELINE_REPEATS)
+                    print(f"{cell}: LogisticRegression(C=1) {baseline.seconds:.3g} s", flush=True)
+                # LR is timed again beside every fit, and each ratio takes the medians of all
                 # the cell's LR times so far: a few-ms baseline varies 2× with the machine's
                 # state (measured 3.9 and 7.9 ms on 1000 × 200), and one median of 5 taken
                 # at the start made a whole cell's ratios follow it.
-                lr_times += baseline_times(X, y, repeats=1, C=C)
-                lr = float(np.median(lr_times))
+                baseline.time()
+                lr = baseline.seconds
                 meta[cell]["lr_seconds"] = lr
                 fit = timed_fit(
                     lambda family=family, params=params, seed=seed: make_estimator(
@@ -390,7 +397,8 @@ def markdown(saved: dict, rows: list[dict]) -> str:
         "and that KL ÷ Laplace's on the same cell (\"error ÷ Laplace\"). The reference's noise "
         "floor (nats, from its NUTS summary) is the error its finite draws alone would show. "
         "Time: wall time of `fit`, and × LR its ratio to `LogisticRegression(C=1)` timed in "
-        "the same process (median of 5, and of one more beside each fit). Sampling methods: "
+        "the same process (median of 5, and of one more beside each fit; the faster of its "
+        "default BLAS threads and one BLAS thread). Sampling methods: "
         "median over seeds (column `seeds`); "
         "deterministic ones: one fit, timed as the median of 3 when fast. C = 1, intercept; "
         f"N = 8n points for VS global and IS, skipped where N·M·p > {MAX_WORK:.0e}. `warnings`: "
@@ -540,12 +548,28 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
     parser.add_argument("--force", action="store_true", help="refit the selected fits")
     parser.add_argument("--render-only", action="store_true", help="only redo CSV/MD/PNG")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="breast cancer, seed 0, into results/cache/; compared with the committed run",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.cases, args.seeds, args.force = ["breast_cancer"], 1, True
+        args.out = CACHE / f"{NAME}_quick"
     args.out.mkdir(parents=True, exist_ok=True)
     saved = load_saved(args.out / f"{NAME}.json")
     if not args.render_only:
         saved = run(args, saved)
     print(render(saved, args.out))
+    if args.quick:
+        quick_report(
+            NAME,
+            saved["runs"],
+            keys=("case", "link", "method", "seed"),
+            values=("status", "kl", "warnings", "fallback", "strategy"),
+            committed=load_saved(RESULTS / f"{NAME}.json").get("runs", []),
+        )
 
 
 if __name__ == "__main__":

@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 
 import numpy as np
-from _common import RESULTS, fmt, machine, machine_line, quartiles, write_csv, write_json
+from _common import (
+    RESULTS,
+    fmt,
+    machine,
+    machine_line,
+    quartiles,
+    recorded_warnings,
+    write_csv,
+    write_json,
+)
 
 from vsbayes import excess_kl, laplace, n_family_params, variational_sampling
-from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from vsbayes.exceptions import EstimationError
 from vsbayes.models import GaussianMixtureTarget
 
 # (label, rounds, kernel_scale, scale of the first (Laplace) kernel)
@@ -34,15 +42,8 @@ CONFIGS = [
 ]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=30)
-    parser.add_argument("--dims", type=int, nargs="+", default=[5, 30])
-    parser.add_argument("--deltas", type=float, nargs="+", default=[1.5, 3.0])
-    parser.add_argument("--multiples", type=int, nargs="+", default=[8, 32])
-    args = parser.parse_args()
-    warnings.simplefilter("ignore", ConvergenceWarning)
-    warnings.simplefilter("ignore", UnreliableFitWarning)
+def run(args) -> list[dict]:
+    """Every (d, δ, trial, multiple, config) fit: one row each."""
     rows = []
     t0 = time.perf_counter()
     for d in args.dims:
@@ -85,7 +86,18 @@ def main():
                             }
                         )
             print(f"d={d} δ={delta} done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return rows
 
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--dims", type=int, nargs="+", default=[5, 30])
+    parser.add_argument("--deltas", type=float, nargs="+", default=[1.5, 3.0])
+    parser.add_argument("--multiples", type=int, nargs="+", default=[8, 32])
+    args = parser.parse_args()
+    with recorded_warnings():
+        rows = run(args)
     info = machine()
     summary = []
     for d in args.dims:

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 
 import _uci
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import RESULTS, machine, machine_line, recorded_warnings, write_csv, write_json
 from paper_reproduction import ESTIMATORS, MODELS, TRUTH, n_params, truth_gaussian
 
 from vsbayes import excess_kl
@@ -129,8 +128,7 @@ def run(data_dir, seeds: int, settings, path=RUNS) -> None:
                     estimator = ESTIMATORS[("VS", model)](
                         C=1e5, fit_intercept=False, strategy="global", random_state=seed, **params
                     )
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
+                    with recorded_warnings() as caught:
                         estimator.fit(X, y)
                     fit = estimator.posteriors_[0]
                     row = {

@@ -9,24 +9,46 @@ Time: estimation only, excluding sampling and target evaluation, one shot per fi
 careful timing, and the paper's Figure 4, are in vs_timing.py).
 
 Usage: python benchmarks/mixture_accuracy.py [--trials 50] [--quick]
-Writes benchmarks/results/mixture_accuracy.{csv,md,json,png}.
+Writes benchmarks/results/mixture_accuracy.{csv,md,json,png}. The full run (50 trials) takes
+about 6 minutes on an idle machine.
+
+Quick check (3 trials, the full run's first three seeds; 30 s of CPU, 2 minutes when busy)::
+
+    python benchmarks/mixture_accuracy.py --quick
+
+writes to ``results/cache/mixture_accuracy_quick/`` and compares every fit's excess KL,
+``kl_error``, iterations and status with the committed ``results/mixture_accuracy.csv`` and
+with the last quick run (``results/cache/mixture_accuracy_quick.json``): unchanged numbers
+show "0 differ" ("VS adaptive" too: its draws are seeded, its times are not compared).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import warnings
 
 import numpy as np
-from _common import RESULTS, fmt, machine, machine_line, quartiles, write_csv, write_json
+from _common import (
+    CACHE,
+    RESULTS,
+    fmt,
+    machine,
+    machine_line,
+    quartiles,
+    quick_report,
+    read_csv,
+    recorded_warnings,
+    timed,
+    write_csv,
+    write_json,
+)
 
 from vsbayes import excess_kl, laplace, n_family_params, variational_sampling
 from vsbayes.engine.bayesian_monte_carlo import fit_bmc_pool
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
 from vsbayes.engine.variational_sampling import fit_vs_pool
-from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from vsbayes.exceptions import EstimationError
 from vsbayes.models import GaussianMixtureTarget
 from vsbayes.sampling import MonteCarlo, ScrambledSobol, draw_from_kernel
 
@@ -40,13 +62,14 @@ def make_pool(target, kernel, n, rule, rng):
     return pool
 
 
-def timed(fn):
+def one_shot(fn):
+    """(fit or None if it failed, seconds), under the benchmarks' warning policy."""
     t0 = time.perf_counter()
     try:
-        out = fn()
+        seconds, out, _ = timed(fn)
     except EstimationError:
         return None, time.perf_counter() - t0
-    return out, time.perf_counter() - t0
+    return out, seconds
 
 
 def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
@@ -81,19 +104,21 @@ def run_trial(d, delta, trial, multiples, bmc_max_n, adapt):
         n = mult * n_params
         rng = np.random.default_rng([d, int(10 * delta), trial, mult])
         pool = make_pool(target, kernel, n, MonteCarlo(), rng)
-        fit, sec = timed(lambda: fit_vs_pool(pool, None, family="gaussian", tol=1e-2, max_iter=100))
+        fit, sec = one_shot(
+            lambda: fit_vs_pool(pool, None, family="gaussian", tol=1e-2, max_iter=100)
+        )
         record("VS", mult, fit, sec)
-        fit, sec = timed(lambda: fit_is_pool(pool))
+        fit, sec = one_shot(lambda: fit_is_pool(pool))
         record("IS", mult, fit, sec)
         if n <= bmc_max_n:
-            fit, sec = timed(lambda: fit_bmc_pool(pool, 1.0, 1e-8))
+            fit, sec = one_shot(lambda: fit_bmc_pool(pool, 1.0, 1e-8))
             record("BMC", mult, fit, sec)
         qpool = make_pool(target, kernel, n, ScrambledSobol(), rng)
-        fit, sec = timed(
+        fit, sec = one_shot(
             lambda: fit_vs_pool(qpool, None, family="gaussian", tol=1e-2, max_iter=100)
         )
         record("VS-QMC", mult, fit, sec)
-        fit, sec = timed(
+        fit, sec = one_shot(
             lambda: variational_sampling(
                 target,
                 kernel,
@@ -226,17 +251,19 @@ def main():
     parser.add_argument("--bmc-max-n", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kernel-scale", type=float, default=1.5)
-    parser.add_argument("--quick", action="store_true", help="3 trials, for a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 trials into results/cache/, compared"
+    )
     parser.add_argument("--name", default="mixture_accuracy")
     args = parser.parse_args()
+    out = RESULTS
     if args.quick:
         args.trials = 3
+        out = CACHE / f"{args.name}_quick"
     adapt = {"rounds": args.rounds, "kernel_scale": args.kernel_scale}
     rows = []
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        warnings.simplefilter("ignore", UnreliableFitWarning)
+    with recorded_warnings():
         for d in args.dims:
             for delta in args.deltas:
                 for trial in range(args.trials):
@@ -244,13 +271,19 @@ def main():
                 print(f"d={d} δ={delta} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     info = machine()
     table = summarize(rows, args.dims, args.deltas, args.multiples)
-    write_csv(RESULTS / f"{args.name}.csv", rows)
-    write_json(
-        RESULTS / f"{args.name}.json", {"machine": info, "args": vars(args), "summary": table}
-    )
-    (RESULTS / f"{args.name}.md").write_text(markdown(table, info, args) + "\n")
-    plot(table, RESULTS / f"{args.name}.png")
-    print((RESULTS / f"{args.name}.md").read_text())
+    write_csv(out / f"{args.name}.csv", rows)
+    write_json(out / f"{args.name}.json", {"machine": info, "args": vars(args), "summary": table})
+    (out / f"{args.name}.md").write_text(markdown(table, info, args) + "\n")
+    plot(table, out / f"{args.name}.png")
+    print((out / f"{args.name}.md").read_text())
+    if args.quick:
+        quick_report(
+            args.name,
+            rows,
+            keys=("d", "delta", "trial", "multiple", "method"),
+            values=("excess_kl", "kl_error", "n_iter", "status"),
+            committed=read_csv(RESULTS / f"{args.name}.csv"),
+        )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
 1. Time of ``fit`` and of ``predict_proba`` on the training rows, per method
    (``LaplaceLogisticRegression``, ``VSLogisticRegression``, ``ISLogisticRegression``,
    ``EPLogisticRegression``: multinomial EP with VS fits of the (K − 1)-dimensional sites), with
-   scikit-learn's ``LogisticRegression(C)`` timed in the same process as the baseline (best of
-   ``--rounds`` rounds, each round timing every method once in turn).
+   scikit-learn's ``LogisticRegression(C)`` timed in the same process as the baseline (median
+   of ``--rounds`` rounds, each round timing every method once in turn, LR at the default
+   BLAS threads and on one BLAS thread: the faster median, as ``_common.LRBaseline``).
 2. Error against the long NUTS references of ``nuts_softmax_reference.py`` (iris, wine):
    KL(reference ‖ method) of the reference's moment-matched Gaussian, over Laplace's
    (target for VS: ≤ 0.1), and the largest difference on any training row between the
@@ -23,14 +24,25 @@ data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
    and EP posteriors' predictives (``digits_nuts_diagnosis``; needs the ``bench`` extra).
 
 Usage: python benchmarks/multinomial.py [--rounds 3] [--out DIR] [--skip-cv] [--skip-nuts]
-Writes DIR/multinomial.{csv,json,md,png}; DIR defaults to benchmarks/results.
+Writes DIR/multinomial.{csv,json,md,png}; DIR defaults to benchmarks/results. The full run
+(digits' C grid and NUTS diagnosis included) takes about an hour and needs the ``bench``
+extra.
+
+Quick check (about 30 s)::
+
+    python benchmarks/multinomial.py --quick
+
+is ``--cases iris wine --rounds 1 --skip-cv --skip-nuts --out results/cache/multinomial_quick``
+and compares each method's errors (KL to the reference, over Laplace's, largest probability
+gap, strategy) with the committed ``results/multinomial.csv`` and with the last quick run
+(``results/cache/multinomial_quick.json``): unchanged numbers show "0 differ" (times are not
+compared: they follow the machine's state).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -38,7 +50,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import (
+    CACHE,
+    RESULTS,
+    machine,
+    machine_line,
+    quick_report,
+    read_csv,
+    recorded_warnings,
+    timed,
+    write_csv,
+    write_json,
+)
 from _high_dim_cases import gaussian_kl
 from nuts_softmax_reference import load_reference
 from sklearn.datasets import load_digits, load_iris, load_wine
@@ -79,32 +102,52 @@ def _posterior(est):
     return mean, est.sigma_
 
 
+def _fit_and_predict(make, X, y):
+    """(estimator, proba, fit seconds, predict_proba seconds, warnings) of one fit."""
+    fit_s, est, caught = timed(lambda: make(1.0).fit(X, y))
+    pred_s, proba, more = timed(lambda: est.predict_proba(X))
+    return est, proba, fit_s, pred_s, caught + more
+
+
 def time_and_error(case: str, rounds: int) -> list[dict]:
+    """Every method's row on one case. Each round times every method once in turn, and
+    LogisticRegression twice, at the default BLAS threads and on one (threadpoolctl): the
+    times are medians over the rounds, LR's the faster setting's (as ``_common.LRBaseline``)."""
+    from threadpoolctl import threadpool_limits
+
     X, y = _standardized(case)
     ref = load_reference(case) if case != "digits" else None
-    best = dict.fromkeys(METHODS, (np.inf, np.inf))
+    times = {method: ([], []) for method in METHODS}
+    lr_one_thread = ([], [])
     fitted, caught = {}, {}
     failed = {}
     for _ in range(rounds):
         for method, make in METHODS.items():
             if method in failed:
                 continue
-            with warnings.catch_warnings(record=True) as record:
-                warnings.simplefilter("always")
-                start = time.perf_counter()
-                try:
-                    est = make(1.0).fit(X, y)
-                except MemoryLimitError as exc:
-                    failed[method] = f"{type(exc).__name__}: {exc}"
-                    continue
-                fit_s = time.perf_counter() - start
-                start = time.perf_counter()
-                proba = est.predict_proba(X)
-                pred_s = time.perf_counter() - start
-            fit_best, pred_best = best[method]
-            best[method] = (min(fit_best, fit_s), min(pred_best, pred_s))
+            try:
+                est, proba, fit_s, pred_s, record = _fit_and_predict(make, X, y)
+            except MemoryLimitError as exc:
+                failed[method] = f"{type(exc).__name__}: {exc}"
+                continue
+            times[method][0].append(fit_s)
+            times[method][1].append(pred_s)
             fitted[method] = (est, proba)
             caught[method] = sorted({f"{w.category.__name__}: {w.message}" for w in record})
+            if method == "LogisticRegression":
+                with threadpool_limits(limits=1, user_api="blas"):
+                    *_, fit_s, pred_s, _ = _fit_and_predict(make, X, y)
+                lr_one_thread[0].append(fit_s)
+                lr_one_thread[1].append(pred_s)
+    median = {
+        method: (float(np.median(fit)), float(np.median(pred)))
+        for method, (fit, pred) in times.items()
+        if fit
+    }
+    median["LogisticRegression"] = tuple(
+        min(default, float(np.median(one)))
+        for default, one in zip(median["LogisticRegression"], lr_one_thread, strict=True)
+    )
     rows = []
     kl_laplace = None
     if ref is not None:
@@ -122,10 +165,10 @@ def time_and_error(case: str, rounds: int) -> list[dict]:
             "M": X.shape[0],
             "d": X.shape[1],
             "K": len(np.unique(y)),
-            "fit_s": best[method][0],
-            "predict_proba_s": best[method][1],
-            "fit_ratio_lr": best[method][0] / best["LogisticRegression"][0],
-            "predict_ratio_lr": best[method][1] / best["LogisticRegression"][1],
+            "fit_s": median[method][0],
+            "predict_proba_s": median[method][1],
+            "fit_ratio_lr": median[method][0] / median["LogisticRegression"][0],
+            "predict_ratio_lr": median[method][1] / median["LogisticRegression"][1],
             "strategy": str(getattr(est, "strategy_", [""])[0]),
             "warnings": "; ".join(caught[method]),
             "kl_ref": np.nan,
@@ -201,11 +244,7 @@ def _failed_row(case, method, X, y, reason) -> dict:
 
 def digits_defaults() -> dict:
     X, y = _standardized("digits")
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        start = time.perf_counter()
-        est = VSLogisticRegression().fit(X, y)
-        seconds = time.perf_counter() - start
+    seconds, est, record = timed(lambda: VSLogisticRegression().fit(X, y))
     return {
         "fit_s": seconds,
         "warnings": sorted({f"{w.category.__name__}: {w.message}" for w in record}),
@@ -224,8 +263,7 @@ def digits_cv() -> list[dict]:
             if method == "LogisticRegression":
                 est.set_params(logisticregression__max_iter=10_000)
             start = time.perf_counter()
-            with warnings.catch_warnings(record=True) as record:
-                warnings.simplefilter("always")
+            with recorded_warnings() as record:
                 result = cross_validate(
                     est, X, y, cv=cv, scoring="neg_log_loss", return_estimator=True
                 )
@@ -405,8 +443,9 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
         "# The multinomial posterior: time and error per method on iris, wine and digits",
         "",
         "Produced by `benchmarks/multinomial.py`. Standardized features, C = 1, intercepts "
-        "fitted; times are the best of the rounds, each round timing every method once in "
-        "turn in one process (ratios divide by `LogisticRegression(C=1)` on the same data). "
+        "fitted; times are the medians of the rounds, each round timing every method once in "
+        "turn in one process (ratios divide by `LogisticRegression(C=1)` on the same data, "
+        "the faster of its default BLAS threads and one BLAS thread). "
         "Error against the NUTS references (`nuts_softmax_reference.py`, 4 × 25,000 draws): "
         "KL(reference ‖ method) of the moment-matched Gaussians over Laplace's (target for VS "
         f"≤ {TARGETS['kl_ratio']}), and the largest |difference| on any training row between "
@@ -598,7 +637,13 @@ def main() -> None:
         "--skip-nuts", action="store_true", help="skip the digits NUTS diagnosis (needs numpyro)"
     )
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument(
+        "--quick", action="store_true", help="iris and wine, compared with the committed CSV"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.cases, args.rounds, args.skip_cv, args.skip_nuts = ["iris", "wine"], 1, True, True
+        args.out = CACHE / "multinomial_quick"
     info = machine()
     rows = [row for case in args.cases for row in time_and_error(case, args.rounds)]
     defaults = digits_defaults() if "digits" in args.cases else None
@@ -612,6 +657,14 @@ def main() -> None:
             cv_nuts = digits_cv_nuts()
     args.out.mkdir(parents=True, exist_ok=True)
     write_report(args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts)
+    if args.quick:
+        quick_report(
+            "multinomial",
+            rows,
+            keys=("case", "method"),
+            values=("kl_ref", "kl_ratio", "proba_gap", "proba_gap_rows_over_target", "strategy"),
+            committed=read_csv(RESULTS / "multinomial.csv"),
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,12 @@ Hessian there (a fixed linear preconditioner: the target is the exact posterior,
 constant-Jacobian map), with a diagonal mass matrix adapted on z during warm-up. The
 moment-matched Gaussian of the draws (mean, covariance of θ) and the diagnostics (rank-
 normalized split R-hat, bulk and tail ESS, divergences, wall time) are written to
-``results/nuts_reference/<case>_<link>.npz``, and the summary of every stored cell to
-``summary.json`` / ``summary.md`` beside them.
+``results/nuts_reference/<case>_<link>.npz`` (those over 1 MB, ``LARGE_REFERENCES``, to
+``results/cache/nuts_reference/``, ignored by git), and the summary of every stored cell to
+``summary.json`` / ``summary.md`` in ``results/nuts_reference/``.
+
+``--restore`` copies the large references from the git history into the cache instead (a few
+seconds; restore them before ``--summary-only``, which lists only the references it finds).
 
 Needs the ``bench`` extra (``pip install numpyro jax``); the library itself never imports
 them. Run single-threaded on one core, e.g.::
@@ -41,6 +45,7 @@ from _high_dim_cases import (
     load_reference,
     n_gaussian_parameters,
     reference_path,
+    restore_large_references,
 )
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 from scipy.special import expit, log_ndtr, ndtri
@@ -330,7 +335,7 @@ def run_cell(case: str, link: str, args) -> dict:
         "jax": jax.__version__,
         "numpyro": numpyro.__version__,
     }
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    reference_path(case, link).parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
         reference_path(case, link),
         mean=mean,
@@ -534,7 +539,16 @@ def main() -> None:
         metavar="DRAWS",
         help="instead of NUTS: check the stored references of --cases by importance sampling",
     )
+    parser.add_argument(
+        "--restore",
+        action="store_true",
+        help="copy the references over 1 MB from the git history into results/cache/",
+    )
     args = parser.parse_args()
+    if args.restore:
+        for path in restore_large_references():
+            print(f"restored {path}")
+        return
 
     import jax
 

@@ -6,8 +6,8 @@ intercept. Every method runs through its public estimator (``C=1e5, fit_intercep
 
 * Ground truth: importance sampling with ``--truth-draws`` (10^7; 10^8 for Haberman-probit,
   see ``TRUTH_DRAWS``) draws from a refined Student-t proposal (``_ground_truth.py``),
-  cached in ``results/paper_truth.json``; its effective sample size gives the noise floor
-  n/(2·ESS) of the excess KL.
+  cached in ``results/paper_truth.json`` (also with ``--out``: one cache for every run); its
+  effective sample size gives the noise floor n/(2·ESS) of the excess KL.
 * Laplace, EP-probit (on both models, as the paper), EP-logistic, VB-logistic (on both
   models, as the paper): one fit each (deterministic).
 * VS (one global fit, ``strategy="global"``), IS, BMC, drawing through ``--kernel`` (the
@@ -21,21 +21,40 @@ intercept. Every method runs through its public estimator (``C=1e5, fit_intercep
 
 Every fit is appended to ``results/paper_runs.jsonl`` as it ends, and a rerun skips the fits
 already there, so the benchmark can be stopped and resumed; ``--report`` only rebuilds the
-table and figure from that file.
+table and figure from that file. The full run takes about 1.5 hours (the truths,
+``results/paper_truth.json``, are committed; computing them anew takes about an hour more).
+
+Quick check, the paper table at 1 s (1-4 minutes on 2 cores, with the machine's load)::
+
+    python benchmarks/paper_reproduction.py --quick
+
+refits every deterministic method and, for VS, IS and BMC, the committed table's 1-s N with
+the repeats' first 3 seeds (``--quick 5``: 5 seeds), on every dataset and model, into
+``results/cache/paper_quick/``, and compares each excess KL, mean error and fallback with the
+committed ``results/paper_runs.jsonl`` (made by older code: many differ) and with the last
+quick run (``results/cache/paper_reproduction_quick.json``): run it before and after a change,
+and unchanged numbers show "0 differ" against the last run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 from pathlib import Path
 
 import _ground_truth
 import _uci
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import (
+    CACHE,
+    RESULTS,
+    machine,
+    machine_line,
+    quick_report,
+    timed,
+    write_csv,
+    write_json,
+)
 
 import vsbayes
 from vsbayes import Gaussian, excess_kl
@@ -107,6 +126,8 @@ PAPER = {
 TRUTH_DRAWS = {"haberman/probit": 10**8}
 
 RUNS = RESULTS / "paper_runs.jsonl"
+#: The runs of the committed table (``--quick`` compares with them).
+COMMITTED_RUNS = RUNS
 TRUTH = RESULTS / "paper_truth.json"
 
 
@@ -134,11 +155,7 @@ def make(method: str, model: str, n_samples: int | None = None, seed: int = 0):
 def posterior(X, y, method, model, n_samples=None, seed=0) -> tuple[Gaussian, float, bool]:
     """Fit; return (posterior Gaussian, seconds, fell back to Laplace)."""
     estimator = make(method, model, n_samples, seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fallbacks are recorded, not printed
-        t0 = time.perf_counter()
-        estimator.fit(X, y)
-        seconds = time.perf_counter() - t0
+    seconds, _, _ = timed(lambda: estimator.fit(X, y))  # fallbacks are recorded, not printed
     fallback = bool(getattr(estimator, "laplace_fallback_", [False])[0])
     return estimator.posteriors_[0], seconds, fallback
 
@@ -458,8 +475,53 @@ def report(datasets, data, budgets) -> None:
     print((RESULTS / "paper_table.md").read_text())
 
 
+def quick_check(datasets, data, seeds: int) -> None:
+    """Refit the committed table's 1-s cells and print each excess KL beside the committed one.
+
+    The cells: every deterministic fit, and for VS, IS and BMC the N of the 1-s budget with
+    the repeats' first ``seeds`` seeds, read from the committed ``paper_runs.jsonl``; the new
+    fits are appended to ``RUNS`` (set by the caller to a cache file).
+    """
+    committed = [json.loads(line) for line in COMMITTED_RUNS.read_text().splitlines() if line]
+    truth_cache = json.loads(TRUTH.read_text())
+    picked = []
+    for name in datasets:
+        for model in MODELS:
+            mine = [r for r in committed if r["dataset"] == name and r["model"] == model]
+            picked += [r for r in mine if r["role"] == "deterministic"]
+            for method in SAMPLING:
+                calibration = [
+                    r for r in mine if r["method"] == method and r["role"] == "calibration"
+                ]
+                within = sorted(r["N"] for r in calibration if r["seconds"] <= 1.0)
+                if within:
+                    picked += [
+                        r
+                        for r in mine
+                        if r["method"] == method
+                        and r["N"] == within[-1]
+                        and r["role"] == "repeat"
+                        and r["seed"] <= seeds
+                    ]
+    new = []
+    for r in picked:
+        X, y = data[r["dataset"]]
+        truth = truth_gaussian(truth_cache[f"{r['dataset']}/{r['model']}"])
+        new.append(
+            run_one(X, y, truth, r["dataset"], r["model"], r["method"], r["N"], r["seed"],
+                    r["role"])
+        )  # fmt: skip
+    quick_report(
+        "paper_reproduction",
+        new,
+        keys=("dataset", "model", "method", "N", "seed"),
+        values=("excess_kl", "mean_error", "fallback"),
+        committed=picked,
+    )
+
+
 def main() -> None:
-    global RESULTS, RUNS, TRUTH, KERNEL, METHODS
+    global RESULTS, RUNS, KERNEL, METHODS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=str(_uci.DEFAULT_DATA_DIR))
     parser.add_argument("--datasets", nargs="+", default=list(_uci.DATASETS))
@@ -471,12 +533,27 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", choices=SAMPLING, default=list(SAMPLING))
     parser.add_argument("--report", action="store_true", help="only rebuild table and figure")
     parser.add_argument("--out", default=None, help="output directory (default: results/)")
+    parser.add_argument(
+        "--quick",
+        type=int,
+        nargs="?",
+        const=3,
+        default=0,
+        metavar="SEEDS",
+        help="refit the committed 1-s table's cells (SEEDS repeats each, 3 by default) and "
+        "compare with the committed runs",
+    )
     args = parser.parse_args()
     KERNEL, METHODS = args.kernel, tuple(args.methods)
     args.out = args.out or str(RESULTS)
     RESULTS = Path(args.out)
-    RUNS, TRUTH = RESULTS / "paper_runs.jsonl", RESULTS / "paper_truth.json"
+    RUNS = RESULTS / "paper_runs.jsonl"  # the truths stay shared: TRUTH whatever --out
     data = {name: _uci.load(name, args.data_dir) for name in args.datasets}
+    if args.quick:
+        RUNS = CACHE / "paper_quick" / "paper_runs.jsonl"
+        RUNS.unlink(missing_ok=True)
+        quick_check(args.datasets, data, args.quick)
+        return
     if not args.report:
         cache = truths(args.datasets, data, args.truth_draws)
         run(args.datasets, data, cache, sorted(args.budgets), args.repeats, args.repeats_long)

@@ -40,18 +40,16 @@ import argparse
 import os
 import time
 import tracemalloc
-import warnings
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from _common import RESULTS, fmt, machine, machine_line, write_csv, write_json
+from _common import RESULTS, fmt, machine, machine_line, timed, write_csv, write_json
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
 from vsbayes import VSLogisticRegression, VSProbitRegression
 from vsbayes._blas import blas_thread_count
-from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 from vsbayes.models import logistic_predictive_log_proba
 from vsbayes.models import predictive as _predictive
 
@@ -93,12 +91,9 @@ def fit_all(X, y, fit_rows):
     """The three estimators fitted on the first ``fit_rows`` rows (VS warnings counted)."""
     fitted, caught = {}, []
     for name, make in ESTIMATORS.items():
-        with warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always", ConvergenceWarning)
-            warnings.simplefilter("always", UnreliableFitWarning)
-            t0 = time.perf_counter()
-            fitted[name] = make().fit(X[:fit_rows], y[:fit_rows])
-            seconds = time.perf_counter() - t0
+        seconds, fitted[name], record = timed(
+            lambda make=make: make().fit(X[:fit_rows], y[:fit_rows])
+        )
         caught += [f"{name}: {w.category.__name__}" for w in record]
         print(f"  fitted {name} on {fit_rows} rows in {seconds:.1f} s", flush=True)
     return fitted, caught

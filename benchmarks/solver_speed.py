@@ -39,16 +39,14 @@ import argparse
 import json
 import subprocess
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import _uci
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import RESULTS, machine, machine_line, speed_ratio, write_csv, write_json
+from _common import timed as harness_timed
 from scipy.linalg import cho_solve
 from sklearn.datasets import load_breast_cancer
-from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes
@@ -61,11 +59,9 @@ FACTORS = (8, 16, 32, 64, 128, 256, 512)
 
 
 def timed(func):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        start = time.perf_counter()
-        result = func()
-        return time.perf_counter() - start, result
+    """(seconds, result) of ``func()``, under the benchmarks' warning policy."""
+    seconds, result, _ = harness_timed(func)
+    return seconds, result
 
 
 def ionosphere(data_dir):
@@ -352,15 +348,13 @@ def moment_pass_under_load():
 # --- 4. Breast cancer against LogisticRegression --------------------------------------------
 def breast_cancer_ratio(repeats):
     X, y = breast_cancer()
-    timed(lambda: vsbayes.VSLogisticRegression(random_state=0).fit(X, y))
-    lr, vs = [], []
-    for seed in range(3 * repeats):
-        lr.append(timed(lambda: LogisticRegression().fit(X, y))[0])
-        vs.append(
-            timed(lambda seed=seed: vsbayes.VSLogisticRegression(random_state=seed).fit(X, y))[0]
-        )
-    row = {"lr_s": float(np.median(lr)), "vs_s": float(np.median(vs))}
-    row["ratio"] = row["vs_s"] / row["lr_s"]
+    speed = speed_ratio(
+        lambda seed: vsbayes.VSLogisticRegression(random_state=seed).fit(X, y),
+        X,
+        y,
+        repeats=3 * repeats,
+    )
+    row = {"lr_s": speed["lr_seconds"], "vs_s": speed["seconds"], "ratio": speed["ratio"]}
     print(
         f"breast cancer: LR {row['lr_s'] * 1e3:.2f} ms VS {row['vs_s'] * 1e3:.1f} ms "
         f"ratio {row['ratio']:.1f}",

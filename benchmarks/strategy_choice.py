@@ -17,7 +17,8 @@ Methods: the link's EP estimator and Laplace (deterministic: one fit, timed as t
 are counted), VS ``strategy="global"`` with ``kernel="ep"`` and with ``kernel="laplace"``,
 VS ``strategy="sites"``. Median error and median fit time over the seeds; times also as
 ratios to EP's and to ``LogisticRegression`` (same C and intercept) timed in the same
-process. A cell whose data or truth is absent is skipped with the reason.
+process by ``_common.LRBaseline`` (5 fits, then one beside each fit). A cell whose data or
+truth is absent is skipped with the reason.
 
 Every fit is saved in ``results/strategy_choice.json`` as it ends; a rerun skips those already
 there (errors are retried; ``--force`` refits) and ``--render-only`` rebuilds the CSV and
@@ -35,12 +36,12 @@ from pathlib import Path
 
 import _uci
 import numpy as np
-from _common import RESULTS, fmt, machine, machine_line, write_csv, write_json
+from _common import RESULTS, LRBaseline, fmt, machine, machine_line, write_csv, write_json
 from _high_dim_cases import gaussian_kl, load_case, load_reference
 from high_dimension import (
+    BASELINE_REPEATS,
     DETERMINISTIC_REPEATS,
     _short,
-    baseline_times,
     load_saved,
     make_estimator,
     mark,
@@ -141,7 +142,8 @@ def run(args, saved: dict) -> dict:
                 save()
                 continue
             X, y, settings, error, measure, floor = prepared
-            lr = float(np.median(baseline_times(X, y, **settings)))
+            baseline = LRBaseline(X, y, **settings).time(record=False)
+            lr = baseline.time(BASELINE_REPEATS).seconds
             meta[cell] = {
                 "case": dataset,
                 "link": link,
@@ -168,6 +170,9 @@ def run(args, saved: dict) -> dict:
                         y,
                         repeats=1 if seeded else DETERMINISTIC_REPEATS,
                     )
+                    # beside every fit, as in high_dimension.py: the medians of the cell's LR
+                    # times so far follow the machine's state
+                    lr = meta[cell]["lr_seconds"] = baseline.time().seconds
                     if fit["status"] == "ok":
                         mean, cov, log_Z = fit.pop("mean"), fit.pop("cov"), fit.pop("log_Z")
                         fit["error"] = error(mean, cov, log_Z)
@@ -247,7 +252,8 @@ def markdown(saved: dict, rows: list[dict]) -> str:
         "NUTS reference (no evidence). `floor`: the truth's own noise (n/(2·ESS), resp. the "
         "NUTS summary's). Sampling methods: median over seeds; EP and Laplace: one fit "
         "(median time of 3). Times: wall time of `fit`; × LR: ratio to LogisticRegression "
-        "(same C, intercept) in the same process.",
+        "(same C, intercept) in the same process, the faster of its default BLAS threads and "
+        "one BLAS thread.",
         "",
         machine_line(saved["machine"]) if "machine" in saved else "",
         "",

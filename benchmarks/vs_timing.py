@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_csv, write_json
+from _common import RESULTS, machine, machine_line, timed, write_csv, write_json
 
 from vsbayes import laplace, n_family_params
 from vsbayes.engine.bayesian_monte_carlo import fit_bmc_pool
 from vsbayes.engine.importance_sampling import fit_is_pool
 from vsbayes.engine.sample_pool import SamplePool, evaluate_log_target
 from vsbayes.engine.variational_sampling import fit_vs_pool
-from vsbayes.exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from vsbayes.exceptions import EstimationError
 from vsbayes.models import GaussianMixtureTarget
 from vsbayes.sampling import MonteCarlo, draw_from_kernel
 
@@ -77,10 +76,10 @@ def median_time(fn, repeats):
     for _ in range(repeats):
         t0 = time.perf_counter()
         try:
-            out = fn()
+            seconds, out, _ = timed(fn)
         except EstimationError:
-            out = None
-        times.append(time.perf_counter() - t0)
+            seconds, out = time.perf_counter() - t0, None
+        times.append(seconds)
     return float(np.median(times)), out
 
 
@@ -108,8 +107,6 @@ def main():
     parser.add_argument("--bmc-max-n", type=int, default=4000)
     args = parser.parse_args()
     rows = []
-    warnings.simplefilter("ignore", ConvergenceWarning)
-    warnings.simplefilter("ignore", UnreliableFitWarning)
 
     def measure(experiment, d, delta, seed, mult, *, paper=False, bmc=False):
         """Time VS, IS (and optionally the 2013 Newton, BMC) on one pool: one CSV row."""
