@@ -8,6 +8,7 @@ two of them.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import NamedTuple
 
@@ -211,6 +212,13 @@ class Gaussian:
         """
         rng = as_generator(random_state)
         return self.unwhiten(rng.standard_normal((int(n_samples), self.dim)))
+
+    def with_moments(self, mean, cov) -> Gaussian:
+        """A copy of the same class, ``log_Z`` and attributes (e.g. a result's diagnostics),
+        with another mean and covariance (checked and factorized as in the constructor)."""
+        changed = copy.copy(self)
+        Gaussian.__init__(changed, mean, cov, self.log_Z)
+        return changed
 
     def scale_cov(self, factor: float) -> Gaussian:
         """The same Gaussian with its covariance multiplied by ``factor`` (mass unchanged)."""

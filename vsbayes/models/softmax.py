@@ -34,6 +34,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 
 from .._indices import triu_indices
 from .._memory import block_bytes, block_length
+from ..gaussian import Gaussian
 
 __all__ = ["SoftmaxGLMPosterior"]
 
@@ -114,6 +115,52 @@ class SoftmaxGLMPosterior:
     def n_observations(self) -> int:
         """Number of observations with positive weight."""
         return self.X.shape[0]
+
+    def centred(self, posterior: Gaussian) -> Gaussian:
+        """``posterior`` in scikit-learn's representative: ``Σ_k w_k = 0``, ``Σ_k b_k = 0``.
+
+        The shift directions' posterior is known exactly (the module docstring): N(0, c_j)
+        along each unit vector ``1_K ⊗ e_j / √K``, independent of the contrasts. A fit that
+        does not hold that exactly — the sampled global fit, whose Monte Carlo noise lands in
+        those directions too — is replaced there by it: the mean and covariance are projected
+        onto the contrasts (``Π μ``, ``Π Σ Π``) and the shift directions' prior added back
+        (``c_j / K`` on each pair of classes of column j). Laplace's and EP's posteriors
+        already hold it, up to round-off. ``log_Z`` and the diagnostics are kept.
+        """
+        k = self.n_classes
+        blocks = []
+        for offset, width in self._class_blocks():
+            prior = self.prior_var[offset : offset + k * width].reshape(k, width)
+            if not np.all(prior == prior[0]):
+                raise ValueError(
+                    "The shift directions' posterior is the prior only when every class of "
+                    "a column has the same prior variance."
+                )
+            blocks.append((offset, width, prior[0]))
+        mean = self._centre_classes(np.array(posterior.mean)[:, None])[:, 0]
+        cov = self._centre_classes(np.array(posterior.cov))
+        cov = self._centre_classes(cov.T).T
+        # Column j of class k of a block sits at offset + k * width + j.
+        for offset, width, variance in blocks:
+            index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (k, width)
+            cov[index[:, None, :], index[None, :, :]] += variance / k
+        return posterior.with_moments(mean, cov)
+
+    def _class_blocks(self):
+        """``(offset, width)`` of θ's class-major blocks: W (K × d), then b (K × 1)."""
+        k, d = self.n_classes, self.n_features
+        yield 0, d
+        if self.fit_intercept:
+            yield k * d, 1
+
+    def _centre_classes(self, rows: np.ndarray) -> np.ndarray:
+        """Subtract, in place, each block's mean over the classes from the rows of ``rows``
+        (dim, n): the projection Π onto the contrasts, applied to every column."""
+        k = self.n_classes
+        for offset, width in self._class_blocks():
+            block = rows[offset : offset + k * width].reshape(k, width, -1)
+            block -= block.mean(axis=0)
+        return rows
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` of the rows of ``theta`` (..., dim): shapes (..., K, d) and (..., K)
