@@ -92,10 +92,10 @@ class ChunkedPosterior(_Chunked):
         sample_weight,
         link: str | Link,
         *,
-        prior_var: float,
+        prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
     ):
-        priors = {"prior_var": float(prior_var), "intercept_prior_var": intercept_prior_var}
+        priors = {"prior_var": prior_var, "intercept_prior_var": intercept_prior_var}
         template = BinaryGLMPosterior(_no_rows(X), np.zeros(0), np.zeros(0), link, **priors)
         build = _ChunkSpec(_Chunk, (template.link,), priors)
         self._setup(template, build, [X, y, sample_weight], ("link",))
@@ -116,10 +116,10 @@ class ChunkedSoftmaxPosterior(_Chunked):
         sample_weight,
         n_classes: int,
         *,
-        prior_var: float,
+        prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
     ):
-        priors = {"prior_var": float(prior_var), "intercept_prior_var": intercept_prior_var}
+        priors = {"prior_var": prior_var, "intercept_prior_var": intercept_prior_var}
         empty = np.zeros(0, dtype=np.intp)
         template = _SoftmaxChunk(_no_rows(X), empty, np.zeros(0), n_classes, **priors)
         build = _ChunkSpec(_SoftmaxChunk, (template.n_classes,), priors)

@@ -24,7 +24,7 @@ from .._memory import block_bytes
 from .._sums import CompensatedSum
 from .links import Link, get_link
 
-__all__ = ["BinaryGLMPosterior", "add_prior"]
+__all__ = ["BinaryGLMPosterior", "add_prior", "coefficient_prior_variances"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 # Entries of a likelihood block: the GEMM's output is still in cache for the link's pass.
@@ -45,9 +45,9 @@ class BinaryGLMPosterior:
         Non-negative likelihood exponents ``s_i``. Rows with weight 0 are dropped.
     link : {"logistic", "probit"} or Link
         The binary link ``F``.
-    prior_var : float
+    prior_var : float or array-like of shape (d,)
         Prior variance of each coefficient of ``w`` (``C`` of scikit-learn's
-        ``LogisticRegression``).
+        ``LogisticRegression``), one for all or one per feature.
     intercept_prior_var : float or None
         Prior variance of the intercept ``b``; ``None`` fits no intercept.
     n_jobs : int or None
@@ -69,7 +69,7 @@ class BinaryGLMPosterior:
         sample_weight,
         link: str | Link,
         *,
-        prior_var: float,
+        prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
@@ -95,7 +95,8 @@ class BinaryGLMPosterior:
             parts += [signed] if self.fit_intercept else []
             self.design = np.hstack(parts) if self.fit_intercept else parts[0]
         self.sample_weight = s
-        prior = np.full(self.dim, float(prior_var))
+        prior = np.empty(self.dim)
+        prior[: self.n_features] = coefficient_prior_variances(prior_var, self.n_features)
         if self.fit_intercept:
             prior[-1] = intercept_prior_var
         self.prior_var = prior
@@ -272,3 +273,16 @@ def _block_buffers(entries: int) -> tuple[np.ndarray, np.ndarray]:
         buffers = (np.empty(entries), np.empty(entries, dtype=np.float32))
         _THREAD_BUFFERS.pair = buffers
     return buffers
+
+
+def coefficient_prior_variances(prior_var, n_features: int) -> np.ndarray:
+    """The coefficients' prior variances: one for all features, or one per feature (d,);
+    positive and finite (a flat prior is the estimators' business: they make it vague)."""
+    variances = np.broadcast_to(np.asarray(prior_var, dtype=float), (n_features,))
+    if not (np.isfinite(variances).all() and (variances > 0).all()):
+        raise ValueError(
+            "prior_var must be positive and finite, one value or one per feature; got "
+            f"values from {variances.min(initial=np.inf):.3g} to "
+            f"{variances.max(initial=-np.inf):.3g}."
+        )
+    return variances

@@ -35,6 +35,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 from ..gaussian import Gaussian
+from .glm import coefficient_prior_variances
 
 __all__ = ["SoftmaxGLMPosterior"]
 
@@ -54,9 +55,9 @@ class SoftmaxGLMPosterior:
         Non-negative likelihood exponents ``s_i``. Rows with weight 0 are dropped.
     n_classes : int
         Number of classes K (at least 2).
-    prior_var : float
+    prior_var : float or array-like of shape (d,)
         Prior variance of each coefficient of ``W`` (``C`` of scikit-learn's
-        ``LogisticRegression``).
+        ``LogisticRegression``), one for all or one per feature (the same for every class).
     intercept_prior_var : float or None
         Prior variance of each intercept; ``None`` fits no intercept.
     n_jobs : int or None
@@ -81,7 +82,7 @@ class SoftmaxGLMPosterior:
         sample_weight,
         n_classes: int,
         *,
-        prior_var: float,
+        prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
@@ -104,7 +105,8 @@ class SoftmaxGLMPosterior:
         self.n_features = self.X.shape[1]
         k, d = self.n_classes, self.n_features
         self.dim = k * (d + int(self.fit_intercept))
-        prior = np.full(self.dim, float(prior_var))
+        prior = np.empty(self.dim)
+        prior[: k * d].reshape(k, d)[:] = coefficient_prior_variances(prior_var, d)
         if self.fit_intercept:
             prior[k * d :] = intercept_prior_var
         self.prior_var = prior
