@@ -9,9 +9,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes
-from vsbayes.approximations import glm_laplace
+from vsbayes.approximations import NewtonLaplaceSolver, glm_laplace, softmax_laplace
 from vsbayes.exceptions import ConvergenceWarning
-from vsbayes.models import BinaryGLMPosterior
+from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
 
 
 def well_conditioned(rng, m=300, d=5):
@@ -19,6 +19,17 @@ def well_conditioned(rng, m=300, d=5):
     f = X @ rng.standard_normal(d) + 0.3
     y = (rng.random(m) < 1 / (1 + np.exp(-f))).astype(int)
     return X, y
+
+
+def posterior(rng, kind):
+    """A binary (logistic or probit) or a three-class multinomial posterior."""
+    X, y = well_conditioned(rng)
+    if kind == "multinomial":
+        y = np.where(X[:, 1] > 0.5, 2, y)
+        return SoftmaxGLMPosterior(X, y, np.ones(len(y)), 3, prior_var=1.0, intercept_prior_var=1e6)
+    return BinaryGLMPosterior(
+        X, 2.0 * y - 1, np.ones(len(y)), kind, prior_var=1.0, intercept_prior_var=1e6
+    )
 
 
 def sklearn_solution(X, y, C):
@@ -82,3 +93,40 @@ def test_warns_when_max_iter_is_reached(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert glm_laplace(model).converged
+
+
+def test_the_one_solver_fits_the_multinomial_posterior(rng):
+    model = posterior(rng, "multinomial")
+    fit = NewtonLaplaceSolver(model, tol=1e-8, max_iter=100).solve()  # its curvature: the model's
+    wrapped = softmax_laplace(model)
+    np.testing.assert_allclose(fit.mean, wrapped.mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(fit.cov, wrapped.cov, rtol=1e-12)
+    assert (fit.n_iter, fit.converged) == (wrapped.n_iter, True)
+    with pytest.raises(ValueError, match="no dual form"):
+        NewtonLaplaceSolver(model, tol=1e-8, max_iter=100, form="dual").solve()
+
+
+@pytest.mark.parametrize("kind", ["logistic", "multinomial"])
+def test_the_final_step_is_an_option_of_either_posterior(rng, kind):
+    model = posterior(rng, kind)
+    fits = {
+        final: NewtonLaplaceSolver(model, tol=1e-6, max_iter=100, final_step=final).solve()
+        for final in (False, True)
+    }
+    assert fits[True].n_iter == fits[False].n_iter
+    # One quadratically convergent step beyond the stopping point.
+    assert fits[True].grad_norm < 1e-3 * fits[False].grad_norm
+    default = NewtonLaplaceSolver(model, tol=1e-6, max_iter=100).solve()
+    assert np.array_equal(default.mean, fits[kind == "multinomial"].mean)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "probit", "multinomial"])
+def test_a_tol_below_round_off_stops_at_round_off(rng, kind):
+    # tol = 0 asks for a gain float64 cannot show: a Newton decrement below a few
+    # eps |log p| counts as converged, in a few iterations and without a warning.
+    model = posterior(rng, kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = NewtonLaplaceSolver(model, tol=0.0, max_iter=100).solve()
+    assert fit.converged and fit.n_iter < 10
+    assert fit.grad_norm < 1e-5

@@ -81,7 +81,9 @@ class GLMGaussian:
         Name of H in the error raised when it is not positive definite.
     precision : ndarray of shape (p, p), optional
         H itself, instead of ``tau`` (primal form): for a model whose rows are not in
-        memory, which sums H over its chunks.
+        memory, which sums H over its chunks, or whose H has another form (the multinomial
+        posterior's; only ``dim``, ``n_observations``, ``prior_var`` and ``max_bytes`` of
+        the model are read then).
 
     Attributes
     ----------
