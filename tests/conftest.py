@@ -6,6 +6,17 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Hypothesis profiles, chosen by HYPOTHESIS_PROFILE. "ci" (the default) runs the same few
+# examples every time (derandomized), a few seconds in all; "thorough" draws 5000 new ones
+# per run (a few minutes), printing what reproduces a failure. A test's own @settings
+# holds only what is true of it (deadline, health checks), never the number of examples.
+settings.register_profile("ci", max_examples=200, derandomize=True)
+settings.register_profile(
+    "thorough", max_examples=5000, derandomize=False, database=None, print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _global_seeds() -> list[int]:

@@ -3,7 +3,8 @@
 Hypothesis draws the data (size, dimension, class balance, feature scales, weights) and the
 estimator (link × method) and its prior. Every fit either raises a ValueError that names
 the problem and its remedy, or returns a valid posterior (``assert_valid_fit``) with at most
-the documented warnings. The examples are derandomized so that CI runs the same ones.
+the documented warnings. How many examples, and whether they are the same each run, is the
+Hypothesis profile's choice (tests/conftest.py; HYPOTHESIS_PROFILE=thorough for many).
 """
 
 import warnings
@@ -44,12 +45,8 @@ def problems(draw):
     return X, y, weights
 
 
-@settings(
-    max_examples=1000,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+# A fit takes milliseconds to a second: no deadline, and slow data generation is expected.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     problem=problems(),
     cls=st.sampled_from(ALL),
