@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._base import BayesianGLMClassifier
 from ._docstrings import ATTRIBUTES, COMMON_PARAMETERS, estimator_docstring
+from ._methods import LaplaceMethod
 
 __all__ = ["LaplaceLogisticRegression", "LaplaceProbitRegression"]
 
@@ -39,20 +40,14 @@ def _laplace_doc(name: str, link: str, see_also: str) -> str:
 class LaplaceLogisticRegression(BayesianGLMClassifier):
     _method, _title = "laplace", "Laplace approximation"
     _link = "logistic"
-    _falls_back = False
     _multinomial = True
-
-    def _posterior(self, model, laplace, rng):
-        return laplace
+    _posterior_method = LaplaceMethod
 
 
 class LaplaceProbitRegression(BayesianGLMClassifier):
     _method, _title = "laplace", "Laplace approximation"
     _link = "probit"
-    _falls_back = False
-
-    def _posterior(self, model, laplace, rng):
-        return laplace
+    _posterior_method = LaplaceMethod
 
 
 LaplaceLogisticRegression.__doc__ = _laplace_doc(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..approximations import jaakkola_jordan
 from ._base import BayesianGLMClassifier
 from ._docstrings import (
     ATTRIBUTES,
@@ -12,6 +11,7 @@ from ._docstrings import (
     estimator_docstring,
     fallback_note,
 )
+from ._methods import VBMethod
 
 __all__ = ["VBLogisticRegression"]
 
@@ -20,6 +20,7 @@ class VBLogisticRegression(BayesianGLMClassifier):
     # The Jaakkola–Jordan bound exists for the logistic link only.
     _method, _title = "vb", "variational Bayes (Jaakkola–Jordan bound)"
     _link = "logistic"
+    _posterior_method = VBMethod
 
     def __init__(
         self,
@@ -43,9 +44,6 @@ class VBLogisticRegression(BayesianGLMClassifier):
             random_state=random_state,
             verbose=verbose,
         )
-
-    def _posterior(self, model, laplace, rng):
-        return jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)
 
 
 VBLogisticRegression.__doc__ = estimator_docstring(
