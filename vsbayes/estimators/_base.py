@@ -10,7 +10,6 @@ prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorP
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import numbers
 from numbers import Integral, Real
@@ -118,9 +117,7 @@ def _described(option) -> str:
     return str(option) if isinstance(option, Interval) else repr(option)
 
 
-class BayesianGLMClassifier(
-    PosteriorPrediction, ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta
-):
+class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
     A subclass sets ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
