@@ -76,18 +76,17 @@ def test_the_default_target_drives_the_data_rich_global_fit_only(data):
 def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
     # With a target, added rounds stop at 64 × n_samples; a budget alone is the user's own
     # limit, so only memory caps the points (a 64× cap stopped 2 s fits at 0.8 of it).
-    import time
-
     from vsbayes._memory import memory_limit
 
+    # The estimators' method objects, whose clocks start when they are made (as in fit).
     budget_only = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=None)
+    budget_only = budget_only._new_posterior_method()
     with_target = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=1e-3)
-    for estimator in (budget_only, with_target):
-        estimator._started = time.perf_counter()
-    affordable = int(memory_limit() // budget_only._planned_bytes(5, 1))
+    with_target = with_target._new_posterior_method()
+    affordable = int(memory_limit() // budget_only.planned_bytes(5, 1))
     assert affordable > 64 * 100
-    assert budget_only._engine_options(5, 100)["max_samples"] == affordable
-    assert with_target._engine_options(5, 100)["max_samples"] == 64 * 100
+    assert budget_only.engine_options(5, 100)["max_samples"] == affordable
+    assert with_target.engine_options(5, 100)["max_samples"] == 64 * 100
 
 
 def test_a_time_budget_plans_its_last_round_to_fill_it():

@@ -416,7 +416,7 @@ def test_ill_conditioned_ep_fit_is_valid():
 
 
 def test_failed_ep_fit_falls_back_to_laplace(monkeypatch):
-    import vsbayes.estimators.expectation_propagation as ep_module
+    import vsbayes.estimators._methods as ep_module
 
     def improper(*args, **kwargs):
         raise EstimationError("2 of the final expectation-propagation cavities are improper")

@@ -8,7 +8,6 @@ import vsbayes
 import vsbayes._memory
 import vsbayes.estimators._sampling as sampling
 import vsbayes.estimators._strategy as strategy_module
-import vsbayes.estimators.variational_sampling as vs_module
 from vsbayes.exceptions import MemoryLimitError
 
 
@@ -35,7 +34,7 @@ def test_global_strategy_from_the_laplace_kernel_never_runs_ep(data, monkeypatch
     def no_ep(*args, **kwargs):
         raise AssertionError("EP was run")
 
-    monkeypatch.setattr(vs_module, "ep_posterior", no_ep)
+    monkeypatch.setattr(strategy_module, "ep_posterior", no_ep)
     model = vsbayes.VSLogisticRegression(strategy="global", kernel="laplace", random_state=0)
     assert list(model.fit(X, y).strategy_) == ["global"]
 
@@ -117,12 +116,12 @@ def test_sampling_fits_beyond_memory_raise_before_allocating(data, cls, monkeypa
 def test_an_unconverged_ep_is_no_sampling_kernel(data, monkeypatch):
     X, y = data
     laplace = vsbayes.LaplaceLogisticRegression().fit(X, y).posteriors_[0]
-    model = vsbayes.ISLogisticRegression()
+    method = vsbayes.ISLogisticRegression()._new_posterior_method()
     ep = vsbayes.EPLogisticRegression().fit(X, y).posteriors_[0]
     for converged, expected in [(True, "ep"), (False, "laplace")]:
         fake_ep = ep.replace(converged=converged)  # diagnostics are read-only
         monkeypatch.setattr(sampling, "ep_posterior", lambda *a, fake_ep=fake_ep, **k: fake_ep)
-        kernel = model._sampling_kernel(None, laplace)
+        kernel = method.sampling_kernel(None, laplace)
         assert kernel is (fake_ep if expected == "ep" else laplace)
 
 
@@ -151,7 +150,7 @@ def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatc
     def no_ep(*args, **kwargs):
         raise AssertionError("EP was run")
 
-    monkeypatch.setattr(vs_module, "ep_posterior", no_ep)
+    monkeypatch.setattr(strategy_module, "ep_posterior", no_ep)
     model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
     assert list(model.strategy_) == ["global"]
     assert "rows for n = 10" in model.strategy_reason_[0]

@@ -1,19 +1,22 @@
-"""The one base class of the Bayesian GLM classifiers.
+"""The one base class of the Bayesian GLM classifiers, and its parameter checker.
 
-A public estimator is a thin subclass that picks a link (``_link``) and a posterior method
-(``_posterior``, and ``_multinomial_posterior`` where the method has a multinomial form);
-everything else — validation, the multinomial or one-vs-rest fits — lives here, and
-prediction in its mixin :class:`~vsbayes.estimators._prediction.PosteriorPrediction`.
+``fit`` enters once and only moves down: the parameters (declared in ``_constraints``),
+the data, then per problem the likelihood model, its Laplace approximation and the
+estimator's method object (``_posterior_method``: ``_methods.py``, ``_sampling.py``,
+``_strategy.py``), which returns the posterior with its record; the results are stored
+last. A public estimator is a thin subclass that picks a link (``_link``) and a method;
+prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorPrediction`.
 """
 
 from __future__ import annotations
 
-import abc
+import dataclasses
 import numbers
+from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
@@ -25,11 +28,8 @@ from sklearn.utils.validation import (
 from .._blas import one_blas_thread
 from .._random import as_generator
 from .._warnings import warn
-from ..approximations import expectation_propagation, glm_laplace, softmax_laplace
-from ..approximations.expectation_propagation import DEFAULT_DAMPING
-from ..engine import LaplaceResult
+from ..approximations import glm_laplace, softmax_laplace
 from ..exceptions import EstimationError, UnreliableFitWarning
-from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -38,63 +38,126 @@ from ..models import (
 )
 from ..models.dask_chunks import is_dask, is_dask_array
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
+from ._methods import MethodFit
 from ._prediction import PosteriorPrediction
 
-__all__ = ["INTERCEPT_PRIOR_VAR", "BayesianGLMClassifier", "ep_posterior", "rows_in_memory"]
+__all__ = [
+    "INTERCEPT_PRIOR_VAR",
+    "BayesianGLMClassifier",
+    "Interval",
+    "InvalidParameterError",
+]
 
 #: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
 #: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
 INTERCEPT_PRIOR_VAR = 1e6
 
 
-def rows_in_memory(model) -> bool:
-    """Whether the model holds its rows (else they are in dask chunks, on the workers)."""
-    return getattr(model, "rows_in_memory", True)
+class InvalidParameterError(ValueError, TypeError):
+    """A constructor parameter outside its constraints (a ValueError, and a TypeError for
+    those who catch a wrong type as one, as scikit-learn's own)."""
 
 
-def ep_posterior(
-    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
-):
-    """EP posterior (VS site fits; probit in closed form) started from the Laplace sites.
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """The numbers of type ``kind`` (``numbers.Real`` or ``numbers.Integral``) from
+    ``low`` to ``high`` (None: unbounded); ``closed`` names the ends included: "left",
+    "right", "both" or "neither"; ``finite`` excludes ±inf. NaN is never inside."""
 
-    ``tol`` is the estimator's: damped sweeps stop about the last change away from the
-    fixed point, and a hundredth of it keeps results reproducible to about ``tol`` (e.g.
-    weights ≡ duplicated rows).
-    """
-    return expectation_propagation(
-        model, damping=damping, tol=1e-2 * tol, max_iter=max_iter, start=laplace.mean
-    )
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    closed: str = "left"
+    finite: bool = False
+
+    def __contains__(self, value) -> bool:
+        if not isinstance(value, self.kind):
+            return False
+        low_in = self.closed in ("left", "both")
+        high_in = self.closed in ("right", "both")
+        return (
+            (self.low is None or (value >= self.low if low_in else value > self.low))
+            and (self.high is None or (value <= self.high if high_in else value < self.high))
+            and (not self.finite or bool(np.isfinite(value)))
+            and value == value  # not NaN
+        )
+
+    def __str__(self) -> str:
+        kind = "int" if self.kind is Integral else "float"
+        kind = f"{'a finite' if self.finite else 'an' if kind == 'int' else 'a'} {kind}"
+        if self.high is None:
+            return f"{kind} {'>=' if self.closed in ('left', 'both') else '>'} {self.low}"
+        if self.low is None:
+            return f"{kind} {'<=' if self.closed in ('right', 'both') else '<'} {self.high}"
+        left = "[" if self.closed in ("left", "both") else "("
+        right = "]" if self.closed in ("right", "both") else ")"
+        return f"{kind} in {left}{self.low}, {self.high}{right}"
 
 
-class BayesianGLMClassifier(
-    PosteriorPrediction, ClassifierMixin, BaseEstimator, metaclass=abc.ABCMeta
-):
+def _allowed(value, options: tuple) -> bool:
+    """Whether ``value`` is one that a parameter's ``options`` allow."""
+    for option in options:
+        if isinstance(option, Interval):
+            if value in option:
+                return True
+        elif option is bool:
+            if isinstance(value, bool | np.bool_):
+                return True
+        elif option is None:
+            if value is None:
+                return True
+        elif isinstance(value, str) and value == option:
+            return True
+    return False
+
+
+def _described(option) -> str:
+    if option is bool:
+        return "True or False"
+    return str(option) if isinstance(option, Interval) else repr(option)
+
+
+class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
-    Subclasses set ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
+    A subclass sets ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
     (the method's short and long names, which the registry ``vsbayes.estimators.METHODS``
-    reads) and implement
-    ``_posterior(model, laplace, rng)``, which returns the posterior Gaussian (with
-    diagnostics) of one binary problem given its Laplace approximation. When it raises an
-    :class:`~vsbayes.exceptions.EstimationError` (no valid Gaussian), the problem falls back
-    to its Laplace approximation with an :class:`~vsbayes.exceptions.UnreliableFitWarning`,
-    and ``laplace_fallback_`` records it.
+    reads), ``_posterior_method`` and, for parameters of its own, ``_constraints``.
+
+    ``_posterior_method`` is a frozen dataclass whose fields are named after the
+    estimator's parameters; ``fit`` makes one from them (a fresh object per fit) and calls
+    its ``fit(model, laplace, rng)`` on each problem's likelihood model and Laplace
+    approximation: it returns a :class:`~vsbayes.estimators._methods.MethodFit`. When it
+    raises an :class:`~vsbayes.exceptions.EstimationError` (no valid Gaussian), the problem
+    falls back to its Laplace approximation with an
+    :class:`~vsbayes.exceptions.UnreliableFitWarning`, and ``laplace_fallback_`` records it
+    (if the method's ``falls_back``; with ``records_strategy``, ``strategy_`` and its
+    companions record each problem's route).
 
     With more than two classes, a subclass with ``_multinomial = True`` (the logistic link)
     fits the joint multinomial (softmax) posterior of all classes, as scikit-learn's
-    ``LogisticRegression`` does: ``_multinomial_posterior(model, laplace, rng)`` returns it
-    from the Laplace approximation of the :class:`~vsbayes.models.SoftmaxGLMPosterior`
-    (default: that approximation itself), with the same fallback. The others fit one
-    binary posterior per class (one-vs-rest) and normalize.
+    ``LogisticRegression`` does: the method object gets the
+    :class:`~vsbayes.models.SoftmaxGLMPosterior`. The others fit one binary posterior per
+    class (one-vs-rest) and normalize.
     """
 
     _link: str = ""
     _method: str = ""
     _title: str = ""
-    #: Whether the method can fail and fall back to Laplace (``laplace_fallback_``).
-    _falls_back: bool = True
     #: Whether more than two classes get the multinomial posterior (else one-vs-rest).
     _multinomial: bool = False
+    #: The method object's class (see the class docstring).
+    _posterior_method: ClassVar[type]
+    #: What each checked parameter may be: values (strings, None), ``bool`` (True or
+    #: False) or an :class:`Interval`. (Not scikit-learn's ``_parameter_constraints``,
+    #: whose format is its private module's.)
+    _constraints: ClassVar[dict[str, tuple]] = {
+        "C": (Interval(Real, 0, closed="neither", finite=True),),
+        "fit_intercept": (bool,),
+        "max_iter": (Interval(Integral, 1),),
+        "tol": (Interval(Real, 0),),
+        "verbose": (Interval(Integral, 0),),
+    }
 
     def __init__(
         self,
@@ -114,38 +177,6 @@ class BayesianGLMClassifier(
         self.tol = tol
         self.random_state = random_state
         self.verbose = verbose
-
-    # --- hooks of the subclasses ------------------------------------------------------
-
-    @abc.abstractmethod
-    def _posterior(self, model: BinaryGLMPosterior, laplace: LaplaceResult, rng) -> Gaussian:
-        """The posterior Gaussian of one binary problem, given its Laplace approximation."""
-
-    def _multinomial_posterior(
-        self, model: SoftmaxGLMPosterior, laplace: LaplaceResult, rng
-    ) -> Gaussian:
-        """The joint posterior Gaussian of the multinomial model, given its Laplace one."""
-        return laplace
-
-    def _n_iter(self, posterior: Gaussian, laplace: LaplaceResult) -> int:
-        """Iterations reported in ``n_iter_``: the method's own, else Newton's."""
-        return getattr(posterior, "n_iter", laplace.n_iter)
-
-    def _check_params(self) -> None:
-        check_scalar(self.C, "C", numbers.Real, min_val=0, include_boundaries="neither")
-        if not np.isfinite(self.C):
-            raise ValueError(f"C must be finite; got {self.C!r}.")
-        check_scalar(self.max_iter, "max_iter", numbers.Integral, min_val=1)
-        check_scalar(self.tol, "tol", numbers.Real, min_val=0)
-        check_scalar(self.verbose, "verbose", numbers.Integral, min_val=0)
-        if not isinstance(self.fit_intercept, bool | np.bool_):
-            raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}.")
-
-    def _n_jobs(self) -> int | None:
-        """Workers of the likelihood's passes: the sampling estimators' ``n_jobs``."""
-        return None
-
-    # --- fitting ----------------------------------------------------------------------
 
     # Every BLAS call of the fit on one thread (vsbayes._blas): the same bits whatever
     # the threads, and alone or beside other fits.
@@ -173,6 +204,7 @@ class BayesianGLMClassifier(
             The fitted estimator.
         """
         self._check_params()
+        method = self._new_posterior_method()
         if is_dask(X):
             X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
         else:
@@ -180,12 +212,36 @@ class BayesianGLMClassifier(
         rng = as_generator(self.random_state)
         n_classes = len(self.classes_)
         if n_classes > 2 and self._multinomial:
-            self._store_multinomial(*self._fit_multinomial(X, y_index, weights, rng), X.shape[1])
-            return self
-        targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
-        fits = [self._fit_binary(X, np.where(t, 1.0, -1.0), weights, rng) for t in targets]
-        self._store([f[0] for f in fits], [f[1] for f in fits], X.shape[1])
+            problems = [(y_index, n_classes)]  # one joint problem over the class indices
+        else:  # ±1 labels of each binary problem
+            targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
+            problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
+        fits = [self._fit_problem(method, X, *problem, weights, rng) for problem in problems]
+        self._store(method, fits, X.shape[1])
         return self
+
+    def _check_params(self) -> None:
+        """Raise an InvalidParameterError naming the first parameter outside
+        ``_constraints``, what it may be and what it is."""
+        for name, options in self._constraints.items():
+            value = getattr(self, name)
+            if _allowed(value, options):
+                continue
+            if all(isinstance(option, str) for option in options):
+                expected = f"one of {list(options)}"
+            else:
+                described = [_described(option) for option in options]
+                expected = " or ".join(filter(None, [", ".join(described[:-1]), described[-1]]))
+            raise InvalidParameterError(f"{name} must be {expected}; got {value!r}.")
+
+    def _new_posterior_method(self):
+        """The method object of this fit, its fields from the parameters of the same names
+        (and ``estimator_name``, for its messages)."""
+        values = {**self.get_params(deep=False), "estimator_name": type(self).__name__}
+        fields = dataclasses.fields(self._posterior_method)
+        return self._posterior_method(
+            **{f.name: values[f.name] for f in fields if f.init and f.name in values}
+        )
 
     def _fit_data(self, X, y, sample_weight):
         """Checked in-memory ``(X, y_index, weights)``; sets ``classes_``."""
@@ -236,97 +292,80 @@ class BayesianGLMClassifier(
                 f"sample_weight and class_weight."
             )
 
-    def _or_laplace(self, posterior_of, model, laplace, rng, what: str):
-        """``posterior_of(model, laplace, rng)``, or the Laplace approximation with an
-        UnreliableFitWarning when that raises an EstimationError."""
-        try:
-            posterior = posterior_of(model, laplace, rng)
-        except EstimationError as error:
-            warn(
-                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"{what} (recorded in laplace_fallback_).",
-                UnreliableFitWarning,
-            )
-            posterior = laplace
-        if self.verbose:
-            print(f"{type(self).__name__}: {posterior!r}")
-        return posterior
-
-    def _fit_binary(self, X, y_pm, weights, rng) -> tuple[Gaussian, LaplaceResult]:
+    def _fit_problem(self, method, X, labels, n_classes, weights, rng) -> MethodFit:
+        """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
+        else the multinomial one of ``n_classes`` with class indices ``labels``."""
         priors = {
             "prior_var": float(self.C),
             "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
         }
-        if is_dask_array(X):
-            model = ChunkedPosterior(X, y_pm, weights, self._link, **priors)
+        chunked = is_dask_array(X)
+        n_jobs = getattr(self, "n_jobs", None)  # the sampling estimators' parameter
+        if n_classes is None:
+            newton, what = glm_laplace, "for this problem"
+            if chunked:
+                model = ChunkedPosterior(X, labels, weights, self._link, **priors)
+            else:
+                model = BinaryGLMPosterior(X, labels, weights, self._link, n_jobs=n_jobs, **priors)
         else:
-            model = BinaryGLMPosterior(
-                X, y_pm, weights, self._link, n_jobs=self._n_jobs(), **priors
-            )
+            newton, what = softmax_laplace, "of the multinomial posterior"
+            if chunked:
+                model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
+            else:
+                model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
         try:
-            laplace = glm_laplace(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
-            posterior = self._or_laplace(self._posterior, model, laplace, rng, "for this problem")
+            laplace = newton(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
+            try:
+                fit = method.fit(model, laplace, rng)
+            except EstimationError as error:
+                warn(
+                    f"{type(self).__name__}: {error} Falling back to the Laplace "
+                    f"approximation {what} (recorded in laplace_fallback_).",
+                    UnreliableFitWarning,
+                )
+                fit = MethodFit.fallback(laplace)
         finally:
-            if is_dask_array(X):
+            if chunked:
                 model.chunks.release()  # the chunks' copies of the rows, on the workers
-        return posterior, laplace
+        if self.verbose:
+            print(f"{type(self).__name__}: {fit.posterior!r}")
+        return fit
 
-    def _fit_multinomial(self, X, y_index, weights, rng) -> tuple[Gaussian, LaplaceResult]:
-        k = len(self.classes_)
-        priors = {
-            "prior_var": float(self.C),
-            "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
-        }
-        if is_dask_array(X):
-            model = ChunkedSoftmaxPosterior(X, y_index, weights, k, **priors)
+    def _store(self, method, fits: list[MethodFit], n_features: int) -> None:
+        """The fitted attributes, from each problem's fit (one for the multinomial
+        posterior, else one per binary problem)."""
+        posteriors = [f.posterior for f in fits]
+        if len(posteriors) == 1 and len(self.classes_) > 2:  # one joint problem
+            k, posterior = len(self.classes_), posteriors[0]
+            mean = posterior.mean
+            self.coef_ = mean[: k * n_features].reshape(k, n_features).copy()
+            self.intercept_ = mean[k * n_features :].copy() if self.fit_intercept else np.zeros(k)
+            self.sigma_ = np.array(posterior.cov)
+            self.log_marginal_likelihood_value_ = float(posterior.log_Z)
         else:
-            model = SoftmaxGLMPosterior(X, y_index, weights, k, n_jobs=self._n_jobs(), **priors)
-        try:
-            laplace = softmax_laplace(
-                model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose
+            means = np.array([g.mean for g in posteriors])
+            self.coef_ = means[:, :n_features]
+            self.intercept_ = means[:, n_features] if self.fit_intercept else np.zeros(len(means))
+            covs = np.array([g.cov for g in posteriors])
+            evidence = np.array([g.log_Z for g in posteriors])
+            binary = len(posteriors) == 1
+            self.sigma_ = covs[0] if binary else covs
+            self.log_marginal_likelihood_value_ = float(evidence[0]) if binary else evidence
+        self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
+        self.posteriors_ = posteriors
+        if method.falls_back:
+            self.laplace_fallback_ = np.array([f.fell_back for f in fits])
+        if method.records_strategy:
+            self.strategy_ = np.array([f.strategy for f in fits])
+            self.strategy_reason_ = [f.reason for f in fits]
+            self.kl_error_ = np.array([getattr(p, "kl_error", np.nan) for p in posteriors])
+            self.stop_reason_ = np.array(
+                [getattr(p, "stop_reason", None) for p in posteriors], dtype=object
             )
-            posterior = self._or_laplace(
-                self._multinomial_posterior, model, laplace, rng, "of the multinomial posterior"
-            )
-        finally:
-            if is_dask_array(X):
-                model.chunks.release()
-        return posterior, laplace
-
-    def _store_multinomial(self, posterior: Gaussian, laplace: LaplaceResult, n_features):
-        k = len(self.classes_)
-        mean = posterior.mean
-        self.coef_ = mean[: k * n_features].reshape(k, n_features).copy()
-        self.intercept_ = mean[k * n_features :].copy() if self.fit_intercept else np.zeros(k)
-        self.sigma_ = np.array(posterior.cov)
-        self.log_marginal_likelihood_value_ = float(posterior.log_Z)
-        self.n_iter_ = np.array([self._n_iter(posterior, laplace)], dtype=np.int32)
-        self.posteriors_ = [posterior]
-        if self._falls_back:
-            self.laplace_fallback_ = np.array([posterior is laplace])
 
     def _is_multinomial(self) -> bool:
         """Whether the fit is one joint multinomial posterior (else binary or one-vs-rest)."""
         return len(self.coef_) > 1 and self.sigma_.ndim == 2
-
-    def _store(self, posteriors: list[Gaussian], laplaces: list[LaplaceResult], n_features):
-        means = np.array([g.mean for g in posteriors])
-        self.coef_ = means[:, :n_features]
-        self.intercept_ = means[:, n_features] if self.fit_intercept else np.zeros(len(means))
-        covs = np.array([g.cov for g in posteriors])
-        evidence = np.array([g.log_Z for g in posteriors])
-        binary = len(posteriors) == 1
-        self.sigma_ = covs[0] if binary else covs
-        self.log_marginal_likelihood_value_ = float(evidence[0]) if binary else evidence
-        self.n_iter_ = np.array(
-            [self._n_iter(g, lap) for g, lap in zip(posteriors, laplaces, strict=True)],
-            dtype=np.int32,
-        )
-        self.posteriors_ = posteriors
-        if self._falls_back:
-            self.laplace_fallback_ = np.array(
-                [g is lap for g, lap in zip(posteriors, laplaces, strict=True)]
-            )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

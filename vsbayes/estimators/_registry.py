@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ._base import BayesianGLMClassifier
-from ._sampling import SamplingGLMClassifier
+from ._sampling import SamplingMethod
 
 __all__ = ["LINKS", "Method", "methods_of"]
 
@@ -68,7 +68,7 @@ def methods_of(classes: Iterable[type]) -> dict[str, Method]:
         if not (isinstance(cls, type) and issubclass(cls, BayesianGLMClassifier) and cls._method):
             continue
         known = methods.get(cls._method)
-        sampling = issubclass(cls, SamplingGLMClassifier)
+        sampling = issubclass(cls._posterior_method, SamplingMethod)
         links = {**(known.classes if known else {}), cls._link: cls}
         methods[cls._method] = Method(cls._method, cls._title, sampling, links)
     rank = {key: i for i, key in enumerate(_ORDER)}

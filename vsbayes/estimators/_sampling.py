@@ -1,81 +1,119 @@
-"""Base of the estimators whose posterior is estimated from points drawn through a Gaussian kernel.
+"""The methods whose posterior is estimated from points drawn through a Gaussian kernel.
 
-The kernel is the expectation-propagation posterior (default) or the Laplace one.
+Importance sampling and Bayesian Monte Carlo, and the base they share with variational
+sampling (``_strategy.py``): the number of points, the memory guard, the kernel — the
+expectation-propagation posterior (default) or the Laplace one — and the engine's call.
 """
 
 from __future__ import annotations
 
-import abc
-import numbers
 import warnings
-
-from sklearn.utils import check_scalar
+from collections.abc import Callable
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import ClassVar
 
 from .._memory import check_memory, format_bytes
-from ..engine import n_family_params
+from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
+from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..exceptions import ConvergenceWarning, EstimationError
-from ._base import BayesianGLMClassifier, ep_posterior, rows_in_memory
-from .expectation_propagation import softmax_ep_posterior
+from ._base import Interval
+from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
 
-__all__ = ["KERNELS", "SamplingGLMClassifier", "check_choice", "check_rounds"]
+__all__ = [
+    "KERNELS",
+    "ROUNDS_CONSTRAINTS",
+    "SAMPLING_CONSTRAINTS",
+    "BMCMethod",
+    "ISMethod",
+    "SamplingMethod",
+]
 
 #: Sampling kernels: the expectation-propagation posterior or the Laplace approximation.
 KERNELS = ("ep", "laplace")
 
+#: The parameters every sampling estimator has (see ``BayesianGLMClassifier._constraints``).
+SAMPLING_CONSTRAINTS = {
+    "n_samples": ("auto", Interval(Integral, 1)),
+    "kernel": KERNELS,
+    "rule": ("mc", "qmc"),
+}
+#: The parameters of the adaptive rounds (IS and VS).
+ROUNDS_CONSTRAINTS = {
+    "rounds": (Interval(Integral, 1),),
+    "kernel_scale": (Interval(Real, 0, closed="neither"),),
+}
 
-def check_choice(value, name, choices):
-    """Raise a ValueError naming ``name`` unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}; got {value!r}.")
 
+@dataclass(frozen=True, kw_only=True)
+class SamplingMethod:
+    """A method that fits the posterior from points drawn through a Gaussian kernel.
 
-class SamplingGLMClassifier(BayesianGLMClassifier):
-    """Bayesian GLM classifier whose posterior method draws points from a Gaussian kernel.
-
-    Subclasses define ``__init__`` (with ``n_samples``, ``rule`` and ``n_jobs`` besides the
-    base parameters), set ``_engine`` — a fitter called as
-    ``engine(log_target, kernel, n_samples, rule=..., random_state=..., **options)`` — and
-    implement ``_engine_options(dim, n_samples)``. ``n_samples="auto"`` means
-    ``max(_auto_factor · n, _auto_minimum)`` with n the family's parameter count.
+    A subclass sets ``engine`` — a fitter called as ``engine(log_target, kernel,
+    n_samples, rule=..., random_state=..., **options)`` — and ``engine_options``.
+    ``n_samples="auto"`` means ``max(auto_factor · n, auto_minimum)`` with n the
+    parameter count of the Gaussian family the points determine.
     """
 
-    _auto_factor = 8
-    _auto_minimum = 256
-    _rules = ("mc", "qmc")
+    n_samples: int | str
+    kernel: str
+    rule: str
+    tol: float
+    family: str = "gaussian"
+    #: Named in the memory guard's message.
+    estimator_name: str = ""
 
-    @abc.abstractmethod
-    def _engine_options(self, dim: int, n_samples: int) -> dict:
+    falls_back: ClassVar[bool] = True
+    records_strategy: ClassVar[bool] = False
+    engine: ClassVar[Callable]
+    auto_factor: ClassVar[int] = 8
+    auto_minimum: ClassVar[int] = 256
+
+    def fit(self, model, laplace, rng) -> MethodFit:
+        """The engine's fit from the kernel: EP's posterior (the multinomial EP for the
+        multinomial posterior) or Laplace's."""
+        n_samples = self.total_samples(model.dim)
+        self.check_memory(model, n_samples)
+        # The multinomial EP as the kernel (measured against NUTS at C = 1, VS's global
+        # fit: KL over Laplace's 0.020-0.023 on iris from 0.022-0.030 with the Laplace
+        # kernel, 0.014-0.016 on wine from 0.044-0.105; three seeds).
+        ep_fit = softmax_ep_posterior if isinstance(model, SOFTMAX_MODELS) else None
+        kernel = self.sampling_kernel(model, laplace, ep_fit)
+        posterior = self.draw(
+            model, kernel, rng, n_samples, **self.engine_options(model.dim, n_samples)
+        )
+        return MethodFit(posterior, getattr(posterior, "n_iter", laplace.n_iter))
+
+    def engine_options(self, dim: int, n_samples: int) -> dict:
         """Keyword arguments of the engine specific to the method, for a fit of ``dim``
         parameters from ``n_samples`` points."""
+        return {}
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        if not (isinstance(self.n_samples, str) and self.n_samples == "auto"):
-            check_scalar(self.n_samples, "n_samples", numbers.Integral, min_val=1)
-        check_choice(self.rule, "rule", self._rules)
-        check_choice(self.kernel, "kernel", KERNELS)
-
-    def _n_jobs(self) -> int | None:
-        return self.n_jobs
-
-    def _family(self) -> str:
-        """The Gaussian family the points determine (``n_samples="auto"`` counts its
-        parameters): full, unless the method has a ``family`` parameter."""
-        return "gaussian"
-
-    def _total_samples(self, dim: int) -> int:
+    def total_samples(self, dim: int) -> int:
+        """The number of points of a fit of ``dim`` parameters."""
         if isinstance(self.n_samples, str):
-            n = n_family_params(dim, self._family())
-            return max(self._auto_factor * n, self._auto_minimum)
+            n = n_family_params(dim, self.family)
+            return max(self.auto_factor * n, self.auto_minimum)
         return int(self.n_samples)
 
-    def _planned_bytes(self, dim: int, n_samples: int) -> float:
+    def planned_bytes(self, dim: int, n_samples: int) -> float:
         """Bytes the sampling fit holds at once: the points in two coordinates, their
         homogeneous features and the solver's buffers (the likelihood runs in bounded
         blocks)."""
         return 8.0 * n_samples * (4 * dim + 8)
 
-    def _sampling_kernel(self, model, laplace, ep_fit=None):
+    def check_memory(self, model, n_samples: int) -> None:
+        """Raise MemoryLimitError now, before any fit, if the points would not fit."""
+        check_memory(
+            self.planned_bytes(model.dim, n_samples),
+            f"the {n_samples} sample points over {model.dim} parameters of {self.estimator_name}",
+            f"Use fewer samples (n_samples; 'auto' is 8n with n = (p+1)(p+2)/2 for p "
+            f"parameters), fewer features, or the expectation-propagation estimators, which "
+            f"need no points in the parameter space ({format_bytes(8 * model.dim**2)} per "
+            f"covariance).",
+        )
+
+    def sampling_kernel(self, model, laplace, ep_fit=None):
         """The kernel: EP's posterior (``ep_fit``: the binary EP, or the multinomial one;
         to the fit's tolerance, so that results are reproducible to it, e.g. weights ≡
         duplicated rows), or Laplace's if EP fails or does not converge (an unconverged EP
@@ -93,50 +131,56 @@ class SamplingGLMClassifier(BayesianGLMClassifier):
             return laplace
         return ep if ep.converged else laplace
 
-    def _posterior(self, model, laplace, rng):
-        self._check_memory(model, self._total_samples(model.dim))
-        return self._sample(model, self._sampling_kernel(model, laplace), rng)
-
-    def _multinomial_posterior(self, model, laplace, rng):
-        # The multinomial EP as the kernel (measured against NUTS at C = 1, VS's global fit:
-        # KL over Laplace's 0.020-0.023 on iris from 0.022-0.030 with the Laplace kernel,
-        # 0.014-0.016 on wine from 0.044-0.105; three seeds).
-        self._check_memory(model, self._total_samples(model.dim))
-        kernel = self._sampling_kernel(model, laplace, softmax_ep_posterior)
-        return self._sample(model, kernel, rng)
-
-    def _check_memory(self, model, n_samples: int) -> None:
-        """Raise MemoryLimitError now, before any fit, if the points would not fit."""
-        check_memory(
-            self._planned_bytes(model.dim, n_samples),
-            f"the {n_samples} sample points over {model.dim} parameters of {type(self).__name__}",
-            f"Use fewer samples (n_samples; 'auto' is 8n with n = (p+1)(p+2)/2 for p "
-            f"parameters), fewer features, or the expectation-propagation estimators, which "
-            f"need no points in the parameter space ({format_bytes(8 * model.dim**2)} per "
-            f"covariance).",
-        )
-
-    def _sample(self, model, kernel, rng, n_samples=None):
-        """The engine's fit from ``kernel`` (``n_samples`` points, default the estimator's)."""
-        n_samples = self._total_samples(model.dim) if n_samples is None else n_samples
-        self._check_memory(model, n_samples)
-        return self._engine(
-            model.log_density,
-            kernel,
-            n_samples,
-            rule=self.rule,
-            random_state=rng,
-            **self._engine_options(model.dim, n_samples),
+    def draw(self, model, kernel, rng, n_samples: int, **options):
+        """The engine's fit of ``n_samples`` points from ``kernel``, with ``options``."""
+        self.check_memory(model, n_samples)
+        return self.engine(
+            model.log_density, kernel, n_samples, rule=self.rule, random_state=rng, **options
         )
 
 
-def check_rounds(estimator) -> None:
-    """Validate ``rounds`` and ``kernel_scale`` of an adaptive sampling estimator."""
-    check_scalar(estimator.rounds, "rounds", numbers.Integral, min_val=1)
-    check_scalar(
-        estimator.kernel_scale,
-        "kernel_scale",
-        numbers.Real,
-        min_val=0,
-        include_boundaries="neither",
-    )
+@dataclass(frozen=True, kw_only=True)
+class ISMethod(SamplingMethod):
+    """Self-normalized importance sampling in adaptive rounds."""
+
+    rounds: int
+    kernel_scale: float
+
+    engine: ClassVar[Callable] = staticmethod(importance_sampling)
+
+    def engine_options(self, dim: int, n_samples: int) -> dict:
+        return {"rounds": self.rounds, "kernel_scale": self.kernel_scale}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BMCMethod(SamplingMethod):
+    """Bayesian Monte Carlo: a Gaussian process over the ratio posterior / kernel."""
+
+    length_scale: float
+
+    engine: ClassVar[Callable] = staticmethod(bayesian_monte_carlo)
+
+    def engine_options(self, dim: int, n_samples: int) -> dict:
+        return {"length_scale": self.length_scale}
+
+    def planned_bytes(self, dim: int, n_samples: int) -> float:
+        # The Gaussian-process solve holds a few N × N matrices.
+        return super().planned_bytes(dim, n_samples) + 24.0 * n_samples**2
+
+    def total_samples(self, dim: int) -> int:
+        # The GP stores an N×N matrix: "auto" stops at the engine's limit.
+        total = super().total_samples(dim)
+        if not isinstance(self.n_samples, str):
+            return total
+        n = n_family_params(dim)
+        if n > MAX_BMC_SAMPLES:
+            # Fewer points than a Gaussian over the coefficients has parameters: the GP's
+            # moments cannot resolve it (measured: 5000 × 2000 sparse, 53 s and 5.8 GB for a
+            # fit 800 standard errors off). Say so before drawing anything.
+            raise ValueError(
+                f"BMC can use at most {MAX_BMC_SAMPLES} points, fewer than the n = {n} "
+                f"parameters of a Gaussian over {dim} coefficients: its estimate would not "
+                f"resolve this posterior. Use VSLogisticRegression/VSProbitRegression or the "
+                f"EP estimators, which hold for any number of features."
+            )
+        return min(total, MAX_BMC_SAMPLES)

@@ -1,22 +1,29 @@
-"""How ``strategy="auto"`` chooses between the global VS fit and EP's site fits.
+"""Variational sampling as a method object: the global fit, EP's VS site fits, or the choice.
 
-A mixin of :class:`~vsbayes.estimators.variational_sampling.VariationalSamplingClassifier`:
-the work limits, the data-rich shortcut, the comparison of the global fit with EP's, and the
-N of the multinomial global fit. Every choice is recorded (``strategy_``,
+:class:`VSMethod` fits one problem by the route its ``strategy`` names; with "auto" it
+chooses — the work limits, the data-rich shortcut, the comparison of the global fit with
+EP's, the N of the multinomial global fit — and returns every choice (``strategy_``,
 ``strategy_reason_``) with the quantities that made it.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from ..engine import n_family_params
+from .._memory import memory_limit
+from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
+from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
+from ._sampling import SamplingMethod
 
-__all__ = ["STRATEGIES", "StrategyChoice"]
+__all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
 
 #: "global": one VS fit of the whole posterior; "sites": expectation propagation whose site
 #: fits are VS fits of the one-dimensional tilted densities ((K − 1)-dimensional for the
@@ -25,14 +32,15 @@ STRATEGIES = ("auto", "global", "sites")
 
 # "auto" runs the global fit only if it can have at least MIN_GLOBAL_FACTOR·n points (at
 # most MAX_GLOBAL_FACTOR·n) within both work limits below: under 16n the global fit is
-# measured less accurate than EP alone on the paper's data sets (issue 12's table; 32n is
-# 2-3× better than 8n). Work is counted in multiply-adds — a deterministic stand-in for time,
-# so that the choice is the same on every machine: the global fit's likelihood pass costs
-# N × M × (p + LINK_COST), an EP sweep M × (2p² + site cost) + p³/3 (the Gram matrix, the
-# marginals, the site fits, the Cholesky factor), a site fit SITE_NODES link evaluations
-# unless the link's tilted moments have a closed form. The limits keep a default fit within
-# ~30 LogisticRegression fits and ~10 EP fits of the same data (measured:
-# benchmarks/strategy_choice.py, benchmarks/high_dimension.py).
+# measured less accurate than EP alone on the paper's data sets (32n is 2-3× better than
+# 8n; benchmarks/results/strategy_choice.md). Work is counted in multiply-adds — a
+# deterministic stand-in for time, so that the choice is the same on every machine: the
+# global fit's likelihood pass costs N × M × (p + LINK_COST), an EP sweep
+# M × (2p² + site cost) + p³/3 (the Gram matrix, the marginals, the site fits, the Cholesky
+# factor), a site fit SITE_NODES link evaluations unless the link's tilted moments have a
+# closed form. The limits keep a default fit within ~30 LogisticRegression fits and ~10 EP
+# fits of the same data (measured: benchmarks/strategy_choice.py,
+# benchmarks/high_dimension.py).
 MIN_GLOBAL_FACTOR, MAX_GLOBAL_FACTOR = 16, 32
 GLOBAL_WORK_LIMIT = 2e8
 EP_WORK_RATIO = 8.0
@@ -57,22 +65,131 @@ DEPARTURE_FACTOR = 4.0
 MULTINOMIAL_WORK_LIMIT = 5e10
 
 
-class StrategyChoice:
-    """The choices of ``strategy="auto"`` (see the module docstring)."""
+#: The predicted error (excess KL, nats) ``target_kl="auto"`` asks of the global fits the
+#: estimator takes by itself without comparing them with EP: the data-rich branch of
+#: strategy="auto" and dask input. Those posteriors are nearly Gaussian and their fit at the
+#: default 8n usually predicts far less, so the target only adds rounds where 8n falls short;
+#: it is the accuracy the calibration of kl_error on the paper's data asked for (met in
+#: ≥ 90 % of fits, benchmarks/results/kl_error_calibration.md).
+DEFAULT_TARGET_KL = 0.01
 
-    def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble):
+
+@dataclass(frozen=True, kw_only=True)
+class VSMethod(SamplingMethod):
+    """Variational sampling of one problem by the route ``strategy`` names (see the
+    module docstring); the clock of ``time_budget`` starts when the object is made."""
+
+    strategy: str
+    rounds: int
+    kernel_scale: float
+    target_kl: float | str | None
+    time_budget: float | None
+    max_iter: int
+    started: float = field(default_factory=time.perf_counter, init=False, repr=False)
+
+    records_strategy: ClassVar[bool] = True
+    engine: ClassVar[Callable] = staticmethod(variational_sampling)
+
+    def fit(self, model, laplace, rng) -> MethodFit:
+        if isinstance(model, SOFTMAX_MODELS):
+            return self._multinomial(model, laplace, rng)
+        if not model.rows_in_memory:
+            return self._chunked(model, laplace, rng)
+        return self._binary(model, laplace, rng)
+
+    # --- the routes -------------------------------------------------------------------
+
+    def _binary(self, model, laplace, rng) -> MethodFit:
+        """One binary problem with its rows in memory."""
+        if self.strategy == "global":
+            self.check_memory(model, self.total_samples(model.dim))
+            if self.kernel == "laplace":
+                fit = self._global_fit(model, laplace, rng)
+                return _chose("global", "strategy='global'", fit)
+        if self.strategy == "auto":
+            cheaper = self._global_is_cheaper(model)
+            if cheaper:
+                # Big data: the global fit from the Laplace kernel, if it is reliable.
+                fit, trouble = self._quiet_global(model, laplace, rng, default_target=True)
+                if trouble is None:
+                    return _chose("global", cheaper, fit)
+        # EP is the kernel, the site-fit posterior, or both: one EP fit to fit tolerance.
+        with warnings.catch_warnings(record=True) as ep_warnings:
+            warnings.simplefilter("always", ConvergenceWarning)
+            try:
+                ep, ep_trouble = ep_posterior(model, laplace, tol=self.tol), None
+            except EstimationError as error:
+                if self.strategy == "sites":
+                    raise
+                ep, ep_trouble = None, f"expectation propagation failed ({error})"
+        if ep_warnings:
+            ep_trouble = f"expectation propagation did not converge: {ep_warnings[0].message}"
+        if self.strategy == "sites":
+            return _chose("sites", "strategy='sites'", ep, ep_warnings)
+        # An unconverged EP can sit far from the posterior: not a kernel (see sampling_kernel).
+        kernel = ep if ep_trouble is None and self.kernel == "ep" else laplace
+        if self.strategy == "global":
+            return _chose("global", "strategy='global'", self._global_fit(model, kernel, rng))
+        return self._auto(model, kernel, rng, ep, ep_warnings, ep_trouble)
+
+    def _chunked(self, model, laplace, rng) -> MethodFit:
+        """Rows in dask chunks (big data): "auto" takes the global fit from the Laplace
+        kernel, as for data-rich problems in memory, without EP's fit to compare with (a
+        dozen passes over the chunks); "sites" and "global" as in memory."""
+        if self.strategy == "sites":
+            return _chose("sites", "strategy='sites'", ep_posterior(model, laplace, tol=self.tol))
+        self.check_memory(model, self.total_samples(model.dim))
+        if self.strategy == "global":
+            fit = self._global_fit(model, self.sampling_kernel(model, laplace), rng)
+            return _chose("global", "strategy='global'", fit)
+        reason = (
+            "strategy='auto' with rows in dask chunks: the global fit from the Laplace "
+            "kernel (big data; no EP fit to compare it with)"
+        )
+        return _chose("global", reason, self._global_fit(model, laplace, rng, default_target=True))
+
+    def _multinomial(self, model, laplace, rng) -> MethodFit:
+        """The multinomial posterior: the global fit (from the multinomial EP kernel, see
+        ``sampling_kernel``) where affordable, else (and with ``strategy="sites"``) EP
+        with VS fits of the (K − 1)-dimensional sites."""
+        chunked = not rows_in_memory(model)
+        if self.strategy == "sites":
+            if chunked:
+                raise ValueError(
+                    "strategy='sites' with more than two classes needs the rows in memory: "
+                    "the multinomial EP over dask chunks is not implemented. Use "
+                    "strategy='auto' or 'global', or pass X.compute() if the data fit in "
+                    "memory."
+                )
+            reason = "strategy='sites'"
+        else:
+            n_samples, reason = self._multinomial_samples(model)
+            if n_samples is not None:
+                kernel = self.sampling_kernel(model, laplace, softmax_ep_posterior)
+                return _chose("global", reason, self._global_fit(model, kernel, rng, n_samples))
+            if chunked:  # a choice of "auto", recorded in strategy_ (no fallback)
+                return _chose(
+                    "laplace",
+                    "the global fit of the multinomial posterior is beyond its work limit, "
+                    "and the multinomial EP over dask chunks is not implemented: the Laplace "
+                    "approximation is kept",
+                    laplace.replace(),
+                )
+        return _chose("sites", reason, softmax_ep_posterior(model, laplace, tol=self.tol))
+
+    def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
         """strategy="auto": the global fit where affordable, reliable and measurably
-        different from EP (see ``strategy`` in the class docstring), else EP's."""
+        different from EP (see ``strategy`` in the estimator's docstring), else EP's."""
         n_samples, why_not = self._global_samples(model, ep)
         if why_not and ep is not None:
-            return self._chose("sites", why_not, ep, ep_warnings)
+            return _chose("sites", why_not, ep, ep_warnings)
         fit, trouble = self._quiet_global(model, kernel, rng, n_samples)
         if trouble and ep is None:
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
-            return self._chose("sites", trouble, ep, ep_warnings)
+            return _chose("sites", trouble, ep, ep_warnings)
         if ep_trouble:
-            return self._chose("global", ep_trouble, fit)
+            return _chose("global", ep_trouble, fit)
         departure = excess_kl(fit, ep)
         within = departure <= DEPARTURE_FACTOR * fit.kl_error
         reason = (
@@ -80,22 +197,68 @@ class StrategyChoice:
             f"{'within' if within else 'beyond'} {DEPARTURE_FACTOR:g}× its own predicted "
             f"error {fit.kl_error:.3g}"
         )
-        return (
-            self._chose("sites", reason, ep, ep_warnings)
-            if within
-            else self._chose("global", reason, fit)
-        )
+        return _chose("sites", reason, ep, ep_warnings) if within else _chose("global", reason, fit)
+
+    # --- the global fit ---------------------------------------------------------------
+
+    def _global_fit(self, model, kernel, rng, n_samples=None, *, default_target=False):
+        """The VS fit of the whole posterior from ``kernel`` (``n_samples`` points, default
+        the estimator's); ``default_target``: ``target_kl="auto"`` asks for
+        :data:`DEFAULT_TARGET_KL` (see its comment)."""
+        n_samples = self.total_samples(model.dim) if n_samples is None else n_samples
+        options = self.engine_options(model.dim, n_samples, default_target=default_target)
+        return self.draw(model, kernel, rng, n_samples, **options)
+
+    def engine_options(self, dim: int, n_samples: int, *, default_target=False) -> dict:
+        options = {
+            "family": self.family,
+            "rounds": self.rounds,
+            "kernel_scale": self.kernel_scale,
+            "max_iter": self.max_iter,
+        }
+        if isinstance(self.target_kl, str):  # "auto"
+            target_kl = DEFAULT_TARGET_KL if default_target else None
+        else:
+            target_kl = self.target_kl
+        if target_kl is None and self.time_budget is None:
+            return options
+        # Added rounds: as many points as fit in memory, and with a target at most 64 times
+        # n_samples (a budget alone is the user's own limit on them).
+        affordable = int(memory_limit() // self.planned_bytes(dim, 1))
+        cap = affordable if target_kl is None else min(64 * n_samples, affordable)
+        options.update(target_kl=target_kl, max_samples=max(n_samples, cap))
+        if self.time_budget is not None:  # what is left of it for this fit
+            spent = time.perf_counter() - self.started
+            options["time_budget"] = max(self.time_budget - spent, 1e-9)
+        return options
+
+    def _quiet_global(self, model, kernel, rng, n_samples=None, *, default_target=False):
+        """The global fit and why it is not trusted (None: it is), its doubts unshown."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                fit = self._global_fit(model, kernel, rng, n_samples, default_target=default_target)
+                trouble = None
+            except EstimationError as error:
+                fit, trouble = None, f"the global fit failed: {error}"
+        doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
+        _reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
+        if doubts and trouble is None:
+            trouble = f"the global fit was unreliable: {doubts[0].message}"
+        return fit, trouble
+
+    # --- the work limits --------------------------------------------------------------
 
     def _multinomial_samples(self, model) -> tuple[int | None, str]:
         """N of the multinomial global fit and why (None: not affordable under "auto")."""
         if self.strategy == "global" or not isinstance(self.n_samples, str):
-            n_samples = self._total_samples(model.dim)
+            n_samples = self.total_samples(model.dim)
             return n_samples, f"strategy={self.strategy!r} with N={n_samples}"
         n = n_family_params(model.dim, self.family)
         k, d, m = model.n_classes, model.n_features, model.n_observations
         per_point = m * k * (d + 1 + LINK_COST) + n * n
         n_samples = min(MAX_GLOBAL_FACTOR * n, int(MULTINOMIAL_WORK_LIMIT // per_point))
-        n_samples = max(n_samples, self._auto_minimum)
+        n_samples = max(n_samples, self.auto_minimum)
         if n_samples < MIN_GLOBAL_FACTOR * n:
             return None, (
                 f"the global fit of the multinomial posterior ({model.dim} parameters, n = "
@@ -108,27 +271,13 @@ class StrategyChoice:
             f"points within {MULTINOMIAL_WORK_LIMIT:.3g} multiply-adds"
         )
 
-    def _quiet_global(self, model, kernel, rng, n_samples=None):
-        """The global fit and why it is not trusted (None: it is), its doubts unshown."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                fit, trouble = self._sample(model, kernel, rng, n_samples), None
-            except EstimationError as error:
-                fit, trouble = None, f"the global fit failed: {error}"
-        doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
-        _reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
-        if doubts and trouble is None:
-            trouble = f"the global fit was unreliable: {doubts[0].message}"
-        return fit, trouble
-
     def _global_is_cheaper(self, model) -> str | None:
         """Why the global fit from the Laplace kernel goes first (None: it does not)."""
         n = n_family_params(model.dim, self.family)
         m, p = model.n_observations, model.dim
         if m < DATA_RICH * n:
             return None
-        global_work = self._total_samples(model.dim) * (_design_entries(model) + m * LINK_COST)
+        global_work = self.total_samples(model.dim) * (_design_entries(model) + m * LINK_COST)
         ep_work = EP_SWEEPS * m * (2.0 * p * p + SITE_WORK)
         if global_work >= ep_work:
             return None
@@ -153,7 +302,7 @@ class StrategyChoice:
             if EP_WORK_RATIO * ep_work < limit:
                 limit = EP_WORK_RATIO * ep_work
                 why = f"{EP_WORK_RATIO:g}× EP's work ({ep_work:.3g}, {ep.n_iter} sweeps)"
-        n_samples = max(min(MAX_GLOBAL_FACTOR * n, int(limit // per_point)), self._auto_minimum)
+        n_samples = max(min(MAX_GLOBAL_FACTOR * n, int(limit // per_point)), self.auto_minimum)
         if n_samples < MIN_GLOBAL_FACTOR * n:
             return n_samples, (
                 f"the global fit would get N={n_samples} points (< {MIN_GLOBAL_FACTOR}n = "
@@ -162,11 +311,20 @@ class StrategyChoice:
             )
         return n_samples, None
 
-    def _chose(self, strategy, reason, posterior, pending_warnings=()):
-        """Record the strategy of this binary problem; show the chosen fit's warnings."""
-        _reemit(pending_warnings)
-        self._choices.append((strategy, reason))
-        return posterior
+
+def _chose(strategy: str, reason: str, posterior, pending_warnings=()) -> MethodFit:
+    """The record of the route taken; the chosen fit's warnings shown."""
+    _reemit(pending_warnings)
+    return MethodFit(posterior, _n_iter(posterior), strategy=strategy, reason=reason)
+
+
+def _n_iter(posterior) -> int:
+    """The solver's iterations over the rounds (global fit), else EP's sweeps (site fits)
+    or Newton's (the Laplace approximation kept)."""
+    rounds = getattr(posterior, "rounds", None)
+    if rounds:
+        return sum(r.n_iter for r in rounds)
+    return posterior.n_iter
 
 
 # Warnings that make "auto" distrust a global fit (it then takes the site fits instead).

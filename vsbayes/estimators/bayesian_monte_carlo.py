@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import numbers
+from numbers import Real
+from typing import ClassVar
 
-from sklearn.utils import check_scalar
-
-from ..engine import bayesian_monte_carlo, n_family_params
-from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
-from ._sampling import SamplingGLMClassifier
+from ._base import BayesianGLMClassifier, Interval
+from ._sampling import SAMPLING_CONSTRAINTS, BMCMethod
 
 __all__ = ["BMCLogisticRegression", "BMCProbitRegression"]
 
 
-class BayesianMonteCarloClassifier(SamplingGLMClassifier):
-    """Base of the BMC estimators: their parameters and engine options."""
+class BayesianMonteCarloClassifier(BayesianGLMClassifier):
+    """Base of the BMC estimators: their parameters; the method is ``_sampling.BMCMethod``."""
 
     _method, _title = "bmc", "Bayesian Monte Carlo"
-
-    _engine = staticmethod(bayesian_monte_carlo)
+    _posterior_method = BMCMethod
+    _constraints: ClassVar[dict[str, tuple]] = {
+        **BayesianGLMClassifier._constraints,
+        **SAMPLING_CONSTRAINTS,
+        "length_scale": (Interval(Real, 0, closed="neither"),),
+    }
 
     def __init__(
         self,
@@ -50,41 +52,6 @@ class BayesianMonteCarloClassifier(SamplingGLMClassifier):
         self.rule = rule
         self.length_scale = length_scale
         self.n_jobs = n_jobs
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        check_scalar(
-            self.length_scale,
-            "length_scale",
-            numbers.Real,
-            min_val=0,
-            include_boundaries="neither",
-        )
-
-    def _engine_options(self, dim: int, n_samples: int) -> dict:
-        return {"length_scale": self.length_scale}
-
-    def _planned_bytes(self, dim: int, n_samples: int) -> float:
-        # The Gaussian-process solve holds a few N × N matrices.
-        return super()._planned_bytes(dim, n_samples) + 24.0 * n_samples**2
-
-    def _total_samples(self, dim: int) -> int:
-        # The GP stores an N×N matrix: "auto" stops at the engine's limit.
-        total = super()._total_samples(dim)
-        if not isinstance(self.n_samples, str):
-            return total
-        n = n_family_params(dim)
-        if n > MAX_BMC_SAMPLES:
-            # Fewer points than a Gaussian over the coefficients has parameters: the GP's
-            # moments cannot resolve it (measured: 5000 × 2000 sparse, 53 s and 5.8 GB for a
-            # fit 800 standard errors off). Say so before drawing anything.
-            raise ValueError(
-                f"BMC can use at most {MAX_BMC_SAMPLES} points, fewer than the n = {n} "
-                f"parameters of a Gaussian over {dim} coefficients: its estimate would not "
-                f"resolve this posterior. Use VSLogisticRegression/VSProbitRegression or the "
-                f"EP estimators, which hold for any number of features."
-            )
-        return min(total, MAX_BMC_SAMPLES)
 
 
 class BMCLogisticRegression(BayesianMonteCarloClassifier):

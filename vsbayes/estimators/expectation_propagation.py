@@ -2,47 +2,24 @@
 
 from __future__ import annotations
 
-import numbers
+from numbers import Real
+from typing import ClassVar
 
-from sklearn.utils import check_scalar
+from ._base import BayesianGLMClassifier, Interval
+from ._methods import EPMethod
 
-from ..approximations import softmax_ep
-from ..approximations.expectation_propagation import DEFAULT_DAMPING
-from ._base import BayesianGLMClassifier, ep_posterior, rows_in_memory
-
-__all__ = ["EPLogisticRegression", "EPProbitRegression", "softmax_ep_posterior"]
-
-
-#: Smallest site change at which the multinomial EP stops. Below it the sweep's own
-#: round-off moves the sites: a site is the difference of the inverses of a tilted fit's
-#: and a latent marginal's covariances, whose variances reach 2·10³ on digits, so the
-#: fits' round-off is amplified to ~1e-9; there, mixed sweeps wandered (5.8e-10 after 43
-#: sweeps, 2e-6 at 61) until damping was halved twice (5e-11 at 76 sweeps; 1e-8 at 37).
-SOFTMAX_EP_MIN_TOL = 1e-8
-
-
-def softmax_ep_posterior(
-    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
-):
-    """Multinomial EP (VS fits of the (K − 1)-dimensional sites) from the Laplace sites.
-
-    ``tol`` is the estimator's; the sweeps stop at site changes of ``tol / 100``, as the
-    binary :func:`~vsbayes.estimators._base.ep_posterior`, but not below
-    :data:`SOFTMAX_EP_MIN_TOL`.
-    """
-    return softmax_ep(
-        model,
-        damping=damping,
-        tol=max(1e-2 * tol, SOFTMAX_EP_MIN_TOL),
-        max_iter=max_iter,
-        start=laplace.mean,
-    )
+__all__ = ["EPLogisticRegression", "EPProbitRegression"]
 
 
 class ExpectationPropagationClassifier(BayesianGLMClassifier):
-    """Base of the EP estimators: the damping parameter and the EP fit."""
+    """Base of the EP estimators: the damping parameter; the method is ``_methods.EPMethod``."""
 
     _method, _title = "ep", "expectation propagation"
+    _posterior_method = EPMethod
+    _constraints: ClassVar[dict[str, tuple]] = {
+        **BayesianGLMClassifier._constraints,
+        "damping": (Interval(Real, 0, 1, closed="right"),),
+    }
 
     def __init__(
         self,
@@ -66,30 +43,6 @@ class ExpectationPropagationClassifier(BayesianGLMClassifier):
             verbose=verbose,
         )
         self.damping = damping
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        check_scalar(
-            self.damping, "damping", numbers.Real, min_val=0, max_val=1, include_boundaries="right"
-        )
-
-    def _posterior(self, model, laplace, rng):
-        return ep_posterior(
-            model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
-        )
-
-    def _multinomial_posterior(self, model, laplace, rng):
-        if not rows_in_memory(model):
-            raise ValueError(
-                f"{type(self).__name__} fits more than two classes with the multinomial EP, "
-                f"which needs the rows in memory (over dask chunks it is not implemented). "
-                f"Pass X.compute() if the data fit in memory, or fit one-vs-rest posteriors, "
-                f"e.g. OneVsRestClassifier({type(self).__name__}()), or use "
-                f"VSLogisticRegression or LaplaceLogisticRegression."
-            )
-        return softmax_ep_posterior(
-            model, laplace, tol=self.tol, damping=self.damping, max_iter=self.max_iter
-        )
 
 
 class EPLogisticRegression(ExpectationPropagationClassifier):

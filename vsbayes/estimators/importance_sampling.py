@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from ..engine import importance_sampling
-from ._sampling import SamplingGLMClassifier, check_rounds
+from typing import ClassVar
+
+from ._base import BayesianGLMClassifier
+from ._sampling import ROUNDS_CONSTRAINTS, SAMPLING_CONSTRAINTS, ISMethod
 
 __all__ = ["ISLogisticRegression", "ISProbitRegression"]
 
 
-class ImportanceSamplingClassifier(SamplingGLMClassifier):
-    """Base of the IS estimators: their parameters and engine options."""
+class ImportanceSamplingClassifier(BayesianGLMClassifier):
+    """Base of the IS estimators: their parameters; the method is ``_sampling.ISMethod``."""
 
     _method, _title = "is", "importance sampling"
-
-    _engine = staticmethod(importance_sampling)
+    _posterior_method = ISMethod
+    _constraints: ClassVar[dict[str, tuple]] = {
+        **BayesianGLMClassifier._constraints,
+        **SAMPLING_CONSTRAINTS,
+        **ROUNDS_CONSTRAINTS,
+    }
 
     def __init__(
         self,
@@ -47,13 +53,6 @@ class ImportanceSamplingClassifier(SamplingGLMClassifier):
         self.rounds = rounds
         self.kernel_scale = kernel_scale
         self.n_jobs = n_jobs
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        check_rounds(self)
-
-    def _engine_options(self, dim: int, n_samples: int) -> dict:
-        return {"rounds": self.rounds, "kernel_scale": self.kernel_scale}
 
 
 class ISLogisticRegression(ImportanceSamplingClassifier):

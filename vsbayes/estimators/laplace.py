@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._base import BayesianGLMClassifier
+from ._methods import LaplaceMethod
 
 __all__ = ["LaplaceLogisticRegression", "LaplaceProbitRegression"]
 
@@ -83,11 +84,8 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
 
     _method, _title = "laplace", "Laplace approximation"
     _link = "logistic"
-    _falls_back = False
     _multinomial = True
-
-    def _posterior(self, model, laplace, rng):
-        return laplace
+    _posterior_method = LaplaceMethod
 
 
 class LaplaceProbitRegression(BayesianGLMClassifier):
@@ -164,7 +162,4 @@ class LaplaceProbitRegression(BayesianGLMClassifier):
 
     _method, _title = "laplace", "Laplace approximation"
     _link = "probit"
-    _falls_back = False
-
-    def _posterior(self, model, laplace, rng):
-        return laplace
+    _posterior_method = LaplaceMethod

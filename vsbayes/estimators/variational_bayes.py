@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from ..approximations import jaakkola_jordan
 from ._base import BayesianGLMClassifier
+from ._methods import VBMethod
 
 __all__ = ["VBLogisticRegression"]
 
 
 class VBLogisticRegression(BayesianGLMClassifier):
+    # The Jaakkola–Jordan bound exists for the logistic link only.
     """Bayesian logistic regression by the Jaakkola–Jordan variational bound.
 
     Each logistic likelihood factor is bounded below by a Gaussian-shaped function with its
@@ -91,9 +92,9 @@ class VBLogisticRegression(BayesianGLMClassifier):
     (2, 2)
     """
 
-    # The Jaakkola–Jordan bound exists for the logistic link only.
     _method, _title = "vb", "variational Bayes (Jaakkola–Jordan bound)"
     _link = "logistic"
+    _posterior_method = VBMethod
 
     def __init__(
         self,
@@ -117,6 +118,3 @@ class VBLogisticRegression(BayesianGLMClassifier):
             random_state=random_state,
             verbose=verbose,
         )
-
-    def _posterior(self, model, laplace, rng):
-        return jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)

@@ -1,0 +1,164 @@
+"""The posterior methods the estimators hand their models to: Laplace, EP, VB.
+
+An estimator builds the likelihood model of a problem and its Laplace approximation, then
+calls its method object's ``fit(model, laplace, rng)``, which returns a :class:`MethodFit`:
+the posterior with its record. A method object is a frozen dataclass of the estimator's
+options of the same names, made afresh by each ``fit``, so that whatever a method keeps
+while it runs lives in its own calls, never on the estimator. The sampling methods (IS,
+BMC) are in ``_sampling.py``, variational sampling with its choice of strategy in
+``_strategy.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..approximations import expectation_propagation, jaakkola_jordan, softmax_ep
+from ..approximations.expectation_propagation import DEFAULT_DAMPING
+from ..engine import LaplaceResult
+from ..gaussian import Gaussian
+from ..models import ChunkedSoftmaxPosterior, SoftmaxGLMPosterior
+
+__all__ = [
+    "SOFTMAX_MODELS",
+    "EPMethod",
+    "LaplaceMethod",
+    "MethodFit",
+    "VBMethod",
+    "ep_posterior",
+    "rows_in_memory",
+    "softmax_ep_posterior",
+]
+
+#: The models of the multinomial posterior (any other is one binary problem).
+SOFTMAX_MODELS = (SoftmaxGLMPosterior, ChunkedSoftmaxPosterior)
+
+#: Smallest site change at which the multinomial EP stops. Below it the sweep's own
+#: round-off moves the sites: a site is the difference of the inverses of a tilted fit's
+#: and a latent marginal's covariances, whose variances reach 2·10³ on digits, so the
+#: fits' round-off is amplified to ~1e-9; there, mixed sweeps wandered (5.8e-10 after 43
+#: sweeps, 2e-6 at 61) until damping was halved twice (5e-11 at 76 sweeps; 1e-8 at 37).
+SOFTMAX_EP_MIN_TOL = 1e-8
+
+
+@dataclass(frozen=True)
+class MethodFit:
+    """What a method object returns for one problem.
+
+    Attributes
+    ----------
+    posterior : Gaussian
+        The posterior, with the method's diagnostics.
+    n_iter : int
+        The iterations reported in ``n_iter_``.
+    fell_back : bool
+        Whether the posterior is the Laplace approximation because the method failed.
+    strategy, reason : str or None
+        The route taken and why (variational sampling: ``strategy_``,
+        ``strategy_reason_``); None for the methods without routes.
+    """
+
+    posterior: Gaussian
+    n_iter: int
+    fell_back: bool = False
+    strategy: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def fallback(cls, laplace: LaplaceResult) -> MethodFit:
+        """The Laplace approximation in place of a failed fit."""
+        return cls(laplace, laplace.n_iter, True, "laplace", _FAILED)
+
+
+_FAILED = "the chosen fit failed; see laplace_fallback_"
+
+
+def rows_in_memory(model) -> bool:
+    """Whether the model holds its rows (else they are in dask chunks, on the workers)."""
+    return getattr(model, "rows_in_memory", True)
+
+
+def ep_posterior(
+    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
+):
+    """EP posterior (VS site fits; probit in closed form) started from the Laplace sites.
+
+    ``tol`` is the estimator's: damped sweeps stop about the last change away from the
+    fixed point, and a hundredth of it keeps results reproducible to about ``tol`` (e.g.
+    weights ≡ duplicated rows).
+    """
+    return expectation_propagation(
+        model, damping=damping, tol=1e-2 * tol, max_iter=max_iter, start=laplace.mean
+    )
+
+
+def softmax_ep_posterior(
+    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
+):
+    """Multinomial EP (VS fits of the (K − 1)-dimensional sites) from the Laplace sites.
+
+    ``tol`` is the estimator's; the sweeps stop at site changes of ``tol / 100``, as the
+    binary :func:`ep_posterior`, but not below :data:`SOFTMAX_EP_MIN_TOL`.
+    """
+    return softmax_ep(
+        model,
+        damping=damping,
+        tol=max(1e-2 * tol, SOFTMAX_EP_MIN_TOL),
+        max_iter=max_iter,
+        start=laplace.mean,
+    )
+
+
+@dataclass(frozen=True)
+class LaplaceMethod:
+    """The Laplace approximation itself (it cannot fail after Newton's method)."""
+
+    falls_back: ClassVar[bool] = False
+    records_strategy: ClassVar[bool] = False
+
+    def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
+        return MethodFit(laplace, laplace.n_iter)
+
+
+@dataclass(frozen=True)
+class EPMethod:
+    """Expectation propagation from the Laplace sites: binary, or the multinomial EP."""
+
+    tol: float
+    damping: float
+    max_iter: int
+
+    falls_back: ClassVar[bool] = True
+    records_strategy: ClassVar[bool] = False
+
+    def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
+        options = {"tol": self.tol, "damping": self.damping, "max_iter": self.max_iter}
+        if not isinstance(model, SOFTMAX_MODELS):
+            posterior = ep_posterior(model, laplace, **options)
+        elif rows_in_memory(model):
+            posterior = softmax_ep_posterior(model, laplace, **options)
+        else:
+            raise ValueError(
+                "EPLogisticRegression fits more than two classes with the multinomial EP, "
+                "which needs the rows in memory (over dask chunks it is not implemented). "
+                "Pass X.compute() if the data fit in memory, or fit one-vs-rest "
+                "posteriors, e.g. OneVsRestClassifier(EPLogisticRegression()), or use "
+                "VSLogisticRegression or LaplaceLogisticRegression."
+            )
+        return MethodFit(posterior, posterior.n_iter)
+
+
+@dataclass(frozen=True)
+class VBMethod:
+    """The Jaakkola–Jordan bound's updates from the Laplace approximation (binary only)."""
+
+    tol: float
+    max_iter: int
+
+    falls_back: ClassVar[bool] = True
+    records_strategy: ClassVar[bool] = False
+
+    def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
+        posterior = jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)
+        return MethodFit(posterior, posterior.n_iter)
