@@ -31,7 +31,12 @@ from .._blas import one_blas_thread
 from .._random import as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
-from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from ..exceptions import (
+    ConvergenceWarning,
+    EstimationError,
+    NotPositiveDefiniteError,
+    UnreliableFitWarning,
+)
 from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
@@ -482,9 +487,20 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
                 return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
-                laplace = newton(
-                    model, tol=self.tol, max_iter=self.max_iter, theta0=start, verbose=self.verbose
-                )
+                try:
+                    laplace = newton(
+                        model,
+                        tol=self.tol,
+                        max_iter=self.max_iter,
+                        theta0=start,
+                        verbose=self.verbose,
+                    )
+                except NotPositiveDefiniteError as error:
+                    raise ValueError(
+                        f"{type(self).__name__}(C={self.C:g}): the posterior cannot be "
+                        f"represented in float64 ({model.dim} parameters, "
+                        f"{model.n_observations} rows with positive weight): {error}"
+                    ) from error
             unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
             reemit([w for w in caught if not issubclass(w.category, ConvergenceWarning)])
             if unconverged:
