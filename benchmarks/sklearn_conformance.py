@@ -175,8 +175,9 @@ def write(summary: dict, machine: str) -> None:
         machine,
         "",
         f"scikit-learn {summary['scikit_learn']}: {summary['collected']} tests collected; "
-        f"{summary['fit_vs']} exercise the VS estimator (make one), of which {summary['fit_vs_skipped']} are "
-        f"skipped (the Laplace priors vsbayes does not have yet); of the {summary['fit_vs_run']} run, "
+        f"{summary['fit_vs']} exercise the VS estimator (make one), of which "
+        f"{summary['fit_vs_skipped']} are skipped (the Laplace priors vsbayes does not have "
+        f"yet); of the {summary['fit_vs_run']} run, "
         f"**{summary['fit_vs_passed']} pass ({100 * summary['pass_rate']:.0f} %)**, "
         f"{summary['fit_vs_failed']} fail.",
         "",
