@@ -10,6 +10,7 @@ Laplace priors that vsbayes does not have yet (``penalty="l1"``, ``"elasticnet"`
 ``l1_ratio > 0``) are skipped at ``fit`` with the reason; every other keyword runs.
 
     python benchmarks/sklearn_conformance.py            # about 2-7 min on 2 cores
+    python benchmarks/sklearn_conformance.py --check    # CI: no test that passed may fail
 
 writes ``benchmarks/results/sklearn_conformance.{json,md}``: the counts, and every failure and
 skip with its first line. ``docs/differences.md`` explains each remaining difference.
@@ -85,11 +86,13 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         message = ""
-        if report.outcome != "passed":
-            text = report.longreprtext or ""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        elif report.outcome != "passed":
+            text = (report.longreprtext or "").strip()
             lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
-            message = (lines[0][1:].strip() if lines else text.strip().splitlines()[-1:] and
-                       text.strip().splitlines()[-1])[:300]
+            message = lines[0][1:].strip() if lines else text.splitlines()[-1] if text else ""
+        message = message[:300]
         RECORDS.append({
             "test": item.nodeid.split("::", 1)[1],
             "outcome": report.outcome,
@@ -145,6 +148,10 @@ def run(extra: list[str]) -> list[dict]:
             cwd=folder,
             env=env,
             check=False,
+            # pytest's own closing line ("N failed, N passed") would read as this
+            # project's test result in a CI log: only the summary below is printed.
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         return json.loads(out.read_text())
 
@@ -191,22 +198,47 @@ def write(summary: dict, machine: str) -> None:
     (RESULTS / "sklearn_conformance.md").write_text("\n".join(lines) + "\n")
 
 
+def regressions(summary: dict, committed: dict) -> list[str]:
+    """The tests that passed in the committed run and do not pass now."""
+    now = {r["test"]: r["outcome"] for r in summary["records"]}
+    return [
+        r["test"]
+        for r in committed["records"]
+        if r["fits_vs"] and r["outcome"] == "passed" and now.get(r["test"], "passed") != "passed"
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default=None, help="pytest -k expression (a subset)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the committed results instead of writing them: exit 1 if a test "
+        "that passed there does not pass now (CI)",
+    )
     args = parser.parse_args()
     extra = ["-k", args.k] if args.k else []
     summary = summarize(run(extra))
-    try:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from _common import machine, machine_line
+    print(
+        f"conformance: of {summary['fit_vs_run']} tests run with VSLogisticRegression, "
+        f"{summary['fit_vs_passed']} pass ({100 * summary['pass_rate']:.0f} %); "
+        f"{summary['fit_vs_skipped']} skipped"
+    )
+    if args.check:
+        committed = json.loads((RESULTS / "sklearn_conformance.json").read_text())
+        lost = regressions(summary, committed)
+        print(f"{len(lost)} tests that passed in the committed run do not pass now: {lost}")
+        if committed["scikit_learn"] != summary["scikit_learn"]:
+            # Another release's test file: its tests may differ for reasons of its own.
+            print(f"(committed with scikit-learn {committed['scikit_learn']}: not failing)")
+            lost = []
+        sys.exit(1 if lost else 0)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import machine, machine_line
 
-        machine = machine_line(machine())
-    except Exception:  # the harness is optional here: the counts do not depend on it
-        machine = f"Python {sys.version.split()[0]}, scikit-learn {sklearn.__version__}"
     if not args.k:
-        write(summary, machine)
-    print({k: v for k, v in summary.items() if k != "records"})
+        write(summary, machine_line(machine()))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ html_sidebars = {
         "benchmarks",
         "developer",
         "decisions",
+        "differences",
     )
 }
 html_static_path = ["_static"]
