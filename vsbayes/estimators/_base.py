@@ -40,6 +40,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import MethodFit
 from ._prediction import PosteriorPrediction
+from ._updating import INTERCEPT_PRIOR_VAR, BayesianUpdating, problem_model
 
 __all__ = [
     "INTERCEPT_PRIOR_VAR",
@@ -47,10 +48,6 @@ __all__ = [
     "Interval",
     "InvalidParameterError",
 ]
-
-#: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
-#: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
-INTERCEPT_PRIOR_VAR = 1e6
 
 
 class InvalidParameterError(ValueError, TypeError):
@@ -117,7 +114,7 @@ def _described(option) -> str:
     return str(option) if isinstance(option, Interval) else repr(option)
 
 
-class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator):
+class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
     A subclass sets ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
@@ -157,6 +154,7 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         "max_iter": (Interval(Integral, 1),),
         "tol": (Interval(Real, 0),),
         "verbose": (Interval(Integral, 0),),
+        "decay": (Interval(Real, 0, 1, closed="right"),),
     }
 
     def __init__(
@@ -169,6 +167,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         tol=1e-8,
         random_state=None,
         verbose=0,
+        prior=None,
+        decay=1.0,
     ):
         self.C = C
         self.fit_intercept = fit_intercept
@@ -177,6 +177,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         self.tol = tol
         self.random_state = random_state
         self.verbose = verbose
+        self.prior = prior
+        self.decay = decay
 
     # Every BLAS call of the fit on one thread (vsbayes._blas): the same bits whatever
     # the threads, and alone or beside other fits.
@@ -216,9 +218,18 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         else:  # ±1 labels of each binary problem
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
-        fits = [self._fit_problem(method, X, *problem, weights, rng) for problem in problems]
+        priors = [None] * len(problems)
+        if self.prior is not None:
+            priors = self._problem_priors(X.shape[1], problems, self.classes_)
+        fits = [
+            self._fit_problem(method, X, *problem, weights, rng, prior)
+            for problem, prior in zip(problems, priors, strict=True)
+        ]
         self._store(method, fits, X.shape[1])
         return self
+
+    #: The one check of sample weights, shared with partial_fit (estimators/_updating.py).
+    _checked_sample_weight = staticmethod(lambda weights, n: _validate_sample_weight(weights, n))
 
     def _check_params(self) -> None:
         """Raise an InvalidParameterError naming the first parameter outside
@@ -292,9 +303,10 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
                 f"sample_weight and class_weight."
             )
 
-    def _fit_problem(self, method, X, labels, n_classes, weights, rng) -> MethodFit:
+    def _fit_problem(self, method, X, labels, n_classes, weights, rng, prior=None) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
-        else the multinomial one of ``n_classes`` with class indices ``labels``."""
+        else the multinomial one of ``n_classes`` with class indices ``labels``; under
+        ``prior`` (a :class:`~vsbayes.models.priors.GaussianPrior`) or the default one."""
         priors = {
             "prior_var": float(self.C),
             "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
@@ -303,18 +315,26 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         n_jobs = getattr(self, "n_jobs", None)  # the sampling estimators' parameter
         if n_classes is None:
             newton, what = glm_laplace, "for this problem"
-            if chunked:
+            if prior is not None:
+                model, finish = problem_model(self, X, labels, n_classes, weights, prior)
+            elif chunked:
                 model = ChunkedPosterior(X, labels, weights, self._link, **priors)
             else:
                 model = BinaryGLMPosterior(X, labels, weights, self._link, n_jobs=n_jobs, **priors)
         else:
             newton, what = softmax_laplace, "of the multinomial posterior"
-            if chunked:
+            if prior is not None:
+                model, finish = problem_model(self, X, labels, n_classes, weights, prior)
+            elif chunked:
                 model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
+        # From the prior's mean: near the mode when the prior is an earlier posterior.
+        start = None if prior is None else model.prior_mean
         try:
-            laplace = newton(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
+            laplace = newton(
+                model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose, theta0=start
+            )
             try:
                 fit = method.fit(model, laplace, rng)
             except EstimationError as error:
@@ -324,6 +344,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
                     UnreliableFitWarning,
                 )
                 fit = MethodFit.fallback(laplace)
+            if prior is not None:
+                fit = finish(fit)  # back to θ's coordinates (whitened priors)
         finally:
             if chunked:
                 model.chunks.release()  # the chunks' copies of the rows, on the workers
