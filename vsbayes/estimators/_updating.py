@@ -167,13 +167,14 @@ class BayesianUpdating:
         X, y = validate_data(
             self, X, y, accept_sparse="csr", dtype=np.float64, reset=first, ensure_min_samples=1
         )
-        unknown = np.setdiff1d(np.unique(y), classes)
-        if unknown.size:
-            raise ValueError(
-                f"y holds label(s) {unknown.tolist()} outside classes {classes.tolist()} "
-                f"given at the first call to partial_fit; all classes must be declared then."
-            )
         y_index = np.searchsorted(classes, y)
+        known = classes[np.minimum(y_index, len(classes) - 1)] == y
+        if not known.all():
+            raise ValueError(
+                f"y holds label(s) {np.unique(y[~known]).tolist()} outside classes "
+                f"{classes.tolist()} given at the first call to partial_fit; all classes "
+                f"must be declared then."
+            )
         weights = self._checked_sample_weight(sample_weight, X.shape[0])
         if self.class_weight is not None:
             if isinstance(self.class_weight, str):
@@ -189,17 +190,19 @@ class BayesianUpdating:
         else:
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
-        given = self._problem_priors(X.shape[1], problems, classes)
-        defaults = [self._default_prior(X.shape[1], k) for _, k in problems]
-        originals = [g if g is not None else d for g, d in zip(given, defaults, strict=True)]
+        keep = 1.0 if first else float(self.decay) ** X.shape[0]
+        if first or keep < 1.0:  # the original prior: the start, or what forgetting nears
+            given = self._problem_priors(X.shape[1], problems, classes)
+            defaults = [self._default_prior(X.shape[1], k) for _, k in problems]
+            originals = [g if g is not None else d for g, d in zip(given, defaults, strict=True)]
         if first:
             carried, evidence_before = originals, 0.0
         else:
-            keep = float(self.decay) ** X.shape[0]
             carried = [
-                GaussianPrior.from_gaussian(g, name="carried posterior").forgotten(keep, o)
-                for g, o in zip(self.posteriors_, originals, strict=True)
+                GaussianPrior.from_gaussian(g, name="carried posterior") for g in self.posteriors_
             ]
+            if keep < 1.0:
+                carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
         method = self._new_posterior_method()
         rng = as_generator(self.random_state)

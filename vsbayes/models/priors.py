@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from ..gaussian import Gaussian
 
@@ -101,8 +102,18 @@ class GaussianPrior:
 
     @classmethod
     def from_gaussian(cls, gaussian: Gaussian, *, name: str = "prior") -> GaussianPrior:
-        """The prior N(mean, cov) of a Gaussian (e.g. an earlier fit's posterior)."""
-        return cls(np.array(gaussian.mean), np.array(gaussian.cov), name=name)
+        """The prior N(mean, cov) of a Gaussian (e.g. an earlier fit's posterior).
+
+        A :class:`~vsbayes.gaussian.Gaussian` is checked (finite, symmetric, positive
+        definite) and factorized already: its covariance and Cholesky factor are taken as
+        they are (the cost of each ``partial_fit`` of a few rows is mostly such overhead).
+        """
+        prior = cls.__new__(cls)
+        prior.name, prior.mean = name, np.array(gaussian.mean)
+        prior._cov = np.array(gaussian.cov)
+        prior.variances = np.diag(prior._cov).copy()
+        prior.__dict__["lower"] = np.array(gaussian.chol)
+        return prior
 
     @property
     def dim(self) -> int:
@@ -137,8 +148,6 @@ class GaussianPrior:
 
     def whitened_mean(self) -> np.ndarray:
         """``L⁻¹ μ₀``: the prior mean of the whitened parameters z (``θ = L z``)."""
-        from scipy.linalg import solve_triangular
-
         return solve_triangular(self.lower, self.mean, lower=True, check_finite=False)
 
     def unwhiten(self, posterior: Gaussian) -> Gaussian:
