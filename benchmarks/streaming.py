@@ -213,7 +213,7 @@ def cost_rows(quick: bool) -> list[dict]:
         batch_x, batch_y = X[1000:2000], y[1000:2000]
         baseline = LRBaseline(batch_x, batch_y)
         update_times, fit_times = [], []
-        for _ in range(3 if quick else 7):
+        for _ in range(5 if quick else 21):
             model = cls(prior=earlier)  # the posterior of 1000 earlier rows
             started = time.perf_counter()
             model.partial_fit(batch_x, batch_y, classes=[0, 1])

@@ -336,3 +336,18 @@ def test_thompson_draws_score_the_candidates_in_one_call(cancer, iris):
     assert draws.scores.shape == (3, 5, 3)
     expected = np.einsum("nd,skd->snk", iris[0][:5], draws.coef) + draws.intercept[:, None]
     np.testing.assert_allclose(draws.scores, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_one_vs_rest_and_dask_multinomial_take_an_earlier_posterior(iris):
+    da = pytest.importorskip("dask.array")
+    X, y = iris
+    first = vb.LaplaceProbitRegression().fit(X[:75], y[:75])
+    second = vb.LaplaceProbitRegression(prior=first).fit(X[75:], y[75:])
+    assert second.sigma_.shape == (3, 5, 5) and second.score(X, y) > 0.9
+    earlier = vb.LaplaceLogisticRegression().fit(X[:75], y[:75])
+    in_memory = vb.LaplaceLogisticRegression(prior=earlier).fit(X[75:], y[75:])
+    chunked = vb.LaplaceLogisticRegression(prior=earlier).fit(
+        da.from_array(X[75:], chunks=(25, -1)), da.from_array(y[75:], chunks=25)
+    )
+    np.testing.assert_allclose(chunked.coef_, in_memory.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(chunked.sigma_, in_memory.sigma_, rtol=1e-6, atol=1e-9)
