@@ -20,7 +20,7 @@ Three measurements, in one process:
    cumulative regret of Thompson sampling (``LaplaceLogisticRegression.partial_fit`` and
    ``thompson_sample``) and of ε-greedy ``LogisticRegression``; target: Thompson's lower.
 
-Usage: python benchmarks/streaming.py [--quick] [--out DIR] [--orders 10]
+Usage: python benchmarks/streaming.py [--quick] [--out DIR] [--orders 10] [--from-json]
 Writes DIR/streaming.{csv,json,md,png} (DIR defaults to benchmarks/results). ``--quick``
 (about a minute) streams breast cancer and the 4-class problem only, in batches of 10 and
 100, with 3 orders, fewer cost repeats and 5 bandit seeds, into results/cache.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 import time
 import warnings
@@ -342,17 +343,19 @@ def plot(accuracy, cost, curves, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     ax = axes[0]
-    for (dataset, method), style in zip(
-        sorted({(r["dataset"], r["method"]) for r in accuracy}),
-        [f"{m}-" for m in "osd^v<>ph*"] * 4,
-        strict=False,
-    ):
+    names = list(dict.fromkeys(r["dataset"] for r in accuracy))
+    for dataset, method in sorted({(r["dataset"], r["method"]) for r in accuracy}):
         points = sorted(
             (r["batch"], r["log_loss_ratio"])
             for r in accuracy
             if r["dataset"] == dataset and r["method"] == method
         )
-        ax.semilogx(*zip(*points, strict=True), style, label=f"{dataset} {method}")
+        ax.semilogx(
+            *zip(*points, strict=True),
+            "o-" if method == "ep" else "s--",
+            color=f"C{names.index(dataset)}",
+            label=f"{dataset} {method}",
+        )
     ax.axhline(1.01, color="k", ls="--", lw=0.8)
     ax.set_xlabel("batch size (rows)")
     ax.set_ylabel("held-out log loss, stream / batch")
@@ -385,9 +388,16 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
     parser.add_argument("--orders", type=int, default=10, help="orders of the order study")
     parser.add_argument("--out", type=Path, default=None, help="output directory")
+    parser.add_argument(
+        "--from-json", action="store_true", help="only redo the table and plot from the JSON"
+    )
     args = parser.parse_args()
     out = args.out or (CACHE / "streaming_quick" if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
+    if args.from_json:
+        saved = json.loads((out / "streaming.json").read_text())
+        report(saved["rows"], saved["curves"], saved["machine"], out, saved["quick"])
+        return
     info = machine()
     rows = accuracy_rows(args.quick, 3 if args.quick else args.orders)
     rows += cost_rows(args.quick)
