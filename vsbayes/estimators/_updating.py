@@ -261,6 +261,12 @@ class BayesianUpdating:
         check_is_fitted(self)
         n_draws = check_scalar(n_draws, "n_draws", int, min_val=1)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        n_scores = len(self.coef_) if len(self.classes_) > 2 else 1
+        check_memory(
+            8.0 * X.shape[0] * n_draws * n_scores,
+            f"the scores of {X.shape[0]} rows under {n_draws} draws",
+            "Draw fewer at a time (n_draws), or score the candidate rows in batches.",
+        )
         coef, intercept = self._predictive().sample(n_draws, as_generator(random_state))
         # One GEMM for every draw and class: X (n, d) against the (draws·classes, d) rows.
         flat = coef.reshape(-1, coef.shape[-1])
