@@ -6,7 +6,7 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["warn"]
+__all__ = ["reemit", "warn"]
 
 _PACKAGE = str(Path(__file__).resolve().parent)
 
@@ -28,3 +28,10 @@ def warn(message: str, category: type[Warning]) -> None:
     while frame is not None and _in_package(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
+
+
+def reemit(caught) -> None:
+    """Emit again warnings recorded by ``warnings.catch_warnings(record=True)``, each at
+    the place it was first attributed to."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

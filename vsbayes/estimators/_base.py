@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
@@ -27,9 +29,10 @@ from sklearn.utils.validation import (
 
 from .._blas import one_blas_thread
 from .._random import as_generator
-from .._warnings import warn
+from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
-from ..exceptions import EstimationError, UnreliableFitWarning
+from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -37,17 +40,52 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.separation import check_flat_prior_is_proper
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import MethodFit
 from ._prediction import PosteriorPrediction
-from ._updating import INTERCEPT_PRIOR_VAR, BayesianUpdating, problem_model
+from ._updating import BayesianUpdating, problem_model
 
 __all__ = [
+    "DEFAULT_SEED",
+    "FLAT_PRIOR_FACTOR",
     "INTERCEPT_PRIOR_VAR",
+    "SOLVERS",
     "BayesianGLMClassifier",
     "Interval",
     "InvalidParameterError",
 ]
+
+#: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
+#: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
+INTERCEPT_PRIOR_VAR = 1e6
+
+#: LogisticRegression's solver names (see ``solver`` in the estimators' docstrings: the mode
+#: is Newton's whatever the name).
+SOLVERS = ("lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga")
+
+#: The flat prior (``penalty=None`` or ``C=np.inf``) as a prior every route can use: per
+#: coefficient, this many times the variance that the likelihood alone determines at most
+#: (``4 / Σ_i s_i x_ij²``, the logistic link's largest curvature 1/4). Its pull on the
+#: posterior is then below 1e-8 of the data's in every direction — far below any method's
+#: error — while the posterior stays proper and every factorization well defined
+#: (docs/decisions.md, "The flat prior").
+FLAT_PRIOR_FACTOR = 1e8
+
+#: LogisticRegression's ConvergenceWarning for each solver name, so that code filtering its
+#: warnings by message keeps working; vsbayes's Newton stands behind every name.
+SOLVER_NOT_CONVERGED = {
+    "lbfgs": "lbfgs failed to converge",
+    "liblinear": "Liblinear failed to converge, increase the number of iterations.",
+    "newton-cg": "newton-cg failed to converge. Increase the number of iterations.",
+    "newton-cholesky": "Newton solver did not converge after {n_iter} iterations.",
+    "sag": "The max_iter was reached which means the coef_ did not converge",
+    "saga": "The max_iter was reached which means the coef_ did not converge",
+}
+
+#: The seed of ``random_state=None``: fits are deterministic by default, as
+#: LogisticRegression's (docs/decisions.md, "Deterministic by default").
+DEFAULT_SEED = 0
 
 
 class InvalidParameterError(ValueError, TypeError):
@@ -82,6 +120,8 @@ class Interval:
     def __str__(self) -> str:
         kind = "int" if self.kind is Integral else "float"
         kind = f"{'a finite' if self.finite else 'an' if kind == 'int' else 'a'} {kind}"
+        if self.low is None and self.high is None:
+            return kind
         if self.high is None:
             return f"{kind} {'>=' if self.closed in ('left', 'both') else '>'} {self.low}"
         if self.low is None:
@@ -149,34 +189,57 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
     #: False) or an :class:`Interval`. (Not scikit-learn's ``_parameter_constraints``,
     #: whose format is its private module's.)
     _constraints: ClassVar[dict[str, tuple]] = {
-        "C": (Interval(Real, 0, closed="neither", finite=True),),
-        "fit_intercept": (bool,),
-        "max_iter": (Interval(Integral, 1),),
+        "penalty": ("deprecated", "l2", "l1", "elasticnet", None),
+        "C": (Interval(Real, 0, closed="neither"),),
+        "l1_ratio": (Interval(Real, 0, 1, closed="both"), None),
+        "dual": (bool,),
         "tol": (Interval(Real, 0),),
+        "fit_intercept": (bool,),
+        "intercept_scaling": (Interval(Real, 0, closed="neither", finite=True),),
+        "solver": SOLVERS,
+        "max_iter": (Interval(Integral, 0),),
         "verbose": (Interval(Integral, 0),),
+        "warm_start": (bool,),
+        "n_jobs": (None, Interval(Integral)),
         "decay": (Interval(Real, 0, 1, closed="right"),),
     }
 
+    # scikit-learn 1.9's LogisticRegression signature, in its order (its tol default is
+    # 1e-4 for its own solvers; ours is Newton's decrement, see the docstrings).
     def __init__(
         self,
-        C=1.0,
+        penalty="deprecated",
         *,
-        fit_intercept=True,
-        class_weight=None,
-        max_iter=100,
+        C=1.0,
+        l1_ratio=0.0,
+        dual=False,
         tol=1e-8,
+        fit_intercept=True,
+        intercept_scaling=1,
+        class_weight=None,
         random_state=None,
+        solver="lbfgs",
+        max_iter=100,
         verbose=0,
+        warm_start=False,
+        n_jobs=None,
         prior=None,
         decay=1.0,
     ):
+        self.penalty = penalty
         self.C = C
-        self.fit_intercept = fit_intercept
-        self.class_weight = class_weight
-        self.max_iter = max_iter
+        self.l1_ratio = l1_ratio
+        self.dual = dual
         self.tol = tol
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
         self.random_state = random_state
+        self.solver = solver
+        self.max_iter = max_iter
         self.verbose = verbose
+        self.warm_start = warm_start
+        self.n_jobs = n_jobs
         self.prior = prior
         self.decay = decay
 
@@ -206,27 +269,131 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             The fitted estimator.
         """
         self._check_params()
+        flat = self._flat_prior() and self.prior is None  # a given prior replaces C
         method = self._new_posterior_method()
         if is_dask(X):
+            if flat:
+                raise ValueError(
+                    "penalty=None (or C=np.inf) needs the rows in memory: whether the flat "
+                    "prior gives a proper posterior is checked on them. Use a finite C, or "
+                    "pass X.compute() if the data fit in memory."
+                )
             X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
+            dtype = np.dtype(X.dtype)
         else:
-            X, y_index, weights = self._fit_data(X, y, sample_weight)
-        rng = as_generator(self.random_state)
+            X, y_index, weights, dtype = self._fit_data(X, y, sample_weight)
+            if self.solver == "liblinear":  # as LogisticRegression: liblinear is float64
+                dtype = np.dtype(np.float64)
         n_classes = len(self.classes_)
+        if self.solver == "liblinear" and n_classes > 2:
+            raise ValueError(
+                "The 'liblinear' solver does not support multiclass classification "
+                "(n_classes >= 3), as in LogisticRegression. Use another solver (the "
+                "multinomial posterior), or wrap the estimator in a OneVsRestClassifier to "
+                "keep applying a one-versus-rest scheme."
+            )
+        if flat:
+            check_flat_prior_is_proper(X, y_index, weights, n_classes, self.fit_intercept)
+        priors = self._priors(X, weights, flat)
+        rng = self._random_generator()
         if n_classes > 2 and self._multinomial:
             problems = [(y_index, n_classes)]  # one joint problem over the class indices
         else:  # ±1 labels of each binary problem
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
-        priors = [None] * len(problems)
+        starts = self._warm_starts(len(problems), X.shape[1])
+        given = [None] * len(problems)
         if self.prior is not None:
-            priors = self._problem_priors(X.shape[1], problems, self.classes_)
+            given = self._problem_priors(X.shape[1], problems, self.classes_)
         fits = [
-            self._fit_problem(method, X, *problem, weights, rng, prior)
-            for problem, prior in zip(problems, priors, strict=True)
+            self._fit_problem(method, X, *problem, weights, rng, priors, start, prior)
+            for problem, start, prior in zip(problems, starts, given, strict=True)
         ]
-        self._store(method, fits, X.shape[1])
+        if self.max_iter == 0:
+            warn(
+                f"{type(self).__name__}: max_iter=0, so no iteration was run: the posterior "
+                f"is the prior (coefficients at their start, 0, as LogisticRegression's).",
+                ConvergenceWarning,
+            )
+        self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
         return self
+
+    def _flat_prior(self) -> bool:
+        """Whether the prior is flat (``penalty=None`` or ``C=np.inf``); refuses what the
+        priors cannot mean, as LogisticRegression refuses its solvers' combinations."""
+        penalty = self.penalty
+        if (penalty == "l2" and self.l1_ratio not in (0, None)) or (
+            penalty == "l1" and self.l1_ratio != 1
+        ):
+            warn(
+                f"Inconsistent values: penalty={penalty} with l1_ratio={self.l1_ratio}; "
+                f"penalty decides (l1_ratio alone says the same, as in LogisticRegression).",
+                UserWarning,
+            )
+        if penalty is None and self.C != 1.0:
+            warn(
+                "Setting penalty=None will ignore the C and l1_ratio parameters: the prior "
+                "is flat.",
+                UserWarning,
+            )
+        if penalty == "deprecated":  # scikit-learn 1.9: l1_ratio and C decide
+            ratio = self.l1_ratio
+            penalty = "l2" if ratio in (0, None) else "l1" if ratio == 1 else "elasticnet"
+            if np.isinf(self.C):
+                penalty = None
+        if penalty in ("l1", "elasticnet"):
+            raise ValueError(
+                f"penalty={penalty!r} (l1_ratio={self.l1_ratio!r}) would be a Laplace prior, "
+                f"which vsbayes does not have yet: use penalty='l2' (l1_ratio=0, the "
+                f"Gaussian prior N(0, C·I)) or penalty=None (a flat prior)."
+            )
+        if self.dual and self.solver != "liblinear":
+            raise ValueError(
+                f"Solver {self.solver} supports only dual=False, got dual=True (as in "
+                f"LogisticRegression; the factorization, primal or dual, is chosen by the "
+                f"problem's shape whatever the solver)."
+            )
+        flat = penalty is None or bool(np.isinf(self.C))
+        if flat and self.solver == "liblinear":
+            raise ValueError(
+                "penalty=None is not supported for the liblinear solver (it penalizes the "
+                "intercept), as in LogisticRegression."
+            )
+        return flat
+
+    def _priors(self, X, weights, flat: bool) -> dict:
+        """The models' prior variances: ``C`` (or the flat prior's, per coefficient) and
+        the intercept's (liblinear's penalized intercept: ``C · intercept_scaling²``)."""
+        intercept = INTERCEPT_PRIOR_VAR
+        if self.solver == "liblinear":
+            intercept = float(self.C) * float(self.intercept_scaling) ** 2
+        prior_var = float(self.C)
+        if flat:
+            squares = X.multiply(X) if sp.issparse(X) else X * X
+            curvature = np.asarray(squares.T @ weights).ravel() / 4.0
+            prior_var = FLAT_PRIOR_FACTOR / curvature
+            intercept = FLAT_PRIOR_FACTOR / (weights.sum() / 4.0)
+        return {
+            "prior_var": prior_var,
+            "intercept_prior_var": intercept if self.fit_intercept else None,
+        }
+
+    def _warm_starts(self, n_problems: int, n_features: int) -> list:
+        """Newton's start of each problem: the previous fit's posterior means with
+        ``warm_start=True`` (when the features and problems agree), else None (zeros)."""
+        previous = getattr(self, "posteriors_", None)
+        if (
+            not self.warm_start
+            or previous is None
+            or len(previous) != n_problems
+            or getattr(self, "n_features_in_", None) != n_features
+        ):
+            return [None] * n_problems
+        return [np.array(g.mean) for g in previous]
+
+    def _random_generator(self):
+        """The fit's generator: ``random_state``'s, or the default seed's."""
+        return as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
 
     #: The one check of sample weights, shared with partial_fit (estimators/_updating.py).
     _checked_sample_weight = staticmethod(lambda weights, n: _validate_sample_weight(weights, n))
@@ -255,8 +422,12 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         )
 
     def _fit_data(self, X, y, sample_weight):
-        """Checked in-memory ``(X, y_index, weights)``; sets ``classes_``."""
+        """Checked in-memory ``(X, y_index, weights, dtype)``, X in float64 and ``dtype``
+        the input's (float32 or float64: the fitted coefficients keep it); sets
+        ``classes_``."""
         X, y = _validate_training_data(self, X, y)
+        dtype = X.dtype
+        X = X.astype(np.float64, copy=False)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         self._check_n_classes()
@@ -265,7 +436,7 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             weights = weights * per_class[y_index]
         self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
-        return X, y_index, weights
+        return X, y_index, weights, dtype
 
     def _dask_fit_data(self, X, y, sample_weight):
         """``(X, y_index, weights)`` of a dask X, all lazy and chunked alike (checked where
@@ -303,49 +474,67 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 f"sample_weight and class_weight."
             )
 
-    def _fit_problem(self, method, X, labels, n_classes, weights, rng, prior=None) -> MethodFit:
+    def _fit_problem(
+        self, method, X, labels, n_classes, weights, rng, priors, start, prior=None
+    ) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
-        else the multinomial one of ``n_classes`` with class indices ``labels``; under
-        ``prior`` (a :class:`~vsbayes.models.priors.GaussianPrior`) or the default one."""
-        priors = {
-            "prior_var": float(self.C),
-            "intercept_prior_var": INTERCEPT_PRIOR_VAR if self.fit_intercept else None,
-        }
+        else the multinomial one of ``n_classes`` with class indices ``labels`` (in
+        scikit-learn's representative, :meth:`~vsbayes.models.SoftmaxGLMPosterior.centred`);
+        Newton starts from ``start`` (None: zeros), or under ``prior`` (a
+        :class:`~vsbayes.models.priors.GaussianPrior` that replaces ``priors``) from its
+        mean."""
         chunked = is_dask_array(X)
-        n_jobs = getattr(self, "n_jobs", None)  # the sampling estimators' parameter
-        if n_classes is None:
+        n_jobs = self.n_jobs
+        if prior is not None:
+            model, finish = problem_model(self, X, labels, n_classes, weights, prior)
+            newton, what = (
+                (glm_laplace, "for this problem")
+                if n_classes is None
+                else (softmax_laplace, "of the multinomial posterior")
+            )
+            start = model.prior_mean  # θ's warm start is not the whitened model's
+        elif n_classes is None:
             newton, what = glm_laplace, "for this problem"
-            if prior is not None:
-                model, finish = problem_model(self, X, labels, n_classes, weights, prior)
-            elif chunked:
+            if chunked:
                 model = ChunkedPosterior(X, labels, weights, self._link, **priors)
             else:
                 model = BinaryGLMPosterior(X, labels, weights, self._link, n_jobs=n_jobs, **priors)
         else:
             newton, what = softmax_laplace, "of the multinomial posterior"
-            if prior is not None:
-                model, finish = problem_model(self, X, labels, n_classes, weights, prior)
-            elif chunked:
+            if chunked:
                 model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
-        # From the prior's mean: near the mode when the prior is an earlier posterior.
-        start = None if prior is None else model.prior_mean
         try:
-            laplace = newton(
-                model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose, theta0=start
-            )
-            try:
-                fit = method.fit(model, laplace, rng)
-            except EstimationError as error:
-                warn(
-                    f"{type(self).__name__}: {error} Falling back to the Laplace "
-                    f"approximation {what} (recorded in laplace_fallback_).",
-                    UnreliableFitWarning,
+            if self.max_iter == 0 and prior is not None:
+                return MethodFit.prior(Gaussian(prior.mean, prior.cov))
+            if self.max_iter == 0:
+                return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConvergenceWarning)
+                laplace = newton(
+                    model, tol=self.tol, max_iter=self.max_iter, theta0=start, verbose=self.verbose
                 )
-                fit = MethodFit.fallback(laplace)
+            unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+            reemit([w for w in caught if not issubclass(w.category, ConvergenceWarning)])
+            if unconverged:
+                # An unconverged mode is no start for EP or sampling: the fit stops at the
+                # Laplace approximation of the last iterate, as LogisticRegression's stops
+                # at its solver's last iterate.
+                warn(
+                    f"{SOLVER_NOT_CONVERGED[self.solver].format(n_iter=laplace.n_iter)} "
+                    f"({type(self).__name__} finds the mode by Newton's method whatever the "
+                    f"solver; the posterior is the Laplace approximation at its last iterate. "
+                    f"{unconverged[0].message})",
+                    ConvergenceWarning,
+                )
+                fit = MethodFit.unconverged(laplace)
+            else:
+                fit = self._method_fit(method, model, laplace, rng, what)
             if prior is not None:
                 fit = finish(fit)  # back to θ's coordinates (whitened priors)
+            if n_classes is not None:
+                fit = dataclasses.replace(fit, posterior=model.centred(fit.posterior))
         finally:
             if chunked:
                 model.chunks.release()  # the chunks' copies of the rows, on the workers
@@ -353,9 +542,26 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             print(f"{type(self).__name__}: {fit.posterior!r}")
         return fit
 
-    def _store(self, method, fits: list[MethodFit], n_features: int) -> None:
+    def _method_fit(self, method, model, laplace, rng, what: str) -> MethodFit:
+        """``method.fit``, or the Laplace approximation with an UnreliableFitWarning where
+        it raises an EstimationError (no valid Gaussian)."""
+        try:
+            return method.fit(model, laplace, rng)
+        except EstimationError as error:
+            warn(
+                f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
+                f"{what} (recorded in laplace_fallback_).",
+                UnreliableFitWarning,
+            )
+            return MethodFit.fallback(laplace)
+
+    def _store(
+        self, method, fits: list[MethodFit], n_features: int, dtype, evidence_defined: bool
+    ) -> None:
         """The fitted attributes, from each problem's fit (one for the multinomial
-        posterior, else one per binary problem)."""
+        posterior, else one per binary problem): ``coef_`` and ``intercept_`` in the
+        input's ``dtype``, as scikit-learn's linear models; the evidence NaN where it is
+        undefined (a flat prior's, or no iteration run)."""
         posteriors = [f.posterior for f in fits]
         if len(posteriors) == 1 and len(self.classes_) > 2:  # one joint problem
             k, posterior = len(self.classes_), posteriors[0]
@@ -373,6 +579,12 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             binary = len(posteriors) == 1
             self.sigma_ = covs[0] if binary else covs
             self.log_marginal_likelihood_value_ = float(evidence[0]) if binary else evidence
+        self.coef_ = self.coef_.astype(dtype, copy=False)
+        self.intercept_ = self.intercept_.astype(dtype, copy=False)
+        if not evidence_defined or self.max_iter == 0:
+            self.log_marginal_likelihood_value_ = np.full_like(
+                self.log_marginal_likelihood_value_, np.nan
+            )[()]
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
         if method.falls_back:
@@ -423,7 +635,7 @@ def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
 def _validate_training_data(estimator, X, y):
     """``validate_data`` for fit, with a remedy when X holds text."""
     try:
-        return validate_data(estimator, X, y, accept_sparse="csr", dtype=np.float64)
+        return validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
     except ValueError as error:
         if "could not convert" not in str(error):
             raise

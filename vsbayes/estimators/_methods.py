@@ -70,6 +70,18 @@ class MethodFit:
         """The Laplace approximation in place of a failed fit."""
         return cls(laplace, laplace.n_iter, True, "laplace", _FAILED)
 
+    @classmethod
+    def unconverged(cls, laplace: LaplaceResult) -> MethodFit:
+        """The Laplace approximation at Newton's last iterate, where Newton's method for
+        the mode did not converge within ``max_iter`` (the method is not run)."""
+        reason = f"Newton's method did not converge in {laplace.n_iter} iterations"
+        return cls(laplace, laplace.n_iter, False, "laplace", reason)
+
+    @classmethod
+    def prior(cls, prior: Gaussian) -> MethodFit:
+        """The prior itself, where no iteration was allowed (``max_iter=0``)."""
+        return cls(prior, 0, False, "prior", "max_iter=0: no iteration, the prior")
+
 
 _FAILED = "the chosen fit failed; see laplace_fallback_"
 

@@ -48,11 +48,7 @@ from ..models import (
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.priors import GaussianPrior
 
-__all__ = ["INTERCEPT_PRIOR_VAR", "BayesianUpdating", "ThompsonDraws", "problem_model"]
-
-#: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
-#: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
-INTERCEPT_PRIOR_VAR = 1e6
+__all__ = ["BayesianUpdating", "ThompsonDraws", "problem_model"]
 
 
 class ThompsonDraws(NamedTuple):
@@ -79,15 +75,19 @@ class BayesianUpdating:
 
     # --- the prior ---------------------------------------------------------------------
 
-    def _default_prior(self, n_features: int, n_classes: int | None) -> GaussianPrior:
-        """N(0, C) on the coefficients, N(0, 10⁶) on the intercepts: the prior without
-        ``prior``, of one binary problem (``n_classes`` None) or the multinomial one."""
+    def _default_prior(
+        self, n_features: int, n_classes: int | None, variances: dict
+    ) -> GaussianPrior:
+        """The prior without ``prior`` (``variances``: the models' ``prior_var`` and
+        ``intercept_prior_var``, from ``C``), of one binary problem (``n_classes`` None) or
+        the multinomial one."""
         k = 1 if n_classes is None else n_classes
-        variances = [np.full(k * n_features, float(self.C))]
+        coef = np.broadcast_to(np.asarray(variances["prior_var"], dtype=float), (n_features,))
+        parts = [np.tile(coef, k)]
         if self.fit_intercept:
-            variances.append(np.full(k, INTERCEPT_PRIOR_VAR))
-        variances = np.concatenate(variances)
-        return GaussianPrior(np.zeros(variances.size), variances)
+            parts.append(np.full(k, float(variances["intercept_prior_var"])))
+        diagonal = np.concatenate(parts)
+        return GaussianPrior(np.zeros(diagonal.size), diagonal)
 
     def _problem_priors(
         self, n_features: int, problems: list, classes: np.ndarray
@@ -157,6 +157,11 @@ class BayesianUpdating:
             The carried posterior is left as it was.
         """
         self._check_params()
+        if self._flat_prior() and self.prior is None:
+            raise ValueError(
+                "partial_fit needs a proper prior for its first batch, which may be one row: "
+                "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
+            )
         first = not hasattr(self, "posteriors_")
         classes = self._partial_fit_classes(classes, first)
         if is_dask(X):
@@ -165,8 +170,10 @@ class BayesianUpdating:
                 "many rows is one fit: use fit with prior=the earlier posterior)."
             )
         X, y = validate_data(
-            self, X, y, accept_sparse="csr", dtype=np.float64, reset=first, ensure_min_samples=1
+            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first
         )
+        dtype = X.dtype  # the fitted coefficients keep it, as fit's
+        X = X.astype(np.float64, copy=False)
         y_index = np.searchsorted(classes, y)
         known = classes[np.minimum(y_index, len(classes) - 1)] == y
         if not known.all():
@@ -193,7 +200,8 @@ class BayesianUpdating:
         keep = 1.0 if first else float(self.decay) ** X.shape[0]
         if first or keep < 1.0:  # the original prior: the start, or what forgetting nears
             given = self._problem_priors(X.shape[1], problems, classes)
-            defaults = [self._default_prior(X.shape[1], k) for _, k in problems]
+            variances = self._priors(X, weights, False)
+            defaults = [self._default_prior(X.shape[1], k, variances) for _, k in problems]
             originals = [g if g is not None else d for g, d in zip(given, defaults, strict=True)]
         if first:
             carried, evidence_before = originals, 0.0
@@ -205,15 +213,15 @@ class BayesianUpdating:
                 carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
         method = self._new_posterior_method()
-        rng = as_generator(self.random_state)
+        rng = self._random_generator()
         fits = [
-            self._fit_problem(method, X, *problem, weights, rng, prior)
+            self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
             for problem, prior in zip(problems, carried, strict=True)
         ]
         # Nothing above changed the estimator but n_features_in_ at the first call: the
         # fitted state changes here, all at once.
         self.classes_ = classes
-        self._store(method, fits, X.shape[1])
+        self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
         # log p(y_1..y_t) = Σ_batches log p(y_b | earlier): ADF's running evidence.
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
         self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total

@@ -23,31 +23,44 @@ class ImportanceSamplingClassifier(BayesianGLMClassifier):
 
     def __init__(
         self,
-        C=1.0,
+        penalty="deprecated",
         *,
+        C=1.0,
+        l1_ratio=0.0,
+        dual=False,
+        tol=1e-8,
         fit_intercept=True,
+        intercept_scaling=1,
         class_weight=None,
+        random_state=None,
+        solver="lbfgs",
+        max_iter=100,
+        verbose=0,
+        warm_start=False,
+        n_jobs=None,
         n_samples="auto",
         kernel="ep",
         rule="mc",
         rounds=1,
         kernel_scale=1.5,
-        max_iter=100,
-        tol=1e-8,
-        n_jobs=None,
-        random_state=None,
-        verbose=0,
         prior=None,
         decay=1.0,
     ):
         super().__init__(
-            C,
-            fit_intercept=fit_intercept,
-            class_weight=class_weight,
-            max_iter=max_iter,
+            penalty,
+            C=C,
+            l1_ratio=l1_ratio,
+            dual=dual,
             tol=tol,
+            fit_intercept=fit_intercept,
+            intercept_scaling=intercept_scaling,
+            class_weight=class_weight,
             random_state=random_state,
+            solver=solver,
+            max_iter=max_iter,
             verbose=verbose,
+            warm_start=warm_start,
+            n_jobs=n_jobs,
             prior=prior,
             decay=decay,
         )
@@ -56,7 +69,6 @@ class ImportanceSamplingClassifier(BayesianGLMClassifier):
         self.rule = rule
         self.rounds = rounds
         self.kernel_scale = kernel_scale
-        self.n_jobs = n_jobs
 
 
 class ISLogisticRegression(ImportanceSamplingClassifier):
@@ -70,15 +82,67 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
 
     Parameters
     ----------
+    penalty : {"l2", "l1", "elasticnet"} or None, default="deprecated"
+        LogisticRegression's keyword, with its Bayesian meaning: ``"l2"`` is the Gaussian
+        prior N(0, C·I) on the coefficients; None (or ``C=np.inf``) the flat prior, whose
+        posterior is the normalized likelihood — proper when the classes are not
+        (quasi-)separated and the design has full column rank, else a ValueError says
+        which (the evidence under a flat prior is undefined:
+        ``log_marginal_likelihood_value_`` is NaN). ``"l1"`` and ``"elasticnet"`` would be
+        Laplace priors, which vsbayes does not have yet: ValueError. The default,
+        ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
         is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
         the intercept's vague prior). Smaller values mean stronger regularization.
+        ``np.inf``: the flat prior (see ``penalty``).
+    l1_ratio : float or None, default=0.0
+        LogisticRegression's L1 share of the penalty: 0 (or None) is the Gaussian prior;
+        larger values ask for the Laplace prior (see ``penalty``).
+    dual : bool, default=False
+        LogisticRegression's keyword, with its rule (True only with
+        ``solver="liblinear"``); no effect on the posterior: its factorization, primal
+        (p × p) or dual (M × M), is chosen by the problem's shape.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).
+    intercept_scaling : float, default=1
+        With ``solver="liblinear"`` only, as in LogisticRegression: liblinear penalizes the
+        intercept as the coefficient of a synthetic feature of this value, so its prior is
+        N(0, C · intercept_scaling²); otherwise the intercept's prior is N(0, 10⁶).
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+        None means a fixed seed, so that ``fit`` is deterministic by default, as
+        LogisticRegression's.
+    solver : {"lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga"}, \
+            default="lbfgs"
+        LogisticRegression's optimizer names. The mode is found by Newton's method with the
+        exact Hessian (Cholesky) whatever the name, since the posterior needs that Hessian
+        at the mode anyway: the fit does not depend on ``solver``, except ``"liblinear"``,
+        whose penalized intercept is mirrored (see ``intercept_scaling``) and which fits two
+        classes only (use ``OneVsRestClassifier`` beyond, as LogisticRegression says).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+        ``max_iter=0`` runs no iteration: the posterior is the prior, with a
+        ConvergenceWarning (LogisticRegression's coefficients stay at their start).
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+    warm_start : bool, default=False
+        Start the next ``fit``'s search for the mode from this fit's posterior mean (when the
+        number of features and of problems agree), as LogisticRegression starts its solver
+        from the previous coefficients.
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
     n_samples : "auto" or int, default="auto"
         Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
         n the number of parameters of a Gaussian over the p coefficients (and
@@ -100,32 +164,16 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         final fit pools all points.
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels.
-    max_iter : int, default=100
-        Maximum iterations of Newton's method for the mode.
-    tol : float, default=1e-8
-        Newton's method for the mode stops when half the squared Newton decrement (the gain
-        in log-posterior one more step would bring) is at most ``tol``.
-        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
-        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
-        sweeps (``max_iter`` does not bound them).
-    n_jobs : int or None, default=None
-        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
-        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
-        spreads the evaluations over a cluster. Results do not depend on it.
-    random_state : int, RandomState instance, Generator or None, default=None
-        Seed of the sampling; an int makes ``fit`` reproducible.
-    verbose : int, default=0
-        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
     prior : fitted estimator, Gaussian, (mean, cov), dict or None, default=None
         A Gaussian prior N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in
-        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C`` is
-        then unused): an earlier fitted estimator (its posterior; the same classes,
-        features and ``fit_intercept``), a :class:`~vsbayes.gaussian.Gaussian`, a pair
-        ``(mean, cov)`` (``cov`` of shape (p, p), or (p,) variances) or a dict with
-        ``"mean"`` and ``"cov"`` or ``"precision"``; beyond two classes one-vs-rest, a
-        list of one per class or one for all. Checked at fit: shape, symmetry, positive
-        definiteness. Exact for every method (a full covariance is whitened: see the user
-        guide's "Bayesian updating").
+        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
+        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        posterior; the same classes, features and ``fit_intercept``), a
+        :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
+        (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
+        ``"precision"``; beyond two classes one-vs-rest, a list of one per class or one for
+        all. Checked at fit: shape, symmetry, positive definiteness. Exact for every method
+        (a full covariance is whitened: see the user guide's "Bayesian updating").
     decay : float in (0, 1], default=1.0
         Forgetting in :meth:`partial_fit`: before a batch of n rows, the carried
         posterior's precision and precision × mean keep the weight ``decay**n`` and the
@@ -199,15 +247,67 @@ class ISProbitRegression(ImportanceSamplingClassifier):
 
     Parameters
     ----------
+    penalty : {"l2", "l1", "elasticnet"} or None, default="deprecated"
+        LogisticRegression's keyword, with its Bayesian meaning: ``"l2"`` is the Gaussian
+        prior N(0, C·I) on the coefficients; None (or ``C=np.inf``) the flat prior, whose
+        posterior is the normalized likelihood — proper when the classes are not
+        (quasi-)separated and the design has full column rank, else a ValueError says
+        which (the evidence under a flat prior is undefined:
+        ``log_marginal_likelihood_value_`` is NaN). ``"l1"`` and ``"elasticnet"`` would be
+        Laplace priors, which vsbayes does not have yet: ValueError. The default,
+        ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
         is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
         the intercept's vague prior). Smaller values mean stronger regularization.
+        ``np.inf``: the flat prior (see ``penalty``).
+    l1_ratio : float or None, default=0.0
+        LogisticRegression's L1 share of the penalty: 0 (or None) is the Gaussian prior;
+        larger values ask for the Laplace prior (see ``penalty``).
+    dual : bool, default=False
+        LogisticRegression's keyword, with its rule (True only with
+        ``solver="liblinear"``); no effect on the posterior: its factorization, primal
+        (p × p) or dual (M × M), is chosen by the problem's shape.
+    tol : float, default=1e-8
+        Newton's method for the mode stops when half the squared Newton decrement (the gain
+        in log-posterior one more step would bring) is at most ``tol``.
+        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
+        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
+        sweeps (``max_iter`` does not bound them).
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).
+    intercept_scaling : float, default=1
+        With ``solver="liblinear"`` only, as in LogisticRegression: liblinear penalizes the
+        intercept as the coefficient of a synthetic feature of this value, so its prior is
+        N(0, C · intercept_scaling²); otherwise the intercept's prior is N(0, 10⁶).
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplied into ``sample_weight`` (likelihood exponents).
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seed of the sampling; an int makes ``fit`` reproducible.
+        None means a fixed seed, so that ``fit`` is deterministic by default, as
+        LogisticRegression's.
+    solver : {"lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga"}, \
+            default="lbfgs"
+        LogisticRegression's optimizer names. The mode is found by Newton's method with the
+        exact Hessian (Cholesky) whatever the name, since the posterior needs that Hessian
+        at the mode anyway: the fit does not depend on ``solver``, except ``"liblinear"``,
+        whose penalized intercept is mirrored (see ``intercept_scaling``) and which fits two
+        classes only (use ``OneVsRestClassifier`` beyond, as LogisticRegression says).
+    max_iter : int, default=100
+        Maximum iterations of Newton's method for the mode.
+        ``max_iter=0`` runs no iteration: the posterior is the prior, with a
+        ConvergenceWarning (LogisticRegression's coefficients stay at their start).
+    verbose : int, default=0
+        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
+    warm_start : bool, default=False
+        Start the next ``fit``'s search for the mode from this fit's posterior mean (when the
+        number of features and of problems agree), as LogisticRegression starts its solver
+        from the previous coefficients.
+    n_jobs : int or None, default=None
+        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
+        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
+        spreads the evaluations over a cluster. Results do not depend on it.
     n_samples : "auto" or int, default="auto"
         Number of posterior evaluations N in total. ``"auto"`` uses ``max(8n, 256)`` with
         n the number of parameters of a Gaussian over the p coefficients (and
@@ -227,32 +327,16 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         final fit pools all points.
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels.
-    max_iter : int, default=100
-        Maximum iterations of Newton's method for the mode.
-    tol : float, default=1e-8
-        Newton's method for the mode stops when half the squared Newton decrement (the gain
-        in log-posterior one more step would bring) is at most ``tol``.
-        Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
-        site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
-        sweeps (``max_iter`` does not bound them).
-    n_jobs : int or None, default=None
-        Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
-        unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
-        spreads the evaluations over a cluster. Results do not depend on it.
-    random_state : int, RandomState instance, Generator or None, default=None
-        Seed of the sampling; an int makes ``fit`` reproducible.
-    verbose : int, default=0
-        Print a summary of each fit when ≥ 1, and Newton's iterations when ≥ 2.
     prior : fitted estimator, Gaussian, (mean, cov), dict or None, default=None
         A Gaussian prior N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in
-        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C`` is
-        then unused): an earlier fitted estimator (its posterior; the same classes,
-        features and ``fit_intercept``), a :class:`~vsbayes.gaussian.Gaussian`, a pair
-        ``(mean, cov)`` (``cov`` of shape (p, p), or (p,) variances) or a dict with
-        ``"mean"`` and ``"cov"`` or ``"precision"``; beyond two classes one-vs-rest, a
-        list of one per class or one for all. Checked at fit: shape, symmetry, positive
-        definiteness. Exact for every method (a full covariance is whitened: see the user
-        guide's "Bayesian updating").
+        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
+        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        posterior; the same classes, features and ``fit_intercept``), a
+        :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
+        (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
+        ``"precision"``; beyond two classes one-vs-rest, a list of one per class or one for
+        all. Checked at fit: shape, symmetry, positive definiteness. Exact for every method
+        (a full covariance is whitened: see the user guide's "Bayesian updating").
     decay : float in (0, 1], default=1.0
         Forgetting in :meth:`partial_fit`: before a batch of n rows, the carried
         posterior's precision and precision × mean keep the weight ``decay**n`` and the

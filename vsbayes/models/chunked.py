@@ -138,6 +138,10 @@ class ChunkedSoftmaxPosterior(_Chunked):
         """``(W, b)`` of the rows of ``theta``, as the in-memory model's."""
         return self._template.split(theta)
 
+    def centred(self, posterior):
+        """``posterior`` in scikit-learn's representative, as the in-memory model's."""
+        return self._template.centred(posterior)
+
     def probabilities(self, theta: np.ndarray) -> tuple[float, None]:
         """``(Σ_i s_i log softmax(f_i)[y_i], None)`` at one θ: the probabilities stay in the
         chunks."""
