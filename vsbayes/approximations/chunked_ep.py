@@ -71,6 +71,7 @@ class ChunkedSites:
         gram, linear = self._current
         precision = gram.copy()
         precision[np.diag_indices(self._model.dim)] += 1.0 / self._model.prior_var
+        linear = linear + self._model.prior_mean / self._model.prior_var
         return GLMGaussian(
             self._model, precision=precision, linear=linear, what="EP posterior precision"
         )

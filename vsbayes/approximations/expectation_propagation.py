@@ -65,7 +65,7 @@ class EPResult(DiagnosedGaussian):
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
     """The Gaussian of the prior times the sites, with the marginals of the sites' t_i."""
-    linear = np.asarray(model.design.T @ nu).ravel()
+    linear = np.asarray(model.design.T @ nu).ravel() + model.prior_mean / model.prior_var
     return GLMGaussian(model, tau, linear, what="EP posterior precision")
 
 
@@ -306,11 +306,14 @@ def check_cavities(improper: int) -> None:
 
 def gaussian_log_evidence(model, post: GLMGaussian) -> float:
     """The log integral of the prior times the Gaussian sites (EP's evidence without the
-    sites' normalizers)."""
+    sites' normalizers): ``post.linear`` holds the prior's ``Λ₀μ₀``, whose constant
+    ``μ₀ᵀΛ₀μ₀ / 2`` is subtracted."""
+    prior_mean = model.prior_mean
     return (
         0.5 * float(post.linear @ post.mean)
         - post.half_log_det
         - 0.5 * float(np.log(model.prior_var).sum())
+        - 0.5 * float(prior_mean @ (prior_mean / model.prior_var))
     )
 
 

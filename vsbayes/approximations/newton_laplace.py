@@ -121,7 +121,7 @@ class GLMCurvature(Curvature):
         value = self._value(theta, t)
         slope, curvature = model.link.derivatives(t)
         grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
-        grad -= theta / model.prior_var
+        grad -= (theta - model.prior_mean) / model.prior_var
         self._weights = weights = model.sample_weight * curvature
         try:
             gaussian = GLMGaussian(model, weights, form=self.form, what=_HESSIAN)

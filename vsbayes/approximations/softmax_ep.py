@@ -72,6 +72,52 @@ class _Contrast:
         columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
         self.column_var = model.prior_var[columns]
         self.prior_var = np.tile(self.column_var, self.r)
+        # A general prior (a full precision, or a mean) does not factorize over the
+        # rotation: EP runs on B under B's marginal prior, and the shift part follows B
+        # through the prior's conditional (exact: the likelihood sees B only).
+        self.general = model.prior_precision is not None or bool(np.any(model.prior_mean))
+        if self.general:
+            self._general_prior()
+        else:
+            self.prior_constant = 0.5 * float(np.log(self.prior_var).sum())
+
+    def _general_prior(self) -> None:
+        """B's marginal prior N(m_B, C_BB) (precision and linear term), and the shift's
+        conditional ``s | B ~ N(m_s + G (B − m_B), C_ss − G C_Bs)``, ``G = C_sB C_BB⁻¹``."""
+        model, k, r, w = self.model, self.k, self.r, self.width
+        self.rotation = np.hstack([self.q, np.full((k, 1), 1.0 / math.sqrt(k))])
+        index = self._theta_index()
+        if model.prior_precision is None:
+            cov = np.diag(model.prior_var)
+        else:
+            inverse = np.linalg.inv(lower_cholesky(model.prior_precision, "prior precision"))
+            cov = inverse.T @ inverse
+        u = self.rotation
+        rotated = np.einsum(
+            "ka,kjlm,lb->ajbm", u, cov[index[:, :, None, None], index[None, None]], u
+        )
+        rotated_mean = u.T @ model.prior_mean[index]  # (k, w): B's rows, then s
+        n = r * w
+        c_bb = rotated[:r, :, :r, :].reshape(n, n)
+        c_sb = rotated[r, :, :r, :].reshape(w, n)
+        lower = lower_cholesky(0.5 * (c_bb + c_bb.T), "prior covariance of the contrasts")
+        precision = cho_solve((lower, True), np.eye(n), check_finite=False)
+        self.prior_precision_b = 0.5 * (precision + precision.T)
+        self.prior_mean_b, self.prior_mean_s = rotated_mean[:r].ravel(), rotated_mean[r]
+        self.prior_linear_b = self.prior_precision_b @ self.prior_mean_b
+        self.gain = cho_solve((lower, True), c_sb.T, check_finite=False).T  # (w, n)
+        self.shift_cov = rotated[r, :, r, :] - self.gain @ c_sb.T
+        self.prior_constant = float(np.log(np.diag(lower)).sum()) + 0.5 * float(
+            self.prior_mean_b @ self.prior_linear_b
+        )
+
+    def _theta_index(self) -> np.ndarray:
+        """Index in θ of each (class, column): (K, w)."""
+        k, d = self.k, self.model.n_features
+        index = np.arange(k)[:, None] * d + np.arange(d)[None, :]
+        if self.model.fit_intercept:
+            index = np.hstack([index, k * d + np.arange(k)[:, None]])
+        return index
 
     def posterior(self, lam: np.ndarray, eta: np.ndarray) -> tuple:
         """``(mean, cov, half_log_det, linear)`` of B (r·w) given the sites."""
@@ -79,9 +125,13 @@ class _Contrast:
         blocks = self.model.latent_gram(lam)  # (r, r, w, w)
         precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
         precision = 0.5 * (precision + precision.T)
-        precision[np.diag_indices(r * w)] += 1.0 / self.prior_var
-        lower = lower_cholesky(precision, "softmax EP posterior precision")
         linear = self.model.latent_transpose(eta).ravel()
+        if self.general:
+            precision += self.prior_precision_b
+            linear += self.prior_linear_b
+        else:
+            precision[np.diag_indices(r * w)] += 1.0 / self.prior_var
+        lower = lower_cholesky(precision, "softmax EP posterior precision")
         mean = cho_solve((lower, True), linear, check_finite=False)
         cov, info = dpotri(lower, lower=1)
         if info != 0:
@@ -96,11 +146,28 @@ class _Contrast:
 
     def to_theta(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """θ's mean and covariance (model layout): B's rotated back, plus the shift's prior."""
+        if self.general:
+            return self._general_to_theta(mean, cov)
         r, w, q = self.r, self.width, self.q
         theta = self.model.to_vector(q @ mean.reshape(r, w))
         blocks = np.einsum("ka,ajcm,lc->kljm", q, cov.reshape(r, w, r, w), q, optimize=True)
         shift = np.diag(self.column_var) / self.k
         blocks += shift  # every (k, l) block: the prior of 1ᵀΘ/√K, spread over the classes
+        full = self.model.to_layout(blocks)
+        return theta, 0.5 * (full + full.T)
+
+    def _general_to_theta(self, mean: np.ndarray, cov: np.ndarray):
+        """θ's moments from B's posterior and the shift's prior conditional on B."""
+        r, w, u = self.r, self.width, self.rotation
+        shift_mean = self.prior_mean_s + self.gain @ (mean - self.prior_mean_b)
+        cross = self.gain @ cov  # Cov(s, B), (w, r·w)
+        rotated = np.empty((r + 1, w, r + 1, w))
+        rotated[:r, :, :r, :] = cov.reshape(r, w, r, w)
+        rotated[r, :, :r, :] = cross.reshape(w, r, w)
+        rotated[:r, :, r, :] = cross.reshape(w, r, w).transpose(1, 2, 0)
+        rotated[r, :, r, :] = self.shift_cov + cross @ self.gain.T
+        theta = self.model.to_vector(u @ np.vstack([mean.reshape(r, w), shift_mean]))
+        blocks = np.einsum("ka,ajbm,lb->kljm", u, rotated, u, optimize=True)
         full = self.model.to_layout(blocks)
         return theta, 0.5 * (full + full.T)
 
@@ -341,7 +408,5 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level) 
     _, log_det = np.linalg.slogdet(v_cov)
     quad = np.einsum("ia,ia->i", v_mean, np.linalg.solve(v_cov, v_mean[..., None])[..., 0])
     site = log_z - 0.5 * contrast.r * _LOG_2PI - 0.5 * quad - 0.5 * log_det
-    gaussian = (
-        0.5 * float(linear @ mean) - half_log_det - 0.5 * float(np.log(contrast.prior_var).sum())
-    )
+    gaussian = 0.5 * float(linear @ mean) - half_log_det - contrast.prior_constant
     return float(copies @ site) + gaussian

@@ -88,15 +88,16 @@ def jaakkola_jordan(
     if not model.rows_in_memory:
         return _chunked_jaakkola_jordan(model, start=start, tol=tol, max_iter=max_iter)
     design, s, prior_var = model.design, model.sample_weight, model.prior_var
-    b = np.asarray(design.T @ (0.5 * s)).ravel()
+    # The likelihood bound's linear term plus the prior's Λ₀μ₀.
+    b = np.asarray(design.T @ (0.5 * s)).ravel() + model.prior_mean / prior_var
     # The row marginals of the starting Gaussian (the prior by default) give the first ξ.
     if start is None:
-        t_mean = np.zeros(model.n_observations)
+        t_mean = np.asarray(design @ model.prior_mean).ravel()
         t_var = row_variances(design, np.diag(prior_var), model.max_bytes)
     else:
         t_mean = np.asarray(design @ start.mean).ravel()
         t_var = row_variances(design, start.cov, model.max_bytes)
-    half_log_det_prior = 0.5 * float(np.log(prior_var).sum())
+    half_log_det_prior = _prior_constant(model)
     bound, converged, n_iter = -math.inf, False, 0
     while n_iter < max_iter:
         n_iter += 1
@@ -118,6 +119,12 @@ def jaakkola_jordan(
     return VBResult(post.mean, post.cov, bound, n_iter=n_iter, converged=converged, xi=xi)
 
 
+def _prior_constant(model) -> float:
+    """``½ log det Σ₀ + ½ μ₀ᵀΛ₀μ₀``: the prior's part of the bound beyond ``½ hᵀμ``."""
+    prior_mean, prior_var = model.prior_mean, model.prior_var
+    return 0.5 * float(np.log(prior_var).sum()) + 0.5 * float(prior_mean @ (prior_mean / prior_var))
+
+
 def _warn_unconverged(converged: bool, max_iter: int, gain: float) -> None:
     if not converged:
         warn(
@@ -132,11 +139,9 @@ def _chunked_jaakkola_jordan(model, *, start, tol, max_iter) -> VBResult:
     worker from the posterior's mean and covariance, which give back ``Aᵀ diag(2 s λ) A``
     and the chunk's terms of the bound (one pass per update)."""
     chunks, prior_var = model.chunks, model.prior_var
-    b = chunks.sum(_half_weighted_rows)
-    mean, cov = (
-        (np.zeros(model.dim), np.diag(prior_var)) if start is None else (start.mean, start.cov)
-    )
-    half_log_det_prior = 0.5 * float(np.log(prior_var).sum())
+    b = chunks.sum(_half_weighted_rows) + model.prior_mean / prior_var
+    mean, cov = (model.prior_mean, np.diag(prior_var)) if start is None else (start.mean, start.cov)
+    half_log_det_prior = _prior_constant(model)
     bound, converged, n_iter = -math.inf, False, 0
     while n_iter < max_iter:
         n_iter += 1

@@ -49,6 +49,7 @@ from ..models.separation import check_flat_prior_is_proper
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import MethodFit
 from ._prediction import PosteriorPrediction
+from ._updating import BayesianUpdating, problem_model
 
 __all__ = [
     "DEFAULT_SEED",
@@ -158,7 +159,7 @@ def _described(option) -> str:
     return str(option) if isinstance(option, Interval) else repr(option)
 
 
-class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator):
+class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
     A subclass sets ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
@@ -205,6 +206,7 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         "verbose": (Interval(Integral, 0),),
         "warm_start": (bool,),
         "n_jobs": (None, Interval(Integral)),
+        "decay": (Interval(Real, 0, 1, closed="right"),),
     }
 
     # scikit-learn 1.9's LogisticRegression signature, in its order (its tol default is
@@ -226,6 +228,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         verbose=0,
         warm_start=False,
         n_jobs=None,
+        prior=None,
+        decay=1.0,
     ):
         self.penalty = penalty
         self.C = C
@@ -241,6 +245,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         self.verbose = verbose
         self.warm_start = warm_start
         self.n_jobs = n_jobs
+        self.prior = prior
+        self.decay = decay
 
     # Every BLAS call of the fit on one thread (vsbayes._blas): the same bits whatever
     # the threads, and alone or beside other fits.
@@ -268,7 +274,7 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
             The fitted estimator.
         """
         self._check_params()
-        flat = self._flat_prior()
+        flat = self._flat_prior() and self.prior is None  # a given prior replaces C
         method = self._new_posterior_method()
         if is_dask(X):
             if flat:
@@ -294,16 +300,19 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         if flat:
             check_flat_prior_is_proper(X, y_index, weights, n_classes, self.fit_intercept)
         priors = self._priors(X, weights, flat)
-        rng = as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
+        rng = self._random_generator()
         if n_classes > 2 and self._multinomial:
             problems = [(y_index, n_classes)]  # one joint problem over the class indices
         else:  # ±1 labels of each binary problem
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
         starts = self._warm_starts(len(problems), X.shape[1])
+        given = [None] * len(problems)
+        if self.prior is not None:
+            given = self._problem_priors(X.shape[1], problems, self.classes_)
         fits = [
-            self._fit_problem(method, X, *problem, weights, rng, priors, start)
-            for problem, start in zip(problems, starts, strict=True)
+            self._fit_problem(method, X, *problem, weights, rng, priors, start, prior)
+            for problem, start, prior in zip(problems, starts, given, strict=True)
         ]
         if self.max_iter == 0:
             warn(
@@ -387,6 +396,13 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
             return [None] * n_problems
         return [np.array(g.mean) for g in previous]
 
+    def _random_generator(self):
+        """The fit's generator: ``random_state``'s, or the default seed's."""
+        return as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
+
+    #: The one check of sample weights, shared with partial_fit (estimators/_updating.py).
+    _checked_sample_weight = staticmethod(lambda weights, n: _validate_sample_weight(weights, n))
+
     def _check_params(self) -> None:
         """Raise an InvalidParameterError naming the first parameter outside
         ``_constraints``, what it may be and what it is."""
@@ -463,14 +479,26 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
                 f"sample_weight and class_weight."
             )
 
-    def _fit_problem(self, method, X, labels, n_classes, weights, rng, priors, start) -> MethodFit:
+    def _fit_problem(
+        self, method, X, labels, n_classes, weights, rng, priors, start, prior=None
+    ) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
         else the multinomial one of ``n_classes`` with class indices ``labels`` (in
         scikit-learn's representative, :meth:`~vsbayes.models.SoftmaxGLMPosterior.centred`);
-        Newton starts from ``start`` (None: zeros)."""
+        Newton starts from ``start`` (None: zeros), or under ``prior`` (a
+        :class:`~vsbayes.models.priors.GaussianPrior` that replaces ``priors``) from its
+        mean."""
         chunked = is_dask_array(X)
         n_jobs = self.n_jobs
-        if n_classes is None:
+        if prior is not None:
+            model, finish = problem_model(self, X, labels, n_classes, weights, prior)
+            newton, what = (
+                (glm_laplace, "for this problem")
+                if n_classes is None
+                else (softmax_laplace, "of the multinomial posterior")
+            )
+            start = model.prior_mean  # θ's warm start is not the whitened model's
+        elif n_classes is None:
             newton, what = glm_laplace, "for this problem"
             if chunked:
                 model = ChunkedPosterior(X, labels, weights, self._link, **priors)
@@ -483,6 +511,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
         try:
+            if self.max_iter == 0 and prior is not None:
+                return MethodFit.prior(Gaussian(prior.mean, prior.cov))
             if self.max_iter == 0:
                 return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
             with warnings.catch_warnings(record=True) as caught:
@@ -517,6 +547,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
                 fit = MethodFit.unconverged(laplace)
             else:
                 fit = self._method_fit(method, model, laplace, rng, what)
+            if prior is not None:
+                fit = finish(fit)  # back to θ's coordinates (whitened priors)
             if n_classes is not None:
                 fit = dataclasses.replace(fit, posterior=model.centred(fit.posterior))
         finally:

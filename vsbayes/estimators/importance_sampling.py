@@ -43,6 +43,8 @@ class ImportanceSamplingClassifier(BayesianGLMClassifier):
         rule="mc",
         rounds=1,
         kernel_scale=1.5,
+        prior=None,
+        decay=1.0,
     ):
         super().__init__(
             penalty,
@@ -59,6 +61,8 @@ class ImportanceSamplingClassifier(BayesianGLMClassifier):
             verbose=verbose,
             warm_start=warm_start,
             n_jobs=n_jobs,
+            prior=prior,
+            decay=decay,
         )
         self.n_samples = n_samples
         self.kernel = kernel
@@ -160,6 +164,22 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         final fit pools all points.
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels.
+    prior : fitted estimator, Gaussian, (mean, cov), dict or None, default=None
+        A Gaussian prior N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in
+        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
+        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        posterior; the same classes, features and ``fit_intercept``), a
+        :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
+        (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
+        ``"precision"``; beyond two classes one-vs-rest, a list of one per class or one for
+        all. Checked at fit: shape, symmetry, positive definiteness. Exact for every method
+        (a full covariance is whitened: see the user guide's "Bayesian updating").
+    decay : float in (0, 1], default=1.0
+        Forgetting in :meth:`partial_fit`: before a batch of n rows, the carried
+        posterior's precision and precision × mean keep the weight ``decay**n`` and the
+        original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
+        weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
+        0.999). 1 forgets nothing.
 
     Attributes
     ----------
@@ -307,6 +327,22 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         final fit pools all points.
     kernel_scale : float, default=1.5
         Covariance inflation of the adapted kernels.
+    prior : fitted estimator, Gaussian, (mean, cov), dict or None, default=None
+        A Gaussian prior N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in
+        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
+        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        posterior; the same classes, features and ``fit_intercept``), a
+        :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
+        (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
+        ``"precision"``; beyond two classes one-vs-rest, a list of one per class or one for
+        all. Checked at fit: shape, symmetry, positive definiteness. Exact for every method
+        (a full covariance is whitened: see the user guide's "Bayesian updating").
+    decay : float in (0, 1], default=1.0
+        Forgetting in :meth:`partial_fit`: before a batch of n rows, the carried
+        posterior's precision and precision × mean keep the weight ``decay**n`` and the
+        original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
+        weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
+        0.999). 1 forgets nothing.
 
     Attributes
     ----------

@@ -30,7 +30,8 @@ class _Chunked:
 
     def _setup(self, template, build, arrays, names) -> None:
         self._template = template
-        for name in ("fit_intercept", "n_features", "dim", "prior_var", "max_bytes", *names):
+        shared = ("fit_intercept", "n_features", "dim", "prior_var", "prior_mean", "max_bytes")
+        for name in (*shared, *names):
             setattr(self, name, getattr(template, name))
         self.n_jobs = None
         self.chunks = DaskChunks(build, [a for a in arrays if a is not None])
@@ -72,8 +73,9 @@ class ChunkedPosterior(_Chunked):
         Non-negative weights, chunked as X; None for ones.
     link : {"logistic", "probit"} or Link
         The binary link.
-    prior_var, intercept_prior_var : float, float or None
-        As :class:`~vsbayes.models.BinaryGLMPosterior`.
+    prior_var, intercept_prior_var, prior_mean : float, float or None, array or None
+        As :class:`~vsbayes.models.BinaryGLMPosterior` (the prior stays here: the chunks
+        hold the likelihood's rows only).
 
     Attributes
     ----------
@@ -94,9 +96,12 @@ class ChunkedPosterior(_Chunked):
         *,
         prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
+        prior_mean: np.ndarray | None = None,
     ):
         priors = {"prior_var": prior_var, "intercept_prior_var": intercept_prior_var}
-        template = BinaryGLMPosterior(_no_rows(X), np.zeros(0), np.zeros(0), link, **priors)
+        template = BinaryGLMPosterior(
+            _no_rows(X), np.zeros(0), np.zeros(0), link, prior_mean=prior_mean, **priors
+        )
         build = _ChunkSpec(_Chunk, (template.link,), priors)
         self._setup(template, build, [X, y, sample_weight], ("link",))
 
@@ -104,7 +109,8 @@ class ChunkedPosterior(_Chunked):
 class ChunkedSoftmaxPosterior(_Chunked):
     """Multinomial logistic posterior over the row chunks of dask arrays.
 
-    The counterpart of :class:`~vsbayes.models.SoftmaxGLMPosterior` (same parameters, with
+    The counterpart of :class:`~vsbayes.models.SoftmaxGLMPosterior` (same parameters but
+    ``n_jobs`` and ``max_bytes``, with
     ``X``, ``y`` and ``sample_weight`` dask arrays chunked alike by rows, ``sample_weight``
     None for ones), as :class:`ChunkedPosterior` is of the binary model.
     """
@@ -118,12 +124,15 @@ class ChunkedSoftmaxPosterior(_Chunked):
         *,
         prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
+        prior_mean: np.ndarray | None = None,
+        prior_precision: np.ndarray | None = None,
     ):
         priors = {"prior_var": prior_var, "intercept_prior_var": intercept_prior_var}
         empty = np.zeros(0, dtype=np.intp)
-        template = _SoftmaxChunk(_no_rows(X), empty, np.zeros(0), n_classes, **priors)
+        general = {"prior_mean": prior_mean, "prior_precision": prior_precision}
+        template = _SoftmaxChunk(_no_rows(X), empty, np.zeros(0), n_classes, **priors, **general)
         build = _ChunkSpec(_SoftmaxChunk, (template.n_classes,), priors)
-        self._setup(template, build, [X, y, sample_weight], ("n_classes",))
+        self._setup(template, build, [X, y, sample_weight], ("n_classes", "prior_precision"))
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` of the rows of ``theta``, as the in-memory model's."""

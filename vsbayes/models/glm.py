@@ -3,7 +3,7 @@
 The parameter vector is ``θ = [w, b]`` (``b`` only with an intercept), the latent value of
 observation i is ``f_i = x_i·w + b`` and the unnormalized posterior is
 
-    p(θ) = Π_i F(y_i f_i)^{s_i} · N(θ; 0, diag(prior_var))
+    p(θ) = Π_i F(y_i f_i)^{s_i} · N(θ; prior_mean, diag(prior_var))
 
 with labels ``y_i = ±1`` and weights ``s_i ≥ 0``. Its integral is the model evidence.
 """
@@ -24,7 +24,13 @@ from .._memory import block_bytes
 from .._sums import CompensatedSum
 from .links import Link, get_link
 
-__all__ = ["BinaryGLMPosterior", "add_prior", "coefficient_prior_variances"]
+__all__ = [
+    "BinaryGLMPosterior",
+    "add_prior",
+    "coefficient_prior_variances",
+    "diagonal_log_prior",
+    "prior_mean_vector",
+]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 # Entries of a likelihood block: the GEMM's output is still in cache for the link's pass.
@@ -50,6 +56,9 @@ class BinaryGLMPosterior:
         ``LogisticRegression``), one for all or one per feature.
     intercept_prior_var : float or None
         Prior variance of the intercept ``b``; ``None`` fits no intercept.
+    prior_mean : array-like of shape (dim,), optional
+        Prior mean of θ (default 0). A prior with a full covariance is this model on a
+        whitened design (:mod:`vsbayes.models.priors`).
     n_jobs : int or None
         Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
         ``joblib.parallel_config`` context, where that backend is used).
@@ -71,6 +80,7 @@ class BinaryGLMPosterior:
         *,
         prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
+        prior_mean: np.ndarray | None = None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
     ):
@@ -100,6 +110,7 @@ class BinaryGLMPosterior:
         if self.fit_intercept:
             prior[-1] = intercept_prior_var
         self.prior_var = prior
+        self.prior_mean = prior_mean_vector(prior_mean, self.dim)
         self.n_jobs = n_jobs
         self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
 
@@ -119,8 +130,7 @@ class BinaryGLMPosterior:
 
     def log_prior(self, theta: np.ndarray) -> np.ndarray:
         """Normalized log prior density of the rows of ``theta`` (N, p)."""
-        quad = (theta * theta) @ (1.0 / self.prior_var)
-        return -0.5 * (quad + self.dim * _LOG_2PI + np.log(self.prior_var).sum())
+        return diagonal_log_prior(self, theta)
 
     def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
         """``Σ_i s_i log F(y_i f_i)`` for each row of ``theta`` (N, p).
@@ -240,11 +250,36 @@ class BinaryGLMPosterior:
 
 def add_prior(model, theta: np.ndarray, value: float, grad: np.ndarray, hess: np.ndarray):
     """The log-posterior's value, gradient and negative Hessian from the likelihood's (in
-    place), for a model with ``log_prior``, ``prior_var`` and ``dim``."""
+    place), for a model with ``log_prior``, ``prior_var``, ``prior_mean`` and ``dim`` (and
+    ``prior_precision``: a full precision in place of ``1 / prior_var``, if not None)."""
     value += float(model.log_prior(theta[None])[0])
-    grad -= theta / model.prior_var
-    hess[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+    precision = getattr(model, "prior_precision", None)
+    if precision is None:
+        grad -= (theta - model.prior_mean) / model.prior_var
+        hess[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+    else:
+        grad -= precision @ (theta - model.prior_mean)
+        hess += precision
     return value, grad, hess
+
+
+def diagonal_log_prior(model, theta: np.ndarray) -> np.ndarray:
+    """Normalized log density of N(prior_mean, diag(prior_var)) at the rows of ``theta``."""
+    centred = theta - model.prior_mean
+    quad = (centred * centred) @ (1.0 / model.prior_var)
+    return -0.5 * (quad + model.dim * _LOG_2PI + np.log(model.prior_var).sum())
+
+
+def prior_mean_vector(prior_mean, dim: int) -> np.ndarray:
+    """The prior mean as a finite vector of length ``dim`` (zeros for None)."""
+    if prior_mean is None:
+        return np.zeros(dim)
+    mean = np.asarray(prior_mean, dtype=float)
+    if mean.shape != (dim,) or not np.isfinite(mean).all():
+        raise ValueError(
+            f"prior_mean must be a finite vector of the {dim} parameters; got shape {mean.shape}."
+        )
+    return mean
 
 
 def _block_log_likelihood(design, weights, theta, link) -> np.ndarray:

@@ -4,7 +4,7 @@ vectors at once, in bounded blocks.
 With K classes, coefficients ``W`` (K × d) and intercepts ``b`` (K), the latent values of
 observation i are ``f_i = W x_i + b`` (K of them) and the unnormalized posterior is
 
-    p(θ) = Π_i softmax(f_i)[y_i]^{s_i} · N(θ; 0, diag(prior_var))
+    p(θ) = Π_i softmax(f_i)[y_i]^{s_i} · N(θ; prior_mean, diag(prior_var))
 
 with weights ``s_i ≥ 0``: scikit-learn's symmetric parameterization (one row of ``W`` and
 one intercept per class), whose posterior mode with ``prior_var = C`` on ``W`` is the
@@ -34,8 +34,8 @@ from joblib import Parallel, delayed, effective_n_jobs
 
 from .._indices import triu_indices
 from .._memory import block_bytes, block_length
-from ..gaussian import Gaussian
-from .glm import coefficient_prior_variances
+from ..gaussian import Gaussian, lower_cholesky
+from .glm import add_prior, coefficient_prior_variances, diagonal_log_prior, prior_mean_vector
 
 __all__ = ["SoftmaxGLMPosterior"]
 
@@ -60,6 +60,13 @@ class SoftmaxGLMPosterior:
         ``LogisticRegression``), one for all or one per feature (the same for every class).
     intercept_prior_var : float or None
         Prior variance of each intercept; ``None`` fits no intercept.
+    prior_mean : array-like of shape (dim,), optional
+        Prior mean of θ (default 0).
+    prior_precision : array-like of shape (dim, dim), optional
+        A full prior precision (symmetric positive definite) in place of
+        ``diag(1 / prior_var)``: a general Gaussian prior (e.g. an earlier fit's
+        posterior). Then ``prior_var`` is the covariance's diagonal, and :meth:`centred`
+        does not apply.
     n_jobs : int or None
         Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
         ``joblib.parallel_config`` context).
@@ -73,6 +80,10 @@ class SoftmaxGLMPosterior:
         ``K (d + 1)`` with an intercept, else ``K d``: the length of θ.
     prior_var : ndarray of shape (dim,)
         Prior variance of each entry of θ.
+    prior_mean : ndarray of shape (dim,)
+        Prior mean of θ.
+    prior_precision : ndarray of shape (dim, dim) or None
+        The full prior precision, if given.
     """
 
     def __init__(
@@ -84,6 +95,8 @@ class SoftmaxGLMPosterior:
         *,
         prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
+        prior_mean: np.ndarray | None = None,
+        prior_precision: np.ndarray | None = None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
     ):
@@ -110,6 +123,19 @@ class SoftmaxGLMPosterior:
         if self.fit_intercept:
             prior[k * d :] = intercept_prior_var
         self.prior_var = prior
+        self.prior_mean = prior_mean_vector(prior_mean, self.dim)
+        self.prior_precision = None
+        if prior_precision is not None:
+            precision = np.asarray(prior_precision, dtype=float)
+            if precision.shape != (self.dim, self.dim):
+                raise ValueError(
+                    f"prior_precision must be ({self.dim}, {self.dim}); got {precision.shape}."
+                )
+            lower = lower_cholesky(precision, "prior precision")
+            self.prior_precision = precision
+            inverse = np.linalg.inv(lower)
+            self.prior_var = np.einsum("ij,ij->j", inverse, inverse)  # diag(Λ⁻¹)
+            self._prior_half_log_det = float(np.log(np.diag(lower)).sum())
         self.n_jobs = n_jobs
         self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
 
@@ -127,8 +153,14 @@ class SoftmaxGLMPosterior:
         those directions too — is replaced there by it: the mean and covariance are projected
         onto the contrasts (``Π μ``, ``Π Σ Π``) and the shift directions' prior added back
         (``c_j / K`` on each pair of classes of column j). Laplace's and EP's posteriors
-        already hold it, up to round-off. ``log_Z`` and the diagnostics are kept.
+        already hold it, up to round-off. ``log_Z`` and the diagnostics are kept. Under a
+        general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
+        returned as it is.
         """
+        if self.prior_precision is not None or np.any(self.prior_mean):
+            # A general prior (correlations, or a mean) couples the shift directions to the
+            # contrasts: their posterior is not the prior's N(0, c_j / K), nothing to impose.
+            return posterior
         k = self.n_classes
         blocks = []
         for offset, width in self._class_blocks():
@@ -177,8 +209,11 @@ class SoftmaxGLMPosterior:
 
     def log_prior(self, theta: np.ndarray) -> np.ndarray:
         """Normalized log prior density of the rows of ``theta`` (N, dim)."""
-        quad = (theta * theta) @ (1.0 / self.prior_var)
-        return -0.5 * (quad + self.dim * _LOG_2PI + np.log(self.prior_var).sum())
+        if self.prior_precision is None:
+            return diagonal_log_prior(self, theta)
+        centred = theta - self.prior_mean
+        quad = np.einsum("ij,ij->i", centred @ self.prior_precision, centred)
+        return -0.5 * (quad + self.dim * _LOG_2PI) + self._prior_half_log_det
 
     def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
         """``Σ_i s_i log softmax(f_i)[y_i]`` for each row of ``theta`` (N, dim).
@@ -244,11 +279,7 @@ class SoftmaxGLMPosterior:
         """
         theta = np.asarray(theta, dtype=float)
         log_lik, P = self.probabilities(theta)
-        value = log_lik + float(self.log_prior(theta[None])[0])
-        grad = self.gradient(P) - theta / self.prior_var
-        hess = self.hessian(P)
-        hess[np.diag_indices(self.dim)] += 1.0 / self.prior_var
-        return value, grad, hess
+        return add_prior(self, theta, log_lik, self.gradient(P), self.hessian(P))
 
     def gradient(self, P: np.ndarray) -> np.ndarray:
         """Gradient of the log-likelihood given the probabilities ``P`` (M, K)."""

@@ -1,0 +1,417 @@
+"""Bayesian updating: streaming accuracy, update cost and the Thompson-sampling bandit.
+
+Three measurements, in one process:
+
+1. **Streaming accuracy.** Breast cancer, the paper's four UCI datasets (attributes
+   standardized, the constant column dropped: the estimators fit the intercept) and a
+   4-class problem (``make_classification``, multinomial), each split 75 / 25 (stratified,
+   seeded). The training rows are streamed through ``partial_fit`` in batches of 1, 10 and
+   100 rows (assumed-density filtering); the final posterior is compared with the batch
+   ``fit`` on the same rows: KL(batch ‖ stream) of the two Gaussians and the held-out log
+   loss's ratio stream / batch (target: within 1 %). Laplace and EP (the multinomial EP for
+   the 4-class problem). Then an order-shuffle study: breast cancer in batches of 10, in
+   ``--orders`` random orders (ADF depends on the order).
+2. **Update cost** (d = 20, ``make_classification``): one ``partial_fit`` of one row after
+   100, 1000 and 10 000 rows seen (median of interleaved repeats; target ≤ 1 ms and no
+   growth with the rows seen), and one ``partial_fit`` of 1000 rows against ``fit`` on
+   those rows (target ≤ 3×), each beside scikit-learn's ``LogisticRegression`` fit on the
+   same 1000 rows (``_common.LRBaseline``).
+3. **Bandit.** ``examples/plot_thompson_bandit.py``'s simulation over 20 seeds: final
+   cumulative regret of Thompson sampling (``LaplaceLogisticRegression.partial_fit`` and
+   ``thompson_sample``) and of ε-greedy ``LogisticRegression``; target: Thompson's lower.
+
+Usage: python benchmarks/streaming.py [--quick] [--out DIR] [--orders 10] [--from-json]
+Writes DIR/streaming.{csv,json,md,png} (DIR defaults to benchmarks/results). ``--quick``
+(about a minute) streams breast cancer and the 4-class problem only, in batches of 10 and
+100, with 3 orders, fewer cost repeats and 5 bandit seeds, into results/cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.datasets import load_breast_cancer, make_classification
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    CACHE,
+    RESULTS,
+    LRBaseline,
+    fmt,
+    machine,
+    machine_line,
+    recorded_warnings,
+    write_csv,
+    write_json,
+)
+
+import vsbayes
+from vsbayes import kl_divergence
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plot_thompson_bandit.py"
+METHODS = {
+    "laplace": vsbayes.LaplaceLogisticRegression,
+    "ep": vsbayes.EPLogisticRegression,
+}
+PAPER = ("haberman", "parkinsons", "ionosphere", "wpbc")
+
+
+def datasets(quick: bool):
+    """``(name, X, y)``: features standardized on the training split's rows later."""
+    X, y = load_breast_cancer(return_X_y=True)
+    yield "breast_cancer", X, y
+    if not quick:
+        from _uci import load
+
+        for name in PAPER:
+            try:
+                X, y = load(name)
+            except OSError as error:
+                print(f"{name}: not found ({error}); skipped", flush=True)
+                continue
+            constant = np.ptp(X, axis=0) == 0
+            yield name, X[:, ~constant], y
+    X, y = make_classification(
+        1000, 10, n_informative=6, n_classes=4, n_clusters_per_class=1, random_state=0
+    )
+    yield "four_class", X, y
+
+
+def held_out_log_loss(model, X, y, classes) -> float:
+    index = np.searchsorted(classes, y)
+    return float(-np.mean(model.predict_log_proba(X)[np.arange(len(y)), index]))
+
+
+def stream(cls, X, y, classes, batch: int):
+    model = cls()
+    for start in range(0, len(y), batch):
+        model.partial_fit(X[start : start + batch], y[start : start + batch], classes=classes)
+    return model
+
+
+def accuracy_rows(quick: bool, n_orders: int) -> list[dict]:
+    rows = []
+    batches = (10, 100) if quick else (1, 10, 100)
+    for name, X, y in datasets(quick):
+        X_train, X_test, y_train, y_test = train_test_split(
+            X, y, test_size=0.25, stratify=y, random_state=0
+        )
+        scaler = StandardScaler().fit(X_train)
+        X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+        classes = np.unique(y)
+        for method, cls in METHODS.items():
+            batch_fit = cls().fit(X_train, y_train)
+            batch_loss = held_out_log_loss(batch_fit, X_test, y_test, classes)
+            for size in batches:
+                started = time.perf_counter()
+                with recorded_warnings() as caught:
+                    model = stream(cls, X_train, y_train, classes, size)
+                seconds = time.perf_counter() - started
+                loss = held_out_log_loss(model, X_test, y_test, classes)
+                rows.append(
+                    {
+                        "part": "accuracy",
+                        "dataset": name,
+                        "method": method,
+                        "batch": size,
+                        "order": 0,
+                        "n_train": len(y_train),
+                        "n_params": model.posteriors_[0].dim,
+                        "kl_batch_stream": kl_divergence(
+                            batch_fit.posteriors_[0], model.posteriors_[0]
+                        ),
+                        "log_loss": loss,
+                        "batch_log_loss": batch_loss,
+                        "log_loss_ratio": loss / batch_loss,
+                        "seconds": seconds,
+                        "warnings": len(caught),
+                    }
+                )
+                print(
+                    f"{name} {method} batch {size}: log loss ratio "
+                    f"{loss / batch_loss:.4f}, KL {rows[-1]['kl_batch_stream']:.3g} "
+                    f"({seconds:.2f} s)",
+                    flush=True,
+                )
+    # The order study: breast cancer, batches of 10, reshuffled training rows.
+    X, y = load_breast_cancer(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=0.25, stratify=y, random_state=0
+    )
+    scaler = StandardScaler().fit(X_train)
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+    for method, cls in METHODS.items():
+        batch_fit = cls().fit(X_train, y_train)
+        batch_loss = held_out_log_loss(batch_fit, X_test, y_test, np.array([0, 1]))
+        for order in range(1, n_orders + 1):
+            permutation = np.random.default_rng(order).permutation(len(y_train))
+            model = stream(cls, X_train[permutation], y_train[permutation], [0, 1], 10)
+            loss = held_out_log_loss(model, X_test, y_test, np.array([0, 1]))
+            rows.append(
+                {
+                    "part": "order",
+                    "dataset": "breast_cancer",
+                    "method": method,
+                    "batch": 10,
+                    "order": order,
+                    "n_train": len(y_train),
+                    "n_params": model.posteriors_[0].dim,
+                    "kl_batch_stream": kl_divergence(
+                        batch_fit.posteriors_[0], model.posteriors_[0]
+                    ),
+                    "log_loss": loss,
+                    "batch_log_loss": batch_loss,
+                    "log_loss_ratio": loss / batch_loss,
+                    "seconds": np.nan,
+                    "warnings": 0,
+                }
+            )
+    return rows
+
+
+def cost_rows(quick: bool) -> list[dict]:
+    """One-row updates after n rows seen, and 1000-row updates against fit."""
+    d, seen_levels = 20, (100, 1000, 10_000)
+    X, y = make_classification(12_000, d, n_informative=10, random_state=0)
+    rows = []
+    repeats = 50 if quick else 300
+    for method, cls in METHODS.items():
+        for seen in seen_levels:
+            model = cls()
+            for start in range(0, seen, 1000):
+                stop = min(start + 1000, seen)
+                model.partial_fit(X[start:stop], y[start:stop], classes=[0, 1])
+            # Successive single rows: each one update after about ``seen`` rows.
+            times = []
+            for k in range(seen, seen + repeats):
+                started = time.perf_counter()
+                model.partial_fit(X[k : k + 1], y[k : k + 1])
+                times.append(time.perf_counter() - started)
+            seconds = float(np.median(times[1:]))
+            rows.append(
+                {
+                    "part": "cost_one_row",
+                    "method": method,
+                    "rows_seen": seen,
+                    "d": d,
+                    "seconds": seconds,
+                }
+            )
+            print(f"{method}: one row after {seen} rows {1e3 * seconds:.3f} ms", flush=True)
+        # 1000 rows: partial_fit on a posterior of 1000 earlier rows against fit, and LR.
+        earlier = cls().fit(X[:1000], y[:1000])
+        batch_x, batch_y = X[1000:2000], y[1000:2000]
+        baseline = LRBaseline(batch_x, batch_y)
+        update_times, fit_times = [], []
+        for _ in range(5 if quick else 21):
+            model = cls(prior=earlier)  # the posterior of 1000 earlier rows
+            started = time.perf_counter()
+            model.partial_fit(batch_x, batch_y, classes=[0, 1])
+            update_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            cls().fit(batch_x, batch_y)
+            fit_times.append(time.perf_counter() - started)
+            baseline.time()
+        update, fit = float(np.median(update_times)), float(np.median(fit_times))
+        rows.append(
+            {
+                "part": "cost_1000_rows",
+                "method": method,
+                "rows_seen": 1000,
+                "d": d,
+                "seconds": update,
+                "fit_seconds": fit,
+                "ratio_to_fit": update / fit,
+                "lr_seconds": baseline.seconds,
+                "ratio_to_lr": update / baseline.seconds,
+            }
+        )
+        print(
+            f"{method}: 1000 rows {1e3 * update:.2f} ms, fit {1e3 * fit:.2f} ms "
+            f"(ratio {update / fit:.2f}), LR {1e3 * baseline.seconds:.2f} ms",
+            flush=True,
+        )
+    return rows
+
+
+def bandit_rows(quick: bool) -> tuple[list[dict], dict]:
+    spec = importlib.util.spec_from_file_location("plot_thompson_bandit", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # its functions; the plotting runs only as __main__
+    seeds = range(5 if quick else 20)
+    curves = {}
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for policy in ("thompson", "epsilon"):
+            curves[policy] = np.array([example.run(policy, seed) for seed in seeds])
+    rows = [
+        {
+            "part": "bandit",
+            "method": policy,
+            "seed": seed,
+            "final_regret": float(curves[policy][i, -1]),
+        }
+        for policy in curves
+        for i, seed in enumerate(seeds)
+    ]
+    lower = int((curves["thompson"][:, -1] < curves["epsilon"][:, -1]).sum())
+    print(
+        f"bandit: Thompson {curves['thompson'][:, -1].mean():.2f}, ε-greedy "
+        f"{curves['epsilon'][:, -1].mean():.2f}; Thompson lower on {lower} of {len(seeds)}",
+        flush=True,
+    )
+    return rows, {k: v.mean(axis=0).tolist() for k, v in curves.items()}
+
+
+def report(rows, curves, info, out: Path, quick: bool) -> None:
+    accuracy = [r for r in rows if r["part"] == "accuracy"]
+    order = [r for r in rows if r["part"] == "order"]
+    cost = [r for r in rows if r["part"].startswith("cost")]
+    bandit = [r for r in rows if r["part"] == "bandit"]
+    lines = [
+        "# Bayesian updating: streaming accuracy, update cost, bandit",
+        "",
+        machine_line(info) + (" **Quick run.**" if quick else ""),
+        "",
+        "Generated by `benchmarks/streaming.py` (its docstring says what is measured).",
+        "",
+        "## Streaming accuracy (held-out log loss, stream / batch fit; target ≤ 1.01)",
+        "",
+        "| dataset | method | params | batch | KL(batch ‖ stream) | log loss ratio | s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in accuracy:
+        lines.append(
+            f"| {r['dataset']} | {r['method']} | {r['n_params']} | {r['batch']} | "
+            f"{fmt(r['kl_batch_stream'])} | {r['log_loss_ratio']:.4f} | {fmt(r['seconds'])} |"
+        )
+    lines += ["", "## Order study (breast cancer, batches of 10, reshuffled)", ""]
+    lines += ["| method | orders | KL median [min, max] | log loss ratio median [min, max] |"]
+    lines += ["|---|---|---|---|"]
+    for method in METHODS:
+        kl = [r["kl_batch_stream"] for r in order if r["method"] == method]
+        ratio = [r["log_loss_ratio"] for r in order if r["method"] == method]
+        if kl:
+            lines.append(
+                f"| {method} | {len(kl)} | {fmt(np.median(kl))} [{fmt(min(kl))}, "
+                f"{fmt(max(kl))}] | {np.median(ratio):.4f} [{min(ratio):.4f}, "
+                f"{max(ratio):.4f}] |"
+            )
+    lines += ["", "## Update cost (d = 20; targets: one row ≤ 1 ms, 1000 rows ≤ 3× fit)", ""]
+    lines += ["| method | what | rows seen | ms | fit ms | ratio to fit | LR ms |"]
+    lines += ["|---|---|---|---|---|---|---|"]
+    for r in cost:
+        what = "one row" if r["part"] == "cost_one_row" else "1000 rows"
+        lines.append(
+            f"| {r['method']} | {what} | {r['rows_seen']} | {1e3 * r['seconds']:.3f} | "
+            f"{fmt(1e3 * r.get('fit_seconds', np.nan))} | {fmt(r.get('ratio_to_fit', np.nan))} "
+            f"| {fmt(1e3 * r.get('lr_seconds', np.nan))} |"
+        )
+    thompson = np.array([r["final_regret"] for r in bandit if r["method"] == "thompson"])
+    greedy = np.array([r["final_regret"] for r in bandit if r["method"] == "epsilon"])
+    lines += [
+        "",
+        "## Bandit (examples/plot_thompson_bandit.py; target: Thompson's regret lower)",
+        "",
+        f"Final cumulative regret over {len(thompson)} seeds: Thompson sampling "
+        f"{thompson.mean():.2f} ± {thompson.std(ddof=1) / np.sqrt(len(thompson)):.2f}, "
+        f"ε-greedy LogisticRegression {greedy.mean():.2f} ± "
+        f"{greedy.std(ddof=1) / np.sqrt(len(greedy)):.2f}; Thompson lower on "
+        f"{int((thompson < greedy).sum())} of {len(thompson)} seeds.",
+        "",
+    ]
+    (out / "streaming.md").write_text("\n".join(lines))
+    plot(accuracy, cost, curves, out / "streaming.png")
+
+
+def plot(accuracy, cost, curves, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    names = list(dict.fromkeys(r["dataset"] for r in accuracy))
+    for dataset, method in sorted({(r["dataset"], r["method"]) for r in accuracy}):
+        points = sorted(
+            (r["batch"], r["log_loss_ratio"])
+            for r in accuracy
+            if r["dataset"] == dataset and r["method"] == method
+        )
+        ax.semilogx(
+            *zip(*points, strict=True),
+            "o-" if method == "ep" else "s--",
+            color=f"C{names.index(dataset)}",
+            label=f"{dataset} {method}",
+        )
+    ax.axhline(1.01, color="k", ls="--", lw=0.8)
+    ax.set_xlabel("batch size (rows)")
+    ax.set_ylabel("held-out log loss, stream / batch")
+    ax.legend(fontsize=6)
+    ax = axes[1]
+    for method in METHODS:
+        points = sorted(
+            (r["rows_seen"], 1e3 * r["seconds"])
+            for r in cost
+            if r["method"] == method and r["part"] == "cost_one_row"
+        )
+        ax.loglog(*zip(*points, strict=True), "o-", label=f"{method}: one row")
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_xlabel("rows seen before")
+    ax.set_ylabel("partial_fit of one row (ms), d = 20")
+    ax.legend()
+    ax = axes[2]
+    labels = {"thompson": "Thompson (vsbayes)", "epsilon": "ε-greedy LogisticRegression"}
+    for policy, curve in curves.items():
+        ax.plot(np.arange(1, len(curve) + 1), curve, label=labels[policy])
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean cumulative regret")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
+    parser.add_argument("--orders", type=int, default=10, help="orders of the order study")
+    parser.add_argument("--out", type=Path, default=None, help="output directory")
+    parser.add_argument(
+        "--from-json", action="store_true", help="only redo the table and plot from the JSON"
+    )
+    args = parser.parse_args()
+    out = args.out or (CACHE / "streaming_quick" if args.quick else RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.from_json:
+        saved = json.loads((out / "streaming.json").read_text())
+        report(saved["rows"], saved["curves"], saved["machine"], out, saved["quick"])
+        return
+    info = machine()
+    rows = accuracy_rows(args.quick, 3 if args.quick else args.orders)
+    rows += cost_rows(args.quick)
+    bandit, curves = bandit_rows(args.quick)
+    rows += bandit
+    columns = sorted({key for row in rows for key in row})
+    write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
+    write_json(
+        out / "streaming.json",
+        {"machine": info, "quick": args.quick, "rows": rows, "curves": curves},
+    )
+    report(rows, curves, info, out, args.quick)
+    print(f"Wrote {out}/streaming.{{csv,json,md,png}}.")
+
+
+if __name__ == "__main__":
+    main()

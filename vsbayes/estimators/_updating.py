@@ -1,0 +1,414 @@
+"""Bayesian updating: a general Gaussian prior, ``partial_fit`` and Thompson draws.
+
+A mixin of :class:`~vsbayes.estimators._base.BayesianGLMClassifier`.
+
+**The prior.** ``prior`` is N(μ₀, Σ₀) on each problem's parameter vector (binary:
+``[coef, intercept]``; multinomial: ``[W.ravel(), b]``, ``sigma_``'s layout). How each model
+takes it (:func:`problem_model`):
+
+- binary, diagonal Σ₀: the model's own prior ``N(μ₀, diag(prior_var))``: exact, no copy of
+  the rows, sparse and dask designs kept as they are;
+- binary, full Σ₀: whitened (:mod:`vsbayes.models.priors`), the model of the design
+  ``[X, 1] L`` with the prior N(L⁻¹μ₀, I) and the posterior mapped back. Exact, for every
+  method; the whitened design is dense, M × p floats (a sparse design is densified: its
+  size is checked first, :class:`~vsbayes._memory.MemoryLimitError` if it does not fit; a
+  dask design is whitened chunk by chunk, on the workers);
+- multinomial: the model's full prior precision (the softmax's Kronecker structure does not
+  survive whitening), exact for Laplace and the sampling fits.
+
+**partial_fit** is assumed-density filtering: the posterior after a batch is the prior of
+the next, fitted by the estimator's own method on that batch only, so its cost and memory
+depend on the batch and the parameters, never on the rows seen before. ``decay`` forgets:
+before a batch of n rows the carried posterior's natural parameters (precision and
+precision × mean) are mixed with the original prior's with weight ``decay**n``, so a row
+seen k rows ago weighs ``decay**k`` and the effective memory is ``1 / (1 − decay)`` rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_scalar
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._blas import one_blas_thread
+from .._memory import check_memory, format_bytes
+from .._random import as_generator
+from ..gaussian import Gaussian
+from ..models import (
+    BinaryGLMPosterior,
+    ChunkedPosterior,
+    ChunkedSoftmaxPosterior,
+    SoftmaxGLMPosterior,
+)
+from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.priors import GaussianPrior
+
+__all__ = ["BayesianUpdating", "ThompsonDraws", "problem_model"]
+
+
+class ThompsonDraws(NamedTuple):
+    """Posterior draws for Thompson sampling (:meth:`BayesianUpdating.thompson_sample`).
+
+    Attributes
+    ----------
+    scores : ndarray of shape (n_draws, n_rows) or (n_draws, n_rows, n_classes)
+        Latent scores ``x·w + b`` of each candidate row under each draw: one per row with
+        two classes (the score of ``classes_[1]``), else one per class.
+    coef : ndarray of shape (n_draws, *coef_.shape)
+        The drawn coefficients.
+    intercept : ndarray of shape (n_draws, *intercept_.shape)
+        The drawn intercepts (zeros when ``fit_intercept=False``).
+    """
+
+    scores: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+
+
+class BayesianUpdating:
+    """``prior`` handling, ``partial_fit`` and Thompson draws (see the module docstring)."""
+
+    # --- the prior ---------------------------------------------------------------------
+
+    def _default_prior(
+        self, n_features: int, n_classes: int | None, variances: dict
+    ) -> GaussianPrior:
+        """The prior without ``prior`` (``variances``: the models' ``prior_var`` and
+        ``intercept_prior_var``, from ``C``), of one binary problem (``n_classes`` None) or
+        the multinomial one."""
+        k = 1 if n_classes is None else n_classes
+        coef = np.broadcast_to(np.asarray(variances["prior_var"], dtype=float), (n_features,))
+        parts = [np.tile(coef, k)]
+        if self.fit_intercept:
+            parts.append(np.full(k, float(variances["intercept_prior_var"])))
+        diagonal = np.concatenate(parts)
+        return GaussianPrior(np.zeros(diagonal.size), diagonal)
+
+    def _problem_priors(
+        self, n_features: int, problems: list, classes: np.ndarray
+    ) -> list[GaussianPrior | None]:
+        """The prior of each problem from the ``prior`` parameter (None: the default)."""
+        if self.prior is None:
+            return [None] * len(problems)
+        n_classes = problems[0][1]
+        width = n_features + int(self.fit_intercept)
+        p = width if n_classes is None else n_classes * width
+        specs = _prior_specs(self, self.prior, classes)
+        if len(specs) == 1:
+            specs = specs * len(problems)
+        if len(specs) != len(problems):
+            raise ValueError(
+                f"prior holds {len(specs)} Gaussians; this fit has {len(problems)} "
+                f"problem(s) (one per class one-vs-rest, else one). Pass one prior, or one "
+                f"per problem."
+            )
+        priors = [_as_prior(spec) for spec in specs]
+        for prior in priors:
+            if prior.dim != p:
+                layout = (
+                    "[coef, intercept]"
+                    if n_classes is None
+                    else f"[W.ravel(), b] of {n_classes} classes"
+                )
+                raise ValueError(
+                    f"prior has {prior.dim} parameters; this fit has {p}: {layout} with "
+                    f"{n_features} features{' and an intercept' if self.fit_intercept else ''}."
+                )
+        return priors
+
+    # --- partial_fit -------------------------------------------------------------------
+
+    @one_blas_thread
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Update the posterior with one batch of rows (assumed-density filtering).
+
+        The posterior after the earlier batches (or ``prior``, or the default prior, at
+        the first call) is the prior of this batch, fitted by the estimator's own method on
+        its rows alone; ``decay`` first widens it toward the original prior (see the
+        ``decay`` parameter). Memory and cost do not grow with the rows seen before.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The batch (one row or more).
+        y : array-like of shape (n_samples,)
+            Its labels, all in ``classes`` (a batch may hold one class only).
+        classes : array-like of shape (n_classes,), default=None
+            Every class of the stream: required at the first call, and if given later, the
+            same ones.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights (likelihood exponents).
+
+        Returns
+        -------
+        self : object
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            Naming what is wrong: no ``classes`` at the first call, other classes later,
+            a label outside them, a changed number of features, a bad prior or ``decay``.
+            The carried posterior is left as it was.
+        """
+        self._check_params()
+        if self._flat_prior() and self.prior is None:
+            raise ValueError(
+                "partial_fit needs a proper prior for its first batch, which may be one row: "
+                "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
+            )
+        first = not hasattr(self, "posteriors_")
+        classes = self._partial_fit_classes(classes, first)
+        if is_dask(X):
+            raise ValueError(
+                "partial_fit takes batches in memory; pass X.compute() (a dask array of "
+                "many rows is one fit: use fit with prior=the earlier posterior)."
+            )
+        X, y = validate_data(
+            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first
+        )
+        dtype = X.dtype  # the fitted coefficients keep it, as fit's
+        X = X.astype(np.float64, copy=False)
+        y_index = np.searchsorted(classes, y)
+        known = classes[np.minimum(y_index, len(classes) - 1)] == y
+        if not known.all():
+            raise ValueError(
+                f"y holds label(s) {np.unique(y[~known]).tolist()} outside classes "
+                f"{classes.tolist()} given at the first call to partial_fit; all classes "
+                f"must be declared then."
+            )
+        weights = self._checked_sample_weight(sample_weight, X.shape[0])
+        if self.class_weight is not None:
+            if isinstance(self.class_weight, str):
+                raise ValueError(
+                    "class_weight='balanced' needs every class's count, which a batch does "
+                    "not have; pass a dict of class weights to partial_fit."
+                )
+            per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
+            weights = weights * per_class[y_index]
+        n_classes = len(classes)
+        if n_classes > 2 and self._multinomial:
+            problems = [(y_index, n_classes)]
+        else:
+            targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
+            problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
+        keep = 1.0 if first else float(self.decay) ** X.shape[0]
+        if first or keep < 1.0:  # the original prior: the start, or what forgetting nears
+            given = self._problem_priors(X.shape[1], problems, classes)
+            variances = self._priors(X, weights, False)
+            defaults = [self._default_prior(X.shape[1], k, variances) for _, k in problems]
+            originals = [g if g is not None else d for g, d in zip(given, defaults, strict=True)]
+        if first:
+            carried, evidence_before = originals, 0.0
+        else:
+            carried = [
+                GaussianPrior.from_gaussian(g, name="carried posterior") for g in self.posteriors_
+            ]
+            if keep < 1.0:
+                carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
+            evidence_before = np.asarray(self.log_marginal_likelihood_value_)
+        method = self._new_posterior_method()
+        rng = self._random_generator()
+        fits = [
+            self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
+            for problem, prior in zip(problems, carried, strict=True)
+        ]
+        # Nothing above changed the estimator but n_features_in_ at the first call: the
+        # fitted state changes here, all at once.
+        self.classes_ = classes
+        self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
+        # log p(y_1..y_t) = Σ_batches log p(y_b | earlier): ADF's running evidence.
+        total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
+        self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total
+        return self
+
+    def _partial_fit_classes(self, classes, first: bool) -> np.ndarray:
+        """The classes of the stream, checked as ``SGDClassifier.partial_fit`` does."""
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit.")
+            classes = np.unique(np.asarray(classes))
+            if len(classes) < 2:
+                raise ValueError(f"classes must hold at least 2 classes; got {classes.tolist()!r}.")
+            return classes
+        if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(
+                f"classes={np.asarray(classes).tolist()!r} is not the same as on the first "
+                f"call to partial_fit, {self.classes_.tolist()!r}: a new class cannot join "
+                f"after the first call (its coefficients had no prior). Refit with every "
+                f"class declared."
+            )
+        return self.classes_
+
+    # --- Thompson sampling -------------------------------------------------------------
+
+    def thompson_sample(self, X, n_draws: int = 1, random_state=None) -> ThompsonDraws:
+        """Draw coefficients from the posterior and score candidate rows with them, in one
+        call (Thompson sampling: act on the draw's best row or class).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_features)
+            The candidate rows.
+        n_draws : int, default=1
+            Number of posterior draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        ThompsonDraws
+            ``(scores, coef, intercept)``: the latent scores (n_draws, n_rows), or
+            (n_draws, n_rows, n_classes) beyond two classes, and the draws.
+        """
+        check_is_fitted(self)
+        n_draws = check_scalar(n_draws, "n_draws", int, min_val=1)
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        n_scores = len(self.coef_) if len(self.classes_) > 2 else 1
+        check_memory(
+            8.0 * X.shape[0] * n_draws * n_scores,
+            f"the scores of {X.shape[0]} rows under {n_draws} draws",
+            "Draw fewer at a time (n_draws), or score the candidate rows in batches.",
+        )
+        coef, intercept = self._predictive().sample(n_draws, as_generator(random_state))
+        # One GEMM for every draw and class: X (n, d) against the (draws·classes, d) rows.
+        flat = coef.reshape(-1, coef.shape[-1])
+        scores = np.asarray(X @ flat.T).reshape(X.shape[0], *coef.shape[:-1])
+        scores = np.moveaxis(scores, 0, 1) + intercept[:, None]
+        if scores.shape[-1] == 1:
+            scores = scores[..., 0]
+        return ThompsonDraws(scores, coef, intercept)
+
+
+def _prior_specs(estimator, prior, classes: np.ndarray) -> list:
+    """The list of per-problem prior specifications ``prior`` gives."""
+    posteriors = getattr(prior, "posteriors_", None)
+    if posteriors is not None:  # a fitted estimator: its posterior(s)
+        if getattr(prior, "fit_intercept", estimator.fit_intercept) != estimator.fit_intercept:
+            raise ValueError(
+                f"prior is a fitted {type(prior).__name__} with fit_intercept="
+                f"{prior.fit_intercept}; this estimator has fit_intercept="
+                f"{estimator.fit_intercept}, so its parameters are not the same vector."
+            )
+        if not np.array_equal(prior.classes_, classes):
+            raise ValueError(
+                f"prior is a fitted {type(prior).__name__} of classes "
+                f"{prior.classes_.tolist()!r}; this fit's classes are {classes.tolist()!r}."
+            )
+        return list(posteriors)
+    if hasattr(prior, "fit") and not hasattr(prior, "mean"):
+        raise ValueError(
+            f"prior is an unfitted {type(prior).__name__}: fit it first (its posterior is "
+            f"the prior)."
+        )
+    if isinstance(prior, list) or (
+        isinstance(prior, tuple)
+        and all(isinstance(p, (Gaussian, GaussianPrior, dict)) for p in prior)
+    ):
+        return list(prior)
+    return [prior]
+
+
+def _as_prior(spec) -> GaussianPrior:
+    """A :class:`GaussianPrior` from a Gaussian, a (mean, cov) pair or a dict."""
+    if isinstance(spec, GaussianPrior):
+        return spec
+    if isinstance(spec, Gaussian):
+        return GaussianPrior.from_gaussian(spec)
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"mean", "cov", "precision"}
+        if "mean" not in spec or unknown:
+            raise ValueError(
+                f"A prior dict has the keys 'mean' and 'cov' or 'precision'; got {sorted(spec)!r}."
+            )
+        return GaussianPrior(spec["mean"], spec.get("cov"), spec.get("precision"))
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return GaussianPrior(*spec)
+    raise ValueError(
+        f"prior must be a fitted vsbayes estimator, a Gaussian, a (mean, cov) pair or a dict "
+        f"with 'mean' and 'cov' or 'precision' (or a list of them, one per problem); got "
+        f"{type(spec).__name__}."
+    )
+
+
+def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior):
+    """``(model, finish)``: the likelihood model of one problem under ``prior``, and the
+    map of its fit (a :class:`~vsbayes.estimators._methods.MethodFit`) to θ's coordinates
+    (the identity but for a whitened prior). See the module docstring for the routes."""
+    chunked = is_dask_array(X)
+    n_jobs = getattr(estimator, "n_jobs", None)  # the sampling estimators' parameter
+    in_memory = {} if chunked else {"n_jobs": n_jobs}
+    d = X.shape[1]
+    whitened = n_classes is None and not prior.diagonal
+    if n_classes is not None:  # multinomial: the model's full prior precision
+        priors = {
+            "prior_var": 1.0,
+            "intercept_prior_var": 1.0 if estimator.fit_intercept else None,
+            "prior_mean": prior.mean,
+            "prior_precision": prior.precision,
+        }
+    elif not whitened:
+        priors = {
+            "prior_var": prior.variances[:d],
+            "intercept_prior_var": prior.variances[d] if estimator.fit_intercept else None,
+            "prior_mean": prior.mean,
+        }
+    else:
+        X = _whitened_design(X, prior.lower, estimator.fit_intercept)
+        priors = {
+            "prior_var": 1.0,
+            "intercept_prior_var": None,
+            "prior_mean": prior.whitened_mean(),
+        }
+    if n_classes is None:
+        if chunked:
+            model = ChunkedPosterior(X, labels, weights, estimator._link, **priors)
+        else:
+            model = BinaryGLMPosterior(X, labels, weights, estimator._link, **in_memory, **priors)
+    elif chunked:
+        model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
+    else:
+        model = SoftmaxGLMPosterior(X, labels, weights, n_classes, **in_memory, **priors)
+    if not whitened:
+        return model, _identity
+    return model, lambda fit: dataclasses.replace(fit, posterior=prior.unwhiten(fit.posterior))
+
+
+def _identity(fit):
+    return fit
+
+
+def _whitened_design(X, lower: np.ndarray, fit_intercept: bool):
+    """``[X, 1] L`` (or ``X L``): dense; a dask array's chunks whitened where they are."""
+    p = lower.shape[0]
+    if is_dask_array(X):
+        return X.map_blocks(
+            _whiten_rows,
+            lower,
+            fit_intercept,
+            dtype=float,
+            chunks=(X.chunks[0], (p,)),
+            meta=np.empty((0, 0)),
+        )
+    if sp.issparse(X):
+        check_memory(
+            8.0 * X.shape[0] * p,
+            f"the whitened design ({X.shape[0]} × {p}, dense) of a prior with a full covariance",
+            f"A sparse design stays sparse under a diagonal prior covariance; a full one "
+            f"densifies it ({format_bytes(8.0 * X.shape[0] * p)}). Pass a diagonal prior "
+            f"(variances), or fewer rows per fit (partial_fit in batches).",
+        )
+    return _whiten_rows(X, lower, fit_intercept)
+
+
+def _whiten_rows(rows, lower: np.ndarray, fit_intercept: bool) -> np.ndarray:
+    d = rows.shape[1]
+    out = np.asarray(rows @ lower[:d])
+    if fit_intercept:
+        out = out + lower[d]
+    return out

@@ -1,0 +1,190 @@
+"""A general Gaussian prior N(μ₀, Σ₀) on a GLM's parameter vector, checked once.
+
+The models' own prior is N(μ₀, diag(prior_var)) (binary) or N(μ₀, Λ₀⁻¹) (multinomial);
+:class:`GaussianPrior` is what the estimators hand them: the mean, the covariance, its
+Cholesky factor, whether it is diagonal, and the exponential forgetting of
+:meth:`GaussianPrior.forgotten`.
+
+**Whitening.** With ``Σ₀ = L Lᵀ`` and ``θ = L z``, the prior of z is N(L⁻¹μ₀, I) and the
+latent value of a row is ``x̃·θ = (x̃ L)·z``: a model of the design ``X̃ L`` with a diagonal
+prior, which every method of the binary model handles as it is. The posterior of θ is then
+``N(L m, L S Lᵀ)`` from z's ``N(m, S)``, and the evidence is the same integral (the prior
+density of z is the prior density of θ times ``|det L|``, the change of variables'
+Jacobian), so ``log_Z`` is unchanged.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ..gaussian import Gaussian
+
+__all__ = ["GaussianPrior"]
+
+#: Relative asymmetry of a covariance (``max |Σ − Σᵀ| / max |Σ|``) accepted as round-off:
+#: a covariance computed as ``L S Lᵀ`` or inverted from a precision carries ~1e-15 of it.
+SYMMETRY_TOLERANCE = 1e-8
+
+
+class GaussianPrior:
+    """A checked Gaussian prior ``N(mean, cov)``.
+
+    Parameters
+    ----------
+    mean : array-like of shape (p,)
+        Prior mean.
+    cov : array-like of shape (p, p) or (p,), optional
+        Prior covariance, or the variances of a diagonal one.
+    precision : array-like of shape (p, p), optional
+        Prior precision (inverse covariance), in place of ``cov``.
+    name : str, default="prior"
+        What the error messages call it.
+
+    Raises
+    ------
+    ValueError
+        Naming the problem: a mean that is not a finite vector, a covariance of the wrong
+        shape, not symmetric, or not positive definite; both or neither of ``cov`` and
+        ``precision``.
+    """
+
+    def __init__(self, mean, cov=None, precision=None, *, name: str = "prior"):
+        self.name = name
+        mean = np.asarray(mean, dtype=float)
+        if mean.ndim != 1 or not np.isfinite(mean).all():
+            raise ValueError(
+                f"The {name}'s mean must be a finite vector; got an array of shape {mean.shape}"
+                f"{'' if np.isfinite(mean).all() else ' with non-finite values'}."
+            )
+        if (cov is None) == (precision is None):
+            raise ValueError(f"Give the {name} exactly one of a covariance and a precision.")
+        p = mean.shape[0]
+        given = np.asarray(cov if precision is None else precision, dtype=float)
+        what = "covariance" if precision is None else "precision"
+        if given.ndim == 1 and precision is None and given.shape == (p,):
+            if not (np.isfinite(given).all() and (given > 0).all()):
+                raise ValueError(
+                    f"The {name}'s variances must be positive and finite; got values from "
+                    f"{given.min(initial=np.inf):.3g} to {given.max(initial=-np.inf):.3g}."
+                )
+            self.mean, self.variances, self._cov = mean, given.copy(), None
+            return
+        if given.shape != (p, p):
+            raise ValueError(
+                f"The {name}'s {what} has shape {given.shape}; its mean has {p} entries, so "
+                f"it must be ({p}, {p}) (or ({p},) variances of a diagonal covariance)."
+            )
+        if not np.isfinite(given).all():
+            raise ValueError(f"The {name}'s {what} has non-finite entries.")
+        scale = float(np.abs(given).max(initial=0.0))
+        asymmetry = float(np.abs(given - given.T).max(initial=0.0))
+        if asymmetry > SYMMETRY_TOLERANCE * scale:
+            raise ValueError(
+                f"The {name}'s {what} is not symmetric: max |A − Aᵀ| = {asymmetry:.3g} for "
+                f"entries up to {scale:.3g}."
+            )
+        given = 0.5 * (given + given.T)
+        lower = _cholesky(given, f"The {name}'s {what}")
+        if precision is not None:
+            inverse = np.linalg.inv(lower)  # Σ = L⁻ᵀ L⁻¹
+            given = inverse.T @ inverse
+            given = 0.5 * (given + given.T)
+            lower = _cholesky(given, f"The {name}'s covariance (the precision's inverse)")
+        self.mean = mean
+        if np.count_nonzero(given - np.diag(np.diag(given))) == 0:
+            self.variances, self._cov = np.diag(given).copy(), None
+        else:
+            self.variances, self._cov = np.diag(given).copy(), given
+            self.__dict__["lower"] = lower
+
+    @classmethod
+    def from_gaussian(cls, gaussian: Gaussian, *, name: str = "prior") -> GaussianPrior:
+        """The prior N(mean, cov) of a Gaussian (e.g. an earlier fit's posterior).
+
+        A :class:`~vsbayes.gaussian.Gaussian` is checked (finite, symmetric, positive
+        definite) and factorized already: its covariance and Cholesky factor are taken as
+        they are (the cost of each ``partial_fit`` of a few rows is mostly such overhead).
+        """
+        prior = cls.__new__(cls)
+        prior.name, prior.mean = name, np.array(gaussian.mean)
+        prior._cov = np.array(gaussian.cov)
+        prior.variances = np.diag(prior._cov).copy()
+        prior.__dict__["lower"] = np.array(gaussian.chol)
+        return prior
+
+    @property
+    def dim(self) -> int:
+        """Length p of the parameter vector."""
+        return self.mean.shape[0]
+
+    @property
+    def diagonal(self) -> bool:
+        """Whether the covariance is diagonal (then no whitening is needed)."""
+        return self._cov is None
+
+    @property
+    def cov(self) -> np.ndarray:
+        """The covariance (p, p)."""
+        return np.diag(self.variances) if self._cov is None else self._cov
+
+    @cached_property
+    def lower(self) -> np.ndarray:
+        """Lower Cholesky factor L of the covariance, ``Σ₀ = L Lᵀ``."""
+        return (
+            np.diag(np.sqrt(self.variances)) if self._cov is None else np.linalg.cholesky(self._cov)
+        )
+
+    @cached_property
+    def precision(self) -> np.ndarray:
+        """The inverse covariance (p, p)."""
+        if self._cov is None:
+            return np.diag(1.0 / self.variances)
+        inverse = np.linalg.inv(self.lower)
+        out = inverse.T @ inverse
+        return 0.5 * (out + out.T)
+
+    def whitened_mean(self) -> np.ndarray:
+        """``L⁻¹ μ₀``: the prior mean of the whitened parameters z (``θ = L z``)."""
+        return solve_triangular(self.lower, self.mean, lower=True, check_finite=False)
+
+    def unwhiten(self, posterior: Gaussian) -> Gaussian:
+        """The posterior of θ = L z from that of z: ``N(L m, L S Lᵀ)``, ``log_Z`` and the
+        diagnostics kept (the evidence does not change; see the module docstring)."""
+        lower = self.lower
+        mean = lower @ np.asarray(posterior.mean)
+        cov = lower @ np.asarray(posterior.cov) @ lower.T
+        return posterior.with_moments(mean, 0.5 * (cov + cov.T))
+
+    def forgotten(self, keep: float, original: GaussianPrior) -> GaussianPrior:
+        """Exponential forgetting: the natural parameters ``keep·(Λ, Λμ) + (1 − keep)·(Λ₀,
+        Λ₀μ₀)`` of this prior and the ``original`` one.
+
+        With ``keep = 1`` this prior itself; as ``keep → 0`` the original. The precision
+        that data brought decays by ``keep``: a likelihood term seen n updates ago weighs
+        ``keep**n``.
+        """
+        if keep >= 1.0:
+            return self
+        precision = keep * self.precision + (1.0 - keep) * original.precision
+        linear = keep * (self.precision @ self.mean)
+        linear += (1.0 - keep) * (original.precision @ original.mean)
+        lower = _cholesky(0.5 * (precision + precision.T), f"The forgotten {self.name}'s precision")
+        mean = np.linalg.solve(lower.T, np.linalg.solve(lower, linear))
+        return GaussianPrior(mean, precision=precision, name=self.name)
+
+    def __repr__(self) -> str:
+        kind = "diagonal" if self.diagonal else "full"
+        return f"GaussianPrior(dim={self.dim}, {kind} covariance)"
+
+
+def _cholesky(matrix: np.ndarray, what: str) -> np.ndarray:
+    try:
+        return np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        eigenvalue = float(np.linalg.eigvalsh(matrix).min())
+        raise ValueError(
+            f"{what} is not positive definite (smallest eigenvalue {eigenvalue:.3g})."
+        ) from None
