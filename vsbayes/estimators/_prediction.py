@@ -372,7 +372,7 @@ class PosteriorPrediction:
         X = self._in_memory(X, "sample_y")
         return _summaries.sample_labels(self, X, n_draws, random_state)
 
-    def loo(self, X, y, sample_weight=None, *, n_draws=1000, random_state=None):
+    def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None):
         """Leave-one-out estimate of the expected log predictive density, and WAIC.
 
         Pass the training data (with the same ``sample_weight``). Where expectation
@@ -391,8 +391,10 @@ class PosteriorPrediction:
             Its labels.
         sample_weight : array-like of shape (n_samples,), default=None
             Its weights, as passed to ``fit`` (class weights are applied as in ``fit``).
-        n_draws : int, default=1000
-            Posterior draws for WAIC and the importance-sampling terms (at least 100).
+        n_draws : int, default=None
+            Posterior draws for WAIC and the importance-sampling terms (at least 100);
+            None: 1000 where EP's cavities give the terms (the draws serve WAIC only), else
+            4000 (Pareto smoothing fits the largest fifth of a row's weights at most).
         random_state : int, RandomState, Generator or None, default=None
             Seed of the draws.
 

@@ -70,6 +70,11 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # Draws of a row's latent value for the multinomial prediction intervals and the weighted
 # multinomial leave-one-out terms (quantile error ~ 1e-3 on the probability scale).
 _LATENT_DRAWS = 4096
+# Default posterior draws of leave-one-out: where EP's cavities give the terms the draws
+# serve WAIC only; Pareto smoothing fits the largest 3√S weights of each row, and on breast
+# cancer 1000 draws left elpd_loo 0.9 nats above 4000 (its bias with heavy tails).
+_EP_DRAWS = 1000
+_PSIS_DRAWS = 4000
 
 
 class PSISWarning(UserWarning):
@@ -453,6 +458,9 @@ def _training_data(estimator, X, y, sample_weight) -> _Training:
 def leave_one_out(estimator, X, y, sample_weight, n_draws: int, random_state) -> LeaveOneOut:
     """:class:`LeaveOneOut` of a fitted estimator on its training data (see the module
     docstring)."""
+    sites = getattr(estimator.posteriors_[0], "sites", None)
+    if n_draws is None:
+        n_draws = _EP_DRAWS if sites is not None else _PSIS_DRAWS
     n_draws = check_n_draws(n_draws)
     if n_draws < 100:
         raise ValueError(
@@ -470,7 +478,6 @@ def leave_one_out(estimator, X, y, sample_weight, n_draws: int, random_state) ->
         )
     rng = as_generator(random_state)
     draws = _PosteriorDraws(estimator, data, n_draws, rng)
-    sites = getattr(estimator.posteriors_[0], "sites", None)
     positive = data.weights > 0
     ep_rows = sites is not None and len(sites.linear) == int(positive.sum())
     if ep_rows:
@@ -484,7 +491,16 @@ def leave_one_out(estimator, X, y, sample_weight, n_draws: int, random_state) ->
         lppd = draws.lppd
         method = "psis"
         bad = np.flatnonzero(pareto_k > PARETO_K_THRESHOLD)
-        if bad.size:
+        if draws.posterior_pareto_k > PARETO_K_THRESHOLD:
+            warn(
+                f"The Gaussian approximation of {type(estimator).__name__} is too far from "
+                f"the posterior for importance sampling to correct it (Pareto k̂ = "
+                f"{draws.posterior_pareto_k:.2f} > {PARETO_K_THRESHOLD}): every "
+                f"leave-one-out term is unreliable. Use EPLogisticRegression, whose "
+                f"leave-one-out comes from its cavities.",
+                PSISWarning,
+            )
+        elif bad.size:
             shown = ", ".join(str(i) for i in bad[:10]) + (" …" if bad.size > 10 else "")
             warn(
                 f"{bad.size} of {len(pareto_k)} leave-one-out terms have a Pareto k̂ above "
