@@ -46,6 +46,7 @@ from .._memory import block_length, check_memory
 from .._random import as_generator
 from .._sums import logsumexp
 from .._warnings import warn
+from ..exceptions import UnreliableFitWarning
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax_predictive import centred_basis, softmax_predictive_log_proba
@@ -54,6 +55,7 @@ from ..models.tilted import quadrature_tilted_moments
 __all__ = [
     "INTERCEPT_LABEL",
     "LeaveOneOut",
+    "PSISWarning",
     "check_level",
     "check_n_draws",
     "coefficient_table",
@@ -77,7 +79,7 @@ _EP_DRAWS = 1000
 _PSIS_DRAWS = 4000
 
 
-class PSISWarning(UserWarning):
+class PSISWarning(UnreliableFitWarning):
     """Some leave-one-out terms rest on importance weights with a heavy tail (k̂ > 0.7)."""
 
 
