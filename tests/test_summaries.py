@@ -126,13 +126,13 @@ def test_summary_of_a_dask_fit():
     model = LaplaceLogisticRegression().fit(da.from_array(X, chunks=50), da.from_array(y))
     table = model.summary()
     np.testing.assert_allclose(table["sd"], np.sqrt(np.diag(model.sigma_)), rtol=1e-14)
-    with pytest.raises(ValueError, match="X.compute"):
+    with pytest.raises(ValueError, match=r"X\.compute"):
         model.predict_proba_interval(da.from_array(X, chunks=50))
 
 
 @pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9", np.nan])
 def test_bad_level_is_named(binary, level):
-    X, y, model = binary
+    X, _, model = binary
     with pytest.raises(ValueError, match="level"):
         model.summary(level=level)
     with pytest.raises(ValueError, match="level"):
@@ -203,10 +203,11 @@ def test_draws_average_to_predict_proba_and_are_seeded(multinomial):
 
 
 def test_sparse_rows_give_the_dense_results(binary):
-    X, y, model = binary
+    X, _, model = binary
     lower, upper = model.predict_proba_interval(sp.csr_matrix(X[:5]))
     dense = model.predict_proba_interval(X[:5])
     np.testing.assert_allclose(lower, dense[0], rtol=1e-12)
+    np.testing.assert_allclose(upper, dense[1], rtol=1e-12)
     np.testing.assert_allclose(
         model.sample_proba(sp.csr_matrix(X[:5]), 4, random_state=0),
         model.sample_proba(X[:5], 4, random_state=0),
