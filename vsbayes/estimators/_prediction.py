@@ -402,8 +402,8 @@ class PosteriorPrediction:
         -------
         LeaveOneOut
             ``elpd_loo``, ``se``, ``p_loo``, ``pointwise``, ``pareto_k``, ``method``,
-            ``elpd_waic``, ``waic_se``, ``p_waic``, ``posterior_pareto_k`` and more (see
-            :class:`vsbayes.estimators.LeaveOneOut`).
+            ``elpd_waic``, ``waic_se``, ``p_waic``, ``posterior_pareto_k`` and more (its
+            docstring lists them all).
         """
         X = self._in_memory(X, "loo")
         return _summaries.leave_one_out(self, X, y, sample_weight, n_draws, random_state)
