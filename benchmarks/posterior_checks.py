@@ -19,6 +19,9 @@
    that cover the true coefficients, and of the 90 % prediction intervals
    (``predict_proba_interval``) that cover the true probabilities of 20 new rows per data
    set. Target: 88–92 % over ≥ 500 data sets.
+3. **Against long NUTS runs.** The 95 % interval endpoints of ``summary()`` against those
+   of the stored NUTS references' moment-matched Gaussians, in units of the reference's
+   posterior sd (target: within 0.05).
 
 Usage: python benchmarks/posterior_checks.py [--data-dir DIR] [--datasets N] [--out DIR]
 Writes DIR/posterior_checks.{csv,json,md,png} (DIR defaults to benchmarks/results); the
@@ -238,10 +241,97 @@ def calibration_rows(n_sets: int) -> list[dict]:
     return rows
 
 
+# --- against long NUTS runs -------------------------------------------------------------
+
+
+def nuts_rows() -> list[dict]:
+    """95 % interval endpoints of ``summary()`` against those of the NUTS references'
+    moment-matched Gaussians (``nuts_reference.py``, ``nuts_softmax_reference.py``), in
+    units of the reference's posterior sd (centred coefficients for the multinomial)."""
+    from _high_dim_cases import load_case
+    from _high_dim_cases import load_reference as load_binary
+    from nuts_softmax_reference import load_reference as load_softmax
+
+    from vsbayes import EPProbitRegression, VSLogisticRegression, VSProbitRegression
+    from vsbayes.estimators._summaries import gaussian_marginals
+
+    z = 1.959963984540054
+    cells = []
+    for case in ("breast_cancer", "classif_d100", "digits3"):
+        for link in ("logistic", "probit"):
+            reference = load_binary(case, link)
+            if reference is not None:
+                X, y = load_case(case)
+                cells.append((f"{case} {link}", X, (y > 0).astype(int), link, reference[:2]))
+    for case, loader in (("wine", load_wine),):
+        reference = load_softmax(case)
+        if reference is not None:
+            X, y = loader(return_X_y=True)
+            cells.append(
+                (
+                    f"{case} multinomial",
+                    StandardScaler().fit_transform(X),
+                    y,
+                    "logistic",
+                    reference[:2],
+                )
+            )
+    classes = {
+        "logistic": (EPLogisticRegression, VSLogisticRegression, LaplaceLogisticRegression),
+        "probit": (EPProbitRegression, VSProbitRegression),
+    }
+    rows = []
+    for name, X, y, link, (mean, cov) in cells:
+        n_classes = len(np.unique(y))
+        width = X.shape[1] + 1
+        if n_classes == 2:
+            ref = gaussian_marginals(mean[None, : width - 1], mean[width - 1 :], cov, True)
+        else:
+            k = n_classes
+            coef = mean[: k * (width - 1)].reshape(k, width - 1)
+            ref = gaussian_marginals(coef, mean[k * (width - 1) :], cov, True)
+        ref_mean = np.concatenate([m for m, _ in ref])
+        ref_sd = np.concatenate([s for _, s in ref])
+        for estimator_class in classes[link]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = (
+                    estimator_class(random_state=0).fit(X, y)
+                    if "VS" in (estimator_class.__name__)
+                    else estimator_class().fit(X, y)
+                )
+            table = model.summary(level=0.95)
+            gaps = np.concatenate(
+                [
+                    np.abs(table["2.5%"].to_numpy() - (ref_mean - z * ref_sd)),
+                    np.abs(table["97.5%"].to_numpy() - (ref_mean + z * ref_sd)),
+                ]
+            ) / np.tile(ref_sd, 2)
+            rows.append(
+                {
+                    "case": name,
+                    "estimator": estimator_class.__name__,
+                    "coefficients": len(ref_sd),
+                    "max_endpoint_gap_sd": float(gaps.max()),
+                    "median_endpoint_gap_sd": float(np.median(gaps)),
+                    "share_within_0.05_sd": float((gaps <= 0.05).mean()),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"{name:22s} {r['estimator']:26s} endpoint gap / sd: max "
+                f"{r['max_endpoint_gap_sd']:.3f}, median {r['median_endpoint_gap_sd']:.3f}",
+                flush=True,
+            )
+    return rows
+
+
 # --- report -------------------------------------------------------------------------------
 
 
-def markdown(loo: list[dict], calibration: list[dict], info: dict, quick: bool) -> str:
+def markdown(
+    loo: list[dict], calibration: list[dict], nuts: list[dict], info: dict, quick: bool
+) -> str:
     lines = [
         "# Posterior checks: leave-one-out and interval calibration",
         "",
@@ -281,6 +371,23 @@ def markdown(loo: list[dict], calibration: list[dict], info: dict, quick: bool) 
             f"{r['prediction_coverage']:.4f} ({r['prediction_intervals']}) | "
             f"{r['seconds']:.0f} |"
         )
+    lines += [
+        "",
+        "## 95 % interval endpoints against long NUTS runs",
+        "",
+        "Endpoints of `summary()` against those of the NUTS reference's moment-matched "
+        "Gaussian (`nuts_reference.py`, `nuts_softmax_reference.py`), in units of the "
+        "reference's posterior sd (multinomial: centred coefficients). Target: within 0.05.",
+        "",
+        "| case | estimator | coefficients | max gap / sd | median gap / sd | share ≤ 0.05 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in nuts:
+        lines.append(
+            f"| {r['case']} | {r['estimator']} | {r['coefficients']} | "
+            f"{r['max_endpoint_gap_sd']:.3f} | {r['median_endpoint_gap_sd']:.3f} | "
+            f"{r['share_within_0.05_sd']:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -319,6 +426,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-loo", action="store_true")
     parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--skip-nuts", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.datasets = min(args.datasets, 40)
@@ -329,13 +437,20 @@ def main() -> None:
     if not args.skip_loo:
         loo, pointwise = loo_rows(loo_cases(args.data_dir), args.quick, args.repeats)
     calibration = [] if args.skip_calibration else calibration_rows(args.datasets)
+    nuts = [] if args.skip_nuts else nuts_rows()
     if loo:
         write_csv(out / "posterior_checks.csv", loo)
     write_json(
         out / "posterior_checks.json",
-        {"machine": info, "quick": args.quick, "loo": loo, "calibration": calibration},
+        {
+            "machine": info,
+            "quick": args.quick,
+            "loo": loo,
+            "calibration": calibration,
+            "nuts": nuts,
+        },
     )
-    (out / "posterior_checks.md").write_text(markdown(loo, calibration, info, args.quick))
+    (out / "posterior_checks.md").write_text(markdown(loo, calibration, nuts, info, args.quick))
     plot(pointwise, calibration, out / "posterior_checks.png")
     print(f"Wrote {out}/posterior_checks.{{csv,json,md,png}}.")
     committed = RESULTS / "posterior_checks.csv"

@@ -59,6 +59,7 @@ __all__ = [
     "check_level",
     "check_n_draws",
     "coefficient_table",
+    "gaussian_marginals",
     "leave_one_out",
     "proba_interval",
     "sample_proba",
@@ -136,20 +137,32 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     posterior's centred (identified) coefficients."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
-    coef = np.asarray(coef, dtype=float)
-    intercept = np.asarray(estimator.intercept_, dtype=float)
-    sigma = np.asarray(estimator.sigma_, dtype=float)
-    fit_intercept = bool(estimator.fit_intercept)
-    k, d = coef.shape
+    per_problem = gaussian_marginals(
+        np.asarray(coef, dtype=float),
+        np.asarray(estimator.intercept_, dtype=float),
+        np.asarray(estimator.sigma_, dtype=float),
+        bool(estimator.fit_intercept),
+    )
     classes = estimator.classes_
+    if len(per_problem) == 1:
+        return [(None, *per_problem[0])]
+    return [(classes[k], *marginal) for k, marginal in enumerate(per_problem)]
+
+
+def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool):
+    """``(mean, sd)`` of each problem's coefficients then intercept, from a fitted
+    posterior's arrays (layouts as ``coef_``, ``intercept_``, ``sigma_``): binary
+    ``sigma`` (p, p) with one row of ``coef``, one-vs-rest (K, p, p), multinomial (p, p) in
+    the layout θ = ``[W.ravel(), b]``, whose coefficients are centred over the classes."""
+    k, d = coef.shape
     if k == 1:  # binary
         mean = np.concatenate([coef[0], intercept[:1]]) if fit_intercept else coef[0]
-        return [(None, mean, np.sqrt(np.maximum(np.diag(sigma), 0.0)))]
+        return [(mean, np.sqrt(np.maximum(np.diag(sigma), 0.0)))]
     if sigma.ndim == 3:  # one-vs-rest
         out = []
         for c in range(k):
             mean = np.concatenate([coef[c], intercept[c : c + 1]]) if fit_intercept else coef[c]
-            out.append((classes[c], mean, np.sqrt(np.maximum(np.diag(sigma[c]), 0.0))))
+            out.append((mean, np.sqrt(np.maximum(np.diag(sigma[c]), 0.0))))
         return out
     # Multinomial θ = [W.ravel(), b]: per column j (feature or intercept) the K × K block
     # of the classes, centred by P = I − 11ᵀ/K.
@@ -164,7 +177,7 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     means = np.concatenate([coef, intercept[:, None]], axis=1) if fit_intercept else coef
     means = means - means.mean(axis=0, keepdims=True)
     sd = np.sqrt(np.maximum(variances, 0.0))
-    return [(classes[c], means[c], sd[:, c]) for c in range(k)]
+    return [(means[c], sd[:, c]) for c in range(k)]
 
 
 def coefficient_table(estimator, level: float = 0.95, feature_names=None):
