@@ -357,3 +357,30 @@ def test_inference_data_for_arviz(multinomial):
     ours = model.loo(X, y, random_state=0)
     # ArviZ's PSIS of EP's draws against EP's cavities: MC error of 2000 draws.
     assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
+
+
+# --- every estimator ------------------------------------------------------------------------
+
+
+def every_estimator():
+    from vsbayes.estimators import METHODS
+
+    for name, method in METHODS.items():
+        for link, cls in method.classes.items():
+            yield pytest.param(cls, id=f"{name}-{link}")
+
+
+@pytest.mark.parametrize("estimator_class", list(every_estimator()))
+def test_every_estimator_summarizes_and_predicts_intervals(estimator_class):
+    X2, y2 = binary_data(n=60, seed=3)
+    X3, y3 = three_class_data(n=60, seed=3)
+    for X, y in ((sp.csr_matrix(X2), y2), (X3, y3)):
+        params = {"random_state": 0} if "random_state" in estimator_class().get_params() else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = estimator_class(**params).fit(X, y)
+        table = model.summary(level=0.8)
+        assert np.all(table["sd"] > 0) and np.all(table["10%"] < table["90%"])
+        lower, upper = model.predict_proba_interval(X[:3], n_draws=200, random_state=0)
+        assert lower.shape == (3, len(model.classes_)) and np.all(lower <= upper)
+        assert model.sample_proba(X[:3], 2, random_state=0).shape == (2, 3, len(model.classes_))
