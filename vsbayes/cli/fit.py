@@ -214,8 +214,17 @@ def _accuracy(method: str, problem: dict) -> str:
     if method == "laplace":
         return "no error estimate (exact only for a Gaussian posterior)"
     if "ess" in values:
-        return f"{values['ess']:.0f} effective points of {values.get('n_samples', '?')}"
-    return "no error estimate"
+        return (
+            f"{values['ess']:.0f} effective points of {values.get('n_samples', '?')} drawn "
+            f"(the more, the smaller the Monte Carlo error; no estimate of it)"
+        )
+    if method == "vb":
+        converged = "converged" if values.get("converged") else "did not converge"
+        return (
+            f"the bound's updates {converged}; VB's Gaussian is known to be too narrow, by "
+            f"an amount not estimated here (vsbayes compare measures it)"
+        )
+    return "no error estimate (vsbayes compare measures it)"
 
 
 def _finite_or_none(value: float) -> float | None:
