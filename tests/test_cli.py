@@ -43,16 +43,53 @@ def test_fit_default_prints_the_posterior_of_every_coefficient(capsys):
     assert status == 0
     for text in ("breast cancer", "569 rows", "30 features", "standardized", "benign"):
         assert text in out
-    for text in ("mean", "sd", "2.5%", "97.5%", "log evidence", "diagnostics", "strategy:"):
+    for text in ("mean", "sd", "2.5%", "97.5%", "P(sign)", "log evidence"):
         assert text in out
     for name in ("mean radius", "worst texture", "(intercept)"):
         assert name in out
-    assert "training accuracy" in out and "fit time" in out and "Laplace fallback: no" in out
+    assert "training accuracy" in out and "fit time" in out
+    # Which computation ran and how accurate it is, in words; the details behind --verbose.
+    assert "ran as:           expectation propagation, each row's likelihood factor" in out
+    assert "accuracy:         EP converged" in out
+    assert "diagnostics:" not in out and "site_change" not in out and "N:  " not in out
     assert err == ""  # no progress unless asked, as stderr is not a terminal here
 
 
+def test_fit_verbose_shows_the_details(capsys):
+    status, out, _ = run(capsys, "fit", "--verbose")
+    assert status == 0
+    assert "diagnostics:      n_iter=" in out and "site_change=" in out
+    assert "strategy:         sites (" in out and "N:         none (VS site fits" in out
+
+
+def test_fit_plot_writes_the_forest_and_calibration_png(capsys, tmp_path, small_csv):
+    plot = tmp_path / "fit.png"
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--plot", str(plot))
+    status, out, _ = run(capsys, *argv)
+    assert status == 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot:              {plot}" in out
+
+
+def test_fit_table_is_the_estimators_summary(capsys, tmp_path, small_csv):
+    from vsbayes.cli.data import load_dataset
+    from vsbayes.estimators import LaplaceLogisticRegression
+
+    out_json = tmp_path / "fit.json"
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--json")
+    status, _, _ = run(capsys, *argv, str(out_json))
+    assert status == 0
+    data = load_dataset(small_csv, "outcome")
+    table = LaplaceLogisticRegression().fit(data.X, data.y).summary()
+    (problem,) = json.loads(out_json.read_text())["problems"]
+    assert [c["mean"] for c in problem["coefficients"]] == pytest.approx(table["mean"], rel=1e-12)
+    assert [c["p_sign"] for c in problem["coefficients"]] == pytest.approx(
+        table["P(sign)"], rel=1e-12
+    )
+
+
 def test_fit_laplace_probit(capsys):
-    status, out, _ = run(capsys, "fit", "--method", "laplace", "--link", "probit", "--C", "0.5")
+    argv = ("fit", "--method", "laplace", "--link", "probit", "--C", "0.5", "--verbose")
+    status, out, _ = run(capsys, *argv)
     assert status == 0
     assert "LaplaceProbitRegression" in out and "C = 0.5" in out
     assert "grad_norm" in out and "deterministic" in out
@@ -118,16 +155,17 @@ def test_fit_warnings_are_one_line_each_on_stderr(capsys, small_csv):
 
 def test_fit_default_vs_records_its_strategy(capsys, small_csv):
     # strategy="auto" with an explicit N: the global fit, kept only if it departs from EP.
-    status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--n-samples", "20")
+    argv = ("fit", small_csv, "--target", "outcome", "--n-samples", "20", "--verbose")
+    status, out, _ = run(capsys, *argv)
     assert status == 0 and "strategy:         sites (the global fit was unreliable" in out
     assert "N:         none (VS site fits" in out
 
 
 def test_fit_target_kl_reports_the_predicted_error(capsys, small_csv):
     argv = ("fit", small_csv, "--target", "outcome", "--strategy", "global")
-    status, out, _ = run(capsys, *argv, "--target-kl", "0.05")
+    status, out, _ = run(capsys, *argv, "--target-kl", "0.05", "--verbose")
     assert status == 0
-    assert "predicted error:" in out and "sampling stopped: target_kl" in out
+    assert "accuracy:         predicted error" in out and "sampling stopped: target_kl" in out
 
 
 def test_verbose_shows_progress(capsys, small_csv):
@@ -206,7 +244,7 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("unknown target", ["'label'", "'x'"]),
         ("non-numeric feature", ["'colour'", "numeric", "line 2"]),
         ("one class", ["one class"]),
-        ("compare multiclass", ["binary", "3 classes"]),
+        ("compare multiclass", ["binary", "3 classes", "multinomial posterior"]),
         ("vb probit", ["logistic only"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
@@ -220,7 +258,8 @@ def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small
     status, out, _ = run(capsys, *argv, "--plot", str(plot), "--json", str(out_json))
     assert status == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "reference: VS with N = 64n = 960, rounds = 3" in out
+    assert "from EP corrected by 960 = 64n importance draws" in out
+    assert summary_reference_is_sane(json.loads(out_json.read_text())["reference"])
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("method "))
     table = [line.split()[0] for line in lines[start + 1 :] if line and ":" not in line]
@@ -236,6 +275,28 @@ def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small
     assert all(b == 2 * a for a, b in itertools.pairwise(ladder))
     assert all(r["excess_kl"] >= 0 for r in results)
     assert summary["plot"] == str(plot)
+
+
+def summary_reference_is_sane(reference) -> bool:
+    return reference["pareto_k"] < 0.7 and 0 <= reference["noise"] < 0.05
+
+
+def test_compare_writes_no_plot_unless_asked(capsys, tmp_path, small_csv, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["compare", small_csv, "--target", "outcome", "--budget", "0.05"]
+    status, out, _ = run(capsys, *argv)
+    assert status == 0 and list(tmp_path.glob("*.png")) == [] and "plot:" not in out
+
+
+def test_compare_reference_is_stronger_than_the_sampled_fits(capsys, tmp_path, small_csv):
+    # The reference's own noise is far below the errors of the sampled fits it judges
+    # (a VS reference with 64n points has errors of their size).
+    out_json = tmp_path / "cmp.json"
+    argv = ["compare", small_csv, "--target", "outcome", "--budget", "0.05"]
+    status, _, _ = run(capsys, *argv, "--json", str(out_json))
+    summary = json.loads(out_json.read_text())
+    sampled = [r["excess_kl"] for r in summary["results"] if r["n_samples"] is not None]
+    assert status == 0 and summary["reference"]["noise"] < min(sampled) / 5
 
 
 def test_compare_without_matplotlib_prints_the_table_and_says_so(
@@ -269,6 +330,7 @@ def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):
     path = write_csv(tmp_path / "three.csv", ["x1", "x2", "species"], rows)
     status, out, _ = run(capsys, "fit", path, "--method", "ep")
     assert status == 0
-    assert "all classes (multinomial)" in out and out.count("log evidence") == 1
+    assert "all classes (multinomial; coefficients centred" in out
+    assert out.count("log evidence") == 1
     for name in ("a: x1", "c: x2", "b: (intercept)"):
         assert name in out

@@ -21,6 +21,7 @@ is EP's estimate at the fixed point.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -34,7 +35,7 @@ from ._threads import blas_policy
 from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
 
-__all__ = ["DEFAULT_DAMPING", "EPResult", "expectation_propagation"]
+__all__ = ["DEFAULT_DAMPING", "EPResult", "EPSites", "expectation_propagation"]
 
 
 #: Default damping of the sweeps. With Anderson's mixing, 0.85 took 10-33 % fewer sweeps
@@ -61,6 +62,33 @@ class EPResult(DiagnosedGaussian):
     n_iter: int
     converged: bool
     site_change: float
+
+    #: The sites the posterior is made of (:class:`EPSites`), kept for leave-one-out: the
+    #: posterior without a site is the cavity, the posterior without that row. None where
+    #: the sites stayed in dask chunks. (Not annotated: it is no diagnostic of the repr.)
+    sites = None
+
+    def with_sites(self, sites: EPSites) -> EPResult:
+        """This result, keeping ``sites`` (set once, by the EP that made it)."""
+        object.__setattr__(self, "sites", sites)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class EPSites:
+    """EP's Gaussian sites of the rows of positive weight, in the model's row order.
+
+    ``precision`` and ``linear`` are each row's whole site (all its copies):
+    ``exp(−uᵀ precision u / 2 + linearᵀ u)`` in the row's latent coordinate ``u``:
+    binary (``space="signed"``), ``u = t_i = y_i (x_i·w + b)``, shapes (M,) and (M,);
+    multinomial (``space="contrast"``), ``u = g_i = Qᵀ f_i`` with Q the orthonormal
+    contrast basis (:func:`~vsbayes.models.softmax_predictive.centred_basis`), shapes
+    (M, K−1, K−1) and (M, K−1).
+    """
+
+    precision: np.ndarray
+    linear: np.ndarray
+    space: str
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
@@ -198,6 +226,7 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
         marginals=lambda post: (post.mean, post.var),
     )
     run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
+    sites = EPSites(store.sites[:m].copy(), store.sites[m:].copy(), "signed")
     if run.converged and math.isfinite(last["normalizers"]):
         # The evidence of the sites the last sweep started from, whose normalizers it has
         # computed: within tol of the returned ones, and EP's evidence is stationary at its
@@ -209,7 +238,7 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
             model.link, post.t_mean, post.t_var, store.sites, model.sample_weight
         )
         log_evidence = _log_evidence(model, post, *normalizers)
-    return _result(run, log_evidence)
+    return _result(run, log_evidence).with_sites(sites)
 
 
 class _BinaryRows:

@@ -51,7 +51,7 @@ from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy
-from .expectation_propagation import DEFAULT_DAMPING, EPResult, _split_weights
+from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
 from .softmax_laplace import check_softmax_size, softmax_laplace
 
 __all__ = ["softmax_ep"]
@@ -381,7 +381,7 @@ def softmax_ep(
     mean, cov = contrast.to_theta(post[0], post[1])
     return EPResult(
         mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change
-    )
+    ).with_sites(EPSites(lam, eta, "contrast"))
 
 
 def _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level) -> float:

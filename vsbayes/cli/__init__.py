@@ -1,7 +1,7 @@
 """Command line ``vsbayes`` (layer 7): ``fit`` and ``compare`` on a CSV file or embedded data.
 
 ``vsbayes fit`` fits one Bayesian GLM classifier and prints the posterior of every
-coefficient; ``vsbayes compare`` measures every method against a long-run reference. Errors
+coefficient; ``vsbayes compare`` measures every method against a reference posterior. Errors
 are one line on stderr, ``vsbayes: error: …``, with exit status 2 for usage errors and 1
 for data or fitting errors; warnings are one line each, ``vsbayes: warning: …``.
 """
@@ -108,8 +108,10 @@ def _build_parser() -> _Parser:
     fit = sub.add_parser(
         "fit",
         help="fit one method and print the posterior of every coefficient",
-        description="Fit a Bayesian GLM classifier and print the posterior mean, sd and 95% "
-        "interval of every coefficient, the log evidence and the method's diagnostics.",
+        description="Fit a Bayesian GLM classifier and print the posterior mean, sd, 95% "
+        "interval and probability of the sign of every coefficient, which computation ran "
+        "and how accurate it is, and the log evidence. More than two classes: the "
+        "multinomial posterior (logistic link), one-vs-rest (probit).",
     )
     _add_common(fit)
     fit.add_argument(
@@ -148,13 +150,20 @@ def _build_parser() -> _Parser:
         help="vs only: add points to the global fit only while the fit is predicted to end "
         "within this many seconds",
     )
+    fit.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="also write a forest plot of the coefficients' intervals and a calibration plot "
+        "of the predicted probabilities to OUT.png (needs matplotlib)",
+    )
     fit.set_defaults(handler=run_fit)
 
     compare = sub.add_parser(
         "compare",
-        help="every method against a long-run reference: excess KL and time",
+        help="every method against the strongest reference: excess KL and time",
         description="Fit every method on a binary problem and measure its excess KL to a "
-        "long-run variational-sampling reference; print a table and plot error against time.",
+        "reference posterior (expectation propagation reweighted to the exact posterior by "
+        "importance sampling); print a table, and with --plot draw error against time.",
     )
     _add_common(compare)
     compare.add_argument(
@@ -167,9 +176,11 @@ def _build_parser() -> _Parser:
     )
     compare.add_argument(
         "--plot",
-        default="vsbayes_compare.png",
+        nargs="?",
+        const="vsbayes_compare.png",
         metavar="OUT.png",
-        help="where to write the plot (default: vsbayes_compare.png; needs matplotlib)",
+        help="also plot error against time to OUT.png (default name: vsbayes_compare.png; "
+        "needs matplotlib)",
     )
     compare.set_defaults(handler=run_compare)
     return parser

@@ -18,7 +18,6 @@ from sklearn.preprocessing import StandardScaler
 __all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
 
 #: Name of the intercept row in the tables and the JSON output.
-INTERCEPT_NAME = "(intercept)"
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
+from .plots import PLOT_HINT, write_fit_plot
 from .summary import (
-    INTERCEPT_NAME,
     Console,
     coefficient_summary,
     diagnostics,
@@ -31,7 +31,7 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     ----------
     args : argparse.Namespace
         ``data``, ``target``, ``link``, ``method``, ``C``, ``n_samples``, ``seed``,
-        ``json``.
+        ``json``, ``plot``, ``verbose``.
     console : Console
         Where progress and warnings go.
 
@@ -56,6 +56,11 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     for text in fit.warnings:
         console.warn(text)
     summary = fit_summary(data, fit, args)
+    if args.plot:
+        if write_fit_plot(args.plot, fit.estimator, data):
+            summary["plot"] = str(args.plot)
+        else:
+            console.warn(f"no plot written: it needs matplotlib ({PLOT_HINT}).")
     print(_format_summary(summary))
     if args.json:
         write_json(args.json, summary)
@@ -77,45 +82,54 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
     Returns
     -------
     dict
-        ``data``, ``settings``, ``problems`` (one per binary problem: ``positive_class``,
-        ``coefficients`` with ``name``, ``mean``, ``sd``, ``q025``, ``q975``,
-        ``log_evidence``, ``diagnostics``, ``laplace_fallback``, and for VS ``strategy``
-        and ``strategy_reason``), ``training_accuracy``,
-        ``seconds`` and ``warnings``.
+        ``data``, ``settings``, ``problems`` (one per binary problem, or one for the
+        multinomial posterior: ``positive_class``, ``coefficients`` with ``name``,
+        ``mean``, ``sd``, ``q025``, ``q975``, ``p_sign`` — the multinomial's centred per
+        class, named ``"class: feature"`` —, ``log_evidence``, ``ran_as``, ``accuracy``,
+        ``diagnostics``, ``laplace_fallback``, and for VS ``strategy``,
+        ``strategy_reason``, ``predicted_error`` and ``stop_reason``),
+        ``training_accuracy``, ``seconds``, ``plot`` and ``warnings``.
     """
     estimator = fit.estimator
     classes = estimator.classes_.tolist()
-    # Coefficients and intercept, of one binary problem or of all classes (multinomial).
     n_params = len(estimator.posteriors_[0].mean)
     evidence = estimator.log_marginal_likelihood_value_
     evidences = [evidence] if len(estimator.posteriors_) == 1 else list(evidence)
-    problems = []
     multinomial = estimator._is_multinomial()
-    names = data.feature_names
-    if multinomial:  # θ = [W.ravel(), b]: each class's coefficients, then the intercepts
-        names = [f"{c}: {n}" for c in classes for n in data.feature_names]
-        names += [f"{c}: {INTERCEPT_NAME}" for c in classes]
+    tables = coefficient_summary(estimator, data.feature_names)
+    if multinomial:  # one joint problem: every class's centred coefficients
+        coefficients = [
+            [
+                {**c.as_dict(), "name": f"{label}: {c.name}"}
+                for label, table in zip(classes, tables, strict=True)
+                for c in table
+            ]
+        ]
+    else:
+        coefficients = [[c.as_dict() for c in table] for table in tables]
+    problems = []
     for k, posterior in enumerate(estimator.posteriors_):
-        problems.append(
-            {
-                # Binary: P(y = classes_[1]); one-vs-rest: class k against the rest;
-                # multinomial: one joint problem over all classes (None).
-                "positive_class": None
-                if multinomial
-                else classes[1]
-                if len(classes) == 2
-                else classes[k],
-                "coefficients": [c.as_dict() for c in coefficient_summary(posterior, names)],
-                "log_evidence": float(evidences[k]),
-                "diagnostics": diagnostics(posterior),
-                "laplace_fallback": fit.fell_back[k],
-            }
-        )
+        problem = {
+            # Binary: P(y = classes_[1]); one-vs-rest: class k against the rest;
+            # multinomial: one joint problem over all classes (None).
+            "positive_class": None
+            if multinomial
+            else classes[1]
+            if len(classes) == 2
+            else classes[k],
+            "coefficients": coefficients[k],
+            "log_evidence": float(evidences[k]),
+            "diagnostics": diagnostics(posterior),
+            "laplace_fallback": fit.fell_back[k],
+        }
         if hasattr(estimator, "strategy_"):  # VS: the global fit or VS site fits in EP
-            problems[-1]["strategy"] = str(estimator.strategy_[k])
-            problems[-1]["strategy_reason"] = estimator.strategy_reason_[k]
-            problems[-1]["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
-            problems[-1]["stop_reason"] = estimator.stop_reason_[k]
+            problem["strategy"] = str(estimator.strategy_[k])
+            problem["strategy_reason"] = estimator.strategy_reason_[k]
+            problem["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
+            problem["stop_reason"] = estimator.stop_reason_[k]
+        problem["ran_as"] = _ran_as(args.method, problem, posterior)
+        problem["accuracy"] = _accuracy(args.method, problem)
+        problems.append(problem)
     sampling = args.method in SAMPLING
     return {
         "command": "fit",
@@ -134,12 +148,83 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
             "time_budget": getattr(args, "budget", None),
             "n_family_params": n_family_params(n_params),
             "seed": args.seed,
+            "verbose": bool(getattr(args, "verbose", False)),
         },
+        "multinomial": multinomial,
         "problems": problems,
         "training_accuracy": float(estimator.score(data.X, data.y)),
         "seconds": fit.seconds,
+        "plot": None,
         "warnings": fit.warnings,
     }
+
+
+# What each route is, in words (the strategy names are VS's ``strategy_``).
+_ROUTES = {
+    "sites": "expectation propagation, each row's likelihood factor fitted by variational "
+    "sampling (no global sample of points)",
+    "global": "one variational-sampling fit of the whole posterior",
+    "laplace": "the Laplace approximation (the chosen fit failed; see the warning)",
+}
+_METHODS = {
+    "laplace": "the Laplace approximation (a Gaussian at the posterior mode)",
+    "ep": "expectation propagation (one Gaussian site per row)",
+    "vb": "variational Bayes (the Jaakkola–Jordan bound)",
+    "is": "importance sampling from the Laplace approximation",
+    "bmc": "Bayesian Monte Carlo",
+}
+
+
+def _ran_as(method: str, problem: dict, posterior) -> str:
+    """Which computation gave the posterior, in plain words."""
+    if problem["laplace_fallback"]:
+        return _ROUTES["laplace"]
+    if "strategy" in problem:
+        text = _ROUTES.get(problem["strategy"], problem["strategy"])
+        if problem["strategy"] == "global":
+            points = getattr(posterior, "n_samples", None)
+            if points:
+                text += f" with {points} posterior evaluations"
+        return text
+    return _METHODS.get(method, method)
+
+
+def _accuracy(method: str, problem: dict) -> str:
+    """How close the posterior is to the exact one, as far as the method can tell."""
+    values = problem["diagnostics"]
+    if problem["laplace_fallback"]:
+        return "unknown (the Laplace approximation has no error estimate)"
+    error = problem.get("predicted_error")
+    if problem.get("strategy") == "global" and error is not None:
+        closeness = "close" if error < 0.1 else "approximate"
+        return (
+            f"predicted error {error:.2g} nats of excess KL ({closeness}: below 0.1 the "
+            f"Gaussian is hard to tell from the best one)"
+        )
+    if problem.get("strategy") == "global":
+        return "unknown (too few effective points to predict the error)"
+    if "site_change" in values:  # EP (also VS's site route)
+        if values.get("converged"):
+            return (
+                f"EP converged (its sites moved by at most {values['site_change']:.1g} in "
+                f"the last sweep); EP's own distance to the exact posterior is not "
+                f"estimated here (vsbayes compare measures it)"
+            )
+        return "EP stopped before converging (see the warning); treat it with care"
+    if method == "laplace":
+        return "no error estimate (exact only for a Gaussian posterior)"
+    if "ess" in values:
+        return (
+            f"{values['ess']:.0f} effective points of {values.get('n_samples', '?')} drawn "
+            f"(the more, the smaller the Monte Carlo error; no estimate of it)"
+        )
+    if method == "vb":
+        converged = "converged" if values.get("converged") else "did not converge"
+        return (
+            f"the bound's updates {converged}; VB's Gaussian is known to be too narrow, by "
+            f"an amount not estimated here (vsbayes compare measures it)"
+        )
+    return "no error estimate (vsbayes compare measures it)"
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -153,18 +238,8 @@ def _samples_used(estimator) -> int | None:
 
 def _format_summary(summary: dict) -> str:
     data, settings = summary["data"], summary["settings"]
+    verbose = settings["verbose"]
     classes = ", ".join(f"{c['label']} ({c['rows']})" for c in data["classes"])
-    if settings["n_samples_used"] is None and settings["method"] == "vs":
-        samples = "none (VS site fits inside expectation propagation: see strategy)"
-    elif settings["n_samples_used"] is None:
-        samples = f"none ({settings['method']} is deterministic)"
-    else:
-        used, n = settings["n_samples_used"], settings["n_family_params"]
-        rule = "auto" if settings["n_samples"] == "auto" else "given"
-        samples = (
-            f"{used} posterior evaluations per problem ({rule}, {used / n:.3g}n with "
-            f"n = {n} parameters of a Gaussian)"
-        )
     lines = [
         f"vsbayes fit: Bayesian {settings['link']} regression, "
         f"{METHOD_TITLES[settings['method']]} ({settings['estimator']})",
@@ -172,18 +247,24 @@ def _format_summary(summary: dict) -> str:
         f"           {data['rows']} rows, {data['features']} features, standardized "
         f"(mean 0, sd 1: the prior treats every coefficient alike)",
         f"target:    {data['target']}; classes {classes}",
-        f"method:    {settings['method']}, link {settings['link']}",
         f"prior:     coefficients N(0, C I) with C = {settings['C']:g}, "
         f"intercept N(0, {settings['intercept_prior_var']:.0e})".replace("e+0", "e"),
-        f"N:         {samples}",
-        f"seed:      {settings['seed']}",
     ]
-    binary = len(summary["problems"]) == 1
+    if verbose:
+        lines += [
+            f"method:    {settings['method']}, link {settings['link']}",
+            f"N:         {_samples_text(settings)}",
+            f"seed:      {settings['seed']}",
+        ]
+    binary = len(summary["problems"]) == 1 and not summary["multinomial"]
     negative = data["classes"][0]["label"]
     for k, problem in enumerate(summary["problems"]):
         positive = problem["positive_class"]
         if positive is None:
-            title = f"problem: {data['target']}, all classes (multinomial)"
+            title = (
+                f"problem: {data['target']}, all classes (multinomial; coefficients centred "
+                f"over the classes, w_k - mean of w, the part the data determine)"
+            )
         elif binary:
             title = f"problem: {data['target']} = {positive} (against {negative})"
         else:
@@ -192,32 +273,50 @@ def _format_summary(summary: dict) -> str:
                 f"{data['target']} = {positive} vs rest"
             )
         rows = [
-            [c["name"], *(format_number(c[key]) for key in ("mean", "sd", "q025", "q975"))]
+            [
+                c["name"],
+                *(format_number(c[key]) for key in ("mean", "sd", "q025", "q975")),
+                f"{c['p_sign']:.3f}",
+            ]
             for c in problem["coefficients"]
         ]
         lines += [
             "",
             title,
-            format_table(["coefficient", "mean", "sd", "2.5%", "97.5%"], rows),
+            format_table(["coefficient", "mean", "sd", "2.5%", "97.5%", "P(sign)"], rows),
+            f"ran as:           {problem['ran_as']}",
+            f"accuracy:         {problem['accuracy']}",
             f"log evidence:     {problem['log_evidence']:.4f}",
-            f"diagnostics:      {format_diagnostics(problem['diagnostics'])}",
         ]
-        if "strategy" in problem:
-            lines.append(f"strategy:         {problem['strategy']} ({problem['strategy_reason']})")
-        if problem.get("stop_reason") is not None:  # a global VS fit
-            error = problem["predicted_error"]
-            # kl_error is infinite when the fit has fewer effective points than parameters.
-            said = "unavailable" if error is None else f"{error:.3g} nats (excess KL"
-            lines.append(
-                f"predicted error:  {said}; sampling stopped: {problem['stop_reason']}"
-                + ("" if error is None else ")")
-            )
-        if settings["method"] != "laplace":
-            fallback = "yes (see the warning)" if problem["laplace_fallback"] else "no"
-            lines.append(f"Laplace fallback: {fallback}")
+        if verbose:
+            lines.append(f"diagnostics:      {format_diagnostics(problem['diagnostics'])}")
+            if "strategy" in problem:
+                lines.append(
+                    f"strategy:         {problem['strategy']} ({problem['strategy_reason']})"
+                )
+            if problem.get("stop_reason") is not None:
+                lines.append(f"sampling stopped: {problem['stop_reason']}")
     lines += [
         "",
+        "P(sign): posterior probability that the coefficient has the sign of its mean.",
         f"training accuracy: {summary['training_accuracy']:.4f}",
         f"fit time:          {summary['seconds']:.3f} s",
     ]
+    if summary["plot"] is not None:
+        lines.append(f"plot:              {summary['plot']}")
+    if not verbose:
+        lines.append("(--verbose: the method's settings, diagnostics and route details)")
     return "\n".join(lines)
+
+
+def _samples_text(settings: dict) -> str:
+    if settings["n_samples_used"] is None and settings["method"] == "vs":
+        return "none (VS site fits inside expectation propagation)"
+    if settings["n_samples_used"] is None:
+        return f"none ({settings['method']} is deterministic)"
+    used, n = settings["n_samples_used"], settings["n_family_params"]
+    rule = "auto" if settings["n_samples"] == "auto" else "given"
+    return (
+        f"{used} posterior evaluations per problem ({rule}, {used / n:.3g}n with "
+        f"n = {n} parameters of a Gaussian)"
+    )

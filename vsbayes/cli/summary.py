@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TextIO
 
 import numpy as np
-from scipy.stats import norm
 
 from ..engine import DiagnosedGaussian
+from ..estimators._summaries import coefficient_table
 from ..gaussian import Gaussian
-from .data import INTERCEPT_NAME
 
 __all__ = [
     "Coefficient",
@@ -29,25 +28,17 @@ __all__ = [
     "write_json",
 ]
 
-#: 97.5 % quantile of the standard normal (1.959964…): the 95 % interval is mean ± Z sd.
-Z_975 = float(norm.ppf(0.975))
-
 
 @dataclass(frozen=True)
 class Coefficient:
-    """Marginal posterior of one coefficient (Gaussian: the quantiles are mean ± 1.96 sd)."""
+    """Marginal posterior of one coefficient: mean, sd, 95 % interval, P(sign)."""
 
     name: str
     mean: float
     sd: float
-
-    @property
-    def q025(self) -> float:
-        return self.mean - Z_975 * self.sd
-
-    @property
-    def q975(self) -> float:
-        return self.mean + Z_975 * self.sd
+    q025: float
+    q975: float
+    p_sign: float
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -56,29 +47,45 @@ class Coefficient:
             "sd": self.sd,
             "q025": self.q025,
             "q975": self.q975,
+            "p_sign": self.p_sign,
         }
 
 
-def coefficient_summary(posterior: Gaussian, feature_names: Sequence[str]) -> list[Coefficient]:
-    """One :class:`Coefficient` per feature, then the intercept (the last parameter).
+def coefficient_summary(estimator, feature_names: Sequence[str]) -> list[list[Coefficient]]:
+    """Per problem, one :class:`Coefficient` per feature, then the intercept: the rows of
+    the estimator's own table (:meth:`summary`, the one home of these numbers).
 
     Parameters
     ----------
-    posterior : Gaussian
-        Posterior of ``[coef, intercept]`` of one binary problem (``posteriors_[k]``).
+    estimator : BayesianGLMClassifier
+        Fitted.
     feature_names : sequence of str
-        Names of the coefficients, in order.
+        Names of the features, in order.
 
     Returns
     -------
-    list of Coefficient
+    list of list of Coefficient
+        One list for two classes; beyond, one per class (the multinomial posterior's
+        centred coefficients, or each one-vs-rest problem's).
     """
-    names = [*feature_names, INTERCEPT_NAME][: posterior.dim]
-    sd = np.sqrt(np.diag(posterior.cov))
-    return [
-        Coefficient(name, float(m), float(s))
-        for name, m, s in zip(names, posterior.mean, sd, strict=True)
-    ]
+    table = coefficient_table(estimator, 0.95, feature_names=list(feature_names))
+    records = table.to_records() if hasattr(table, "to_records") else table
+    columns = records.dtype.names
+    lower, upper = columns[-3], columns[-2]  # "2.5%", "97.5%"
+    groups: dict[object, list[Coefficient]] = {}
+    for record in records:
+        label = record["class"] if "class" in columns else None
+        groups.setdefault(label, []).append(
+            Coefficient(
+                str(record["coefficient"]),
+                float(record["mean"]),
+                float(record["sd"]),
+                float(record[lower]),
+                float(record[upper]),
+                float(record["P(sign)"]),
+            )
+        )
+    return list(groups.values())
 
 
 def diagnostics(posterior: Gaussian) -> dict[str, object]:

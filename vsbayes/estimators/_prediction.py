@@ -23,6 +23,7 @@ from sklearn.utils.validation import (
 from .._random import as_generator
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
+from . import _summaries
 from ._dask_input import check_prediction_input, chunkwise_prediction
 
 __all__ = ["PosteriorPrediction"]
@@ -147,6 +148,15 @@ class PosteriorPrediction:
     def _validate_prediction_data(self, X):
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
 
+    def _in_memory(self, X, method: str):
+        """X, refused with a remedy when it is a dask collection."""
+        if is_dask(X):
+            raise ValueError(
+                f"{method} needs X in memory; got a dask collection. Pass X.compute() (or "
+                f"map the method over the chunks with dask.array.map_blocks)."
+            )
+        return X
+
     @_dask_chunkwise(_per_class)
     def predict_log_proba(self, X):
         """Log of :meth:`predict_proba`, computed in the log domain.
@@ -259,3 +269,179 @@ class PosteriorPrediction:
         predictive = self._predictive()
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
         return predictive.sample(n_draws, as_generator(random_state))
+
+    # --- the posterior as people use it (vsbayes.estimators._summaries) -----------------
+
+    def summary(self, level=0.95):
+        """The posterior of every coefficient and intercept, one row each.
+
+        For two classes one row per feature, then the intercept; beyond, one row per class
+        and feature (one-vs-rest: each class's own problem; multinomial: the centred
+        coefficients ``w_k − mean_l w_l``, which the data identify, rather than the raw
+        ones, whose common shift keeps its prior). The intervals are the Gaussian
+        posterior's equal-tailed quantiles.
+
+        Parameters
+        ----------
+        level : float, default=0.95
+            Probability of the credible intervals, in (0, 1).
+
+        Returns
+        -------
+        pandas.DataFrame or numpy structured array
+            A DataFrame when pandas is installed (indexed by coefficient, or by class and
+            coefficient), else a structured array with the same columns: ``mean``, ``sd``,
+            the interval's ends (``"2.5%"``, ``"97.5%"`` at 0.95), ``P(sign)`` (the
+            posterior probability that the coefficient has the sign of its mean). Its
+            ``attrs`` hold ``level``, ``method``, ``estimator``, ``log_evidence``,
+            ``route`` (``strategy_``, or None), ``predicted_error`` (``kl_error_``, or
+            None), ``laplace_fallback`` and ``multinomial``.
+        """
+        return _summaries.coefficient_table(self, level)
+
+    def predict_proba_interval(self, X, level=0.95, *, n_draws=4096, random_state=None):
+        """Equal-tailed credible interval of each row's class probabilities.
+
+        For two classes exact: ``P(y = 1 | x, w) = F(f)`` is increasing in the latent
+        value ``f``, whose posterior is Gaussian, so its quantiles are the link's of
+        ``f``'s quantiles. Beyond, the quantiles of ``n_draws`` draws of each row's
+        latent values (jointly Gaussian for the multinomial posterior, independent for
+        one-vs-rest), through the softmax or the normalized links.
+
+        (An interval per row and class, beside :meth:`predict_proba`, rather than a keyword
+        of it: ``predict_proba`` keeps the one return type scikit-learn's meta-estimators
+        and scorers expect.)
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        level : float, default=0.95
+            Probability of the intervals, in (0, 1).
+        n_draws : int, default=4096
+            Latent draws per row beyond two classes (unused for two).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of those draws.
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
+        X = self._in_memory(X, "predict_proba_interval")
+        return _summaries.proba_interval(self, X, level, n_draws, random_state)
+
+    def sample_proba(self, X, n_draws=1000, *, random_state=None):
+        """Class probabilities of X under draws of the coefficients from the posterior.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        n_draws : int, default=1000
+            Number of draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        ndarray of shape (n_draws, n_samples, n_classes)
+            Each draw's probabilities (columns in the order of ``classes_``); their mean
+            over the draws estimates :meth:`predict_proba`.
+        """
+        X = self._in_memory(X, "sample_proba")
+        return _summaries.sample_proba(self, X, n_draws, random_state)
+
+    def sample_y(self, X, n_draws=1000, *, random_state=None):
+        """Labels of X drawn from the posterior predictive distribution.
+
+        Each draw takes coefficients from the posterior, then a label from the class
+        probabilities they give.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        n_draws : int, default=1000
+            Number of draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        ndarray of shape (n_draws, n_samples)
+            Labels from ``classes_``.
+        """
+        X = self._in_memory(X, "sample_y")
+        return _summaries.sample_labels(self, X, n_draws, random_state)
+
+    def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None):
+        """Leave-one-out estimate of the expected log predictive density, and WAIC.
+
+        Pass the training data (with the same ``sample_weight``). Where expectation
+        propagation ran (``EPLogisticRegression``, ``EPProbitRegression``, and the
+        ``"sites"`` route of the VS estimators), each row's term comes from EP's cavity,
+        which is the posterior without that row: no refit and no sampling. Otherwise by
+        Pareto-smoothed importance sampling of ``n_draws`` posterior draws (corrected for
+        the Gaussian approximation), with a Pareto k̂ per row and a warning naming the
+        rows whose k̂ exceeds 0.7. Not defined for one-vs-rest fits (no joint model).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The training data.
+        y : array-like of shape (n_samples,)
+            Its labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Its weights, as passed to ``fit`` (class weights are applied as in ``fit``).
+        n_draws : int, default=None
+            Posterior draws for WAIC and the importance-sampling terms (at least 100);
+            None: 1000 where EP's cavities give the terms (the draws serve WAIC only), else
+            4000 (Pareto smoothing fits the largest fifth of a row's weights at most).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        LeaveOneOut
+            ``elpd_loo``, ``se``, ``p_loo``, ``pointwise``, ``pareto_k``, ``method``,
+            ``elpd_waic``, ``waic_se``, ``p_waic``, ``posterior_pareto_k`` and more (its
+            docstring lists them all).
+        """
+        X = self._in_memory(X, "loo")
+        return _summaries.leave_one_out(self, X, y, sample_weight, n_draws, random_state)
+
+    def to_inference_data(
+        self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
+    ):
+        """The posterior as ArviZ data (``arviz_base``'s DataTree), for ``az.summary``,
+        ``az.plot_forest``, ``az.loo`` and ``az.compare``.
+
+        Needs the optional extra: ``pip install 'vsbayes[arviz]'``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), default=None
+            The training data: with ``y``, adds the ``log_likelihood`` and
+            ``observed_data`` groups (which ``az.loo`` reads).
+        y : array-like of shape (n_samples,), default=None
+            Its labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Its weights (each row's log-likelihood is ``s_i log p(y_i | θ)``).
+        n_draws : int, default=1000
+            Posterior draws (one chain).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        xarray.DataTree
+            Group ``posterior`` with ``coef`` (dims ``class``, ``feature``) and
+            ``intercept`` (``class``; for two classes the one class ``classes_[1]``;
+            multinomial: centred), and the fit's method, evidence and route as attributes.
+
+        Raises
+        ------
+        ImportError
+            Without ArviZ (the ``arviz`` extra).
+        """
+        if X is not None:
+            X = self._in_memory(X, "to_inference_data")
+        return _summaries.to_inference_data(self, X, y, sample_weight, n_draws, random_state)

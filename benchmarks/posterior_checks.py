@@ -1,0 +1,464 @@
+"""The posterior as people use it: leave-one-out against brute force, interval calibration.
+
+1. **Leave-one-out.** ``estimator.loo(X, y)`` against brute-force leave-one-out (n refits,
+   each without one row, scored on that row with the refit's predictive) on breast cancer
+   (standardized, C = 1, intercept), the paper's four UCI data sets (as prepared in
+   ``_uci.py``, C = 1e5 without intercept, the paper's setting) and wine (multinomial,
+   standardized, C = 1). The refits are ``EPLogisticRegression``'s (the approximation
+   closest to the exact posterior). ``EPLogisticRegression.loo`` takes its terms from EP's
+   cavities; ``LaplaceLogisticRegression.loo`` by Pareto-smoothed importance sampling of
+   its draws, reweighted to the exact posterior (so its target is the exact posterior's
+   leave-one-out, not the Laplace refits'). Reported: both ``elpd_loo``, their difference in
+   percent and in standard errors, the largest pointwise difference, the number of rows
+   with Pareto k̂ > 0.7, and the cost of ``loo`` over that of ``fit`` (medians of interleaved
+   repeats; targets: within 0.5 % and one SE; cost ≤ 2× the fit where EP ran).
+2. **Calibration.** Data sets simulated with coefficients drawn from the prior N(0, C I)
+   (C = 1, no intercept; features N(0, 4/d) so that the latent values have sd 2; n = 100
+   for d = 5, n = 200 for d = 50; binary and three classes): the share of the 90 %
+   coefficient intervals (``summary(level=0.9)``; the multinomial's centred coefficients)
+   that cover the true coefficients, and of the 90 % prediction intervals
+   (``predict_proba_interval``) that cover the true probabilities of 20 new rows per data
+   set. Target: 88–92 % over ≥ 500 data sets.
+3. **Against long NUTS runs.** The 95 % interval endpoints of ``summary()`` against those
+   of the stored NUTS references' moment-matched Gaussians, in units of the reference's
+   posterior sd (target: within 0.05).
+
+Usage: python benchmarks/posterior_checks.py [--data-dir DIR] [--datasets N] [--out DIR]
+Writes DIR/posterior_checks.{csv,json,md,png} (DIR defaults to benchmarks/results); the
+full run (all rows refitted, 500 data sets per case) takes about 15 minutes on 2 cores.
+``--quick`` (about a minute): brute force on 30 seeded rows per data set (their pointwise
+differences only), 40 data sets per calibration case, written under results/cache; the
+leave-one-out estimates (which use every row either way) are compared with the committed
+results and with the previous quick run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import _uci
+import matplotlib.pyplot as plt
+import numpy as np
+from _common import (
+    CACHE,
+    RESULTS,
+    machine,
+    machine_line,
+    quick_report,
+    read_csv,
+    write_csv,
+    write_json,
+)
+from scipy.special import log_softmax
+from sklearn.datasets import load_breast_cancer, load_wine
+from sklearn.preprocessing import StandardScaler
+
+from vsbayes import EPLogisticRegression, LaplaceLogisticRegression
+
+LEVEL = 0.9
+
+
+# --- leave-one-out ------------------------------------------------------------------------
+
+
+def loo_cases(data_dir: Path) -> list[tuple[str, np.ndarray, np.ndarray, dict]]:
+    X, y = load_breast_cancer(return_X_y=True)
+    cases = [("breast_cancer", StandardScaler().fit_transform(X), y, {"C": 1.0})]
+    for name in _uci.DATASETS:
+        try:
+            X, y = _uci.load(name, data_dir)
+        except FileNotFoundError as error:
+            print(f"skipped {name}: {error}")
+            continue
+        cases.append((name, X, y, {"C": 1e5, "fit_intercept": False}))
+    X, y = load_wine(return_X_y=True)
+    cases.append(("wine", StandardScaler().fit_transform(X), y, {"C": 1.0}))
+    return cases
+
+
+def brute_force(estimator_class, params, X, y, rows) -> np.ndarray:
+    """``log p(y_i | y_−i)`` of each row of ``rows`` from a refit without it."""
+    out = np.empty(len(rows))
+    keep = np.ones(len(y), dtype=bool)
+    for j, i in enumerate(rows):
+        keep[i] = False
+        refit = estimator_class(**params).fit(X[keep], y[keep])
+        keep[i] = True
+        column = int(np.searchsorted(refit.classes_, y[i]))
+        out[j] = refit.predict_log_proba(X[i : i + 1])[0, column]
+    return out
+
+
+def timed_median(call, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)), result
+
+
+def loo_rows(cases, quick: bool, repeats: int) -> tuple[list[dict], dict]:
+    """Per data set: EP's refits are the brute force of both rows (EP is the closest to the
+    exact posterior; the PSIS route estimates the exact posterior's leave-one-out, not the
+    Laplace approximation's)."""
+    rows, pointwise = [], {}
+    for name, X, y, params in cases:
+        if quick:
+            subset = np.sort(np.random.default_rng(0).choice(len(y), 30, replace=False))
+        else:
+            subset = np.arange(len(y))
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference = brute_force(EPLogisticRegression, params, X, y, subset)
+        brute_seconds = time.perf_counter() - start
+        elpd_ref = float(reference.sum())
+        for estimator_class in (EPLogisticRegression, LaplaceLogisticRegression):
+            label = estimator_class.__name__
+            fit_times, loo_times = [], []
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(repeats):  # interleaved: fit, then its leave-one-out
+                    seconds, fitted = timed_median(
+                        lambda c=estimator_class: c(**params).fit(X, y), 1
+                    )
+                    fit_times.append(seconds)
+                    seconds, result = timed_median(lambda f=fitted: f.loo(X, y, random_state=0), 1)
+                    loo_times.append(seconds)
+            approx = result.pointwise[subset]
+            diff = approx - reference
+            elpd = float(approx.sum())
+            rows.append(
+                {
+                    "dataset": name,
+                    "estimator": label,
+                    "method": result.method,
+                    "n": len(y),
+                    "rows_refitted": len(subset),
+                    "elpd_loo": float(result.elpd_loo),
+                    "se": float(result.se),
+                    "p_loo": float(result.p_loo),
+                    "elpd_waic": float(result.elpd_waic),
+                    "elpd_brute_force": elpd_ref if len(subset) == len(y) else float("nan"),
+                    "diff_percent": 100.0 * (elpd - elpd_ref) / abs(elpd_ref),
+                    "diff_in_se": (elpd - elpd_ref) / result.se,
+                    "max_pointwise_diff": float(np.abs(diff).max()),
+                    "mean_pointwise_diff": float(diff.mean()),
+                    "pareto_k_over_0.7": result.n_bad,
+                    "posterior_pareto_k": result.posterior_pareto_k,
+                    "fit_seconds": float(np.median(fit_times)),
+                    "loo_seconds": float(np.median(loo_times)),
+                    "loo_over_fit": float(np.median(loo_times) / np.median(fit_times)),
+                    "brute_force_seconds": brute_seconds,
+                    "warnings": len(caught),
+                }
+            )
+            pointwise[(name, label)] = (reference, approx)
+            r = rows[-1]
+            print(
+                f"{name:14s} {label:26s} elpd {r['elpd_loo']:9.3f} ± {r['se']:.3f} "
+                f"diff {r['diff_percent']:+.3f} % ({r['diff_in_se']:+.3f} SE) "
+                f"max|d_i| {r['max_pointwise_diff']:.3g} loo/fit {r['loo_over_fit']:.2f}",
+                flush=True,
+            )
+    return rows, pointwise
+
+
+# --- calibration --------------------------------------------------------------------------
+
+
+def simulate(rng, n: int, d: int, n_classes: int, n_test: int):
+    """Features N(0, 4/d), coefficients from the prior N(0, 1), labels from the model."""
+    X = rng.standard_normal((n + n_test, d)) * np.sqrt(4.0 / d)
+    if n_classes == 2:
+        w = rng.standard_normal((1, d))
+        p1 = 1.0 / (1.0 + np.exp(-(X @ w[0])))
+        proba = np.column_stack([1.0 - p1, p1])
+    else:
+        w = rng.standard_normal((n_classes, d))
+        proba = np.exp(log_softmax(X @ w.T, axis=1))
+    y = (rng.random((len(X), 1)) > np.cumsum(proba, axis=1)).sum(axis=1)
+    y = np.minimum(y, n_classes - 1)
+    return X[:n], y[:n], w, X[n:], proba[n:]
+
+
+def calibration_rows(n_sets: int) -> list[dict]:
+    rows = []
+    for n_classes in (2, 3):
+        for d, n in ((5, 100), (50, 200)):
+            for estimator_class in (EPLogisticRegression, LaplaceLogisticRegression):
+                rng = np.random.default_rng(1000 * d + n_classes)
+                coef_hits = coef_total = pred_hits = pred_total = used = 0
+                start = time.perf_counter()
+                for _ in range(n_sets):
+                    X, y, w, X_new, proba_new = simulate(rng, n, d, n_classes, 20)
+                    if len(np.unique(y)) < n_classes:
+                        continue  # a class never drawn: a different model, skipped
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        model = estimator_class(fit_intercept=False).fit(X, y)
+                    table = model.summary(level=LEVEL)
+                    lower = table.iloc[:, 2].to_numpy()
+                    upper = table.iloc[:, 3].to_numpy()
+                    truth = w[0] if n_classes == 2 else (w - w.mean(axis=0)).ravel()
+                    coef_hits += int(((lower <= truth) & (truth <= upper)).sum())
+                    coef_total += truth.size
+                    low, high = model.predict_proba_interval(
+                        X_new, LEVEL, n_draws=1000, random_state=0
+                    )
+                    if n_classes == 2:  # the two columns are one interval
+                        low, high, proba_new = low[:, 1:], high[:, 1:], proba_new[:, 1:]
+                    pred_hits += int(((low <= proba_new) & (proba_new <= high)).sum())
+                    pred_total += proba_new.size
+                    used += 1
+                rows.append(
+                    {
+                        "classes": n_classes,
+                        "d": d,
+                        "n": n,
+                        "estimator": estimator_class.__name__,
+                        "data_sets": used,
+                        "coef_coverage": coef_hits / coef_total,
+                        "coef_intervals": coef_total,
+                        "prediction_coverage": pred_hits / pred_total,
+                        "prediction_intervals": pred_total,
+                        "seconds": time.perf_counter() - start,
+                    }
+                )
+                r = rows[-1]
+                print(
+                    f"K={n_classes} d={d:2d} {r['estimator']:26s} coef {r['coef_coverage']:.4f} "
+                    f"pred {r['prediction_coverage']:.4f} ({used} sets, {r['seconds']:.0f} s)",
+                    flush=True,
+                )
+    return rows
+
+
+# --- against long NUTS runs -------------------------------------------------------------
+
+
+def nuts_rows() -> list[dict]:
+    """95 % interval endpoints of ``summary()`` against those of the NUTS references'
+    moment-matched Gaussians (``nuts_reference.py``, ``nuts_softmax_reference.py``), in
+    units of the reference's posterior sd (centred coefficients for the multinomial)."""
+    from _high_dim_cases import load_case
+    from _high_dim_cases import load_reference as load_binary
+    from nuts_softmax_reference import load_reference as load_softmax
+
+    from vsbayes import EPProbitRegression, VSLogisticRegression, VSProbitRegression
+    from vsbayes.estimators._summaries import gaussian_marginals
+
+    z = 1.959963984540054
+    cells = []
+    for case in ("breast_cancer", "classif_d100", "digits3"):
+        for link in ("logistic", "probit"):
+            reference = load_binary(case, link)
+            if reference is not None:
+                X, y = load_case(case)
+                cells.append((f"{case} {link}", X, (y > 0).astype(int), link, reference[:2]))
+    for case, loader in (("wine", load_wine),):
+        reference = load_softmax(case)
+        if reference is not None:
+            X, y = loader(return_X_y=True)
+            cells.append(
+                (
+                    f"{case} multinomial",
+                    StandardScaler().fit_transform(X),
+                    y,
+                    "logistic",
+                    reference[:2],
+                )
+            )
+    classes = {
+        "logistic": (EPLogisticRegression, VSLogisticRegression, LaplaceLogisticRegression),
+        "probit": (EPProbitRegression, VSProbitRegression),
+    }
+    rows = []
+    for name, X, y, link, (mean, cov) in cells:
+        n_classes = len(np.unique(y))
+        width = X.shape[1] + 1
+        if n_classes == 2:
+            ref = gaussian_marginals(mean[None, : width - 1], mean[width - 1 :], cov, True)
+        else:
+            k = n_classes
+            coef = mean[: k * (width - 1)].reshape(k, width - 1)
+            ref = gaussian_marginals(coef, mean[k * (width - 1) :], cov, True)
+        ref_mean = np.concatenate([m for m, _ in ref])
+        ref_sd = np.concatenate([s for _, s in ref])
+        for estimator_class in classes[link]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = (
+                    estimator_class(random_state=0).fit(X, y)
+                    if "VS" in (estimator_class.__name__)
+                    else estimator_class().fit(X, y)
+                )
+            table = model.summary(level=0.95)
+            gaps = np.concatenate(
+                [
+                    np.abs(table["2.5%"].to_numpy() - (ref_mean - z * ref_sd)),
+                    np.abs(table["97.5%"].to_numpy() - (ref_mean + z * ref_sd)),
+                ]
+            ) / np.tile(ref_sd, 2)
+            rows.append(
+                {
+                    "case": name,
+                    "estimator": estimator_class.__name__,
+                    "coefficients": len(ref_sd),
+                    "max_endpoint_gap_sd": float(gaps.max()),
+                    "median_endpoint_gap_sd": float(np.median(gaps)),
+                    "share_within_0.05_sd": float((gaps <= 0.05).mean()),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"{name:22s} {r['estimator']:26s} endpoint gap / sd: max "
+                f"{r['max_endpoint_gap_sd']:.3f}, median {r['median_endpoint_gap_sd']:.3f}",
+                flush=True,
+            )
+    return rows
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def markdown(
+    loo: list[dict], calibration: list[dict], nuts: list[dict], info: dict, quick: bool
+) -> str:
+    lines = [
+        "# Posterior checks: leave-one-out and interval calibration",
+        "",
+        machine_line(info) + " The machine was shared with other jobs (times are noisy).",
+        "",
+        "## Leave-one-out against brute force (n refits)",
+        "",
+        "EP: terms from EP's cavities; Laplace: Pareto-smoothed importance sampling of the "
+        "Laplace posterior's draws (reweighted to the exact posterior). Brute force: "
+        "EPLogisticRegression refitted without each row."
+        + (" Quick run: 30 seeded rows refitted; differences over those rows." if quick else ""),
+        "",
+        "| data set | estimator | route | n | elpd_loo | SE | brute force | diff % | diff / SE "
+        "| max pointwise diff | k̂ > 0.7 | loo / fit time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in loo:
+        lines.append(
+            f"| {r['dataset']} | {r['estimator']} | {r['method']} | {r['n']} | "
+            f"{r['elpd_loo']:.3f} | {r['se']:.3f} | {r['elpd_brute_force']:.3f} | "
+            f"{r['diff_percent']:+.3f} | {r['diff_in_se']:+.3f} | "
+            f"{r['max_pointwise_diff']:.3g} | {r['pareto_k_over_0.7']} | "
+            f"{r['loo_over_fit']:.2f} |"
+        )
+    lines += [
+        "",
+        f"## Calibration of the {LEVEL:.0%} intervals (coefficients drawn from the prior)",
+        "",
+        "| classes | d | n | estimator | data sets | coefficient coverage | prediction coverage "
+        "| seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in calibration:
+        lines.append(
+            f"| {r['classes']} | {r['d']} | {r['n']} | {r['estimator']} | {r['data_sets']} | "
+            f"{r['coef_coverage']:.4f} ({r['coef_intervals']}) | "
+            f"{r['prediction_coverage']:.4f} ({r['prediction_intervals']}) | "
+            f"{r['seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "## 95 % interval endpoints against long NUTS runs",
+        "",
+        "Endpoints of `summary()` against those of the NUTS reference's moment-matched "
+        "Gaussian (`nuts_reference.py`, `nuts_softmax_reference.py`), in units of the "
+        "reference's posterior sd (multinomial: centred coefficients). Target: within 0.05.",
+        "",
+        "| case | estimator | coefficients | max gap / sd | median gap / sd | share ≤ 0.05 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in nuts:
+        lines.append(
+            f"| {r['case']} | {r['estimator']} | {r['coefficients']} | "
+            f"{r['max_endpoint_gap_sd']:.3f} | {r['median_endpoint_gap_sd']:.3f} | "
+            f"{r['share_within_0.05_sd']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(pointwise: dict, calibration: list[dict], path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    ax = axes[0]
+    for (name, label), (reference, approx) in pointwise.items():
+        marker = "o" if label.startswith("EP") else "x"
+        ax.scatter(reference, approx - reference, s=8, marker=marker, label=f"{name}, {label[:2]}")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("brute-force log p(y_i | y_-i)")
+    ax.set_ylabel("loo() − brute force")
+    ax.set_title("Leave-one-out terms")
+    ax.legend(fontsize=6, ncol=2)
+    ax = axes[1]
+    labels = [f"K={r['classes']} d={r['d']}\n{r['estimator'][:2]}" for r in calibration]
+    x = np.arange(len(calibration))
+    ax.bar(x - 0.2, [r["coef_coverage"] for r in calibration], 0.4, label="coefficients")
+    ax.bar(x + 0.2, [r["prediction_coverage"] for r in calibration], 0.4, label="predictions")
+    ax.axhspan(0.88, 0.92, color="green", alpha=0.15, label="target 88–92 %")
+    ax.set_ylim(0.8, 1.0)
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_title(f"Coverage of the {LEVEL:.0%} intervals")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=_uci.DEFAULT_DATA_DIR)
+    parser.add_argument("--datasets", type=int, default=500, help="per calibration case")
+    parser.add_argument("--repeats", type=int, default=3, help="timings of fit and loo")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip-loo", action="store_true")
+    parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--skip-nuts", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.datasets = min(args.datasets, 40)
+    out = args.out or (CACHE / "posterior_checks_quick" if args.quick else RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    loo, pointwise = ([], {})
+    if not args.skip_loo:
+        loo, pointwise = loo_rows(loo_cases(args.data_dir), args.quick, args.repeats)
+    calibration = [] if args.skip_calibration else calibration_rows(args.datasets)
+    nuts = [] if args.skip_nuts else nuts_rows()
+    if loo:
+        write_csv(out / "posterior_checks.csv", loo)
+    write_json(
+        out / "posterior_checks.json",
+        {
+            "machine": info,
+            "quick": args.quick,
+            "loo": loo,
+            "calibration": calibration,
+            "nuts": nuts,
+        },
+    )
+    (out / "posterior_checks.md").write_text(markdown(loo, calibration, nuts, info, args.quick))
+    plot(pointwise, calibration, out / "posterior_checks.png")
+    print(f"Wrote {out}/posterior_checks.{{csv,json,md,png}}.")
+    committed = RESULTS / "posterior_checks.csv"
+    if args.quick and loo and committed.is_file():
+        # elpd_loo and its SE use every row in both runs (the quick one refits 30 only).
+        keys, values = ("dataset", "estimator"), ("method", "elpd_loo", "se", "p_loo")
+        quick_report("posterior_checks", loo, keys, values, read_csv(committed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""The posterior as people use it: summary(), prediction intervals, posterior predictive
+draws, leave-one-out (EP's cavities and PSIS), WAIC and the ArviZ export."""
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.stats import norm
+
+from vsbayes.estimators import (
+    EPLogisticRegression,
+    EPProbitRegression,
+    LaplaceLogisticRegression,
+    LaplaceProbitRegression,
+)
+from vsbayes.estimators._summaries import PSISWarning
+from vsbayes.models.psis import pareto_smoothed_log_weights
+
+
+def binary_data(n=150, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    y = (X @ [1.0, -0.5] + rng.logistic(size=n) > 0).astype(int)
+    return X, y
+
+
+def three_class_data(n=150, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    X = rng.standard_normal((n, 2)) + np.eye(3)[y][:, :2]
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def binary():
+    X, y = binary_data()
+    return X, y, EPLogisticRegression().fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def multinomial():
+    X, y = three_class_data()
+    return X, y, EPLogisticRegression().fit(X, y)
+
+
+def brute_force(estimator_class, X, y, rows):
+    out = []
+    for i in rows:
+        keep = np.arange(len(y)) != i
+        refit = estimator_class().fit(X[keep], y[keep])
+        out.append(refit.predict_log_proba(X[i : i + 1])[0, y[i]])
+    return np.array(out)
+
+
+# --- summary ------------------------------------------------------------------------------
+
+
+def test_summary_binary_rows_are_the_gaussian_marginals(binary):
+    _, _, model = binary
+    table = model.summary(level=0.9)
+    assert list(table.index) == ["x0", "x1", "(intercept)"]
+    assert list(table.columns) == ["mean", "sd", "5%", "95%", "P(sign)"]
+    mean = np.r_[model.coef_[0], model.intercept_]
+    sd = np.sqrt(np.diag(model.sigma_))
+    np.testing.assert_allclose(table["mean"], mean, rtol=1e-14)
+    np.testing.assert_allclose(table["sd"], sd, rtol=1e-14)
+    z = norm.ppf(0.95)
+    np.testing.assert_allclose(table["95%"], mean + z * sd, rtol=1e-12)
+    np.testing.assert_allclose(table["P(sign)"], norm.cdf(np.abs(mean) / sd), rtol=1e-12)
+    attrs = table.attrs
+    assert attrs["level"] == 0.9 and attrs["method"] == "expectation propagation"
+    assert attrs["log_evidence"] == model.log_marginal_likelihood_value_
+
+
+def test_summary_names_features_of_a_dataframe():
+    pd = pytest.importorskip("pandas")
+    X, y = binary_data()
+    frame = pd.DataFrame(X, columns=["age", "dose"])
+    table = LaplaceLogisticRegression().fit(frame, y).summary()
+    assert list(table.index) == ["age", "dose", "(intercept)"]
+
+
+def test_summary_without_pandas_is_a_structured_array(binary, monkeypatch):
+    _, _, model = binary
+    with_pandas = model.summary()
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    table = model.summary()
+    assert table.dtype.names == ("coefficient", "mean", "sd", "2.5%", "97.5%", "P(sign)")
+    assert list(table["coefficient"]) == ["x0", "x1", "(intercept)"]
+    np.testing.assert_array_equal(table["sd"], with_pandas["sd"])
+    assert table.attrs["method"] == "expectation propagation"
+
+
+def test_summary_multinomial_shows_the_centred_coefficients(multinomial):
+    _, _, model = multinomial
+    table = model.summary()
+    assert table.index.names == ["class", "coefficient"]
+    means = table["mean"].to_numpy().reshape(3, 3)  # class × (x0, x1, intercept)
+    np.testing.assert_allclose(means.sum(axis=0), 0.0, atol=1e-12)
+    # The centred coefficients' sd against draws of the joint posterior, centred.
+    coef, intercept = model.sample_coef(40_000, random_state=0)
+    draws = np.concatenate([coef, intercept[:, :, None]], axis=2)
+    draws -= draws.mean(axis=1, keepdims=True)
+    sd = draws.std(axis=0).ravel()
+    # The sample sd's relative error is 1/√(2N) = 0.0035; 4 of them.
+    np.testing.assert_allclose(table["sd"], sd, rtol=0.015)
+    # Identified: far below the prior sd of the common shift (√(10⁶/3) for the intercept).
+    assert table["sd"].max() < 5
+
+
+def test_summary_one_vs_rest_rows_per_class():
+    X, y = three_class_data()
+    model = LaplaceProbitRegression().fit(X, y)
+    table = model.summary()
+    for k in range(3):
+        np.testing.assert_allclose(
+            table.loc[k]["sd"], np.sqrt(np.diag(model.sigma_[k])), rtol=1e-14
+        )
+
+
+def test_summary_of_a_dask_fit():
+    da = pytest.importorskip("dask.array")
+    X, y = binary_data()
+    model = LaplaceLogisticRegression().fit(da.from_array(X, chunks=50), da.from_array(y))
+    table = model.summary()
+    np.testing.assert_allclose(table["sd"], np.sqrt(np.diag(model.sigma_)), rtol=1e-14)
+    with pytest.raises(ValueError, match=r"X\.compute"):
+        model.predict_proba_interval(da.from_array(X, chunks=50))
+
+
+@pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9", np.nan])
+def test_bad_level_is_named(binary, level):
+    X, _, model = binary
+    with pytest.raises(ValueError, match="level"):
+        model.summary(level=level)
+    with pytest.raises(ValueError, match="level"):
+        model.predict_proba_interval(X[:3], level=level)
+
+
+@pytest.mark.parametrize("n_draws", [0, -3, 2.5, True])
+def test_bad_n_draws_is_named(binary, n_draws):
+    X, y, model = binary
+    for call in (
+        lambda: model.sample_proba(X[:3], n_draws),
+        lambda: model.sample_y(X[:3], n_draws),
+        lambda: model.loo(X, y, n_draws=n_draws),
+        lambda: model.predict_proba_interval(X[:3], n_draws=n_draws),
+    ):
+        with pytest.raises(ValueError, match="n_draws"):
+            call()
+
+
+def test_wrong_width_is_named(binary):
+    X, y, model = binary
+    for call in (
+        lambda: model.predict_proba_interval(X[:, :1]),
+        lambda: model.sample_proba(X[:, :1], 5),
+        lambda: model.loo(X[:, :1], y),
+    ):
+        with pytest.raises(ValueError, match="X has 1 features"):
+            call()
+
+
+# --- prediction intervals and draws -------------------------------------------------------
+
+
+def test_binary_interval_is_the_links_quantiles(binary):
+    X, _, model = binary
+    lower, upper = model.predict_proba_interval(X[:5], level=0.8)
+    mean, var = model.latent_mean_and_variance(X[:5])
+    z = norm.ppf(0.9)
+    expit = 1.0 / (1.0 + np.exp(-(mean + z * np.sqrt(var))))
+    np.testing.assert_allclose(upper[:, 1], expit, rtol=1e-12)
+    np.testing.assert_allclose(lower[:, 0], 1.0 - upper[:, 1], rtol=1e-12)
+    # And the quantiles of the drawn probabilities (N = 20000: quantile error ~ 0.005).
+    draws = model.sample_proba(X[:5], 20_000, random_state=1)[:, :, 1]
+    np.testing.assert_allclose(np.quantile(draws, 0.9, axis=0), upper[:, 1], atol=0.01)
+
+
+def test_multinomial_interval_matches_the_draws(multinomial):
+    X, _, model = multinomial
+    lower, upper = model.predict_proba_interval(X[:4], level=0.9, random_state=0)
+    draws = model.sample_proba(X[:4], 20_000, random_state=1)
+    np.testing.assert_allclose(np.quantile(draws, 0.05, axis=0), lower, atol=0.015)
+    np.testing.assert_allclose(np.quantile(draws, 0.95, axis=0), upper, atol=0.015)
+    assert np.all(lower <= upper)
+
+
+def test_draws_average_to_predict_proba_and_are_seeded(multinomial):
+    X, _, model = multinomial
+    draws = model.sample_proba(X[:6], 20_000, random_state=2)
+    # MC error of the mean of a probability: ≤ 0.5/√N = 0.0035; 4 of them.
+    np.testing.assert_allclose(draws.mean(axis=0), model.predict_proba(X[:6]), atol=0.015)
+    labels = model.sample_y(X[:6], 5000, random_state=3)
+    assert labels.shape == (5000, 6) and set(np.unique(labels)) <= set(model.classes_)
+    frequency = (labels[:, :, None] == model.classes_).mean(axis=0)
+    np.testing.assert_allclose(frequency, model.predict_proba(X[:6]), atol=0.03)
+    np.testing.assert_array_equal(
+        model.sample_y(X[:6], 10, random_state=4), model.sample_y(X[:6], 10, random_state=4)
+    )
+
+
+def test_sparse_rows_give_the_dense_results(binary):
+    X, _, model = binary
+    lower, upper = model.predict_proba_interval(sp.csr_matrix(X[:5]))
+    dense = model.predict_proba_interval(X[:5])
+    np.testing.assert_allclose(lower, dense[0], rtol=1e-12)
+    np.testing.assert_allclose(upper, dense[1], rtol=1e-12)
+    np.testing.assert_allclose(
+        model.sample_proba(sp.csr_matrix(X[:5]), 4, random_state=0),
+        model.sample_proba(X[:5], 4, random_state=0),
+        rtol=1e-12,
+    )
+
+
+# --- leave-one-out ------------------------------------------------------------------------
+
+
+def test_ep_loo_matches_refits(binary):
+    X, y, model = binary
+    result = model.loo(X, y, random_state=0)
+    assert result.method == "ep-cavity" and result.pareto_k is None
+    rows = [0, 1, 2, 3]
+    # The cavity is the posterior without the row, the other sites held: on 150 rows the
+    # refits' sites move by O(1/n²) (measured: ≤ 5e-4).
+    np.testing.assert_allclose(
+        result.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), atol=3e-3
+    )
+    assert result.se > 0 and 0 < result.p_loo < 5
+    assert result.elpd_loo == pytest.approx(result.pointwise.sum())
+
+
+def test_multinomial_ep_loo_matches_refits(multinomial):
+    X, y, model = multinomial
+    result = model.loo(X, y, random_state=0)
+    rows = [0, 3]
+    np.testing.assert_allclose(
+        result.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), atol=1e-2
+    )
+
+
+@pytest.mark.parametrize("data", [binary_data, three_class_data])
+def test_psis_loo_agrees_with_ep(data):
+    # Both estimate the exact posterior's leave-one-out; on 150 rows and 3-9 parameters
+    # the posterior is near Gaussian (k̂ small) and they agree to the draws' MC error.
+    X, y = data()
+    ep = EPLogisticRegression().fit(X, y).loo(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PSISWarning)
+        psis = LaplaceLogisticRegression().fit(X, y).loo(X, y, random_state=0)
+    assert psis.method == "psis" and psis.pareto_k.max() < 0.7
+    assert psis.posterior_pareto_k < 0.7
+    assert psis.elpd_loo == pytest.approx(ep.elpd_loo, abs=0.3)
+    assert psis.elpd_waic == pytest.approx(ep.elpd_waic, abs=0.3)
+
+
+def test_zero_weight_rows_are_left_out(binary):
+    X, y, _ = binary
+    weights = np.ones(len(y))
+    weights[:10] = 0.0
+    for estimator in (EPProbitRegression, LaplaceLogisticRegression):
+        with_zeros = estimator().fit(X, y, sample_weight=weights)
+        result = with_zeros.loo(X, y, sample_weight=weights, random_state=0)
+        assert np.all(result.pointwise[:10] == 0.0)
+        without = estimator().fit(X[10:], y[10:]).loo(X[10:], y[10:], random_state=0)
+        np.testing.assert_allclose(result.pointwise[10:], without.pointwise, atol=1e-8)
+
+
+def test_weighted_ep_loo_uses_the_whole_factor(binary):
+    # A weight-2 row's term is log ∫ F² × cavity: below twice its weight-1 term's (Jensen).
+    X, y, _ = binary
+    weights = np.ones(len(y))
+    weights[0] = 2.0
+    result = EPLogisticRegression().fit(X, y, sample_weight=weights).loo(X, y, weights)
+    assert np.isfinite(result.elpd_loo) and result.pointwise[0] < 0
+
+
+def test_heavy_tails_are_named(binary):
+    # Nearly separable data with a flat prior: the Laplace approximation is poor.
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((40, 6))
+    y = (X[:, 0] + 0.2 * rng.standard_normal(40) > 0).astype(int)
+    model = LaplaceLogisticRegression(C=100.0).fit(X, y)
+    with pytest.warns(PSISWarning, match="Pareto k̂"):
+        result = model.loo(X, y, random_state=0)
+    assert result.n_bad > 0 or result.posterior_pareto_k > 0.7
+
+
+def test_one_vs_rest_has_no_loo():
+    X, y = three_class_data()
+    with pytest.raises(ValueError, match="one-vs-rest"):
+        LaplaceProbitRegression().fit(X, y).loo(X, y)
+
+
+def test_loo_refuses_unknown_labels(binary):
+    X, y, model = binary
+    with pytest.raises(ValueError, match="not fitted on"):
+        model.loo(X, y + 5)
+
+
+# --- Pareto smoothing ---------------------------------------------------------------------
+
+
+def test_pareto_k_of_known_tails():
+    rng = np.random.default_rng(0)
+    for shape in (0.2, 0.5, 0.9):
+        # log of Pareto-tailed weights with tail shape `shape`.
+        log_w = shape * rng.exponential(size=(200, 2000))
+        smoothed, k = pareto_smoothed_log_weights(log_w)
+        # The fit's sd is ~0.1 per row: the mean of 200 within 0.05 (with the prior's pull).
+        assert k.mean() == pytest.approx(shape, abs=0.05)
+        np.testing.assert_allclose(np.exp(smoothed).sum(axis=1), 1.0, rtol=1e-12)
+
+
+def test_flat_weights_need_no_smoothing():
+    smoothed, k = pareto_smoothed_log_weights(np.zeros((2, 100)))
+    assert np.all(k == -np.inf)
+    np.testing.assert_allclose(smoothed, -np.log(100), rtol=1e-14)
+
+
+def test_pareto_k_matches_arviz():
+    array_stats = pytest.importorskip("arviz_stats.base").array_stats
+    rng = np.random.default_rng(1)
+    # 900 draws: a tail of 3√S = 90 draws (ArviZ floors 3√S, the reference R code rounds
+    # up; at a square S they agree).
+    log_w = 0.6 * rng.exponential(size=(3, 900))
+    smoothed, k = pareto_smoothed_log_weights(log_w)
+    for row in range(3):
+        theirs, their_k = array_stats.psislw(-log_w[row])
+        assert k[row] == pytest.approx(float(their_k), abs=1e-10)
+        np.testing.assert_allclose(smoothed[row], theirs, atol=1e-10)
+
+
+# --- ArviZ --------------------------------------------------------------------------------
+
+
+def test_inference_data_without_arviz_names_the_extra(binary, monkeypatch):
+    _, _, model = binary
+    monkeypatch.setitem(sys.modules, "arviz_base", None)
+    with pytest.raises(ImportError, match=r"vsbayes\[arviz\]"):
+        model.to_inference_data()
+
+
+def test_inference_data_for_arviz(multinomial):
+    pytest.importorskip("arviz_base")
+    X, y, model = multinomial
+    tree = model.to_inference_data(X, y, n_draws=2000, random_state=0)
+    posterior = tree["posterior"]
+    assert posterior["coef"].dims == ("chain", "draw", "class", "feature")
+    assert list(posterior["feature"].values) == ["x0", "x1"]
+    assert posterior.attrs["method"] == "expectation propagation"
+    assert tree["log_likelihood"]["y"].shape == (1, 2000, len(y))
+    loo = pytest.importorskip("arviz_stats").loo
+    result = loo(tree)
+    ours = model.loo(X, y, random_state=0)
+    # ArviZ's PSIS of EP's draws against EP's cavities: MC error of 2000 draws.
+    assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
+
+
+# --- every estimator ------------------------------------------------------------------------
+
+
+def every_estimator():
+    from vsbayes.estimators import METHODS
+
+    for name, method in METHODS.items():
+        for link, cls in method.classes.items():
+            yield pytest.param(cls, id=f"{name}-{link}")
+
+
+@pytest.mark.parametrize("estimator_class", list(every_estimator()))
+def test_every_estimator_summarizes_and_predicts_intervals(estimator_class):
+    X2, y2 = binary_data(n=60, seed=3)
+    X3, y3 = three_class_data(n=60, seed=3)
+    for X, y in ((sp.csr_matrix(X2), y2), (X3, y3)):
+        params = {"random_state": 0} if "random_state" in estimator_class().get_params() else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = estimator_class(**params).fit(X, y)
+        table = model.summary(level=0.8)
+        assert np.all(table["sd"] > 0) and np.all(table["10%"] < table["90%"])
+        lower, upper = model.predict_proba_interval(X[:3], n_draws=200, random_state=0)
+        assert lower.shape == (3, len(model.classes_)) and np.all(lower <= upper)
+        assert model.sample_proba(X[:3], 2, random_state=0).shape == (2, 3, len(model.classes_))
