@@ -15,7 +15,7 @@ from vsbayes.estimators import (
     LaplaceLogisticRegression,
     LaplaceProbitRegression,
 )
-from vsbayes.estimators._summaries import PSISWarning
+from vsbayes.exceptions import PSISWarning
 from vsbayes.models.psis import pareto_smoothed_log_weights
 
 

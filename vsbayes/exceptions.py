@@ -14,6 +14,7 @@ __all__ = [
     "MemoryLimitError",
     "NonIntegrableFitError",
     "NotPositiveDefiniteError",
+    "PSISWarning",
     "UnreliableFitWarning",
 ]
 
@@ -60,3 +61,8 @@ class UnreliableFitWarning(UserWarning):
     For example, variational sampling with fewer than 2n points interpolates the target at
     the points, so its predicted error ``kl_error`` is meaningless.
     """
+
+
+class PSISWarning(UnreliableFitWarning):
+    """Some leave-one-out terms rest on importance weights with a heavy tail (Pareto
+    k̂ > 0.7): the approximation of the posterior without those rows is unreliable."""

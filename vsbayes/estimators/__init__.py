@@ -6,6 +6,7 @@ registry :data:`METHODS` (method → traits and class per link) are derived from
 
 from ._base import INTERCEPT_PRIOR_VAR, BayesianGLMClassifier
 from ._registry import LINKS, Method, methods_of
+from ._summaries import LeaveOneOut
 from .bayesian_monte_carlo import BMCLogisticRegression, BMCProbitRegression
 from .empirical_bayes import EmpiricalBayesClassifier
 from .expectation_propagation import EPLogisticRegression, EPProbitRegression
@@ -50,6 +51,7 @@ __all__ = [
     "ISProbitRegression",
     "LaplaceLogisticRegression",
     "LaplaceProbitRegression",
+    "LeaveOneOut",
     "Method",
     "VBLogisticRegression",
     "VSLogisticRegression",

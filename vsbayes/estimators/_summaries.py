@@ -45,7 +45,7 @@ from .._memory import block_length, check_memory
 from .._random import as_generator
 from .._sums import logsumexp
 from .._warnings import warn
-from ..exceptions import UnreliableFitWarning
+from ..exceptions import PSISWarning
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax_predictive import centred_basis, softmax_predictive_log_proba
@@ -77,10 +77,6 @@ _LATENT_DRAWS = 4096
 # cancer 1000 draws left elpd_loo 0.9 nats above 4000 (its bias with heavy tails).
 _EP_DRAWS = 1000
 _PSIS_DRAWS = 4000
-
-
-class PSISWarning(UnreliableFitWarning):
-    """Some leave-one-out terms rest on importance weights with a heavy tail (k̂ > 0.7)."""
 
 
 # --- argument checks ----------------------------------------------------------------------
