@@ -103,6 +103,9 @@ STROUD_MAX_TRACE = 0.08
 GAUSS_HERMITE_MAX_DIM = 3
 #: (nodes per axis, largest trace) of the tensor Gauss–Hermite rules, narrowest first.
 GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
+# Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
+# overflow (e^709.8 is float64's largest); with a margin.
+_NO_SHIFT_FLOAT64 = 600.0
 # Smallest average kept in float64's linear domain; rows with a smaller one take log sums.
 _FLOAT64_FLOOR = 1e-280
 # Latent values (float32) per block at most, whatever the memory allows: the block stays
@@ -237,16 +240,27 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
     n, k, dim = factor.shape
     out = np.empty((n, k))
     z_t = np.ascontiguousarray(z.T)
+    # As in _replicate_averages: the largest latent value at a node is ≥ 0, so only a row
+    # reaching beyond float64's exponent range needs the shift by the largest value.
+    reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
+        np.linalg.norm(z, axis=1).max()
+    )
     # Per row: K float64 latent values per node, their exponentials, one sum per node.
     for rows in _row_blocks(n, 8.0 * len(z) * (2 * k + 1), len(z) * k, max_bytes):
         m = rows.stop - rows.start
         f = (factor[rows].reshape(-1, dim) @ z_t).reshape(m, k, len(z))  # one GEMM
         f += centred[rows][:, :, None]
-        f -= f.max(axis=1, keepdims=True)
+        if reach[rows].max() > _NO_SHIFT_FLOAT64:
+            f -= f.max(axis=1, keepdims=True)
         e = np.exp(f)
-        total = e.sum(axis=1)
+        # Sums over a few classes as K − 1 additions of (rows, nodes) slices: a reduction
+        # over a short middle axis costs several times more.
+        total = e[:, 0].copy()
+        for c in range(1, k):
+            total += e[:, c]
         np.divide(w, total, out=total)
-        average = np.matmul(e, total[:, :, None])[..., 0]  # Σ_j w_j e_kj / Σ_l e_lj
+        # Σ_j w_j e_kj / Σ_l e_lj (einsum: batched products of small matrices cost per row)
+        average = np.einsum("nkj,nj->nk", e, total)
         tiny = average.min(axis=1) < _FLOAT64_FLOOR
         with np.errstate(divide="ignore", invalid="ignore"):
             logs = np.log(average)
@@ -256,7 +270,8 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
             signed = np.exp(log_softmax - top) @ w
             with np.errstate(divide="ignore", invalid="ignore"):
                 logs[tiny] = np.log(signed) + top[..., 0]
-        logs[~np.isfinite(logs).all(axis=1)] = np.nan
+        if tiny.any() or not (average > 0).all():
+            logs[~np.isfinite(logs).all(axis=1)] = np.nan
         out[rows] = logs
     return out
 
