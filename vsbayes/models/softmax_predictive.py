@@ -10,20 +10,40 @@ shift direction (wide along the sum of the intercepts, see
 centred subspace, ``f = P m + Q L z`` with ``L Lᵀ = Qᵀ S Q`` and z standard normal in
 K − 1 dimensions.
 
-**The rules.** With three classes (K − 1 = 2), a tensor trapezoid rule: 64 × 64 equally
-spaced nodes over ±7 standard deviations, weighted by the normal density, averaged in the log
-domain (float64). For analytic integrands such rules converge geometrically; measured
-against a 321 × 321 rule, the absolute error is below 1e-10 where the centred latent
-variances are ≤ 10. The node spacing grows with the widest direction's standard deviation
-while the softmax's poles stay at a distance π from the real axis, so the error grows with
-the largest eigenvalue λ of ``Qᵀ S Q``: measured against a 1201² rule, ≤ 1e-5 up to λ = 40,
-3e-5 at 60, 1.6e-4 at 80, 1.5e-3 at 200. Rows with λ > 40 take the rule below.
+**The rules, chosen row by row by the row's latent spread** (no loop over rows: each rule
+takes its rows at once, in blocks). A narrow row's integrand is smooth on the scale of its
+spread and takes a low-order rule on few nodes; only the wide rows take many. The spread is
+the trace t of ``Qᵀ S Q`` (the sum of the centred variances, ≥ the largest of them, free
+to compute), or for three classes its largest eigenvalue λ.
 
-With more classes (and for the wider three-class rows), randomized quasi-Monte Carlo with a
-stated accuracy, refined row by row. A level's nodes are 8 replicates, each a scrambled
-Sobol set (fixed scramblings: the rule is deterministic) mapped by the normal quantile,
-taken with its mirror image and whitened so that its mean is exactly 0 and its second
-moment exactly I (each replicate is exact for polynomials of degree ≤ 3). The estimate is
+- *Three classes* (K − 1 = 2): tensor trapezoid rules, equally spaced nodes over ±7
+  standard deviations, weighted by the normal density, averaged in the log domain
+  (float64): 64 × 64 nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1,
+  48² up to 3), at the same accuracy. For analytic integrands such rules converge
+  geometrically; measured against a 321 × 321 rule, the absolute error is below 1e-10 where
+  the centred latent variances are ≤ 10 (the smaller rules: ≤ 5e-12 at their largest λ on
+  rows with tied classes). The node spacing grows with the widest direction's standard
+  deviation while the softmax's poles stay at a distance π from the real axis, so the error
+  grows with λ: measured against a 1201² rule, ≤ 1e-5 up to λ = 40, 3e-5 at 60, 1.6e-4 at
+  80, 1.5e-3 at 200. Rows with λ > 40 take the adaptive rule below.
+- *Narrow rows, four classes or more* (t ≤ 0.08): Stroud's degree-5 rule, 2(K − 1)² + 1
+  nodes (0, ±√3 e_i, ±√3 e_i ± √3 e_j; signed weights), float64 sums in the linear domain.
+  Its error is of order t³: measured on random rows (random shapes of S, half of them with
+  two tied classes, where the softmax curves most) against 2^18-node references, the
+  largest error is ≤ 0.02 t³ for K = 3, 4 and 10 (1.1e-5 at t = 0.08; 2.7e-4 at t = 0.3
+  and 3e-3 at t = 1, too coarse there). A row on which the signed sums are not positive
+  (impossible at this spread; a guard) goes on to the next rule.
+- *Four classes, just wider* (t ≤ 2): tensor Gauss–Hermite rules, 6³ nodes up to t = 0.3,
+  8³ up to 1, 16³ up to 2: on the same random rows ≤ 4e-7, 5e-6 and 2e-5 at those traces.
+  Gauss–Hermite converges slowly on wide rows (16³ nodes: 9e-4 at t = 10), which stay with
+  the adaptive rule; in more dimensions a tensor rule has too many nodes.
+
+The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
+randomized quasi-Monte Carlo with a stated accuracy, refined row by row. A level's nodes
+are 8 replicates, each a scrambled Sobol set (fixed scramblings: the rule is
+deterministic) mapped by the normal quantile, taken with its mirror image and whitened so
+that its mean is exactly 0 and its second moment exactly I (each replicate is exact for
+polynomials of degree ≤ 3). The estimate is
 the replicates' average, and its standard error their standard deviation over √8. Every row
 starts with 512 nodes per replicate (4096 in all); the rows where three standard errors
 exceed ``tol`` (1e-3 by default, absolute, on any class) are recomputed with four times as
@@ -73,8 +93,10 @@ __all__ = [
     "N_NODES",
     "TOLERANCE",
     "centred_basis",
+    "gauss_hermite_nodes",
     "replicate_nodes",
     "softmax_predictive_log_proba",
+    "stroud_nodes",
     "symmetric_sobol_nodes",
 ]
 
