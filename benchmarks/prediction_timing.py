@@ -634,11 +634,12 @@ def multinomial_markdown(rows, shares, info, args):
         "",
         "`predict_proba` of `LaplaceLogisticRegression` (C = 1, standardized features) against "
         "`LogisticRegression().predict_proba` on the same rows, in one process: interleaved "
-        "rounds, medians; LogisticRegression's time is the faster of its medians at the default "
-        "BLAS threads and on one. 'Latent moments alone' is one pass computing each row's latent "
-        "mean and covariance (`JointLatents`), the floor of any rule on exact moments. Errors: "
-        "largest absolute error over the classes, on rows sampled evenly in the rank of their "
-        "latent spread, against references on "
+        f"rounds ({rows[0]['rounds']} here), medians; LogisticRegression's time is the faster "
+        "of its medians at the default BLAS threads and on one. 'Latent moments alone' is one "
+        "pass computing each row's latent mean and covariance (`JointLatents`, chunk after "
+        "chunk on one thread, where `predict_proba` runs its chunks on the BLAS threads), the "
+        "floor of any rule on exact moments. Errors: largest absolute error over the classes, "
+        "on rows sampled evenly in the rank of their latent spread, against references on "
         f"{rows[0].get('reference_nodes', REFERENCE_NODES):,} symmetric scrambled Sobol nodes "
         "(the last column: two such references on other scramblings differ by this much on 20 "
         "of the rows)." + (" **Quick run (smoke test sizes).**" if args.quick else ""),

@@ -69,7 +69,32 @@ rival as a control variate cuts the mean error by 20 % only (the rows' classes c
 several at a time); keeping only the classes whose probability can matter leaves 9 or 10 of
 the 10 classes on most digits rows.
 
-The node sums run in float32 in the linear domain (softmax of each node, shifted by its
+**Speed, and what the rules cannot change** (``benchmarks/prediction_timing.py --part
+multinomial``, ratios in one process on a loaded 2-core machine). On make_classification
+4000 × 8 with 4 classes (Laplace, C = 1), 96 % of the rows take the degree-5 rule and 4 %
+Gauss–Hermite 6³: ``predict_proba`` takes 28 × LogisticRegression's (side by side with the
+QMC rule on every row before: 55 ms against 1.46 s), and its largest error on every row,
+against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
+cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
+trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take about 1800 ×
+LogisticRegression, with a largest error of 1.2e-3 on 200 rows stratified by spread against
+2^20-node references (which agree with each other to 4e-5). Ten times LogisticRegression is
+out of reach there for two reasons. The exact latent moments alone cost 60–160 × its
+``predict_proba``: the 45 centred quadratic forms ``x̃ᵀ Σ_kl x̃`` of a row are ~1e5
+multiply-adds against LogisticRegression's 650, and the posterior covariance has no
+low-rank structure to exploit (its centred eigenvalues spread from 0.005 to 3; 523 of the
+585 are more than 0.01 away from the prior's 1). And a 9-dimensional integral of a nearly
+stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
+width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; 1e-4 would take about 50 times as
+many at QMC's N^(-0.6).
+
+Tried and not kept in sizing the rules: Stroud's rule beyond t = 0.08 (2.7e-4 at 0.3);
+tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes err by 1e-4 at
+λ = 1 where 32² trapezoid nodes err by 3e-13); reshaping the rows' small products
+(``Qᵀ S Q``, ``Q L``) into single tall products with an inner dimension of K: slower here
+than NumPy's batched products (OpenBLAS, 1e5 rows, K = 4: 0.44 s against 0.02 s).
+
+The QMC rule's node sums run in float32 in the linear domain (softmax of each node, shifted by its
 largest latent value unless no latent value can overflow, then a weighted sum per
 replicate; one product for a node and its mirror image): 4096 nodes on all digits rows take
 0.12 s against 2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far below
