@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 import tracemalloc
 from pathlib import Path
@@ -517,7 +518,8 @@ def stratified_rows(cov, n_rows):
 def references(name, mean, cov, rows, n_nodes):
     """The reference probabilities of ``rows`` (cached under CACHE), and a second reference
     on other scramblings for the first 20 of them (the references' own error)."""
-    path = CACHE / f"prediction_reference_{name.replace(' ', '_')}_{len(rows)}_{n_nodes}.npz"
+    stem = re.sub(r"[^0-9A-Za-z]+", "_", name).strip("_")
+    path = CACHE / f"prediction_reference_{stem}_{len(rows)}_{n_nodes}.npz"
     if path.exists():
         saved = np.load(path)
         if np.array_equal(saved["rows"], rows):
