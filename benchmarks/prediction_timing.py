@@ -28,23 +28,47 @@ VSProbitRegression ≤ 3 × LogisticRegression; peak memory of predict_proba ≤
 of X; relative error of log p and log(1 - p) ≤ 1e-6 and absolute error of p ≤ 1e-7 on the
 grid.
 
-Usage: python benchmarks/prediction_timing.py [--rounds 7] [--out DIR]
+Multinomial part (D-044): ``predict_proba`` of ``LaplaceLogisticRegression`` (C = 1) on
+standardized digits (10 classes × 64 features: its own 1,797 rows, and 1e5 rows resampled
+from them) and on make_classification 4000 × 8 with 4 classes, against
+``LogisticRegression().predict_proba`` on the same rows (interleaved rounds, medians; LR's
+time the faster of its default-thread and one-thread medians), with one pass of the latent
+moments alone (the floor of any rule on exact moments), the share of rows per rule, and
+the largest and 99th-percentile absolute errors on 200 rows stratified by latent spread
+against 2^20-node references (cached under ``results/cache``; two references on other
+scramblings compared on 20 rows). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
+
+Usage: python benchmarks/prediction_timing.py [--rounds 7] [--part all] [--out DIR]
        python benchmarks/prediction_timing.py --quick --out /tmp/bench_out   (smoke test:
-       1e5 rows, d = 20 and sparse 1e5 × 1,000 only)
-Writes DIR/prediction_timing.{csv,json,md,png}; DIR defaults to benchmarks/results.
+       1e5 rows, d = 20 and sparse 1e5 × 1,000 only; multinomial: 1e4 resampled digits
+       rows, one round, references on 40 rows with 2^16 nodes)
+       python benchmarks/prediction_timing.py --part multinomial   (the multinomial part)
+Writes DIR/prediction_timing.{csv,json,md,png} (binary) and
+DIR/prediction_timing_multinomial.{csv,json,md,png}; DIR defaults to benchmarks/results.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from _common import RESULTS, fmt, machine, machine_line, timed, write_csv, write_json
+from _common import (
+    CACHE,
+    RESULTS,
+    fmt,
+    machine,
+    machine_line,
+    recorded_warnings,
+    timed,
+    write_csv,
+    write_json,
+)
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
@@ -52,6 +76,7 @@ from vsbayes import VSLogisticRegression, VSProbitRegression
 from vsbayes._blas import blas_thread_count
 from vsbayes.models import logistic_predictive_log_proba
 from vsbayes.models import predictive as _predictive
+from vsbayes.models import softmax_predictive as _softmax
 
 TARGETS = {"logistic_ratio": 4.0, "probit_ratio": 3.0, "memory_ratio": 2.0}
 ACCURACY_TARGETS = {"log_relative": 1e-6, "p_absolute": 1e-7}
@@ -207,9 +232,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the 1e6 × 20 case")
     parser.add_argument("--rounds-large", type=int, default=5, help="rounds of the others")
+    parser.add_argument(
+        "--rounds-multinomial", type=int, default=3, help="rounds of the multinomial cases"
+    )
+    parser.add_argument(
+        "--part", choices=("binary", "multinomial", "all"), default="all", help="which cases"
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.part in ("multinomial", "all"):
+        run_multinomial(args)
+    if args.part == "multinomial":
+        return
     n_rows = 10**5 if args.quick else 10**6
     cases = [("dense d=20", dense_case(n_rows, 20), 20_000)]
     if not args.quick:
@@ -380,6 +415,298 @@ def plot(rows, accuracy, path):
     ax_a.set_title("log p and log(1 - p): closed-form terms vs quadrature", fontsize=10)
     ax_a.grid(True, which="both", alpha=0.3)
     ax_a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- multinomial predict_proba -----------------------------------------------------------------
+
+MULTINOMIAL_TARGETS = {"ratio": 10.0, "error": 1e-4}
+REFERENCE_NODES = 2**20
+
+
+def multinomial_problems():
+    """Standardized digits (10 classes × 64) and make_classification 4000 × 8 (4 classes):
+    LaplaceLogisticRegression and LogisticRegression, both C = 1."""
+    from sklearn.datasets import load_digits, make_classification
+    from sklearn.preprocessing import StandardScaler
+
+    from vsbayes import LaplaceLogisticRegression
+
+    problems = {}
+    X, y = load_digits(return_X_y=True)
+    Xc, yc = make_classification(4000, 8, n_informative=6, n_classes=4, random_state=0)
+    for name, (A, b) in {"digits": (X, y), "4 classes": (Xc, yc)}.items():
+        A = StandardScaler().fit_transform(A)
+        with recorded_warnings():  # LogisticRegression's convergence warnings
+            lr = LogisticRegression(max_iter=2000).fit(A, b)
+            laplace = LaplaceLogisticRegression().fit(A, b)
+        problems[name] = (A, lr, laplace)
+    return problems
+
+
+def _lr_proba_seconds(lr, X):
+    """One LogisticRegression.predict_proba at the default BLAS threads and on one."""
+    from threadpoolctl import threadpool_limits
+
+    t0 = time.perf_counter()
+    lr.predict_proba(X)
+    default = time.perf_counter() - t0
+    with threadpool_limits(limits=1, user_api="blas"):
+        t0 = time.perf_counter()
+        lr.predict_proba(X)
+        one = time.perf_counter() - t0
+    return default, one
+
+
+def latent_moments(estimator, X):
+    """The rows' latent means and centred covariances, (n, K) and (n, K, K)."""
+    latent = estimator._predictive().latent(X)
+    k = len(estimator.classes_)
+    mean, cov = np.empty((X.shape[0], k)), np.empty((X.shape[0], k, k))
+    for rows in latent.chunks:
+        mean[rows], cov[rows] = latent(rows)
+    return mean, cov
+
+
+def rule_of_rows(cov):
+    """Name of the rule each row takes (softmax_predictive's thresholds)."""
+    k = cov.shape[1]
+    q = _softmax.centred_basis(k)
+    reduced = q.T @ cov @ q
+    trace = np.einsum("nii->n", reduced)
+    names = np.full(len(cov), "QMC", dtype=object)
+    if k == 3:
+        largest = np.linalg.eigvalsh(reduced).max(axis=1)
+        for per_axis, widest in _softmax.TRAPEZOID_LEVELS[::-1]:
+            names[largest <= widest] = f"trapezoid {per_axis}²"
+        return names
+    if k - 1 <= _softmax.GAUSS_HERMITE_MAX_DIM:
+        for per_axis, widest in _softmax.GAUSS_HERMITE_LEVELS[::-1]:
+            names[trace <= widest] = f"Gauss–Hermite {per_axis}^{k - 1}"
+    names[trace <= _softmax.STROUD_MAX_TRACE] = f"degree 5 ({2 * (k - 1) ** 2 + 1} nodes)"
+    return names
+
+
+def reference_proba(mean, cov, n_nodes, seed):
+    """``E[softmax(f)]`` row by row on ``n_nodes`` symmetric scrambled Sobol nodes."""
+    k = mean.shape[1]
+    q = _softmax.centred_basis(k)
+    z = _softmax.symmetric_sobol_nodes(k - 1, n_nodes, seed)
+    out = np.zeros((len(mean), k))
+    for i, (m, c) in enumerate(zip(mean, cov, strict=True)):
+        factor = q @ np.linalg.cholesky(q.T @ c @ q)
+        m = m - m.mean()
+        for start in range(0, n_nodes, 2**17):
+            f = z[start : start + 2**17] @ factor.T + m
+            f -= f.max(axis=1, keepdims=True)
+            np.exp(f, out=f)
+            f /= f.sum(axis=1, keepdims=True)
+            out[i] += f.sum(axis=0)
+    return out / n_nodes
+
+
+def stratified_rows(cov, n_rows):
+    """``n_rows`` rows evenly spaced in the rank of their centred latent trace."""
+    k = cov.shape[1]
+    trace = np.einsum("nkk->n", cov) - cov.sum(axis=(1, 2)) / k
+    order = np.argsort(trace, kind="stable")
+    return np.unique(order[np.linspace(0, len(order) - 1, n_rows).round().astype(int)])
+
+
+def references(name, mean, cov, rows, n_nodes):
+    """The reference probabilities of ``rows`` (cached under CACHE), and a second reference
+    on other scramblings for the first 20 of them (the references' own error)."""
+    stem = re.sub(r"[^0-9A-Za-z]+", "_", name).strip("_")
+    path = CACHE / f"prediction_reference_{stem}_{len(rows)}_{n_nodes}.npz"
+    if path.exists():
+        saved = np.load(path)
+        if np.array_equal(saved["rows"], rows):
+            return saved["reference"], saved["second"]
+    reference = reference_proba(mean[rows], cov[rows], n_nodes, seed=777)
+    second = reference_proba(mean[rows[:20]], cov[rows[:20]], n_nodes, seed=778)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, rows=rows, reference=reference, second=second)
+    return reference, second
+
+
+def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
+    """Interleaved timing of predict_proba (LR at both thread settings, the estimator, and
+    the latent moments alone), the rules' shares and the errors against references."""
+    print(f"{label}: {X.shape[0]} × {X.shape[1]}, {len(lr.classes_)} classes", flush=True)
+    lr.predict_proba(X[:100]), estimator.predict_proba(X[:100])  # warm-up
+    lr_default, lr_one, vs, moments = [], [], [], []
+    for _ in range(rounds):
+        a, b = _lr_proba_seconds(lr, X)
+        lr_default.append(a)
+        lr_one.append(b)
+        t0 = time.perf_counter()
+        proba = estimator.predict_proba(X)
+        vs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        mean, cov = latent_moments(estimator, X)
+        moments.append(time.perf_counter() - t0)
+    lr_seconds = min(float(np.median(lr_default)), float(np.median(lr_one)))
+    rules = rule_of_rows(cov)
+    shares = {str(r): float(np.mean(rules == r)) for r in dict.fromkeys(rules)}
+    row = {
+        "case": label,
+        "rows": X.shape[0],
+        "features": X.shape[1],
+        "classes": len(lr.classes_),
+        "lr_seconds": lr_seconds,
+        "seconds": float(np.median(vs)),
+        "ratio_to_lr": float(np.median(vs)) / lr_seconds,
+        "moments_seconds": float(np.median(moments)),
+        "moments_ratio_to_lr": float(np.median(moments)) / lr_seconds,
+        "rounds": rounds,
+    }
+    print(
+        f"  LR {lr_seconds * 1e3:.1f} ms; VS {row['seconds']:.3f} s = {row['ratio_to_lr']:.0f} × "
+        f"LR (latent moments alone {row['moments_ratio_to_lr']:.0f} ×); rules {shares}",
+        flush=True,
+    )
+    if reference_rows:
+        rows = stratified_rows(cov, reference_rows)
+        reference, second = references(label, mean, cov, rows, n_nodes)
+        error = np.abs(proba[rows] - reference).max(axis=1)
+        row |= {
+            "reference_rows": len(rows),
+            "reference_nodes": n_nodes,
+            "max_error": float(error.max()),
+            "p99_error": float(np.quantile(error, 0.99)),
+            "median_error": float(np.median(error)),
+            "reference_self_error": float(np.abs(reference[:20] - second).max()),
+        }
+        print(
+            f"  error on {len(rows)} rows stratified by latent spread: max {error.max():.2g}, "
+            f"99 % {row['p99_error']:.2g} (references differ by {row['reference_self_error']:.2g})",
+            flush=True,
+        )
+    return row, shares
+
+
+def run_multinomial(args):
+    problems = multinomial_problems()
+    X_digits, lr_digits, laplace_digits = problems["digits"]
+    n_resampled = 10**4 if args.quick else 10**5
+    rng = np.random.default_rng(0)
+    resampled = X_digits[rng.integers(0, len(X_digits), n_resampled)]
+    rounds = 1 if args.quick else args.rounds_multinomial
+    n_reference = 40 if args.quick else 200
+    n_nodes = 2**16 if args.quick else REFERENCE_NODES
+    X4, lr4, laplace4 = problems["4 classes"]
+    cases = [
+        ("digits", X_digits, lr_digits, laplace_digits, n_reference),
+        (f"digits resampled ({n_resampled:,} rows)", resampled, lr_digits, laplace_digits, 0),
+        ("make_classification 4000 × 8, 4 classes", X4, lr4, laplace4, n_reference),
+    ]
+    rows, shares = [], {}
+    load_before = os.getloadavg()
+    for label, X, lr, estimator, n_ref in cases:
+        row, shares[label] = multinomial_case(label, X, lr, estimator, rounds, n_ref, n_nodes)
+        rows.append(row)
+    # The resampled rows are digits rows and the rule is row by row: the same errors.
+    for key in ("reference_rows", "max_error", "p99_error", "median_error"):
+        rows[1][key] = rows[0][key]
+    info = machine()
+    info["load_average_1_5_15min"] = {"before": load_before, "after": os.getloadavg()}
+    out = args.out
+    write_csv(out / "prediction_timing_multinomial.csv", rows)
+    write_json(
+        out / "prediction_timing_multinomial.json",
+        {
+            "machine": info,
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "rows": rows,
+            "rule_shares": shares,
+        },
+    )
+    md = multinomial_markdown(rows, shares, info, args)
+    (out / "prediction_timing_multinomial.md").write_text(md + "\n")
+    multinomial_plot(rows, out / "prediction_timing_multinomial.png")
+    print(md)
+
+
+def multinomial_markdown(rows, shares, info, args):
+    big = rows[1]
+    lines = [
+        "# Multinomial predict_proba",
+        "",
+        "`predict_proba` of `LaplaceLogisticRegression` (C = 1, standardized features) against "
+        "`LogisticRegression().predict_proba` on the same rows, in one process: interleaved "
+        f"rounds ({rows[0]['rounds']} here), medians; LogisticRegression's time is the faster "
+        "of its medians at the default BLAS threads and on one. 'Latent moments alone' is one "
+        "pass computing each row's latent mean and covariance (`JointLatents`, chunk after "
+        "chunk on one thread, where `predict_proba` runs its chunks on the BLAS threads), the "
+        "floor of any rule on exact moments. Errors: largest absolute error over the classes, "
+        "on rows sampled evenly in the rank of their latent spread, against references on "
+        f"{rows[0].get('reference_nodes', REFERENCE_NODES):,} symmetric scrambled Sobol nodes "
+        "(the last column: two such references on other scramblings differ by this much on 20 "
+        "of the rows)." + (" **Quick run (smoke test sizes).**" if args.quick else ""),
+        "",
+        machine_line(info) + " Load average (1 min) of the shared machine: "
+        f"{info['load_average_1_5_15min']['before'][0]:.1f} before the run, "
+        f"{info['load_average_1_5_15min']['after'][0]:.1f} after.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| {big['case']}: ≤ {MULTINOMIAL_TARGETS['ratio']:g} × LR | {big['ratio_to_lr']:.0f} × "
+        f"(latent moments alone {big['moments_ratio_to_lr']:.0f} ×) | "
+        f"{_mark(big['ratio_to_lr'] <= MULTINOMIAL_TARGETS['ratio'])} |",
+        f"| absolute error ≤ 1e-4 on every row (digits rows) | max {rows[0]['max_error']:.2g} | "
+        f"{_mark(rows[0]['max_error'] <= MULTINOMIAL_TARGETS['error'])} |",
+        "",
+        "## Cases",
+        "",
+        "| case | rows × features, classes | LR | predict_proba | × LR | latent moments × LR |"
+        " max error | 99 % error | references differ |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['rows']:,} × {r['features']}, {r['classes']} | "
+            f"{r['lr_seconds'] * 1e3:.1f} ms | {fmt(r['seconds'])} s | {r['ratio_to_lr']:.0f} | "
+            f"{r['moments_ratio_to_lr']:.0f} | {fmt(r.get('max_error', np.nan))} | "
+            f"{fmt(r.get('p99_error', np.nan))} | {fmt(r.get('reference_self_error', np.nan))} |"
+        )
+    lines += ["", "Share of rows by rule:", ""]
+    for label, s in shares.items():
+        lines.append(f"- {label}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+    return "\n".join(lines)
+
+
+def multinomial_plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.3))
+    labels = [r["case"].replace(" (", "\n(").replace(", 4", ",\n4") for r in rows]
+    x = np.arange(len(rows))
+    ax_t.bar(x - 0.2, [r["ratio_to_lr"] for r in rows], 0.4, label="predict_proba")
+    ax_t.bar(x + 0.2, [r["moments_ratio_to_lr"] for r in rows], 0.4, label="latent moments alone")
+    ax_t.axhline(MULTINOMIAL_TARGETS["ratio"], color="k", ls=":", label="target 10 ×")
+    ax_t.set_xticks(x, labels, fontsize=8)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time / LogisticRegression.predict_proba")
+    ax_t.grid(True, which="both", axis="y", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    measured = [r for r in rows if "max_error" in r and "resampled" not in r["case"]]
+    xe = np.arange(len(measured))
+    ax_e.bar(xe - 0.2, [r["max_error"] for r in measured], 0.4, label="max")
+    ax_e.bar(xe + 0.2, [r["p99_error"] for r in measured], 0.4, label="99th percentile")
+    ax_e.plot(xe, [r["reference_self_error"] for r in measured], "kx", label="references differ")
+    ax_e.axhline(MULTINOMIAL_TARGETS["error"], color="k", ls=":", label="target 1e-4")
+    ax_e.set_xticks(xe, [r["case"].replace(", 4", ",\n4") for r in measured], fontsize=8)
+    ax_e.set_yscale("log")
+    ax_e.set_ylabel("absolute error of p (largest over classes)")
+    ax_e.grid(True, which="both", axis="y", alpha=0.3)
+    ax_e.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -10,20 +10,44 @@ shift direction (wide along the sum of the intercepts, see
 centred subspace, ``f = P m + Q L z`` with ``L Lᵀ = Qᵀ S Q`` and z standard normal in
 K − 1 dimensions.
 
-**The rules.** With three classes (K − 1 = 2), a tensor trapezoid rule: 64 × 64 equally
-spaced nodes over ±7 standard deviations, weighted by the normal density, averaged in the log
-domain (float64). For analytic integrands such rules converge geometrically; measured
-against a 321 × 321 rule, the absolute error is below 1e-10 where the centred latent
-variances are ≤ 10. The node spacing grows with the widest direction's standard deviation
-while the softmax's poles stay at a distance π from the real axis, so the error grows with
-the largest eigenvalue λ of ``Qᵀ S Q``: measured against a 1201² rule, ≤ 1e-5 up to λ = 40,
-3e-5 at 60, 1.6e-4 at 80, 1.5e-3 at 200. Rows with λ > 40 take the rule below.
+**The rules, chosen row by row by the row's latent spread** (no loop over rows: each rule
+takes its rows at once, in blocks). A narrow row's integrand is smooth on the scale of its
+spread and takes a low-order rule on few nodes; only the wide rows take many. The spread is
+the trace t of ``Qᵀ S Q`` (the sum of the centred variances, ≥ the largest of them, free
+to compute), or for three classes its largest eigenvalue λ.
 
-With more classes (and for the wider three-class rows), randomized quasi-Monte Carlo with a
-stated accuracy, refined row by row. A level's nodes are 8 replicates, each a scrambled
-Sobol set (fixed scramblings: the rule is deterministic) mapped by the normal quantile,
-taken with its mirror image and whitened so that its mean is exactly 0 and its second
-moment exactly I (each replicate is exact for polynomials of degree ≤ 3). The estimate is
+- *Three classes* (K − 1 = 2): tensor trapezoid rules, equally spaced nodes over ±7
+  standard deviations, weighted by the normal density, averaged in the log domain
+  (float64): 64 × 64 nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1,
+  48² up to 3), at the same accuracy. For analytic integrands such rules converge
+  geometrically; measured against a 321 × 321 rule, the absolute error is below 1e-10 where
+  the centred latent variances are ≤ 10 (the smaller rules: ≤ 5e-12 at their largest λ on
+  rows with tied classes). The node spacing grows with the widest direction's standard
+  deviation while the softmax's poles stay at a distance π from the real axis, so the error
+  grows with λ: measured against a 1201² rule, ≤ 1e-5 up to λ = 40, 3e-5 at 60, 1.6e-4 at
+  80, 1.5e-3 at 200. Rows with λ > 40 take the adaptive rule below.
+- *Narrow rows, four classes or more* (t ≤ 0.08): Stroud's degree-5 rule, 2(K − 1)² + 1
+  nodes (0, ±√3 e_i, ±√3 e_i ± √3 e_j; signed weights), float64 sums in the linear domain.
+  Its error is of order t³: measured on random rows (random shapes of S, half of them with
+  two tied classes, where the softmax curves most) against 2^18-node references, the
+  largest error is ≤ 0.02 t³ for K = 3, 4 and 10 (1.1e-5 at t = 0.08; 2.7e-4 at t = 0.3
+  and 3e-3 at t = 1, too coarse there). A row on which the signed sums are not positive
+  (impossible at this spread; a guard) goes on to the next rule.
+- *Four classes, just wider* (t ≤ 2): tensor Gauss–Hermite rules, 6³ nodes up to t = 0.3,
+  8³ up to 1, 16³ up to 2: on the same random rows ≤ 4e-7, 5e-6 and 2e-5 at those traces.
+  Gauss–Hermite converges slowly on wide rows (16³ nodes: 9e-4 at t = 10), which stay with
+  the adaptive rule; in more dimensions a tensor rule has too many nodes. With five
+  classes or more, the rows just wider than the degree-5 rule's range take the first level
+  of the adaptive rule, whose error there is far below its tolerance (on the same random
+  rows against 2^18-node references: 5 classes 1.2e-5 at t = 0.3, 9e-5 at 1, 2.7e-4 at 3;
+  10 classes 7.7e-6 at 1, 6.4e-5 at 3).
+
+The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
+randomized quasi-Monte Carlo with a stated accuracy, refined row by row. A level's nodes
+are 8 replicates, each a scrambled Sobol set (fixed scramblings: the rule is
+deterministic) mapped by the normal quantile, taken with its mirror image and whitened so
+that its mean is exactly 0 and its second moment exactly I (each replicate is exact for
+polynomials of degree ≤ 3). The estimate is
 the replicates' average, and its standard error their standard deviation over √8. Every row
 starts with 512 nodes per replicate (4096 in all); the rows where three standard errors
 exceed ``tol`` (1e-3 by default, absolute, on any class) are recomputed with four times as
@@ -49,7 +73,32 @@ rival as a control variate cuts the mean error by 20 % only (the rows' classes c
 several at a time); keeping only the classes whose probability can matter leaves 9 or 10 of
 the 10 classes on most digits rows.
 
-The node sums run in float32 in the linear domain (softmax of each node, shifted by its
+**Speed, and what the rules cannot change** (``benchmarks/prediction_timing.py --part
+multinomial``, ratios in one process on a loaded 2-core machine). On make_classification
+4000 × 8 with 4 classes (Laplace, C = 1), 96 % of the rows take the degree-5 rule and 4 %
+Gauss–Hermite 6³: ``predict_proba`` takes 28 × LogisticRegression's (side by side with the
+QMC rule on every row before: 55 ms against 1.46 s), and its largest error on every row,
+against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
+cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
+trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take about 1800 ×
+LogisticRegression, with a largest error of 1.2e-3 on 200 rows stratified by spread against
+2^20-node references (which agree with each other to 4e-5). Ten times LogisticRegression is
+out of reach there for two reasons. The exact latent moments alone cost 60–160 × its
+``predict_proba``: the 45 centred quadratic forms ``x̃ᵀ Σ_kl x̃`` of a row are ~1e5
+multiply-adds against LogisticRegression's 650, and the posterior covariance has no
+low-rank structure to exploit (its centred eigenvalues spread from 0.005 to 3; 523 of the
+585 are more than 0.01 away from the prior's 1). And a 9-dimensional integral of a nearly
+stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
+width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; 1e-4 would take about 50 times as
+many at QMC's N^(-0.6).
+
+Tried and not kept in sizing the rules: Stroud's rule beyond t = 0.08 (2.7e-4 at 0.3);
+tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes err by 1e-4 at
+λ = 1 where 32² trapezoid nodes err by 3e-13); reshaping the rows' small products
+(``Qᵀ S Q``, ``Q L``) into single tall products with an inner dimension of K: slower here
+than NumPy's batched products (OpenBLAS, 1e5 rows, K = 4: 0.44 s against 0.02 s).
+
+The QMC rule's node sums run in float32 in the linear domain (softmax of each node, shifted by its
 largest latent value unless no latent value can overflow, then a weighted sum per
 replicate; one product for a node and its mirror image): 4096 nodes on all digits rows take
 0.12 s against 2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far below
@@ -73,8 +122,10 @@ __all__ = [
     "N_NODES",
     "TOLERANCE",
     "centred_basis",
+    "gauss_hermite_nodes",
     "replicate_nodes",
     "softmax_predictive_log_proba",
+    "stroud_nodes",
     "symmetric_sobol_nodes",
 ]
 
@@ -90,10 +141,24 @@ _LEVELS = 3
 _SEED = SOBOL_SEED  # fixed scrambling: the rule is deterministic
 #: Dimensions (K − 1) up to which the tensor trapezoid rule is used.
 TRAPEZOID_MAX_DIM = 2
-#: Largest variance of a row's centred latent in any direction (the largest eigenvalue of
-#: Qᵀ S Q) that the trapezoid rule takes; wider rows take the adaptive rule.
-TRAPEZOID_MAX_VAR = 40.0
+#: (nodes per axis, largest variance of the centred latent in any direction, i.e. the
+#: largest eigenvalue of Qᵀ S Q) of the trapezoid rules, narrowest first; wider rows take
+#: the adaptive rule.
+TRAPEZOID_LEVELS = ((20, 0.3), (32, 1.0), (48, 3.0), (64, 40.0))
+TRAPEZOID_MAX_VAR = TRAPEZOID_LEVELS[-1][1]
 _HALF_WIDTH = 7.0
+#: Largest trace of a row's centred latent covariance that the degree-5 rule takes (its
+#: error, ≤ 0.02 · trace³ measured, is below 1.1e-5 there).
+STROUD_MAX_TRACE = 0.08
+#: Dimensions (K − 1) up to which tensor Gauss–Hermite rules take the rows just wider.
+GAUSS_HERMITE_MAX_DIM = 3
+#: (nodes per axis, largest trace) of the tensor Gauss–Hermite rules, narrowest first.
+GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
+# Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
+# overflow (e^709.8 is float64's largest); with a margin.
+_NO_SHIFT_FLOAT64 = 600.0
+# Smallest average kept in float64's linear domain; rows with a smaller one take log sums.
+_FLOAT64_FLOOR = 1e-280
 # Latent values (float32) per block at most, whatever the memory allows: the block stays
 # near the processor's caches (digits, 4096 nodes: 2^18 to 2^22 within 15 % of each other).
 _CACHE_ENTRIES = 2**20
@@ -139,6 +204,47 @@ def trapezoid_nodes(dim: int, n_nodes: int = N_NODES) -> tuple[np.ndarray, np.nd
     return nodes, log_w
 
 
+@functools.lru_cache(maxsize=16)
+def stroud_nodes(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stroud's degree-5 rule for N(0, I_dim): nodes 0, ±√3 e_i and ±√3 e_i ± √3 e_j
+    (``2 dim² + 1``), weights ``(dim² − 7 dim + 18)/18``, ``(4 − dim)/18`` and ``1/36``
+    (signed: negative on the axes beyond four dimensions; read-only, cached)."""
+    a = math.sqrt(3.0)
+    axes = np.eye(dim)
+    pairs = [
+        a * (si * axes[i] + sj * axes[j])
+        for i in range(dim)
+        for j in range(i + 1, dim)
+        for si in (1.0, -1.0)
+        for sj in (1.0, -1.0)
+    ]
+    nodes = np.vstack(
+        [np.zeros((1, dim)), a * axes, -a * axes, *([np.array(pairs)] if pairs else [])]
+    )
+    weights = np.concatenate(
+        [
+            [(dim * dim - 7 * dim + 18) / 18.0],
+            np.full(2 * dim, (4 - dim) / 18.0),
+            np.full(len(pairs), 1.0 / 36.0),
+        ]
+    )
+    nodes.flags.writeable = weights.flags.writeable = False
+    return nodes, weights
+
+
+@functools.lru_cache(maxsize=16)
+def gauss_hermite_nodes(dim: int, per_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tensor Gauss–Hermite rule for N(0, I_dim), ``per_axis^dim`` nodes, exact for
+    polynomials of degree ≤ ``2 per_axis − 1`` in each variable (read-only, cached)."""
+    t, w = np.polynomial.hermite_e.hermegauss(per_axis)
+    w = w / w.sum()
+    grids = np.meshgrid(*([t] * dim), indexing="ij")
+    nodes = np.stack([g.ravel() for g in grids], axis=1)
+    weights = np.prod(np.meshgrid(*([w] * dim), indexing="ij"), axis=0).ravel()
+    nodes.flags.writeable = weights.flags.writeable = False
+    return nodes, weights
+
+
 def _roots(cov: np.ndarray) -> np.ndarray:
     """Lower Cholesky factors (n, r, r) of the stacked covariances, a ridge of 1e-12 of
     their largest variance added where round-off leaves one not positive definite."""
@@ -174,6 +280,50 @@ def _log_average(factor, centred, z, log_w, max_bytes) -> np.ndarray:
         f -= _log_sum_exp(f, axis=1)
         f += log_w
         out[rows] = _log_sum_exp(f, axis=2)[..., 0]
+    return out
+
+
+def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
+    """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of few nodes and
+    signed weights ``w`` summing to 1: float64 sums in the linear domain, log sums for the
+    rows where some class's average is below ``_FLOAT64_FLOOR``; NaN where a sum is not
+    positive (a rule with negative weights on a row too wide for it)."""
+    n, k, dim = factor.shape
+    out = np.empty((n, k))
+    z_t = np.ascontiguousarray(z.T)
+    # As in _replicate_averages: the largest latent value at a node is ≥ 0, so only a row
+    # reaching beyond float64's exponent range needs the shift by the largest value.
+    reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
+        np.linalg.norm(z, axis=1).max()
+    )
+    # Per row: K float64 latent values per node, their exponentials, one sum per node.
+    for rows in _row_blocks(n, 8.0 * len(z) * (2 * k + 1), len(z) * k, max_bytes):
+        m = rows.stop - rows.start
+        f = (factor[rows].reshape(-1, dim) @ z_t).reshape(m, k, len(z))  # one GEMM
+        f += centred[rows][:, :, None]
+        if reach[rows].max() > _NO_SHIFT_FLOAT64:
+            f -= f.max(axis=1, keepdims=True)
+        e = np.exp(f)
+        # Sums over a few classes as K − 1 additions of (rows, nodes) slices: a reduction
+        # over a short middle axis costs several times more.
+        total = e[:, 0].copy()
+        for c in range(1, k):
+            total += e[:, c]
+        np.divide(w, total, out=total)
+        # Σ_j w_j e_kj / Σ_l e_lj (einsum: batched products of small matrices cost per row)
+        average = np.einsum("nkj,nj->nk", e, total)
+        tiny = average.min(axis=1) < _FLOAT64_FLOOR
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(average)
+        if tiny.any():
+            log_softmax = f[tiny] - np.log(e[tiny].sum(axis=1, keepdims=True))
+            top = log_softmax.max(axis=2, keepdims=True)
+            signed = np.exp(log_softmax - top) @ w
+            with np.errstate(divide="ignore", invalid="ignore"):
+                logs[tiny] = np.log(signed) + top[..., 0]
+        if tiny.any() or not (average > 0).all():
+            logs[~np.isfinite(logs).all(axis=1)] = np.nan
+        out[rows] = logs
     return out
 
 
@@ -276,16 +426,47 @@ def softmax_predictive_log_proba(
     k = mean.shape[1]
     q = centred_basis(k)
     reduced = q.T @ cov @ q  # (n, K-1, K-1)
-    factor = q @ _roots(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))  # (n, K, K-1)
+    reduced = 0.5 * (reduced + np.swapaxes(reduced, 1, 2))
+    spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
+    factor = q @ _roots(reduced)  # (n, K, K-1)
     centred = mean - mean.mean(axis=1, keepdims=True)
     out = np.empty((len(mean), k))
-    narrow = np.zeros(len(mean), dtype=bool)
-    if k - 1 <= TRAPEZOID_MAX_DIM:
-        narrow = np.linalg.eigvalsh(reduced).max(axis=1) <= TRAPEZOID_MAX_VAR
-        z, log_w = trapezoid_nodes(k - 1, N_NODES)
-        out[narrow] = _log_average(factor[narrow], centred[narrow], z, log_w, max_bytes)
-    if not narrow.all():
-        wide = np.flatnonzero(~narrow)
+    done = np.zeros(len(mean), dtype=bool)
+
+    def take(rows: np.ndarray, rule) -> None:
+        """Rows' values by ``rule(factor, centred)``; those it leaves NaN stay to do."""
+        if rows.size:
+            values = rule(factor[rows], centred[rows])
+            kept = ~np.isnan(values).any(axis=1)
+            out[rows[kept]] = values[kept]
+            done[rows[kept]] = True
+
+    dim = k - 1
+    if dim <= TRAPEZOID_MAX_DIM:
+        # Two dimensions: the trapezoid rule, as accurate as 64 × 64 nodes (1e-10 up to a
+        # largest variance of 10) on fewer nodes where the rows are narrower.
+        largest = np.linalg.eigvalsh(reduced).max(axis=1)
+        for per_axis, widest in TRAPEZOID_LEVELS:
+            z_tr, log_w = trapezoid_nodes(dim, per_axis**dim)
+            take(
+                np.flatnonzero(~done & (largest <= widest)),
+                lambda f, c, z_tr=z_tr, log_w=log_w: _log_average(f, c, z_tr, log_w, max_bytes),
+            )
+    else:
+        z, w = stroud_nodes(dim)
+        take(
+            np.flatnonzero(spread <= STROUD_MAX_TRACE),
+            lambda f, c: _rule_log_average(f, c, z, w, max_bytes),
+        )
+    if TRAPEZOID_MAX_DIM < dim <= GAUSS_HERMITE_MAX_DIM:
+        for per_axis, widest in GAUSS_HERMITE_LEVELS:
+            z_gh, w_gh = gauss_hermite_nodes(dim, per_axis)
+            take(
+                np.flatnonzero(~done & (spread <= widest)),
+                lambda f, c, z_gh=z_gh, w_gh=w_gh: _rule_log_average(f, c, z_gh, w_gh, max_bytes),
+            )
+    if not done.all():
+        wide = np.flatnonzero(~done)
         factor, centred = factor[wide], centred[wide]
         average = _adaptive_average(factor, centred, tol, max_bytes)
         with np.errstate(divide="ignore"):

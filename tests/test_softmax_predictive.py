@@ -1,0 +1,160 @@
+"""The softmax predictive's rules sized by each row's latent spread: accuracy against
+references on far more nodes, normalization, determinism."""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.special import log_softmax
+
+from vsbayes.models import softmax_predictive as sp_module
+from vsbayes.models.softmax_predictive import (
+    GAUSS_HERMITE_LEVELS,
+    STROUD_MAX_TRACE,
+    TOLERANCE,
+    TRAPEZOID_LEVELS,
+    centred_basis,
+    gauss_hermite_nodes,
+    softmax_predictive_log_proba,
+    stroud_nodes,
+    symmetric_sobol_nodes,
+)
+
+# The narrow rules' error, measured ≤ 0.02 · trace³ (Stroud, ≤ 1.1e-5 at its largest trace)
+# and ≤ 2e-5 for the Gauss–Hermite levels at theirs; this bound has a margin over both.
+NARROW_ERROR = 3e-5
+
+
+def _rows(k, traces, seed):
+    """Rows whose centred covariances have the given traces, half of them with two tied
+    classes (where the softmax curves most), random shapes (eigenvalues spread)."""
+    rng = np.random.default_rng([k, seed])
+    n = len(traces)
+    q = centred_basis(k)
+    a = rng.standard_normal((n, k - 1, k - 1)) * rng.exponential(1.0, (n, 1, k - 1))
+    reduced = a @ np.swapaxes(a, 1, 2)
+    reduced *= (np.asarray(traces) / np.einsum("nii->n", reduced))[:, None, None]
+    cov = q @ reduced @ q.T + 3.0 * np.ones((k, k))  # a common shift changes nothing
+    mean = rng.standard_normal((n, k)) * rng.exponential(1.5, (n, 1))
+    mean[::2, 1] = mean[::2, 0]
+    return mean, cov
+
+
+def _reference(mean, cov, z, w):
+    """``Σ_j w_j softmax(m + factor z_j)`` row by row, float64."""
+    k = mean.shape[1]
+    q = centred_basis(k)
+    out = []
+    for m, c in zip(mean, cov, strict=True):
+        factor = q @ np.linalg.cholesky(q.T @ c @ q)
+        out.append(w @ np.exp(log_softmax(m + z @ factor.T, axis=1)))
+    return np.array(out)
+
+
+def _sobol_reference(mean, cov, n_nodes):
+    z = symmetric_sobol_nodes(mean.shape[1] - 1, n_nodes, seed=12345)
+    return _reference(mean, cov, z, np.full(len(z), 1.0 / len(z)))
+
+
+def test_stroud_rule_is_exact_to_degree_five():
+    for dim in (1, 3, 9):
+        z, w = stroud_nodes(dim)
+        assert len(z) == 2 * dim * dim + 1
+        assert w.sum() == pytest.approx(1.0, abs=1e-14)
+        expected = {0: 1.0, 2: 1.0, 4: 3.0}
+        for powers in itertools.product(range(6), repeat=min(dim, 2)):
+            if sum(powers) > 5:
+                continue
+            value = w @ np.prod(z[:, : len(powers)] ** np.array(powers), axis=1)
+            odd = any(p % 2 for p in powers)
+            truth = 0.0 if odd else np.prod([expected[p] for p in powers])
+            assert value == pytest.approx(truth, abs=1e-12), powers
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_narrow_rows_take_the_degree_five_rule_within_its_bound(k):
+    mean, cov = _rows(k, np.linspace(0.005, STROUD_MAX_TRACE, 8), seed=0)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    reference = _sobol_reference(mean, cov, 2**14)  # smooth integrand: error ≪ 1e-6
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=NARROW_ERROR)
+
+
+def test_four_classes_just_wider_take_gauss_hermite_within_its_bound():
+    traces = np.concatenate(
+        [np.linspace(STROUD_MAX_TRACE * 1.01, level, 4) for _, level in GAUSS_HERMITE_LEVELS]
+    )
+    mean, cov = _rows(4, traces, seed=1)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    reference = _reference(mean, cov, *gauss_hermite_nodes(3, 30))
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=NARROW_ERROR)
+
+
+def test_three_classes_keep_the_trapezoids_accuracy():
+    # Largest variances from 0.05 to 40: the narrower rows take fewer trapezoid nodes, at
+    # the full rule's accuracy (1e-10 up to 3; its own ~1e-5 near 40).
+    rng = np.random.default_rng(3)
+    q = centred_basis(3)
+    largest = np.array([0.05, 0.3, 0.9, 2.5, 8.0, 39.0])
+    a = rng.standard_normal((6, 2, 2))
+    reduced = a @ np.swapaxes(a, 1, 2)
+    reduced *= (largest / np.linalg.eigvalsh(reduced)[:, -1])[:, None, None]
+    cov = q @ reduced @ q.T
+    mean = 2.0 * rng.standard_normal((6, 3))
+    log_p = softmax_predictive_log_proba(mean, cov)
+    t = np.linspace(-9.0, 9.0, 401)
+    w1 = np.exp(-0.5 * t * t)
+    z = np.stack([g.ravel() for g in np.meshgrid(t, t, indexing="ij")], axis=1)
+    w = np.outer(w1, w1).ravel()
+    reference = _reference(mean, cov, z, w / w.sum())
+    error = np.abs(np.exp(log_p) - reference).max(axis=1)
+    assert (error[:4] < 1e-10).all(), error
+    assert (error < 2e-5).all(), error
+    assert TRAPEZOID_LEVELS[-1][1] == 40.0
+
+
+def test_wide_ten_class_rows_meet_the_adaptive_tolerance():
+    mean, cov = _rows(10, [5.0, 40.0], seed=2)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    reference = _sobol_reference(mean, cov, 2**17)
+    # Three estimated standard errors below TOLERANCE (with high probability), and the
+    # reference's own QMC error (~1e-4 on such rows).
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=TOLERANCE + 3e-4)
+
+
+@pytest.mark.parametrize("k", [3, 4, 10])
+def test_probabilities_sum_to_one_and_repeat_exactly(k):
+    mean, cov = _rows(k, np.geomspace(1e-4, 30.0, 12), seed=4)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    np.testing.assert_allclose(np.exp(log_p).sum(axis=1), 1.0, rtol=1e-13)
+    np.testing.assert_array_equal(softmax_predictive_log_proba(mean, cov), log_p)
+    # Any block size gives the same values (to round-off: other GEMM shapes).
+    small = softmax_predictive_log_proba(mean, cov, max_bytes=1.0)
+    np.testing.assert_allclose(small, log_p, rtol=1e-12, atol=1e-12)
+    # A row alone gets the value it gets among others: the rules are chosen row by row.
+    np.testing.assert_allclose(
+        softmax_predictive_log_proba(mean[3:4], cov[3:4]), log_p[3:4], rtol=1e-12, atol=1e-12
+    )
+
+
+def test_tiny_probabilities_of_the_narrow_rule_stay_finite():
+    # A class 700 nats below the others underflows float64's linear sums: log sums.
+    k = 6
+    mean = np.zeros((2, k))
+    mean[0, -1] = -700.0
+    cov = np.broadcast_to(0.001 * np.eye(k), (2, k, k))
+    log_p = softmax_predictive_log_proba(mean, cov)
+    assert np.isfinite(log_p).all()
+    assert log_p[0, -1] == pytest.approx(-700.0 - np.log(k - 1), abs=0.01)
+    np.testing.assert_allclose(np.exp(log_p[1]), 1.0 / k, atol=1e-9)
+
+
+def test_a_signed_rule_marks_the_rows_it_cannot_take():
+    # Weights 2 and -1 on two nodes: a class more likely at the second node gets a negative
+    # "average"; its row is NaN (handed on to the next rule), the other row is kept.
+    z = np.array([[0.0], [1.0]])
+    w = np.array([2.0, -1.0])
+    factor = np.array([[[0.0], [0.0]], [[-10.0], [10.0]]])
+    centred = np.array([[0.0, 0.0], [5.0, -5.0]])
+    logs = sp_module._rule_log_average(factor, centred, z, w, 1e6)
+    np.testing.assert_allclose(np.exp(logs[0]), 0.5, rtol=1e-14)
+    assert np.isnan(logs[1]).all()
