@@ -310,7 +310,10 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
                 # The factor's largest reduction of a cavity variance: λ_max(Lᵀ H L), LLᵀ = Σ.
                 root = chol[rows]
                 reduction = np.linalg.eigvalsh(np.swapaxes(root, 1, 2) @ hess @ root)[:, -1]
-                state.direct[rows[reduction > _DIRECT]] = True
+                # Their moments need more nodes than the Stein form's expectations: one level up.
+                narrowed = rows[reduction > _DIRECT]
+                state.direct[narrowed] = True
+                state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
             new_lam[rows], new_eta[rows], good[rows] = lam, eta, fine
             if at + 1 < _n_levels(rule):
                 state.level[rows[~fine]] = at + 1
