@@ -1,4 +1,5 @@
-"""Expectation propagation for the multinomial logistic (softmax) posterior, with VS site fits.
+"""Expectation propagation for the multinomial logistic (softmax) posterior: sites by VS fits
+or by tilted expectations.
 
 **Sites in the contrast basis.** Observation i's factor ``softmax(f_i)[y_i]^{s_i}`` depends
 on θ through its K latent values ``f_i = Θ x̃_i`` only (Θ the K × w matrix of rows
@@ -15,12 +16,27 @@ digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
 (a weight ``s_i ≥ 1`` is c_i = s_i copies of the factor, power EP, exactly EP on duplicated
-rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian fitted by
-variational sampling to the tilted density ``F^{min(s,1)} × cavity`` — the site fit is
-:func:`~vsbayes.engine.site_fits.fit_sites` on a deterministic rule in r dimensions
-(:class:`~vsbayes.sampling.SymmetricSobol`: whitened, mirrored Sobol nodes, 16 per
-parameter of the fit, at least 256: 1024 for r = 9), its kernel the posterior's latent marginal
-``N(m_i, V_i)`` — and the new site, the fit's natural parameters minus the cavity's.
+rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian with the
+moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
+parameters minus the cavity's. The tilted moments come one of two ways (``sites``):
+
+* **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes): the Gaussian fitted by variational
+  sampling to the tilted density, :func:`~vsbayes.engine.site_fits.fit_sites` on a
+  deterministic rule in r dimensions (:class:`~vsbayes.sampling.SymmetricSobol`: whitened,
+  mirrored Sobol nodes, 16 per parameter of the fit, at least 256: 1024 for r = 9), its
+  kernel the posterior's latent marginal ``N(m_i, V_i)``. Exact for a Gaussian tilted
+  density on any rule, but a fit of (r + 1)(r + 2)/2 parameters: work per row ~K⁶.
+* **Tilted expectations** (more classes): by Stein's identities the tilted mean and
+  covariance of ``F^s × N(μ, Σ)`` are ``μ + Σγ`` and ``Σ − ΣHΣ``, with ``γ = E[∇ log F^s]``
+  and ``H = γγᵀ − E[∇∇F^s / F^s]`` under the tilted density; for the softmax both are
+  linear in E[p] and E[p pᵀ] (p the class probabilities at g), so the site is
+  ``Λ = (I − HΣ)⁻¹H``, ``η = γ + Λ μ_t``. The expectations are self-normalized quadrature on
+  mirrored Sobol nodes mapped through the cavity (weights ``F^s ≤ 1``), 8 nodes per
+  dimension, at least 128: work per row ~K² per node. Where the factor narrows the cavity by
+  more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
+  terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
+  cavity and the latent marginal, with four times the nodes (see D-035).
+
 The new sites are projected on the positive semi-definite cone (a log-concave factor
 gives PSD sites; the fits' round-off need not), damped and mixed by Anderson's
 acceleration in the binary EP's sweep loop (:mod:`~vsbayes.approximations._damped_sweeps`,
