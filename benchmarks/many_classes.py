@@ -11,12 +11,12 @@ and any error (a fit that fails or is refused is recorded, not raised).
 Usage: python benchmarks/many_classes.py [--repeats 3] [--rows 2000] [--features 8] [--out DIR]
 Writes DIR/many_classes.{csv,json,md,png}; DIR defaults to benchmarks/results.
 
-Quick check (K = 3, 10, 20 on 500 rows, one repeat; a few minutes)::
+Quick check (K = 3, 10, 20 on 500 rows, one repeat; a few minutes on an idle machine)::
 
     python benchmarks/many_classes.py --quick
 
-writes to results/cache/many_classes_quick and compares the routes and sweeps with the
-committed results (times are not compared: they follow the machine's state).
+writes to results/cache/many_classes_quick (compare its routes and sweeps with the committed
+results; times follow the machine's state).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def run_case(k: int, d: int, m: int, repeats: int) -> list[dict]:
                 continue
             times[name].append(seconds)
             info[name] = {
-                "route": getattr(est, "strategy_", None) or name,
+                "route": str(np.ravel(getattr(est, "strategy_", [name]))[0]),
                 "n_iter": int(np.max(est.n_iter_)),
                 "warnings": len(caught),
             }
