@@ -309,3 +309,22 @@ def test_memory_guard_refuses_before_the_sweeps(twenty_classes, monkeypatch):
     monkeypatch.setattr(_memory, "memory_limit", lambda: 0.5 * nbytes)
     with pytest.raises(MemoryLimitError, match=r"20 classes.*OneVsRestClassifier"):
         softmax_ep(twenty_classes)
+
+
+def test_estimator_refuses_the_multinomial_ep_before_its_sweeps(monkeypatch):
+    """EPLogisticRegression.fit with a memory limit that Laplace's estimate meets and EP's
+    does not: MemoryLimitError from the fit (not numpy's MemoryError, no Laplace fallback)."""
+    from vsbayes import EPLogisticRegression, _memory
+    from vsbayes.exceptions import MemoryLimitError
+
+    X, y, model = problem(7, m=30, k=4)
+    ep_bytes, _ = ep_module.softmax_ep_cost(
+        SoftmaxGLMPosterior(X, y, np.ones(30), 4, prior_var=1.0, intercept_prior_var=1e6)
+    )
+    laplace_bytes = 3 * 8.0 * model.dim**2 + 8.0 * 30 * (3 * 16 + 16) + _memory.block_bytes()
+    limit = 0.5 * (laplace_bytes + ep_bytes)
+    assert laplace_bytes < limit < ep_bytes
+    monkeypatch.setattr(ep_module, "_new_sites", lambda *a, **k: pytest.fail("a sweep started"))
+    monkeypatch.setattr(_memory, "memory_limit", lambda: limit)
+    with pytest.raises(MemoryLimitError, match="expectation propagation of 30 rows"):
+        EPLogisticRegression().fit(X, y)
