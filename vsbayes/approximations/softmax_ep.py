@@ -751,9 +751,14 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
     mean, cov, half_log_det, linear = post
     v_mean, v_cov = contrast.latent(mean, cov)
     cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam, eta, copies)
-    log_z, _, _, good = _sites(
-        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
-    )
+    # A row whose tilted moments come out improper here has been moved up a rule level
+    # (or to the nodes' own moments) by the pass itself: it is tried again, as a sweep would.
+    for _ in range(_n_levels(rule)):
+        log_z, _, _, good = _sites(
+            model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
+        )
+        if (ok & good).all() or state.rules is not None:
+            break
     if not (ok & good).all():
         raise EstimationError(
             f"{int((~(ok & good)).sum())} of the final expectation-propagation cavities or "
