@@ -1,4 +1,5 @@
-"""Expectation propagation for the multinomial logistic (softmax) posterior, with VS site fits.
+"""Expectation propagation for the multinomial logistic (softmax) posterior: sites by VS fits
+or by tilted expectations.
 
 **Sites in the contrast basis.** Observation i's factor ``softmax(f_i)[y_i]^{s_i}`` depends
 on θ through its K latent values ``f_i = Θ x̃_i`` only (Θ the K × w matrix of rows
@@ -15,12 +16,27 @@ digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
 (a weight ``s_i ≥ 1`` is c_i = s_i copies of the factor, power EP, exactly EP on duplicated
-rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian fitted by
-variational sampling to the tilted density ``F^{min(s,1)} × cavity`` — the site fit is
-:func:`~vsbayes.engine.site_fits.fit_sites` on a deterministic rule in r dimensions
-(:class:`~vsbayes.sampling.SymmetricSobol`: whitened, mirrored Sobol nodes, 16 per
-parameter of the fit, at least 256: 1024 for r = 9), its kernel the posterior's latent marginal
-``N(m_i, V_i)`` — and the new site, the fit's natural parameters minus the cavity's.
+rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian with the
+moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
+parameters minus the cavity's. The tilted moments come one of two ways (``sites``):
+
+* **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes): the Gaussian fitted by variational
+  sampling to the tilted density, :func:`~vsbayes.engine.site_fits.fit_sites` on a
+  deterministic rule in r dimensions (:class:`~vsbayes.sampling.SymmetricSobol`: whitened,
+  mirrored Sobol nodes, 16 per parameter of the fit, at least 256: 1024 for r = 9), its
+  kernel the posterior's latent marginal ``N(m_i, V_i)``. Exact for a Gaussian tilted
+  density on any rule, but a fit of (r + 1)(r + 2)/2 parameters: work per row ~K⁶.
+* **Tilted expectations** (more classes): by Stein's identities the tilted mean and
+  covariance of ``F^s × N(μ, Σ)`` are ``μ + Σγ`` and ``Σ − ΣHΣ``, with ``γ = E[∇ log F^s]``
+  and ``H = γγᵀ − E[∇∇F^s / F^s]`` under the tilted density; for the softmax both are
+  linear in E[p] and E[p pᵀ] (p the class probabilities at g), so the site is
+  ``Λ = (I − HΣ)⁻¹H``, ``η = γ + Λ μ_t``. The expectations are self-normalized quadrature on
+  mirrored Sobol nodes mapped through the cavity (weights ``F^s ≤ 1``), 8 nodes per
+  dimension, at least 128: work per row ~K² per node. Where the factor narrows the cavity by
+  more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
+  terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
+  cavity and the latent marginal, with four times the nodes (see D-045).
+
 The new sites are projected on the positive semi-definite cone (a log-concave factor
 gives PSD sites; the fits' round-off need not), damped and mixed by Anderson's
 acceleration in the binary EP's sweep loop (:mod:`~vsbayes.approximations._damped_sweeps`,
@@ -41,7 +57,7 @@ from scipy.linalg import cho_solve
 from scipy.linalg.lapack import dpotri
 
 from .._blas import block_slices, map_blocks, single_blas_thread
-from .._memory import block_bytes
+from .._memory import block_bytes, check_memory, format_bytes
 from ..engine.site_fits import fit_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
@@ -49,12 +65,13 @@ from ..models.latent import row_moments
 from ..models.softmax import SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
+from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
 from .softmax_laplace import check_softmax_size, softmax_laplace
 
-__all__ = ["softmax_ep"]
+__all__ = ["MAX_FITTED_CLASSES", "check_softmax_ep_size", "softmax_ep", "softmax_ep_cost"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -172,6 +189,265 @@ class _Contrast:
         return theta, 0.5 * (full + full.T)
 
 
+def _rule_nodes(rule: SamplingRule | None, r: int, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
+    nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only)."""
+    if rule is None:
+        n = _DEFAULT_NODES(r) << (2 * level)
+        return symmetric_sobol_nodes(r, n, SOBOL_SEED), np.full(n, -math.log(n))
+    if isinstance(rule, SymmetricSobol):
+        n = rule.n_points(r) << (2 * level)
+        return rule.standard_normal(n, r, None)
+    return rule.standard_normal(rule.n_points(r), r, None)
+
+
+class _RowState:
+    """How the sites are found: ``rules`` for VS fits (None: tilted moments), and per row
+    the rule level and whether it takes the nodes' own moments — raised, never lowered, so
+    that the sweep stays one fixed map once the rows have settled."""
+
+    def __init__(self, m: int, rules: list[SamplingRule] | None = None):
+        self.rules = rules
+        self.level = np.zeros(m, dtype=int)
+        self.direct = np.zeros(m, dtype=bool)
+
+
+def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
+    """Every row's new site for one copy of its factor: ``(log Z, Λ, η, found)`` by the
+    method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`)."""
+    if state.rules is not None:
+        return _vs_sites(
+            model, q, v_mean, v_cov, cav_prec, cav_lin, power, state.rules, state.level, ok
+        )
+    return _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok)
+
+
+#: Most classes whose sites are VS fits by default; more classes take tilted moments.
+MAX_FITTED_CLASSES = 10
+
+
+#: Rows whose cavity the factor narrows by more than this fraction of a variance, in some
+#: direction (the largest eigenvalue of Σ H), take the nodes' own tilted moments.
+_DIRECT = 0.5
+
+
+def _rule_size(rule: SamplingRule | None, r: int) -> int:
+    """Nodes of the tilted moments' rule at level 0 in r dimensions."""
+    return _DEFAULT_NODES(r) if rule is None else rule.n_points(r)
+
+
+def _n_levels(rule: SamplingRule | None) -> int:
+    return 3 if rule is None or isinstance(rule, SymmetricSobol) else 1
+
+
+def _DEFAULT_NODES(r: int) -> int:
+    """Nodes of the default rule of the tilted moments in r dimensions: 8 per dimension, at
+    least 128, a power of two (the moments are expectations of the smooth softmax, see the
+    module docstring: they need no node per parameter of a quadratic fit)."""
+    wanted = max(_MIN_NODES, 8 * (r + 1))
+    return 1 << math.ceil(math.log2(wanted))
+
+
+_MIN_NODES = 128
+
+
+def _node_bytes(k: int, r: int) -> float:
+    """Bytes of the temporaries of one (row, node) pair of :func:`_tilted_block`."""
+    return 8.0 * (3 * k + 3 * r + 6)
+
+
+def _log_normal(g, mean, chol_inv, log_det_half):
+    """log N(g; mean, L Lᵀ) at the nodes g (b, P, r), given L⁻¹ and log |L|."""
+    # Contiguous operands: NumPy's batched matmul of a transposed view skips BLAS (100×).
+    white = np.matmul(g - mean[:, None, :], np.ascontiguousarray(np.swapaxes(chol_inv, 1, 2)))
+    r = g.shape[2]
+    return (
+        -0.5 * np.einsum("bpa,bpa->bp", white, white) - (log_det_half + 0.5 * r * _LOG_2PI)[:, None]
+    )
+
+
+def _tilted_block(q, y, kernels, power, z, log_w):
+    """Tilted expectations of one block of rows on the nodes ``z``: ``log E[F^s]`` over the
+    cavity, E[p] (b, K) and E[p pᵀ] (b, K, K) under the tilted density ``F^s × cavity``,
+    ``p`` the softmax of the latent values, and (with two kernels) the tilted mean and
+    covariance of g.
+
+    Self-normalized quadrature. ``kernels`` holds ``(mean, L, L⁻¹, log |L|)`` of the cavity
+    alone, whose nodes' weights are ``F^s ≤ 1``; or of the posterior's latent marginal (near
+    the tilted density) and the cavity, on their even mixture, whose weights ``F^s cavity /
+    mixture`` are at most 2: never heavy-tailed, and the nodes still where the tilted mass
+    is when the cavity is far wider (a factor that is nearly a step over it).
+    """
+    points = []
+    b, r = kernels[0][0].shape
+    for mean, chol, _, _ in kernels:
+        # L z for every row and node as one GEMM: (P, r) × (r, b·r).
+        g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
+        g += mean[:, None, :]
+        points.append(g)
+    g = np.concatenate(points, axis=1) if len(points) > 1 else points[0]
+    f = (g.reshape(-1, r) @ q.T).reshape(b, -1, q.shape[0])  # (b, nodes, K)
+    top = f.max(axis=2)
+    chosen = np.take_along_axis(f, y[:, None, None], 2)[..., 0] - top
+    f -= top[..., None]
+    np.exp(f, out=f)
+    total = f.sum(axis=2)
+    f /= total[..., None]  # p, the softmax at each node
+    log_ratio = power[:, None] * (chosen - np.log(total))  # s log F
+    if len(kernels) > 1:
+        log_kernel = [_log_normal(g, mean, inv, half) for mean, _, inv, half in kernels]
+        log_ratio += log_kernel[1] - np.logaddexp(*log_kernel)
+        log_ratio += np.concatenate([log_w, log_w])
+    else:
+        log_ratio += log_w
+    shift = log_ratio.max(axis=1)
+    weight = np.exp(log_ratio - shift[:, None])
+    mass = weight.sum(axis=1)
+    weight /= mass[:, None]
+    expected = np.matmul(weight[:, None, :], f)[:, 0]  # (b, K)
+    second = np.matmul(np.ascontiguousarray(np.swapaxes(f * weight[..., None], 1, 2)), f)
+    if len(kernels) == 1:
+        return shift + np.log(mass), expected, second, None, None
+    g_mean = np.matmul(weight[:, None, :], g)[:, 0]  # (b, r)
+    g -= g_mean[:, None, :]
+    g_cov = np.matmul(np.ascontiguousarray(np.swapaxes(g * weight[..., None], 1, 2)), g)
+    return shift + np.log(mass), expected, second, g_mean, g_cov
+
+
+def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
+    """The moment-matched site of each row ``ok`` (see the module docstring): its precision
+    and linear term for one copy of the factor, the log normalizer of its tilted density
+    over the unnormalized cavity ``exp(−gᵀPg/2 + hᵀg)``, and whether it was found (a
+    proper tilted Gaussian).
+
+    Row i is integrated on the rule at ``state.level[i]``, on the cavity alone or (rows
+    ``state.direct``) on the mixture of it and the posterior's marginal. A row whose tilted
+    covariance comes out improper (too few nodes where the factor, over a wide cavity, is
+    nearly a step) is done again on the next level, which it keeps in the later sweeps;
+    a row that the factor narrows much is ``direct`` from the next sweep on: the sweep
+    stays one fixed map once the rows have settled, which rules chosen afresh at each
+    sweep would not give.
+    """
+    m, r = v_mean.shape
+    k = q.shape[0]
+    log_z = np.full(m, np.nan)
+    expected, second = np.full((m, k), np.nan), np.full((m, k, k), np.nan)
+    g_mean, g_cov = np.full((m, r), np.nan), np.full((m, r, r), np.nan)
+    new_lam, new_eta = np.zeros((m, r, r)), np.zeros((m, r))
+    good = np.zeros(m, dtype=bool)
+    cav_cov = np.broadcast_to(np.eye(r), v_cov.shape).copy()
+    cav_cov[ok] = np.linalg.inv(cav_prec[ok])
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
+    chol = np.linalg.cholesky(cav_cov)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
+    log_norm = 0.5 * np.einsum("ma,ma->m", cav_lin, cav_mean) + log_det_half + 0.5 * r * _LOG_2PI
+    for at in range(_n_levels(rule)):
+        for mixed in (False, True):
+            rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
+            if not rows.size:
+                continue
+            z, log_w = _rule_nodes(rule, r, at)
+            kernels = [(cav_mean[rows], chol[rows], None, log_det_half[rows])]
+            if mixed:
+                root = np.linalg.cholesky(v_cov[rows])
+                kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
+                half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
+                kernels.insert(0, (v_mean[rows], root, np.linalg.inv(root), half))
+
+            def block(part: slice, rows=rows, z=z, log_w=log_w, kernels=kernels) -> None:
+                sites = rows[part]
+                out = _tilted_block(
+                    q,
+                    model.y[sites],
+                    [tuple(None if x is None else x[part] for x in kernel) for kernel in kernels],
+                    power[sites],
+                    z,
+                    log_w,
+                )
+                log_z[sites], expected[sites], second[sites] = out[:3]
+                if out[3] is not None:
+                    g_mean[sites], g_cov[sites] = out[3:]
+
+            nodes = len(z) * len(kernels)
+            cap = max(1, int(block_bytes() // (nodes * _node_bytes(k, r))))
+            with single_blas_thread():
+                map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**24))
+            lam, eta, fine, hess = _matched(
+                q,
+                model.y[rows],
+                expected[rows],
+                second[rows],
+                power[rows],
+                cav_cov[rows],
+                cav_mean[rows],
+                cav_prec[rows],
+            )
+            if mixed:
+                lam, eta, fine = _direct(g_mean[rows], g_cov[rows], cav_prec[rows], cav_lin[rows])
+            else:
+                # Where the factor narrows the cavity much (a step over a wide cavity), the
+                # Stein form's covariance Σ − ΣHΣ is a difference of nearly equal terms:
+                # such rows take the nodes' own tilted moments, from the next sweep on.
+                # The factor's largest reduction of a cavity variance: λ_max(Lᵀ H L), LLᵀ = Σ.
+                root = chol[rows]
+                reduction = np.linalg.eigvalsh(np.swapaxes(root, 1, 2) @ hess @ root)[:, -1]
+                # Their moments need more nodes than the Stein form's expectations: one level up.
+                narrowed = rows[reduction > _DIRECT]
+                state.direct[narrowed] = True
+                state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
+            new_lam[rows], new_eta[rows], good[rows] = lam, eta, fine
+            if at + 1 < _n_levels(rule):
+                state.level[rows[~fine]] = at + 1
+    return log_z + log_norm, new_lam, new_eta, good
+
+
+def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec):
+    """The site (precision, linear term) whose product with the cavity has the tilted
+    density's mean and covariance, from the tilted expectations of the softmax (Stein's
+    identities, see the module docstring), and whether the tilted covariance is proper."""
+    m, k = expected.shape
+    s = power[:, None]
+    rows = np.arange(m)
+    residual = -s * expected
+    residual[rows, y] += power  # E[∇ log F^s] in the latent values: s (e_y − E p)
+    # E[∇∇ F^s / F^s] = s² E[(e_y − p)(e_y − p)ᵀ] − s E[diag p − p pᵀ], and the tilted
+    # covariance is Σ − Σ H Σ with H = γγᵀ − that (γ = E[∇ log F^s]).
+    outer = second.copy()
+    outer[rows, y, :] -= expected
+    outer[rows, :, y] -= expected
+    outer[rows, y, y] += 1.0
+    curvature = (s * expected)[:, :, None] * np.eye(k) - s[..., None] * second
+    h_latent = curvature - (s * s)[..., None] * outer
+    h_latent += residual[:, :, None] * residual[:, None, :]
+    grad = residual @ q  # (m, r)
+    hess = q.T @ h_latent @ q
+    hess = 0.5 * (hess + np.swapaxes(hess, 1, 2))
+    # Proper tilted covariance ⇔ P − H positive definite.
+    fine = np.linalg.eigvalsh(cav_prec - hess)[:, 0] > 0
+    eye = np.eye(q.shape[1])
+    hess = np.where(fine[:, None, None], hess, 0.0)
+    # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
+    # the tilted mean μ_t = Σ (h + γ).
+    lam = np.linalg.solve(eye - hess @ cav_cov, hess)
+    lam = 0.5 * (lam + np.swapaxes(lam, 1, 2))
+    t_mean = cav_mean + np.einsum("mab,mb->ma", cav_cov, grad)
+    eta = grad + np.einsum("mab,mb->ma", lam, t_mean)
+    return lam, np.where(fine[:, None], eta, 0.0), fine, hess
+
+
+def _direct(t_mean, t_cov, cav_prec, cav_lin):
+    """The site from the tilted mean and covariance of the nodes, and whether it is proper."""
+    eigval, eigvec = np.linalg.eigh(t_cov)
+    fine = eigval[:, 0] > 0
+    eigval = np.where(fine[:, None], eigval, 1.0)
+    t_prec = (eigvec / eigval[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
+    lam = t_prec - cav_prec
+    eta = np.einsum("mab,mb->ma", t_prec, t_mean) - cav_lin
+    return np.where(fine[:, None, None], lam, 0.0), np.where(fine[:, None], eta, 0.0), fine
+
+
 def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
     """VS fits of the tilted densities ``F^power × cavity`` of the rows ``ok``: (log Z, mean,
     cov, integrable) per row, NaN where not fitted.
@@ -239,6 +515,20 @@ def _rules(rule: SamplingRule) -> list[SamplingRule]:
     ]
 
 
+def _vs_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok):
+    """:func:`_tilted_sites` by VS fits of the tilted densities (their natural parameters
+    minus the cavity's)."""
+    r = q.shape[1]
+    log_z, t_mean, t_cov, good = _site_fits(
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok
+    )
+    t_prec = np.linalg.inv(np.where(good[:, None, None], t_cov, np.eye(r)))
+    lam = np.where(good[:, None, None], t_prec - cav_prec, 0.0)
+    t_lin = np.einsum("iab,ib->ia", t_prec, np.where(good[:, None], t_mean, 0.0))
+    eta = np.where(good[:, None], t_lin - cav_lin, 0.0)
+    return log_z, lam, eta, good
+
+
 def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
     """The factors' second-order expansions at ``start`` in g = Qᵀf: (Λ, η) per row."""
     _, p = model.probabilities(np.asarray(start, dtype=float))
@@ -253,21 +543,18 @@ def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
     return lam, np.einsum("iab,ib->ia", lam, g) + residual @ q
 
 
-def _new_sites(model, contrast, post, lam, eta, power, rules, level):
-    """One undamped sweep: every site moment-matched to its tilted fit (PSD-projected); a
-    row whose cavity or fit is improper keeps its site."""
+def _new_sites(model, contrast, post, lam, eta, power, rule, state):
+    """One undamped sweep: every site moment-matched to its tilted density (PSD-projected);
+    a row whose cavity or tilted covariance is improper keeps its site."""
     copies = np.maximum(model.sample_weight, 1.0)
-    r = contrast.r
     v_mean, v_cov = contrast.latent(post[0], post[1])
     cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam, eta, copies)
-    _, t_mean, t_cov, good = _site_fits(
-        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok
+    _, site_lam, site_eta, good = _sites(
+        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
     )
     ok &= good
-    t_prec = np.linalg.inv(np.where(ok[:, None, None], t_cov, np.eye(r)))
-    new_lam = np.where(ok[:, None, None], copies[:, None, None] * (t_prec - cav_prec), lam)
-    t_lin = np.einsum("iab,ib->ia", t_prec, np.where(ok[:, None], t_mean, 0.0))
-    new_eta = np.where(ok[:, None], copies[:, None] * (t_lin - cav_lin), eta)
+    new_lam = np.where(ok[:, None, None], copies[:, None, None] * site_lam, lam)
+    new_eta = np.where(ok[:, None], copies[:, None] * site_eta, eta)
     return _psd(new_lam), new_eta
 
 
@@ -300,8 +587,10 @@ def softmax_ep(
     start: np.ndarray | None = None,
     rule: SamplingRule | None = None,
     memory: int = 5,
+    sites: str = "auto",
+    verbose: int = 0,
 ) -> EPResult:
-    """EP approximation of the multinomial logistic posterior, with VS site fits.
+    """EP approximation of the multinomial logistic posterior.
 
     See the module docstring for the algorithm.
 
@@ -320,12 +609,21 @@ def softmax_ep(
         The posterior mode (default: found by :func:`softmax_laplace`); the sites start as
         the factors' second-order expansions there.
     rule : SamplingRule, optional
-        Deterministic rule of the site fits in K − 1 dimensions (default
+        Deterministic rule in K − 1 dimensions of the site fits (default
         ``SymmetricSobol(16)``: 16 nodes per parameter of the fit, at least 256; 1024
-        for 10 classes); a :class:`~vsbayes.sampling.SymmetricSobol` rule is refined 4
-        and 16 times for the sites whose fit is not integrable.
+        for 10 classes) or of the tilted moments (default: mirrored Sobol nodes, 8 per
+        dimension, at least 128); a :class:`~vsbayes.sampling.SymmetricSobol` rule (and
+        the default) is refined 4 and 16 times for the sites it leaves improper.
     memory : int, default=5
         Sweeps mixed by Anderson's acceleration (0: plain damped sweeps).
+    sites : {"auto", "fits", "moments"}, default="auto"
+        How each site is found: ``"fits"``, VS fits of the tilted densities (a quadratic
+        in K − 1 dimensions per row, work growing as K⁴); ``"moments"``, the tilted moments
+        from expectations of the softmax (work growing as K²); ``"auto"``, fits up to
+        :data:`MAX_FITTED_CLASSES` classes, moments above.
+    verbose : int, default=0
+        Print the route and its estimated size before the sweeps, and one line per sweep
+        (its number, site change and damping) when ≥ 1.
 
     Returns
     -------
@@ -340,12 +638,23 @@ def softmax_ep(
         cavities are improper (no evidence estimate). Reaching ``max_iter`` only warns.
     NotPositiveDefiniteError
         If the plain damped sites give a posterior precision that is not positive definite.
+    MemoryLimitError
+        Before any large allocation, if the fit's estimated peak memory
+        (:func:`softmax_ep_cost`) exceeds :func:`~vsbayes._memory.memory_limit`.
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
-    check_softmax_size(model)
-    rules = _rules(SymmetricSobol(16) if rule is None else rule)
-    level = np.zeros(model.n_observations, dtype=int)
+    method = _method(model, sites)
+    check_softmax_ep_size(model, sites=method, rule=rule, memory=memory)
+    if verbose:
+        nbytes, work = softmax_ep_cost(model, sites=method, rule=rule, memory=memory)
+        print(
+            f"[softmax EP] {model.n_observations} rows, {model.n_classes} classes, sites by "
+            f"{'VS fits' if method == 'fits' else 'tilted moments'}: about "
+            f"{format_bytes(nbytes)} and {work:.2g} multiply-adds per sweep"
+        )
+    rules = _rules(SymmetricSobol(16) if rule is None else rule) if method == "fits" else None
+    state = _RowState(model.n_observations, rules)
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
@@ -358,7 +667,7 @@ def softmax_ep(
         return sites[:n_lam].reshape(m, r, r), sites[n_lam:].reshape(m, r)
 
     def update(post, sites):
-        new_lam, new_eta = _new_sites(model, contrast, post, *split(sites), power, rules, level)
+        new_lam, new_eta = _new_sites(model, contrast, post, *split(sites), power, rule, state)
         return np.concatenate([new_lam.ravel(), new_eta.ravel()])
 
     def project(sites, extrapolated):
@@ -368,7 +677,7 @@ def softmax_ep(
             sites[:n_lam] = _psd(sites[:n_lam].reshape(m, r, r)).ravel()
         return sites
 
-    store = ArraySites(
+    store = (_VerboseSites if verbose else ArraySites)(
         np.concatenate([lam.ravel(), eta.ravel()]),
         update,
         lambda sites: contrast.posterior(*split(sites)),
@@ -377,14 +686,127 @@ def softmax_ep(
     )
     run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
     post, (lam, eta) = run.posterior, split(store.sites)
-    log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level)
+    log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state)
     mean, cov = contrast.to_theta(post[0], post[1])
     return EPResult(
         mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change
     ).with_sites(EPSites(lam, eta, "contrast"))
 
 
-def _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level) -> float:
+class _VerboseSites(ArraySites):
+    """The sites' array, printing each sweep as it ends (scikit-learn's verbose style)."""
+
+    n_sweeps = 0
+
+    def sweep(self, post, damping: float) -> float:
+        change = super().sweep(post, damping)
+        self.n_sweeps += 1
+        print(f"[softmax EP] sweep {self.n_sweeps}: site change {change:.3g}, damping {damping:g}")
+        return change
+
+
+def _method(model: SoftmaxGLMPosterior, sites: str) -> str:
+    """``"fits"`` or ``"moments"``: the method of ``sites`` for this model."""
+    if sites not in ("auto", "fits", "moments"):
+        raise ValueError(f"sites must be 'auto', 'fits' or 'moments'; got {sites!r}.")
+    if sites == "auto":
+        return "fits" if model.n_classes <= MAX_FITTED_CLASSES else "moments"
+    return sites
+
+
+def softmax_ep_cost(
+    model: SoftmaxGLMPosterior,
+    *,
+    sites: str = "auto",
+    rule: SamplingRule | None = None,
+    memory: int = 5,
+) -> tuple[float, float]:
+    """Estimated peak bytes and multiply-adds per sweep of :func:`softmax_ep` on ``model``.
+
+    The bytes count the sites as the sweeps hold them (current, candidate, best, the
+    change's scale and residual, Anderson's ``2 · memory`` differences), the rows' latent
+    and cavity moments, the dense posterior of the contrasts and θ's covariance, and the
+    largest site computation's temporaries (a block of rows, at least one row on the
+    finest rule, with the VS fits' Hessian products). The work is one sweep's: the
+    posterior's Gram matrices, factorization and inverse, the rows' latent moments and the
+    site computations at the base rule. Both are for route choices and guards, within a
+    factor of about two.
+
+    Parameters
+    ----------
+    model : SoftmaxGLMPosterior
+    sites : {"auto", "fits", "moments"}, default="auto"
+    rule : SamplingRule, optional
+    memory : int, default=5
+
+    Returns
+    -------
+    nbytes : float
+    work : float
+    """
+    method = _method(model, sites)
+    m, k = model.n_observations, model.n_classes
+    r, w = k - 1, model.n_features + int(model.fit_intercept)
+    n_sites = m * (r * r + r)
+    held = 8.0 * n_sites * (8 + 2 * memory)  # the sweeps' copies of the sites
+    held += 8.0 * m * (14 * r * r + 2 * k * k + 8 * r)  # latent, cavity, new sites, eigh
+    held += 8.0 * (4 * (r * w) ** 2 + 3 * model.dim**2)  # posterior of B; θ's covariance
+    if method == "fits":
+        fit_rule = SymmetricSobol(16) if rule is None else rule
+        nodes = fit_rule.n_points(r)
+        n_params = (r + 1) * (r + 2) // 2
+        finest = nodes * 16 if isinstance(fit_rule, SymmetricSobol) else nodes
+        # One site on the finest rule: its points' arrays and the Hessian's products of
+        # pairs of features (n(n + 1)/2 per node, formed whole), next to the blocks.
+        one_row = 8.0 * finest * (2 * k + 2 * r + 8 + n_params * (n_params + 3) / 2)
+        site_work = m * nodes * (r * k + 3 * n_params**2)
+    else:
+        nodes = _rule_size(rule, r)
+        finest = nodes * 16 if rule is None or isinstance(rule, SymmetricSobol) else nodes
+        one_row = 2 * finest * _node_bytes(k, r)
+        site_work = m * nodes * (r * k + k * k + 4 * k) + m * r**3
+    held += max(float(block_bytes()), one_row)
+    work = m * (r * w) ** 2 * 1.5 + 2 * (r * w) ** 3 / 3 + site_work
+    return held, float(work)
+
+
+def check_softmax_ep_size(
+    model: SoftmaxGLMPosterior,
+    *,
+    sites: str = "auto",
+    rule: SamplingRule | None = None,
+    memory: int = 5,
+) -> None:
+    """Raise :class:`~vsbayes.exceptions.MemoryLimitError` before the multinomial EP starts
+    if its estimated peak memory (:func:`softmax_ep_cost`) exceeds the memory limit.
+
+    Parameters
+    ----------
+    model : SoftmaxGLMPosterior
+    sites : {"auto", "fits", "moments"}, default="auto"
+    rule : SamplingRule, optional
+    memory : int, default=5
+    """
+    check_softmax_size(model)
+    method = _method(model, sites)
+    nbytes, _ = softmax_ep_cost(model, sites=method, rule=rule, memory=memory)
+    k, m = model.n_classes, model.n_observations
+    check_memory(
+        nbytes,
+        f"the multinomial expectation propagation of {m} rows and {k} classes (sites of "
+        f"{k - 1} × {k - 1} per row, by {'VS fits' if method == 'fits' else 'tilted moments'})",
+        "Fit fewer rows or classes, use the Laplace approximation "
+        "(LaplaceLogisticRegression), or fit one-vs-rest binary posteriors with "
+        "sklearn.multiclass.OneVsRestClassifier, whose sites are one-dimensional"
+        + (
+            "; with more than 10 classes, sites='moments' needs far less memory than VS fits."
+            if method == "fits" and k > 3
+            else "."
+        ),
+    )
+
+
+def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -> float:
     """EP's log evidence: each copy's site normalizer, and the Gaussian integral of the
     prior times the sites (the shift part's prior integrates to 1).
 
@@ -396,9 +818,14 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rules, level) 
     mean, cov, half_log_det, linear = post
     v_mean, v_cov = contrast.latent(mean, cov)
     cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam, eta, copies)
-    log_z, _, _, good = _site_fits(
-        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok
-    )
+    # A row whose tilted moments come out improper here has been moved up a rule level
+    # (or to the nodes' own moments) by the pass itself: it is tried again, as a sweep would.
+    for _ in range(_n_levels(rule)):
+        log_z, _, _, good = _sites(
+            model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
+        )
+        if (ok & good).all() or state.rules is not None:
+            break
     if not (ok & good).all():
         raise EstimationError(
             f"{int((~(ok & good)).sum())} of the final expectation-propagation cavities or "

@@ -27,7 +27,7 @@ from 0 stay in the centred subspace (``Σ_k w_k = 0``, ``Σ_k b_k = 0``), where 
 
 from __future__ import annotations
 
-from .._memory import check_memory, format_bytes
+from .._memory import block_bytes, check_memory, format_bytes
 from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
@@ -55,12 +55,16 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
             f"posteriors with sklearn.multiclass.OneVsRestClassifier, whose factorizations "
             f"are of min(features, rows) only."
         )
+    m, k = model.n_observations, model.n_classes
+    # Beside the p × p matrices: the rows' K × K curvatures, formed whole (three arrays of
+    # M K² while the Hessian is assembled), their probabilities, and the Gram blocks' rows.
+    rows = 8.0 * m * (3 * k * k + 4 * k)
     check_memory(
-        3 * 8.0 * p * p,
+        3 * 8.0 * p * p + rows + block_bytes(),
         f"the {p} × {p} Hessian, Cholesky factor and covariance of the multinomial posterior "
         f"({model.n_classes} classes × {model.n_features + int(model.fit_intercept)} "
-        f"parameters)",
-        f"Reduce the number of features (each {p} × {p} matrix takes "
+        f"parameters), with the {m} rows' {k} × {k} curvatures",
+        f"Reduce the number of features or rows (each {p} × {p} matrix takes "
         f"{format_bytes(8.0 * p * p)}), or fit one-vs-rest binary posteriors with "
         f"sklearn.multiclass.OneVsRestClassifier, which need matrices of the features' size "
         f"only.",
