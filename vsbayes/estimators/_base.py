@@ -29,6 +29,7 @@ from .._blas import one_blas_thread
 from .._random import as_generator
 from .._warnings import warn
 from ..approximations import glm_laplace, softmax_laplace
+from ..approximations._glm_gaussian import check_posterior_memory
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import (
     BinaryGLMPosterior,
@@ -314,6 +315,8 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
         try:
+            if n_classes is None:  # sized before the first Newton step
+                check_posterior_memory(model, type(self).__name__)
             laplace = newton(model, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose)
             try:
                 fit = method.fit(model, laplace, rng)
@@ -358,9 +361,17 @@ class BayesianGLMClassifier(PosteriorPrediction, ClassifierMixin, BaseEstimator)
         if method.records_strategy:
             self.strategy_ = np.array([f.strategy for f in fits])
             self.strategy_reason_ = [f.reason for f in fits]
-            self.kl_error_ = np.array([getattr(p, "kl_error", np.nan) for p in posteriors])
+            # A route that stopped at Laplace or EP records them in its fit, a global fit in
+            # its posterior.
+            self.kl_error_ = np.array(
+                [
+                    getattr(f.posterior, "kl_error", np.nan) if f.kl_error is None else f.kl_error
+                    for f in fits
+                ]
+            )
             self.stop_reason_ = np.array(
-                [getattr(p, "stop_reason", None) for p in posteriors], dtype=object
+                [f.stop_reason or getattr(f.posterior, "stop_reason", None) for f in fits],
+                dtype=object,
             )
 
     def _is_multinomial(self) -> bool:
