@@ -214,3 +214,17 @@ def test_the_multinomial_shortcut(capsys):
     model = vsbayes.VSLogisticRegression(random_state=0, verbose=1).fit(X, y)
     assert model.strategy_.tolist() == ["laplace"] and model.kl_error_[0] <= 0.01
     assert "route 'laplace'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("strategy", ["global", "auto", "sites"])
+def test_a_prior_of_1e300_gives_a_valid_posterior_or_a_clear_error(strategy):
+    # Unscaled features: EP's Gaussian overflows; every route falls back to Laplace.
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    est = vsbayes.VSLogisticRegression(C=1e300, strategy=strategy, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vsbayes.exceptions.UnreliableFitWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # EP's tilted moments overflow
+        est.fit(X[:200], y[:200])
+    assert np.isfinite(est.sigma_).all() and np.isfinite(est.coef_).all()

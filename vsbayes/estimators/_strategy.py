@@ -201,6 +201,17 @@ class VSMethod(SamplingMethod):
 
     def _binary(self, model, laplace, rng) -> MethodFit:
         """One binary problem with its rows in memory."""
+        m, p = model.n_observations, model.dim
+        sweep = m * (2.0 * p * p + SITE_WORK) + p**3 / 3.0
+        if self.strategy != "sites":
+            n_samples = self.total_samples(p)
+            pass_work = _design_entries(model) + m * LINK_COST
+            self._say(
+                f"strategy={self.strategy!r}: the global fit plans N={n_samples} points "
+                f"({n_samples * pass_work:.3g} multiply-adds); EP ~{sweep:.3g} per sweep"
+            )
+        else:
+            self._say(f"strategy='sites': EP, ~{sweep:.3g} multiply-adds per sweep")
         if self.strategy == "global":
             self.check_memory(model, self.total_samples(model.dim))
             if self.kernel == "laplace":
@@ -264,6 +275,7 @@ class VSMethod(SamplingMethod):
             reason = "strategy='sites'"
         else:
             n_samples, reason = self._multinomial_samples(model)
+            self._say(reason)
             if n_samples is not None:
                 kernel = self.sampling_kernel(model, laplace, softmax_ep_posterior)
                 return _chose("global", reason, self._global_fit(model, kernel, rng, n_samples))
