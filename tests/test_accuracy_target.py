@@ -45,8 +45,11 @@ def test_a_spent_time_budget_keeps_the_planned_points(data):
 
 def test_site_fits_report_no_sampling_error(data):
     X, y = data
-    est = vsbayes.VSLogisticRegression(strategy="sites", target_kl=1e-3).fit(X, y)
+    est = vsbayes.VSLogisticRegression(strategy="sites", target_kl=1e-3)
+    with pytest.warns(UserWarning, match="target_kl=0.001 not applied"):  # never silently
+        est.fit(X, y)
     assert np.isnan(est.kl_error_).all() and est.stop_reason_.tolist() == [None]
+    assert "not applied" in est.strategy_reason_[0]
 
 
 @pytest.mark.parametrize("name", ["target_kl", "time_budget"])

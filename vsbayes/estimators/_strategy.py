@@ -236,7 +236,7 @@ class VSMethod(SamplingMethod):
         if ep_warnings:
             ep_trouble = f"expectation propagation did not converge: {ep_warnings[0].message}"
         if self.strategy == "sites":
-            return _chose("sites", "strategy='sites'", ep, ep_warnings)
+            return _chose("sites", self._unsampled("strategy='sites'"), ep, ep_warnings)
         # An unconverged EP can sit far from the posterior: not a kernel (see sampling_kernel).
         kernel = ep if ep_trouble is None and self.kernel == "ep" else laplace
         if self.strategy == "global":
@@ -287,7 +287,9 @@ class VSMethod(SamplingMethod):
                     "approximation is kept",
                     laplace.replace(),
                 )
-        return _chose("sites", reason, softmax_ep_posterior(model, laplace, tol=self.tol))
+        return _chose(
+            "sites", self._unsampled(reason), softmax_ep_posterior(model, laplace, tol=self.tol)
+        )
 
     def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
         """strategy="auto": the global fit where affordable, reliable and measurably
@@ -332,6 +334,21 @@ class VSMethod(SamplingMethod):
                 ConvergenceWarning,
             )
         return _chose("sites", reason, ep, ep_warnings, kl_error=predicted, stop_reason=stop)
+
+    def _unsampled(self, reason: str) -> str:
+        """``reason``, saying (and warning) that a target or budget of one's own is not
+        applied: EP's site fits alone have no sampling to extend nor a predicted error."""
+        asked = self._asks_accuracy()
+        if not asked:
+            return reason
+        warn(
+            f"{self.estimator_name}: {asked} not applied: {reason}, and expectation "
+            f"propagation's site fits have no sampling error to reduce (kl_error_ is NaN). "
+            f"Use strategy='global' (or 'auto' on a problem whose global fit is affordable) "
+            f"for a sampled fit that meets a target.",
+            UserWarning,
+        )
+        return f"{reason}; {asked} not applied (EP's site fits are not sampled)"
 
     def _asks_accuracy(self) -> str:
         """What of the user's own asks for accuracy beyond the default's work limits."""
