@@ -141,7 +141,6 @@ class VSMethod(SamplingMethod):
             or target is None
             or not isinstance(self.n_samples, str)  # an N of one's own asks for sampling
             or self.family != "gaussian"
-            or not getattr(model, "rows_in_memory", True)
             or model.n_observations < model.dim  # far from Gaussian; and no p × p pass
         ):
             return None, ""
@@ -193,6 +192,20 @@ class VSMethod(SamplingMethod):
                 ConvergenceWarning,
             )
 
+    def _say_planned_work(self, model) -> None:
+        """The binary routes' planned work, before any of it."""
+        m, p = model.n_observations, model.dim
+        sweep = m * (2.0 * p * p + SITE_WORK) + p**3 / 3.0
+        if self.strategy == "sites":
+            self._say(f"strategy='sites': EP, ~{sweep:.3g} multiply-adds per sweep")
+            return
+        n_samples = self.total_samples(p)
+        pass_work = _design_entries(model) + m * LINK_COST
+        self._say(
+            f"strategy={self.strategy!r}: the global fit plans N={n_samples} points "
+            f"({n_samples * pass_work:.3g} multiply-adds); EP ~{sweep:.3g} per sweep"
+        )
+
     def _say(self, message: str) -> None:
         if self.verbose:
             print(f"{self.estimator_name or 'VSMethod'}: {message}", flush=True)
@@ -201,17 +214,8 @@ class VSMethod(SamplingMethod):
 
     def _binary(self, model, laplace, rng) -> MethodFit:
         """One binary problem with its rows in memory."""
-        m, p = model.n_observations, model.dim
-        sweep = m * (2.0 * p * p + SITE_WORK) + p**3 / 3.0
-        if self.strategy != "sites":
-            n_samples = self.total_samples(p)
-            pass_work = _design_entries(model) + m * LINK_COST
-            self._say(
-                f"strategy={self.strategy!r}: the global fit plans N={n_samples} points "
-                f"({n_samples * pass_work:.3g} multiply-adds); EP ~{sweep:.3g} per sweep"
-            )
-        else:
-            self._say(f"strategy='sites': EP, ~{sweep:.3g} multiply-adds per sweep")
+        if self.verbose:
+            self._say_planned_work(model)
         if self.strategy == "global":
             self.check_memory(model, self.total_samples(model.dim))
             if self.kernel == "laplace":
