@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import vsbayes
+import vsbayes.estimators._strategy as strategy_module
 from vsbayes import n_family_params
+from vsbayes.exceptions import ConvergenceWarning
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +45,11 @@ def test_a_spent_time_budget_keeps_the_planned_points(data):
 
 def test_site_fits_report_no_sampling_error(data):
     X, y = data
-    est = vsbayes.VSLogisticRegression(strategy="sites", target_kl=1e-3).fit(X, y)
+    est = vsbayes.VSLogisticRegression(strategy="sites", target_kl=1e-3)
+    with pytest.warns(UserWarning, match="target_kl=0.001 not applied"):  # never silently
+        est.fit(X, y)
     assert np.isnan(est.kl_error_).all() and est.stop_reason_.tolist() == [None]
+    assert "not applied" in est.strategy_reason_[0]
 
 
 @pytest.mark.parametrize("name", ["target_kl", "time_budget"])
@@ -60,13 +65,19 @@ def test_the_default_target_drives_the_data_rich_global_fit_only(data):
     rng = np.random.default_rng(4)
     X = rng.standard_normal((20_000, 3))
     y = (X @ [1.0, -0.5, 0.3] + rng.logistic(size=20_000) > 0).astype(int)
-    rich = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    gaussian_enough = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert gaussian_enough.strategy_.tolist() == ["laplace"]  # its predicted error ≤ 0.01
+    assert gaussian_enough.stop_reason_.tolist() == ["target_kl"]
+    assert gaussian_enough.kl_error_[0] <= 0.01
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(strategy_module, "SKEW_VALID", 0.0)  # past the Laplace shortcut
+        rich = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
     n = n_family_params(X.shape[1] + 1)
     assert rich.strategy_.tolist() == ["global"] and rich.stop_reason_.tolist() == ["target_kl"]
     assert rich.kl_error_[0] * (1 + 1.2816 * math.sqrt(2 / n)) <= 0.01
-    # Elsewhere "auto" asks nothing: the same fit as without a target.
+    # Elsewhere the global fits get no target: the same fit as without one.
     X, y = data
-    for strategy in ("auto", "global"):
+    for strategy in ("global",):
         default = vsbayes.VSLogisticRegression(strategy=strategy, random_state=0).fit(X, y)
         none = vsbayes.VSLogisticRegression(strategy=strategy, target_kl=None, random_state=0)
         np.testing.assert_array_equal(default.coef_, none.fit(X, y).coef_)
@@ -140,3 +151,29 @@ def test_a_deadline_ends_a_round_between_chunks_with_a_valid_rule():
     np.testing.assert_allclose(draws.x, kernel.unwhiten(draws.z), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(values, log_target(draws.x))
     np.testing.assert_allclose(draws.log_weights, -math.log(39), rtol=1e-12)
+
+
+def test_a_global_fit_short_of_the_target_warns(data):
+    X, y = data
+    est = vsbayes.VSLogisticRegression(strategy="global", target_kl=1e-9, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="short of target_kl=1e-09"):
+        est.fit(X, y)
+    assert est.stop_reason_.tolist() == ["max_samples"] and est.kl_error_[0] > 1e-9
+
+
+def test_the_default_route_honours_a_target_beyond_its_work_limits(data, monkeypatch):
+    # "auto" would keep EP's sites (the global fit beyond its work limit); a target of one's
+    # own runs the global fit anyway, and EP, if kept, gets a predicted error.
+    X, y = data
+    monkeypatch.setattr(strategy_module, "GLOBAL_WORK_LIMIT", 1.0)
+    monkeypatch.setattr(strategy_module.VSMethod, "auto_minimum", 1)
+    monkeypatch.setattr(strategy_module, "SKEW_VALID", 0.0)  # past the Laplace shortcut
+    default = vsbayes.VSLogisticRegression(target_kl=None, random_state=0).fit(X, y)
+    assert default.strategy_.tolist() == ["sites"] and np.isnan(default.kl_error_[0])
+    asked = vsbayes.VSLogisticRegression(target_kl=0.05, time_budget=30.0, random_state=0)
+    asked.fit(X, y)
+    reason = asked.strategy_reason_[0]
+    assert "run anyway for target_kl=0.05 and time_budget=30, from N=240" in reason
+    assert np.isfinite(asked.kl_error_[0])
+    if asked.strategy_[0] == "sites":  # the departure from the global fit plus its error
+        assert asked.stop_reason_[0] in ("target_kl", None)

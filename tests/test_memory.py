@@ -113,3 +113,18 @@ def test_blocks_follow_scikit_learns_working_memory(rng):
         fit = vsbayes.VSLogisticRegression(random_state=0).fit(X, y > 0)
     default = vsbayes.VSLogisticRegression(random_state=0).fit(X, y > 0)
     np.testing.assert_allclose(fit.coef_, default.coef_, rtol=1e-9)
+
+
+def test_a_fit_is_sized_before_its_first_newton_step(rng, monkeypatch):
+    # 50 rows × 400 features: the covariance held three times is ~3.9 MB against 1 MB.
+    import vsbayes.estimators._base as base
+
+    def no_newton(*args, **kwargs):
+        raise AssertionError("Newton's method ran")
+
+    monkeypatch.setattr(_memory, "memory_limit", lambda: 2.0**20)
+    monkeypatch.setattr(base, "glm_laplace", no_newton)
+    X = rng.standard_normal((50, 400))
+    for cls in (vsbayes.VSLogisticRegression, vsbayes.EPProbitRegression):
+        with pytest.raises(MemoryLimitError, match=r"401 × 401 covariance.*three times"):
+            cls().fit(X, X[:, 0] > 0)

@@ -1,5 +1,7 @@
 """The VS estimators' strategy (global fit or VS site fits inside EP), kernels, memory guard."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
@@ -151,6 +153,7 @@ def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatc
         raise AssertionError("EP was run")
 
     monkeypatch.setattr(strategy_module, "ep_posterior", no_ep)
+    monkeypatch.setattr(strategy_module, "SKEW_VALID", 0.0)  # past the Laplace shortcut
     model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
     assert list(model.strategy_) == ["global"]
     assert "rows for n = 10" in model.strategy_reason_[0]
@@ -158,3 +161,71 @@ def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatc
     monkeypatch.setattr(strategy_module, "DATA_RICH", 10**6)
     with pytest.raises(AssertionError, match="EP was run"):
         vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def rich_binary():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((3000, 3))
+    y = (X @ [1.5, -1.0, 0.5] + 0.3 + rng.logistic(size=3000)) > 0
+    return X, y
+
+
+def test_a_gaussian_enough_posterior_stops_at_the_corrected_laplace(rich_binary, monkeypatch):
+    X, y = rich_binary
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a fit beyond Laplace was run")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(strategy_module, "ep_posterior", no_fit)
+        patch.setattr(strategy_module.VSMethod, "draw", no_fit)
+        model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert model.strategy_.tolist() == ["laplace"]
+    assert model.stop_reason_.tolist() == ["target_kl"]
+    assert "skewness" in model.strategy_reason_[0]
+    assert 0 < model.kl_error_[0] <= strategy_module.DEFAULT_TARGET_KL
+    # Its measured error (against a long global fit, whose own error is ~1e-5) stays below
+    # its prediction, and the Laplace approximation itself is farther.
+    reference = vsbayes.VSLogisticRegression(
+        strategy="global", kernel="laplace", n_samples=20_000, random_state=1
+    ).fit(X, y)
+    laplace = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    measured = vsbayes.gaussian.kl_divergence(reference.posteriors_[0], model.posteriors_[0])
+    plain = vsbayes.gaussian.kl_divergence(reference.posteriors_[0], laplace.posteriors_[0])
+    assert measured <= model.kl_error_[0] + 2 * reference.kl_error_[0]
+    assert measured < plain
+
+
+def test_the_shortcut_needs_a_target_it_meets(rich_binary, data):
+    X, y = rich_binary
+    for params in ({"target_kl": None}, {"target_kl": 1e-6}, {"n_samples": 500}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the target 1e-6 may be out of reach
+            model = vsbayes.VSLogisticRegression(random_state=0, **params).fit(X, y)
+        assert model.strategy_[0] != "laplace", params
+    small = vsbayes.VSLogisticRegression(random_state=0).fit(*data)  # 150 rows: skewed
+    assert small.strategy_[0] != "laplace"
+    assert "Laplace approximation's predicted error" in small.strategy_reason_[0]
+
+
+def test_the_multinomial_shortcut(capsys):
+    X, y = make_classification(3000, 3, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
+    model = vsbayes.VSLogisticRegression(random_state=0, verbose=1).fit(X, y)
+    assert model.strategy_.tolist() == ["laplace"] and model.kl_error_[0] <= 0.01
+    assert "route 'laplace'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("strategy", ["global", "auto", "sites"])
+def test_a_prior_of_1e300_gives_a_valid_posterior_or_a_clear_error(strategy):
+    # Unscaled features: EP's Gaussian overflows; every route falls back to Laplace.
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    est = vsbayes.VSLogisticRegression(C=1e300, strategy=strategy, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vsbayes.exceptions.UnreliableFitWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # EP's tilted moments overflow
+        warnings.simplefilter("ignore", vsbayes.exceptions.ConvergenceWarning)
+        est.fit(X[:200], y[:200])
+    assert np.isfinite(est.sigma_).all() and np.isfinite(est.coef_).all()

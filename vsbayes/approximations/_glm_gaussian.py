@@ -41,13 +41,13 @@ from scipy.linalg import cho_solve, solve_triangular
 from scipy.linalg.lapack import dpotri, dtrtri
 
 from .._blas import block_slices, map_blocks, single_blas_thread
-from .._memory import check_memory
+from .._memory import check_memory, format_bytes
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 from ..models.latent import row_variances
 
-__all__ = ["GLMGaussian"]
+__all__ = ["GLMGaussian", "check_posterior_memory"]
 
 _FORMS = ("auto", "primal", "dual")
 # "auto" takes the dual form only beyond this p: below, the primal factorization costs
@@ -373,3 +373,36 @@ def _prior_kernel(design, prior_var: np.ndarray, max_bytes: int) -> np.ndarray:
         part = design[:, j : j + block] * scale[j : j + block]
         kernel += part @ part.T
     return kernel
+
+
+def check_posterior_memory(model, estimator_name: str = "") -> None:
+    """Raise MemoryLimitError before any work if an estimator's fit cannot fit in memory.
+
+    Every route of a binary problem ends with the p × p posterior covariance, held three
+    times at its peak: the approximation's own (cached), its inverse's factor or workspace,
+    and the estimator's ``sigma_``; with more parameters than rows (the dual form), also
+    the M × M kernel, its factor and the M × p spread. The model's own copy of the rows is
+    counted too, as the margin for the rest of the process: checking the covariance alone,
+    at the end, let a 300 × 50,000 fit allocate 18.6 GiB on a 23.5 GiB machine, and refused
+    a 20,000 × 50,000 one after 17 minutes of Newton steps.
+    """
+    design = getattr(model, "design", None)
+    if design is None:  # rows in dask chunks: a p × p Hessian per step, checked there
+        return
+    p, m = model.dim, model.n_observations
+    dense = 3.0 * p * p
+    if p > m:  # the dual form's kernel, factor and solves, and the spread
+        dense += 4.0 * m * m + p * m
+    held = float(design.data.nbytes + design.indices.nbytes) if hasattr(design, "nnz") else 0.0
+    held = held or float(getattr(design, "nbytes", 0))
+    name = f"{estimator_name} " if estimator_name else ""
+    check_memory(
+        8.0 * dense + held,
+        f"the {name}posterior of {p} coefficients from {m} rows (its {p} × {p} covariance, "
+        f"{format_bytes(8.0 * p * p)}, held three times at the peak, and the fit's other "
+        f"dense matrices and rows)",
+        "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
+        "TruncatedSVD / random projection of X): the posterior's memory grows with the "
+        "square of the number of features, and no estimator here has a structured "
+        "(low-rank or sparse) covariance to avoid it.",
+    )

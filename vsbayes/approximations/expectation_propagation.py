@@ -274,6 +274,14 @@ class _BinaryRows:
 
 def _result(run, log_evidence: float) -> EPResult:
     post = run.posterior
+    if not (math.isfinite(log_evidence) and np.isfinite(post.mean).all()):
+        # A vague prior (C = 1e300) on unscaled features: the sites' Gaussian overflows. An
+        # EstimationError, so that the estimators fall back or choose another route.
+        raise EstimationError(
+            f"Expectation propagation gave a non-finite posterior (log evidence "
+            f"{log_evidence:.3g}): the prior is too vague for the scale of the features. "
+            f"Standardize the features (StandardScaler) or use a smaller C."
+        )
     return EPResult(
         post.mean,
         post.cov,

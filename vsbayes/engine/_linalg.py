@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 
+from ..exceptions import DegenerateEstimateError
+
 __all__ = ["flushed_exp", "solve_psd"]
 
 # exp(-300) = 5e-131: its square is still a normal float. Below it, values are set to 0, so
@@ -24,7 +26,19 @@ def solve_psd(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     The matrix is first scaled to unit diagonal (Jacobi), then factored by Cholesky. If it
     is numerically singular, the least-norm solution on its well-determined eigenspace is
     returned instead.
+
+    Raises
+    ------
+    DegenerateEstimateError
+        If the matrix or the right-hand side is not finite (a fit whose points overflowed,
+        e.g. a kernel of variance 1e300 from a prior as vague): an estimation failure the
+        estimators handle, not a linear-algebra one.
     """
+    if not (np.isfinite(matrix).all() and np.isfinite(rhs).all()):
+        raise DegenerateEstimateError(
+            "The fit's curvature is not finite: its points overflowed (a prior too vague for "
+            "the scale of the features?). Standardize the features or use a smaller C."
+        )
     scale = np.sqrt(np.diag(matrix))
     scale[scale == 0.0] = 1.0
     scaled = matrix / np.outer(scale, scale)

@@ -31,6 +31,7 @@ from .._blas import one_blas_thread
 from .._random import as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
+from ..approximations._glm_gaussian import check_posterior_memory
 from ..exceptions import (
     ConvergenceWarning,
     EstimationError,
@@ -515,6 +516,8 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 return MethodFit.prior(Gaussian(prior.mean, prior.cov))
             if self.max_iter == 0:
                 return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
+            if n_classes is None:  # sized before the first Newton step
+                check_posterior_memory(model, type(self).__name__)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
                 try:
@@ -608,9 +611,17 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         if method.records_strategy:
             self.strategy_ = np.array([f.strategy for f in fits])
             self.strategy_reason_ = [f.reason for f in fits]
-            self.kl_error_ = np.array([getattr(p, "kl_error", np.nan) for p in posteriors])
+            # A route that stopped at Laplace or EP records them in its fit, a global fit in
+            # its posterior.
+            self.kl_error_ = np.array(
+                [
+                    getattr(f.posterior, "kl_error", np.nan) if f.kl_error is None else f.kl_error
+                    for f in fits
+                ]
+            )
             self.stop_reason_ = np.array(
-                [getattr(p, "stop_reason", None) for p in posteriors], dtype=object
+                [f.stop_reason or getattr(f.posterior, "stop_reason", None) for f in fits],
+                dtype=object,
             )
 
     def _is_multinomial(self) -> bool:

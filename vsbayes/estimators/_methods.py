@@ -57,6 +57,10 @@ class MethodFit:
     strategy, reason : str or None
         The route taken and why (variational sampling: ``strategy_``,
         ``strategy_reason_``); None for the methods without routes.
+    kl_error, stop_reason : float or str or None
+        The predicted error and why the route stopped where the posterior itself does not
+        carry them (a route that stopped at the Laplace approximation or at EP); None: the
+        posterior's own (``kl_error_``, ``stop_reason_``).
     """
 
     posterior: Gaussian
@@ -64,6 +68,8 @@ class MethodFit:
     fell_back: bool = False
     strategy: str | None = None
     reason: str | None = None
+    kl_error: float | None = None
+    stop_reason: str | None = None
 
     @classmethod
     def fallback(cls, laplace: LaplaceResult) -> MethodFit:

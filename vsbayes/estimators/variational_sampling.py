@@ -200,6 +200,11 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
         posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
         ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
+        Before all of these, ``"auto"`` predicts from the likelihood's skewness at the mode
+        the error of the Laplace approximation with its mean moved by the leading-order
+        correction, and stops there (``strategy_`` "laplace") where that prediction is
+        within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
+        int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
         multinomial posterior), ``"sites"`` is expectation propagation whose sites are
         variational-sampling fits of the (K − 1)-dimensional tilted densities
@@ -286,14 +291,18 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         Feature names, when X has string column names.
     kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
         The predicted error (excess KL, nats) of each posterior that is a global
-        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
+        variational-sampling fit, or where ``strategy="auto"`` stopped at the corrected
+        Laplace approximation (its skewness prediction) or kept EP after comparing it with
+        a global fit (their departure plus that fit's error); NaN for the others.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
-        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
-        the other posteriors.
+        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
+        ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
+        approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
-        The strategy of each binary problem: "global", "sites", or "laplace" where the
-        chosen fit failed (see ``laplace_fallback_``).
+        The strategy of each binary problem: "global", "sites", or "laplace" where
+        ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
+        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
@@ -439,6 +448,11 @@ class VSProbitRegression(VariationalSamplingClassifier):
         paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
         posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
         ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
+        Before all of these, ``"auto"`` predicts from the likelihood's skewness at the mode
+        the error of the Laplace approximation with its mean moved by the leading-order
+        correction, and stops there (``strategy_`` "laplace") where that prediction is
+        within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
+        int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes, each
         one-vs-rest problem is chosen so (the probit has no multinomial form).
     family : {"gaussian", "diagonal"}, default="gaussian"
@@ -520,14 +534,18 @@ class VSProbitRegression(VariationalSamplingClassifier):
         Feature names, when X has string column names.
     kl_error_ : ndarray of shape (1,), (n_classes,) for one-vs-rest
         The predicted error (excess KL, nats) of each posterior that is a global
-        variational-sampling fit; NaN for the others (EP's site fits, Laplace).
+        variational-sampling fit, or where ``strategy="auto"`` stopped at the corrected
+        Laplace approximation (its skewness prediction) or kept EP after comparing it with
+        a global fit (their departure plus that fit's error); NaN for the others.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
-        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``); None for
-        the other posteriors.
+        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
+        ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
+        approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
-        The strategy of each binary problem: "global", "sites", or "laplace" where the
-        chosen fit failed (see ``laplace_fallback_``).
+        The strategy of each binary problem: "global", "sites", or "laplace" where
+        ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
+        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
