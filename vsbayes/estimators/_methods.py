@@ -112,12 +112,19 @@ def ep_posterior(
 
 
 def softmax_ep_posterior(
-    model, laplace, *, tol: float, damping: float = DEFAULT_DAMPING, max_iter: int = 200
+    model,
+    laplace,
+    *,
+    tol: float,
+    damping: float = DEFAULT_DAMPING,
+    max_iter: int = 200,
+    verbose: int = 0,
 ):
     """Multinomial EP (VS fits of the (K − 1)-dimensional sites) from the Laplace sites.
 
     ``tol`` is the estimator's; the sweeps stop at site changes of ``tol / 100``, as the
-    binary :func:`ep_posterior`, but not below :data:`SOFTMAX_EP_MIN_TOL`.
+    binary :func:`ep_posterior`, but not below :data:`SOFTMAX_EP_MIN_TOL`. ``verbose`` ≥ 1
+    prints the route, its size and one line per sweep.
     """
     return softmax_ep(
         model,
@@ -125,6 +132,7 @@ def softmax_ep_posterior(
         tol=max(1e-2 * tol, SOFTMAX_EP_MIN_TOL),
         max_iter=max_iter,
         start=laplace.mean,
+        verbose=verbose,
     )
 
 
@@ -146,6 +154,7 @@ class EPMethod:
     tol: float
     damping: float
     max_iter: int
+    verbose: int = 0
 
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
@@ -155,7 +164,7 @@ class EPMethod:
         if not isinstance(model, SOFTMAX_MODELS):
             posterior = ep_posterior(model, laplace, **options)
         elif rows_in_memory(model):
-            posterior = softmax_ep_posterior(model, laplace, **options)
+            posterior = softmax_ep_posterior(model, laplace, **options, verbose=self.verbose)
         else:
             raise ValueError(
                 "EPLogisticRegression fits more than two classes with the multinomial EP, "

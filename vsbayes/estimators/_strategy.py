@@ -292,7 +292,9 @@ class VSMethod(SamplingMethod):
                     laplace.replace(),
                 )
         return _chose(
-            "sites", self._unsampled(reason), softmax_ep_posterior(model, laplace, tol=self.tol)
+            "sites",
+            self._unsampled(reason),
+            softmax_ep_posterior(model, laplace, tol=self.tol, verbose=self.verbose),
         )
 
     def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
