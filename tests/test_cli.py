@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vsbayes.cli import main
+from vsbayes.cli.compare import REFERENCE_FACTOR
 
 
 def write_csv(path, header, rows):
@@ -258,7 +259,8 @@ def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small
     status, out, _ = run(capsys, *argv, "--plot", str(plot), "--json", str(out_json))
     assert status == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "from EP corrected by 960 = 64n importance draws" in out
+    n = 15  # (p + 1)(p + 2) / 2 with p = 4 parameters
+    assert f"from EP corrected by {REFERENCE_FACTOR * n} = {REFERENCE_FACTOR}n importance" in out
     assert summary_reference_is_sane(json.loads(out_json.read_text())["reference"])
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("method "))
