@@ -9,7 +9,7 @@ and its outcome recorded. A test counts as *exercising the VS estimator* when it
 Laplace priors that vsbayes does not have yet (``penalty="l1"``, ``"elasticnet"``, or
 ``l1_ratio > 0``) are skipped at ``fit`` with the reason; every other keyword runs.
 
-    python benchmarks/sklearn_conformance.py            # about 2-7 min on 2 cores
+    python benchmarks/sklearn_conformance.py            # about 35 s on 2 idle cores
     python benchmarks/sklearn_conformance.py --check    # CI: no test that passed may fail
 
 writes ``benchmarks/results/sklearn_conformance.{json,md}``: the counts, and every failure and
