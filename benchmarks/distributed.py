@@ -197,7 +197,8 @@ def run(n_rows: int, chunk_rows: int, compare: bool, client) -> dict:
         "generate_s": generated,
         "fit_s": seconds,
         "strategy": str(model.strategy_[0]),
-        "n_samples": int(model.posteriors_[0].n_samples),
+        # None where the default stopped before sampling (the data-rich shortcut, D-046).
+        "n_samples": getattr(model.posteriors_[0], "n_samples", None),
         "caller_peak_growth_mb": (memory.peak - memory.base) / 1e6,
         "worker_peak_mb": max(memory.worker_peak) / 1e6,
         "sent_mb": lo / 1e6,
