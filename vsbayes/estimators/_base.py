@@ -308,8 +308,8 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
         starts = self._warm_starts(len(problems), X.shape[1])
-        given = [None] * len(problems)
-        if self.prior is not None:
+        given = [None] * len(problems)  # the prior N(0, C·I) of each problem
+        if self.prior is not None:  # (asked only then: the default fit stays in this file)
             given = self._problem_priors(X.shape[1], problems, self.classes_)
         fits = [
             self._fit_problem(method, X, *problem, weights, rng, priors, start, prior)
