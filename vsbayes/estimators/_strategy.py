@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._memory import memory_limit
-from .._warnings import warn
+from .._warnings import reemit, warn
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
@@ -408,7 +408,7 @@ class VSMethod(SamplingMethod):
             except EstimationError as error:
                 fit, trouble = None, f"the global fit failed: {error}"
         doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
-        _reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
+        reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
         if doubts and trouble is None:
             trouble = f"the global fit was unreliable: {doubts[0].message}"
         return fit, trouble
@@ -481,7 +481,7 @@ class VSMethod(SamplingMethod):
 def _chose(strategy: str, reason: str, posterior, pending_warnings=(), **prediction) -> MethodFit:
     """The record of the route taken; the chosen fit's warnings shown; ``prediction``: the
     ``kl_error`` and ``stop_reason`` of a posterior that does not carry them."""
-    _reemit(pending_warnings)
+    reemit(pending_warnings)
     return MethodFit(posterior, _n_iter(posterior), strategy=strategy, reason=reason, **prediction)
 
 
@@ -496,11 +496,6 @@ def _n_iter(posterior) -> int:
 
 # Warnings that make "auto" distrust a global fit (it then takes the site fits instead).
 _DOUBTS = (UnreliableFitWarning, ConvergenceWarning)
-
-
-def _reemit(caught) -> None:
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _design_entries(model) -> float:
