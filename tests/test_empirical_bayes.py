@@ -1,10 +1,12 @@
-"""C by the evidence: EmpiricalBayesClassifier."""
+"""Prior scales by the evidence: EmpiricalBayesClassifier (one C, or ARD's per feature)."""
 
 import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import load_iris
+from sklearn.metrics import log_loss
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import vsbayes
@@ -84,3 +86,155 @@ def test_parameters_are_checked(data, params, message):
     X, y = data
     with pytest.raises((ValueError, TypeError), match=message):
         EmpiricalBayesClassifier(**params).fit(X, y)
+
+
+# --- automatic relevance determination (scales="ard") -------------------------------------
+
+
+@parametrize_with_checks(
+    [
+        EmpiricalBayesClassifier(
+            vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False, scales="ard", max_iter=2
+        )
+    ]
+)
+def test_sklearn_compatible_ard(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # tiny data, few ARD steps
+        check(estimator)
+
+
+@pytest.fixture(scope="module")
+def sparse_truth():
+    """40 features, 4 relevant: 300 rows to fit, 2000 to test."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2300, 40))
+    coef = np.zeros(40)
+    coef[[3, 11, 20, 31]] = [1.5, -1.2, 1.0, -0.8]
+    y = (X @ coef + rng.logistic(size=2300) > 0).astype(int)
+    return X[:300], y[:300], X[300:], y[300:], coef != 0
+
+
+@pytest.fixture(scope="module")
+def ard_fit(sparse_truth):
+    X, y, *_ = sparse_truth
+    model = EmpiricalBayesClassifier(vsbayes.EPLogisticRegression(), Cs=5, scales="ard")
+    return model.fit(X, y)
+
+
+def test_ard_recovers_the_relevant_features(sparse_truth, ard_fit):
+    X, y, X_test, y_test, truth = sparse_truth
+    support = ard_fit.get_support()
+    # Every relevant feature (|z| ≥ 5 here), and at most one of the 36 irrelevant ones: a
+    # noise feature stays when its |z| exceeds about 2.4 (π ≈ 5/42), 1.6 % of them.
+    assert support[truth].all() and support[~truth].sum() <= 1
+    assert ard_fit.n_features_selected_ == support.sum()
+    assert set(ard_fit.get_support(indices=True)) >= {3, 11, 20, 31}
+    assert ard_fit.transform(X).shape == (300, support.sum())
+    assert np.all(ard_fit.relevance_[truth] > 0.99)
+    np.testing.assert_array_equal(ard_fit.relevance_ > 0.5, support)
+    # Pruned: no coefficient, no prior variance; kept: the estimator's posterior under ARD's.
+    assert np.all(ard_fit.coef_[:, ~support] == 0)
+    assert np.all(ard_fit.prior_variances_[~support] == 0)
+    np.testing.assert_array_equal(ard_fit.coef_[:, support], ard_fit.estimator_.coef_)
+    assert ard_fit.estimator_.n_features_in_ == support.sum()
+    # Against one C for all 40 features, held out: the irrelevant ones only add noise.
+    shared = EmpiricalBayesClassifier(vsbayes.EPLogisticRegression(), Cs=5, refine=False)
+    shared.fit(X, y)
+    assert log_loss(y_test, ard_fit.predict_proba(X_test)) < log_loss(
+        y_test, shared.predict_proba(X_test)
+    )
+
+
+def test_ard_variances_are_the_evidence_fixed_point(sparse_truth, ard_fit):
+    """At convergence each kept variance solves the evidence's stationarity condition
+    1/α_j = m_j² + Σ_jj (the EM form of MacKay's fixed point) under the Laplace posterior
+    with those variances, to ARD's tolerance."""
+    X, y, *_ = sparse_truth
+    kept = ard_fit.get_support()
+    variances = ard_fit.prior_variances_[kept]
+    k = kept.sum()
+    prior = (np.zeros(k + 1), np.r_[variances, 1e6])
+    laplace = vsbayes.LaplaceLogisticRegression(prior=prior).fit(X[:, kept], y)
+    posterior = laplace.posteriors_[0]
+    second_moment = np.asarray(posterior.mean)[:k] ** 2 + np.diag(posterior.cov)[:k]
+    np.testing.assert_allclose(second_moment, variances, rtol=5e-3)
+
+
+def test_ard_one_feature_maximizes_laplaces_evidence():
+    """With one feature, ARD's variance is a shared C: the Laplace evidence's maximum over C,
+    up to the fixed point's neglect of the likelihood curvature's change with the mode."""
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((400, 1))
+    y = (0.7 * X[:, 0] + rng.logistic(size=400) > 0).astype(int)
+    model = EmpiricalBayesClassifier(
+        vsbayes.LaplaceLogisticRegression(), Cs=5, scales="ard", inclusion_prior=0.5
+    ).fit(X, y)
+    (variance,) = model.prior_variances_
+    shared = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=5).fit(X, y)
+    assert variance == pytest.approx(shared.C_, rel=0.05)
+
+
+def test_ard_summary_marks_the_pruned_rows(ard_fit):
+    table = ard_fit.summary()
+    assert list(table.columns[-2:]) == ["relevance", "selected"]
+    assert table["selected"].tolist() == [*ard_fit.support_.tolist(), True]
+    pruned = table.index[:-1][~ard_fit.support_]
+    assert table.attrs["pruned"] == list(pruned)
+    assert (table.loc[pruned, ["mean", "sd"]] == 0).all().all()
+    assert table.loc[pruned, "P(sign)"].isna().all()
+    assert np.isnan(table.loc["(intercept)", "relevance"])
+
+
+def test_ard_multiclass_shares_a_feature_across_classes():
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    rng = np.random.default_rng(0)
+    X = np.hstack([X, rng.standard_normal((150, 16))])  # 16 noise features
+    # Multinomial (the classes' coefficients correlated) and one-vs-rest (independent).
+    for estimator in (vsbayes.LaplaceLogisticRegression(), vsbayes.EPProbitRegression()):
+        model = EmpiricalBayesClassifier(estimator, Cs=5, scales="ard").fit(X, y)
+        # The petal measurements, and at most 3 of the 16 noise features.
+        assert model.support_[2:4].all() and model.support_[4:].sum() <= 3
+        assert model.coef_.shape == (3, 20) and model.predict_proba(X).shape == (150, 3)
+        assert len(model.summary()) == 3 * (20 + 1)
+
+
+def test_ard_on_sparse_input_matches_dense(sparse_truth, ard_fit):
+    X, y, *_ = sparse_truth
+    model = EmpiricalBayesClassifier(vsbayes.EPLogisticRegression(), Cs=5, scales="ard")
+    model.fit(sp.csr_matrix(X), y)
+    np.testing.assert_array_equal(model.support_, ard_fit.support_)
+    np.testing.assert_allclose(model.prior_variances_, ard_fit.prior_variances_, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"scales": "per-feature"}, "scales must be"),
+        ({"scales": "ard", "inclusion_prior": 1.0}, "inclusion_prior must be"),
+        ({"scales": "ard", "inclusion_prior": "bayes"}, "inclusion_prior must be"),
+        ({"scales": "ard", "threshold_lambda": 0.0}, "threshold_lambda"),
+        ({"scales": "ard", "max_iter": 0}, "max_iter"),
+        (
+            {
+                "scales": "ard",
+                "estimator": vsbayes.LaplaceLogisticRegression(prior=(np.zeros(5), np.ones(5))),
+            },
+            "prior must be None",
+        ),
+    ],
+)
+def test_ard_parameters_are_checked(data, params, message):
+    X, y = data
+    with pytest.raises((ValueError, TypeError), match=message):
+        EmpiricalBayesClassifier(**params).fit(X, y)
+
+
+def test_shared_scale_selects_every_feature(data):
+    X, y = data
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), refine=False)
+    model.fit(X, y)
+    assert model.get_support().all() and model.n_features_selected_ == 4
+    np.testing.assert_array_equal(model.prior_variances_, np.full(4, model.C_))
+    assert model.summary()["selected"].all()

@@ -57,9 +57,12 @@ __all__ = [
     "PSISWarning",
     "check_level",
     "check_n_draws",
+    "coefficient_columns",
     "coefficient_table",
     "gaussian_marginals",
     "leave_one_out",
+    "marginals",
+    "marginals_table",
     "proba_interval",
     "sample_proba",
     "to_inference_data",
@@ -194,25 +197,61 @@ def coefficient_table(estimator, level: float = 0.95, feature_names=None):
     """
     level = check_level(level)
     names = _feature_names(estimator, feature_names)
+    return marginals_table(
+        marginals(estimator),
+        names,
+        level,
+        _summary_attrs(estimator, level),
+        multiclass=len(estimator.classes_) > 2,
+        columns=coefficient_columns(estimator),
+    )
+
+
+def coefficient_columns(estimator) -> dict[str, np.ndarray]:
+    """The estimator's own per-coefficient columns of the table (the marks), or none.
+
+    An estimator whose prior says something per coefficient — which features automatic
+    relevance determination kept, a shrinkage prior's relevance of each coefficient —
+    defines ``_coefficient_columns()``: a dict of column name to an array of shape
+    ``(n_rows,)`` or ``(n_problems, n_rows)``, one value per row of each problem's block in
+    the table (its features, then its intercept when fitted; NaN or True where the column
+    does not apply). The table appends them after ``P(sign)``, in the dict's order.
+    """
+    hook = getattr(estimator, "_coefficient_columns", None)
+    return {} if hook is None else dict(hook())
+
+
+def marginals_table(
+    per_problem, names, level: float, attrs: dict, *, multiclass: bool, columns=None
+):
+    """The table of :func:`coefficient_table` from ``(class or None, mean, sd)`` per problem
+    (:func:`marginals`' layout), the feature names, the attrs and the extra ``columns``
+    (see :func:`coefficient_columns`)."""
+    columns = {} if columns is None else columns
     z = _quantile_z(level)
     lower_name, upper_name = _percent(0.5 - 0.5 * level), _percent(0.5 + 0.5 * level)
+    blocks = {
+        name: np.broadcast_to(np.asarray(values), (len(per_problem), len(per_problem[0][1])))
+        for name, values in columns.items()
+    }
     records = []
-    for label, mean, sd in marginals(estimator):
+    for k, (label, mean, sd) in enumerate(per_problem):
         row_names = [*names, INTERCEPT_LABEL][: len(mean)]
         with np.errstate(divide="ignore", invalid="ignore"):
-            sign = np.where(sd > 0, ndtr(np.abs(mean) / sd), 1.0)
+            # A coefficient fixed at 0 (a pruned feature's point-mass prior) has no sign.
+            sign = np.where(sd > 0, ndtr(np.abs(mean) / sd), np.where(mean == 0, np.nan, 1.0))
         for j, name in enumerate(row_names):
-            records.append(
-                (label, name, mean[j], sd[j], mean[j] - z * sd[j], mean[j] + z * sd[j], sign[j])
-            )
-    multiclass = len(estimator.classes_) > 2
-    columns = ["class", "coefficient", "mean", "sd", lower_name, upper_name, "P(sign)"]
-    attrs = _summary_attrs(estimator, level)
+            extra = tuple(block[k, j].item() for block in blocks.values())
+            low, high = mean[j] - z * sd[j], mean[j] + z * sd[j]
+            records.append((label, name, mean[j], sd[j], low, high, sign[j], *extra))
+    names_of_columns = ["class", "coefficient", "mean", "sd", lower_name, upper_name, "P(sign)"]
+    names_of_columns += list(blocks)
     try:
         import pandas as pd
     except ImportError:
-        return _structured_table(records, columns, multiclass, attrs)
-    frame = pd.DataFrame.from_records(records, columns=columns)
+        kinds = ["f8"] * 5 + [block.dtype.str for block in blocks.values()]
+        return _structured_table(records, names_of_columns, multiclass, attrs, kinds)
+    frame = pd.DataFrame.from_records(records, columns=names_of_columns)
     frame = frame.set_index(["class", "coefficient"] if multiclass else "coefficient")
     if not multiclass:
         frame = frame.drop(columns="class")
@@ -229,11 +268,12 @@ class SummaryArray(np.ndarray):
         self.attrs = getattr(obj, "attrs", {})
 
 
-def _structured_table(records, columns, multiclass, attrs):
+def _structured_table(records, columns, multiclass, attrs, kinds):
     label_width = max((len(str(r[0])) for r in records), default=1)
     name_width = max(len(r[1]) for r in records)
     fields = [("class", f"U{label_width}")] if multiclass else []
-    fields += [("coefficient", f"U{name_width}")] + [(c, "f8") for c in columns[2:]]
+    fields += [("coefficient", f"U{name_width}")]
+    fields += [(c, kind) for c, kind in zip(columns[2:], kinds, strict=True)]
     rows = [tuple(r if multiclass else r[1:]) for r in records]
     if multiclass:
         rows = [(str(r[0]), *r[1:]) for r in rows]

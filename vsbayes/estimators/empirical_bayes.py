@@ -1,4 +1,29 @@
-"""C by the evidence (type-II maximum likelihood), not by cross-validation."""
+"""Prior scales by the evidence (type-II maximum likelihood), not by cross-validation: one C
+shared by every feature, or one per feature (automatic relevance determination).
+
+**ARD.** Each feature j gets its own prior variance ``1/α_j``. At the Laplace posterior
+``N(m, Σ)`` under the current ``α``, the data's precision and natural mean of coefficient
+j with its own prior left out are ``s_j = 1/Σ_jj − α_j`` and ``q_j = m_j/Σ_jj``; the log
+evidence as a function of ``α_j`` alone is then
+``ℓ(α_j) = ½[log α_j − log(α_j + s_j) + q_j²/(α_j + s_j)]`` (Tipping & Faul 2003), maximized
+at ``α_j = s_j²/(q_j² − s_j)`` when ``q_j² > s_j`` and at ``α_j = ∞`` (the feature out)
+otherwise, with the gain ``G_j = ½(r − 1 − log r)``, ``r = q_j²/s_j``. This is the fixed
+point of MacKay's update ``α_j = γ_j/m_j²``, ``γ_j = 1 − α_j Σ_jj`` (the relevance vector
+machine's), reached in one jump per Laplace fit instead of geometrically. With several
+classes the K coefficients of feature j share ``α_j``: ``Σ_k ℓ_k(α_j)`` is maximized by
+MacKay's update on the summed ``γ`` and ``m²``.
+
+**Pruning and inclusion.** Type-II maximum likelihood alone keeps every feature with
+``r > 1`` — under no signal ``r`` is about χ²₁, so a third of the irrelevant features.
+Each feature is therefore also in the model or out of it, in with prior probability π:
+its posterior inclusion probability (given the others) is ``expit(G_j + logit π)``,
+``relevance_``, and it is kept while that exceeds ½ (the median probability model). π is
+fixed (½: the plain ARD rule, ``G_j > 0``) or chosen by the evidence too
+(``inclusion_prior="evidence"``: ``(k + 1)/(d + 2)`` for k features kept, the posterior
+mean under a uniform prior on π, which cannot collapse to 0). A pruned feature leaves the
+model for good (as in ``ARDRegression``); a feature whose ``α_j`` exceeds
+``threshold_lambda`` is pruned too.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +32,18 @@ import numbers
 
 import numpy as np
 from scipy.optimize import minimize_scalar
+from scipy.special import expit, logit
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.feature_selection import SelectorMixin
 from sklearn.utils import check_scalar
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning
+from ..models.dask_chunks import is_dask
+from . import _summaries
+from ._base import INTERCEPT_PRIOR_VAR
 from ._registry import LINKS
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
 from .variational_sampling import VSLogisticRegression
@@ -22,6 +53,15 @@ __all__ = ["EmpiricalBayesClassifier"]
 _LAPLACE = {"logistic": LaplaceLogisticRegression, "probit": LaplaceProbitRegression}
 # The refinement stops when the bracket on log10 C is this narrow: C within 1 %.
 _LOG10_TOL = 0.005
+# ARD stops when no feature is pruned and every kept α_j moved by less than this, relatively.
+_ARD_TOL = 1e-3
+# Newton's tolerance of ARD's Laplace fits: the mode to round-off, so that ARD's steps (and
+# where they stop) do not depend on where a looser stopping rule happened to fall.
+_ARD_NEWTON_TOL = 1e-14
+# A shared α_j over the K classes, per ARD step (s and q held fixed: cheap, vectorized over
+# the features): the best of a log grid of α_j / mean_k s_kj, refined by MacKay's iterations.
+_SHARED_ALPHA_GRID = np.linspace(-20.0, 20.0, 161)
+_SHARED_ALPHA_ITERATIONS = 20
 
 
 def _total_evidence(estimator) -> float:
@@ -34,7 +74,7 @@ def _delegate(name: str, summary: str, returns: str):
 
     def method(self, X):
         check_is_fitted(self, "estimator_")
-        return getattr(self.estimator_, name)(X)
+        return getattr(self.estimator_, name)(self._estimator_input(X))
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (
@@ -44,8 +84,8 @@ def _delegate(name: str, summary: str, returns: str):
     return method
 
 
-class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
-    """A vsbayes classifier whose prior scale C maximizes the evidence.
+class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
+    """A vsbayes classifier whose prior scales maximize the evidence: one C, or one per feature.
 
     scikit-learn users choose ``C`` by cross-validation (``GridSearchCV``,
     ``LogisticRegressionCV``: folds × a grid of fits). The Bayesian answer is one curve: the
@@ -56,6 +96,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
     refines it (bounded scalar search on log C, within the bracket, with the estimator's
     ``random_state`` for every fit so that the curve is smooth); the estimator is fitted
     at the chosen ``C_``.
+
+    With ``scales="ard"`` each feature gets its own prior variance, as ``ARDRegression``
+    (automatic relevance determination; see the module docstring): from the grid's best C,
+    Laplace's evidence is maximized over the per-feature variances, features that do not
+    earn their place are pruned, and the estimator is fitted on the features kept under the
+    chosen diagonal Gaussian prior (its ``prior`` parameter). As a feature selector it has
+    ``get_support()`` and ``transform`` (scikit-learn's ``SelectorMixin``).
 
     Parameters
     ----------
@@ -68,26 +115,61 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
         [1e-4, 1e4] (``LogisticRegressionCV``'s convention).
     refine : bool, default=True
         Refine the bracket's maximum with the estimator's own evidence. False keeps the
-        grid's best C (Laplace's evidence).
+        grid's best C (Laplace's evidence). Not used with ``scales="ard"``, whose
+        variances are Laplace's.
+    scales : {"shared", "ard"}, default="shared"
+        One prior variance ``C`` for every coefficient, or one per feature (automatic
+        relevance determination, with pruning). With several classes a feature's
+        variance is shared by its coefficients of every class, so that a feature is kept
+        or pruned as a whole. The intercepts keep their broad prior either way.
+    inclusion_prior : "evidence" or float, default="evidence"
+        With ``scales="ard"``: the prior probability π that a feature is in the model. A
+        feature is kept while its posterior inclusion probability ``relevance_`` exceeds
+        ½. ``"evidence"`` chooses π by the evidence as well (the fraction of features
+        kept, under a uniform prior on π); 0.5 is the plain ARD rule (kept whenever
+        including it raises the evidence), which keeps about a third of the irrelevant
+        features.
+    threshold_lambda : float, default=1e4
+        With ``scales="ard"``: a feature whose prior precision ``1/variance`` exceeds this
+        is pruned (``ARDRegression``'s parameter). Set it for the scale of the features:
+        1e4 is a prior standard deviation of 0.01 per unit of the feature.
+    max_iter : int, default=100
+        With ``scales="ard"``: the most Laplace fits of the per-feature variances; a
+        ``ConvergenceWarning`` if they have not settled.
 
     Attributes
     ----------
     C_ : float
-        The chosen prior scale.
+        The chosen prior scale (with ``scales="ard"``: the grid's best, where ARD starts).
     Cs_ : ndarray of shape (n_Cs,)
         The grid.
     log_evidence_ : ndarray of shape (n_Cs,)
         The Laplace approximation's log evidence on the grid.
     refined_Cs_ : ndarray of shape (n_refined,)
-        The C values at which the estimator's own evidence was computed (increasing).
+        The C values at which the estimator's own evidence was computed (increasing;
+        empty with ``scales="ard"``).
     refined_log_evidence_ : ndarray of shape (n_refined,)
         The estimator's log evidence at ``refined_Cs_``.
+    prior_variances_ : ndarray of shape (n_features_in_,)
+        The prior variance of each feature's coefficients: ``C_`` for all, or ARD's (0 for
+        a pruned feature).
+    relevance_ : ndarray of shape (n_features_in_,)
+        Each feature's posterior probability of being in the model (ARD; for a pruned
+        feature, when it was pruned); all ones with ``scales="shared"``.
+    support_ : ndarray of bool of shape (n_features_in_,)
+        The features in the model (all with ``scales="shared"``).
+    n_features_selected_ : int
+        How many.
+    ard_log_evidence_ : ndarray of shape (n_iter_,)
+        With ``scales="ard"``: Laplace's log evidence at each step (empty otherwise).
+    n_iter_ : int
+        ARD's steps (Laplace fits); with ``scales="shared"``, the estimator's fits.
     estimator_ : estimator
-        The estimator fitted at ``C_``.
+        The estimator fitted at ``C_``, or under ARD's prior on the selected features.
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     coef_, intercept_ : ndarray
-        The fitted estimator's posterior means.
+        The fitted estimator's posterior means (0 for a pruned feature).
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
@@ -96,6 +178,14 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
     See Also
     --------
     sklearn.linear_model.LogisticRegressionCV : C by cross-validation.
+    sklearn.linear_model.ARDRegression : ARD for linear regression.
+
+    Notes
+    -----
+    ARD is the relevance vector machine's classification scheme (Tipping 2001) on the
+    features, with the fast marginal-likelihood updates of Tipping & Faul (2003) and an
+    inclusion prior whose median probability model (Barbieri & Berger 2004) decides the
+    pruning.
 
     Examples
     --------
@@ -109,12 +199,30 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
     ... ).fit(X, y)
     >>> bool(0.01 < model[-1].C_ < 100)
     True
+    >>> ard = EmpiricalBayesClassifier(EPLogisticRegression(), scales="ard")
+    >>> ard = make_pipeline(StandardScaler(), ard).fit(X, y)
+    >>> bool(ard[-1].n_features_selected_ < X.shape[1])
+    True
     """
 
-    def __init__(self, estimator=None, *, Cs=13, refine=True):
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        Cs=13,
+        refine=True,
+        scales="shared",
+        inclusion_prior="evidence",
+        threshold_lambda=1e4,
+        max_iter=100,
+    ):
         self.estimator = estimator
         self.Cs = Cs
         self.refine = refine
+        self.scales = scales
+        self.inclusion_prior = inclusion_prior
+        self.threshold_lambda = threshold_lambda
+        self.max_iter = max_iter
 
     def _grid(self) -> np.ndarray:
         if isinstance(self.Cs, numbers.Integral) and not isinstance(self.Cs, bool):
@@ -127,8 +235,38 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
             )
         return grid
 
+    def _check_ard_params(self, base) -> None:
+        if self.scales not in ("shared", "ard"):
+            raise ValueError(
+                f"scales must be 'shared' (one C for every feature) or 'ard' (one prior "
+                f"variance per feature); got {self.scales!r}."
+            )
+        if self.scales == "shared":
+            return
+        if not (
+            isinstance(self.inclusion_prior, str) and self.inclusion_prior == "evidence"
+        ) and not (
+            isinstance(self.inclusion_prior, numbers.Real)
+            and not isinstance(self.inclusion_prior, bool)
+            and 0.0 < float(self.inclusion_prior) < 1.0
+        ):
+            raise ValueError(
+                f"inclusion_prior must be 'evidence' or a probability strictly between 0 and "
+                f"1 (0.5: plain ARD); got {self.inclusion_prior!r}."
+            )
+        check_scalar(
+            self.threshold_lambda, "threshold_lambda", numbers.Real, min_val=0.0,
+            include_boundaries="neither",
+        )  # fmt: skip
+        check_scalar(self.max_iter, "max_iter", numbers.Integral, min_val=1)
+        if base.get_params().get("prior") is not None:
+            raise ValueError(
+                "With scales='ard' the prior is ARD's (a diagonal Gaussian, passed to the "
+                "estimator's prior parameter): the estimator's own prior must be None."
+            )
+
     def fit(self, X, y, sample_weight=None):
-        """Choose C by the evidence and fit the estimator there.
+        """Choose the prior scale(s) by the evidence and fit the estimator there.
 
         Parameters
         ----------
@@ -153,6 +291,18 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
             )
         grid = self._grid()
         check_scalar(self.refine, "refine", (bool, np.bool_))
+        self._check_ard_params(base)
+        ard = self.scales == "ard"
+        if ard:
+            if is_dask(X):
+                raise ValueError(
+                    "scales='ard' selects columns of X in memory; a dask collection is not "
+                    "supported (use scales='shared', or compute X first)."
+                )
+            X, y = validate_data(
+                self, X, y, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32]
+            )
+            check_classification_targets(y)
         shared = {
             k: v for k, v in base.get_params().items() if k in ("fit_intercept", "class_weight")
         }
@@ -170,6 +320,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
                 f"maximum may lie beyond it. Widen Cs.",
                 ConvergenceWarning,
             )
+        if ard:
+            self.C_ = float(grid[best])
+            self._fit_ard(base, link, shared, X, y, sample_weight)
+            self.refined_Cs_ = np.empty(0)
+            self.refined_log_evidence_ = np.empty(0)
+            self.classes_ = self.estimator_.classes_
+            return self
         fits = {}
 
         def fit_at(c):
@@ -198,13 +355,100 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = self.estimator_.n_features_in_
         if hasattr(self.estimator_, "feature_names_in_"):
             self.feature_names_in_ = self.estimator_.feature_names_in_
+        d = self.n_features_in_
+        self.prior_variances_ = np.full(d, float(self.C_))
+        self.relevance_ = np.ones(d)
+        self.support_ = np.ones(d, dtype=bool)
+        self.n_features_selected_ = d
+        self.ard_log_evidence_ = np.empty(0)
+        self.n_iter_ = len(refined)
         return self
+
+    # --- automatic relevance determination ------------------------------------------------
+
+    def _fit_ard(self, base, link, shared, X, y, sample_weight) -> None:
+        """ARD's per-feature variances from Laplace fits (module docstring), then the
+        estimator on the features kept, under them."""
+        d = X.shape[1]
+        n_classes = len(np.unique(y))
+        fit_intercept = bool(shared.get("fit_intercept", True))
+        by_evidence = isinstance(self.inclusion_prior, str)
+        inclusion = 0.5 if by_evidence else float(self.inclusion_prior)
+        alpha = np.full(d, 1.0 / self.C_)
+        gain = np.zeros(d)  # of each feature's log evidence, at its last step in the model
+        keep = np.ones(d, dtype=bool)
+        evidence, converged = [], False
+        laplace_blocks = n_classes if n_classes > 2 and _LAPLACE[link]._multinomial else 1
+        for _ in range(self.max_iter):
+            kept = np.flatnonzero(keep)
+            prior = _diagonal_prior(1.0 / alpha[kept], laplace_blocks, fit_intercept)
+            fit = _LAPLACE[link](prior=prior, tol=_ARD_NEWTON_TOL, **shared)
+            fit = fit.fit(X[:, kept], y, sample_weight)
+            evidence.append(_total_evidence(fit))
+            s, q = _data_factors(fit, alpha[kept])
+            new_alpha, gain[kept] = _evidence_optimum(s, q, alpha[kept])
+            # In while the posterior inclusion probability expit(G + logit π) exceeds ½, and
+            # the evidence is largest at a finite α_j (at α_j = ∞ the slab is the spike).
+            stays = (gain[kept] > max(-logit(inclusion), 0.0)) & (new_alpha < self.threshold_lambda)
+            if not stays.any():  # an intercept-only model is not fitted: keep the best one
+                stays[np.argmax(gain[kept])] = True
+                new_alpha = np.minimum(new_alpha, self.threshold_lambda)
+                warn(
+                    "No feature is relevant by the evidence; the most relevant one is kept "
+                    "(the estimator needs one). Its prior variance is at most "
+                    "1/threshold_lambda.",
+                    ConvergenceWarning,
+                )
+            moved = np.abs(np.log(new_alpha[stays] / alpha[kept][stays]))
+            alpha[kept] = np.where(stays, new_alpha, np.inf)
+            keep[kept] = stays
+            if by_evidence:  # π's posterior mean under a uniform prior, k of d kept
+                inclusion = (keep.sum() + 1.0) / (d + 2.0)
+            if stays.all() and moved.max(initial=0.0) < _ARD_TOL:
+                converged = True
+                break
+        if not converged:
+            warn(
+                f"ARD's per-feature variances did not settle in max_iter={self.max_iter} "
+                f"Laplace fits. Increase max_iter, or standardize the features.",
+                ConvergenceWarning,
+            )
+        kept = np.flatnonzero(keep)
+        multinomial = n_classes > 2 and getattr(base, "_multinomial", False)
+        prior = _diagonal_prior(1.0 / alpha[kept], n_classes if multinomial else 1, fit_intercept)
+        self.estimator_ = clone(base).set_params(prior=prior).fit(X[:, kept], y, sample_weight)
+        self.prior_variances_ = np.where(keep, 1.0 / alpha, 0.0)
+        # With the final π: π only falls as features leave, so a pruned feature's gain,
+        # below the odds when it left, is below them now (relevance ≤ ½).
+        self.relevance_ = expit(gain + logit(inclusion))
+        self.support_ = keep
+        self.n_features_selected_ = int(kept.size)
+        self.ard_log_evidence_ = np.array(evidence)
+        self.n_iter_ = len(evidence)
+
+    def _get_support_mask(self) -> np.ndarray:
+        check_is_fitted(self, "support_")
+        return self.support_
+
+    def _estimator_input(self, X):
+        """X as the fitted estimator takes it: as given (one C), or its selected columns."""
+        if self.ard_log_evidence_.size == 0:  # fitted with one C: the estimator saw X
+            return X
+        X = validate_data(
+            self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], reset=False
+        )
+        return X[:, self.support_]
 
     @property
     def coef_(self) -> np.ndarray:
-        """Posterior mean of the coefficients of the fitted estimator."""
+        """Posterior mean of the coefficients of the fitted estimator (0 where pruned)."""
         check_is_fitted(self, "estimator_")
-        return self.estimator_.coef_
+        inner = self.estimator_.coef_
+        if self.support_.all():
+            return inner
+        coef = np.zeros((inner.shape[0], self.n_features_in_))
+        coef[:, self.support_] = inner.toarray() if hasattr(inner, "toarray") else inner
+        return coef
 
     @property
     def intercept_(self) -> np.ndarray:
@@ -212,9 +456,60 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "estimator_")
         return self.estimator_.intercept_
 
+    def summary(self, level=0.95):
+        """The fitted estimator's posterior of every coefficient, one row each, with the
+        features' relevance and which are in the model.
+
+        A pruned feature's row has mean and sd 0 (its prior is a point mass at 0).
+
+        Parameters
+        ----------
+        level : float, default=0.95
+            Probability of the credible intervals, in (0, 1).
+
+        Returns
+        -------
+        pandas.DataFrame or numpy structured array
+            The columns of the estimator's ``summary()`` and ``relevance`` (the feature's
+            posterior inclusion probability, ``relevance_``; NaN for the intercept) and
+            ``selected`` (``support_``). Its ``attrs`` are the estimator's, with
+            ``estimator`` this class and ``pruned`` the names of the pruned features.
+        """
+        check_is_fitted(self, "estimator_")
+        level = _summaries.check_level(level)
+        names = getattr(self, "feature_names_in_", None)
+        names = (
+            [str(n) for n in names]
+            if names is not None
+            else [f"x{j}" for j in range(self.n_features_in_)]
+        )
+        inner = self.estimator_
+        per_problem = []
+        for label, mean, sd in _summaries.marginals(inner):
+            full_mean, full_sd = _widened(mean, self.support_), _widened(sd, self.support_)
+            per_problem.append((label, full_mean, full_sd))
+        attrs = _summaries._summary_attrs(inner, level)
+        attrs["estimator"] = type(self).__name__
+        attrs["pruned"] = [n for n, kept in zip(names, self.support_, strict=True) if not kept]
+        return _summaries.marginals_table(
+            per_problem,
+            names,
+            level,
+            attrs,
+            multiclass=len(self.classes_) > 2,
+            columns=self._coefficient_columns(),
+        )
+
+    def _coefficient_columns(self) -> dict:
+        """The marks of the summary's rows (see ``_summaries.coefficient_columns``)."""
+        tail = [bool(self.estimator_.fit_intercept)]
+        relevance = np.concatenate([self.relevance_, [np.nan] * tail[0]])
+        selected = np.concatenate([self.support_, [True] * tail[0]]).astype(bool)
+        return {"relevance": relevance, "selected": selected}
+
     predict_proba = _delegate(
         "predict_proba",
-        "Posterior predictive probabilities of the estimator fitted at ``C_``.",
+        "Posterior predictive probabilities of the fitted estimator.",
         "ndarray of shape (n_samples, n_classes)",
     )
     predict_log_proba = _delegate(
@@ -224,7 +519,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
     )
     decision_function = _delegate(
         "decision_function",
-        "Decision function of the estimator fitted at ``C_``.",
+        "Decision function of the fitted estimator.",
         "ndarray of shape (n_samples,) or (n_samples, n_classes)",
     )
     predict = _delegate(
@@ -240,3 +535,92 @@ class EmpiricalBayesClassifier(ClassifierMixin, BaseEstimator):
         tags.input_tags.sparse = inner.input_tags.sparse
         tags.classifier_tags = inner.classifier_tags
         return tags
+
+
+def _diagonal_prior(variances: np.ndarray, n_blocks: int, fit_intercept: bool):
+    """``(mean, variances)`` of the estimator's ``prior``: the features' variances (one
+    block, or one per class of the multinomial layout ``[W.ravel(), b]``), then the
+    intercepts' broad one."""
+    parts = [np.tile(variances, n_blocks)]
+    if fit_intercept:
+        parts.append(np.full(n_blocks, INTERCEPT_PRIOR_VAR))
+    diagonal = np.concatenate(parts)
+    return np.zeros(diagonal.size), diagonal
+
+
+def _data_factors(fit, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, q)``, (K, n) each: the precisions and natural means of the data's Gaussian
+    factor on each feature's coefficients, their own prior ``N(0, 1/α_j)`` left out, in
+    coordinates where that factor is separable.
+
+    The prior is diagonal, so the posterior marginal of feature j's block of coefficients
+    (one per problem or class) is its prior times that factor: precision
+    ``S_j = Σ_j⁻¹ − α_j I``, natural mean ``h_j = Σ_j⁻¹ m_j``. Binary and one-vs-rest
+    problems are independent, so the block is diagonal and ``s = 1/Σ_jj − α_j``,
+    ``q = m_j/Σ_jj``. The multinomial block is a full K × K (the classes' coefficients are
+    correlated; along their common shift the data say nothing): in the eigenbasis of
+    ``S_j = U diag(λ) Uᵀ`` the evidence in α_j is a sum of one-dimensional terms with
+    ``s = λ``, ``q = Uᵀ h_j``.
+    """
+    posteriors = fit.posteriors_
+    n = alpha.size
+    tiny = np.finfo(float).tiny
+    if not fit._is_multinomial():
+        mean = np.stack([np.asarray(g.mean)[:n] for g in posteriors])
+        var = np.stack([np.diag(np.asarray(g.cov))[:n] for g in posteriors])
+        # A feature the data say nothing about has s ≤ 0 up to round-off: no gain, out.
+        return np.maximum(1.0 / var - alpha, tiny), mean / var
+    posterior = posteriors[0]
+    k = len(fit.classes_)
+    index = np.arange(k)[None, :] * n + np.arange(n)[:, None]  # (n, K): w_kj's position
+    cov = np.asarray(posterior.cov)[index[:, :, None], index[:, None, :]]  # (n, K, K)
+    mean = np.asarray(posterior.mean)[index]  # (n, K)
+    precision = np.linalg.inv(cov)
+    data_precision = precision - alpha[:, None, None] * np.eye(k)
+    natural_mean = np.einsum("jab,jb->ja", precision, mean)
+    values, vectors = np.linalg.eigh(0.5 * (data_precision + np.swapaxes(data_precision, 1, 2)))
+    rotated = np.einsum("jab,ja->jb", vectors, natural_mean)
+    return np.maximum(values, tiny).T, rotated.T
+
+
+def _evidence_optimum(s, q, alpha) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's evidence-maximizing precision α_j (inf: the feature out) and the log
+    evidence it gains over α_j = ∞, from its data factors ``s``, ``q`` (K, n)
+    (:func:`_data_factors`), starting the shared case's iterations at ``alpha`` (n,): see
+    the module docstring."""
+    if s.shape[0] == 1:
+        ratio = (q[0] ** 2) / s[0]
+        relevant = ratio > 1.0
+        optimum = np.full(ratio.shape, np.inf)
+        optimum[relevant] = s[0][relevant] ** 2 / (q[0][relevant] ** 2 - s[0][relevant])
+        gain = np.where(relevant, 0.5 * (ratio - 1.0 - np.log(np.where(relevant, ratio, 1.0))), 0)
+        return optimum, gain
+    # Several classes share α_j: Σ_k ℓ_k(α) has no closed-form maximum. A log grid around
+    # each feature's scale brackets it (the maximum may be α = ∞, or beyond the grid's end,
+    # which the gain's sign and threshold_lambda then settle), MacKay's iterations refine it.
+    scale = s.mean(axis=0)
+    grid = scale[None, :] * np.exp(_SHARED_ALPHA_GRID)[:, None]  # (G, n)
+    optimum = grid[np.argmax(_shared_gain(s, q, grid), axis=0), np.arange(scale.size)]
+    for _ in range(_SHARED_ALPHA_ITERATIONS):
+        denominator = optimum + s
+        gamma = (s / denominator).sum(axis=0)
+        squares = ((q / denominator) ** 2).sum(axis=0)
+        optimum = gamma / np.maximum(squares, np.finfo(float).tiny)
+    gain = _shared_gain(s, q, optimum[None, :])[0]
+    optimum = np.where(gain > 0.0, optimum, np.inf)
+    return optimum, np.maximum(gain, 0.0)
+
+
+def _shared_gain(s, q, alpha) -> np.ndarray:
+    """``Σ_k ℓ_k(α) − Σ_k ℓ_k(∞)`` for each row of ``alpha`` (G, n); ``s``, ``q`` (K, n)."""
+    s, q, alpha = s[None], q[None], alpha[:, None, :]
+    return 0.5 * (-np.log1p(s / alpha) + q**2 / (alpha + s)).sum(axis=1)
+
+
+def _widened(values: np.ndarray, support: np.ndarray) -> np.ndarray:
+    """A problem's (coefficients, then intercept) with zeros at the pruned features."""
+    d = support.size
+    out = np.zeros(d + values.size - int(support.sum()))
+    out[np.flatnonzero(support)] = values[: support.sum()]
+    out[d:] = values[support.sum() :]
+    return out
