@@ -31,7 +31,7 @@ search's, in less time.
 Shrinkage priors (``vsbayes.LaplacePrior``, ``StudentTPrior``, ``HorseshoePrior``) are added
 as rows by appending to ``METHODS`` (see the comment there).
 
-Usage: python benchmarks/feature_selection.py [--seeds 8] [--repeats 3] [--quick]
+Usage: python benchmarks/feature_selection.py [--seeds 5] [--repeats 3] [--quick]
 Writes benchmarks/results/feature_selection.{csv,json,md,png} (``--quick``: 2 seeds, one
 repeat, under results/cache/).
 """
@@ -304,7 +304,7 @@ def figure(rows: list[dict], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2 seeds, 1 repeat, in cache/")
     args = parser.parse_args()

@@ -154,8 +154,11 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         The prior variance of each feature's coefficients: ``C_`` for all, or ARD's (0 for
         a pruned feature).
     relevance_ : ndarray of shape (n_features_in_,)
-        Each feature's posterior probability of being in the model (ARD; for a pruned
-        feature, when it was pruned); all ones with ``scales="shared"``.
+        Each feature's posterior probability of being in the model, given the others
+        (ARD, with the final π; a pruned feature's from its evidence when it left); all
+        ones with ``scales="shared"``. A feature is kept while it exceeds ½, its evidence
+        is largest at a positive variance, and its precision is below
+        ``threshold_lambda``.
     support_ : ndarray of bool of shape (n_features_in_,)
         The features in the model (all with ``scales="shared"``).
     n_features_selected_ : int
@@ -418,8 +421,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         prior = _diagonal_prior(1.0 / alpha[kept], n_classes if multinomial else 1, fit_intercept)
         self.estimator_ = clone(base).set_params(prior=prior).fit(X[:, kept], y, sample_weight)
         self.prior_variances_ = np.where(keep, 1.0 / alpha, 0.0)
-        # With the final π: π only falls as features leave, so a pruned feature's gain,
-        # below the odds when it left, is below them now (relevance ≤ ½).
+        # With the final π, from each feature's last gain. A feature the data say nothing
+        # about (gain 0: its evidence is largest at variance 0) has π, the prior's.
         self.relevance_ = expit(gain + logit(inclusion))
         self.support_ = keep
         self.n_features_selected_ = int(kept.size)
