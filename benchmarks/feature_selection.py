@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from _common import CACHE, RESULTS, machine, machine_line, recorded_warnings, write_csv, write_json
@@ -56,8 +56,7 @@ DESIGNS = {"independent": 0.0, "correlated": 0.5}
 L1_CS = np.logspace(-3, 2, 20)
 
 
-@dataclass
-class Method:
+class Method(NamedTuple):
     """A row of the benchmark: ``make()`` an unfitted estimator, ``support(fitted)`` its
     selected features (a boolean mask over the d features)."""
 

@@ -150,20 +150,20 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         empty with ``scales="ard"``).
     refined_log_evidence_ : ndarray of shape (n_refined,)
         The estimator's log evidence at ``refined_Cs_``.
-    prior_variances_ : ndarray of shape (n_features_in_,)
+    prior_variances_ : ndarray of shape (n_features,)
         The prior variance of each feature's coefficients: ``C_`` for all, or ARD's (0 for
         a pruned feature).
-    relevance_ : ndarray of shape (n_features_in_,)
+    relevance_ : ndarray of shape (n_features,)
         Each feature's posterior probability of being in the model, given the others
         (ARD, with the final π; a pruned feature's from its evidence when it left); all
         ones with ``scales="shared"``. A feature is kept while it exceeds ½, its evidence
         is largest at a positive variance, and its precision is below
         ``threshold_lambda``.
-    support_ : ndarray of bool of shape (n_features_in_,)
+    support_ : ndarray of bool of shape (n_features,)
         The features in the model (all with ``scales="shared"``).
     n_features_selected_ : int
         How many.
-    ard_log_evidence_ : ndarray of shape (n_iter_,)
+    ard_log_evidence_ : ndarray of shape (n_steps,)
         With ``scales="ard"``: Laplace's log evidence at each step (empty otherwise).
     n_iter_ : int
         ARD's steps (Laplace fits); with ``scales="shared"``, the estimator's fits.
