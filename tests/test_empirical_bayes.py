@@ -238,3 +238,59 @@ def test_shared_scale_selects_every_feature(data):
     assert model.get_support().all() and model.n_features_selected_ == 4
     np.testing.assert_array_equal(model.prior_variances_, np.full(4, model.C_))
     assert model.summary()["selected"].all()
+
+
+@pytest.mark.parametrize("n_classes", [1, 3])
+def test_ard_step_maximizes_a_gaussian_evidence(n_classes):
+    """For a Gaussian likelihood factor, where the evidence in α is exact, one ARD step
+    recovers the factor from the posterior and returns the α that maximizes
+    ½[K log α − log det(αI + S) + hᵀ(αI + S)⁻¹h] (a full K × K block S: the multinomial
+    case) and the gain over α = ∞."""
+    from types import SimpleNamespace
+
+    from scipy.optimize import minimize_scalar
+
+    from vsbayes.estimators.empirical_bayes import _data_factors, _evidence_optimum
+
+    rng = np.random.default_rng(n_classes)
+    k, n = n_classes, 4
+    factors = rng.standard_normal((n, k, k + 2))
+    S = np.einsum("jab,jcb->jac", factors, factors)  # (n, K, K), positive definite
+    h = rng.standard_normal((n, k)) * np.array([3.0, 2.0, 0.1, 0.05])[:, None]
+    alpha = np.full(n, 0.7)
+    # The posterior under N(0, 1/α_j) in the multinomial layout [W.ravel()] (no intercept).
+    index = np.arange(k)[None, :] * n + np.arange(n)[:, None]
+    precision = np.zeros((k * n, k * n))
+    natural = np.zeros(k * n)
+    for j in range(n):
+        precision[np.ix_(index[j], index[j])] = S[j] + alpha[j] * np.eye(k)
+        natural[index[j]] = h[j]
+    cov = np.linalg.inv(precision)
+    posterior = SimpleNamespace(mean=cov @ natural, cov=cov)
+    if k == 1:
+        fit = SimpleNamespace(posteriors_=[posterior], _is_multinomial=lambda: False)
+    else:
+        fit = SimpleNamespace(
+            posteriors_=[posterior], _is_multinomial=lambda: True, classes_=np.arange(k)
+        )
+    optimum, gain = _evidence_optimum(*_data_factors(fit, alpha), alpha)
+
+    def evidence(a, j):
+        inverse = np.linalg.inv(a * np.eye(k) + S[j])
+        return 0.5 * (
+            k * np.log(a) - np.linalg.slogdet(a * np.eye(k) + S[j])[1] + h[j] @ inverse @ h[j]
+        )
+
+    for j in range(n):
+        best = minimize_scalar(
+            lambda t, j=j: -evidence(np.exp(t), j),
+            bounds=(-25, 25),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        at_infinity = evidence(1e12, j)
+        if -best.fun - at_infinity > 1e-6:  # an interior maximum
+            assert optimum[j] == pytest.approx(np.exp(best.x), rel=1e-4)
+            assert gain[j] == pytest.approx(-best.fun - at_infinity, rel=1e-6, abs=1e-9)
+        else:  # the evidence is largest at α = ∞: the feature is out
+            assert optimum[j] == np.inf and gain[j] == 0.0

@@ -10,8 +10,10 @@ at ``α_j = s_j²/(q_j² − s_j)`` when ``q_j² > s_j`` and at ``α_j = ∞`` (
 otherwise, with the gain ``G_j = ½(r − 1 − log r)``, ``r = q_j²/s_j``. This is the fixed
 point of MacKay's update ``α_j = γ_j/m_j²``, ``γ_j = 1 − α_j Σ_jj`` (the relevance vector
 machine's), reached in one jump per Laplace fit instead of geometrically. With several
-classes the K coefficients of feature j share ``α_j``: ``Σ_k ℓ_k(α_j)`` is maximized by
-MacKay's update on the summed ``γ`` and ``m²``.
+classes the K coefficients of feature j share ``α_j``; the evidence in ``α_j`` is then a sum
+``Σ_k ℓ_k(α_j)`` over the K one-dimensional factors of the data's K × K factor in its
+eigenbasis (one per problem, one-vs-rest), maximized numerically (:func:`_data_factors`,
+:func:`_evidence_optimum`).
 
 **Pruning and inclusion.** Type-II maximum likelihood alone keeps every feature with
 ``r > 1`` — under no signal ``r`` is about χ²₁, so a third of the irrelevant features.
@@ -20,9 +22,10 @@ its posterior inclusion probability (given the others) is ``expit(G_j + logit π
 ``relevance_``, and it is kept while that exceeds ½ (the median probability model). π is
 fixed (½: the plain ARD rule, ``G_j > 0``) or chosen by the evidence too
 (``inclusion_prior="evidence"``: ``(k + 1)/(d + 2)`` for k features kept, the posterior
-mean under a uniform prior on π, which cannot collapse to 0). A pruned feature leaves the
-model for good (as in ``ARDRegression``); a feature whose ``α_j`` exceeds
-``threshold_lambda`` is pruned too.
+mean under a uniform prior on π, which cannot collapse to 0; it starts at ½). A feature
+whose evidence is largest at ``α_j = ∞`` is out whatever π (its slab is the spike), and so
+is one whose ``α_j`` exceeds ``threshold_lambda``. A pruned feature leaves the model for
+good (as in ``ARDRegression``).
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ _ARD_TOL = 1e-3
 # where they stop) do not depend on where a looser stopping rule happened to fall.
 _ARD_NEWTON_TOL = 1e-14
 # A shared α_j over the K classes, per ARD step (s and q held fixed: cheap, vectorized over
-# the features): the best of a log grid of α_j / mean_k s_kj, refined by MacKay's iterations.
+# the features): the best of a log grid of α_j / mean_k s_kj, refined by Newton's steps.
 _SHARED_ALPHA_GRID = np.linspace(-20.0, 20.0, 161)
-_SHARED_ALPHA_ITERATIONS = 20
+_SHARED_ALPHA_NEWTON_STEPS = 8
 
 
 def _total_evidence(estimator) -> float:
@@ -600,15 +603,22 @@ def _evidence_optimum(s, q, alpha) -> tuple[np.ndarray, np.ndarray]:
         return optimum, gain
     # Several classes share α_j: Σ_k ℓ_k(α) has no closed-form maximum. A log grid around
     # each feature's scale brackets it (the maximum may be α = ∞, or beyond the grid's end,
-    # which the gain's sign and threshold_lambda then settle), MacKay's iterations refine it.
+    # which the gain's sign and threshold_lambda then settle); Newton's steps in log α,
+    # each within one grid step and only where the curve is concave, refine it.
     scale = s.mean(axis=0)
     grid = scale[None, :] * np.exp(_SHARED_ALPHA_GRID)[:, None]  # (G, n)
-    optimum = grid[np.argmax(_shared_gain(s, q, grid), axis=0), np.arange(scale.size)]
-    for _ in range(_SHARED_ALPHA_ITERATIONS):
-        denominator = optimum + s
-        gamma = (s / denominator).sum(axis=0)
-        squares = ((q / denominator) ** 2).sum(axis=0)
-        optimum = gamma / np.maximum(squares, np.finfo(float).tiny)
+    log_alpha = np.log(grid[np.argmax(_shared_gain(s, q, grid), axis=0), np.arange(scale.size)])
+    spacing = _SHARED_ALPHA_GRID[1] - _SHARED_ALPHA_GRID[0]
+    for _ in range(_SHARED_ALPHA_NEWTON_STEPS):
+        a = np.exp(log_alpha)
+        total = a + s
+        first = 0.5 * (1.0 / a - 1.0 / total - q**2 / total**2).sum(axis=0)
+        second = 0.5 * (-1.0 / a**2 + 1.0 / total**2 + 2.0 * q**2 / total**3).sum(axis=0)
+        slope, curvature = a * first, a * first + a**2 * second  # in t = log α
+        concave = curvature < 0.0
+        step = np.where(concave, -slope / np.where(concave, curvature, -1.0), 0.0)
+        log_alpha = log_alpha + np.clip(step, -spacing, spacing)
+    optimum = np.exp(log_alpha)
     gain = _shared_gain(s, q, optimum[None, :])[0]
     optimum = np.where(gain > 0.0, optimum, np.inf)
     return optimum, np.maximum(gain, 0.0)
