@@ -129,9 +129,10 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         With ``scales="ard"``: the prior probability π that a feature is in the model. A
         feature is kept while its posterior inclusion probability ``relevance_`` exceeds
         ½. ``"evidence"`` chooses π by the evidence as well (the fraction of features
-        kept, under a uniform prior on π); 0.5 is the plain ARD rule (kept whenever
-        including it raises the evidence), which keeps about a third of the irrelevant
-        features.
+        kept, under a uniform prior on π, from ½), which helps where there are many
+        features and few relevant; 0.5 is the plain ARD rule (kept whenever including it
+        raises the evidence), which keeps about a third of the irrelevant features. A
+        small value (the expected fraction of relevant features) is stricter.
     threshold_lambda : float, default=1e4
         With ``scales="ard"``: a feature whose prior precision ``1/variance`` exceeds this
         is pruned (``ARDRegression``'s parameter). Set it for the scale of the features:
