@@ -38,7 +38,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from .._blas import blas_thread_count, block_slices, map_blocks, single_blas_thread
-from .._memory import block_bytes, block_length
+from .._memory import block_bytes, block_length, check_memory
 
 __all__ = [
     "IndependentLatents",
@@ -399,13 +399,23 @@ class JointLatents(_RowChunks):
         if cov.shape[0] > k * d:
             index = np.hstack([index, k * d + np.arange(k)[:, None]])
         w = index.shape[1]
+        n_pairs = k * (k - 1) // 2
+        # Σ reordered, its basis change (two steps of K·w² · K w each), and the pairs' blocks
+        # with their side-by-side copy.
+        check_memory(
+            8.0 * (3 * (k * w) ** 2 + 2 * n_pairs * w * w),
+            f"the multinomial predictive's latent blocks ({k} classes × {w} parameters)",
+            "Predict with fewer features or classes, or fit one-vs-rest posteriors.",
+        )
         blocks = cov[np.ix_(index.ravel(), index.ravel())].reshape(k, w, k, w)
         q = self.basis
         centred = np.einsum("ka,kilj,lb->aibj", q, blocks, q, optimize=True)
+        del blocks
         self.upper = np.triu_indices(k - 1)
         pairs = centred[self.upper[0], :, self.upper[1], :]  # (P, w, w)
+        del centred
         self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
-        n_pairs = len(pairs)
+        del pairs
         # (w, P·w): column j of x̃ against every pair's block.
         self.spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2)).reshape(w, -1)
         self.width = w
