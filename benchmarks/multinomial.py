@@ -9,7 +9,8 @@ data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
    scikit-learn's ``LogisticRegression(C)`` timed in the same process as the baseline (median
    of ``--rounds`` rounds, each round timing every method once in turn, LR at the default
    BLAS threads and on one BLAS thread: the faster median, as ``_common.LRBaseline``).
-2. Error against the long NUTS references of ``nuts_softmax_reference.py`` (iris, wine):
+2. Error against the long NUTS references of ``nuts_softmax_reference.py`` (iris, wine,
+   and classes20: 20 classes, 300 rows × 5 features, where the target is also D-051's):
    KL(reference ‖ method) of the reference's moment-matched Gaussian, over Laplace's
    (target for VS: ≤ 0.1), and the largest difference on any training row between the
    method's ``predict_proba`` and the reference's posterior-predictive average (the average
@@ -24,6 +25,8 @@ data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
    and EP posteriors' predictives (``digits_nuts_diagnosis``; needs the ``bench`` extra).
 
 Usage: python benchmarks/multinomial.py [--rounds 3] [--out DIR] [--skip-cv] [--skip-nuts]
+[--cases ...] [--update] (``--update``: rerun only ``--cases`` and keep the committed report's
+other rows and digits sections, e.g. ``--cases classes20 --update``)
 Writes DIR/multinomial.{csv,json,md,png}; DIR defaults to benchmarks/results. The full run
 (digits' C grid and NUTS diagnosis included) takes about an hour and needs the ``bench``
 extra.
@@ -42,6 +45,7 @@ compared: they follow the machine's state).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -63,7 +67,7 @@ from _common import (
     write_json,
 )
 from _high_dim_cases import gaussian_kl
-from nuts_softmax_reference import load_reference
+from nuts_softmax_reference import classes20, load_reference
 from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_validate
@@ -80,7 +84,7 @@ from vsbayes.exceptions import MemoryLimitError
 from vsbayes.models import softmax_predictive_log_proba
 from vsbayes.models.latent import JointLatents
 
-CASES = {"iris": load_iris, "wine": load_wine, "digits": load_digits}
+CASES = {"iris": load_iris, "wine": load_wine, "classes20": classes20, "digits": load_digits}
 METHODS = {
     "LogisticRegression": lambda C: LogisticRegression(C=C),
     "Laplace": lambda C: LaplaceLogisticRegression(C=C),
@@ -422,11 +426,42 @@ def digits_cv_nuts(Cs=(1.0, 10.0), draws: int = 500, chains: int = 2) -> list[di
     return rows
 
 
+def _with_committed(rows, cases):
+    """``rows`` with the committed report's rows of the other cases (in CASES' order), and
+    the committed report's other sections: ``(defaults, cv_rows, diagnosis, cv_nuts,
+    {case: machine line})`` for :func:`write_report` (the digits NUTS diagnosis kept as
+    the committed Markdown's section where the JSON does not hold it)."""
+    committed = json.loads((RESULTS / "multinomial.json").read_text())
+    others = [r for r in committed["rows"] if r["case"] not in cases]
+    order = list(CASES)
+    merged = sorted(others + rows, key=lambda r: order.index(r["case"]))
+    diagnosis = committed.get("digits_nuts_diagnosis")
+    if diagnosis is None:
+        text = (RESULTS / "multinomial.md").read_text()
+        head = "## Digits: the predictive against a NUTS run"
+        if head in text:
+            section = text[text.index(head) :].split("\nMachine:")[0]
+            diagnosis = [*section.rstrip("\n").split("\n"), ""]
+    kept = {r["case"]: machine_line(committed["machine"]) for r in others}
+    return merged, (
+        committed.get("digits_defaults"),
+        committed.get("digits_cv", []),
+        diagnosis,
+        committed.get("digits_cv_nuts", []),
+        kept,
+    )
+
+
 def _fmt(x, spec=".3g") -> str:
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
 
 
-def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()) -> None:
+def write_report(
+    out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=(), kept_cases=None
+) -> None:
+    """The report; ``diagnosis`` is the digits NUTS diagnosis (a dict), or its committed
+    Markdown lines; ``kept_cases`` maps the cases whose rows are the committed report's to
+    that run's machine line."""
     write_csv(out / "multinomial.csv", rows)
     write_json(
         out / "multinomial.json",
@@ -437,10 +472,12 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
             "digits_defaults": defaults,
             "digits_cv": cv_rows,
             "digits_cv_nuts": list(cv_nuts),
+            **({"digits_nuts_diagnosis": diagnosis} if isinstance(diagnosis, dict) else {}),
         },
     )
     lines = [
-        "# The multinomial posterior: time and error per method on iris, wine and digits",
+        "# The multinomial posterior: time and error per method on iris, wine, 20 classes "
+        "and digits",
         "",
         "Produced by `benchmarks/multinomial.py`. Standardized features, C = 1, intercepts "
         "fitted; times are the medians of the rounds, each round timing every method once in "
@@ -454,7 +491,8 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
         "The row *NUTS moments (Gaussian)* is the predictive of the reference's own "
         "moment-matched Gaussian: the closest any Gaussian posterior's predictive can be "
         "expected to come (on wine the posterior is far from Gaussian: KL(NUTS ‖ Laplace) "
-        "≈ 4 nats).",
+        "≈ 4 nats). *classes20*: make_classification, 300 rows × 5 features, 20 classes "
+        "(15 rows a class, 120 parameters; `nuts_softmax_reference.classes20`).",
         "",
         "| case | method | fit (s) | × LR | predict_proba (s) | × LR | strategy "
         "| KL(ref‖·) | / Laplace's | max proba gap | rows > 0.005 | ref. MCSE |",
@@ -468,7 +506,7 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
             f"| {_fmt(r['kl_ref'])} | {_fmt(r['kl_ratio'])} | {_fmt(r['proba_gap'])} | "
             f"{_fmt(r['proba_gap_rows_over_target'], '.0f')} | {_fmt(r['ref_proba_mcse_max'])} |"
         )
-    references = [(case, load_reference(case)) for case in ("iris", "wine")]
+    references = [(case, load_reference(case)) for case in ("iris", "wine", "classes20")]
     references = [(case, ref[3]) for case, ref in references if ref is not None]
     if references:
         lines += [""] + [
@@ -522,7 +560,9 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
         ]
     if cv_nuts and cv_rows:
         lines += _cv_nuts_lines(cv_rows, cv_nuts)
-    if diagnosis:
+    if isinstance(diagnosis, list):  # the committed section, kept by --update
+        lines += diagnosis
+    elif diagnosis:
         lines += [
             "## Digits: the predictive against a NUTS run",
             "",
@@ -541,6 +581,12 @@ def write_report(out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=()
             f"{diagnosis['vs_mean_shift_in_sd_median']:.2f} from the NUTS mean (median, in "
             "the same units): the Laplace Gaussian, centred at the mode, misses the exact "
             "posterior predictive; EP's Gaussian comes close.",
+            "",
+        ]
+    if kept_cases:
+        lines += [
+            f"Rows of {', '.join(kept_cases)} and the digits sections: from the previous "
+            f"run ({next(iter(kept_cases.values()))}); the other rows: this run's.",
             "",
         ]
     lines += [machine_line(info), ""]
@@ -640,12 +686,23 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="iris and wine, compared with the committed CSV"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="rerun only --cases; keep the committed report's other cases and sections",
+    )
     args = parser.parse_args()
     if args.quick:
         args.cases, args.rounds, args.skip_cv, args.skip_nuts = ["iris", "wine"], 1, True, True
         args.out = CACHE / "multinomial_quick"
     info = machine()
     rows = [row for case in args.cases for row in time_and_error(case, args.rounds)]
+    if args.update:
+        rows, kept = _with_committed(rows, args.cases)
+        args.skip_cv = args.skip_nuts = True
+        defaults, cv_rows, diagnosis, cv_nuts, kept_cases = kept
+        write_report(args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts, kept_cases)
+        return
     defaults = digits_defaults() if "digits" in args.cases else None
     print(defaults, flush=True)
     cv_rows = [] if args.skip_cv else digits_cv()

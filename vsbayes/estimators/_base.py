@@ -28,6 +28,7 @@ from sklearn.utils.validation import (
 )
 
 from .._blas import one_blas_thread
+from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
@@ -158,6 +159,32 @@ def _described(option) -> str:
     if option is bool:
         return "True or False"
     return str(option) if isinstance(option, Interval) else repr(option)
+
+
+def _check_route_memory(model, method, estimator_name: str) -> None:
+    """Raise MemoryLimitError before Newton's first step if the method's peak of p × p
+    matrices (its ``peak_covariances``, measured per route) cannot fit in memory.
+
+    ``check_posterior_memory`` counts the three copies every route holds at the end; the
+    routes hold more on the way (the Laplace fit's covariance and factor beside the
+    method's own, the skewness correction's Gram and products, EP's sites): under an
+    address-space limit, a fit sized by the three copies alone ended in NumPy's
+    MemoryError near the limit.
+    """
+    design = getattr(model, "design", None)
+    if design is None:  # rows in dask chunks: checked per step
+        return
+    p = model.dim
+    copies = float(getattr(method, "peak_covariances", 10.0))
+    check_memory(
+        8.0 * copies * p * p,
+        f"the {estimator_name} posterior of {p} coefficients (its method holds about "
+        f"{copies:g} {p} × {p} matrices, {format_bytes(8.0 * p * p)} each, at its peak)",
+        "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
+        "TruncatedSVD / random projection of X), or LaplaceLogisticRegression, which holds "
+        "the fewest such matrices: the posterior's memory grows with the square of the "
+        "number of features.",
+    )
 
 
 class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator):
@@ -518,6 +545,7 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
             if n_classes is None:  # sized before the first Newton step
                 check_posterior_memory(model, type(self).__name__)
+                _check_route_memory(model, method, type(self).__name__)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
                 try:

@@ -142,6 +142,9 @@ class LaplaceMethod:
 
     falls_back: ClassVar[bool] = False
     records_strategy: ClassVar[bool] = False
+    #: p × p matrices a binary fit holds at its peak, Newton's included (measured with
+    #: tracemalloc: 5.1 p² at 2000 × 1000 sparse, 4.0 at 20 × 1500), with a margin.
+    peak_covariances: ClassVar[float] = 6.0
 
     def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
         return MethodFit(laplace, laplace.n_iter)
@@ -158,6 +161,8 @@ class EPMethod:
 
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
+    #: As LaplaceMethod's (measured 8.1 p² at 2000 × 1000 sparse).
+    peak_covariances: ClassVar[float] = 9.0
 
     def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
         options = {"tol": self.tol, "damping": self.damping, "max_iter": self.max_iter}
@@ -185,6 +190,8 @@ class VBMethod:
 
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
+    #: As LaplaceMethod's (measured 7.1 p² at 2000 × 1000 sparse, 6.0 at 20 × 1500).
+    peak_covariances: ClassVar[float] = 8.0
 
     def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
         posterior = jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)

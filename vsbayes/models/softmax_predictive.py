@@ -83,11 +83,14 @@ cost more than the rule. On digits (10 classes, 64 features) every row is wide (
 trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take about 1800 ×
 LogisticRegression, with a largest error of 1.2e-3 on 200 rows stratified by spread against
 2^20-node references (which agree with each other to 4e-5). Ten times LogisticRegression is
-out of reach there for two reasons. The exact latent moments alone cost 60–160 × its
-``predict_proba``: the 45 centred quadratic forms ``x̃ᵀ Σ_kl x̃`` of a row are ~1e5
-multiply-adds against LogisticRegression's 650, and the posterior covariance has no
-low-rank structure to exploit (its centred eigenvalues spread from 0.005 to 3; 523 of the
-585 are more than 0.01 away from the prior's 1). And a 9-dimensional integral of a nearly
+out of reach there for two reasons. The exact latent moments alone cost about 25 × its
+``predict_proba`` (1e5 rows, loaded machine; 210 × before they were computed as quadratic
+forms, :class:`~vsbayes.models.latent.JointLatents`): the 45 centred quadratic forms
+``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds against LogisticRegression's 650, and
+the posterior covariance has no low-rank structure to exploit (its centred eigenvalues
+spread from 0.005 to 3; 523 of the 585 are more than 0.01 away from the prior's 1), nor
+have the rows' latent covariances (all nine centred variances of a row are large: median
+eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a nearly
 stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
 width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; 1e-4 would take about 50 times as
 many at QMC's N^(-0.6).
