@@ -243,3 +243,21 @@ def test_predictive_keeps_tiny_probabilities_finite():
     assert np.isfinite(log_p).all()
     assert log_p[0, -1] == pytest.approx(-200.0 - np.log(k - 1), abs=0.05)
     np.testing.assert_allclose(np.exp(log_p[1]), 1.0 / k, atol=1e-6)
+
+
+@pytest.mark.parametrize("r", [2, 6])  # Gram matrices from weighted copies, from outer products
+def test_latent_gram_is_the_weighted_sum_of_outer_products(rng, r):
+    _, _, _, model = make_problem(rng, m=30, d=3, k=7)
+    m = model.n_observations
+    a = rng.standard_normal((m, r, r))
+    weights = a @ np.swapaxes(a, 1, 2)
+    x = np.hstack([model.X, np.ones((m, 1))])
+    expected = np.einsum("iac,ij,il->acjl", weights, x, x)
+    np.testing.assert_allclose(model.latent_gram(weights), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_log_density_of_many_classes_matches_the_definition(rng):
+    X, y, s, model = make_problem(rng, k=7)
+    theta = rng.standard_normal((5, model.dim))
+    expected = [direct_log_density(X, y, s, t, 7, True) for t in theta]
+    np.testing.assert_allclose(model.log_density(theta), expected, rtol=1e-12)

@@ -328,3 +328,18 @@ def test_estimator_refuses_the_multinomial_ep_before_its_sweeps(monkeypatch):
     monkeypatch.setattr(_memory, "memory_limit", lambda: limit)
     with pytest.raises(MemoryLimitError, match="expectation propagation of 30 rows"):
         EPLogisticRegression().fit(X, y)
+
+
+def test_positive_definite_agrees_with_the_smallest_eigenvalue():
+    from vsbayes.approximations.softmax_ep import _positive_definite, _psd
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((50, 4, 6))
+    matrices = a @ np.swapaxes(a, 1, 2)
+    assert _positive_definite(matrices).all()
+    assert _psd(matrices) is matrices  # positive definite: kept as they are
+    matrices[::3] -= 3.0 * np.eye(4)
+    expected = np.linalg.eigvalsh(matrices)[:, 0] > 0
+    assert not expected.all() and expected.any()
+    np.testing.assert_array_equal(_positive_definite(matrices), expected)
+    assert np.linalg.eigvalsh(_psd(matrices)).min() > -1e-12
