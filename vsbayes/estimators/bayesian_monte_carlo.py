@@ -167,10 +167,10 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
         :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
-        one-vs-rest; the intercept keeps N(0, 10⁶); ``C``, ``penalty`` and ``l1_ratio`` are
-        then unused; checked at fit) — or a Gaussian prior N(μ₀, Σ₀) on the parameter
-        vector, in ``sigma_``'s layout, in place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
-        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
+        N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
+        the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
+        ``l1_ratio`` are then unused): an earlier fitted estimator (its
         posterior; the same classes, features and ``fit_intercept``), a
         :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
         (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
@@ -335,10 +335,10 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
         :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
-        one-vs-rest; the intercept keeps N(0, 10⁶); ``C``, ``penalty`` and ``l1_ratio`` are
-        then unused; checked at fit) — or a Gaussian prior N(μ₀, Σ₀) on the parameter
-        vector, in ``sigma_``'s layout, in place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
-        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
+        N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
+        the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
+        ``l1_ratio`` are then unused): an earlier fitted estimator (its
         posterior; the same classes, features and ``fit_intercept``), a
         :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
         (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or
