@@ -266,6 +266,28 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
     return _result(run, log_evidence).with_sites(sites)
 
 
+#: Halvings of a heavy-tailed prior's sites' step while the posterior precision of the new
+#: sites is not positive definite (see ``_sweeps_with_prior_sites``).
+_PROPER_HALVINGS = 8
+
+
+def _proper_precision(model, tau, prior_tau) -> bool:
+    """Whether ``diag(1/prior_var) + Aᵀ diag(τ) A`` plus the prior sites' precisions on the
+    coefficients is positive definite (at once where their diagonal is positive)."""
+    d = model.n_features
+    diagonal = 1.0 / model.prior_var[:d] + prior_tau
+    if np.all(diagonal > 0):
+        return True
+    precision = model.weighted_gram(tau)
+    precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+    precision[np.diag_indices(d)] += prior_tau
+    try:
+        np.linalg.cholesky(precision)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
 def factor_is_log_concave(factor) -> bool:
     """Whether a coefficient factor's prior is log-concave (Laplace, elastic net): its EP
     sites then have precisions ≥ -1/base, and the posterior stays proper."""
@@ -345,9 +367,21 @@ def _sweeps_with_prior_sites(
         new, normalizers = rows.update(
             model.link, post.t_mean, post.t_var, sites[: 2 * m], model.sample_weight
         )
-        p_tau, p_nu, prior_normalizers = prior_update(
-            post, sites[2 * m : 2 * m + d], sites[2 * m + d :]
-        )
+        old_tau, old_nu = sites[2 * m : 2 * m + d], sites[2 * m + d :]
+        p_tau, p_nu, prior_normalizers = prior_update(post, old_tau, old_nu)
+        if not factor_is_log_concave(factor):
+            step = 1.0
+            # A heavy-tailed prior's sites may have negative precisions: their step is
+            # halved while the new sites' posterior would not be proper (on correlated
+            # coefficients, breast cancer's, the first sweep's was not). The sweep's damped
+            # combination of two proper posteriors' precisions is then proper too; the
+            # fixed points are the same.
+            for _ in range(_PROPER_HALVINGS):
+                if _proper_precision(model, new[:m], old_tau + step * (p_tau - old_tau)):
+                    break
+                step *= 0.5
+            p_tau = old_tau + step * (p_tau - old_tau)
+            p_nu = old_nu + step * (p_nu - old_nu)
         last.update(post=post, normalizers=normalizers + prior_normalizers)
         return np.concatenate([new, p_tau, p_nu])
 
@@ -367,13 +401,13 @@ def _sweeps_with_prior_sites(
     )
     run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
     if unfitted["count"]:
-        warn(
-            f"Expectation propagation kept the previous sites of {unfitted['count']} "
-            f"coefficient(s) under the {factor!r} prior in its last sweep: their cavity was "
-            f"improper or their tilted density had no finite moments. The posterior of those "
-            f"coefficients is not EP's fixed point; a sampling fit (VSLogisticRegression "
-            f"strategy='global') does not depend on such sites.",
-            UnreliableFitWarning,
+        # Such sites were kept as they were: the sweeps' end is no fixed point of theirs,
+        # and EP has no evidence (a heavy-tailed prior: a site's cavity made improper by
+        # other sites' negative precisions).
+        raise EstimationError(
+            f"Expectation propagation under the {factor!r} prior ended with "
+            f"{unfitted['count']} coefficient site(s) whose cavity was improper or whose "
+            f"tilted density had no finite moments: EP has no proper fixed point here."
         )
     sites = EPSites(store.sites[:m].copy(), store.sites[m : 2 * m].copy(), "signed")
     if run.converged and math.isfinite(last["normalizers"]):
