@@ -333,6 +333,13 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         """Whether the prior is flat (``penalty=None`` or ``C=np.inf``); refuses what the
         priors cannot mean, as LogisticRegression refuses its solvers' combinations."""
         penalty = self.penalty
+        ratio = self.l1_ratio
+        if penalty not in ("deprecated", "elasticnet") and ratio is not None and 0 < ratio < 1:
+            warn(  # LogisticRegression's words, which code may filter on
+                f"l1_ratio parameter is only used when penalty is 'elasticnet'. Got "
+                f"(penalty={penalty})",
+                UserWarning,
+            )
         if (penalty == "l2" and self.l1_ratio not in (0, None)) or (
             penalty == "l1" and self.l1_ratio != 1
         ):
@@ -392,8 +399,8 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         if penalty == "elasticnet":
             if self.l1_ratio is None:
                 raise ValueError(
-                    "l1_ratio must be a number in [0, 1] with penalty='elasticnet' (the "
-                    "prior's Laplace share); got None."
+                    "l1_ratio must be specified when penalty is elasticnet: a number in "
+                    "[0, 1], the prior's Laplace share."
                 )
             return elastic_net_factor(float(self.C), float(self.l1_ratio))
         return None
