@@ -9,7 +9,8 @@ and its outcome recorded. A test counts as *exercising the VS estimator* when it
 keyword runs: ``penalty="l1"`` and ``"elasticnet"`` are the Laplace and elastic-net
 priors, whose posterior mean is not the sparse L1 solution (docs/differences.md).
 
-    python benchmarks/sklearn_conformance.py            # about 35 s on 2 idle cores
+    python benchmarks/sklearn_conformance.py            # 35 s on 2 idle cores without the
+                                                        # L1 cases; 20 min with them, loaded
     python benchmarks/sklearn_conformance.py --check    # CI: no test that passed may fail
 
 writes ``benchmarks/results/sklearn_conformance.{json,md}``: the counts, and every failure and

@@ -11,9 +11,11 @@ dataclasses (``repr``, ``==``, copied by ``sklearn.clone``), checked in ``fit``
 - the **non-Gaussian ratio** ``r(t) = p(t) / N(t; 0, base_var)``, so that base × ratio is
   the prior exactly: the models' ``log_prior`` (hence every sampling fit) uses it as it
   is, and expectation propagation approximates each coefficient's ratio by a Gaussian
-  site, a one-dimensional tilted density fitted by variational sampling on a
-  Gauss–Hermite rule (:func:`vsbayes.engine.site_fits.fit_sites`), the engine of the
-  likelihood's sites.
+  site, moment-matched to its one-dimensional tilted density
+  (:meth:`CoefficientFactor.tilted_moments`: through the prior's scale-mixture form,
+  exact to round-off; the VS fit on a Gauss–Hermite rule,
+  :func:`vsbayes.engine.site_fits.fit_sites`, errs at the Laplace kink and the
+  horseshoe's spike, docs/decisions.md D-048).
 
 The horseshoe's marginal density is the closed form of Carvalho, Polson & Scott (2010):
 with ``u = θ² / (2τ²)``, ``p(θ) = exp(u) E₁(u) / (τ √(2π³))``, evaluated in the log domain
@@ -47,9 +49,8 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # keeps the Gaussians of EP proper: a tilted density cavity × ratio is integrable while the
 # cavity's variance stays below the base's (any cavity informed by data is far below).
 _BASE_FACTOR = 1e8
-# Gauss–Hermite order of the prior sites' fits: d sites per sweep (not M), so the rule's
-# cost is nothing beside the likelihood's; 64 nodes resolve the Laplace kink and the
-# horseshoe's spike to the accuracy measured in tests/test_shrinkage_priors.py.
+# Gauss–Hermite order of the prior sites' VS fits (method="vs"): d sites per sweep (not
+# M), so the rule's cost is nothing beside the likelihood's.
 _SITE_ORDER = 64
 # The kernel of a prior site's fit: the posterior marginal of the coefficient (EP's current
 # estimate of the tilted density) widened by this factor, so that the rule reaches the
