@@ -107,8 +107,6 @@ def test_liblinear_penalizes_the_intercept_as_liblinear(binary):
 @pytest.mark.parametrize(
     "params, match",
     [
-        ({"penalty": "l1", "l1_ratio": 1}, "Laplace prior"),
-        ({"l1_ratio": 0.5}, "Laplace prior"),
         ({"dual": True}, "dual=False"),
         ({"penalty": None, "solver": "liblinear"}, "liblinear"),
     ],

@@ -15,12 +15,16 @@ from .engine import (
 )
 from .estimators import *  # noqa: F403 (the estimators and their registry)
 from .gaussian import Gaussian, excess_kl, kl_divergence
+from .models import HorseshoePrior, LaplacePrior, StudentTPrior
 
 __all__ = [
     "BMCResult",
     "Gaussian",
+    "HorseshoePrior",
     "ISResult",
+    "LaplacePrior",
     "LaplaceResult",
+    "StudentTPrior",
     "VSResult",
     "__version__",
     "bayesian_monte_carlo",

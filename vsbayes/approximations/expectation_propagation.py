@@ -21,13 +21,15 @@ is EP's estimate at the fixed point.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
 import numpy as np
 
+from .._warnings import warn
 from ..engine import DiagnosedGaussian
-from ..exceptions import EstimationError
+from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian
@@ -190,6 +192,29 @@ def expectation_propagation(
     if start is None:
         start = glm_laplace(model).mean
     rows = _BinaryRows(site_fit)
+    if getattr(model, "coefficient_prior", None) is not None:
+        if not model.rows_in_memory:
+            raise ValueError(
+                "Expectation propagation with a shrinkage prior needs the rows in memory; "
+                "pass X.compute() if the data fit in memory."
+            )
+        try:
+            return _sweeps_with_prior_sites(model, rows, start, damping, tol, max_iter, memory)
+        except EstimationError as error:
+            if factor_is_log_concave(model.coefficient_prior):
+                raise
+            # A heavy-tailed prior's sites with negative precisions left EP without a
+            # proper posterior: again with the prior sites' precisions kept ≥ 0.
+            warn(
+                f"Expectation propagation under the {model.coefficient_prior!r} prior failed "
+                f"({error}); it was rerun with the prior sites' precisions kept non-negative, "
+                f"which leaves coefficients in the prior's tails less shrunk than the "
+                f"posterior's (biased; a global VS fit corrects it).",
+                UnreliableFitWarning,
+            )
+            return _sweeps_with_prior_sites(
+                model, rows, start, damping, tol, max_iter, memory, nonnegative=True
+            )
     if model.rows_in_memory:
         return _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory)
     # Rows in dask chunks: the sites stay with them, plainly damped.
@@ -238,6 +263,165 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
             model.link, post.t_mean, post.t_var, store.sites, model.sample_weight
         )
         log_evidence = _log_evidence(model, post, *normalizers)
+    return _result(run, log_evidence).with_sites(sites)
+
+
+#: Halvings of a heavy-tailed prior's sites' step while the posterior precision of the new
+#: sites is not positive definite (see ``_sweeps_with_prior_sites``).
+_PROPER_HALVINGS = 8
+
+
+def _proper_precision(model, tau, prior_tau) -> bool:
+    """Whether ``diag(1/prior_var) + Aᵀ diag(τ) A`` plus the prior sites' precisions on the
+    coefficients is positive definite (at once where their diagonal is positive)."""
+    d = model.n_features
+    diagonal = 1.0 / model.prior_var[:d] + prior_tau
+    if np.all(diagonal > 0):
+        return True
+    precision = model.weighted_gram(tau)
+    precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+    precision[np.diag_indices(d)] += prior_tau
+    try:
+        np.linalg.cholesky(precision)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def factor_is_log_concave(factor) -> bool:
+    """Whether a coefficient factor's prior is log-concave (Laplace, elastic net): its EP
+    sites then have precisions ≥ -1/base, and the posterior stays proper."""
+    return factor.l1 > 0
+
+
+def _sweeps_with_prior_sites(
+    model, rows, start, damping, tol, max_iter, memory, nonnegative=False
+) -> EPResult:
+    """The sweeps on the likelihood's sites and, for a shrinkage prior, one site per
+    coefficient: the factor's ratio ``r(θ_j)`` (its Gaussian base stays in the prior) as a
+    Gaussian site on ``t = θ_j``, its tilted density ``r(t) × cavity`` fitted by the
+    factor's :meth:`~vsbayes.models.shrinkage_priors.CoefficientFactor.tilted_moments`.
+    The sites are flattened as ``[τ; ν; τ_prior; ν_prior]``; the evidence adds the prior
+    sites' normalizers to the likelihood's. The prior sites start from the mode: there the
+    prior's curvature (``factor.mode_curvature``: the inverse of the prior's variance at a
+    kink or spike) and its gradient, so that the first posterior is the Laplace one."""
+    factor = model.coefficient_prior
+    start = np.asarray(start, dtype=float)
+    t = np.asarray(model.design @ start).ravel()
+    m, d = t.size, model.n_features
+    base_precision = 1.0 / model.prior_var[:d]
+    theta = start[:d]
+    _, smooth_grad, _ = factor.smooth_part(theta)
+    prior_tau = factor.mode_curvature(theta) - base_precision
+    if nonnegative:
+        prior_tau = np.maximum(prior_tau, 0.0)
+    # The expansion of log r = log p + θ²/(2 base) at θ: ν = (log r)' + τ θ.
+    prior_nu = (prior_tau + base_precision) * theta + smooth_grad - factor.l1 * np.sign(theta)
+    prior_nu = np.where(theta == 0.0, 0.0, prior_nu)
+    last = {}
+    unfitted = {"count": 0}
+
+    def posterior(sites):
+        tau, nu = sites[:m], sites[m : 2 * m]
+        p_tau, p_nu = sites[2 * m : 2 * m + d], sites[2 * m + d :]
+        linear = np.asarray(model.design.T @ nu).ravel()
+        linear[:d] += p_nu
+        diagonal = base_precision + p_tau
+        if np.all(diagonal > 0):
+            # The prior sites fold into a diagonal prior: every form of GLMGaussian holds.
+            view = copy.copy(model)
+            view.prior_var = model.prior_var.copy()
+            view.prior_var[:d] = 1.0 / diagonal
+            return GLMGaussian(view, tau, linear, what="EP posterior precision")
+        # Heavy-tailed priors' sites may have precisions below -1/base: the full matrix.
+        precision = model.weighted_gram(tau)
+        precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
+        precision[np.diag_indices(d)] += p_tau
+        return GLMGaussian(model, linear=linear, precision=precision, what="EP posterior precision")
+
+    def prior_update(post, p_tau, p_nu):
+        mean, var = post.mean[:d], post.var[:d]
+        cav_tau, cav_nu = 1.0 / var - p_tau, mean / var - p_nu
+        ok = cav_tau > 0
+        cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
+        cav_mean = cav_nu * cav_var
+        log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var, mean, var)
+        normalizers = math.nan
+        if ok.all() and fitted.all():
+            normalizers = _normalizer_sum(log_z, cav_mean, cav_var, p_tau, p_nu, np.ones(d))
+        ok &= fitted
+        unfitted["count"] = int((~ok).sum())
+        t_var = np.where(ok, t_var, 1.0)
+        # A heavy-tailed prior's tilted density can be wider than its cavity (a negative
+        # site precision); with ``nonnegative`` it is kept at 0 instead, so that the prior
+        # sites never take precision from the likelihood's (which made the posterior
+        # precision indefinite on collinear data: breast cancer, Student-t and horseshoe).
+        new_tau = 1.0 / t_var - cav_tau
+        if nonnegative:
+            new_tau = np.maximum(new_tau, 0.0)
+        new_tau = np.where(ok, new_tau, p_tau)
+        new_nu = np.where(ok, t_mean / t_var - cav_nu, p_nu)
+        return new_tau, new_nu, normalizers
+
+    def update(post, sites):
+        new, normalizers = rows.update(
+            model.link, post.t_mean, post.t_var, sites[: 2 * m], model.sample_weight
+        )
+        old_tau, old_nu = sites[2 * m : 2 * m + d], sites[2 * m + d :]
+        p_tau, p_nu, prior_normalizers = prior_update(post, old_tau, old_nu)
+        if not factor_is_log_concave(factor):
+            step = 1.0
+            # A heavy-tailed prior's sites may have negative precisions: their step is
+            # halved while the new sites' posterior would not be proper (on correlated
+            # coefficients, breast cancer's, the first sweep's was not). The sweep's damped
+            # combination of two proper posteriors' precisions is then proper too; the
+            # fixed points are the same.
+            for _ in range(_PROPER_HALVINGS):
+                if _proper_precision(model, new[:m], old_tau + step * (p_tau - old_tau)):
+                    break
+                step *= 0.5
+            p_tau = old_tau + step * (p_tau - old_tau)
+            p_nu = old_nu + step * (p_nu - old_nu)
+        last.update(post=post, normalizers=normalizers + prior_normalizers)
+        return np.concatenate([new, p_tau, p_nu])
+
+    def project(sites, extrapolated):
+        # τ ≥ 0: the likelihood's factors are log-concave (the prior's with ``nonnegative``).
+        np.maximum(sites[:m], 0.0, out=sites[:m])
+        if nonnegative:
+            np.maximum(sites[2 * m : 2 * m + d], 0.0, out=sites[2 * m : 2 * m + d])
+        return sites
+
+    store = ArraySites(
+        np.concatenate([rows.start(model.link, t, model.sample_weight), prior_tau, prior_nu]),
+        update,
+        posterior,
+        project,
+        marginals=lambda post: (post.mean, post.var),
+    )
+    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
+    if unfitted["count"]:
+        # Such sites were kept as they were: the sweeps' end is no fixed point of theirs,
+        # and EP has no evidence (a heavy-tailed prior: a site's cavity made improper by
+        # other sites' negative precisions).
+        raise EstimationError(
+            f"Expectation propagation under the {factor!r} prior ended with "
+            f"{unfitted['count']} coefficient site(s) whose cavity was improper or whose "
+            f"tilted density had no finite moments: EP has no proper fixed point here."
+        )
+    sites = EPSites(store.sites[:m].copy(), store.sites[m : 2 * m].copy(), "signed")
+    if run.converged and math.isfinite(last["normalizers"]):
+        log_evidence = last["normalizers"] + gaussian_log_evidence(model, last["post"])
+    else:
+        post = run.posterior
+        normalizers, improper = rows.normalizers(
+            model.link, post.t_mean, post.t_var, store.sites[: 2 * m], model.sample_weight
+        )
+        _, _, prior_normalizers = prior_update(
+            post, store.sites[2 * m : 2 * m + d], store.sites[2 * m + d :]
+        )
+        check_cavities(improper)
+        log_evidence = normalizers + prior_normalizers + gaussian_log_evidence(model, post)
     return _result(run, log_evidence).with_sites(sites)
 
 

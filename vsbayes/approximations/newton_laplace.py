@@ -32,6 +32,7 @@ from ..models import BinaryGLMPosterior, ChunkedSoftmaxPosterior, SoftmaxGLMPost
 from ._design_forms import precision_diagonal
 from ._glm_gaussian import GLMGaussian
 from ._threads import blas_policy
+from .shrinkage_mode import shrinkage_laplace
 
 __all__ = [
     "ChunkedGLMCurvature",
@@ -406,6 +407,11 @@ def glm_laplace(
     Returns
     -------
     LaplaceResult
+        Under a shrinkage prior on the coefficients (``model.coefficient_prior``), that of
+        :func:`~vsbayes.approximations.shrinkage_mode.shrinkage_laplace` (proximal Newton:
+        the prior may be non-smooth or not log-concave).
     """
+    if getattr(model, "coefficient_prior", None) is not None:
+        return shrinkage_laplace(model, tol=tol, max_iter=max_iter, theta0=theta0, verbose=verbose)
     solver = NewtonLaplaceSolver(model, tol=tol, max_iter=max_iter, verbose=verbose)
     return solver.solve(theta0)

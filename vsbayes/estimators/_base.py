@@ -48,6 +48,7 @@ from ..models import (
 )
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.separation import check_flat_prior_is_proper
+from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import MethodFit
 from ._prediction import PosteriorPrediction
@@ -303,6 +304,7 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         """
         self._check_params()
         flat = self._flat_prior() and self.prior is None  # a given prior replaces C
+        factor = self._shrinkage_factor()
         method = self._new_posterior_method()
         if is_dask(X):
             if flat:
@@ -327,7 +329,10 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             )
         if flat:
             check_flat_prior_is_proper(X, y_index, weights, n_classes, self.fit_intercept)
+        self._check_shrinkage_route(factor, X, n_classes)
         priors = self._priors(X, weights, flat)
+        if factor is not None:
+            priors["coefficient_prior"] = factor
         rng = self._random_generator()
         if n_classes > 2 and self._multinomial:
             problems = [(y_index, n_classes)]  # one joint problem over the class indices
@@ -336,7 +341,7 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
         starts = self._warm_starts(len(problems), X.shape[1])
         given = [None] * len(problems)  # the prior N(0, C·I) of each problem
-        if self.prior is not None:  # (asked only then: the default fit stays in this file)
+        if self.prior is not None and factor is None:  # (the default fit stays in this file)
             given = self._problem_priors(X.shape[1], problems, self.classes_)
         fits = [
             self._fit_problem(method, X, *problem, weights, rng, priors, start, prior)
@@ -355,6 +360,13 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         """Whether the prior is flat (``penalty=None`` or ``C=np.inf``); refuses what the
         priors cannot mean, as LogisticRegression refuses its solvers' combinations."""
         penalty = self.penalty
+        ratio = self.l1_ratio
+        if penalty not in ("deprecated", "elasticnet") and ratio is not None and 0 < ratio < 1:
+            warn(  # LogisticRegression's words, which code may filter on
+                f"l1_ratio parameter is only used when penalty is 'elasticnet'. Got "
+                f"(penalty={penalty})",
+                UserWarning,
+            )
         if (penalty == "l2" and self.l1_ratio not in (0, None)) or (
             penalty == "l1" and self.l1_ratio != 1
         ):
@@ -374,12 +386,6 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             penalty = "l2" if ratio in (0, None) else "l1" if ratio == 1 else "elasticnet"
             if np.isinf(self.C):
                 penalty = None
-        if penalty in ("l1", "elasticnet"):
-            raise ValueError(
-                f"penalty={penalty!r} (l1_ratio={self.l1_ratio!r}) would be a Laplace prior, "
-                f"which vsbayes does not have yet: use penalty='l2' (l1_ratio=0, the "
-                f"Gaussian prior N(0, C·I)) or penalty=None (a flat prior)."
-            )
         if self.dual and self.solver != "liblinear":
             raise ValueError(
                 f"Solver {self.solver} supports only dual=False, got dual=True (as in "
@@ -393,6 +399,55 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 "intercept), as in LogisticRegression."
             )
         return flat
+
+    def _resolved_penalty(self):
+        """The penalty that decides the prior: ``penalty``, or with "deprecated" (scikit-learn
+        1.9's default) the one ``l1_ratio`` and ``C`` say; None if flat."""
+        penalty = self.penalty
+        if penalty == "deprecated":
+            ratio = self.l1_ratio
+            penalty = "l2" if ratio in (0, None) else "l1" if ratio == 1 else "elasticnet"
+        if penalty is None or bool(np.isinf(self.C)):
+            return None
+        return penalty
+
+    def _shrinkage_factor(self):
+        """The non-Gaussian prior on the coefficients (a
+        :class:`~vsbayes.models.shrinkage_priors.CoefficientFactor`), or None: ``prior`` if
+        it is a shrinkage prior, else that of ``penalty="l1"`` (Laplace, scale C) or
+        ``"elasticnet"`` (``∝ exp(-r|θ|/C - (1 - r)θ²/(2C))``, r = ``l1_ratio``)."""
+        if isinstance(self.prior, SHRINKAGE_PRIORS):
+            return self.prior.coefficient_factor()
+        if self.prior is not None:
+            return None
+        penalty = self._resolved_penalty()
+        if penalty == "l1":
+            return elastic_net_factor(float(self.C), 1.0)
+        if penalty == "elasticnet":
+            if self.l1_ratio is None:
+                raise ValueError(
+                    "l1_ratio must be specified when penalty is elasticnet: a number in "
+                    "[0, 1], the prior's Laplace share."
+                )
+            return elastic_net_factor(float(self.C), float(self.l1_ratio))
+        return None
+
+    def _check_shrinkage_route(self, factor, X, n_classes: int) -> None:
+        """Refuse what a shrinkage prior does not support, saying what does."""
+        if factor is None:
+            return
+        if is_dask(X):
+            raise ValueError(
+                f"A shrinkage prior ({factor!r}) needs the rows in memory; pass X.compute() "
+                f"if the data fit in memory."
+            )
+        if n_classes > 2 and self._multinomial:
+            raise ValueError(
+                f"{type(self).__name__} fits more than two classes with the multinomial "
+                f"posterior, which supports Gaussian priors only; a shrinkage prior "
+                f"({factor!r}) is supported for binary problems: fit one-vs-rest, e.g. "
+                f"OneVsRestClassifier({type(self).__name__}(...))."
+            )
 
     def _priors(self, X, weights, flat: bool) -> dict:
         """The models' prior variances: ``C`` (or the flat prior's, per coefficient) and
@@ -542,7 +597,11 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             if self.max_iter == 0 and prior is not None:
                 return MethodFit.prior(Gaussian(prior.mean, prior.cov))
             if self.max_iter == 0:
-                return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(model.prior_var)))
+                variances = model.prior_var.copy()
+                factor = getattr(model, "coefficient_prior", None)
+                if factor is not None:  # its base is broad: the prior's own spread
+                    variances[: model.n_features] = factor.start_var
+                return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(variances)))
             if n_classes is None:  # sized before the first Newton step
                 check_posterior_memory(model, type(self).__name__)
                 _check_route_memory(model, method, type(self).__name__)

@@ -148,6 +148,12 @@ class LaplaceMethod:
     peak_covariances: ClassVar[float] = 6.0
 
     def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
+        factor = getattr(model, "coefficient_prior", None)
+        if factor is not None and not factor.exact_mode:
+            raise ValueError(
+                f"The {factor!r} prior has no Laplace approximation: its density is infinite "
+                f"at 0, so it has no mode. Use EPLogisticRegression or VSLogisticRegression."
+            )
         return MethodFit(laplace, laplace.n_iter)
 
 
@@ -195,5 +201,11 @@ class VBMethod:
     peak_covariances: ClassVar[float] = 8.0
 
     def fit(self, model, laplace: LaplaceResult, rng) -> MethodFit:
+        factor = getattr(model, "coefficient_prior", None)
+        if factor is not None:
+            raise ValueError(
+                f"The Jaakkola-Jordan bound needs a Gaussian prior; the {factor!r} prior is "
+                f"not. Use EPLogisticRegression or VSLogisticRegression."
+            )
         posterior = jaakkola_jordan(model, start=laplace, tol=self.tol, max_iter=self.max_iter)
         return MethodFit(posterior, posterior.n_iter)

@@ -142,6 +142,8 @@ class VSMethod(SamplingMethod):
             or not isinstance(self.n_samples, str)  # an N of one's own asks for sampling
             or self.family != "gaussian"
             or model.n_observations < model.dim  # far from Gaussian; and no p × p pass
+            # The expansion is the likelihood's about a Gaussian prior's mode.
+            or getattr(model, "coefficient_prior", None) is not None
         ):
             return None, ""
         correction = skew_correction(model, laplace)

@@ -157,6 +157,12 @@ class BayesianUpdating:
             The carried posterior is left as it was.
         """
         self._check_params()
+        if self._shrinkage_factor() is not None:
+            raise ValueError(
+                "partial_fit updates a Gaussian posterior batch by batch; a shrinkage prior "
+                "(penalty='l1' or 'elasticnet', or a Laplace, Student-t or horseshoe prior) "
+                "is not Gaussian. Use fit on all the rows."
+            )
         if self._flat_prior() and self.prior is None:
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "

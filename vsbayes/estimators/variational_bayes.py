@@ -27,17 +27,22 @@ class VBLogisticRegression(BayesianGLMClassifier):
         posterior is the normalized likelihood — proper when the classes are not
         (quasi-)separated and the design has full column rank, else a ValueError says
         which (the evidence under a flat prior is undefined:
-        ``log_marginal_likelihood_value_`` is NaN). ``"l1"`` and ``"elasticnet"`` would be
-        Laplace priors, which vsbayes does not have yet: ValueError. The default,
-        ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
+        ``log_marginal_likelihood_value_`` is NaN). ``"l1"`` is the Laplace prior
+        ``LaplacePrior(scale=C)``, ``Π exp(-|θ_j|/C) / 2C``, whose mode is
+        LogisticRegression's L1 solution; ``"elasticnet"`` the prior
+        ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
+        elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
+        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
         is the solution of scikit-learn's ``LogisticRegression(C=C)`` (logistic link; up to
         the intercept's vague prior). Smaller values mean stronger regularization.
         ``np.inf``: the flat prior (see ``penalty``).
     l1_ratio : float or None, default=0.0
-        LogisticRegression's L1 share of the penalty: 0 (or None) is the Gaussian prior;
-        larger values ask for the Laplace prior (see ``penalty``).
+        LogisticRegression's L1 share r of the penalty, in [0, 1]: 0 (or None) is the
+        Gaussian prior N(0, C·I), 1 the Laplace prior of scale C, between them the
+        elastic-net prior, Laplace(C/r) × N(0, C/(1 - r)) normalized (see ``penalty``).
     dual : bool, default=False
         LogisticRegression's keyword, with its rule (True only with
         ``solver="liblinear"``); no effect on the posterior: its factorization, primal
@@ -79,10 +84,13 @@ class VBLogisticRegression(BayesianGLMClassifier):
         Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
         unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
         spreads the evaluations over a cluster. Results do not depend on it.
-    prior : fitted estimator, Gaussian, (mean, cov), dict or None, default=None
-        A Gaussian prior N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in
-        place of N(0, C·I) on the coefficients and N(0, 10⁶) on the intercepts (``C``,
-        ``penalty`` and ``l1_ratio`` are then unused): an earlier fitted estimator (its
+    prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
+        A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
+        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
+        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
+        N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
+        the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
+        ``l1_ratio`` are then unused): an earlier fitted estimator (its
         posterior; the same classes, features and ``fit_intercept``), a
         :class:`~vsbayes.gaussian.Gaussian`, a pair ``(mean, cov)`` (``cov`` of shape
         (p, p), or (p,) variances) or a dict with ``"mean"`` and ``"cov"`` or

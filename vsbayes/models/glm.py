@@ -59,6 +59,11 @@ class BinaryGLMPosterior:
     prior_mean : array-like of shape (dim,), optional
         Prior mean of θ (default 0). A prior with a full covariance is this model on a
         whitened design (:mod:`vsbayes.models.priors`).
+    coefficient_prior : CoefficientFactor, optional
+        A non-Gaussian prior on each coefficient (:mod:`vsbayes.models.shrinkage_priors`):
+        the prior of a coefficient is then ``N(0, prior_var) × r(θ_j)``, its Gaussian base
+        times the factor's ratio, and :meth:`log_prior` is that prior exactly. The prior
+        mean must be 0.
     n_jobs : int or None
         Workers for :meth:`log_density` (joblib; ``None`` means 1 unless inside a
         ``joblib.parallel_config`` context, where that backend is used).
@@ -81,6 +86,7 @@ class BinaryGLMPosterior:
         prior_var: float | np.ndarray,
         intercept_prior_var: float | None,
         prior_mean: np.ndarray | None = None,
+        coefficient_prior=None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
     ):
@@ -111,6 +117,11 @@ class BinaryGLMPosterior:
             prior[-1] = intercept_prior_var
         self.prior_var = prior
         self.prior_mean = prior_mean_vector(prior_mean, self.dim)
+        self.coefficient_prior = coefficient_prior
+        if coefficient_prior is not None:
+            if np.any(self.prior_mean != 0):
+                raise ValueError("A shrinkage prior on the coefficients is centred at 0.")
+            prior[: self.n_features] = coefficient_prior.base_var
         self.n_jobs = n_jobs
         self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
 
@@ -130,7 +141,11 @@ class BinaryGLMPosterior:
 
     def log_prior(self, theta: np.ndarray) -> np.ndarray:
         """Normalized log prior density of the rows of ``theta`` (N, p)."""
-        return diagonal_log_prior(self, theta)
+        value = diagonal_log_prior(self, theta)
+        factor = self.coefficient_prior
+        if factor is not None:  # the Gaussian base times each coefficient's ratio
+            value = value + factor.log_ratio(theta[:, : self.n_features]).sum(axis=1)
+        return value
 
     def log_likelihood(self, theta: np.ndarray) -> np.ndarray:
         """``Σ_i s_i log F(y_i f_i)`` for each row of ``theta`` (N, p).
