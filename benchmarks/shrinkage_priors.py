@@ -261,26 +261,33 @@ def nuts_run(prior: str, dataset: str, seed: int, data_dir) -> dict:
 
 
 def run_nuts(cells, seeds: int, data_dir) -> None:
+    """The default-NUTS runs not cached yet, seed by seed (a stopped run leaves whole seeds);
+    JAX is imported only if one is missing."""
+    missing = [
+        (seed, prior, dataset)
+        for seed in range(seeds)
+        for prior, dataset in cells
+        if not nuts_path(prior, dataset, seed).is_file()
+    ]
+    if not missing:
+        return
     import jax
     from nuts_comparison import _listen_to_compilation
 
     jax.config.update("jax_enable_x64", True)
     _listen_to_compilation()
-    for seed in range(seeds):
-        for prior, dataset in cells:
-            path = nuts_path(prior, dataset, seed)
-            if path.is_file():
-                continue
-            run = nuts_run(prior, dataset, seed, data_dir)
-            write_json(path, run)
-            last = run["checkpoints"][-1]
-            print(
-                f"NUTS {prior}/{dataset} seed {seed}: warm-up {run['warmup_seconds']:.1f} s, "
-                f"sampling {run['sampling_seconds']:.1f} s, {run['mean_leapfrog_steps']:.0f} "
-                f"steps/draw, {run['divergences']} divergences; KL at {last['draws']} draws "
-                f"{last['error']:.3g}",
-                flush=True,
-            )
+    for seed, prior, dataset in missing:
+        path = nuts_path(prior, dataset, seed)
+        run = nuts_run(prior, dataset, seed, data_dir)
+        write_json(path, run)
+        last = run["checkpoints"][-1]
+        print(
+            f"NUTS {prior}/{dataset} seed {seed}: warm-up {run['warmup_seconds']:.1f} s, "
+            f"sampling {run['sampling_seconds']:.1f} s, {run['mean_leapfrog_steps']:.0f} "
+            f"steps/draw, {run['divergences']} divergences; KL at {last['draws']} draws "
+            f"{last['error']:.3g}",
+            flush=True,
+        )
 
 
 def load_nuts(prior: str, dataset: str) -> list[dict]:
