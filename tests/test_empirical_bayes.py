@@ -55,6 +55,41 @@ def test_without_refinement_the_grid_maximum(data):
     assert model.refined_Cs_.tolist() == [model.C_]
 
 
+@pytest.mark.parametrize(
+    "prior, field",
+    [(vsbayes.LaplacePrior(1.0), "scale"), (vsbayes.HorseshoePrior(0.1), "global_scale")],
+)
+def test_a_shrinkage_priors_scale_maximizes_the_evidence(data, prior, field):
+    X, y = data
+    base = vsbayes.EPLogisticRegression(prior=prior)
+    model = EmpiricalBayesClassifier(base, Cs=[0.03, 0.3, 3.0], refine=False).fit(X, y)
+    # The grid moves the prior's scale (C is unused under prior=): the estimator's own
+    # evidence on it, its maximum chosen, the final fit under that prior.
+    assert getattr(model.prior_, field) == model.C_ == model.Cs_[np.argmax(model.log_evidence_)]
+    assert model.estimator_.prior == model.prior_
+    at_best = vsbayes.EPLogisticRegression(prior=model.prior_).fit(X, y)
+    assert model.log_evidence_.max() == pytest.approx(
+        at_best.log_marginal_likelihood_value_, abs=1e-9
+    )
+    assert len(set(np.round(model.log_evidence_, 6))) == 3  # the scale changes the fit
+
+
+def test_the_l1_bracket_is_the_l1_priors(data):
+    X, y = data
+    base = vsbayes.LaplaceLogisticRegression(penalty="l1", l1_ratio=1.0)
+    model = EmpiricalBayesClassifier(base, Cs=[0.1, 1.0], refine=False).fit(X, y)
+    for c, evidence in zip(model.Cs_, model.log_evidence_, strict=True):
+        fit = vsbayes.LaplaceLogisticRegression(penalty="l1", l1_ratio=1.0, C=c).fit(X, y)
+        assert evidence == pytest.approx(fit.log_marginal_likelihood_value_, abs=1e-9)
+
+
+def test_ard_refuses_a_shrinkage_prior(data):
+    X, y = data
+    base = vsbayes.EPLogisticRegression(prior=vsbayes.LaplacePrior(1.0))
+    with pytest.raises(ValueError, match="own prior must be None"):
+        EmpiricalBayesClassifier(base, scales="ard").fit(X, y)
+
+
 def test_warns_when_the_evidence_peaks_at_the_grid_edge(data):
     X, y = data
     model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=[1e-4, 1e-3])

@@ -30,8 +30,10 @@ good (as in ``ARDRegression``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+import warnings
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -45,6 +47,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning
 from ..models.dask_chunks import is_dask
+from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _summaries
 from ._base import INTERCEPT_PRIOR_VAR
 from ._registry import LINKS
@@ -65,6 +68,28 @@ _ARD_NEWTON_TOL = 1e-14
 # the features): the best of a log grid of α_j / mean_k s_kj, refined by Newton's steps.
 _SHARED_ALPHA_GRID = np.linspace(-20.0, 20.0, 161)
 _SHARED_ALPHA_NEWTON_STEPS = 8
+
+
+#: The scale a shrinkage prior's grid moves, by prior class (the others are kept).
+_SCALE_FIELD = {LaplacePrior: "scale", StudentTPrior: "scale", HorseshoePrior: "global_scale"}
+
+
+def _shrinkage_prior(estimator):
+    """The estimator's shrinkage prior object (its ``prior`` parameter), or None."""
+    prior = estimator.get_params().get("prior")
+    return prior if type(prior) in _SCALE_FIELD else None
+
+
+def _prior_variance(prior, C: float) -> float:
+    """A coefficient's prior variance: C, or the shrinkage prior's (∞ for the horseshoe, and
+    for a Student t with at most 2 degrees of freedom)."""
+    if prior is None:
+        return float(C)
+    if isinstance(prior, LaplacePrior):
+        return 2.0 * prior.scale**2
+    if isinstance(prior, StudentTPrior) and prior.df > 2:
+        return prior.scale**2 * prior.df / (prior.df - 2.0)
+    return math.inf
 
 
 def _total_evidence(estimator) -> float:
@@ -145,10 +170,18 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
     ----------
     C_ : float
         The chosen prior scale (with ``scales="ard"``: the grid's best, where ARD starts).
+        With a shrinkage prior as the estimator's ``prior`` (:class:`~vsbayes.LaplacePrior`,
+        :class:`~vsbayes.StudentTPrior`, :class:`~vsbayes.HorseshoePrior`), the grid is
+        over that prior's ``scale`` (the horseshoe's ``global_scale``), the other
+        parameters kept, and ``C_`` is the chosen one.
+    prior_ : shrinkage prior or None
+        The estimator's shrinkage prior at the chosen scale (None without one).
     Cs_ : ndarray of shape (n_Cs,)
         The grid.
     log_evidence_ : ndarray of shape (n_Cs,)
-        The Laplace approximation's log evidence on the grid.
+        The Laplace approximation's log evidence on the grid (under the estimator's
+        ``penalty``; with a shrinkage ``prior``, which may have no mode, the estimator's
+        own evidence).
     refined_Cs_ : ndarray of shape (n_refined,)
         The C values at which the estimator's own evidence was computed (increasing;
         empty with ``scales="ard"``).
@@ -310,16 +343,38 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 self, X, y, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32]
             )
             check_classification_targets(y)
-        shared = {
-            k: v for k, v in base.get_params().items() if k in ("fit_intercept", "class_weight")
-        }
+        params = base.get_params()
+        shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
+        shrinkage = _shrinkage_prior(base)
+        # The bracket's Laplace fits carry the estimator's penalty (an L1 or elastic-net
+        # prior has a mode, at LogisticRegression's solution); ARD's are Gaussian.
+        bracket = dict(shared)
+        if not ard and params.get("penalty") in ("l1", "elasticnet"):
+            bracket.update(penalty=params["penalty"], l1_ratio=params.get("l1_ratio"))
+        fits = {}
 
-        def laplace_evidence(c):
-            fit = _LAPLACE[link](C=c, **shared).fit(X, y, sample_weight)
+        def fit_at(c):
+            if c not in fits:
+                if shrinkage is None:
+                    estimator = clone(base).set_params(C=c)
+                else:
+                    scaled = dataclasses.replace(
+                        shrinkage, **{_SCALE_FIELD[type(shrinkage)]: float(c)}
+                    )
+                    estimator = clone(base).set_params(prior=scaled)
+                fits[c] = estimator.fit(X, y, sample_weight)
+            return fits[c]
+
+        def grid_evidence(c):
+            if shrinkage is not None:  # a horseshoe has no mode: the estimator's own evidence
+                with warnings.catch_warnings():  # exploratory fits; the final one warns
+                    warnings.simplefilter("ignore")
+                    return _total_evidence(fit_at(c))
+            fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
             return _total_evidence(fit)
 
         self.Cs_ = grid
-        self.log_evidence_ = np.array([laplace_evidence(c) for c in grid])
+        self.log_evidence_ = np.array([grid_evidence(c) for c in grid])
         best = int(np.argmax(self.log_evidence_))
         if best in (0, len(grid) - 1):
             warn(
@@ -334,13 +389,6 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             self.refined_log_evidence_ = np.empty(0)
             self.classes_ = self.estimator_.classes_
             return self
-        fits = {}
-
-        def fit_at(c):
-            if c not in fits:
-                fits[c] = clone(base).set_params(C=c).fit(X, y, sample_weight)
-            return fits[c]
-
         if self.refine:
             low = math.log10(grid[max(best - 1, 0)])
             high = math.log10(grid[min(best + 1, len(grid) - 1)])
@@ -354,6 +402,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             self.C_ = max(candidates, key=lambda c: _total_evidence(fit_at(c)))
         else:
             self.C_ = float(grid[best])
+        if shrinkage is not None:  # the chosen fit again, with its warnings
+            fits.pop(self.C_, None)
         self.estimator_ = fit_at(self.C_)
         refined = sorted(fits)
         self.refined_Cs_ = np.array(refined)
@@ -363,7 +413,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         if hasattr(self.estimator_, "feature_names_in_"):
             self.feature_names_in_ = self.estimator_.feature_names_in_
         d = self.n_features_in_
-        self.prior_variances_ = np.full(d, float(self.C_))
+        self.prior_ = self.estimator_.get_params().get("prior") if shrinkage else None
+        self.prior_variances_ = np.full(d, _prior_variance(self.prior_, self.C_))
         self.relevance_ = np.ones(d)
         self.support_ = np.ones(d, dtype=bool)
         self.n_features_selected_ = d
@@ -424,6 +475,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         multinomial = n_classes > 2 and getattr(base, "_multinomial", False)
         prior = _diagonal_prior(1.0 / alpha[kept], n_classes if multinomial else 1, fit_intercept)
         self.estimator_ = clone(base).set_params(prior=prior).fit(X[:, kept], y, sample_weight)
+        self.prior_ = None
         self.prior_variances_ = np.where(keep, 1.0 / alpha, 0.0)
         # With the final π, from each feature's last gain. A feature the data say nothing
         # about (gain 0: its evidence is largest at variance 0) has π, the prior's.
