@@ -34,13 +34,12 @@ __all__ = [
 #: The models of the multinomial posterior (any other is one binary problem).
 SOFTMAX_MODELS = (SoftmaxGLMPosterior, ChunkedSoftmaxPosterior)
 
-#: Smallest site change at which the multinomial EP stops. Its sites are moment matches on
-#: quasi-Monte Carlo rules that err by ~1e-4 (relative), so sweeps beyond a tenth of that
-#: refine a fixed point of the rule's map, not the posterior: on digits, stopping at 1e-5
-#: instead of 1e-8 took 26 sweeps instead of 38, a posterior 2e-8 nats of KL divergence
-#: from the 1e-8 one (EP's own error against NUTS on iris and wine: 0.04-0.1 nats). Below
-#: 1e-8 the sweep's own round-off moved the sites (mixed sweeps wandered on digits).
-SOFTMAX_EP_MIN_TOL = 1e-5
+#: Smallest site change at which the multinomial EP stops. Below it the sweep's own
+#: round-off moves the sites: a site is the difference of the inverses of a tilted fit's
+#: and a latent marginal's covariances, whose variances reach 2·10³ on digits, so the
+#: fits' round-off is amplified to ~1e-9; there, mixed sweeps wandered (5.8e-10 after 43
+#: sweeps, 2e-6 at 61) until damping was halved twice (5e-11 at 76 sweeps; 1e-8 at 37).
+SOFTMAX_EP_MIN_TOL = 1e-8
 
 
 @dataclass(frozen=True)

@@ -108,8 +108,7 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
-        sweep (the multinomial EP's threshold: ``max(tol / 100, 1e-5)``, a tenth of its site
-        rules' error).
+        sweep (the multinomial EP's threshold: ``max(tol / 100, 1e-8)``).
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).

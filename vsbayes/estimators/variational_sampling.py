@@ -130,9 +130,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         Expectation propagation (the sampling kernel, and the posterior of the site fits)
-        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep
-        (with more than two classes, ``max(tol / 100, 1e-5)``), within 200 sweeps
-        (``max_iter`` does not bound them). ``tol`` does not govern the
+        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
+        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
         variational-sampling solver, whose tolerance is fixed: it stops once its
         optimization error (half the squared Newton decrement per unit mass) is below 1e-2
         times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
@@ -389,9 +388,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         Expectation propagation (the sampling kernel, and the posterior of the site fits)
-        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep
-        (with more than two classes, ``max(tol / 100, 1e-5)``), within 200 sweeps
-        (``max_iter`` does not bound them). ``tol`` does not govern the
+        stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
+        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
         variational-sampling solver, whose tolerance is fixed: it stops once its
         optimization error (half the squared Newton decrement per unit mass) is below 1e-2
         times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
