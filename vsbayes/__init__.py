@@ -1,6 +1,7 @@
 """vsbayes — Bayesian inference by variational sampling."""
 
 from . import estimators as _estimators
+from ._memory import config_context, get_config, set_config
 from ._version import __version__
 from .engine import (
     BMCResult,
@@ -24,11 +25,14 @@ __all__ = [
     "VSResult",
     "__version__",
     "bayesian_monte_carlo",
+    "config_context",
     "excess_kl",
+    "get_config",
     "importance_sampling",
     "kl_divergence",
     "laplace",
     "n_family_params",
+    "set_config",
     "variational_sampling",
 ]
 __all__ += _estimators.__all__

@@ -43,15 +43,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.linalg.lapack import dtrtri
+from scipy.linalg.lapack import dpotri
 from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.utils.extmath import randomized_svd
 
-from .. import _memory
+import vsbayes._memory as _memory
+
 from .._memory import format_bytes, get_config
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, MemoryLimitError, NotPositiveDefiniteError
 from ..gaussian import StructuredCovariance, StructuredGaussian
+from ..models.latent import row_variances
 from ._glm_gaussian import GLMGaussian
 from .newton_laplace import GLMCurvature, NewtonLaplaceSolver
 
@@ -104,8 +106,8 @@ def structure_bytes(structure: str, p: int, m: int, rank: int, held: float) -> f
         dense = 3.0 * p * p + ((4.0 * m * m + p * m) if p > m else 0.0)
     elif structure == "dual":  # kernel, B, its factor and inverse; the p × M spread twice
         dense = 5.0 * m * m + 2.0 * p * m
-    elif structure == "exact-diagonal":  # one M × M array in place, its sparse product
-        dense = 2.5 * m * m + m * _memory.block_bytes() / 8.0 / max(m, 1)
+    elif structure == "exact-diagonal":  # one M × M array in place, the sparse kernel
+        dense = 2.5 * m * m
     else:  # randomized SVD's bases and the factor [Q, SQ]; vectors of CG
         width = rank + 1 + _OVERSAMPLES
         dense = 8.0 * (p + m) * width + 20.0 * (p + m)
@@ -212,10 +214,16 @@ class StructuredLaplaceResult(StructuredGaussian):
         Norm of the gradient at the mode.
     log_density_at_mode : float
         ``log p`` at the mode.
+    error_factor : float
+        Every variance of the structure (marginal, or of a row's latent value) is within
+        this factor of the exact Laplace covariance's: 1 for "dual" (exact), ``1 + λ_{r+1}``
+        for the estimated diagonal, NaN where there is no such bound (the exact diagonal
+        with its rank-r part: marginals exact, see ``error``).
     """
 
-    def __init__(self, mean, covariance, log_Z, error, **diagnostics):
+    def __init__(self, mean, covariance, log_Z, error, *, error_factor: float, **diagnostics):
         super().__init__(mean, covariance, log_Z, error)
+        self.error_factor = float(error_factor)
         self.n_iter = int(diagnostics["n_iter"])
         self.converged = bool(diagnostics["converged"])
         self.grad_norm = float(diagnostics["grad_norm"])
@@ -324,11 +332,11 @@ def structured_glm_laplace(
     theta = solver.theta
     if choice.structure == "dual":
         covariance, error = _dual_structure(model, solver.gaussian), ""
-        half_log_det = solver.gaussian.half_log_det
+        half_log_det, factor = solver.gaussian.half_log_det, 1.0
     else:
         weights = solver._curvature._weights
         rank = choice.rank if choice.structure == "lowrank" else 0
-        covariance, half_log_det, error = _lowrank_structure(
+        covariance, half_log_det, error, factor = _lowrank_structure(
             model, weights, rank, choice.exact_diagonal
         )
     log_Z = solver.value + 0.5 * model.dim * math.log(2 * math.pi) - half_log_det
@@ -337,6 +345,7 @@ def structured_glm_laplace(
         covariance,
         log_Z,
         error,
+        error_factor=factor,
         n_iter=solver.n_iter,
         converged=solver.converged or solver.stalled,
         grad_norm=float(np.linalg.norm(solver.grad)),
@@ -372,8 +381,9 @@ def _dual_structure(model, gaussian: GLMGaussian) -> StructuredCovariance:
 
 
 def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bool):
-    """``(covariance, ½ log det H, error)`` of the "lowrank" (rank ≥ 1) or "diagonal"
-    (rank 0) structure at the curvature ``weights`` (module docstring); with
+    """``(covariance, ½ log det H, error, factor)`` of the "lowrank" (rank ≥ 1) or
+    "diagonal" (rank 0) structure at the curvature ``weights`` (module docstring): every
+    variance within ``factor`` of the exact one (NaN: no such bound); with
     ``exact_diagonal``, the diagonal is the exact marginal variances' remainder."""
     design = model.design
     scale = np.sqrt(model.prior_var)  # D^{-½}
@@ -398,56 +408,102 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
     lam = eigen[:rank]
     left_out = float(eigen[rank]) if eigen.size > rank else 0.0
     structure = "lowrank" if rank else "diagonal"
+    inside = np.maximum(1.0 - np.einsum("ij,ij->i", basis, basis), 0.0)  # ρ_j = P_jj
     if exact_diagonal:
-        # Σ_w ≈ Q diag(1/(1+λ)) Qᵀ + diag(δ), δ the exact variances' remainder: the
-        # marginal variances exact, the span of Q exact; a row's variance misses only the
-        # posterior covariances between its features outside that span.
+        # Σ_w ≈ Q diag(1/(1+λ)) Qᵀ + P S P with S chosen so that the marginal variances
+        # are the exact ones: diag(P S P) = (P∘P) s = the exact variances less the span of
+        # Q's. P's off-diagonal entries −(QQᵀ)_jk are kept (a diagonal alone in their place
+        # missed them: probabilities off by 0.02 at full rank).
         var, half_log_det = _exact_variances(model, weights)
-        kept = (basis * basis) @ (1.0 / (1.0 + lam))
-        whitened_var = var / model.prior_var
-        remainder = np.maximum(whitened_var - kept, 1e-12 * whitened_var)
-        covariance = StructuredCovariance(
-            remainder * model.prior_var,
-            basis * scale[:, None],
-            np.diag(1.0 / (1.0 + lam)),
-            structure,
-        )
+        target = var / model.prior_var - (basis * basis) @ (1.0 / (1.0 + lam))
+        s_diag = _schur_solve(basis, inside, target)
         error = (
             f"marginal variances and the evidence exact (one M × M factorization at the "
             f"mode); a row's latent variance exact on the leading {rank} directions of the "
-            f"data term, and misses the posterior covariances between its features outside "
-            f"them (largest eigenvalue left out: {left_out:.4g}, prior-whitened)"
+            f"data term, outside them P S P with S matching the exact marginals (the "
+            f"posterior correlations between a row's features there are not kept; largest "
+            f"eigenvalue left out: {left_out:.4g}, prior-whitened)"
         )
-        return covariance, half_log_det, error
-    residual = np.maximum(column_norms - (basis * basis) @ lam, 0.0)  # e_j
-    inside = np.maximum(1.0 - np.einsum("ij,ij->i", basis, basis), 0.0)  # ρ_j
-    quotient = np.divide(residual, inside, out=np.zeros(p), where=inside > 1e-12)
-    s_diag = 1.0 / (1.0 + quotient)
+        factor = math.nan
+    else:
+        residual = np.maximum(column_norms - (basis * basis) @ lam, 0.0)  # e_j
+        quotient = np.divide(residual, inside, out=np.zeros(p), where=inside > 1e-12)
+        s_diag = 1.0 / (1.0 + quotient)
+        log_det_whitened = float(np.log1p(lam).sum()) + float((inside * np.log1p(quotient)).sum())
+        half_log_det = 0.5 * (log_det_whitened - float(np.log(model.prior_var).sum()))
+        error = (
+            f"every variance (marginal, or of a row's latent value) within a factor "
+            f"{1.0 + left_out:.4g} of the exact Laplace covariance's (1 + the largest "
+            f"eigenvalue left out of the rank-{rank} part, {left_out:.4g}, in prior-whitened "
+            f"units); the evidence's log det(I + E) estimated"
+        )
+        factor = 1.0 + left_out
     # P S P + Q diag(1/(1+λ)) Qᵀ as diag(S) + [Q, SQ] K [Q, SQ]ᵀ.
     scaled_basis = s_diag[:, None] * basis
     core = np.zeros((2 * rank, 2 * rank))
     core[:rank, :rank] = np.diag(1.0 / (1.0 + lam)) + basis.T @ scaled_basis
     core[:rank, rank:] = core[rank:, :rank] = -np.eye(rank)
-    factor = np.hstack([basis, scaled_basis]) * scale[:, None]
-    covariance = StructuredCovariance(s_diag * scale**2, factor, core, structure)
-    log_det_whitened = float(np.log1p(lam).sum()) + float((inside * np.log1p(quotient)).sum())
-    half_log_det = 0.5 * (log_det_whitened - float(np.log(model.prior_var).sum()))
-    error = (
-        f"every variance (marginal, or of a row's latent value) within a factor "
-        f"{1.0 + left_out:.4g} of the exact Laplace covariance's (1 + the largest eigenvalue "
-        f"left out of the rank-{rank} part, {left_out:.4g}, in prior-whitened units); the "
-        f"evidence's log det(I + E) estimated"
+    factor_matrix = np.hstack([basis, scaled_basis]) * scale[:, None]
+    diagonal = s_diag * scale**2
+    if exact_diagonal:
+        # Where s_j's floor bound (a coefficient Q nearly contains: the intercept), rows
+        # and columns rescaled (correlations kept) make every marginal the exact one.
+        raw = diagonal + np.einsum("ij,jk,ik->i", factor_matrix, core, factor_matrix)
+        rescale = np.sqrt(var / raw)
+        diagonal = diagonal * rescale**2
+        factor_matrix = factor_matrix * rescale[:, None]
+    covariance = StructuredCovariance(diagonal, factor_matrix, core, structure)
+    return covariance, half_log_det, error, factor
+
+
+def _schur_solve(basis: np.ndarray, inside: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """``s`` with ``diag(P diag(s) P) = target`` (``P = I − QQᵀ``), i.e. ``(P∘P) s =
+    target``, by conjugate gradients: ``(P∘P) s = s (1 − 2|q_j|²) + q_jᵀ (Qᵀ S Q) q_j``,
+    O(p r²) per product. P∘P is positive semi-definite (a Schur product), and the identity
+    where Q is small, so that a few iterations suffice; ``s`` is kept above a thousandth
+    of its target (positive definiteness)."""
+    p = basis.shape[0]
+    if basis.shape[1] == 0:
+        return np.maximum(target, 1e-12)
+    first = 1.0 - 2.0 * (1.0 - inside)
+
+    def product(s: np.ndarray) -> np.ndarray:
+        inner = basis.T @ (s[:, None] * basis)
+        return s * first + np.einsum("ij,jk,ik->i", basis, inner, basis)
+
+    # A coefficient that Q (nearly) contains (ρ_j = P_jj small: the intercept, whose vague
+    # prior makes it the leading direction) has P e_j ≈ 0: its s_j hardly acts, and left
+    # in the system it makes it singular. Its s_j is the floor.
+    free = inside > 1e-3
+    solution = np.zeros(p)
+
+    def free_product(values: np.ndarray) -> np.ndarray:
+        solution[free] = values
+        return product(solution)[free]
+
+    size = int(free.sum())
+    operator = LinearOperator((size, size), matvec=free_product, dtype=float)
+    jacobi = inside[free] ** 2  # (P∘P)_jj
+    preconditioner = LinearOperator((size, size), matvec=lambda r: r / jacobi, dtype=float)
+    values, _ = cg(
+        operator,
+        target[free],
+        x0=target[free] / jacobi,
+        rtol=1e-13,
+        maxiter=500,
+        M=preconditioner,
     )
-    return covariance, half_log_det, error
+    solution[free] = values
+    return np.maximum(solution, 1e-3 * np.maximum(target, 1e-12))
 
 
 def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
     """The exact marginal variances of the Laplace covariance and ``½ log det H``, by one
     factorization of the M × M dual matrix ``B₀ = I + T^½ A D_w⁻¹ Aᵀ T^½`` at the mode
     (the intercept in closed form, as ``GLMGaussian``'s dual form), never a p × p matrix:
-    ``var_j = D_j⁻¹ − D_j⁻² |U⁻ᵀ T^½ a_j|² (+ γ g_j²)`` with ``B₀ = UᵀU``. The M × M
-    arrays are overwritten in place (the kernel, its factor, the factor's inverse: one
-    M × M array at a time), the p columns taken in blocks."""
+    ``var_j = D_j⁻¹ − D_j⁻² ã_jᵀ B₀⁻¹ ã_j (+ γ g_j²)``, ``ã_j`` the j-th column of
+    ``T^½ A``. The M × M arrays are overwritten in place (the kernel, its factor, the
+    inverse: one M × M array at a time)."""
     design = model.design
     m, p = design.shape
     coef_var = np.array(model.prior_var, dtype=float)
@@ -471,21 +527,31 @@ def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
             "The dual matrix of the posterior is not definite."
         ) from None
     half_log_det = float(np.log(np.diag(upper)).sum()) - 0.5 * float(np.log(model.prior_var).sum())
-    inverse, info = dtrtri(upper, lower=0, overwrite_c=1)  # U⁻¹, upper triangular
+    # B₀⁻¹ from the factor (LAPACK fills one triangle, in place), then both triangles: the
+    # variances need only the entries of B₀⁻¹ at the pairs of rows that share a feature,
+    # ã_jᵀ B₀⁻¹ ã_j over the non-zero pairs of each column ã_j of T^½ A — for text, a few
+    # dozen pairs per feature instead of an M-long product.
+    inverse, info = dpotri(upper, lower=0, overwrite_c=1)
     if info != 0:
         raise NotPositiveDefiniteError("The dual factor is singular.")
     del upper, dual
+    inverse = inverse.T  # C-ordered (the same memory); symmetric once mirrored
+    _mirror_lower_to_upper(inverse)
     var = np.array(coef_var)
-    weighted = (sp.diags(root) @ design).tocsc() if sp.issparse(design) else root[:, None] * design
-    step = max(1, _memory.block_bytes() // (8 * max(m, 1)))
-    for start in range(0, p, step):
-        cols = slice(start, min(start + step, p))
-        # (U⁻ᵀ T^½ A_cols)ᵀ = A_colsᵀ T^½ U⁻¹: a sparse block times the dense inverse.
-        spread = np.asarray(weighted[:, cols].T @ inverse)
-        var[cols] -= np.square(coef_var[cols]) * np.einsum("ij,ij->i", spread, spread)
+    # The intercept's column (prior variance 0 in D_w⁻¹) is left out: its M non-zeros
+    # would be M²/2 pairs.
+    d = p - 1 if column is not None else p
+    if sp.issparse(design):
+        columns = (design[:, :d].T @ sp.diags(root)).tocsr()  # the columns ã_j as CSR rows
+        columns.sort_indices()
+        quadratic = row_variances(columns, inverse)
+    else:
+        weighted = root[:, None] * design[:, :d]
+        quadratic = np.einsum("ij,ij->j", inverse @ weighted, weighted)
+    var[:d] -= np.square(coef_var[:d]) * quadratic
     if column is not None:  # b in closed form: γ = s / (1 + s uᵀB₀⁻¹u), var += γ ĝ²
         u = root * column
-        z = inverse @ (inverse.T @ u)  # B₀⁻¹ u = U⁻¹ U⁻ᵀ u
+        z = inverse @ u
         gain = model.prior_var[-1] * float(u @ z)
         gamma = model.prior_var[-1] / (1.0 + gain)
         g = coef_var * np.asarray(design.T @ (root * z)).ravel()
@@ -493,3 +559,18 @@ def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
         var += gamma * np.square(g)
         half_log_det += 0.5 * math.log1p(gain)
     return var, half_log_det
+
+
+def _mirror_lower_to_upper(matrix: np.ndarray) -> None:
+    """Copy a C-ordered square matrix's lower triangle onto its upper one, in place, in
+    blocks of rows (no M × M temporary)."""
+    m = matrix.shape[0]
+    step = max(1, 2**22 // max(m, 1))
+    for start in range(0, m, step):
+        rows = slice(start, min(start + step, m))
+        # Rows `rows`, columns after the block's diagonal, from the transposed lower part.
+        block = matrix[rows.stop :, rows].T
+        matrix[rows, rows.stop :] = block
+        square = matrix[rows, rows]
+        upper = np.triu_indices(square.shape[0], 1)
+        square[upper] = square.T[upper]
