@@ -52,7 +52,7 @@ __all__ = [
 
 #: The covariance structures of a binary posterior (see ``get_config``).
 COVARIANCE_STRUCTURES = ("auto", "dense", "dual", "lowrank", "diagonal")
-_DEFAULTS = {"memory_limit": None, "covariance": "auto", "covariance_rank": 16}
+_DEFAULTS = {"memory_limit": None, "covariance": "auto", "covariance_rank": 4}
 _settings = dict(_DEFAULTS)
 
 

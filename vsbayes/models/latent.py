@@ -449,8 +449,11 @@ class StructuredLatents(_RowChunks):
     def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covariance):
         self.X, self.coef, self.intercept = X, coef, intercept
         n_rows, d = X.shape
-        diagonal, factor = covariance.diagonal_part, covariance.factor
-        self.core = covariance.core
+        diagonal = covariance.diagonal_part
+        # K = V diag(κ) Vᵀ folded into the factor: (Uᵀx̃)ᵀK(Uᵀx̃) = Σ_k κ_k ((UV)ᵀx̃)_k², r
+        # products per row instead of r² (K is indefinite: κ of either sign).
+        self.kappa, rotation = np.linalg.eigh(covariance.core)
+        factor = covariance.factor @ rotation
         self.intercept_fitted = diagonal.shape[0] > d
         self.diagonal = diagonal[:d]
         # The means' column beside the factor's: one product per chunk gives both.
@@ -476,6 +479,7 @@ class StructuredLatents(_RowChunks):
         else:
             squares = (block * block) @ self.diagonal
         var = np.asarray(squares).ravel() + self.base
-        var += np.einsum("ij,ij->i", projected @ self.core, projected)
+        projected *= projected
+        var += projected @ self.kappa
         np.maximum(var, 0.0, out=var)  # round-off only: Σ is positive definite
         return mean, var[:, None]
