@@ -15,13 +15,15 @@ from .engine import (
     variational_sampling,
 )
 from .estimators import *  # noqa: F403 (the estimators and their registry)
-from .gaussian import Gaussian, excess_kl, kl_divergence
+from .gaussian import Gaussian, StructuredCovariance, StructuredGaussian, excess_kl, kl_divergence
 
 __all__ = [
     "BMCResult",
     "Gaussian",
     "ISResult",
     "LaplaceResult",
+    "StructuredCovariance",
+    "StructuredGaussian",
     "VSResult",
     "__version__",
     "bayesian_monte_carlo",
