@@ -185,7 +185,7 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
         problem).
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Posterior mean of the intercept (zeros when ``fit_intercept=False``).
-    sigma_ : ndarray or StructuredCovariance of shape (p, p) or (n_classes, p, p)
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
         With two classes and many features, a
@@ -354,7 +354,7 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
         problem).
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Posterior mean of the intercept (zeros when ``fit_intercept=False``).
-    sigma_ : ndarray or StructuredCovariance of shape (p, p) or (n_classes, p, p)
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
         With two classes and many features, a

@@ -270,7 +270,7 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         multinomial model, or per one-vs-rest problem).
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Posterior mean of the intercept (zeros when ``fit_intercept=False``).
-    sigma_ : ndarray or StructuredCovariance of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
+    sigma_ : ndarray of shape (p, p), (n_classes·p, n_classes·p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
         ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
@@ -523,7 +523,7 @@ class VSProbitRegression(VariationalSamplingClassifier):
         problem).
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Posterior mean of the intercept (zeros when ``fit_intercept=False``).
-    sigma_ : ndarray or StructuredCovariance of shape (p, p) or (n_classes, p, p)
+    sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
         With two classes and many features, a

@@ -474,8 +474,14 @@ class StructuredLatents(_RowChunks):
         mean = product[:, -1:] + self.intercept
         projected = product[:, :-1]
         projected += self.offset
-        if sp.issparse(block):
-            squares = block.multiply(block) @ self.diagonal
+        if sp.issparse(block):  # the squared rows share the block's index arrays
+            if not block.has_canonical_format:  # (a duplicate's square is not the sum's)
+                block = block.copy()
+                block.sum_duplicates()
+            squared = sp.csr_matrix(
+                (np.square(block.data), block.indices, block.indptr), block.shape
+            )
+            squares = squared @ self.diagonal
         else:
             squares = (block * block) @ self.diagonal
         var = np.asarray(squares).ravel() + self.base
