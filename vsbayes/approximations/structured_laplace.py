@@ -14,17 +14,26 @@ the Laplace approximation, the inverse of ``H = D + Aᵀ W A`` (``D = diag(1/pri
   ``z = D^½ θ``, ``H_w = I + GᵀG`` with ``G = W^½ A D^{-½}``. The r leading eigenpairs
   ``(λ_k, q_k)`` of ``GᵀG`` (randomized SVD of the sparse G) give the covariance exactly
   on their span; on its complement (projector ``P = I − QQᵀ``) the covariance
-  ``P (I + E)⁻¹ P`` (``E = P GᵀG P``) is replaced by ``P S P`` with
-  ``S = diag(1 / (1 + e_j / ρ_j))``, ``e_j = E_jj``, ``ρ_j = P_jj``: the inverse of
-  ``I + E``'s Rayleigh quotient along ``P e_j``. This is exact where the remaining data
-  term is diagonal (features that share no rows once the leading directions are taken
-  out) and where it is zero. **Stated error**: both ``P (I + E)⁻¹ P`` and ``P S P`` lie
-  between ``P / (1 + λ_{r+1})`` and ``P``, and the span of Q is exact, so the variance of
-  any linear combination (a marginal, a row's latent value ``xᵀθ``) is within a factor
-  ``1 + λ_{r+1}`` of the exact Laplace one, λ_{r+1} the largest eigenvalue left out
-  (recorded). The evidence's ``log det(I + E)`` is estimated by ``Σ ρ_j log(1 + e_j/ρ_j)``
-  (exact in the same two cases).
-* **"diagonal"**: "lowrank" with r = 0 — ``1 / H_jj``, the mean-field variances.
+  ``P (I + E)⁻¹ P`` (``E = P GᵀG P``) is replaced by ``P S P``, S diagonal:
+
+  - with **exact marginals** (M ≤ :data:`EXACT_DIAGONAL_MAX_ROWS`): the exact marginal
+    variances from one factorization and inversion of the M × M dual matrix at the mode
+    (:func:`_exact_variances`, which gives the exact evidence too), and S such that
+    ``diag(P S P)`` completes them (:func:`_schur_solve`), rows and columns rescaled so
+    that every marginal is exact. A row's latent variance is exact on the span of Q; the
+    posterior correlations between its features outside it, beyond P's, are not kept.
+  - with **estimated marginals** (more rows): ``S = diag(1 / (1 + e_j / ρ_j))``,
+    ``e_j = E_jj``, ``ρ_j = P_jj``, the inverse of ``I + E``'s Rayleigh quotient along
+    ``P e_j``: exact where the remaining data term is diagonal (features that share no
+    rows once the leading directions are taken out) and where it is zero. **Stated
+    error**: both ``P (I + E)⁻¹ P`` and ``P S P`` lie between ``P / (1 + λ_{r+1})`` and
+    ``P``, and the span of Q is exact, so the variance of any linear combination (a
+    marginal, a row's latent value ``xᵀθ``) is within a factor ``1 + λ_{r+1}`` of the
+    exact Laplace one, λ_{r+1} the largest eigenvalue left out (recorded). The
+    evidence's ``log det(I + E)`` is estimated by ``Σ ρ_j log(1 + e_j/ρ_j)`` (exact in the
+    same two cases).
+* **"diagonal"**: "lowrank" with r = 0 — the exact marginal variances, or ``1 / H_jj``
+  (the mean-field ones).
 
 The mode is found by Newton's method with the Newton systems solved by preconditioned
 conjugate gradients (Hessian-vector products with the sparse design, never a p × p or
