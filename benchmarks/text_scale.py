@@ -377,12 +377,14 @@ def plot(rows: list[dict], path: Path) -> None:
     timed = [r for r in rows if r.get("part") in ("fit", "predict") and "failed" not in r]
     if not timed:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    names = [r["case"].replace("newsgroups-shaped ", "ng ") for r in timed]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    names = [
+        r["case"].replace("newsgroups-shaped ", "ng ").replace("predict_proba ", "predict ")
+        for r in timed
+    ]
     axes[0].barh(names, [r["ratio"] for r in timed], color="tab:blue")
     for i, r in enumerate(timed):
         axes[0].plot([r["ratio_target"]] * 2, [i - 0.4, i + 0.4], color="tab:red")
-    axes[0].set_xscale("log")
     axes[0].set_xlabel("time / LogisticRegression (red: target)")
     fits = [r for r in timed if r["part"] == "fit"]
     axes[1].barh(
@@ -393,6 +395,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for i, r in enumerate(fits):
         axes[1].plot([r["memory_target_gib"]] * 2, [i - 0.4, i + 0.4], color="tab:red")
     axes[1].set_xlabel("peak memory of the fit's process, GiB (red: target)")
+    axes[1].set_xlim(0, 4.5)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
