@@ -177,6 +177,8 @@ def test_auto_takes_a_structure_beyond_the_dense_size():
     assert fit.covariance_structure_ == "dual" and "4096" in fit.covariance_reason_
     assert fit.strategy_[0] == "laplace" and "dense covariance" in fit.strategy_reason_[0]
     assert fit.predict_proba(X[:5]).shape == (5, 2)
+    with pytest.warns(UserWarning, match="Laplace approximation with a dual covariance"):
+        vsbayes.VSLogisticRegression(strategy="global").fit(X, y)
 
 
 def test_a_problem_that_cannot_fit_is_refused_before_any_work(data, monkeypatch):

@@ -598,7 +598,9 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             f"{choice.structure} covariance ({choice.reason}): the Laplace approximation, as "
             f"the other fits need the dense covariance"
         )
-        if not isinstance(method, LaplaceMethod) and not method.records_strategy:
+        # VS records its route; it warns only where a route was asked for by name.
+        asked = getattr(method, "strategy", "auto") != "auto"
+        if not isinstance(method, LaplaceMethod) and (asked or not method.records_strategy):
             warn(
                 f"{name}: with {model.dim} coefficients the posterior is the Laplace "
                 f"approximation with a {choice.structure} covariance (the method's own fit "
