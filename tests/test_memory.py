@@ -75,7 +75,15 @@ def test_a_huge_covariance_raises_before_allocating(rng, monkeypatch):
     with pytest.raises(MemoryLimitError, match=r"200001 × 200001 posterior covariance \(sigma_"):
         laplace.cov
     X = rng.standard_normal((4, 200_000))
-    with pytest.raises(MemoryLimitError, match="feature selection"):
+    # The estimator keeps the exact dual (Woodbury) structure: dense only on request.
+    fit = vsbayes.LaplaceLogisticRegression().fit(X, [0, 1, 0, 1])
+    assert fit.covariance_structure_ == "dual"
+    with pytest.raises(MemoryLimitError, match=r"sigma_\.diagonal\(\)"):
+        np.asarray(fit.sigma_)
+    with (
+        vsbayes.config_context(covariance="dense"),
+        pytest.raises(MemoryLimitError, match="'dual' structure would fit"),
+    ):
         vsbayes.LaplaceLogisticRegression().fit(X, [0, 1, 0, 1])
 
 
@@ -126,5 +134,8 @@ def test_a_fit_is_sized_before_its_first_newton_step(rng, monkeypatch):
     monkeypatch.setattr(base, "glm_laplace", no_newton)
     X = rng.standard_normal((50, 400))
     for cls in (vsbayes.VSLogisticRegression, vsbayes.EPProbitRegression):
-        with pytest.raises(MemoryLimitError, match=r"401 × 401 covariance.*three times"):
+        with (
+            vsbayes.config_context(covariance="dense"),
+            pytest.raises(MemoryLimitError, match=r"dense covariance.*'dual' structure"),
+        ):
             cls().fit(X, X[:, 0] > 0)

@@ -24,18 +24,29 @@ its own arrays besides, hence the quarter. Set it as in scikit-learn::
         VSLogisticRegression().fit(X, y)  # blocks of at most 64 MiB
 
 Results may differ from the default's in the last bits (sums over other blocks).
+
+**The settings.** :func:`config_context` (and :func:`set_config`) sets the memory limit
+that the guard and the estimators' choice of covariance structure read, in bytes (default:
+:data:`MEMORY_FRACTION` of physical memory), and can force a binary posterior's covariance
+structure ("dense", "dual", "lowrank" or "diagonal"; "auto" lets the fit choose from the
+problem's size) and the rank of the "lowrank" one::
+
+    with vsbayes.config_context(memory_limit=2 * 2**30, covariance="lowrank"):
+        VSLogisticRegression().fit(X, y)
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 try:  # POSIX only
     import resource
 except ImportError:  # pragma: no cover - Windows
     resource = None
 
-from sklearn import get_config
+from sklearn import get_config as sklearn_config
 
 from .exceptions import MemoryLimitError
 
@@ -44,9 +55,86 @@ __all__ = [
     "block_bytes",
     "block_length",
     "check_memory",
+    "config_context",
     "format_bytes",
+    "get_config",
     "memory_limit",
+    "set_config",
 ]
+
+#: The covariance structures of a binary posterior (see ``get_config``).
+COVARIANCE_STRUCTURES = ("auto", "dense", "dual", "lowrank", "diagonal")
+_DEFAULTS = {"memory_limit": None, "covariance": "auto", "covariance_rank": 4}
+_settings = dict(_DEFAULTS)
+
+
+def get_config() -> dict:
+    """vsbayes's settings: ``memory_limit`` (bytes, or None: :data:`MEMORY_FRACTION` of
+    physical memory), ``covariance`` (a binary posterior's covariance structure: "auto",
+    "dense", "dual", "lowrank" or "diagonal") and ``covariance_rank`` (the rank of the
+    "lowrank" structure).
+
+    Returns
+    -------
+    dict
+        A copy of the settings.
+    """
+    return dict(_settings)
+
+
+def set_config(
+    memory_limit: float | None = None,
+    covariance: str | None = None,
+    covariance_rank: int | None = None,
+) -> None:
+    """Change vsbayes's settings (None leaves one unchanged); see :func:`get_config`.
+
+    Parameters
+    ----------
+    memory_limit : float, optional
+        Bytes one computation may allocate; the memory guard and the choice of the
+        covariance structure read it.
+    covariance : {"auto", "dense", "dual", "lowrank", "diagonal"}, optional
+        The covariance structure of binary posteriors; "auto" chooses it from the
+        problem's size and the memory limit (the fitted ``covariance_structure_`` and
+        ``covariance_reason_`` record the choice).
+    covariance_rank : int, optional
+        Rank of the low-rank part of the "lowrank" structure (≥ 1).
+    """
+    if covariance is not None and covariance not in COVARIANCE_STRUCTURES:
+        raise ValueError(f"covariance must be one of {COVARIANCE_STRUCTURES}; got {covariance!r}.")
+    if covariance_rank is not None and (
+        int(covariance_rank) != covariance_rank or covariance_rank < 1
+    ):
+        raise ValueError(f"covariance_rank must be an integer >= 1; got {covariance_rank!r}.")
+    if memory_limit is not None and not memory_limit > 0:
+        raise ValueError(f"memory_limit must be a positive number of bytes; got {memory_limit!r}.")
+    for name, value in (
+        ("memory_limit", memory_limit),
+        ("covariance", covariance),
+        ("covariance_rank", covariance_rank),
+    ):
+        if value is not None:
+            _settings[name] = value
+
+
+@contextmanager
+def config_context(**settings) -> Iterator[None]:
+    """The settings of :func:`set_config` within a ``with`` block, restored after it.
+
+    Parameters
+    ----------
+    **settings
+        ``memory_limit``, ``covariance`` and ``covariance_rank``, as in :func:`set_config`.
+    """
+    saved = dict(_settings)
+    set_config(**settings)
+    try:
+        yield
+    finally:
+        _settings.clear()
+        _settings.update(saved)
+
 
 #: Fraction of physical memory that one computation may use: the rest is left to the
 #: interpreter, the data and the other processes of the machine.
@@ -72,15 +160,19 @@ def _address_space_headroom() -> float:
 
 
 def memory_limit() -> float:
-    """Bytes that one computation may allocate: :data:`MEMORY_FRACTION` of physical memory,
-    or of the headroom under the process's address-space limit where that is smaller.
+    """Bytes that one computation may allocate: the ``memory_limit`` setting
+    (:func:`config_context`), else :data:`MEMORY_FRACTION` of physical memory, or of
+    the headroom under the process's address-space limit where that is smaller.
 
     Returns
     -------
     float
-        ``0.8 × SC_PHYS_PAGES × SC_PAGE_SIZE`` (8 GiB when the platform does not report
-        its physical memory), at most 0.8 × (``RLIMIT_AS`` − the address space mapped).
+        The setting, or ``0.8 × SC_PHYS_PAGES × SC_PAGE_SIZE`` (8 GiB when the platform
+        does not report its physical memory), at most 0.8 × (``RLIMIT_AS`` − the address
+        space mapped).
     """
+    if _settings["memory_limit"] is not None:
+        return float(_settings["memory_limit"])
     try:
         physical = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
@@ -98,7 +190,7 @@ def block_bytes() -> int:
         A quarter of scikit-learn's ``working_memory`` (``sklearn.get_config()``, in MiB),
         read at each call so that ``sklearn.config_context`` applies.
     """
-    return int(get_config()["working_memory"] * 2**20) // 4
+    return int(sklearn_config()["working_memory"] * 2**20) // 4
 
 
 def block_length(bytes_per_item: float) -> int:
@@ -168,7 +260,14 @@ def check_memory(nbytes: float, what: str, remedy: str) -> None:
     if nbytes > limit:
         raise MemoryLimitError(
             f"Computing {what} would allocate about {format_bytes(nbytes)}, more than the "
-            f"memory limit of {format_bytes(limit)} ({MEMORY_FRACTION:.0%} of this machine's "
-            f"physical memory, or of the headroom under the process's address-space limit). "
-            f"{remedy}"
+            f"memory limit of {format_bytes(limit)} ({_limit_source()}). {remedy}"
         )
+
+
+def _limit_source() -> str:
+    if _settings["memory_limit"] is not None:
+        return "the memory_limit setting of vsbayes.config_context"
+    return (
+        f"{MEMORY_FRACTION:.0%} of this machine's physical memory, or of the headroom under "
+        f"the process's address-space limit"
+    )

@@ -15,10 +15,18 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
+from ._memory import check_memory
 from ._random import as_generator
 from .exceptions import NotPositiveDefiniteError
 
-__all__ = ["Gaussian", "NaturalParameters", "excess_kl", "kl_divergence"]
+__all__ = [
+    "Gaussian",
+    "NaturalParameters",
+    "StructuredCovariance",
+    "StructuredGaussian",
+    "excess_kl",
+    "kl_divergence",
+]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -146,6 +154,11 @@ class Gaussian:
         """Covariance matrix, shape (d, d)."""
         self._factorized()
         return self._cov
+
+    @property
+    def var(self) -> np.ndarray:
+        """The marginal variances, the covariance's diagonal, shape (d,)."""
+        return np.diag(self.cov).copy()
 
     @property
     def log_Z(self) -> float:
@@ -325,3 +338,186 @@ def excess_kl(q_star: Gaussian, q_hat: Gaussian) -> float:
     log_r = q_hat.log_Z - q_star.log_Z
     mass_term = math.inf if log_r > 709.0 else math.expm1(log_r) - log_r
     return kl_divergence(q_star, q_hat) + mass_term
+
+
+# --- Structured covariances: diagonal plus low rank -----------------------------------------
+
+
+class StructuredCovariance:
+    """A covariance ``Σ = diag(diagonal) + U K Uᵀ`` that is never a dense p × p matrix
+    unless asked for (``U`` p × r, ``K`` symmetric r × r, r ≪ p).
+
+    It is the ``sigma_`` of a posterior fitted with a structured covariance: it has the
+    operations users read from a covariance — :meth:`diagonal` (marginal variances),
+    :meth:`dot`, the factors that the rows' latent variances ``xᵀΣx`` are computed from
+    (sparse rows never densified: :class:`vsbayes.models.latent.StructuredLatents`) — and
+    converts to a dense array (``np.asarray(sigma_)``, :meth:`toarray`) only when the
+    p × p matrix fits the memory limit (:func:`vsbayes.config_context`); otherwise a
+    :class:`~vsbayes.exceptions.MemoryLimitError` says what to use instead.
+
+    Parameters
+    ----------
+    diagonal : ndarray of shape (p,)
+        The diagonal part (> 0).
+    factor : ndarray of shape (p, r)
+        ``U``.
+    core : ndarray of shape (r, r)
+        ``K``, symmetric (not necessarily definite: ``Σ`` is).
+    structure : str, default="lowrank"
+        Its name ("dual": exact; "lowrank", "diagonal": approximate), for the messages.
+    """
+
+    def __init__(self, diagonal, factor, core, structure: str = "lowrank"):
+        self.diagonal_part = _readonly(np.asarray(diagonal, dtype=float))
+        self.factor = _readonly(np.asarray(factor, dtype=float).reshape(len(diagonal), -1))
+        rank = self.factor.shape[1]
+        core = np.asarray(core, dtype=float).reshape(rank, rank)
+        self.core = _readonly(0.5 * (core + core.T))
+        self.structure = structure
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(p, p)``, as a dense covariance's."""
+        p = self.diagonal_part.shape[0]
+        return (p, p)
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    @property
+    def rank(self) -> int:
+        """Columns of ``U``."""
+        return self.factor.shape[1]
+
+    def diagonal(self) -> np.ndarray:
+        """The marginal variances ``diag(Σ)``, shape (p,), in O(p r²)."""
+        return self.diagonal_part + np.einsum("ij,jk,ik->i", self.factor, self.core, self.factor)
+
+    def dot(self, v) -> np.ndarray:
+        """``Σ v`` for ``v`` of shape (p,) or (p, k)."""
+        v = np.asarray(v, dtype=float)
+        diagonal = self.diagonal_part if v.ndim == 1 else self.diagonal_part[:, None]
+        return diagonal * v + self.factor @ (self.core @ (self.factor.T @ v))
+
+    def dense_bytes(self) -> float:
+        """Bytes of the dense p × p matrix and its conversion's temporaries."""
+        p = self.shape[0]
+        return 8.0 * (p * p + 2 * p * self.rank)
+
+    def toarray(self) -> np.ndarray:
+        """The dense p × p matrix (a new array).
+
+        Raises
+        ------
+        MemoryLimitError
+            If it does not fit the memory limit; the message names what to use instead.
+        """
+        p = self.shape[0]
+        check_memory(
+            self.dense_bytes(),
+            f"the dense {p} × {p} posterior covariance (sigma_ is a {self.structure} "
+            f"structured covariance, diagonal plus rank {self.rank})",
+            "Use what reads the structure instead: sigma_.diagonal() for the marginal "
+            "variances, latent_mean_and_variance(X) for the rows' latent variances, "
+            "sample_coef for draws, summary() for the intervals — or "
+            "raise the memory_limit of vsbayes.config_context.",
+        )
+        dense = (self.factor @ self.core) @ self.factor.T
+        dense[np.diag_indices(p)] += self.diagonal_part
+        _symmetrize(dense)
+        return dense
+
+    def __array__(self, dtype=None, copy=None):
+        dense = self.toarray()
+        return dense if dtype is None else dense.astype(dtype, copy=False)
+
+    def scaled(self, factor: float) -> StructuredCovariance:
+        """``factor · Σ``, with the same structure."""
+        return StructuredCovariance(
+            factor * self.diagonal_part, self.factor, factor * self.core, self.structure
+        )
+
+    def _unit_root(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(δ^½, Q, M)`` with ``Σ = δ^½ (I + Q M Qᵀ) δ^½``, Q orthonormal (p × q) and M
+        diagonal (as a vector) > −1: the thin QR of ``δ^{-½}U`` and the eigenvalues of
+        ``R K Rᵀ``. Then ``Σ^½ = δ^½ (I + Q (√(1+M) − 1) Qᵀ)`` and
+        ``log det Σ = Σ log δ + Σ log(1 + M)``, in O(p r²)."""
+        root = np.sqrt(self.diagonal_part)
+        if self.rank == 0:
+            return root, np.zeros((root.size, 0)), np.zeros(0)
+        ortho, upper = np.linalg.qr(self.factor / root[:, None])
+        inner = upper @ self.core @ upper.T
+        values, vectors = np.linalg.eigh(0.5 * (inner + inner.T))
+        # Σ is positive definite, so 1 + M > 0; round-off only can take it below.
+        values = np.maximum(values, -1.0 + 1e-15)
+        return root, ortho @ vectors, values
+
+    def log_det(self) -> float:
+        """``log det Σ`` in O(p r²)."""
+        root, _, values = self._unit_root()
+        return 2.0 * float(np.log(root).sum()) + float(np.log1p(values).sum())
+
+    def sample_normal(self, z: np.ndarray) -> np.ndarray:
+        """``Σ^½ z`` for standard normal rows z (n, p): draws of N(0, Σ), in O(n p r)."""
+        root, basis, values = self._unit_root()
+        spread = z + ((z @ basis) * (np.sqrt(1.0 + values) - 1.0)) @ basis.T
+        return spread * root
+
+
+class StructuredGaussian(Gaussian):
+    """``q(x) = exp(log_Z) N(x; mean, Σ)`` with a :class:`StructuredCovariance` Σ.
+
+    The same interface as :class:`Gaussian` for what users read — ``mean``, ``log_Z``,
+    ``var``, ``log_det_cov``, :meth:`sample` — without a p × p
+    matrix; ``cov``, ``chol``, ``precision`` and the methods built on them form the dense
+    matrix on first use, only where it fits the memory limit.
+
+    Parameters
+    ----------
+    mean : array-like of shape (p,)
+        Mean vector.
+    covariance : StructuredCovariance
+        The covariance.
+    log_Z : float, default=0.0
+        Log of the total mass.
+    error : str, default=""
+        The structure's stated error (what the approximation may differ from the exact
+        Laplace covariance by; "" when exact).
+    """
+
+    def __init__(self, mean, covariance: StructuredCovariance, log_Z: float = 0.0, error: str = ""):
+        super().__init__(mean, covariance.toarray, log_Z)
+        if covariance.shape[0] != self.dim:
+            raise ValueError(
+                f"The covariance is {covariance.shape[0]}-dimensional, the mean {self.dim}."
+            )
+        self.covariance = covariance
+        self.error = error
+
+    @property
+    def var(self) -> np.ndarray:
+        """The marginal variances, shape (p,)."""
+        return self.covariance.diagonal()
+
+    @property
+    def log_det_cov(self) -> float:
+        return self.covariance.log_det()
+
+    def sample(self, n_samples: int, random_state=None) -> np.ndarray:
+        """Draw ``n_samples`` points from the normalized Gaussian, in O(n p r)."""
+        rng = as_generator(random_state)
+        z = rng.standard_normal((int(n_samples), self.dim))
+        return self.mean + self.covariance.sample_normal(z)
+
+    def scale_cov(self, factor: float) -> StructuredGaussian:
+        return StructuredGaussian(self.mean, self.covariance.scaled(factor), self.log_Z, self.error)
+
+    def with_moments(self, mean, cov) -> Gaussian:
+        """A dense :class:`Gaussian` with another mean and covariance, this ``log_Z``."""
+        return Gaussian(mean, cov, self.log_Z)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, "
+            f"structure={self.covariance.structure!r}, rank={self.covariance.rank})"
+        )

@@ -403,6 +403,6 @@ def check_posterior_memory(model, estimator_name: str = "") -> None:
         f"dense matrices and rows)",
         "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
         "TruncatedSVD / random projection of X): the posterior's memory grows with the "
-        "square of the number of features, and no estimator here has a structured "
-        "(low-rank or sparse) covariance to avoid it.",
+        "square of the number of features. With two classes, a structured covariance "
+        "avoids it: vsbayes.config_context(covariance='auto') (the default) or 'lowrank'.",
     )

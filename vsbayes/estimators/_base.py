@@ -33,13 +33,18 @@ from .._random import as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
+from ..approximations.structured_laplace import (
+    CovarianceChoice,
+    choose_covariance,
+    structured_glm_laplace,
+)
 from ..exceptions import (
     ConvergenceWarning,
     EstimationError,
     NotPositiveDefiniteError,
     UnreliableFitWarning,
 )
-from ..gaussian import Gaussian
+from ..gaussian import Gaussian, StructuredGaussian
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -50,7 +55,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
-from ._methods import MethodFit
+from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
 from ._updating import BayesianUpdating, problem_model
 
@@ -602,6 +607,19 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 if factor is not None:  # its base is broad: the prior's own spread
                     variances[: model.n_features] = factor.start_var
                 return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(variances)))
+            choice = _DENSE
+            if (
+                n_classes is None
+                and not chunked
+                and prior is None
+                and getattr(model, "coefficient_prior", None) is None  # Gaussian priors only
+                and len(self.classes_) == 2
+            ):
+                # The covariance's structure, from the problem's size and the memory limit,
+                # before the first Newton step (it refuses what no structure fits).
+                choice = choose_covariance(model, type(self).__name__)
+            if choice.structure != "dense":
+                return self._structured_fit(method, model, choice, start)
             if n_classes is None:  # sized before the first Newton step
                 check_posterior_memory(model, type(self).__name__)
                 _check_route_memory(model, method, type(self).__name__)
@@ -646,7 +664,55 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 model.chunks.release()  # the chunks' copies of the rows, on the workers
         if self.verbose:
             print(f"{type(self).__name__}: {fit.posterior!r}")
+        if choice is not _DENSE:
+            fit = dataclasses.replace(fit, covariance_reason=choice.reason)
         return fit
+
+    def _structured_fit(self, method, model, choice: CovarianceChoice, start) -> MethodFit:
+        """The Laplace approximation with a structured covariance (``choice``): the other
+        methods' fits (EP, sampling) need the dense p × p covariance, so every method stops
+        there at this size, and says so (``covariance_reason_``; VS's ``strategy_``)."""
+        name = type(self).__name__
+        try:
+            laplace = structured_glm_laplace(
+                model,
+                choice,
+                tol=self.tol,
+                max_iter=self.max_iter,
+                theta0=start,
+                verbose=self.verbose,
+            )
+        except NotPositiveDefiniteError as error:
+            raise ValueError(
+                f"{name}(C={self.C:g}): the posterior cannot be represented in float64 "
+                f"({model.dim} parameters, {model.n_observations} rows): {error}"
+            ) from error
+        reason = (
+            f"{choice.structure} covariance ({choice.reason}): the Laplace approximation, as "
+            f"the other fits need the dense covariance"
+        )
+        # VS records its route; it warns only where a route was asked for by name.
+        asked = getattr(method, "strategy", "auto") != "auto"
+        if not isinstance(method, LaplaceMethod) and (asked or not method.records_strategy):
+            warn(
+                f"{name}: with {model.dim} coefficients the posterior is the Laplace "
+                f"approximation with a {choice.structure} covariance (the method's own fit "
+                f"needs the dense {model.dim} × {model.dim} covariance); see "
+                f"covariance_reason_, or force covariance='dense' with "
+                f"vsbayes.config_context if it fits.",
+                UserWarning,
+            )
+        if self.verbose:
+            print(f"{name}: {laplace!r}")
+        return MethodFit(
+            laplace,
+            laplace.n_iter,
+            strategy="laplace",
+            reason=reason,
+            stop_reason="structured_covariance",
+            covariance=choice.structure,
+            covariance_reason=choice.reason,
+        )
 
     def _method_fit(self, method, model, laplace, rng, what: str) -> MethodFit:
         """``method.fit``, or the Laplace approximation with an UnreliableFitWarning where
@@ -676,6 +742,14 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             self.intercept_ = mean[k * n_features :].copy() if self.fit_intercept else np.zeros(k)
             self.sigma_ = np.array(posterior.cov)
             self.log_marginal_likelihood_value_ = float(posterior.log_Z)
+        elif isinstance(posteriors[0], StructuredGaussian):  # binary, never dense here
+            posterior = posteriors[0]
+            self.coef_ = posterior.mean[None, :n_features].copy()
+            self.intercept_ = (
+                posterior.mean[n_features:].copy() if self.fit_intercept else np.zeros(1)
+            )
+            self.sigma_ = posterior.covariance
+            self.log_marginal_likelihood_value_ = float(posterior.log_Z)
         else:
             means = np.array([g.mean for g in posteriors])
             self.coef_ = means[:, :n_features]
@@ -691,6 +765,11 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             self.log_marginal_likelihood_value_ = np.full_like(
                 self.log_marginal_likelihood_value_, np.nan
             )[()]
+        binary = len(fits) == 1
+        structures = [f.covariance for f in fits]
+        reasons = [f.covariance_reason for f in fits]
+        self.covariance_structure_ = structures[0] if binary else np.array(structures)
+        self.covariance_reason_ = reasons[0] if binary else reasons
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
         if method.falls_back:
@@ -719,6 +798,11 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+#: The choice of the problems that keep the dense covariance without a size check here
+#: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
+_DENSE = CovarianceChoice("dense", "")
 
 
 def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:

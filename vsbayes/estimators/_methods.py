@@ -61,6 +61,9 @@ class MethodFit:
         The predicted error and why the route stopped where the posterior itself does not
         carry them (a route that stopped at the Laplace approximation or at EP); None: the
         posterior's own (``kl_error_``, ``stop_reason_``).
+    covariance, covariance_reason : str
+        The posterior covariance's structure ("dense", or a structured one: "dual",
+        "lowrank", "diagonal") and why (``covariance_structure_``, ``covariance_reason_``).
     """
 
     posterior: Gaussian
@@ -70,6 +73,8 @@ class MethodFit:
     reason: str | None = None
     kl_error: float | None = None
     stop_reason: str | None = None
+    covariance: str = "dense"
+    covariance_reason: str = ""
 
     @classmethod
     def fallback(cls, laplace: LaplaceResult) -> MethodFit:

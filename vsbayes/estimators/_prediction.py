@@ -21,6 +21,7 @@ from sklearn.utils.validation import (
 )
 
 from .._random import as_generator
+from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
 from . import _summaries
@@ -110,7 +111,7 @@ class PosteriorPrediction:
         return fitted_predictive(
             np.asarray(coef, dtype=np.float64),
             np.asarray(self.intercept_, dtype=np.float64),
-            np.asarray(self.sigma_, dtype=np.float64),
+            _covariance(self.sigma_),
             self._link,
             posteriors,
         )
@@ -445,3 +446,8 @@ class PosteriorPrediction:
         if X is not None:
             X = self._in_memory(X, "to_inference_data")
         return _summaries.to_inference_data(self, X, y, sample_weight, n_draws, random_state)
+
+
+def _covariance(sigma):
+    """``sigma_`` as float64: a structured covariance as such (never made dense here)."""
+    return sigma if isinstance(sigma, StructuredCovariance) else np.asarray(sigma, np.float64)

@@ -46,6 +46,7 @@ from .._random import as_generator
 from .._sums import logsumexp
 from .._warnings import warn
 from ..exceptions import PSISWarning
+from ..gaussian import StructuredCovariance
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax_predictive import centred_basis, softmax_predictive_log_proba
@@ -135,6 +136,11 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     posterior's centred (identified) coefficients."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
+    if isinstance(estimator.sigma_, StructuredCovariance):  # binary; its diagonal only
+        mean = np.concatenate([np.ravel(coef), np.ravel(estimator.intercept_)[:1]])
+        mean = mean if estimator.fit_intercept else mean[:-1]
+        sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
+        return [(None, mean.astype(float), sd)]
     per_problem = gaussian_marginals(
         np.asarray(coef, dtype=float),
         np.asarray(estimator.intercept_, dtype=float),

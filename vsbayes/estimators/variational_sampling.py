@@ -282,6 +282,15 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
         ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
+        With two classes and many features, a
+        :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
+        dense only on request; see ``covariance_structure_``).
+    covariance_structure_ : str or ndarray of str
+        The posterior covariance's structure: "dense", or for a binary problem too
+        large for it "dual", "lowrank" or "diagonal" (one per problem beyond
+        two classes).
+    covariance_reason_ : str or list of str
+        Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
         multinomial model's: one float; one-vs-rest: one per class).
@@ -533,6 +542,15 @@ class VSProbitRegression(VariationalSamplingClassifier):
     sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
+        With two classes and many features, a
+        :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
+        dense only on request; see ``covariance_structure_``).
+    covariance_structure_ : str or ndarray of str
+        The posterior covariance's structure: "dense", or for a binary problem too
+        large for it "dual", "lowrank" or "diagonal" (one per problem beyond
+        two classes).
+    covariance_reason_ : str or list of str
+        Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
         two classes, one per one-vs-rest problem).

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .._sums import logsumexp
-from ..gaussian import Gaussian
-from .latent import IndependentLatents, JointLatents
+from ..gaussian import Gaussian, StructuredCovariance
+from .latent import IndependentLatents, JointLatents, StructuredLatents
 from .links import Link, get_link
 from .softmax_predictive import softmax_predictive_log_proba
 
@@ -35,6 +35,7 @@ __all__ = [
     "FittedPredictive",
     "MultinomialPredictive",
     "OneVsRestPredictive",
+    "StructuredBinaryPredictive",
     "fitted_predictive",
 ]
 
@@ -176,6 +177,15 @@ class BinaryPredictive(OneVsRestPredictive):
         return super().decision_function(X)[:, 0]
 
 
+class StructuredBinaryPredictive(BinaryPredictive):
+    """One binary posterior whose covariance is a
+    :class:`~vsbayes.gaussian.StructuredCovariance` (``sigma``): the latent variances from
+    its factors (:class:`~vsbayes.models.latent.StructuredLatents`)."""
+
+    def latent(self, X) -> StructuredLatents:
+        return StructuredLatents(X, self.coef, self.intercept, self.sigma)
+
+
 class MultinomialPredictive(FittedPredictive):
     """One joint posterior of the K classes' scores, in the multinomial model's layout
     θ = ``[W.ravel(), b]``: ``sigma`` is (p, p), p = K d (+ K with intercepts)."""
@@ -230,9 +240,10 @@ def fitted_predictive(
     ----------
     coef : ndarray of shape (n_problems, d)
     intercept : ndarray of shape (n_problems,)
-    sigma : ndarray of shape (p, p) or (n_problems, p, p)
+    sigma : ndarray of shape (p, p) or (n_problems, p, p), or StructuredCovariance
         One covariance per problem (one-vs-rest), or one covariance: of one binary
-        problem's ``[w, b]`` when ``coef`` has one row, else of the multinomial θ.
+        problem's ``[w, b]`` when ``coef`` has one row (dense or structured), else of the
+        multinomial θ.
     link : str or Link
         The binary link of binary and one-vs-rest posteriors (the multinomial's is the
         softmax).
@@ -243,6 +254,8 @@ def fitted_predictive(
     -------
     FittedPredictive
     """
+    if isinstance(sigma, StructuredCovariance):
+        return StructuredBinaryPredictive(coef, intercept, sigma, link, posteriors)
     if sigma.ndim == 3:
         return OneVsRestPredictive(coef, intercept, sigma, link, posteriors)
     if len(coef) == 1:

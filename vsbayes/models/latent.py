@@ -24,6 +24,11 @@ the means' small product, and the variance ``‖Wᵀ x‖² + (r + c·x)²`` is 
 no cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features), never negative.
 A factorization per call is negligible next to the products over the rows.
 
+**From a structured covariance** ``Σ = diag(δ) + U K Uᵀ``
+(:class:`~vsbayes.gaussian.StructuredCovariance`, text-scale posteriors):
+:class:`StructuredLatents`, ``x̃ᵀΣx̃ = Σ δ_j x̃_j² + (Uᵀx̃)ᵀ K (Uᵀx̃)`` — one product of the
+rows with the p × r factor, O(nnz · r) per chunk, sparse rows as such.
+
 **Sparse rows** with few non-zeros among many features take ``Σ_ab x_a x_b Σ_ab`` over
 each row's non-zero pairs instead (one gather for both uses): ``k(k + 1)/2`` terms for
 ``k`` non-zeros, against ``k d`` for a product.
@@ -43,6 +48,7 @@ from .._memory import block_bytes, block_length, check_memory
 __all__ = [
     "IndependentLatents",
     "JointLatents",
+    "StructuredLatents",
     "row_moments",
     "row_variances",
 ]
@@ -452,3 +458,67 @@ class JointLatents(_RowChunks):
         reduced[:, self.upper[0], self.upper[1]] = forms
         reduced[:, self.upper[1], self.upper[0]] = forms
         return mean, self.basis @ reduced @ self.basis.T
+
+
+class StructuredLatents(_RowChunks):
+    """Mean and variance of one latent score at X's rows under a structured covariance
+    ``Σ = diag(δ) + U K Uᵀ`` (:class:`~vsbayes.gaussian.StructuredCovariance`, intercept
+    last when fitted), chunk by chunk: ``x̃ᵀΣx̃ = Σ_j δ_j x_j² + δ_b + (Uᵀx̃)ᵀ K (Uᵀx̃)``
+    with ``Uᵀx̃ = U_xᵀ x + u_b``, so that ``x̃ = [x, 1]`` is never formed and sparse rows
+    never densified.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, d)
+        Validated float64 rows.
+    coef : ndarray of shape (1, d)
+        Posterior mean of the coefficients.
+    intercept : ndarray of shape (1,)
+        Posterior mean of the intercept (zero without one).
+    covariance : StructuredCovariance
+        Of ``[w, b]`` (d + 1) or of ``w`` (d).
+    """
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covariance):
+        self.X, self.coef, self.intercept = X, coef, intercept
+        n_rows, d = X.shape
+        diagonal = covariance.diagonal_part
+        # K = V diag(κ) Vᵀ folded into the factor: (Uᵀx̃)ᵀK(Uᵀx̃) = Σ_k κ_k ((UV)ᵀx̃)_k², r
+        # products per row instead of r² (K is indefinite: κ of either sign).
+        self.kappa, rotation = np.linalg.eigh(covariance.core)
+        factor = covariance.factor @ rotation
+        self.intercept_fitted = diagonal.shape[0] > d
+        self.diagonal = diagonal[:d]
+        # The means' column beside the factor's: one product per chunk gives both.
+        self.side = np.ascontiguousarray(np.column_stack([factor[:d], coef[0]]))
+        self.offset = factor[d] if self.intercept_fitted else np.zeros(factor.shape[1])
+        self.base = float(diagonal[d]) if self.intercept_fitted else 0.0
+        threads = blas_thread_count()
+        # Per row: the product (r + 1), its core product, the squares' pass (≈ 8).
+        rows = block_length(8.0 * (2 * factor.shape[1] + 12) * threads)
+        rows = min(rows, max(1, _CACHE_ENTRIES // max(factor.shape[1] + 1, 1)))
+        self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, var)`` of the rows, each of shape (n_rows_in_chunk, 1)."""
+        block = self.X[rows]
+        product = np.asarray(block @ self.side)
+        mean = product[:, -1:] + self.intercept
+        projected = product[:, :-1]
+        projected += self.offset
+        if sp.issparse(block):  # the squared rows share the block's index arrays
+            if not block.has_canonical_format:  # (a duplicate's square is not the sum's)
+                block = block.copy()
+                block.sum_duplicates()
+            squared = sp.csr_matrix(
+                (np.square(block.data), block.indices, block.indptr), block.shape
+            )
+            squares = squared @ self.diagonal
+        else:
+            squares = (block * block) @ self.diagonal
+        var = np.asarray(squares).ravel() + self.base
+        projected *= projected
+        var += projected @ self.kappa
+        np.maximum(var, 0.0, out=var)  # round-off only: Σ is positive definite
+        return mean, var[:, None]

@@ -1,0 +1,439 @@
+"""Text-scale binary problems: the structured posterior covariance against LogisticRegression.
+
+Synthetic text-shaped data: CSR rows with uniformly scattered non-zeros (exponential
+values, each row scaled to unit norm as TF-IDF's), labels Bernoulli(σ(X w)) from a sparse
+true coefficient vector (5 % of the features, N(0, 4²)). Each case runs in its own
+subprocess, so that its peak memory (``ru_maxrss``) is its own.
+
+Parts:
+
+1. **fit** — ``VSLogisticRegression().fit`` against ``LogisticRegression()`` on the same
+   rows (interleaved repeats, medians; LR's time the faster of default BLAS threads and one
+   thread): 5000 × 20,000 (0.2 %), 20,000 × 50,000 (0.05 %), and a 20-newsgroups-shaped
+   11,314 × 101,631 (0.16 %, ~160 non-zeros per row). Reported: the time ratio, the
+   process's peak memory, the structure chosen and why, held-out log loss (2000 rows) of
+   both at the same C. Targets: ≤ 30× and ≤ 2 GB (≤ 50× and ≤ 4 GB for the newsgroups
+   shape).
+2. **accuracy** — where the dense covariance is affordable (2000 × 5000, 1 %, C = 1 and
+   10): the structure auto chooses ("dual", exact) and the forced "lowrank" one (rank 16,
+   exact marginals) against the dense Laplace posterior: the largest difference of held-out
+   probabilities (target ≤ 0.01), of marginal sds (relative, target ≤ 10 %), held-out log
+   loss against LogisticRegression's at the same C.
+   **estimate** — on 5000 × 20,000, the estimated marginal variances (beyond 4096 rows)
+   against the exact ones.
+3. **predict** — ``predict_proba`` on 10⁶ sparse rows × 10⁴ features (0.1 %) of a model
+   fitted on 5000 rows, against LogisticRegression's (best and median of rounds; target
+   ≤ 10×).
+4. **guard** — a 200,000 × 1,000,000 problem under a 256 MiB memory limit: seconds until
+   the refusal, and its message.
+
+The machine is shared (2 cores, other engineers' jobs): times are noisy, ratios are taken
+in one process side by side.
+
+Usage: python benchmarks/text_scale.py [--part all|fit|accuracy|estimate|predict|guard] [--quick]
+       [--out DIR]   (writes DIR/text_scale.{csv,json,md,png}; DIR = benchmarks/results)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+FIT_CASES = {
+    "5000x20000": (5000, 20_000, 0.002, 30.0, 2.0),
+    "20000x50000": (20_000, 50_000, 0.0005, 30.0, 2.0),
+    "newsgroups-shaped 11314x101631": (11_314, 101_631, 0.0016, 50.0, 4.0),
+}
+QUICK_FIT_CASES = {"2000x8000": (2000, 8000, 0.003, 30.0, 2.0)}
+HELD_OUT = 2000
+
+
+def scattered_csr(m: int, p: int, density: float, rng) -> sp.csr_matrix:
+    """CSR with ``density·p`` non-zeros per row (at least one) in uniform random columns,
+    exponential values; built from its index arrays (``scipy.sparse.random`` permutes all
+    m·p positions: 9 GB at the newsgroups shape)."""
+    per_row = max(1, round(density * p))
+    indices = rng.integers(0, p, size=m * per_row)
+    indptr = np.arange(0, m * per_row + 1, per_row)
+    X = sp.csr_matrix((rng.exponential(1.0, m * per_row), indices, indptr), shape=(m, p))
+    X.sum_duplicates()
+    return X
+
+
+def text_data(m: int, p: int, density: float, seed: int = 0):
+    """``(X, y)``: unit-norm CSR rows of exponential values, labels from a sparse w."""
+    from sklearn.preprocessing import normalize
+
+    rng = np.random.default_rng(seed)
+    X = normalize(scattered_csr(m, p, density, rng))
+    w = np.zeros(p)
+    support = rng.choice(p, max(1, p // 20), replace=False)
+    w[support] = rng.normal(0.0, 4.0, support.size)
+    y = rng.random(m) < 1.0 / (1.0 + np.exp(-(X @ w)))
+    return X, y
+
+
+def peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def run_fit_case(name: str, repeats: int) -> dict:
+    from _common import speed_ratio
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    import vsbayes
+
+    m, p, density, ratio_target, memory_target = {**FIT_CASES, **QUICK_FIT_CASES}[name]
+    X, y = text_data(m + HELD_OUT, p, density)
+    train, held = X[:m], X[m:]
+    y_train, y_held = y[:m], y[m:]
+    data_peak = peak_gib()
+    result = speed_ratio(
+        lambda k: vsbayes.VSLogisticRegression().fit(train, y_train),
+        train,
+        y_train,
+        repeats=repeats,
+        warmup=False,
+    )
+    fit = result["result"]
+    lr = LogisticRegression().fit(train, y_train)
+    return {
+        "part": "fit",
+        "case": name,
+        "rows": m,
+        "features": p,
+        "nnz_per_row": float(train.nnz / m),
+        "seconds": result["seconds"],
+        "lr_seconds": result["lr_seconds"],
+        "ratio": result["ratio"],
+        "ratio_target": ratio_target,
+        "peak_gib": peak_gib(),
+        "data_peak_gib": data_peak,
+        "memory_target_gib": memory_target,
+        "structure": fit.covariance_structure_,
+        "reason": fit.covariance_reason_,
+        "error": fit.posteriors_[0].error,
+        "log_loss": float(log_loss(y_held, fit.predict_proba(held))),
+        "lr_log_loss": float(log_loss(y_held, lr.predict_proba(held))),
+        "times": result["times"],
+    }
+
+
+def run_accuracy_case(C: float) -> list[dict]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    import vsbayes
+
+    m, p, density = 2000, 5000, 0.01
+    X, y = text_data(m + HELD_OUT, p, density, seed=1)
+    train, held = X[:m], X[m:]
+    y_train, y_held = y[:m], y[m:]
+    with vsbayes.config_context(covariance="dense"):
+        dense = vsbayes.LaplaceLogisticRegression(C=C).fit(train, y_train)
+    dense_proba = dense.predict_proba(held)[:, 1]
+    dense_sd = np.sqrt(np.diag(dense.sigma_))
+    lr_loss = float(
+        log_loss(y_held, LogisticRegression(C=C).fit(train, y_train).predict_proba(held))
+    )
+    rows = []
+    for label, settings in (("auto", {}), ("lowrank", {"covariance": "lowrank"})):
+        with vsbayes.config_context(**settings):
+            start = time.perf_counter()
+            fit = vsbayes.LaplaceLogisticRegression(C=C).fit(train, y_train)
+            seconds = time.perf_counter() - start
+        proba = fit.predict_proba(held)[:, 1]
+        sd = np.sqrt(fit.sigma_.diagonal())
+        rows.append(
+            {
+                "part": "accuracy",
+                "case": f"2000x5000 C={C:g} {label}",
+                "structure": fit.covariance_structure_,
+                "seconds": seconds,
+                "max_proba_diff": float(np.abs(proba - dense_proba).max()),
+                "max_sd_rel_diff": float(np.abs(sd / dense_sd - 1.0).max()),
+                "log_loss": float(log_loss(y_held, fit.predict_proba(held))),
+                "dense_log_loss": float(log_loss(y_held, dense.predict_proba(held))),
+                "lr_log_loss": lr_loss,
+                "evidence_diff": float(
+                    fit.log_marginal_likelihood_value_ - dense.log_marginal_likelihood_value_
+                ),
+            }
+        )
+    return rows
+
+
+def run_estimate_case() -> dict:
+    """5000 × 20,000: the estimated marginal variances (auto) against the exact ones (the
+    same structure with the M × M factorization allowed beyond its row limit)."""
+    import vsbayes
+    import vsbayes.approximations.structured_laplace as structured
+
+    X, y = text_data(5000 + HELD_OUT, 20_000, 0.002)
+    train, held, y_train = X[:5000], X[5000:], y[:5000]
+    start = time.perf_counter()
+    estimated = vsbayes.VSLogisticRegression().fit(train, y_train)
+    estimated_seconds = time.perf_counter() - start
+    structured.EXACT_DIAGONAL_MAX_ROWS = 10**9
+    start = time.perf_counter()
+    exact = vsbayes.VSLogisticRegression().fit(train, y_train)
+    exact_seconds = time.perf_counter() - start
+    sd_ratio = np.sqrt(estimated.sigma_.diagonal() / exact.sigma_.diagonal())
+    return {
+        "part": "estimate",
+        "case": "5000x20000 estimated vs exact marginals",
+        "seconds": estimated_seconds,
+        "exact_seconds": exact_seconds,
+        "max_proba_diff": float(
+            np.abs(estimated.predict_proba(held) - exact.predict_proba(held)).max()
+        ),
+        "max_sd_rel_diff": float(np.abs(sd_ratio - 1.0).max()),
+        "median_sd_rel_diff": float(np.median(np.abs(sd_ratio - 1.0))),
+        "error_factor": float(estimated.posteriors_[0].error_factor),
+        "evidence_diff": float(
+            estimated.log_marginal_likelihood_value_ - exact.log_marginal_likelihood_value_
+        ),
+    }
+
+
+def run_predict_case(n_rows: int, rounds: int) -> dict:
+    from sklearn.linear_model import LogisticRegression
+
+    import vsbayes
+
+    X, y = text_data(5000, 10_000, 0.001, seed=2)
+    fit = vsbayes.VSLogisticRegression().fit(X, y)
+    lr = LogisticRegression().fit(X, y)
+    rows, _ = text_data(n_rows, 10_000, 0.001, seed=3)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fit.predict_proba(rows)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        lr.predict_proba(rows)
+        theirs.append(time.perf_counter() - start)
+    return {
+        "part": "predict",
+        "case": f"predict_proba {n_rows} x 10000 (0.1 %)",
+        "structure": fit.covariance_structure_,
+        "seconds": float(np.median(ours)),
+        "lr_seconds": float(np.median(theirs)),
+        "ratio": float(np.median(ours) / np.median(theirs)),
+        "best_ratio": float(min(ours) / min(theirs)),
+        "ratio_target": 10.0,
+        "peak_gib": peak_gib(),
+    }
+
+
+def run_guard_case() -> dict:
+    import vsbayes
+    from vsbayes.exceptions import MemoryLimitError
+
+    X = scattered_csr(200_000, 1_000_000, 1e-5, np.random.default_rng(0))
+    y = np.arange(200_000) % 2
+    start = time.perf_counter()
+    message = ""
+    with vsbayes.config_context(memory_limit=256 * 2**20):
+        try:
+            vsbayes.VSLogisticRegression().fit(X, y)
+        except MemoryLimitError as error:
+            message = str(error)
+    return {
+        "part": "guard",
+        "case": "200000x1000000 under 256 MiB",
+        "seconds": time.perf_counter() - start,
+        "refused": bool(message),
+        "message": message,
+    }
+
+
+def in_subprocess(args: list[str]) -> list[dict]:
+    """One case in a fresh interpreter (its own peak memory); its rows as JSON."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", *args], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return [{"part": args[0], "case": " ".join(args[1:]), "failed": done.stderr[-2000:]}]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def worker(args: list[str]) -> None:
+    from _common import recorded_warnings
+
+    part = args[0]
+    with recorded_warnings():
+        if part == "fit":
+            rows = [run_fit_case(args[1], int(args[2]))]
+        elif part == "accuracy":
+            rows = run_accuracy_case(float(args[1]))
+        elif part == "estimate":
+            rows = [run_estimate_case()]
+        elif part == "predict":
+            rows = [run_predict_case(int(args[1]), int(args[2]))]
+        else:
+            rows = [run_guard_case()]
+    print(json.dumps(rows, default=float))
+
+
+def report(rows: list[dict], out: Path, machine: str) -> None:
+    from _common import fmt, write_csv, write_json
+
+    write_json(out / "text_scale.json", {"machine": machine, "rows": rows})
+    columns = sorted({key for row in rows for key in row if key not in ("times",)})
+    write_csv(out / "text_scale.csv", [{c: row.get(c, "") for c in columns} for row in rows])
+    lines = [
+        "# Text-scale binary problems: structured posterior covariance",
+        "",
+        f"{machine} Shared with other engineers' jobs (2 cores): times are noisy;",
+        "ratios are taken side by side in one process (medians of interleaved repeats).",
+        "",
+        "## Fit (VSLogisticRegression() against LogisticRegression(), same rows)",
+        "",
+        "| case | nnz/row | VS s | LR s | ratio (target) | peak GiB (target) | structure | "
+        "held-out log loss VS / LR |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.get("part") == "fit" and "failed" not in r:
+            lines.append(
+                f"| {r['case']} | {r['nnz_per_row']:.0f} | {fmt(r['seconds'])} | "
+                f"{fmt(r['lr_seconds'])} | {fmt(r['ratio'])} (≤ {r['ratio_target']:g}) | "
+                f"{r['peak_gib']:.2f} (≤ {r['memory_target_gib']:g}; data alone "
+                f"{r['data_peak_gib']:.2f}) | {r['structure']} | "
+                f"{r['log_loss']:.4f} / {r['lr_log_loss']:.4f} |"
+            )
+    lines += ["", "Structures chosen and their stated error:", ""]
+    for r in rows:
+        if r.get("part") == "fit" and "failed" not in r:
+            lines.append(f"- {r['case']}: {r['reason']}. Error: {r['error'] or 'exact'}.")
+    lines += [
+        "",
+        "## Accuracy against the dense Laplace posterior (2000 × 5000, 1 %)",
+        "",
+        "| case | structure | s | max Δp held out (≤ 0.01) | max rel Δsd (≤ 10 %) | "
+        "log loss / dense / LR | Δ evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.get("part") == "accuracy" and "failed" not in r:
+            lines.append(
+                f"| {r['case']} | {r['structure']} | {fmt(r['seconds'])} | "
+                f"{r['max_proba_diff']:.2g} | {100 * r['max_sd_rel_diff']:.2g} % | "
+                f"{r['log_loss']:.4f} / {r['dense_log_loss']:.4f} / {r['lr_log_loss']:.4f} | "
+                f"{r['evidence_diff']:.2g} |"
+            )
+    for r in rows:
+        if r.get("part") == "estimate" and "failed" not in r:
+            lines += [
+                "",
+                f"Beyond {4096} rows the marginal variances are estimated (D-056). On "
+                f"{r['case']}: fit {fmt(r['seconds'])} s against {fmt(r['exact_seconds'])} s "
+                f"with the exact ones; marginal sds within {100 * r['max_sd_rel_diff']:.2g} % "
+                f"(median {100 * r['median_sd_rel_diff']:.2g} %; stated bound: variances "
+                f"within a factor {r['error_factor']:.3g}), held-out probabilities within "
+                f"{r['max_proba_diff']:.2g}, evidence {r['evidence_diff']:+.3g}.",
+            ]
+    lines += ["", "## predict_proba and the memory guard", ""]
+    for r in rows:
+        if r.get("part") == "predict" and "failed" not in r:
+            lines.append(
+                f"- {r['case']} ({r['structure']}): {fmt(r['seconds'])} s against "
+                f"LogisticRegression's {fmt(r['lr_seconds'])} s: {fmt(r['ratio'])}× (best of "
+                f"rounds {fmt(r['best_ratio'])}×; target ≤ 10×)."
+            )
+        if r.get("part") == "guard" and "failed" not in r:
+            lines.append(
+                f"- {r['case']}: refused={r['refused']} after {r['seconds']:.2f} s: "
+                f'"{r["message"]}"'
+            )
+    failed = [r for r in rows if "failed" in r]
+    if failed:
+        lines += ["", "## Failed cases", ""]
+        lines += [f"- {r['part']} {r['case']}: `{r['failed'][-300:]}`" for r in failed]
+    (out / "text_scale.md").write_text("\n".join(lines) + "\n")
+    plot(rows, out / "text_scale.png")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in rows if r.get("part") in ("fit", "predict") and "failed" not in r]
+    if not timed:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    names = [
+        r["case"].replace("newsgroups-shaped ", "ng ").replace("predict_proba ", "predict ")
+        for r in timed
+    ]
+    axes[0].barh(names, [r["ratio"] for r in timed], color="tab:blue")
+    for i, r in enumerate(timed):
+        axes[0].plot([r["ratio_target"]] * 2, [i - 0.4, i + 0.4], color="tab:red")
+    axes[0].set_xlabel("time / LogisticRegression (red: target)")
+    fits = [r for r in timed if r["part"] == "fit"]
+    axes[1].barh(
+        [n for n, r in zip(names, timed, strict=True) if r["part"] == "fit"],
+        [r["peak_gib"] for r in fits],
+        color="tab:green",
+    )
+    for i, r in enumerate(fits):
+        axes[1].plot([r["memory_target_gib"]] * 2, [i - 0.4, i + 0.4], color="tab:red")
+    axes[1].set_xlabel("peak memory of the fit's process, GiB (red: target)")
+    axes[1].set_xlim(0, 4.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--part", default="all", choices=["all", "fit", "accuracy", "estimate", "predict", "guard"]
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--worker", nargs="+")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    from _common import machine, machine_line
+
+    rows: list[dict] = []
+    every = ["fit", "accuracy", "estimate", "predict", "guard"]
+    parts = every if args.part == "all" else [args.part]
+    if "fit" in parts:
+        cases = QUICK_FIT_CASES if args.quick else FIT_CASES
+        for name in cases:
+            repeats = 1 if args.quick or cases[name][0] > 10_000 else 3
+            rows += in_subprocess(["fit", name, str(repeats)])
+    if "accuracy" in parts:
+        for C in (1.0,) if args.quick else (1.0, 10.0):
+            rows += in_subprocess(["accuracy", str(C)])
+    if "estimate" in parts and not args.quick:
+        rows += in_subprocess(["estimate"])
+    if "predict" in parts:
+        rows += in_subprocess(["predict", str(10**5 if args.quick else 10**6), "3"])
+    if "guard" in parts:
+        rows += in_subprocess(["guard"])
+    report(rows, args.out, machine_line(machine()))
+    print((args.out / "text_scale.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
