@@ -137,15 +137,19 @@ class FitObserver:
         context.call_on_fit_task_begin(estimator=self._estimator, **self._data)
         steps = _Steps(self, context, name, step_name)
         self._stages.append(context)
+        failed = True
         try:
             yield steps
+            failed = False
         finally:
+            # Every task begun ends, also when the stage raises (e.g. an EP that the
+            # route catches and replaces): then without a fitted estimator.
             self._stages.pop()
-        context.call_on_fit_task_end(
-            estimator=self._estimator,
-            **self._data,
-            reconstruction_attributes=self._lazy(steps.outcome, name, None),
-        )
+            steps.end(None, only_if_open=True)
+            outcome = None if failed else self._lazy(steps.outcome, name, None)
+            context.call_on_fit_task_end(
+                estimator=self._estimator, **self._data, reconstruction_attributes=outcome
+            )
 
     def _lazy(self, state, stage: str, step: int | None):
         """The hook's ``reconstruction_attributes``: a function, called only if a callback
@@ -205,8 +209,10 @@ class _Steps:
             reconstruction_attributes=observer._lazy(state, self._stage, self._count),
         )
 
-    def end(self, state) -> bool:
+    def end(self, state, only_if_open: bool = False) -> bool:
         observer = self._observer
+        if self._current is None and only_if_open:
+            return False
         self._count += 1
         current, self._current = self._current, None
         return current.call_on_fit_task_end(
