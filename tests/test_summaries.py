@@ -247,6 +247,10 @@ def test_ep_loo_refits_its_influential_rows(binary):
     for bad in (-0.1, True, np.nan, "0.1"):
         with pytest.raises(ValueError, match="refit_above"):
             model.loo(X, y, refit_above=bad)
+    pd = pytest.importorskip("pandas")  # the refits keep a DataFrame's feature names
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    framed = EPLogisticRegression().fit(frame, y).loo(frame, pd.Series(y), random_state=0)
+    np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
 
 
 def test_multinomial_ep_loo_matches_refits(multinomial):

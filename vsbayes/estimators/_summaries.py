@@ -581,13 +581,15 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
             # The estimator's own warnings were shown by its fit; n refits repeat them.
             warnings.simplefilter("ignore")
             refit = clone(estimator).fit(
-                X[kept], y[kept], None if weights is None else weights[kept]
+                X.iloc[kept] if hasattr(X, "iloc") else X[kept],  # (a DataFrame's names kept)
+                y[kept],
+                None if weights is None else weights[kept],
             )
         keep[i] = True
         if len(refit.classes_) != len(estimator.classes_):  # the row's class left with it
             out[j] = -np.inf
             continue
-        predictive, x = refit._predictive(), X[i : i + 1]
+        predictive, x = refit._predictive(), data.X[i : i + 1]
         label, weight = data.index[i : i + 1], data.weights[i : i + 1]
         if refit._is_multinomial():
             latent = predictive.latent(x)
