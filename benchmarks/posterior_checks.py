@@ -97,10 +97,10 @@ def brute_force(estimator_class, params, X, y, rows) -> tuple[np.ndarray, np.nda
     for j, i in enumerate(rows):
         keep[i] = False
         refit = estimator_class(**params).fit(X[keep], y[keep])
-        keep[i] = True
         column = int(np.searchsorted(refit.classes_, y[i]))
         out[j] = refit.predict_log_proba(X[i : i + 1])[0, column]
         exact[j], k_hat[j] = exact_term(refit, X[keep], y[keep], X[i : i + 1], y[i : i + 1])
+        keep[i] = True
     return out, exact, k_hat
 
 
@@ -399,9 +399,10 @@ def markdown(
         lines.append(
             f"| {r['dataset']} | {r['estimator']} | {r['method']} | {r['n']} | "
             f"{r['elpd_loo']:.3f} | {r['se']:.3f} | {r['elpd_brute_force']:.3f} | "
-            f"{r['elpd_exact']:.3f} | {r['brute_force_vs_exact_percent']:+.3f} | "
+            f"{_shown(r['elpd_exact'], '.3f')} | "
+            f"{_shown(r['brute_force_vs_exact_percent'], '+.3f')} | "
             f"{r['diff_percent']:+.3f} | {r['diff_in_se']:+.3f} | "
-            f"{r['cavity_only_diff_percent']:+.3f} | {r['rows_refitted_by_loo']} | "
+            f"{_shown(r['cavity_only_diff_percent'], '+.3f')} | {r['rows_refitted_by_loo']} | "
             f"{r['max_pointwise_diff']:.3g} | {r['pareto_k_over_0.7']} | "
             f"{r['loo_over_fit']:.2f} |"
         )
@@ -438,6 +439,11 @@ def markdown(
             f"{r['share_within_0.05_sd']:.3f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _shown(value: float, spec: str) -> str:
+    """A table's number, "—" where it does not apply (NaN)."""
+    return "—" if value != value else format(value, spec)
 
 
 def plot(pointwise: dict, calibration: list[dict], path: Path) -> None:
