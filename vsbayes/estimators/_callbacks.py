@@ -57,7 +57,7 @@ class FitObserver:
         self._fits: list[MethodFit] = []  # the problems fitted so far
         self._finish = None  # the current problem's MethodFit -> the stored one
         self._pending = None  # k -> the prior fit of problem k (not reached yet)
-        self._n_problems = 1
+        self._n_problems, self._labels = 1, None
 
     @classmethod
     def start(cls, estimator, X, y, sample_weight, n_problems: int, labels, store):
@@ -133,6 +133,8 @@ class FitObserver:
     @contextmanager
     def stage(self, name: str, step_name: str, max_steps: int | None):
         parent = self._stages[-1] if self._stages else self._problem_ctx or self._root
+        # No bound on the subtasks: max_steps (max_iter) is rarely reached, and a progress
+        # bar against it would mislead; a stage may also hold another (e.g. Newton in EP).
         context = parent.subcontext(task_name=name, max_subtasks=None)
         context.call_on_fit_task_begin(estimator=self._estimator, **self._data)
         steps = _Steps(self, context, name, step_name)
