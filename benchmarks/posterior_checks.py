@@ -35,6 +35,7 @@ results and with the previous quick run.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
 from pathlib import Path
@@ -60,8 +61,13 @@ from sklearn.datasets import load_breast_cancer, load_wine
 from sklearn.preprocessing import StandardScaler
 
 from vsbayes import EPLogisticRegression, LaplaceLogisticRegression
+from vsbayes._sums import logsumexp
+from vsbayes.estimators._summaries import _PosteriorDraws, _training_data
 
 LEVEL = 0.9
+# Draws of each refit reweighted to the exact leave-one-out posterior (the reference's
+# check): Pareto smoothing at 4000 draws is reliable for k̂ < 0.7.
+EXACT_DRAWS = 4000
 
 
 # --- leave-one-out ------------------------------------------------------------------------
@@ -82,17 +88,32 @@ def loo_cases(data_dir: Path) -> list[tuple[str, np.ndarray, np.ndarray, dict]]:
     return cases
 
 
-def brute_force(estimator_class, params, X, y, rows) -> np.ndarray:
-    """``log p(y_i | y_−i)`` of each row of ``rows`` from a refit without it."""
-    out = np.empty(len(rows))
+def brute_force(estimator_class, params, X, y, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``log p(y_i | y_−i)`` of each row of ``rows`` from a refit without it; the same under
+    the exact posterior without the row (the refit's draws reweighted to it, Pareto-
+    smoothed), and the Pareto k̂ of that reweighting."""
+    out, exact, k_hat = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows))
     keep = np.ones(len(y), dtype=bool)
     for j, i in enumerate(rows):
         keep[i] = False
         refit = estimator_class(**params).fit(X[keep], y[keep])
-        keep[i] = True
         column = int(np.searchsorted(refit.classes_, y[i]))
         out[j] = refit.predict_log_proba(X[i : i + 1])[0, column]
-    return out
+        exact[j], k_hat[j] = exact_term(refit, X[keep], y[keep], X[i : i + 1], y[i : i + 1])
+        keep[i] = True
+    return out, exact, k_hat
+
+
+def exact_term(refit, X_rest, y_rest, x, label, n_draws: int = EXACT_DRAWS) -> tuple[float, float]:
+    """``log ∫ p(y | θ) p(θ | rest) dθ`` of one row under the exact posterior of the other
+    rows: the refit's Gaussian draws reweighted to that posterior (Pareto-smoothed
+    importance sampling), and the weights' Pareto k̂ (reliable below 0.7)."""
+    draws = _PosteriorDraws(
+        refit, _training_data(refit, X_rest, y_rest, None), n_draws, np.random.default_rng(0)
+    )
+    draws.data = _training_data(refit, x, label, None)
+    row = draws.row_log_likelihood(np.arange(1))[:, 0]
+    return float(logsumexp(draws.log_weights + row)), draws.posterior_pareto_k
 
 
 def timed_median(call, repeats: int) -> tuple[float, object]:
@@ -117,9 +138,15 @@ def loo_rows(cases, quick: bool, repeats: int) -> tuple[list[dict], dict]:
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            reference = brute_force(EPLogisticRegression, params, X, y, subset)
+            reference, exact, exact_k = brute_force(EPLogisticRegression, params, X, y, subset)
         brute_seconds = time.perf_counter() - start
-        elpd_ref = float(reference.sum())
+        elpd_ref, elpd_exact = float(reference.sum()), float(exact.sum())
+        print(
+            f"{name:14s} EP refits {elpd_ref:.3f}, exact {elpd_exact:.3f} "
+            f"({100 * (elpd_ref - elpd_exact) / abs(elpd_exact):+.3f} %, k̂ > 0.7: "
+            f"{int((exact_k > 0.7).sum())})",
+            flush=True,
+        )
         for estimator_class in (EPLogisticRegression, LaplaceLogisticRegression):
             label = estimator_class.__name__
             fit_times, loo_times = [], []
@@ -135,6 +162,9 @@ def loo_rows(cases, quick: bool, repeats: int) -> tuple[list[dict], dict]:
             approx = result.pointwise[subset]
             diff = approx - reference
             elpd = float(approx.sum())
+            # The cavities alone (no refit of the influential rows): what loo() gave before.
+            cavity = fitted.loo(X, y, random_state=0, refit_above=None).pointwise[subset]
+            refitted = result.refitted if result.refitted is not None else np.zeros(len(y), bool)
             rows.append(
                 {
                     "dataset": name,
@@ -147,7 +177,19 @@ def loo_rows(cases, quick: bool, repeats: int) -> tuple[list[dict], dict]:
                     "p_loo": float(result.p_loo),
                     "elpd_waic": float(result.elpd_waic),
                     "elpd_brute_force": elpd_ref if len(subset) == len(y) else float("nan"),
+                    "elpd_exact": elpd_exact if len(subset) == len(y) else float("nan"),
+                    "brute_force_vs_exact_percent": 100.0
+                    * (elpd_ref - elpd_exact)
+                    / abs(elpd_exact),
+                    "exact_pareto_k_over_0.7": int((exact_k > 0.7).sum()),
                     "diff_percent": 100.0 * (elpd - elpd_ref) / abs(elpd_ref),
+                    "diff_vs_exact_percent": 100.0 * (elpd - elpd_exact) / abs(elpd_exact),
+                    "cavity_only_diff_percent": (
+                        100.0 * (float(cavity.sum()) - elpd_ref) / abs(elpd_ref)
+                        if result.method == "ep-cavity"
+                        else float("nan")
+                    ),
+                    "rows_refitted_by_loo": int(refitted.sum()),
                     "diff_in_se": (elpd - elpd_ref) / result.se,
                     "max_pointwise_diff": float(np.abs(diff).max()),
                     "mean_pointwise_diff": float(diff.mean()),
@@ -339,20 +381,28 @@ def markdown(
         "",
         "## Leave-one-out against brute force (n refits)",
         "",
-        "EP: terms from EP's cavities; Laplace: Pareto-smoothed importance sampling of the "
-        "Laplace posterior's draws (reweighted to the exact posterior). Brute force: "
-        "EPLogisticRegression refitted without each row."
+        "EP: terms from EP's cavities, and for the influential rows (their own share of "
+        "p_loo above `refit_above=0.3` nats) from a refit without the row; Laplace: "
+        "Pareto-smoothed importance sampling of the Laplace posterior's draws (reweighted to "
+        "the exact posterior). Brute force: EPLogisticRegression refitted without each row; "
+        "exact: each refit's draws reweighted to the exact posterior without the row "
+        f'(PSIS, {EXACT_DRAWS} draws) — the check of the brute force itself. "cavities '
+        'alone": `loo(refit_above=None)`, as before the refits.'
         + (" Quick run: 30 seeded rows refitted; differences over those rows." if quick else ""),
         "",
-        "| data set | estimator | route | n | elpd_loo | SE | brute force | diff % | diff / SE "
-        "| max pointwise diff | k̂ > 0.7 | loo / fit time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| data set | estimator | route | n | elpd_loo | SE | brute force | exact | brute force "
+        "vs exact % | diff % | diff / SE | cavities alone diff % | rows refitted | max "
+        "pointwise diff | k̂ > 0.7 | loo / fit time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in loo:
         lines.append(
             f"| {r['dataset']} | {r['estimator']} | {r['method']} | {r['n']} | "
             f"{r['elpd_loo']:.3f} | {r['se']:.3f} | {r['elpd_brute_force']:.3f} | "
+            f"{_shown(r['elpd_exact'], '.3f')} | "
+            f"{_shown(r['brute_force_vs_exact_percent'], '+.3f')} | "
             f"{r['diff_percent']:+.3f} | {r['diff_in_se']:+.3f} | "
+            f"{_shown(r['cavity_only_diff_percent'], '+.3f')} | {r['rows_refitted_by_loo']} | "
             f"{r['max_pointwise_diff']:.3g} | {r['pareto_k_over_0.7']} | "
             f"{r['loo_over_fit']:.2f} |"
         )
@@ -389,6 +439,11 @@ def markdown(
             f"{r['share_within_0.05_sd']:.3f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _shown(value: float, spec: str) -> str:
+    """A table's number, "—" where it does not apply (NaN)."""
+    return "—" if value != value else format(value, spec)
 
 
 def plot(pointwise: dict, calibration: list[dict], path: Path) -> None:
@@ -436,8 +491,14 @@ def main() -> None:
     loo, pointwise = ([], {})
     if not args.skip_loo:
         loo, pointwise = loo_rows(loo_cases(args.data_dir), args.quick, args.repeats)
-    calibration = [] if args.skip_calibration else calibration_rows(args.datasets)
-    nuts = [] if args.skip_nuts else nuts_rows()
+    # A part skipped keeps its previous results (if any), so that a partial rerun rewrites
+    # the others' tables unchanged.
+    previous = out / "posterior_checks.json"
+    kept = json.loads(previous.read_text()) if previous.is_file() else {}
+    calibration = (
+        kept.get("calibration", []) if args.skip_calibration else calibration_rows(args.datasets)
+    )
+    nuts = kept.get("nuts", []) if args.skip_nuts else nuts_rows()
     if loo:
         write_csv(out / "posterior_checks.csv", loo)
     write_json(

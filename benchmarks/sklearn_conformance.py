@@ -30,6 +30,8 @@ from pathlib import Path
 
 import sklearn
 
+import vsbayes
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # Replaces scikit-learn's estimator in the copied test module. Written to the temporary
@@ -112,15 +114,12 @@ def run(extra: list[str]) -> list[dict]:
         folder = Path(tmp)
         test_file = prepare(folder)
         out = folder / "records.json"
-        # The vsbayes this script imports (a worktree's, not whichever is installed).
-        import vsbayes
-
-        source = str(Path(vsbayes.__file__).resolve().parents[1])
-        env = dict(
-            os.environ,
-            VSBAYES_CONFORMANCE_OUT=str(out),
-            PYTHONPATH=os.pathsep.join([str(folder), source]),
-        )
+        # The tests import the vsbayes this script imports (the tree it runs from, not
+        # whichever one is installed), after the temporary folder's modules.
+        paths = [str(folder), str(Path(vsbayes.__file__).resolve().parents[1])]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        env = dict(os.environ, VSBAYES_CONFORMANCE_OUT=str(out), PYTHONPATH=os.pathsep.join(paths))
         subprocess.run(
             [
                 sys.executable,

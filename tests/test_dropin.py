@@ -224,3 +224,90 @@ def test_C_1e300_gives_a_valid_posterior_or_a_clear_error_on_every_route(cls, sh
             assert not isinstance(error, NotPositiveDefiniteError), route
             continue
         assert_valid_fit(est, X)
+
+
+class _Recorder:
+    """A scikit-learn callback (``sklearn.callback.FitCallback``) recording each hook's
+    task and fitted estimator."""
+
+    def __init__(self):
+        self.record = []
+
+    def setup(self, estimator, context):
+        self.record.append(("setup", context, None))
+
+    def on_fit_task_begin(self, estimator, context, *, fitted_estimator=None):
+        self.record.append(("begin", context, fitted_estimator))
+
+    def on_fit_task_end(self, estimator, context, *, X=None, fitted_estimator=None):
+        self.record.append(("end", context, fitted_estimator))
+
+    def teardown(self, estimator, context):
+        self.record.append(("teardown", context, None))
+
+    def tasks(self, hook):
+        return [(c.task_name, f) for h, c, f in self.record if h == hook]
+
+
+@pytest.fixture(scope="module")
+def observed_sites_fit(binary):
+    pytest.importorskip("sklearn.callback")  # scikit-learn >= 1.9
+    recorder = _Recorder()
+    est = VSLogisticRegression(strategy="sites").set_callbacks(recorder).fit(*binary)
+    return est, recorder
+
+
+def test_callbacks_see_the_fit_its_stages_and_their_iterations(observed_sites_fit):
+    est, recorder = observed_sites_fit
+    hooks = [h for h, _, _ in recorder.record]
+    assert hooks[0] == "setup" and hooks[-1] == "teardown" and hooks.count("setup") == 1
+    begun, ended = recorder.tasks("begin"), recorder.tasks("end")
+    assert sorted(n for n, _ in begun) == sorted(n for n, _ in ended)
+    names = [n for n, _ in begun]
+    assert names[:2] == ["fit", "Newton's method for the mode"]
+    assert names.count("EP sweep") == est.n_iter_[0]  # the site-fit route's iterations
+    root = recorder.record[0][1]
+    assert [c.task_name for c in root._children_map.values()] == [
+        "Newton's method for the mode",
+        "expectation propagation",
+    ]
+    # The root's end: the estimator as fitted; a stage's end: its result; EP's sweeps: the
+    # posterior of their sites (the evidence of sites between sweeps is not computed).
+    fitted = ended[-1][1]
+    np.testing.assert_array_equal(fitted.coef_, est.coef_)
+    last_sweep = [f for n, f in ended if n == "EP sweep"][-1]
+    np.testing.assert_allclose(last_sweep.coef_, est.coef_, rtol=1e-10)
+    assert np.isnan(last_sweep.log_marginal_likelihood_value_)
+    # No state of the callbacks is left on the estimator.
+    assert not [name for name in vars(est) if "callback_" in name]
+
+
+def test_a_newton_iteration_ends_at_the_max_iter_fit(binary):
+    pytest.importorskip("sklearn.callback")
+    X, y = binary
+    recorder = _Recorder()
+    est = LaplaceLogisticRegression().set_callbacks(recorder).fit(X, y)
+    ends = [f for n, f in recorder.tasks("end") if n == "newton iteration"]
+    assert len(ends) == est.n_iter_[0]
+    for i in (0, len(ends) - 1):  # an unconverged iterate, and the mode
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            stopped = LaplaceLogisticRegression(max_iter=i + 1).fit(X, y)
+        np.testing.assert_array_equal(ends[i].coef_, stopped.coef_)
+        np.testing.assert_array_equal(ends[i].sigma_, stopped.sigma_)
+        np.testing.assert_array_equal(ends[i].predict_proba(X), stopped.predict_proba(X))
+
+
+def test_one_vs_rest_problems_are_tasks_the_later_ones_at_their_prior(iris):
+    pytest.importorskip("sklearn.callback")
+    from vsbayes import LaplaceProbitRegression
+
+    X, y = iris
+    recorder = _Recorder()
+    est = LaplaceProbitRegression().set_callbacks(recorder).fit(X, y)
+    problems = [f for n, f in recorder.tasks("end") if n.startswith("one-vs-rest problem")]
+    assert len(problems) == 3
+    first = problems[0]
+    np.testing.assert_array_equal(first.coef_[0], est.coef_[0])
+    np.testing.assert_array_equal(first.coef_[1:], 0.0)  # the prior's mean
+    np.testing.assert_array_equal(problems[-1].coef_, est.coef_)

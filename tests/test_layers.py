@@ -18,6 +18,7 @@ LAYERS = {
     "vsbayes._version": 0,
     "vsbayes._sums": 0,
     "vsbayes._warnings": 0,
+    "vsbayes._progress": 0,
     "vsbayes.exceptions": 0,
     "vsbayes.gaussian": 1,
     "vsbayes.sampling": 2,

@@ -232,6 +232,27 @@ def test_ep_loo_matches_refits(binary):
     assert result.elpd_loo == pytest.approx(result.pointwise.sum())
 
 
+def test_ep_loo_refits_its_influential_rows(binary):
+    X, y, model = binary
+    result = model.loo(X, y, random_state=0)
+    cavities = model.loo(X, y, random_state=0, refit_above=None)
+    refitted = np.flatnonzero(result.refitted)
+    assert 0 < refitted.size < 10 and not cavities.refitted.any()
+    # The influential rows' terms are brute force's; the others, the cavities'.
+    np.testing.assert_allclose(
+        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), rtol=1e-12
+    )
+    others = ~result.refitted
+    np.testing.assert_array_equal(result.pointwise[others], cavities.pointwise[others])
+    for bad in (-0.1, True, np.nan, "0.1"):
+        with pytest.raises(ValueError, match="refit_above"):
+            model.loo(X, y, refit_above=bad)
+    pd = pytest.importorskip("pandas")  # the refits keep a DataFrame's feature names
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    framed = EPLogisticRegression().fit(frame, y).loo(frame, pd.Series(y), random_state=0)
+    np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
+
+
 def test_multinomial_ep_loo_matches_refits(multinomial):
     X, y, model = multinomial
     result = model.loo(X, y, random_state=0)

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .._progress import stage
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, EstimationError, NotPositiveDefiniteError
 
@@ -188,7 +189,13 @@ class ArraySites:
 
 
 def damped_sweeps(
-    store: SiteStore, *, damping: float, tol: float, max_iter: int, memory: int
+    store: SiteStore,
+    *,
+    damping: float,
+    tol: float,
+    max_iter: int,
+    memory: int,
+    as_gaussian: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> SweepResult:
     """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``.
 
@@ -202,6 +209,10 @@ def damped_sweeps(
         ``|Δ| / (1 + |site|)`` at which the sweeps stop; the most sweeps (then a
         ConvergenceWarning, and the sites of the sweep that moved least); the sweeps Anderson
         mixes (0: plain damped sweeps; 0 for a store that cannot mix).
+    as_gaussian : callable, optional
+        ``as_gaussian(post)``: the mean and covariance of a posterior of the store, in the
+        coefficients' coordinates, for an observer of the fit (:mod:`vsbayes._progress`),
+        which sees each sweep; None: the sweeps are reported without their posterior.
 
     Stalled sweeps (10 sweeps without progress) keep their best sites (with a
     ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
@@ -219,6 +230,20 @@ def damped_sweeps(
         If the sweeps stall even at the smallest damping, at a change above
         ``max(√tol, 1e-3)`` or whose posterior still moves.
     """
+    with stage("expectation propagation", "EP sweep", max_iter) as steps:
+        run = _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian)
+        if steps is not None:
+            steps.result(_state(as_gaussian, run.posterior))
+    return run
+
+
+def _state(as_gaussian, post):
+    """An observer's view of the posterior ``post``: a function, evaluated if asked."""
+    return None if as_gaussian is None else (lambda: as_gaussian(post))
+
+
+def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepResult:
+    """:func:`damped_sweeps`, each sweep reported to ``steps`` (None: to nobody)."""
     anderson = Anderson(memory)
     post = store.posterior()
     converged, at_floor, change, n_iter = False, False, math.inf, 0
@@ -228,12 +253,16 @@ def damped_sweeps(
     # whether it has been switched on again.
     plain_from, remixed = None, False
     while n_iter < max_iter:
+        if steps is not None:
+            steps.begin(_state(as_gaussian, post))
         n_iter += 1
         change = store.sweep(post, damping)
         if change <= tol:
             converged = True
             store.accept()
             post = store.posterior()
+            if steps is not None:
+                steps.end(_state(as_gaussian, post))
             break
         if change / damping < best:
             best, best_change, stalled = change / damping, change, 0
@@ -249,6 +278,8 @@ def damped_sweeps(
                 # site fits' precision, amplified where latent variances are large) is
                 # above tol. The best sites are kept, with a warning: less damping cannot
                 # move a settled posterior further.
+                if steps is not None:
+                    steps.end(_state(as_gaussian, post))
                 break
             if anderson.memory == 0 and damping <= _MIN_DAMPING:
                 # No progress at the smallest damping either, far from any fixed point:
@@ -275,6 +306,8 @@ def damped_sweeps(
             anderson.restart()
             store.accept()
             post = store.posterior()
+        if steps is not None:
+            steps.end(_state(as_gaussian, post))
     if not converged and best_change < change:
         # Unconverged, the sites whose sweep moved least are the nearest to a fixed point.
         change = best_change

@@ -219,7 +219,9 @@ def expectation_propagation(
         return _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory)
     # Rows in dask chunks: the sites stay with them, plainly damped.
     store = ChunkedSites(model, rows, start)
-    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=0)
+    run = damped_sweeps(
+        store, damping=damping, tol=tol, max_iter=max_iter, memory=0, as_gaussian=_moments
+    )
     log_evidence = _log_evidence(model, run.posterior, *store.site_normalizers(run.posterior))
     return _result(run, log_evidence)
 
@@ -250,7 +252,9 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
         project,
         marginals=lambda post: (post.mean, post.var),
     )
-    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
+    run = damped_sweeps(
+        store, damping=damping, tol=tol, max_iter=max_iter, memory=memory, as_gaussian=_moments
+    )
     sites = EPSites(store.sites[:m].copy(), store.sites[m:].copy(), "signed")
     if run.converged and math.isfinite(last["normalizers"]):
         # The evidence of the sites the last sweep started from, whose normalizers it has
@@ -454,6 +458,11 @@ class _BinaryRows:
         return site_log_normalizers(
             link, t_mean, t_var, sites[:m], sites[m:], weights, self.site_fit
         )
+
+
+def _moments(post: GLMGaussian) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and covariance of a posterior of the sites (for an observer of the fit)."""
+    return post.mean, post.cov
 
 
 def _result(run, log_evidence: float) -> EPResult:

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from .._blas import single_blas_thread
+from .._progress import stage
 from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
@@ -319,27 +320,37 @@ class NewtonLaplaceSolver:
 
         Afterwards ``theta`` is the mode, ``value`` the log-density there and ``gaussian``
         the :class:`GLMGaussian` of the negative Hessian (its ``half_log_det``, ``t_var``
-        and ``solve`` need no p × p matrix in dual form).
+        and ``solve`` need no p × p matrix in dual form). An observer of the fit
+        (:mod:`vsbayes._progress`) sees each iteration, with the Laplace approximation at
+        its iterates (what ``max_iter`` iterations would give).
         """
         self.setup(theta0)
-        while True:
-            self.update_gradient_hessian()
-            self.inner_solve()
-            if self.verbose > 1:
-                print(
-                    f"Newton iter {self.n_iter}: log p = {self.value:.10g}, "
-                    f"decrement = {self.half_decrement:.3g}"
-                )
-            if self.check_convergence():
-                if self._final_step:
-                    # Within tol of the mode, the full step is safe and quadratically closer.
-                    self.theta = self.theta + self.step
-                    self.update_gradient_hessian()
-                break
-            if self.stalled or self.n_iter >= self.max_iter:
-                break
-            self.line_search()
-            self.n_iter += 1
+        with stage("Newton's method for the mode", "newton iteration", self.max_iter) as steps:
+            while True:
+                self.update_gradient_hessian()
+                if steps is not None and self.n_iter > 0:
+                    steps.end(self.laplace_here)  # the iteration's end: its iterate expanded
+                self.inner_solve()
+                if self.verbose > 1:
+                    print(
+                        f"Newton iter {self.n_iter}: log p = {self.value:.10g}, "
+                        f"decrement = {self.half_decrement:.3g}"
+                    )
+                if self.check_convergence():
+                    if self._final_step:
+                        # Within tol of the mode, the full step is safe and quadratically
+                        # closer.
+                        self.theta = self.theta + self.step
+                        self.update_gradient_hessian()
+                    break
+                if self.stalled or self.n_iter >= self.max_iter:
+                    break
+                if steps is not None:
+                    steps.begin(self.laplace_here)
+                self.line_search()
+                self.n_iter += 1
+            if steps is not None:
+                steps.result(self.laplace_here)
 
     def finalize(self) -> LaplaceResult:
         if not (self.converged or self.stalled):
@@ -350,6 +361,10 @@ class NewtonLaplaceSolver:
                 f"max_iter or standardize the features.",
                 ConvergenceWarning,
             )
+        return self.laplace_here()
+
+    def laplace_here(self) -> LaplaceResult:
+        """The Laplace approximation at the current iterate (its expansion there)."""
         d = self.model.dim
         log_Z = self.value + 0.5 * d * math.log(2 * math.pi) - self.gaussian.half_log_det
         curvature, gaussian = self._curvature, self.gaussian

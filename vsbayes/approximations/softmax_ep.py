@@ -725,7 +725,14 @@ def softmax_ep(
         project,
         marginals=lambda post: (post[0], np.diag(post[1])),
     )
-    run = damped_sweeps(store, damping=damping, tol=tol, max_iter=max_iter, memory=memory)
+    run = damped_sweeps(
+        store,
+        damping=damping,
+        tol=tol,
+        max_iter=max_iter,
+        memory=memory,
+        as_gaussian=lambda post: contrast.to_theta(post[0], post[1]),
+    )
     post, (lam, eta) = run.posterior, split(store.sites)
     log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state)
     mean, cov = contrast.to_theta(post[0], post[1])

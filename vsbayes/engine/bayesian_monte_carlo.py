@@ -158,4 +158,5 @@ def bayesian_monte_carlo(
         rule=rule,
         random_state=random_state,
         estimate=lambda pool, _previous, _final: fit_bmc_pool(pool, length_scale, nugget),
+        name="Bayesian Monte Carlo",
     )

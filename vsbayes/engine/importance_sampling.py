@@ -115,4 +115,5 @@ def importance_sampling(
         rule=rule,
         random_state=random_state,
         estimate=lambda pool, _previous, _final: fit_is_pool(pool),
+        name="importance sampling",
     )

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._blas import one_blas_thread
+from .._progress import stage
 from .._random import as_generator
 from ..exceptions import EstimationError
 from ..gaussian import Gaussian
@@ -73,6 +74,7 @@ def run_rounds(
     random_state,
     estimate: Callable,
     extend: Callable | None = None,
+    name: str = "sampling",
 ):
     """Draw, evaluate and fit over ``rounds`` rounds of kernel adaptation.
 
@@ -92,6 +94,9 @@ def run_rounds(
         round with all points so far); ``size == 0`` stops with ``reason``, recorded as
         the result's ``stop_reason`` when it has one. A failed added round stops with
         ``"failed"`` and keeps the previous fit.
+    name : str, default="sampling"
+        The method, as an observer of the fit (:mod:`vsbayes._progress`) sees it; each
+        round is one of its iterations, with the fit it ends with.
 
     Returns
     -------
@@ -99,6 +104,37 @@ def run_rounds(
         The last round's estimate with its ``rounds`` diagnostic replaced by the list of
         :class:`~vsbayes.engine.RoundInfo` (the estimates are built with ``rounds=None``).
     """
+    with stage(name, "round") as steps:
+        result = _rounds(
+            log_target,
+            kernel,
+            n_samples,
+            rounds,
+            kernel_scale,
+            rule,
+            random_state,
+            estimate,
+            extend,
+            steps,
+        )
+        if steps is not None:
+            steps.result(lambda: result)
+    return result
+
+
+def _rounds(
+    log_target,
+    kernel,
+    n_samples,
+    rounds,
+    kernel_scale,
+    rule,
+    random_state,
+    estimate,
+    extend,
+    steps,
+):
+    """:func:`run_rounds`, each round reported to ``steps`` (None: to nobody)."""
     started = time.perf_counter()
     rng = as_generator(random_state)
     rule = get_rule(rule)
@@ -109,6 +145,8 @@ def run_rounds(
         """Draw ``size`` points through ``current`` (up to ``most`` against ``enough``, see
         :class:`Extension`), pool them and fit: the round's record and its fit (None when
         an intermediate fit failed)."""
+        if steps is not None:
+            steps.begin(None if fit is None else (lambda: fit))
         clock = time.perf_counter()
         if enough is None or not rule.random:
             draws = draw_from_kernel(current, size, rule, rng)
@@ -123,10 +161,14 @@ def run_rounds(
             new_fit = estimate(pool, fit, final)
         except EstimationError:
             if final:
+                if steps is not None:
+                    steps.end(None)  # the round ended, without a fit
                 raise
             new_fit = None
         n_iter = 0 if new_fit is None else getattr(new_fit, "n_iter", 0)
         timing = {"draw_seconds": drawn - clock, "fit_seconds": time.perf_counter() - drawn}
+        if steps is not None:
+            steps.end(None if new_fit is None else (lambda: new_fit))
         return RoundInfo(current, size, n_iter, new_fit is not None, **timing), new_fit
 
     sizes = _round_sizes(n_samples, rounds)

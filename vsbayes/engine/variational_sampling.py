@@ -302,6 +302,7 @@ def variational_sampling(
         random_state=random_state,
         estimate=estimate,
         extend=extend,
+        name="variational sampling",
     )
     if extend is None:
         result = result.replace(stop_reason="n_samples")

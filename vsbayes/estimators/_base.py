@@ -10,9 +10,11 @@ prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorP
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import numbers
 import warnings
+from contextlib import nullcontext
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -29,6 +31,7 @@ from sklearn.utils.validation import (
 
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
+from .._progress import observed
 from .._random import as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
@@ -54,6 +57,7 @@ from ..models import (
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
+from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
@@ -193,7 +197,9 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
     )
 
 
-class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator):
+class BayesianGLMClassifier(
+    CallbackSupportMixin, BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator
+):
     """Base class: Bayesian binary GLM; multinomial or one-vs-rest beyond two classes.
 
     A subclass sets ``_link`` (``"logistic"`` or ``"probit"``), ``_method`` and ``_title``
@@ -344,22 +350,79 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
         else:  # ±1 labels of each binary problem
             targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
             problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
-        starts = self._warm_starts(len(problems), X.shape[1])
         given = [None] * len(problems)  # the prior N(0, C·I) of each problem
         if self.prior is not None and factor is None:  # (the default fit stays in this file)
             given = self._problem_priors(X.shape[1], problems, self.classes_)
-        fits = [
-            self._fit_problem(method, X, *problem, weights, rng, priors, start, prior)
-            for problem, start, prior in zip(problems, starts, given, strict=True)
-        ]
-        if self.max_iter == 0:
-            warn(
-                f"{type(self).__name__}: max_iter=0, so no iteration was run: the posterior "
-                f"is the prior (coefficients at their start, 0, as LogisticRegression's).",
-                ConvergenceWarning,
-            )
-        self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+        observer = None
+        try:
+            # (Asked here, not in _callbacks.py: a fit without callbacks stays in this file.)
+            if getattr(self, "_skl_callbacks", None) or hasattr(self, "_parent_callback_ctx"):
+                observer = FitObserver.start(
+                    self,
+                    X,
+                    lambda: self.classes_[y_index],
+                    sample_weight,
+                    len(problems),
+                    self.classes_,
+                    lambda fits: self._attributes_of(method, fits, X.shape[1], dtype, not flat),
+                )
+            fits = self._fit_problems(method, X, problems, weights, rng, priors, given, observer)
+            if self.max_iter == 0:
+                warn(
+                    f"{type(self).__name__}: max_iter=0, so no iteration was run: the "
+                    f"posterior is the prior (coefficients at their start, 0, as "
+                    f"LogisticRegression's).",
+                    ConvergenceWarning,
+                )
+            self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+            if observer is not None:
+                observer.end()
+        finally:
+            if "_callback_fit_ctx" in vars(self):  # the callbacks' teardown, however it ends
+                FitObserver.teardown(self)
         return self
+
+    def _fit_problems(
+        self, method, X, problems, weights, rng, priors, given, observer
+    ) -> list[MethodFit]:
+        """Each problem's fit (:meth:`_fit_problem`), its stages reported to ``observer``
+        (None: to nobody)."""
+        starts = self._warm_starts(len(problems), X.shape[1])
+        watch = {}
+        if observer is not None:  # what a callback sees of each problem
+            pending = self._pending_prior(X.shape[1], priors, given)
+            watch = {"observer": observer, "pending": pending}
+        with observed(observer):
+            return [
+                self._fit_problem(
+                    method, X, *problem, weights, rng, priors, start, prior, index=k, **watch
+                )
+                for k, (problem, start, prior) in enumerate(
+                    zip(problems, starts, given, strict=True)
+                )
+            ]
+
+    def _attributes_of(self, method, fits, n_features, dtype, evidence_defined) -> dict:
+        """The fitted attributes ``fits`` would give (a callback's ``fitted_estimator``),
+        the estimator itself unchanged."""
+        view = copy.copy(self)
+        view._store(method, fits, n_features, dtype, evidence_defined)
+        return {k: v for k, v in vars(view).items() if k.endswith("_") and not k.startswith("_")}
+
+    @staticmethod
+    def _pending_prior(n_features: int, priors: dict, given: list):
+        """``k -> `` the prior of one-vs-rest problem ``k``, as a fit (a callback's view of
+        the problems not reached yet)."""
+
+        def pending(k: int) -> MethodFit:
+            if given[k] is not None:
+                return prior_fit(given[k].mean, given[k].cov)
+            variances = np.broadcast_to(priors["prior_var"], (n_features,))
+            if priors["intercept_prior_var"] is not None:
+                variances = np.append(variances, priors["intercept_prior_var"])
+            return prior_fit(np.zeros(variances.size), np.diag(variances))
+
+        return pending
 
     def _flat_prior(self) -> bool:
         """Whether the prior is flat (``penalty=None`` or ``C=np.inf``); refuses what the
@@ -568,14 +631,29 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             )
 
     def _fit_problem(
-        self, method, X, labels, n_classes, weights, rng, priors, start, prior=None
+        self,
+        method,
+        X,
+        labels,
+        n_classes,
+        weights,
+        rng,
+        priors,
+        start,
+        prior=None,
+        *,
+        index=0,
+        observer=None,
+        pending=None,
     ) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
         else the multinomial one of ``n_classes`` with class indices ``labels`` (in
         scikit-learn's representative, :meth:`~vsbayes.models.SoftmaxGLMPosterior.centred`);
         Newton starts from ``start`` (None: zeros), or under ``prior`` (a
         :class:`~vsbayes.models.priors.GaussianPrior` that replaces ``priors``) from its
-        mean."""
+        mean. An ``observer`` (:class:`~vsbayes.estimators._callbacks.FitObserver`) sees the
+        problem (number ``index``; ``pending(k)``: problem ``k``'s prior fit) and its
+        stages."""
         chunked = is_dask_array(X)
         n_jobs = self.n_jobs
         if prior is not None:
@@ -598,75 +676,63 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
                 model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
-        try:
-            if self.max_iter == 0 and prior is not None:
-                return MethodFit.prior(Gaussian(prior.mean, prior.cov))
-            if self.max_iter == 0:
-                variances = model.prior_var.copy()
-                factor = getattr(model, "coefficient_prior", None)
-                if factor is not None:  # its base is broad: the prior's own spread
-                    variances[: model.n_features] = factor.start_var
-                return MethodFit.prior(Gaussian(np.zeros(model.dim), np.diag(variances)))
-            choice = _DENSE
-            if (
-                n_classes is None
-                and not chunked
-                and prior is None
-                and getattr(model, "coefficient_prior", None) is None  # Gaussian priors only
-                and len(self.classes_) == 2
-            ):
-                # The covariance's structure, from the problem's size and the memory limit,
-                # before the first Newton step (it refuses what no structure fits).
-                choice = choose_covariance(model, type(self).__name__)
-            if choice.structure != "dense":
-                return self._structured_fit(method, model, choice, start)
-            if n_classes is None:  # sized before the first Newton step
-                check_posterior_memory(model, type(self).__name__)
-                _check_route_memory(model, method, type(self).__name__)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", ConvergenceWarning)
-                try:
-                    laplace = newton(
-                        model,
-                        tol=self.tol,
-                        max_iter=self.max_iter,
-                        theta0=start,
-                        verbose=self.verbose,
-                    )
-                except NotPositiveDefiniteError as error:
-                    raise ValueError(
-                        f"{type(self).__name__}(C={self.C:g}): the posterior cannot be "
-                        f"represented in float64 ({model.dim} parameters, "
-                        f"{model.n_observations} rows with positive weight): {error}"
-                    ) from error
-            unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
-            reemit([w for w in caught if not issubclass(w.category, ConvergenceWarning)])
-            if unconverged:
-                # An unconverged mode is no start for EP or sampling: the fit stops at the
-                # Laplace approximation of the last iterate, as LogisticRegression's stops
-                # at its solver's last iterate.
-                warn(
-                    f"{SOLVER_NOT_CONVERGED[self.solver].format(n_iter=laplace.n_iter)} "
-                    f"({type(self).__name__} finds the mode by Newton's method whatever the "
-                    f"solver; the posterior is the Laplace approximation at its last iterate. "
-                    f"{unconverged[0].message})",
-                    ConvergenceWarning,
-                )
-                fit = MethodFit.unconverged(laplace)
-            else:
-                fit = self._method_fit(method, model, laplace, rng, what)
+
+        def stored(fit: MethodFit) -> MethodFit:
+            """A fit of this problem as stored: in θ's coordinates (whitened priors), the
+            multinomial in scikit-learn's representative."""
             if prior is not None:
-                fit = finish(fit)  # back to θ's coordinates (whitened priors)
+                fit = finish(fit)
             if n_classes is not None:
                 fit = dataclasses.replace(fit, posterior=model.centred(fit.posterior))
+            return fit
+
+        watch = nullcontext() if observer is None else observer.problem(index, stored, pending)
+        structured = False
+        try:
+            with watch:
+                if self.max_iter == 0:
+                    fit = MethodFit.prior(self._prior_of(model, prior))
+                else:
+                    choice = _DENSE
+                    if (
+                        n_classes is None
+                        and not chunked
+                        and prior is None
+                        and getattr(model, "coefficient_prior", None) is None  # Gaussian only
+                        and len(self.classes_) == 2
+                    ):
+                        # The covariance's structure, from the problem's size and the memory
+                        # limit, before the first Newton step (it refuses what none fits).
+                        choice = choose_covariance(model, type(self).__name__)
+                    structured = choice.structure != "dense"
+                    if structured:
+                        fit = self._structured_fit(method, model, choice, start)
+                    else:
+                        if n_classes is None:  # sized before the first Newton step
+                            check_posterior_memory(model, type(self).__name__)
+                            _check_route_memory(model, method, type(self).__name__)
+                        fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
+                if observer is not None:
+                    observer.done(fit)
         finally:
             if chunked:
                 model.chunks.release()  # the chunks' copies of the rows, on the workers
-        if self.verbose:
+        if self.verbose and not structured:  # (a structured fit prints its own)
             print(f"{type(self).__name__}: {fit.posterior!r}")
-        if choice is not _DENSE:
-            fit = dataclasses.replace(fit, covariance_reason=choice.reason)
         return fit
+
+    @staticmethod
+    def _prior_of(model, prior) -> Gaussian:
+        """The prior as a Gaussian (a fit with ``max_iter=0``): the given one, or the
+        model's, a shrinkage prior's coefficients at its own spread (its Gaussian base is
+        broad)."""
+        if prior is not None:
+            return Gaussian(prior.mean, prior.cov)
+        variances = model.prior_var.copy()
+        factor = getattr(model, "coefficient_prior", None)
+        if factor is not None:
+            variances[: model.n_features] = factor.start_var
+        return Gaussian(np.zeros(model.dim), np.diag(variances))
 
     def _structured_fit(self, method, model, choice: CovarianceChoice, start) -> MethodFit:
         """The Laplace approximation with a structured covariance (``choice``): the other
@@ -713,6 +779,41 @@ class BayesianGLMClassifier(BayesianUpdating, PosteriorPrediction, ClassifierMix
             covariance=choice.structure,
             covariance_reason=choice.reason,
         )
+
+    def _posterior_fit(self, method, model, newton, what: str, start, rng) -> MethodFit:
+        """Newton's method for the mode of ``model`` from ``start``, then ``method``'s fit
+        from its Laplace approximation (in the model's coordinates)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            try:
+                laplace = newton(
+                    model,
+                    tol=self.tol,
+                    max_iter=self.max_iter,
+                    theta0=start,
+                    verbose=self.verbose,
+                )
+            except NotPositiveDefiniteError as error:
+                raise ValueError(
+                    f"{type(self).__name__}(C={self.C:g}): the posterior cannot be "
+                    f"represented in float64 ({model.dim} parameters, "
+                    f"{model.n_observations} rows with positive weight): {error}"
+                ) from error
+        unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+        reemit([w for w in caught if not issubclass(w.category, ConvergenceWarning)])
+        if not unconverged:
+            return self._method_fit(method, model, laplace, rng, what)
+        # An unconverged mode is no start for EP or sampling: the fit stops at the Laplace
+        # approximation of the last iterate, as LogisticRegression's stops at its solver's
+        # last iterate.
+        warn(
+            f"{SOLVER_NOT_CONVERGED[self.solver].format(n_iter=laplace.n_iter)} "
+            f"({type(self).__name__} finds the mode by Newton's method whatever the "
+            f"solver; the posterior is the Laplace approximation at its last iterate. "
+            f"{unconverged[0].message})",
+            ConvergenceWarning,
+        )
+        return MethodFit.unconverged(laplace)
 
     def _method_fit(self, method, model, laplace, rng, what: str) -> MethodFit:
         """``method.fit``, or the Laplace approximation with an UnreliableFitWarning where

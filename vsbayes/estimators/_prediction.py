@@ -373,13 +373,15 @@ class PosteriorPrediction:
         X = self._in_memory(X, "sample_y")
         return _summaries.sample_labels(self, X, n_draws, random_state)
 
-    def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None):
+    def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None, refit_above=0.3):
         """Leave-one-out estimate of the expected log predictive density, and WAIC.
 
         Pass the training data (with the same ``sample_weight``). Where expectation
         propagation ran (``EPLogisticRegression``, ``EPProbitRegression``, and the
         ``"sites"`` route of the VS estimators), each row's term comes from EP's cavity,
-        which is the posterior without that row: no refit and no sampling. Otherwise by
+        the posterior without that row's site: no sampling; the few influential rows,
+        whose absence would also move the other sites (``lppd_i − loo_i`` above
+        ``refit_above``), are refitted without the row. Otherwise by
         Pareto-smoothed importance sampling of ``n_draws`` posterior draws (corrected for
         the Gaussian approximation), with a Pareto k̂ per row and a warning naming the
         rows whose k̂ exceeds 0.7. Not defined for one-vs-rest fits (no joint model).
@@ -398,6 +400,11 @@ class PosteriorPrediction:
             4000 (Pareto smoothing fits the largest fifth of a row's weights at most).
         random_state : int, RandomState, Generator or None, default=None
             Seed of the draws.
+        refit_above : float or None, default=0.3
+            Where EP's cavities give the terms: the rows whose own share of ``p_loo``
+            exceeds this (nats) get their term from a refit of the estimator without them
+            (``refitted`` in the result says which); None: no refit, the cavities only
+            (leave-one-out in about the time of the fit).
 
         Returns
         -------
@@ -407,7 +414,9 @@ class PosteriorPrediction:
             docstring lists them all).
         """
         X = self._in_memory(X, "loo")
-        return _summaries.leave_one_out(self, X, y, sample_weight, n_draws, random_state)
+        return _summaries.leave_one_out(
+            self, X, y, sample_weight, n_draws, random_state, refit_above
+        )
 
     def to_inference_data(
         self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
