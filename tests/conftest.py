@@ -12,7 +12,7 @@ from hypothesis import settings
 # examples every time (derandomized), a few seconds in all; "thorough" draws 5000 new ones
 # per run (a few minutes), printing what reproduces a failure. A test's own @settings
 # holds only what is true of it (deadline, health checks), never the number of examples.
-settings.register_profile("ci", max_examples=200, derandomize=True)
+settings.register_profile("ci", max_examples=120, derandomize=True)
 settings.register_profile(
     "thorough", max_examples=5000, derandomize=False, database=None, print_blob=True
 )
