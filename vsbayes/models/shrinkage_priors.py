@@ -24,6 +24,7 @@ with ``u = θ² / (2τ²)``, ``p(θ) = exp(u) E₁(u) / (τ √(2π³))``, evalu
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from numbers import Real
@@ -156,7 +157,7 @@ class HorseshoePrior:
 SHRINKAGE_PRIORS = (LaplacePrior, StudentTPrior, HorseshoePrior)
 
 
-class CoefficientFactor:
+class CoefficientFactor(abc.ABC):
     """One prior ``p`` on every coefficient, as a model and EP take it.
 
     Attributes
@@ -180,9 +181,9 @@ class CoefficientFactor:
     exact_mode: bool = True
     name: str = "prior"
 
+    @abc.abstractmethod
     def log_density(self, t: np.ndarray) -> np.ndarray:
         """Normalized ``log p(t)``, elementwise."""
-        raise NotImplementedError
 
     def log_ratio(self, t: np.ndarray) -> np.ndarray:
         """``log p(t) - log N(t; 0, base_var)``, elementwise."""
@@ -190,21 +191,21 @@ class CoefficientFactor:
             t * t / self.base_var + _LOG_2PI + math.log(self.base_var)
         )
 
+    @abc.abstractmethod
     def smooth_part(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Value, gradient and a curvature ≥ 0 (the negative second derivative, or a
         majorizer's) of ``log p(t) + λ|t|``, elementwise: what the mode's proximal Newton
         method expands."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def mode_curvature(self, t: np.ndarray) -> np.ndarray:
         """The prior's curvature in the Laplace approximation at the mode ``t``: the negative
         second derivative of ``log p`` where it is defined and positive, else ``1/start_var``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def log_mixing(self, s: np.ndarray) -> np.ndarray:
         """Log density of ``s = log σ²`` where ``p(t) = ∫ N(t; 0, σ²) dG(σ²)`` (each prior
         here is a scale mixture of Gaussians), up to the constant ``mixture_shift``."""
-        raise NotImplementedError
 
     #: ``log r(t) - log p_mix(t)`` beyond the base's Gaussian: the ratio is
     #: ``exp(mixture_shift) × p(t) / N(t; 0, base_var)`` (0 but for the elastic net).
