@@ -125,11 +125,14 @@ class GLMCurvature(Curvature):
         grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
         grad -= (theta - model.prior_mean) / model.prior_var
         self._weights = weights = model.sample_weight * curvature
+        return value, grad, self._negative_hessian(weights)
+
+    def _negative_hessian(self, weights: np.ndarray) -> GLMGaussian:
+        """The negative Hessian at curvature weights ``weights``, factorized."""
         try:
-            gaussian = GLMGaussian(model, weights, form=self.form, what=_HESSIAN)
+            return GLMGaussian(self.model, weights, form=self.form, what=_HESSIAN)
         except NotPositiveDefiniteError:
-            raise _elongated(precision_diagonal(model, weights)) from None
-        return value, grad, gaussian
+            raise _elongated(precision_diagonal(self.model, weights)) from None
 
     def log_density(self, theta: np.ndarray) -> float:
         # Not model.log_density: its logistic terms are float32 (1e-7 each, fine for the

@@ -276,10 +276,6 @@ class _IterativeHessian:
         x, _ = cg(operator, g, rtol=1e-10, maxiter=10 * p, M=preconditioner)
         return x
 
-    @property
-    def half_log_det(self) -> float:  # pragma: no cover - the structure computes it
-        raise NotImplementedError("The iterative Hessian has no determinant.")
-
 
 class _IterativeCurvature(GLMCurvature):
     """:class:`GLMCurvature` with the Newton systems solved by conjugate gradients."""
@@ -289,15 +285,8 @@ class _IterativeCurvature(GLMCurvature):
         design = model.design
         self._squares = design.multiply(design).tocsr() if sp.issparse(design) else design**2
 
-    def expand(self, theta: np.ndarray):
-        model = self.model
-        t = np.asarray(model.design @ theta).ravel()
-        value = self._value(theta, t)
-        slope, curvature = model.link.derivatives(t)
-        grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
-        grad -= (theta - model.prior_mean) / model.prior_var
-        self._weights = weights = model.sample_weight * curvature
-        return value, grad, _IterativeHessian(model, weights, self._squares)
+    def _negative_hessian(self, weights: np.ndarray) -> _IterativeHessian:
+        return _IterativeHessian(self.model, weights, self._squares)
 
 
 def structured_glm_laplace(
