@@ -215,3 +215,13 @@ def test_the_settings_are_checked_and_restored():
     with pytest.raises(ValueError, match="covariance_rank"):
         vsbayes.set_config(covariance_rank=0)
     assert CovarianceChoice("dense", "").rank == 0
+
+
+def test_row_views_share_the_rows_and_equal_their_copies(data):
+    from vsbayes.models.latent import _row_view
+
+    X = data[0]
+    for rows in (slice(0, 25), slice(25, None), slice(10, 10)):
+        view = _row_view(X, rows)
+        assert (view != X[rows]).nnz == 0 and view.shape == X[rows].shape
+        assert view.nnz == 0 or np.shares_memory(view.data, X.data)

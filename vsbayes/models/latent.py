@@ -82,6 +82,41 @@ def _pair_chunks(counts: np.ndarray, budget: float) -> Iterator[slice]:
         start = stop
 
 
+def _row_view(X, rows: slice):
+    """Rows ``rows`` of a dense or CSR X without copying them: a CSR block shares X's
+    ``data`` and ``indices`` (``X[rows]`` copies both, and so does scipy's constructor for
+    a small view of a large array: for 10⁶ rows × 10 non-zeros, a third of a structured
+    predict_proba's time); only its row pointers are new."""
+    first, last, step = rows.indices(X.shape[0])
+    if not sp.issparse(X) or step != 1:
+        return X[rows]
+    last = max(first, last)
+    start, stop = int(X.indptr[first]), int(X.indptr[last])
+    block = sp.csr_matrix((last - first, X.shape[1]), dtype=X.dtype)
+    # Assigned, not passed to the constructor: scipy copies an array that is a small view.
+    block.indptr = X.indptr[first : last + 1] - X.indptr.dtype.type(start)
+    block.indices, block.data = X.indices[start:stop], X.data[start:stop]
+    block.has_canonical_format = X.has_canonical_format  # (X's rows, as they are)
+    return block
+
+
+def _with_data(block: sp.csr_matrix, data: np.ndarray) -> sp.csr_matrix:
+    """The CSR matrix of ``block``'s sparsity pattern with the values ``data``, sharing its
+    index arrays (no copy)."""
+    out = sp.csr_matrix(block.shape, dtype=data.dtype)
+    out.indptr, out.indices, out.data = block.indptr, block.indices, data
+    return out
+
+
+def _summed_duplicates(X):
+    """X, or a copy with its duplicate entries summed (a duplicate's square is not the
+    square of the sum); a dense X as it is."""
+    if sp.issparse(X) and not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()
+    return X
+
+
 def _row_counts(X: sp.csr_matrix) -> np.ndarray:
     return np.diff(X.indptr).astype(np.int64)
 
@@ -480,7 +515,8 @@ class StructuredLatents(_RowChunks):
     """
 
     def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covariance):
-        self.X, self.coef, self.intercept = X, coef, intercept
+        # Duplicates summed once here, not per chunk (their squares need it).
+        self.X, self.coef, self.intercept = _summed_duplicates(X), coef, intercept
         n_rows, d = X.shape
         diagonal = covariance.diagonal_part
         # K = V diag(κ) Vᵀ folded into the factor: (Uᵀx̃)ᵀK(Uᵀx̃) = Σ_k κ_k ((UV)ᵀx̃)_k², r
@@ -502,19 +538,13 @@ class StructuredLatents(_RowChunks):
 
     def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, var)`` of the rows, each of shape (n_rows_in_chunk, 1)."""
-        block = self.X[rows]
+        block = _row_view(self.X, rows)
         product = np.asarray(block @ self.side)
         mean = product[:, -1:] + self.intercept
         projected = product[:, :-1]
         projected += self.offset
         if sp.issparse(block):  # the squared rows share the block's index arrays
-            if not block.has_canonical_format:  # (a duplicate's square is not the sum's)
-                block = block.copy()
-                block.sum_duplicates()
-            squared = sp.csr_matrix(
-                (np.square(block.data), block.indices, block.indptr), block.shape
-            )
-            squares = squared @ self.diagonal
+            squares = _with_data(block, np.square(block.data)) @ self.diagonal
         else:
             squares = (block * block) @ self.diagonal
         var = np.asarray(squares).ravel() + self.base
