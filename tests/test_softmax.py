@@ -176,10 +176,15 @@ def test_laplace_refuses_matrices_beyond_memory(rng, monkeypatch):
 )
 def test_a_multinomial_posterior_too_large_to_factorize_is_refused_up_front(rng, estimator):
     # 3 classes × 3,334 columns = 10,002 parameters: each 10,002² factorization would take
-    # 3.3e11 multiply-adds, tens of them per fit. Refused before any p × p matrix exists.
+    # 3.3e11 multiply-adds, tens of them per fit. The dense covariance asked for is refused
+    # before any p × p matrix exists; by default the posterior takes a structured one.
     X = rng.standard_normal((6, 3333))
-    with pytest.raises(ValueError, match=r"10002 parameters.*OneVsRestClassifier"):
+    with (
+        vsbayes.config_context(covariance="dense"),
+        pytest.raises(ValueError, match=r"10002 parameters.*covariance='lowrank'"),
+    ):
         estimator.fit(X, [0, 1, 2, 0, 1, 2])
+    assert estimator.fit(X, [0, 1, 2, 0, 1, 2]).covariance_structure_ == "lowrank"
 
 
 # --- the predictive rule ------------------------------------------------------------------

@@ -225,3 +225,104 @@ def test_row_views_share_the_rows_and_equal_their_copies(data):
         view = _row_view(X, rows)
         assert (view != X[rows]).nnz == 0 and view.shape == X[rows].shape
         assert view.nnz == 0 or np.shares_memory(view.data, X.data)
+
+
+# --- The multinomial posterior ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multinomial_data():
+    rng = np.random.default_rng(7)
+    X = sp.random(90, 24, density=0.2, random_state=8, format="csr")
+    X.data = rng.exponential(1.0, X.nnz)
+    latent = X @ rng.normal(0.0, 2.0, (24, 3))
+    proba = np.exp(latent - latent.max(axis=1, keepdims=True))
+    proba /= proba.sum(axis=1, keepdims=True)
+    y = (proba.cumsum(axis=1) < rng.random((90, 1))).sum(axis=1)
+    new_rows = sp.random(30, 24, density=0.2, random_state=9, format="csr")
+    return X, y, new_rows
+
+
+@pytest.fixture(scope="module")
+def multinomial_fits(multinomial_data):
+    X, y, _ = multinomial_data
+    out = {}
+    # Full rank (the data term's rank is below 74 = 3 × 25 − 1): exact to Newton's and the
+    # solves' tolerance; rank 2 (+ 2 intercept contrasts): within its stated factor.
+    for name, settings in (
+        ("dense", {"covariance": "dense"}),
+        ("full", {"covariance": "lowrank", "covariance_rank": 200}),
+        ("low", {"covariance": "lowrank", "covariance_rank": 2}),
+    ):
+        with vsbayes.config_context(**settings):
+            out[name] = vsbayes.LaplaceLogisticRegression(tol=1e-12).fit(X, y)
+    return out
+
+
+def test_the_structured_multinomial_posterior_is_the_dense_one_at_full_rank(
+    multinomial_data, multinomial_fits
+):
+    new_rows = multinomial_data[2]
+    dense, full = multinomial_fits["dense"], multinomial_fits["full"]
+    assert full.covariance_structure_ == "lowrank" and full.posteriors_[0].error_factor == 1.0
+    assert isinstance(full.sigma_, StructuredCovariance)
+    np.testing.assert_allclose(full.coef_, dense.coef_, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(full.coef_.sum(axis=0), 0.0, atol=1e-12)  # centred
+    np.testing.assert_allclose(full.sigma_.diagonal(), np.diag(dense.sigma_), rtol=1e-6)
+    assert full.log_marginal_likelihood_value_ == pytest.approx(
+        dense.log_marginal_likelihood_value_, abs=1e-5
+    )
+    np.testing.assert_allclose(
+        full.predict_proba(new_rows), dense.predict_proba(new_rows), rtol=0, atol=1e-6
+    )
+    table = full.summary()
+    np.testing.assert_allclose(table["sd"].to_numpy(), dense.summary()["sd"].to_numpy(), rtol=1e-6)
+
+
+def test_the_low_rank_multinomial_posterior_keeps_its_stated_error(multinomial_fits):
+    dense, low = multinomial_fits["dense"], multinomial_fits["low"]
+    factor = low.posteriors_[0].error_factor
+    assert low.sigma_.rank == 2 * 4 and 1.0 < factor < np.inf
+    ratio = low.sigma_.diagonal() / np.diag(dense.sigma_)
+    assert np.all(ratio <= factor * (1 + 1e-8)) and np.all(ratio >= 1 / factor / (1 + 1e-8))
+
+
+def test_structured_joint_latents_are_the_dense_ones(multinomial_data, multinomial_fits):
+    from vsbayes.models.latent import JointLatents, StructuredJointLatents
+
+    rows = multinomial_data[2]
+    low = multinomial_fits["low"]
+    args = (rows, low.coef_, low.intercept_)
+    mean, cov = StructuredJointLatents(*args, low.sigma_)(slice(None))
+    ref_mean, ref_cov = JointLatents(*args, low.sigma_.toarray())(slice(None))
+    np.testing.assert_allclose(mean, ref_mean, rtol=0, atol=1e-12)
+    # Centring cancels the intercepts' vague prior (10⁶ / K along their sum): round-off of
+    # 10⁶ · eps per term.
+    np.testing.assert_allclose(cov, ref_cov, rtol=0, atol=1e-8)
+
+
+def test_auto_structures_the_multinomial_posterior_beyond_the_dense_size(
+    multinomial_data, monkeypatch
+):
+    import sys
+
+    X, y, new_rows = multinomial_data
+    # (The module, not the package's function of the same name.)
+    dense_route = sys.modules["vsbayes.approximations.softmax_laplace"]
+    monkeypatch.setattr(dense_route, "MAX_SOFTMAX_PARAMS", 50)
+    fit = vsbayes.VSLogisticRegression().fit(X, y)
+    assert fit.covariance_structure_ == "lowrank" and "> 50 parameters" in fit.covariance_reason_
+    proba = fit.predict_proba(new_rows)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    coef, intercept = fit.sample_coef(5, random_state=0)
+    assert coef.shape == (5, 3, 24) and intercept.shape == (5, 3)
+    with (
+        vsbayes.config_context(covariance="dual"),
+        pytest.raises(ValueError, match="no 'dual' covariance"),
+    ):
+        vsbayes.VSLogisticRegression().fit(X, y)
+    with (
+        vsbayes.config_context(memory_limit=1000.0),
+        pytest.raises(MemoryLimitError, match="multinomial posterior"),
+    ):
+        vsbayes.VSLogisticRegression().fit(X, y)

@@ -16,7 +16,8 @@ factorization takes ``p³/3`` multiply-adds (10 s at p = 10,000 on two cores at
 30 GFlop/s), Newton makes about ten and the multinomial EP one per sweep, so p above
 :data:`MAX_SOFTMAX_PARAMS` is refused up front with the same remedies, rather than
 fitting for hours (5 classes of 5,000 sparse features: p = 25,005, 5·10¹² multiply-adds
-per factorization). There is no matrix-free route for the multinomial posterior yet.
+per factorization). Beyond that size the estimators take the matrix-free route with a
+structured covariance instead (:mod:`~vsbayes.approximations.structured_softmax`).
 
 The posterior is proper but wide along the sum of the intercepts (its prior only, variance
 ``intercept_prior_var / K``: the likelihood does not see it), so the negative Hessian's
@@ -49,7 +50,9 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
             f"The multinomial posterior has {p} parameters ({model.n_classes} classes × "
             f"{model.n_features + int(model.fit_intercept)}), above the {MAX_SOFTMAX_PARAMS} "
             f"its dense {p} × {p} Newton and expectation-propagation steps allow: each "
-            f"factorization takes {p**3 / 3:.2g} multiply-adds, and a fit makes tens. Reduce "
+            f"factorization takes {p**3 / 3:.2g} multiply-adds, and a fit makes tens. Use a "
+            f"structured covariance, the default beyond this size "
+            f"(vsbayes.config_context(covariance='lowrank') or 'auto'); or reduce "
             f"the number of features (e.g. sklearn.feature_selection.SelectKBest or "
             f"sklearn.decomposition.TruncatedSVD in the pipeline), or fit one-vs-rest binary "
             f"posteriors with sklearn.multiclass.OneVsRestClassifier, whose factorizations "

@@ -127,7 +127,7 @@ def structure_bytes(structure: str, p: int, m: int, rank: int, held: float) -> f
 
 
 def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
-    """The covariance structure of a binary posterior, from its size and the memory limit.
+    """The covariance structure of a posterior, from its size and the memory limit.
 
     "auto" (:func:`vsbayes.get_config`'s ``covariance``) takes the dense covariance where
     p ≤ :data:`DENSE_MAX_DIM` and it fits; else the exact "dual" one where there are more
@@ -135,6 +135,12 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     "diagonal" — with the exact marginal variances (one M × M factorization at the mode)
     where M ≤ :data:`EXACT_DIAGONAL_MAX_ROWS` and it fits. A forced structure is checked
     against the memory limit too.
+
+    A multinomial posterior (a ``model`` with ``n_classes``) takes the dense covariance
+    up to :data:`~vsbayes.approximations.softmax_laplace.MAX_SOFTMAX_PARAMS` parameters
+    where it fits, else "lowrank" (its rank the configured one plus the K − 1 intercept
+    contrasts, :func:`softmax_rank`), else
+    "diagonal", with estimated marginals; it has no "dual" form.
 
     Raises
     ------
@@ -145,6 +151,9 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     settings = get_config()
     asked, rank = settings["covariance"], int(settings["covariance_rank"])
     p, m = model.dim, model.n_observations
+    classes = getattr(model, "n_classes", None)
+    if classes is not None:
+        return _choose_softmax_covariance(model, asked, rank, estimator_name)
     rank = max(0, min(rank, p - 1, m))
     held = _held_bytes(model.design)
     limit = _memory.memory_limit()  # (through the module: tests lower it)
@@ -211,6 +220,85 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
             "diagonal", f"{why_not_dense}; diagonal with {diagonal_note}", 0, exact
         )
     raise refuse("diagonal", None)
+
+
+def softmax_rank(rank: int, n_classes: int, fit_intercept: bool) -> int:
+    """The rank of a multinomial "lowrank" structure: the configured ``rank`` plus the
+    K − 1 intercept contrasts (module docstring), if there are intercepts."""
+    return rank + (n_classes - 1 if fit_intercept and rank > 0 else 0)
+
+
+def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str):
+    """:func:`choose_covariance` of a multinomial posterior (see there)."""
+    from .softmax_laplace import MAX_SOFTMAX_PARAMS  # (the module's: tests lower it)
+
+    p, m, k = model.dim, model.n_observations, model.n_classes
+    width = model.n_features + int(model.fit_intercept)
+    rank = max(0, min(softmax_rank(rank, k, model.fit_intercept), p - 1))
+    held = _held_bytes(model.X)
+    limit = _memory.memory_limit()
+    # Dense: as check_softmax_size (three p × p matrices, the rows' K × K curvatures).
+    # Structured: the subspace iteration's bases (p and M K entries per vector, with the
+    # products' temporaries) and the rows' probabilities, beside the squared rows' copy.
+    vectors = rank + 1 + _OVERSAMPLES
+    need = {
+        "dense": 8.0 * (3.0 * p * p + m * (3 * k * k + 4 * k)) + 2.0 * held,
+        "lowrank": 8.0 * (3.0 * (p + 2 * m * k) * vectors + 6.0 * m * k) + 3.0 * held,
+    }
+    need["diagonal"] = 8.0 * (3.0 * (p + 2 * m * k) * (1 + _OVERSAMPLES) + 6.0 * m * k)
+    need["diagonal"] += 3.0 * held
+    fits = {s: need[s] <= limit for s in need}
+    name = f"{estimator_name} " if estimator_name else ""
+    sizes = f"{p} parameters: {k} classes × {width}, {m} rows"
+
+    def refuse(structure: str) -> MemoryLimitError:
+        alternative = next((s for s in need if fits[s]), None)
+        remedy = (
+            f"The {alternative!r} structure would fit ({format_bytes(need[alternative])}): "
+            f"vsbayes.config_context(covariance={alternative!r})."
+            if alternative
+            else "No covariance structure fits: reduce the number of features (feature "
+            "selection, hashing to fewer columns) or of rows, or raise memory_limit."
+        )
+        return MemoryLimitError(
+            f"The {name}multinomial posterior with a {structure} covariance ({sizes}) "
+            f"would allocate about {format_bytes(need[structure])}, more than the memory "
+            f"limit of {format_bytes(limit)}. {remedy}"
+        )
+
+    if asked == "dual":
+        raise ValueError(
+            "The multinomial posterior has no 'dual' covariance structure: use "
+            "vsbayes.config_context(covariance='lowrank') (or 'diagonal', 'dense')."
+        )
+    if asked != "auto":
+        if not fits[asked]:
+            raise refuse(asked)
+        reason = "forced by vsbayes.config_context(covariance=...)"
+        return CovarianceChoice(asked, reason, rank if asked == "lowrank" else 0)
+    if p <= MAX_SOFTMAX_PARAMS and fits["dense"]:
+        return CovarianceChoice(
+            "dense", f"{sizes}: the dense covariance fits ({p} ≤ {MAX_SOFTMAX_PARAMS})"
+        )
+    why_not_dense = (
+        f"{p} > {MAX_SOFTMAX_PARAMS} parameters: the dense {p} × {p} covariance "
+        f"({format_bytes(8.0 * p * p)}, O(p³) work per Newton step) is not formed"
+        if p > MAX_SOFTMAX_PARAMS
+        else f"the dense covariance needs {format_bytes(need['dense'])}, over the limit"
+    )
+    if fits["lowrank"] and rank > 0:
+        return CovarianceChoice(
+            "lowrank",
+            f"{why_not_dense}; diagonal plus rank {rank} (the configured rank plus the "
+            f"{k - 1} intercept contrasts, if fitted) with estimated marginal variances "
+            f"(error stated in posteriors_[0].error)",
+            rank,
+        )
+    if fits["diagonal"]:
+        return CovarianceChoice(
+            "diagonal", f"{why_not_dense}; diagonal with estimated marginal variances"
+        )
+    raise refuse("diagonal")
 
 
 class StructuredLaplaceResult(StructuredGaussian):
@@ -395,7 +483,6 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
     else:
         whitened = root[:, None] * design * scale
         column_norms = np.einsum("ij,ij->j", whitened, whitened)
-    p = design.shape[1]
     width = min(rank + 1, min(whitened.shape))
     _, singular, right = randomized_svd(
         whitened,
@@ -427,10 +514,7 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
         )
         factor = math.nan
     else:
-        residual = np.maximum(column_norms - (basis * basis) @ lam, 0.0)  # e_j
-        quotient = np.divide(residual, inside, out=np.zeros(p), where=inside > 1e-12)
-        s_diag = 1.0 / (1.0 + quotient)
-        log_det_whitened = float(np.log1p(lam).sum()) + float((inside * np.log1p(quotient)).sum())
+        s_diag, log_det_whitened = _estimated_complement(basis, lam, column_norms, inside)
         half_log_det = 0.5 * (log_det_whitened - float(np.log(model.prior_var).sum()))
         error = (
             f"every variance (marginal, or of a row's latent value) within a factor "
@@ -439,13 +523,7 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
             f"units); the evidence's log det(I + E) estimated"
         )
         factor = 1.0 + left_out
-    # P S P + Q diag(1/(1+λ)) Qᵀ as diag(S) + [Q, SQ] K [Q, SQ]ᵀ.
-    scaled_basis = s_diag[:, None] * basis
-    core = np.zeros((2 * rank, 2 * rank))
-    core[:rank, :rank] = np.diag(1.0 / (1.0 + lam)) + basis.T @ scaled_basis
-    core[:rank, rank:] = core[rank:, :rank] = -np.eye(rank)
-    factor_matrix = np.hstack([basis, scaled_basis]) * scale[:, None]
-    diagonal = s_diag * scale**2
+    diagonal, factor_matrix, core = _assembled(basis, lam, s_diag, scale)
     if exact_diagonal:
         # Where s_j's floor bound (a coefficient Q nearly contains: the intercept), rows
         # and columns rescaled (correlations kept) make every marginal the exact one.
@@ -455,6 +533,44 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
         factor_matrix = factor_matrix * rescale[:, None]
     covariance = StructuredCovariance(diagonal, factor_matrix, core, structure)
     return covariance, half_log_det, error, factor
+
+
+def _estimated_complement(basis, lam, column_norms, inside) -> tuple[np.ndarray, float]:
+    """``(diag S, log det(I + GᵀG) estimated)`` of the estimated marginals (module
+    docstring): ``S_j = 1 / (1 + e_j / ρ_j)`` from the data term's diagonal
+    ``column_norms`` less the span of Q's part, and ``ρ_j = P_jj`` (``inside``)."""
+    p = basis.shape[0]
+    residual = np.maximum(column_norms - (basis * basis) @ lam, 0.0)  # e_j
+    quotient = np.divide(residual, inside, out=np.zeros(p), where=inside > 1e-12)
+    s_diag = 1.0 / (1.0 + quotient)
+    log_det_whitened = float(np.log1p(lam).sum()) + float((inside * np.log1p(quotient)).sum())
+    return s_diag, log_det_whitened
+
+
+def _assembled(basis, lam, s_diag, scale) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(δ, U, K)`` with ``diag(δ) + U K Uᵀ = D^{-½} (P S P + Q diag(1/(1+λ)) Qᵀ) D^{-½}``
+    (``scale`` = D^{-½}): in whitened units ``diag(S) + [Q, SQ] K [Q, SQ]ᵀ``."""
+    rank = basis.shape[1]
+    scaled_basis = s_diag[:, None] * basis
+    core = np.zeros((2 * rank, 2 * rank))
+    core[:rank, :rank] = np.diag(1.0 / (1.0 + lam)) + basis.T @ scaled_basis
+    core[:rank, rank:] = core[rank:, :rank] = -np.eye(rank)
+    factor_matrix = np.hstack([basis, scaled_basis]) * scale[:, None]
+    diagonal = s_diag * scale**2
+    return diagonal, factor_matrix, core
+
+
+def complement_covariance(
+    basis: np.ndarray, lam: np.ndarray, column_norms: np.ndarray, scale: np.ndarray, structure: str
+) -> tuple[StructuredCovariance, float]:
+    """The covariance with estimated marginals (module docstring) from the leading
+    eigenpairs ``(lam, basis)`` of the whitened data term ``GᵀG``, its diagonal
+    ``column_norms`` and ``scale`` = D^{-½}, and ``log det(I + GᵀG)`` estimated: the part
+    shared by every model whose negative Hessian is ``D + (data term)``."""
+    inside = np.maximum(1.0 - np.einsum("ij,ij->i", basis, basis), 0.0)  # ρ_j = P_jj
+    s_diag, log_det_whitened = _estimated_complement(basis, lam, column_norms, inside)
+    diagonal, factor_matrix, core = _assembled(basis, lam, s_diag, scale)
+    return StructuredCovariance(diagonal, factor_matrix, core, structure), log_det_whitened
 
 
 def _schur_solve(basis: np.ndarray, inside: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ from ..approximations.structured_laplace import (
     choose_covariance,
     structured_glm_laplace,
 )
+from ..approximations.structured_softmax import structured_softmax_laplace
 from ..exceptions import (
     ConvergenceWarning,
     EstimationError,
@@ -694,13 +695,13 @@ class BayesianGLMClassifier(
                     fit = MethodFit.prior(self._prior_of(model, prior))
                 else:
                     choice = _DENSE
-                    if (
-                        n_classes is None
-                        and not chunked
+                    plain = (  # a diagonal Gaussian prior, rows in memory
+                        not chunked
                         and prior is None
-                        and getattr(model, "coefficient_prior", None) is None  # Gaussian only
-                        and len(self.classes_) == 2
-                    ):
+                        and getattr(model, "coefficient_prior", None) is None
+                        and getattr(model, "prior_precision", None) is None
+                    )
+                    if plain and (n_classes is not None or len(self.classes_) == 2):
                         # The covariance's structure, from the problem's size and the memory
                         # limit, before the first Newton step (it refuses what none fits).
                         choice = choose_covariance(model, type(self).__name__)
@@ -739,8 +740,13 @@ class BayesianGLMClassifier(
         methods' fits (EP, sampling) need the dense p × p covariance, so every method stops
         there at this size, and says so (``covariance_reason_``; VS's ``strategy_``)."""
         name = type(self).__name__
+        laplace_of = (
+            structured_glm_laplace
+            if getattr(model, "n_classes", None) is None
+            else structured_softmax_laplace
+        )
         try:
-            laplace = structured_glm_laplace(
+            laplace = laplace_of(
                 model,
                 choice,
                 tol=self.tol,
@@ -841,7 +847,8 @@ class BayesianGLMClassifier(
             mean = posterior.mean
             self.coef_ = mean[: k * n_features].reshape(k, n_features).copy()
             self.intercept_ = mean[k * n_features :].copy() if self.fit_intercept else np.zeros(k)
-            self.sigma_ = np.array(posterior.cov)
+            structured = isinstance(posterior, StructuredGaussian)
+            self.sigma_ = posterior.covariance if structured else np.array(posterior.cov)
             self.log_marginal_likelihood_value_ = float(posterior.log_Z)
         elif isinstance(posteriors[0], StructuredGaussian):  # binary, never dense here
             posterior = posteriors[0]

@@ -148,11 +148,18 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     posterior's centred (identified) coefficients."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
-    if isinstance(estimator.sigma_, StructuredCovariance):  # binary; its diagonal only
-        mean = np.concatenate([np.ravel(coef), np.ravel(estimator.intercept_)[:1]])
-        mean = mean if estimator.fit_intercept else mean[:-1]
+    if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
         sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
-        return [(None, mean.astype(float), sd)]
+        coef = np.asarray(coef, dtype=float)
+        intercept = np.ravel(estimator.intercept_).astype(float)
+        if len(coef) == 1:  # binary
+            mean = np.concatenate([coef[0], intercept[:1]])
+            return [(None, mean if estimator.fit_intercept else mean[:-1], sd)]
+        # The multinomial θ = [W.ravel(), b], centred over the classes as the dense one's.
+        means = np.column_stack([coef, intercept]) if estimator.fit_intercept else coef
+        means = means - means.mean(axis=0, keepdims=True)
+        sd = np.sqrt(np.maximum(_centred_variances(estimator.sigma_, *coef.shape), 0.0))
+        return [(label, means[c], sd[:, c]) for c, label in enumerate(estimator.classes_)]
     per_problem = gaussian_marginals(
         np.asarray(coef, dtype=float),
         np.asarray(estimator.intercept_, dtype=float),
@@ -163,6 +170,23 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     if len(per_problem) == 1:
         return [(None, *per_problem[0])]
     return [(classes[k], *marginal) for k, marginal in enumerate(per_problem)]
+
+
+def _centred_variances(sigma: StructuredCovariance, k: int, d: int) -> np.ndarray:
+    """(width, K): the variances of each column's K classes centred by ``I − 11ᵀ/K``
+    under a structured multinomial covariance ``diag(δ) + U C Uᵀ`` (θ = [W.ravel(), b]):
+    ``δ_k (1 − 2/K) + Σ_l δ_l / K²`` plus the centred rows of U through C, per column."""
+    width = sigma.shape[0] // k
+    index = np.empty((width, k), dtype=np.intp)
+    index[:d] = (np.arange(k)[None, :] * d) + np.arange(d)[:, None]
+    if width > d:
+        index[d] = k * d + np.arange(k)
+    delta = sigma.diagonal_part[index]  # (width, K)
+    variances = delta * (1.0 - 2.0 / k) + delta.sum(axis=1, keepdims=True) / k**2
+    rows = sigma.factor[index]  # (width, K, r)
+    rows = rows - rows.mean(axis=1, keepdims=True)
+    variances += np.einsum("jkr,rs,jks->jk", rows, sigma.core, rows)
+    return variances
 
 
 def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool):

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._sums import logsumexp
 from ..gaussian import Gaussian, StructuredCovariance
-from .latent import IndependentLatents, JointLatents, StructuredLatents
+from .latent import IndependentLatents, JointLatents, StructuredJointLatents, StructuredLatents
 from .links import Link, get_link
 from .softmax_predictive import softmax_predictive_log_proba
 
@@ -36,6 +36,7 @@ __all__ = [
     "MultinomialPredictive",
     "OneVsRestPredictive",
     "StructuredBinaryPredictive",
+    "StructuredMultinomialPredictive",
     "fitted_predictive",
 ]
 
@@ -227,6 +228,15 @@ class MultinomialPredictive(FittedPredictive):
         return coef, intercept
 
 
+class StructuredMultinomialPredictive(MultinomialPredictive):
+    """The multinomial posterior with a :class:`~vsbayes.gaussian.StructuredCovariance`
+    (``sigma``): the rows' latent covariances from its factors
+    (:class:`~vsbayes.models.latent.StructuredJointLatents`)."""
+
+    def latent(self, X) -> StructuredJointLatents:
+        return StructuredJointLatents(X, self.coef, self.intercept, self.sigma)
+
+
 def fitted_predictive(
     coef: np.ndarray,
     intercept: np.ndarray,
@@ -255,6 +265,8 @@ def fitted_predictive(
     FittedPredictive
     """
     if isinstance(sigma, StructuredCovariance):
+        if len(coef) > 1:
+            return StructuredMultinomialPredictive(coef, intercept, sigma, posteriors)
         return StructuredBinaryPredictive(coef, intercept, sigma, link, posteriors)
     if sigma.ndim == 3:
         return OneVsRestPredictive(coef, intercept, sigma, link, posteriors)

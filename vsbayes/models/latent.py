@@ -48,6 +48,7 @@ from .._memory import block_bytes, block_length, check_memory
 __all__ = [
     "IndependentLatents",
     "JointLatents",
+    "StructuredJointLatents",
     "StructuredLatents",
     "row_moments",
     "row_variances",
@@ -552,3 +553,73 @@ class StructuredLatents(_RowChunks):
         var += projected @ self.kappa
         np.maximum(var, 0.0, out=var)  # round-off only: Σ is positive definite
         return mean, var[:, None]
+
+
+class StructuredJointLatents(_RowChunks):
+    """Mean and centred covariance of the K latent scores of a multinomial posterior whose
+    covariance is structured, ``Σ = diag(δ) + U K Uᵀ`` in θ's layout ``[W.ravel(), b]``
+    (:class:`~vsbayes.gaussian.StructuredCovariance`), chunk by chunk: with ``Z`` (K × r)
+    the rows ``x̃ᵀ U_k`` of each class's block of U, ``Cov(f) = diag(Σ_j δ_kj x̃_j²) +
+    Z K Zᵀ``, then centred (only the centred part reaches the softmax). One product of the
+    sparse rows (never densified, never copied) with the (d, K (r + 1)) factor and means;
+    ``K`` folded into its eigenvectors (``Z K Zᵀ = Σ_r κ_r z_r z_rᵀ``).
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, d)
+        Validated float64 rows.
+    coef : ndarray of shape (K, d)
+        Posterior mean of W.
+    intercept : ndarray of shape (K,)
+        Posterior mean of b (zeros without one).
+    covariance : StructuredCovariance
+        Of θ (K d, or K (d + 1) with intercepts).
+
+    Attributes
+    ----------
+    budget : float
+        Bytes of one thread's share, the bound the predictive rule's blocks keep within.
+    """
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covariance):
+        self.X, self.coef, self.intercept = _summed_duplicates(X), coef, intercept
+        k, d = coef.shape
+        n_rows = X.shape[0]
+        self.kappa, rotation = np.linalg.eigh(covariance.core)
+        factor = covariance.factor @ rotation
+        rank = factor.shape[1]
+        diagonal = covariance.diagonal_part
+        self.diagonal = np.ascontiguousarray(diagonal[: k * d].reshape(k, d).T)  # (d, K)
+        fitted = diagonal.shape[0] > k * d
+        self.base = diagonal[k * d :] if fitted else np.zeros(k)
+        self.offset = factor[k * d :] if fitted else np.zeros((k, rank))  # (K, r)
+        spread = factor[: k * d].reshape(k, d, rank).transpose(1, 0, 2).reshape(d, k * rank)
+        self.side = np.ascontiguousarray(np.hstack([spread, coef.T]))
+        self.rank = rank
+        threads = blas_thread_count()
+        self.budget = block_bytes() / threads
+        # Per row: the product (K (r + 1)), Z again, the squares (K), the covariances (K²,
+        # twice), and the predictive's temporaries downstream in its own budget.
+        per_row = 8.0 * (2 * k * (rank + 1) + 3 * k * k + 2 * k)
+        rows = min(block_length(per_row * threads), max(1, _CACHE_ENTRIES // (k * (rank + 1))))
+        rows = max(1, min(rows, -(-n_rows // threads)))
+        self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, cov)`` of the chunk's latent scores: (m, K) and centred (m, K, K)."""
+        block = _row_view(self.X, rows)
+        k = self.coef.shape[0]
+        m = block.shape[0]
+        product = np.asarray(block @ self.side)
+        mean = product[:, k * self.rank :] + self.intercept
+        projected = product[:, : k * self.rank].reshape(m, k, self.rank) + self.offset
+        if sp.issparse(block):
+            squares = np.asarray(_with_data(block, np.square(block.data)) @ self.diagonal)
+        else:
+            squares = (block * block) @ self.diagonal
+        cov = np.matmul(projected * self.kappa, projected.transpose(0, 2, 1))
+        cov[:, np.arange(k), np.arange(k)] += squares + self.base
+        cov -= cov.mean(axis=1, keepdims=True)
+        cov -= cov.mean(axis=2, keepdims=True)
+        return mean, 0.5 * (cov + cov.transpose(0, 2, 1))
