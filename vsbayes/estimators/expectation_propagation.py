@@ -178,13 +178,14 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
         ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
-        With two classes and many features, a
+        With two classes and many features, or a multinomial posterior beyond 10,000
+        parameters, a
         :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
         dense only on request; see ``covariance_structure_``).
     covariance_structure_ : str or ndarray of str
-        The posterior covariance's structure: "dense", or for a binary problem too
-        large for it "dual", "lowrank" or "diagonal" (one per problem beyond
-        two classes).
+        The posterior covariance's structure: "dense", or for a problem too large
+        for it "dual" (binary), "lowrank" or "diagonal" (one per problem beyond two
+        classes one-vs-rest).
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)

@@ -116,13 +116,14 @@ class VBLogisticRegression(BayesianGLMClassifier):
     sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
-        With two classes and many features, a
+        With two classes and many features, or a multinomial posterior beyond 10,000
+        parameters, a
         :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
         dense only on request; see ``covariance_structure_``).
     covariance_structure_ : str or ndarray of str
-        The posterior covariance's structure: "dense", or for a binary problem too
-        large for it "dual", "lowrank" or "diagonal" (one per problem beyond
-        two classes).
+        The posterior covariance's structure: "dense", or for a problem too large
+        for it "dual" (binary), "lowrank" or "diagonal" (one per problem beyond two
+        classes one-vs-rest).
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
