@@ -238,9 +238,10 @@ def test_ep_loo_refits_its_influential_rows(binary):
     cavities = model.loo(X, y, random_state=0, refit_above=None)
     refitted = np.flatnonzero(result.refitted)
     assert 0 < refitted.size < 10 and not cavities.refitted.any()
-    # The influential rows' terms are brute force's; the others, the cavities'.
+    # The influential rows' terms are brute force's (EP refitted warm from the fit's sites,
+    # to the refits' site tolerance 1e-4: measured 6e-6 here); the others, the cavities'.
     np.testing.assert_allclose(
-        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), rtol=1e-12
+        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-4
     )
     others = ~result.refitted
     np.testing.assert_array_equal(result.pointwise[others], cavities.pointwise[others])
