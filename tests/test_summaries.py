@@ -254,6 +254,26 @@ def test_ep_loo_refits_its_influential_rows(binary):
     np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
 
 
+def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
+    from vsbayes.estimators import _summaries
+    from vsbayes.exceptions import EstimationError
+
+    X, y, model = binary
+    warm = model.loo(X, y, random_state=0)
+
+    def stalled(*args, **kwargs):
+        raise EstimationError("stalled")
+
+    monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
+    refitted = model.loo(X, y, random_state=0)
+    rows = np.flatnonzero(warm.refitted)
+    # The estimator's own refits (brute force's, to the digit), as close as the warm ones.
+    np.testing.assert_allclose(
+        refitted.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), rtol=1e-12
+    )
+    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-4)
+
+
 def test_multinomial_ep_loo_matches_refits(multinomial):
     X, y, model = multinomial
     result = model.loo(X, y, random_state=0)

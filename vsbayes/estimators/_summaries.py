@@ -51,7 +51,7 @@ from .._sums import logsumexp
 from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
-from ..exceptions import PSISWarning
+from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance
 from ..models.glm import BinaryGLMPosterior
 from ..models.links import get_link
@@ -683,13 +683,19 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     }
     model_rows = np.cumsum(positive)[rows] - 1  # the models keep the rows of weight > 0
     label, weight = data.index[rows], data.weights[rows]
-    if sites.space == "contrast":
-        model = SoftmaxGLMPosterior(X, data.index, data.weights, len(estimator.classes_), **priors)
-        refits = refit_softmax_without_rows(model, sites, model_rows, **options)
-        return _softmax_log_predictive(refits.mean, refits.var, label, weight)
-    labels = np.where(data.index == 1, 1.0, -1.0)
-    model = BinaryGLMPosterior(X, labels, data.weights, estimator._link, **priors)
-    refits = refit_without_rows(model, sites, model_rows, **options)
+    try:
+        if sites.space == "contrast":
+            k = len(estimator.classes_)
+            model = SoftmaxGLMPosterior(X, data.index, data.weights, k, **priors)
+            refits = refit_softmax_without_rows(model, sites, model_rows, **options)
+            return _softmax_log_predictive(refits.mean, refits.var, label, weight)
+        labels = np.where(data.index == 1, 1.0, -1.0)
+        model = BinaryGLMPosterior(X, labels, data.weights, estimator._link, **priors)
+        refits = refit_without_rows(model, sites, model_rows, **options)
+    except (EstimationError, NotPositiveDefiniteError):
+        # EP without a row found no fixed point from the cavity: the estimator's own
+        # refits, which fall back as its fit does.
+        return None
     return _binary_log_predictive(model.link, refits.mean, refits.var, weight)
 
 
