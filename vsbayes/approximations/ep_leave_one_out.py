@@ -197,8 +197,9 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
         )
         new[active] = block.reshape(2, active.size, m).transpose(1, 0, 2)
         new[np.arange(r), :, rows] = 0.0  # the left-out rows stay out
-        change = np.max(np.abs(new - parts) / (1.0 + np.abs(parts)), axis=(1, 2))
-        settled[active] = change[active] <= tol
+        if stacked is store.sites:  # a sweep (not the stall test of the best sites)
+            change = np.max(np.abs(new - parts) / (1.0 + np.abs(parts)), axis=(1, 2))
+            settled[active] = change[active] <= tol
         return new.transpose(1, 0, 2).ravel()
 
     def project(stacked, extrapolated):
