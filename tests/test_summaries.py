@@ -238,9 +238,10 @@ def test_ep_loo_refits_its_influential_rows(binary):
     cavities = model.loo(X, y, random_state=0, refit_above=None)
     refitted = np.flatnonzero(result.refitted)
     assert 0 < refitted.size < 10 and not cavities.refitted.any()
-    # The influential rows' terms are brute force's; the others, the cavities'.
+    # The influential rows' terms are brute force's (EP refitted warm from the fit's sites,
+    # to the refits' site tolerance 1e-4: measured 6e-6 here); the others, the cavities'.
     np.testing.assert_allclose(
-        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), rtol=1e-12
+        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-4
     )
     others = ~result.refitted
     np.testing.assert_array_equal(result.pointwise[others], cavities.pointwise[others])
@@ -251,6 +252,26 @@ def test_ep_loo_refits_its_influential_rows(binary):
     frame = pd.DataFrame(X, columns=["a", "b"])
     framed = EPLogisticRegression().fit(frame, y).loo(frame, pd.Series(y), random_state=0)
     np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
+
+
+def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
+    from vsbayes.estimators import _summaries
+    from vsbayes.exceptions import EstimationError
+
+    X, y, model = binary
+    warm = model.loo(X, y, random_state=0)
+
+    def stalled(*args, **kwargs):
+        raise EstimationError("stalled")
+
+    monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
+    refitted = model.loo(X, y, random_state=0)
+    rows = np.flatnonzero(warm.refitted)
+    # The estimator's own refits (brute force's, to the digit), as close as the warm ones.
+    np.testing.assert_allclose(
+        refitted.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), rtol=1e-12
+    )
+    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-4)
 
 
 def test_multinomial_ep_loo_matches_refits(multinomial):

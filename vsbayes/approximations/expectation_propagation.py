@@ -105,20 +105,21 @@ def _cavity(t_mean, t_var, tau, nu, copies):
     return 1.0 / t_var - tau / copies, t_mean / t_var - nu / copies
 
 
-def new_sites(link, t_mean, t_var, tau, nu, copies, power, site_fit):
+def new_sites(link, t_mean, t_var, tau, nu, copies, power, site_fit, normalizers=True):
     """One undamped EP update of the sites ``(τ, ν)``, row by row, from the posterior's
     marginals ``t_mean``, ``t_var`` of the ``t_i`` (any block of rows: the update is
     local to each row); also ``Σ_i copies_i log Z̃_i`` of the sites ``(τ, ν)`` it started
-    from (see :func:`site_log_normalizers`; NaN if a cavity is improper)."""
+    from (see :func:`site_log_normalizers`; NaN if a cavity is improper, or if not
+    ``normalizers``: sweeps that need no evidence skip them)."""
     cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
     # A site whose cavity is not a proper Gaussian keeps its parameters this sweep.
     ok = cav_tau > 0
     cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
     cav_mean = cav_nu * cav_var
     log_z, m, v = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
-    normalizers = math.nan
-    if ok.all():
-        normalizers = _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies)
+    total = math.nan
+    if normalizers and ok.all():
+        total = _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies)
     # So does a site whose tilted moments are not usable (a variance lost to round-off
     # on cavities of variance ~1e15).
     ok &= (v > 0) & np.isfinite(m) & np.isfinite(v)
@@ -126,7 +127,7 @@ def new_sites(link, t_mean, t_var, tau, nu, copies, power, site_fit):
     return (
         np.where(ok, copies * (1.0 / v - cav_tau), tau),
         np.where(ok, copies * (m / v - cav_nu), nu),
-        normalizers,
+        total,
     )
 
 
@@ -443,12 +444,14 @@ class _BinaryRows:
         slope, curvature = link.derivatives(t)
         return np.concatenate([weights * curvature, weights * (slope + curvature * t)])
 
-    def update(self, link, t_mean, t_var, sites, weights) -> tuple[np.ndarray, float]:
+    def update(
+        self, link, t_mean, t_var, sites, weights, normalizers=True
+    ) -> tuple[np.ndarray, float]:
         """:func:`new_sites`, flattened."""
         m = weights.size
         copies, power = _split_weights(weights)
         new_tau, new_nu, normalizers = new_sites(
-            link, t_mean, t_var, sites[:m], sites[m:], copies, power, self.site_fit
+            link, t_mean, t_var, sites[:m], sites[m:], copies, power, self.site_fit, normalizers
         )
         return np.concatenate([new_tau, new_nu]), normalizers
 

@@ -630,6 +630,7 @@ def softmax_ep(
     memory: int = 5,
     sites: str = "auto",
     verbose: int = 0,
+    start_sites: EPSites | None = None,
 ) -> EPResult:
     """EP approximation of the multinomial logistic posterior.
 
@@ -665,6 +666,10 @@ def softmax_ep(
     verbose : int, default=0
         Print the route and its estimated size before the sweeps, and one line per sweep
         (its number, site change and damping) when ≥ 1.
+    start_sites : EPSites, optional
+        Sites of the model's rows to start the sweeps from instead of the Laplace
+        approximation's (then ``start`` is unused): a warm start, e.g. a leave-one-out
+        refit from the full fit's sites without the row's.
 
     Returns
     -------
@@ -699,9 +704,12 @@ def softmax_ep(
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
-    if start is None:
-        start = softmax_laplace(model).mean
-    lam, eta = _laplace_sites(model, q, start)
+    if start_sites is not None:
+        lam, eta = start_sites.precision.copy(), start_sites.linear.copy()
+    else:
+        if start is None:
+            start = softmax_laplace(model).mean
+        lam, eta = _laplace_sites(model, q, start)
     n_lam = m * r * r
 
     def split(sites):

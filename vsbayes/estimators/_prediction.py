@@ -381,7 +381,8 @@ class PosteriorPrediction:
         ``"sites"`` route of the VS estimators), each row's term comes from EP's cavity,
         the posterior without that row's site: no sampling; the few influential rows,
         whose absence would also move the other sites (``lppd_i − loo_i`` above
-        ``refit_above``), are refitted without the row. Otherwise by
+        ``refit_above``), are refitted without the row: EP again, started from the fit's
+        sites without the row's (its cavity), a few sweeps instead of a fit. Otherwise by
         Pareto-smoothed importance sampling of ``n_draws`` posterior draws (corrected for
         the Gaussian approximation), with a Pareto k̂ per row and a warning naming the
         rows whose k̂ exceeds 0.7. Not defined for one-vs-rest fits (no joint model).
@@ -402,8 +403,9 @@ class PosteriorPrediction:
             Seed of the draws.
         refit_above : float or None, default=0.3
             Where EP's cavities give the terms: the rows whose own share of ``p_loo``
-            exceeds this (nats) get their term from a refit of the estimator without them
-            (``refitted`` in the result says which); None: no refit, the cavities only
+            exceeds this (nats) get their term from EP refitted without them, warm from
+            the fit's sites (``refitted`` in the result says which; with a ``prior=`` or a
+            shrinkage prior, a refit of the estimator); None: no refit, the cavities only
             (leave-one-out in about the time of the fit).
 
         Returns

@@ -1,0 +1,95 @@
+"""EP refitted without one row, warm from the full fit's sites: the cold refit's fixed point."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from vsbayes.approximations import expectation_propagation, softmax_ep
+from vsbayes.approximations.ep_leave_one_out import (
+    refit_softmax_without_rows,
+    refit_without_rows,
+)
+from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
+
+TOL = 1e-10
+
+
+def _model(X, labels, weights, link, sparse=False):
+    X = sp.csr_matrix(X) if sparse else X
+    return BinaryGLMPosterior(X, labels, weights, link, prior_var=4.0, intercept_prior_var=1e2)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 2))
+    labels = np.where(X @ [1.5, -1.0] + 0.5 * rng.standard_normal(40) > 0, 1.0, -1.0)
+    labels[:3] *= -1.0  # misclassified rows: influential ones
+    weights = np.ones(40)
+    weights[[4, 7]] = [2.0, 0.5]  # copies of the factor and a fractional power
+    return X, labels, weights
+
+
+@pytest.mark.parametrize(("link", "sparse"), [("logistic", False), ("probit", True)])
+def test_warm_refit_is_the_cold_refit(data, link, sparse):
+    X, labels, weights = data
+    model = _model(X, labels, weights, link, sparse)
+    sites = expectation_propagation(model, tol=TOL).sites
+    rows = np.array([0, 4, 7, 20])
+    warm = refit_without_rows(model, sites, rows, tol=TOL)
+    for j, i in enumerate(rows):
+        keep = np.arange(len(labels)) != i
+        cold = expectation_propagation(_model(X[keep], labels[keep], weights[keep], link), tol=TOL)
+        a = model.design[i]
+        a = a.toarray().ravel() if sparse else a
+        # Both are EP's fixed point without the row, to within the sweeps' tolerance.
+        assert warm.mean[j] == pytest.approx(a @ cold.mean, abs=1e-7)
+        assert warm.var[j] == pytest.approx(a @ cold.cov @ a, rel=1e-7)
+    # The cavity is the start, not the answer: the misclassified row's refit moved it.
+    full = expectation_propagation(model, tol=TOL)
+    design = model.design.toarray() if sparse else model.design
+    t_mean, t_var = design @ full.mean, np.einsum("ij,jk,ik->i", design, full.cov, design)
+    cavity_mean = (t_mean / t_var - sites.linear) / (1.0 / t_var - sites.precision)
+    assert abs(warm.mean[0] - cavity_mean[0]) > 1e-3
+    assert warm.n_iter.max() >= 2
+
+
+def test_refit_needs_the_models_sites(data):
+    X, labels, weights = data
+    model = _model(X, labels, weights, "logistic")
+    sites = expectation_propagation(model, tol=1e-6).sites
+    smaller = _model(X[1:], labels[1:], weights[1:], "logistic")
+    with pytest.raises(ValueError, match="sites has 40 rows"):
+        refit_without_rows(smaller, sites, [0])
+
+
+def test_warm_multinomial_refit_is_the_cold_refit():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, 30)
+    X = rng.standard_normal((30, 2)) + np.eye(3)[y][:, :2]
+    weights = np.ones(30)
+    weights[5] = 2.0
+
+    def model_of(keep):
+        return SoftmaxGLMPosterior(
+            X[keep], y[keep], weights[keep], 3, prior_var=1.0, intercept_prior_var=1e2
+        )
+
+    every = np.ones(30, dtype=bool)
+    model = model_of(every)
+    sites = softmax_ep(model, tol=TOL).sites
+    rows = np.array([0, 5])
+    warm = refit_softmax_without_rows(model, sites, rows, tol=TOL)
+    for j, i in enumerate(rows):
+        cold = softmax_ep(model_of(every & (np.arange(30) != i)), tol=TOL)
+        # f_k = x·w_k + b_k of the left-out row, from θ = [W.ravel(), b].
+        jacobian = np.zeros((3, model.dim))
+        for k in range(3):
+            jacobian[k, 2 * k : 2 * k + 2] = X[i]
+            jacobian[k, 6 + k] = 1.0
+        f_mean, f_cov = jacobian @ cold.mean, jacobian @ cold.cov @ jacobian.T
+        centring = np.eye(3) - 1.0 / 3  # the softmax sees the centred values only
+        np.testing.assert_allclose(centring @ warm.mean[j], centring @ f_mean, atol=1e-6)
+        np.testing.assert_allclose(
+            centring @ warm.var[j] @ centring, centring @ f_cov @ centring, atol=1e-6
+        )
