@@ -62,6 +62,11 @@ _KERNEL_WIDTH = 1.5
 # times its cavity's flat N(m; 0, σ² + v), is below e^-37 there) to 45 above the higher
 # (the slowest right tail, e^{-s} up to the cavity's Gaussian, below e^-45).
 _MIXTURE_STEP, _MIXTURE_BELOW, _MIXTURE_ABOVE = 0.3, 75.0, 45.0
+# tilted_departure's nodes: the tilted density's mean ± 12 sds, 801 even nodes (beyond, at
+# most 1/144 of the mass by Chebyshev's inequality, far less for a unimodal density), and
+# 200 about 0 at 1e-6 to 1e2 times the prior's scale (√start_var), geometrically spaced.
+_DEPARTURE_HALF_WIDTH, _DEPARTURE_NODES = 12.0, 801
+_DEPARTURE_SPIKE = (1e-6, 1e2, 100)
 # exp(u) E₁(u) directly below this u; its asymptotic series Σ (-1)^k k! / u^(k+1) above
 # (10 terms: relative error below 10! / u¹¹ ~ 1e-24 at u = 100).
 _SERIES_FROM = 100.0
@@ -279,6 +284,52 @@ class CoefficientFactor(abc.ABC):
         log_z = log_c + peak[:, 0] + np.log(mass) + math.log(_MIXTURE_STEP)
         fitted = proper & np.isfinite(log_z) & (tilted_var > 0)
         return log_z, tilted_mean, tilted_var, fitted
+
+    def tilted_departure(self, cav_mean: np.ndarray, cav_var: np.ndarray) -> np.ndarray:
+        """``KL(tilted ‖ N(its mean, its variance))`` per coefficient, in nats: what a
+        Gaussian site drops of each tilted density ``r(t) N(t; cav_mean, cav_var)`` (0 for
+        a Gaussian one; a bimodal spike-and-slab density, the horseshoe's, up to nats).
+
+        By the trapezoid rule on the tilted mean ± 12 of its sds (``_DEPARTURE_NODES``
+        even nodes) joined with nodes spaced geometrically about 0 (the Laplace kink, the
+        horseshoe's logarithmic spike, which an even grid resolves only slowly: 3.8 nats
+        for 1.5 on 801 nodes), the density normalized on the same nodes.
+        """
+        cav_mean = np.asarray(cav_mean, dtype=float)
+        cav_var = np.asarray(cav_var, dtype=float)
+        _, mean, var, fitted = self.tilted_moments(cav_mean, cav_var)
+        var = np.where(fitted, var, cav_var)
+        sd = np.sqrt(var)
+        even = np.linspace(-_DEPARTURE_HALF_WIDTH, _DEPARTURE_HALF_WIDTH, _DEPARTURE_NODES)
+        near_zero = math.sqrt(self.start_var) * np.geomspace(*_DEPARTURE_SPIKE)
+        t = np.sort(
+            np.concatenate(
+                [
+                    mean[:, None] + sd[:, None] * even,
+                    np.broadcast_to(
+                        np.concatenate([-near_zero, near_zero]), (mean.size, 2 * near_zero.size)
+                    ),
+                ],
+                axis=1,
+            ),
+            axis=1,
+        )
+        with np.errstate(divide="ignore"):
+            log_p = self.log_ratio(t) - 0.5 * (t - cav_mean[:, None]) ** 2 / cav_var[:, None]
+        log_p -= np.max(log_p, axis=1, keepdims=True)
+        width = np.diff(t, axis=1)
+
+        def trapezoid(values):
+            return 0.5 * np.sum(width * (values[:, 1:] + values[:, :-1]), axis=1)
+
+        density = np.exp(log_p)
+        log_z = np.log(trapezoid(density))
+        log_q = (
+            -0.5 * (t - mean[:, None]) ** 2 / var[:, None] - 0.5 * (_LOG_2PI + np.log(var))[:, None]
+        )
+        safe_log_p = np.where(density > 0, log_p, 0.0)
+        departure = trapezoid(density * (safe_log_p - log_z[:, None] - log_q)) / np.exp(log_z)
+        return np.where(fitted, np.maximum(departure, 0.0), np.inf)
 
     def _vs_tilted_moments(self, cav_mean, cav_var, kernel_mean, kernel_var):
         def log_tilted(t):
