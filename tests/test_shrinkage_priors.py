@@ -263,3 +263,40 @@ def test_auto_strategy_weighs_what_eps_prior_sites_drop(prior, strategy, reason,
         est = VSLogisticRegression(prior=prior, random_state=0).fit(X, y)
     assert est.strategy_ == [strategy]
     assert reason in est.strategy_reason_[0]
+
+
+def test_relevance_is_eps_own_shrinkage_at_its_cavities(binary):
+    X, y = binary
+    # A prior under which EP reaches its fixed point here (the horseshoe's falls back to
+    # non-negative sites, whose cavities do not reproduce the marginals).
+    factor = StudentTPrior(3.0, 1.0).coefficient_factor()
+    model = BinaryGLMPosterior(
+        X,
+        np.where(y == 1, 1.0, -1.0),
+        np.ones(len(y)),
+        "logistic",
+        prior_var=1.0,
+        intercept_prior_var=1e6,
+        coefficient_prior=factor,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = expectation_propagation(model, start=glm_laplace(model).mean, tol=1e-10)
+    d = X.shape[1]
+    cav_mean, cav_var = ep.prior_cavities
+    expected = factor._mixture_moments(cav_mean, cav_var)[4]
+    relevance = factor.relevance(ep.mean[:d], np.diag(ep.cov)[:d])
+    # The cavity is found to a tilted variance within 1e-8 of the marginal's.
+    np.testing.assert_allclose(relevance, expected, atol=1e-6)
+    assert np.all((relevance > 0) & (relevance < 1))
+
+
+def test_summary_marks_relevance_under_a_shrinkage_prior(binary):
+    X, y = binary
+    est = EPLogisticRegression(prior=StudentTPrior(3.0, 1.0)).fit(X, y)
+    table = est.summary()
+    relevance = table["relevance"].to_numpy()
+    assert np.isnan(relevance[-1]) and np.all((relevance[:-1] > 0) & (relevance[:-1] < 1))
+    assert "selected" not in table.columns  # ½ selects under the horseshoe only
+    plain = EPLogisticRegression().fit(X, y).summary()
+    assert "relevance" not in plain.columns
