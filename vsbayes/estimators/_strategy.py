@@ -325,7 +325,7 @@ class VSMethod(SamplingMethod):
         n_samples, why_not = self._global_samples(model, ep)
         asked = self._asks_accuracy()
         if _heavy_tailed(model) and not asked and ep is not None:
-            return self._heavy_tailed(model, kernel, rng, ep, ep_warnings, n_samples, why_not)
+            return self._heavy_tailed_route(model, kernel, rng, ep, ep_warnings, n_samples, why_not)
         if why_not and ep is not None:
             if not asked:
                 return _chose("sites", why_not, ep, ep_warnings)
@@ -365,7 +365,7 @@ class VSMethod(SamplingMethod):
             )
         return _chose("sites", reason, ep, ep_warnings, kl_error=predicted, stop_reason=stop)
 
-    def _heavy_tailed(self, model, kernel, rng, ep, ep_warnings, n_samples, why_not):
+    def _heavy_tailed_route(self, model, kernel, rng, ep, ep_warnings, n_samples, why_not):
         """strategy="auto" under a heavy-tailed prior (see HEAVY_TAILED_SITE_KL): EP where
         its coefficient sites drop little, else the global fit where it can see the
         posterior's mass and is reliable."""
@@ -380,11 +380,13 @@ class VSMethod(SamplingMethod):
         prior = (
             f"{prior}, and EP's coefficient sites drop {dropped:.3g} nats of their tilted "
             f"densities (> {HEAVY_TAILED_SITE_KL:g}: EP's error beyond the target)"
+            if math.isfinite(dropped)
+            else f"{prior}, and an improper cavity leaves EP's error unknown"
         )
         if why_not:
             return _chose("sites", f"{prior}; {why_not}: EP is kept", ep, ep_warnings)
         seen = n_samples * math.exp(-min(dropped, 700.0))
-        if seen < model.dim + 1:
+        if math.isfinite(dropped) and seen < model.dim + 1:
             reason = (
                 f"{prior}; the global fit's N={n_samples} points would have an effective "
                 f"sample size of at most ~{seen:.3g} (N·exp(-{dropped:.3g})), below "
