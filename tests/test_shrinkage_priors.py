@@ -71,6 +71,31 @@ def test_tilted_moments_match_quadrature(name):
         assert abs(var[i] - exact_var) < 1e-8 * exact_var
 
 
+@pytest.mark.parametrize("name", ["student_t", "horseshoe"])
+def test_tilted_departure_matches_quadrature(name):
+    factor = FACTORS[name]
+    cav_mean, cav_var = np.array([0.4, 1.5, 0.0]), np.array([0.01, 0.5, 4.0])
+    departure = factor.tilted_departure(cav_mean, cav_var)
+    _, mean, var, _ = factor.tilted_moments(cav_mean, cav_var)
+    for i, (m, v) in enumerate(zip(cav_mean, cav_var, strict=True)):
+
+        def log_tilted(t, m=m, v=v):
+            return factor.log_ratio(np.array([t]))[0] - 0.5 * (t - m) ** 2 / v
+
+        peak = max(log_tilted(t) for t in np.linspace(m - 5 * v**0.5, m + 5 * v**0.5, 201))
+        log_z = peak + math.log(_quad(lambda t, peak=peak: math.exp(log_tilted(t) - peak)))
+
+        def integrand(t, i=i, log_z=log_z):
+            log_p = log_tilted(t) - log_z
+            log_q = -0.5 * (t - mean[i]) ** 2 / var[i] - 0.5 * math.log(2 * math.pi * var[i])
+            return math.exp(log_p) * (log_p - log_q) if log_p > -700 else 0.0
+
+        # The grid of 801 points over ±12 sds: ~1e-3 nats of a density with a log spike.
+        assert abs(departure[i] - _quad(integrand)) < 2e-3 + 0.02 * departure[i]
+    # A cavity far narrower than the prior's scale: the tilted density is nearly Gaussian.
+    assert departure[0] < 0.01 < departure.max()
+
+
 @pytest.fixture(scope="module")
 def one_feature():
     rng = np.random.default_rng(0)
@@ -218,3 +243,60 @@ def test_priors_are_parameters_sklearn_can_clone():
     assert copy.prior == est.prior and copy.prior is not None
     assert repr(HorseshoePrior(0.2)) == "HorseshoePrior(global_scale=0.2)"
     assert est.get_params()["prior"] == StudentTPrior(4.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    "prior, strategy, reason",
+    [
+        # EP's coefficient sites close to Gaussian: EP kept without a global fit.
+        (StudentTPrior(3.0, 1.0), "sites", "(≤ 0.5): EP is kept"),
+        # A Cauchy prior at a small scale: EP's sites drop nats; the global fit corrects it.
+        (StudentTPrior(1.0, 0.3), "global", "the global fit departs from EP"),
+        # The horseshoe's spikes: no Gaussian kernel's sample would see the mass.
+        (HorseshoePrior(0.1), "sites", "effective sample size of at most"),
+    ],
+)
+def test_auto_strategy_weighs_what_eps_prior_sites_drop(prior, strategy, reason, binary):
+    X, y = binary
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = VSLogisticRegression(prior=prior, random_state=0).fit(X, y)
+    assert est.strategy_ == [strategy]
+    assert reason in est.strategy_reason_[0]
+
+
+def test_relevance_is_eps_own_shrinkage_at_its_cavities(binary):
+    X, y = binary
+    # A prior under which EP reaches its fixed point here (the horseshoe's falls back to
+    # non-negative sites, whose cavities do not reproduce the marginals).
+    factor = StudentTPrior(3.0, 1.0).coefficient_factor()
+    model = BinaryGLMPosterior(
+        X,
+        np.where(y == 1, 1.0, -1.0),
+        np.ones(len(y)),
+        "logistic",
+        prior_var=1.0,
+        intercept_prior_var=1e6,
+        coefficient_prior=factor,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = expectation_propagation(model, start=glm_laplace(model).mean, tol=1e-10)
+    d = X.shape[1]
+    cav_mean, cav_var = ep.prior_cavities
+    expected = factor._mixture_moments(cav_mean, cav_var)[4]
+    relevance = factor.relevance(ep.mean[:d], np.diag(ep.cov)[:d])
+    # The cavity is found to a tilted variance within 1e-8 of the marginal's.
+    np.testing.assert_allclose(relevance, expected, atol=1e-6)
+    assert np.all((relevance > 0) & (relevance < 1))
+
+
+def test_summary_marks_relevance_under_a_shrinkage_prior(binary):
+    X, y = binary
+    est = EPLogisticRegression(prior=StudentTPrior(3.0, 1.0)).fit(X, y)
+    table = est.summary()
+    relevance = table["relevance"].to_numpy()
+    assert np.isnan(relevance[-1]) and np.all((relevance[:-1] > 0) & (relevance[:-1] < 1))
+    assert "selected" not in table.columns  # ½ selects under the horseshoe only
+    plain = EPLogisticRegression().fit(X, y).summary()
+    assert "relevance" not in plain.columns

@@ -70,9 +70,16 @@ class EPResult(DiagnosedGaussian):
     #: the sites stayed in dask chunks. (Not annotated: it is no diagnostic of the repr.)
     sites = None
 
-    def with_sites(self, sites: EPSites) -> EPResult:
-        """This result, keeping ``sites`` (set once, by the EP that made it)."""
+    #: Under a shrinkage prior, the coefficient sites' cavities ``(mean, var)`` at the
+    #: returned posterior (each coefficient's marginal without its prior site): the
+    #: tilted densities whose departure from Gaussian the estimators' strategy weighs.
+    prior_cavities = None
+
+    def with_sites(self, sites: EPSites, prior_cavities=None) -> EPResult:
+        """This result, keeping ``sites`` and ``prior_cavities`` (set once, by the EP that
+        made it)."""
         object.__setattr__(self, "sites", sites)
+        object.__setattr__(self, "prior_cavities", prior_cavities)
         return self
 
 
@@ -427,7 +434,12 @@ def _sweeps_with_prior_sites(
         )
         check_cavities(improper)
         log_evidence = normalizers + prior_normalizers + gaussian_log_evidence(model, post)
-    return _result(run, log_evidence).with_sites(sites)
+    post = run.posterior
+    mean, var = post.mean[:d], post.var[:d]
+    cav_tau = 1.0 / var - store.sites[2 * m : 2 * m + d]
+    cav_var = 1.0 / np.where(cav_tau > 0, cav_tau, np.nan)  # NaN: an improper cavity
+    cav_mean = (mean / var - store.sites[2 * m + d :]) * cav_var
+    return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var))
 
 
 class _BinaryRows:

@@ -58,6 +58,7 @@ from ..models import (
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
+from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import LaplaceMethod, MethodFit
@@ -376,6 +377,7 @@ class BayesianGLMClassifier(
                     ConvergenceWarning,
                 )
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+            self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             if observer is not None:
                 observer.end()
         finally:
@@ -500,6 +502,12 @@ class BayesianGLMClassifier(
                 )
             return elastic_net_factor(float(self.C), float(self.l1_ratio))
         return None
+
+    def _coefficient_columns(self) -> dict:
+        """The summary's marks under a shrinkage prior (see
+        ``_summaries.shrinkage_columns``); none under a Gaussian one."""
+        factor = getattr(self, "_coefficient_factor_", None)
+        return {} if factor is None else _summaries.shrinkage_columns(self, factor)
 
     def _check_shrinkage_route(self, factor, X, n_classes: int) -> None:
         """Refuse what a shrinkage prior does not support, saying what does."""

@@ -293,7 +293,12 @@ class PosteriorPrediction:
             A DataFrame when pandas is installed (indexed by coefficient, or by class and
             coefficient), else a structured array with the same columns: ``mean``, ``sd``,
             the interval's ends (``"2.5%"``, ``"97.5%"`` at 0.95), ``P(sign)`` (the
-            posterior probability that the coefficient has the sign of its mean). Its
+            posterior probability that the coefficient has the sign of its mean); under a
+            shrinkage prior (``prior=`` a prior object, ``penalty="l1"`` or
+            ``"elasticnet"``) also ``relevance`` (the posterior mean of one minus each
+            coefficient's shrinkage factor: near 1 the data overrule the prior, near 0 it
+            shrinks the coefficient away; NaN for the intercept) and, under the horseshoe,
+            ``selected`` (relevance above ½, Carvalho, Polson & Scott 2010). Its
             ``attrs`` hold ``level``, ``method``, ``estimator``, ``log_evidence``,
             ``route`` (``strategy_``, or None), ``predicted_error`` (``kl_error_``, or
             None), ``laplace_fallback`` and ``multinomial``.

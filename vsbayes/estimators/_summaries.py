@@ -274,6 +274,24 @@ def coefficient_columns(estimator) -> dict[str, np.ndarray]:
     return {} if hook is None else dict(hook())
 
 
+def shrinkage_columns(estimator, factor) -> dict[str, np.ndarray]:
+    """The marks of a fit under a shrinkage prior (binary: one problem): ``relevance``,
+    each coefficient's posterior mean of one minus its shrinkage factor given the fitted
+    marginal (:meth:`~vsbayes.models.shrinkage_priors.CoefficientFactor.relevance`), and
+    under the horseshoe ``selected``, relevance above ½ (Carvalho, Polson & Scott 2010:
+    the horseshoe's shrinkage factor has the symmetric prior Beta(½, ½), which gives ½ its
+    meaning; the other priors' are not symmetric); the intercept's row NaN and True."""
+    ((_, mean, sd),) = marginals(estimator)
+    d = estimator.n_features_in_
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        relevance = factor.relevance(mean[:d], sd[:d] ** 2)
+    tail = len(mean) - d
+    columns = {"relevance": np.concatenate([relevance, [np.nan] * tail])}
+    if factor.selects_at_half:
+        columns["selected"] = np.concatenate([relevance > 0.5, [True] * tail]).astype(bool)
+    return columns
+
+
 def marginals_table(
     per_problem, names, level: float, attrs: dict, *, multiclass: bool, columns=None
 ):

@@ -205,9 +205,15 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
         posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
         ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
-        Before all of these, ``"auto"`` predicts from the likelihood's skewness at the mode
-        the error of the Laplace approximation with its mean moved by the leading-order
-        correction, and stops there (``strategy_`` "laplace") where that prediction is
+        Under a heavy-tailed ``prior`` (``StudentTPrior``, ``HorseshoePrior``), ``"auto"``
+        weighs instead what EP's coefficient sites drop of their tilted densities (the sum
+        of their KL divergences from Gaussians, D): up to 0.5 nats EP is kept; beyond, the
+        global fit with the exact prior runs (16n to 32n points within 10⁹ multiply-adds)
+        unless N·exp(−D), a bound on its effective sample size, is below d + 1 (no
+        Gaussian kernel's sample sees the posterior's mass: the horseshoe), and is kept if
+        reliable. Before all of these, ``"auto"`` predicts from the likelihood's skewness
+        at the mode the error of the Laplace approximation with its mean moved by the
+        leading-order correction, and stops there (``strategy_`` "laplace") where that prediction is
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
@@ -471,9 +477,15 @@ class VSProbitRegression(VariationalSamplingClassifier):
         paper's data sets). With many rows per parameter (M ≥ 50n: a nearly Gaussian
         posterior) where the global fit at ``n_samples`` costs less than EP's expected work,
         ``"auto"`` first runs that fit from the Laplace kernel and keeps it if reliable.
-        Before all of these, ``"auto"`` predicts from the likelihood's skewness at the mode
-        the error of the Laplace approximation with its mean moved by the leading-order
-        correction, and stops there (``strategy_`` "laplace") where that prediction is
+        Under a heavy-tailed ``prior`` (``StudentTPrior``, ``HorseshoePrior``), ``"auto"``
+        weighs instead what EP's coefficient sites drop of their tilted densities (the sum
+        of their KL divergences from Gaussians, D): up to 0.5 nats EP is kept; beyond, the
+        global fit with the exact prior runs (16n to 32n points within 10⁹ multiply-adds)
+        unless N·exp(−D), a bound on its effective sample size, is below d + 1 (no
+        Gaussian kernel's sample sees the posterior's mass: the horseshoe), and is kept if
+        reliable. Before all of these, ``"auto"`` predicts from the likelihood's skewness
+        at the mode the error of the Laplace approximation with its mean moved by the
+        leading-order correction, and stops there (``strategy_`` "laplace") where that prediction is
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes, each

@@ -62,6 +62,16 @@ _KERNEL_WIDTH = 1.5
 # times its cavity's flat N(m; 0, σ² + v), is below e^-37 there) to 45 above the higher
 # (the slowest right tail, e^{-s} up to the cavity's Gaussian, below e^-45).
 _MIXTURE_STEP, _MIXTURE_BELOW, _MIXTURE_ABOVE = 0.3, 75.0, 45.0
+# tilted_departure's nodes: the tilted density's mean ± 12 sds, 801 even nodes (beyond, at
+# most 1/144 of the mass by Chebyshev's inequality, far less for a unimodal density), and
+# 200 about 0 at 1e-6 to 1e2 times the prior's scale (√start_var), geometrically spaced.
+_DEPARTURE_HALF_WIDTH, _DEPARTURE_NODES = 12.0, 801
+_DEPARTURE_SPIKE = (1e-6, 1e2, 100)
+# relevance's cavity: its variance within 1e-5 to at most 1e3 times the marginal's (beyond,
+# the prior alone decides), found to a tilted variance within 1e-8 (relative) of the
+# marginal's in at most 40 steps; its mean by 12 Newton steps each, to 1e-8 sd.
+_RELEVANCE_RANGE = (1e-5, 1e3, 1e2, 1e1, 1.0)
+_RELEVANCE_TOL, _RELEVANCE_STEPS, _RELEVANCE_NEWTON = 1e-8, 40, 12
 # exp(u) E₁(u) directly below this u; its asymptotic series Σ (-1)^k k! / u^(k+1) above
 # (10 terms: relative error below 10! / u¹¹ ~ 1e-24 at u = 100).
 _SERIES_FROM = 100.0
@@ -173,6 +183,8 @@ class CoefficientFactor(abc.ABC):
     exact_mode : bool
         Whether :meth:`smooth_part` is the prior's (else a Gaussian stand-in: the horseshoe
         has no finite mode).
+    selects_at_half : bool
+        Whether :meth:`relevance` above ½ selects a coefficient (the horseshoe's rule).
     """
 
     base_var: float
@@ -180,6 +192,7 @@ class CoefficientFactor(abc.ABC):
     l1: float = 0.0
     exact_mode: bool = True
     name: str = "prior"
+    selects_at_half: bool = False
 
     @abc.abstractmethod
     def log_density(self, t: np.ndarray) -> np.ndarray:
@@ -242,6 +255,12 @@ class CoefficientFactor(abc.ABC):
             return self._vs_tilted_moments(cav_mean, cav_var, kernel_mean, kernel_var)
         if method != "mixture":
             raise ValueError(f"method must be 'mixture' or 'vs'; got {method!r}.")
+        return self._mixture_moments(cav_mean, cav_var)[:4]
+
+    def _mixture_moments(self, cav_mean, cav_var):
+        """:meth:`tilted_moments` by the scale mixture, and the tilted mean of
+        ``σ² / (σ² + v)`` (v the cavity's variance, the base divided out): one minus the
+        shrinkage factor, given the cavity."""
         log_c = np.full_like(cav_mean, self.mixture_shift)
         mean, var = cav_mean, cav_var
         if self.divides_base:
@@ -278,7 +297,115 @@ class CoefficientFactor(abc.ABC):
         tilted_var = var * first + mean * mean * (second - first * first)
         log_z = log_c + peak[:, 0] + np.log(mass) + math.log(_MIXTURE_STEP)
         fitted = proper & np.isfinite(log_z) & (tilted_var > 0)
-        return log_z, tilted_mean, tilted_var, fitted
+        return log_z, tilted_mean, tilted_var, fitted, first
+
+    def relevance(self, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """Each coefficient's relevance: the posterior mean of ``1 − κ_j`` where
+        ``κ_j = v_j / (v_j + σ_j²)`` is the shrinkage factor of its local variance σ_j²
+        against the data's information ``N(m_j, v_j)`` (the prior's scale mixture given a
+        Gaussian likelihood shrinks m_j by κ_j: Carvalho, Polson & Scott 2010, whose
+        horseshoe selects a coefficient while 1 − κ_j > ½). Near 1: the data overrule the
+        prior; near 0: the prior shrinks the coefficient away.
+
+        The data's information is the *cavity*: the Gaussian whose product with the prior
+        has the fitted marginal ``N(mean, var)`` as its moments (EP's fixed point per
+        coefficient: for an EP fit, its own cavity). Its variance by regula falsi in its log
+        (the tilted variance grows with it), its mean by Newton's method (the tilted mean
+        is increasing in it, with slope tilted variance ÷ cavity variance); NaN where no
+        cavity within 10⁻⁵ to 10³ times the marginal's variance reproduces the marginal.
+        """
+        mean = np.asarray(mean, dtype=float)
+        var = np.asarray(var, dtype=float)
+
+        def matched(cav_var):
+            """The tilted variance with the cavity mean that matches ``mean`` (NaN where
+            Newton's method does not: a far, wide cavity's bimodal tilted density), and the
+            tilted mean of one minus the shrinkage factor."""
+            cav_mean = mean.copy()
+            for _ in range(_RELEVANCE_NEWTON):
+                _, t_mean, t_var, fitted, first = self._mixture_moments(cav_mean, cav_var)
+                t_var = np.where(fitted, t_var, cav_var)
+                cav_mean = cav_mean + (mean - t_mean) * cav_var / t_var
+            _, t_mean, t_var, fitted, first = self._mixture_moments(cav_mean, cav_var)
+            ok = fitted & (np.abs(t_mean - mean) <= _RELEVANCE_TOL * np.sqrt(var))
+            return np.where(ok, t_var, np.nan), first
+
+        def gap(log_cav_var):
+            t_var, first = matched(np.exp(log_cav_var))
+            return np.log(t_var / var), first
+
+        # The bracket: the cavity's variance from 1e-5 times the marginal's to the widest of
+        # 1e3, 1e2, … 1 times it where the cavity mean is matched and the tilted density is
+        # wider than the marginal.
+        low = np.log(var) + math.log(_RELEVANCE_RANGE[0])
+        g_low = gap(low)[0]
+        high, g_high = np.full_like(var, np.nan), np.full_like(var, np.nan)
+        for ratio in _RELEVANCE_RANGE[1:]:
+            candidate = np.log(var) + math.log(ratio)
+            g_candidate = gap(candidate)[0]
+            take = np.isnan(g_high) & (g_candidate > 0)
+            high, g_high = np.where(take, candidate, high), np.where(take, g_candidate, g_high)
+        # The Illinois variant of regula falsi on log(tilted var ÷ var) in log cav_var.
+        bracketed = (g_low < 0) & (g_high > 0)
+        low, high = np.where(bracketed, low, 0.0), np.where(bracketed, high, 1.0)
+        g_low, g_high = np.where(bracketed, g_low, -1.0), np.where(bracketed, g_high, 1.0)
+        for _ in range(_RELEVANCE_STEPS):
+            middle = high - g_high * (high - low) / (g_high - g_low)
+            g_middle, first = gap(middle)
+            g_middle = np.where(bracketed & np.isfinite(g_middle), g_middle, 0.0)
+            if np.all(np.abs(g_middle) <= _RELEVANCE_TOL):
+                break
+            crossed = g_middle * g_high < 0
+            low, g_low = np.where(crossed, high, low), np.where(crossed, g_high, 0.5 * g_low)
+            high, g_high = middle, g_middle
+        found = bracketed & np.isfinite(gap(middle)[0]) & (np.abs(g_middle) <= _RELEVANCE_TOL)
+        return np.where(found, first, np.nan)
+
+    def tilted_departure(self, cav_mean: np.ndarray, cav_var: np.ndarray) -> np.ndarray:
+        """``KL(tilted ‖ N(its mean, its variance))`` per coefficient, in nats: what a
+        Gaussian site drops of each tilted density ``r(t) N(t; cav_mean, cav_var)`` (0 for
+        a Gaussian one; a bimodal spike-and-slab density, the horseshoe's, up to nats).
+
+        By the trapezoid rule on the tilted mean ± 12 of its sds (``_DEPARTURE_NODES``
+        even nodes) joined with nodes spaced geometrically about 0 (the Laplace kink, the
+        horseshoe's logarithmic spike, which an even grid resolves only slowly: 3.8 nats
+        for 1.5 on 801 nodes), the density normalized on the same nodes.
+        """
+        cav_mean = np.asarray(cav_mean, dtype=float)
+        cav_var = np.asarray(cav_var, dtype=float)
+        _, mean, var, fitted = self.tilted_moments(cav_mean, cav_var)
+        var = np.where(fitted, var, cav_var)
+        sd = np.sqrt(var)
+        even = np.linspace(-_DEPARTURE_HALF_WIDTH, _DEPARTURE_HALF_WIDTH, _DEPARTURE_NODES)
+        near_zero = math.sqrt(self.start_var) * np.geomspace(*_DEPARTURE_SPIKE)
+        t = np.sort(
+            np.concatenate(
+                [
+                    mean[:, None] + sd[:, None] * even,
+                    np.broadcast_to(
+                        np.concatenate([-near_zero, near_zero]), (mean.size, 2 * near_zero.size)
+                    ),
+                ],
+                axis=1,
+            ),
+            axis=1,
+        )
+        with np.errstate(divide="ignore"):
+            log_p = self.log_ratio(t) - 0.5 * (t - cav_mean[:, None]) ** 2 / cav_var[:, None]
+        log_p -= np.max(log_p, axis=1, keepdims=True)
+        width = np.diff(t, axis=1)
+
+        def trapezoid(values):
+            return 0.5 * np.sum(width * (values[:, 1:] + values[:, :-1]), axis=1)
+
+        density = np.exp(log_p)
+        log_z = np.log(trapezoid(density))
+        log_q = (
+            -0.5 * (t - mean[:, None]) ** 2 / var[:, None] - 0.5 * (_LOG_2PI + np.log(var))[:, None]
+        )
+        safe_log_p = np.where(density > 0, log_p, 0.0)
+        departure = trapezoid(density * (safe_log_p - log_z[:, None] - log_q)) / np.exp(log_z)
+        return np.where(fitted, np.maximum(departure, 0.0), np.inf)
 
     def _vs_tilted_moments(self, cav_mean, cav_var, kernel_mean, kernel_var):
         def log_tilted(t):
@@ -387,6 +514,7 @@ class _StudentTFactor(CoefficientFactor):
 
 class _HorseshoeFactor(CoefficientFactor):
     exact_mode = False
+    selects_at_half = True
 
     def __init__(self, global_scale: float):
         self.global_scale = tau = global_scale
