@@ -38,6 +38,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
+from ..approximations.expectation_propagation import assumed_density_row
+from ..approximations.newton_laplace import row_laplace
+from ..exceptions import EstimationError
 from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
@@ -46,9 +49,17 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.links import get_link
 from ..models.priors import GaussianPrior
+from ._methods import MethodFit
 
-__all__ = ["BayesianUpdating", "ThompsonDraws", "problem_model"]
+__all__ = ["ONE_ROW_REASON", "BayesianUpdating", "ThompsonDraws", "problem_model"]
+
+#: The route a one-row update records (``strategy_reason_``) where the method records one.
+ONE_ROW_REASON = (
+    "one row: its posterior's moments are those of its one-dimensional tilted density, "
+    "computed to round-off (assumed-density filtering), which every route aims at"
+)
 
 
 class ThompsonDraws(NamedTuple):
@@ -218,12 +229,16 @@ class BayesianUpdating:
             if keep < 1.0:
                 carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
-        method = self._new_posterior_method()
-        rng = self._random_generator()
-        fits = [
-            self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
-            for problem, prior in zip(problems, carried, strict=True)
-        ]
+        fits = self._one_row_fits(X, problems, weights, carried)
+        if fits is not None:  # the method's class holds what _store asks of it
+            method = self._posterior_method
+        else:
+            method = self._new_posterior_method()
+            rng = self._random_generator()
+            fits = [
+                self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
+                for problem, prior in zip(problems, carried, strict=True)
+            ]
         # Nothing above changed the estimator but n_features_in_ at the first call: the
         # fitted state changes here, all at once.
         self.classes_ = classes
@@ -232,6 +247,68 @@ class BayesianUpdating:
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
         self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total
         return self
+
+    def _one_row_rule(self) -> str | None:
+        """How a one-row batch updates the prior directly: the method's ``one_row``
+        ("mode", "moments") or None (the general fit)."""
+        return self._posterior_method.one_row
+
+    def _one_row_fits(self, X, problems, weights, carried) -> list[MethodFit] | None:
+        """The fits of a batch of one row by the direct update of each binary problem's
+        prior (see the module docstring), or None where the general fit is needed: more
+        rows, the multinomial posterior, ``max_iter=0``, a method without a direct rule,
+        a weight above 1 for the moments (power EP's copies), or a direct update that did
+        not converge or failed (the general fit then warns or falls back as it does)."""
+        rule = self._one_row_rule()
+        if X.shape[0] != 1 or rule is None or self.max_iter == 0 or problems[0][1] is not None:
+            return None
+        weight = float(weights[0])
+        if rule == "moments" and weight > 1.0:
+            return None
+        row = X.toarray()[0] if sp.issparse(X) else X[0]
+        if self.fit_intercept:
+            row = np.append(row, 1.0)
+        p = row.size
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        link = get_link(self._link)
+        fits = []
+        for (labels, _), prior in zip(problems, carried, strict=True):
+            signed = labels[0] * row
+            if rule == "mode":
+                laplace = row_laplace(
+                    prior.mean,
+                    prior.cov,
+                    prior.lower,
+                    signed,
+                    weight,
+                    link,
+                    tol=self.tol,
+                    max_iter=self.max_iter,
+                )
+                if not laplace.converged:
+                    return None
+                fits.append(MethodFit(laplace, laplace.n_iter))
+                continue
+            try:
+                posterior = assumed_density_row(
+                    prior.mean, prior.cov, prior.lower, signed, weight, link
+                )
+            except EstimationError:
+                return None
+            route = {"strategy": "sites", "reason": ONE_ROW_REASON}
+            fits.append(
+                MethodFit(
+                    posterior, 1, **(route if self._posterior_method.records_strategy else {})
+                )
+            )
+        if self.verbose:
+            for fit in fits:
+                print(f"{type(self).__name__}: {fit.posterior!r}")
+        return fits
 
     def _partial_fit_classes(self, classes, first: bool) -> np.ndarray:
         """The classes of the stream, checked as ``SGDClassifier.partial_fit`` does."""
