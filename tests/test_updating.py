@@ -271,22 +271,22 @@ def test_batches_of_one_row(cancer):
 
 
 @pytest.mark.parametrize(
-    "cls, weight, sparse",
+    "cls, weight, sparse, decay",
     [
-        (vb.LaplaceLogisticRegression, 1.0, False),
-        (vb.LaplaceProbitRegression, 2.5, True),
-        (vb.EPLogisticRegression, 1.0, True),
-        (vb.EPProbitRegression, 0.5, False),
-        (vb.VSLogisticRegression, 0.5, False),
+        (vb.LaplaceLogisticRegression, 1.0, False, 1.0),
+        (vb.LaplaceProbitRegression, 2.5, True, 0.9),
+        (vb.EPLogisticRegression, 1.0, True, 1.0),
+        (vb.EPProbitRegression, 0.5, False, 0.9),
+        (vb.VSLogisticRegression, 0.5, False, 1.0),
     ],
 )
-def test_one_row_update_is_the_general_fit(cls, weight, sparse, cancer, monkeypatch):
+def test_one_row_update_is_the_general_fit(cls, weight, sparse, decay, cancer, monkeypatch):
     """The direct one-row update (Newton in the row's latent, or its tilted moments) and
     the general fit on that row: the same posterior, to the general fit's tolerance."""
     X, y = cancer
     X = X[:, :4]
     mean, cov = _correlated_prior(5, seed=3)
-    direct, general = cls(prior=(mean, cov)), cls(prior=(mean, cov))
+    direct, general = (cls(prior=(mean, cov), decay=decay) for _ in range(2))
     general._one_row_rule = lambda: None
     module = vb.estimators._updating
     calls = []
