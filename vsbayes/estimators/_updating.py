@@ -31,8 +31,9 @@ one tilted-moment match (with one site EP's first update is its fixed point: ass
 density filtering), VS's from the same moments: they are the exact posterior's, which
 every VS route estimates. The method's ``one_row`` says which; each is the general fit's
 posterior to its tolerance (tests/test_updating.py). Small batches favour the moments:
-Laplace's expansion of each batch at its own mode under the carried prior loses more at
-every batch than moment matching (docs/decisions.md, "Streaming by moments").
+Laplace's expansion of each batch at its own mode takes the rows' curvature where the
+early estimates put them and accumulates too much precision (docs/decisions.md,
+"Streaming by moments").
 """
 
 from __future__ import annotations
@@ -157,9 +158,12 @@ class BayesianUpdating:
         ``SGDClassifier.partial_fit`` of that row; see the module docstring).
 
         Streams of small batches lose least by moment matching (EP, and VS, the default):
-        the Laplace approximation of each small batch at its own mode is crude, and its
-        errors add up (on breast cancer in batches of 1, 10 and 100 rows, Laplace's
-        held-out log loss was 12, 9 and 5 % above its batch fit's; EP's within 2.5 %).
+        the Laplace approximation of a small batch expands its rows where the early
+        estimates put them, near the link's steepest, and the stream accumulates too much
+        precision (on breast cancer in batches of 1, 10 and 100 rows, Laplace's held-out
+        log loss was 12, 9 and 5 % above its batch fit's; EP's within 2.5 %). ADF loses
+        most on the first batches, under the vague prior: a first batch of some tens of
+        rows helps (``benchmarks/results/streaming.md``, the order study).
 
         Parameters
         ----------
