@@ -458,7 +458,7 @@ def plot(accuracy, cost, curves, path: Path) -> None:
     ax.axhline(1.01, color="k", ls="--", lw=0.8)
     ax.set_xlabel("batch size (rows)")
     ax.set_ylabel("held-out log loss, stream / batch")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=5, ncol=3, loc="upper right")
     ax = axes[1]
     for method in METHODS:
         points = sorted(
@@ -467,6 +467,9 @@ def plot(accuracy, cost, curves, path: Path) -> None:
             if r["method"] == method and r["part"] == "cost_one_row"
         )
         ax.loglog(*zip(*points, strict=True), "o-", label=f"{method}: one row")
+    gauge = sorted({(r["rows_seen"], 1e3 * r["sgd_seconds"]) for r in cost if "sgd_seconds" in r})
+    if gauge:
+        ax.loglog(*zip(*gauge, strict=True), "x:", color="gray", label="SGDClassifier")
     ax.axhline(1.0, color="k", ls="--", lw=0.8)
     ax.set_xlabel("rows seen before")
     ax.set_ylabel("partial_fit of one row (ms), d = 20")
