@@ -52,7 +52,7 @@ from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import assumed_density_row
 from ..approximations.newton_laplace import row_laplace
-from ..exceptions import EstimationError
+from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
@@ -300,27 +300,31 @@ class BayesianUpdating:
         fits = []
         for (labels, _), prior in zip(problems, carried, strict=True):
             signed = labels[0] * row
-            if rule == "mode":
-                laplace = row_laplace(
-                    prior.mean,
-                    prior.cov,
-                    prior.lower,
-                    signed,
-                    weight,
-                    link,
-                    tol=self.tol,
-                    max_iter=self.max_iter,
-                )
-                if not laplace.converged:
-                    return None
-                fits.append(MethodFit(laplace, laplace.n_iter))
-                continue
+            # An updated covariance that round-off left indefinite (a vague prior against
+            # a decisive row) goes to the general fit too, which says what to change.
             try:
-                posterior = assumed_density_row(
-                    prior.mean, prior.cov, prior.lower, signed, weight, link
-                )
-            except EstimationError:
+                if rule == "mode":
+                    posterior = row_laplace(
+                        prior.mean,
+                        prior.cov,
+                        prior.lower,
+                        signed,
+                        weight,
+                        link,
+                        tol=self.tol,
+                        max_iter=self.max_iter,
+                    )
+                else:
+                    posterior = assumed_density_row(
+                        prior.mean, prior.cov, prior.lower, signed, weight, link
+                    )
+            except (EstimationError, NotPositiveDefiniteError):
                 return None
+            if rule == "mode":
+                if not posterior.converged:
+                    return None
+                fits.append(MethodFit(posterior, posterior.n_iter))
+                continue
             route = {"strategy": "sites", "reason": ONE_ROW_REASON}
             fits.append(
                 MethodFit(
