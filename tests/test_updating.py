@@ -270,6 +270,69 @@ def test_batches_of_one_row(cancer):
     assert np.all(np.abs(shift) < 1.0 * np.sqrt(np.diag(batch.sigma_)))
 
 
+@pytest.mark.parametrize(
+    "cls, weight, sparse, decay",
+    [
+        (vb.LaplaceLogisticRegression, 1.0, False, 1.0),
+        (vb.LaplaceProbitRegression, 2.5, True, 0.9),
+        (vb.EPLogisticRegression, 1.0, True, 1.0),
+        (vb.EPProbitRegression, 0.5, False, 0.9),
+        (vb.VSLogisticRegression, 0.5, False, 1.0),
+    ],
+)
+def test_one_row_update_is_the_general_fit(cls, weight, sparse, decay, cancer, monkeypatch):
+    """The direct one-row update (Newton in the row's latent, or its tilted moments) and
+    the general fit on that row: the same posterior, to the general fit's tolerance."""
+    X, y = cancer
+    X = X[:, :4]
+    mean, cov = _correlated_prior(5, seed=3)
+    direct, general = (cls(prior=(mean, cov), decay=decay) for _ in range(2))
+    general._one_row_rule = lambda: None
+    module = vb.estimators._updating
+    calls = []
+    for name in ("row_laplace", "assumed_density_row"):
+        original = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k)
+        )
+    for k, classes in ((0, [0, 1]), (1, None), (2, None)):  # the given prior, then carried
+        row = sp.csr_matrix(X[k : k + 1]) if sparse else X[k : k + 1]
+        for model in (direct, general):
+            model.partial_fit(row, y[k : k + 1], classes=classes, sample_weight=[weight])
+        a, b = _posterior(direct), _posterior(general)
+        scale = np.abs(b.cov).max()
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-8 * np.sqrt(scale))
+        np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-8 * scale)
+        assert direct.log_marginal_likelihood_value_ == pytest.approx(
+            general.log_marginal_likelihood_value_, abs=1e-8
+        )
+    assert len(calls) == 3  # each row took the direct update
+    if hasattr(direct, "strategy_"):
+        assert (
+            direct.strategy_[0] == "sites" and direct.strategy_reason_[0] == module.ONE_ROW_REASON
+        )
+
+
+def test_one_row_update_of_one_vs_rest_and_its_exceptions(iris, cancer):
+    """One-vs-rest problems each take the direct update; a weight above 1 (power EP's
+    copies) and a global VS fit asked by name take the general fit."""
+    X, y = iris
+    direct, general = vb.EPProbitRegression(), vb.EPProbitRegression()
+    general._one_row_rule = lambda: None
+    for model in (direct, general):
+        model.partial_fit(X[:20], y[:20], classes=[0, 1, 2])
+        model.partial_fit(X[20:21], y[20:21])
+    assert direct.n_iter_.tolist() == [1, 1, 1]  # one tilted-moment match per problem
+    np.testing.assert_allclose(direct.coef_, general.coef_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(direct.sigma_, general.sigma_, rtol=0, atol=1e-8)
+    heavy = vb.EPLogisticRegression().partial_fit(X[:20], y[:20] > 0, classes=[False, True])
+    heavy.partial_fit(X[20:21], y[20:21] > 0, sample_weight=[3.0])
+    assert heavy.n_iter_[0] > 1  # EP's sweeps
+    Xc, yc = cancer
+    vs = vb.VSLogisticRegression(strategy="global").partial_fit(Xc[:1], yc[:1], classes=[0, 1])
+    assert vs.strategy_[0] == "global"
+
+
 def test_partial_fit_multinomial_and_one_vs_rest(iris):
     X, y = iris
     for cls, shape in (
@@ -302,6 +365,11 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     np.testing.assert_array_equal(model.posteriors_[0].mean, kept[0][0])
     np.testing.assert_array_equal(model.sigma_, kept[1])
     model.set_params(decay=1.0)
+    row = X[50:51].copy()
+    row[0, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):  # the one-row update validates as any batch
+        model.partial_fit(row, y[50:51])
+    np.testing.assert_array_equal(model.sigma_, kept[1])
     model.partial_fit(X[50:51], y[50:51])  # one row, one class: fine under the prior
 
 

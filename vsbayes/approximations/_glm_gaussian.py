@@ -47,7 +47,7 @@ from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 from ..models.latent import row_variances
 
-__all__ = ["GLMGaussian", "check_posterior_memory"]
+__all__ = ["GLMGaussian", "RowLatent", "check_posterior_memory"]
 
 _FORMS = ("auto", "primal", "dual")
 # "auto" takes the dual form only beyond this p: below, the primal factorization costs
@@ -406,3 +406,41 @@ def check_posterior_memory(model, estimator_name: str = "") -> None:
         "square of the number of features. With two classes, a structured covariance "
         "avoids it: vsbayes.config_context(covariance='auto') (the default) or 'lowrank'.",
     )
+
+
+class RowLatent(NamedTuple):
+    """One row's latent value ``t = aᵀθ`` under a Gaussian N(μ, Σ) of θ, and the rank-one
+    map to the Gaussian whose marginal of t is another: the one-row updates of
+    ``partial_fit`` (Laplace: the mode's expansion; EP: the tilted moments).
+
+    With one row, prior × site differs from the prior along ``a`` only: the conditional of
+    θ given t is unchanged, so fixing t's new marginal N(m̂, v̂) fixes the Gaussian,
+    ``μ' = μ + Σa (m̂ − m) / v`` and ``Σ' = Σ − Σa aᵀΣ (v − v̂) / v²`` (the site
+    ``τ = 1/v̂ − 1/v``, ``ν = m̂/v̂ − m/v`` by Sherman–Morrison): O(p²), no factorization.
+    """
+
+    mean: float  #: m = aᵀμ
+    var: float  #: v = aᵀΣa, as ‖Lᵀa‖² (never negative)
+    gain: np.ndarray  #: Σa, shape (p,)
+
+    @classmethod
+    def of(cls, mean: np.ndarray, lower: np.ndarray, row: np.ndarray) -> RowLatent:
+        """The latent of ``row`` (shape (p,)) under N(mean, L Lᵀ), ``lower`` = L."""
+        spread = lower.T @ row
+        return cls(float(row @ mean), float(spread @ spread), lower @ spread)
+
+    def conditioned(
+        self, mean: np.ndarray, cov: np.ndarray, new_mean: float, new_var: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and covariance of the Gaussian N(mean, cov) with t's marginal made
+        N(new_mean, new_var), 0 < new_var."""
+        gain = self.gain
+        shrink = (self.var - new_var) / (self.var * self.var)
+        return mean + gain * ((new_mean - self.mean) / self.var), cov - shrink * np.outer(
+            gain, gain
+        )
+
+    def site(self, new_mean: float, new_var: float) -> tuple[float, float]:
+        """The Gaussian site ``(τ, ν)`` on t that takes t's marginal to N(new_mean,
+        new_var)."""
+        return 1.0 / new_var - 1.0 / self.var, new_mean / new_var - self.mean / self.var

@@ -32,12 +32,18 @@ from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
 from ._damped_sweeps import ArraySites, damped_sweeps
-from ._glm_gaussian import GLMGaussian
+from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
 from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
 
-__all__ = ["DEFAULT_DAMPING", "EPResult", "EPSites", "expectation_propagation"]
+__all__ = [
+    "DEFAULT_DAMPING",
+    "EPResult",
+    "EPSites",
+    "assumed_density_row",
+    "expectation_propagation",
+]
 
 
 #: Default damping of the sweeps. With Anderson's mixing, 0.85 took 10-33 % fewer sweeps
@@ -232,6 +238,66 @@ def expectation_propagation(
     )
     log_evidence = _log_evidence(model, run.posterior, *store.site_normalizers(run.posterior))
     return _result(run, log_evidence)
+
+
+def assumed_density_row(
+    prior_mean: np.ndarray,
+    prior_cov: np.ndarray,
+    prior_lower: np.ndarray,
+    row: np.ndarray,
+    weight: float,
+    link,
+    site_fit: str = "auto",
+) -> EPResult:
+    """EP of one row of weight ``s ≤ 1`` under a Gaussian prior: assumed-density filtering.
+
+    With one site, the cavity is the prior itself, so EP's first undamped update is its
+    fixed point: the Gaussian whose marginal of ``t = aᵀθ`` has the moments of the tilted
+    density ``F(t)^s N(t; m, v)`` (one :meth:`~vsbayes.models.links.Link.tilted_moments`
+    call), and θ's conditional given t the prior's (a rank-one update:
+    :class:`~vsbayes.approximations._glm_gaussian.RowLatent`). The log evidence is the
+    tilted normalizer, EP's evidence of one site. (A weight above 1 is power EP's
+    ``s`` copies, whose cavity keeps part of the site: that needs the sweeps.)
+
+    Parameters
+    ----------
+    prior_mean, prior_cov, prior_lower : ndarray of shapes (p,), (p, p), (p, p)
+        The prior N(μ, Σ) and the Cholesky factor of Σ.
+    row : ndarray of shape (p,)
+        The signed row ``a = y [x, 1]``.
+    weight : float
+        Its weight, in (0, 1].
+    link : Link
+        The link F.
+    site_fit : str, default="auto"
+        As :func:`expectation_propagation`'s.
+
+    Returns
+    -------
+    EPResult
+        With the row's site (``sites``), one iteration, converged.
+
+    Raises
+    ------
+    EstimationError
+        If the tilted moments are not usable (a non-positive or non-finite variance).
+    """
+    if not 0.0 < weight <= 1.0:
+        raise ValueError(f"assumed_density_row takes a weight in (0, 1]; got {weight!r}.")
+    latent = RowLatent.of(prior_mean, prior_lower, row)
+    log_z, t_mean, t_var = link.tilted_moments(
+        np.array([latent.mean]), np.array([latent.var]), weight, method=site_fit
+    )
+    log_z, t_mean, t_var = float(log_z[0]), float(t_mean[0]), float(t_var[0])
+    if not (0.0 < t_var < math.inf and math.isfinite(t_mean) and math.isfinite(log_z)):
+        raise EstimationError(
+            f"The tilted density of the row has no usable moments (mean {t_mean:.3g}, "
+            f"variance {t_var:.3g} at a prior latent variance {latent.var:.3g})."
+        )
+    mean, cov = latent.conditioned(prior_mean, prior_cov, t_mean, t_var)
+    tau, nu = latent.site(t_mean, t_var)
+    result = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
+    return result.with_sites(EPSites(np.array([tau]), np.array([nu]), "signed"))
 
 
 def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPResult:

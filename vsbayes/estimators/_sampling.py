@@ -65,6 +65,7 @@ class SamplingMethod:
 
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
+    one_row: ClassVar[str | None] = None  # (see _methods.LaplaceMethod's)
     engine: ClassVar[Callable]
     auto_factor: ClassVar[int] = 8
     auto_minimum: ClassVar[int] = 256

@@ -125,6 +125,9 @@ class VSMethod(SamplingMethod):
     started: float = field(default_factory=time.perf_counter, init=False, repr=False)
 
     records_strategy: ClassVar[bool] = True
+    #: One row's posterior moments are its tilted density's, computed to round-off: what
+    #: every route aims at, without sampling error (see _methods.LaplaceMethod's).
+    one_row: ClassVar[str | None] = "moments"
     engine: ClassVar[Callable] = staticmethod(variational_sampling)
 
     verbose: int = 0

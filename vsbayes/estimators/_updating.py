@@ -22,6 +22,18 @@ depend on the batch and the parameters, never on the rows seen before. ``decay``
 before a batch of n rows the carried posterior's natural parameters (precision and
 precision × mean) are mixed with the original prior's with weight ``decay**n``, so a row
 seen k rows ago weighs ``decay**k`` and the effective memory is ``1 / (1 − decay)`` rows.
+
+**One row** (binary and one-vs-rest problems) skips the general fit: prior × one factor
+differs from the prior along the row only, so the posterior is a rank-one update of the
+prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
+row's latent (the general solver's iterates, in the one dimension they move in), EP's from
+one tilted-moment match (with one site EP's first update is its fixed point: assumed-
+density filtering), VS's from the same moments: they are the exact posterior's, which
+every VS route estimates. The method's ``one_row`` says which; each is the general fit's
+posterior to its tolerance (tests/test_updating.py). Small batches favour the moments:
+Laplace's expansion of each batch at its own mode takes the rows' curvature where the
+early estimates put them and accumulates too much precision (docs/decisions.md,
+"Streaming by moments").
 """
 
 from __future__ import annotations
@@ -38,6 +50,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
+from ..approximations.expectation_propagation import assumed_density_row
+from ..approximations.newton_laplace import row_laplace
+from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
     BinaryGLMPosterior,
@@ -46,9 +61,17 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.links import get_link
 from ..models.priors import GaussianPrior
+from ._methods import MethodFit
 
-__all__ = ["BayesianUpdating", "ThompsonDraws", "problem_model"]
+__all__ = ["ONE_ROW_REASON", "BayesianUpdating", "ThompsonDraws", "problem_model"]
+
+#: The route a one-row update records (``strategy_reason_``) where the method records one.
+ONE_ROW_REASON = (
+    "one row: its posterior's moments are those of its one-dimensional tilted density, "
+    "computed to round-off (assumed-density filtering), which every route aims at"
+)
 
 
 class ThompsonDraws(NamedTuple):
@@ -130,7 +153,17 @@ class BayesianUpdating:
         The posterior after the earlier batches (or ``prior``, or the default prior, at
         the first call) is the prior of this batch, fitted by the estimator's own method on
         its rows alone; ``decay`` first widens it toward the original prior (see the
-        ``decay`` parameter). Memory and cost do not grow with the rows seen before.
+        ``decay`` parameter). Memory and cost do not grow with the rows seen before. A
+        batch of one row is a rank-one update of the prior (about as costly as
+        ``SGDClassifier.partial_fit`` of that row; see the module docstring).
+
+        Streams of small batches lose least by moment matching (EP, and VS, the default):
+        the Laplace approximation of a small batch expands its rows where the early
+        estimates put them, near the link's steepest, and the stream accumulates too much
+        precision (on breast cancer in batches of 1, 10 and 100 rows, Laplace's held-out
+        log loss was 12, 9 and 5 % above its batch fit's; EP's within 2.5 %). ADF loses
+        most on the first batches, under the vague prior: a first batch of some tens of
+        rows helps (``benchmarks/results/streaming.md``, the order study).
 
         Parameters
         ----------
@@ -218,12 +251,16 @@ class BayesianUpdating:
             if keep < 1.0:
                 carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
-        method = self._new_posterior_method()
-        rng = self._random_generator()
-        fits = [
-            self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
-            for problem, prior in zip(problems, carried, strict=True)
-        ]
+        fits = self._one_row_fits(X, problems, weights, carried)
+        if fits is not None:  # the method's class holds what _store asks of it
+            method = self._posterior_method
+        else:
+            method = self._new_posterior_method()
+            rng = self._random_generator()
+            fits = [
+                self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
+                for problem, prior in zip(problems, carried, strict=True)
+            ]
         # Nothing above changed the estimator but n_features_in_ at the first call: the
         # fitted state changes here, all at once.
         self.classes_ = classes
@@ -232,6 +269,72 @@ class BayesianUpdating:
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
         self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total
         return self
+
+    def _one_row_rule(self) -> str | None:
+        """How a one-row batch updates the prior directly: the method's ``one_row``
+        ("mode", "moments") or None (the general fit)."""
+        return self._posterior_method.one_row
+
+    def _one_row_fits(self, X, problems, weights, carried) -> list[MethodFit] | None:
+        """The fits of a batch of one row by the direct update of each binary problem's
+        prior (see the module docstring), or None where the general fit is needed: more
+        rows, the multinomial posterior, ``max_iter=0``, a method without a direct rule,
+        a weight above 1 for the moments (power EP's copies), or a direct update that did
+        not converge or failed (the general fit then warns or falls back as it does)."""
+        rule = self._one_row_rule()
+        if X.shape[0] != 1 or rule is None or self.max_iter == 0 or problems[0][1] is not None:
+            return None
+        weight = float(weights[0])
+        if rule == "moments" and weight > 1.0:
+            return None
+        row = X.toarray()[0] if sp.issparse(X) else X[0]
+        if self.fit_intercept:
+            row = np.append(row, 1.0)
+        p = row.size
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        link = get_link(self._link)
+        fits = []
+        for (labels, _), prior in zip(problems, carried, strict=True):
+            signed = labels[0] * row
+            # An updated covariance that round-off left indefinite (a vague prior against
+            # a decisive row) goes to the general fit too, which says what to change.
+            try:
+                if rule == "mode":
+                    posterior = row_laplace(
+                        prior.mean,
+                        prior.cov,
+                        prior.lower,
+                        signed,
+                        weight,
+                        link,
+                        tol=self.tol,
+                        max_iter=self.max_iter,
+                    )
+                else:
+                    posterior = assumed_density_row(
+                        prior.mean, prior.cov, prior.lower, signed, weight, link
+                    )
+            except (EstimationError, NotPositiveDefiniteError):
+                return None
+            if rule == "mode":
+                if not posterior.converged:
+                    return None
+                fits.append(MethodFit(posterior, posterior.n_iter))
+                continue
+            route = {"strategy": "sites", "reason": ONE_ROW_REASON}
+            fits.append(
+                MethodFit(
+                    posterior, 1, **(route if self._posterior_method.records_strategy else {})
+                )
+            )
+        if self.verbose:
+            for fit in fits:
+                print(f"{type(self).__name__}: {fit.posterior!r}")
+        return fits
 
     def _partial_fit_classes(self, classes, first: bool) -> np.ndarray:
         """The classes of the stream, checked as ``SGDClassifier.partial_fit`` does."""

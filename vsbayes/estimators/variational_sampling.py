@@ -84,6 +84,13 @@ class VariationalSamplingClassifier(BayesianGLMClassifier):
         self.target_kl = target_kl
         self.time_budget = time_budget
 
+    def _one_row_rule(self) -> str | None:
+        """A one-row batch takes its exact moments (``partial_fit``), except where a global
+        fit was asked for by name or the family is not the full Gaussian."""
+        if self.strategy == "global" or self.family != "gaussian":
+            return None
+        return super()._one_row_rule()
+
 
 class VSLogisticRegression(VariationalSamplingClassifier):
     """Bayesian logistic regression by variational sampling.
