@@ -218,10 +218,14 @@ def test_the_multinomial_shortcut(capsys):
 
 @pytest.mark.parametrize("strategy", ["global", "auto", "sites"])
 def test_a_prior_of_1e300_gives_a_valid_posterior_or_a_clear_error(strategy):
-    # Unscaled features: EP's Gaussian overflows; every route falls back to Laplace.
+    # Unscaled features: EP's Gaussian overflows; the routes through EP fall back to
+    # Laplace, as they do on all 30 features, on the first 20 (a global fit of a third of
+    # the parameters: 3x cheaper); the global route keeps all 30, where its fit runs out of
+    # iterations (on 20 it is not integrable and falls back, as the others do).
     from sklearn.datasets import load_breast_cancer
 
     X, y = load_breast_cancer(return_X_y=True)
+    X = X if strategy == "global" else X[:, :20]
     est = vsbayes.VSLogisticRegression(C=1e300, strategy=strategy, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vsbayes.exceptions.UnreliableFitWarning)
