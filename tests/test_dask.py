@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-dask = pytest.importorskip("dask", reason="the dask extra is not installed")
 da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 
@@ -33,10 +32,9 @@ RTOL = 1e-8
 @pytest.fixture(scope="module")
 def client():
     # Worker processes: the chunks' objects and the tasks go through pickling, as on a
-    # real cluster. Forked, they start with this process's imports (NumPy, SciPy, vsbayes)
-    # instead of a new interpreter's: 0.5 s instead of ~5 CPU seconds and more.
+    # real cluster. (Spawned, not forked: forked from the suite's process, whose other
+    # threads may hold locks, a worker hung at its start.)
     with (
-        dask.config.set({"distributed.worker.multiprocessing-method": "fork"}),
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
