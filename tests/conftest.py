@@ -6,7 +6,20 @@ import os
 
 import numpy as np
 import pytest
+import scipy.linalg  # noqa: F401 (loads SciPy's BLAS, for the limit below)
 from hypothesis import settings
+from threadpoolctl import ThreadpoolController
+
+# SciPy's BLAS on one thread for the session. vsbayes' fits run BLAS on one thread (see
+# vsbayes/_blas.py), but the references the tests compute are not fits: scikit-learn's
+# LogisticRegression (L-BFGS-B calls SciPy's BLAS on tiny vectors) fitted 500 digits in
+# 2.6 s on two threads with the machine busy, 0.1 s on one. NumPy's BLAS keeps its threads,
+# whose count sets how many blocks vsbayes' fits run side by side.
+for _library in ThreadpoolController().lib_controllers:
+    if _library.user_api == "blas" and os.path.basename(os.path.dirname(_library.filepath)) == (
+        "scipy.libs"
+    ):
+        _library.set_num_threads(1)
 
 # Hypothesis profiles, chosen by HYPOTHESIS_PROFILE. "ci" (the default) runs the same few
 # examples every time (derandomized), a few seconds in all; "thorough" draws 5000 new ones

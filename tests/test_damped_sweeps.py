@@ -72,6 +72,7 @@ def test_sweeps_stalled_within_ten_times_tol_keep_their_sites_silently():
 
 
 def test_sweeps_stalled_far_from_any_fixed_point_raise():
+    # Sweeps that oscillate: each halving takes them closer, down to the smallest damping.
     with pytest.raises(EstimationError, match="stalled at the smallest damping"):
         _run(_noisy_map(np.array([1.0, -2.0, 30.0]), 0.05), np.zeros(3))
 
@@ -82,6 +83,38 @@ def test_sweeps_stalled_near_sites_whose_posterior_still_moves_raise():
     target = np.array([1.0, -2.0, 30.0])
     with pytest.raises(EstimationError, match="stalled at the smallest damping"):
         _run(_noisy_map(target, 1e-5), np.zeros(3), variance=1e-8)
+
+
+def test_stalled_sweeps_that_halving_the_damping_does_not_help_raise_at_once():
+    # A map that crawls to its fixed point (each sweep 0.1 % of the way), after a first
+    # sweep that moved almost nothing: a best no later sweep beats. At damping 0.425 the
+    # sweeps crawl slower than at 0.85, and would slower still at each halving down to
+    # 1/64 (70 sweeps in all): they raise after the first halving, at sweep 21.
+    target = np.array([1.0, -2.0, 30.0])
+    first = []
+
+    def update(post, sites):
+        if not first:
+            first.append(None)
+            return sites + 1e-6
+        return target + 0.999 * (sites - target)
+
+    store = _store(update, np.zeros(3))
+    with pytest.raises(EstimationError, match=r"damping 0\.425, which .* after 21 sweeps"):
+        damped_sweeps(store, damping=0.85, tol=1e-10, max_iter=1000, memory=0)
+
+
+@pytest.mark.parametrize("memory", [0, 5])
+def test_sweeps_that_oscillate_halve_the_damping_until_they_converge(memory):
+    # Each sweep overshoots the fixed point fivefold: damped by 0.85 or 0.425 the sweeps
+    # diverge, by 0.2125 they converge. Halving helps at each step (the least change from
+    # the best sites shrinks), though the first halving is no better than the sweeps from
+    # the start were.
+    target = np.array([1.0, -2.0, 30.0])
+    store = _store(lambda post, sites: target - 5.0 * (sites - target), np.zeros(3))
+    run = damped_sweeps(store, damping=0.85, tol=1e-10, max_iter=1000, memory=memory)
+    assert run.converged
+    np.testing.assert_allclose(store.sites, target, rtol=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,8 @@ RTOL = 1e-8
 @pytest.fixture(scope="module")
 def client():
     # Worker processes: the chunks' objects and the tasks go through pickling, as on a
-    # real cluster.
+    # real cluster. (Spawned, not forked: forked from the suite's process, whose other
+    # threads may hold locks, a worker hung at its start.)
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"

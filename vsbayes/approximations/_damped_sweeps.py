@@ -12,14 +12,17 @@ below are the same wherever the sites are (:func:`damped_sweeps`).
 Where the sweeps do not converge (e.g. weights spanning 1e-4 to 1e3), mixing can wander
 off: after ``_STALL`` sweeps without a new smallest change, the plain damped sweeps go on
 alone from the best of them; once they have cut the change tenfold, mixing resumes (once:
-the plain sweeps converge linearly, often slowly). If the plain sweeps stall too, they
-oscillate: the damping halves (down to ``_MIN_DAMPING``), again from the best sites.
-Progress is measured undamped: halving the damping halves the change by itself. Stalled
+the plain sweeps converge linearly, often slowly). If the plain sweeps stall too, they may
+oscillate: the damping halves (down to ``_MIN_DAMPING``), again from the best sites, as
+long as halving takes the sweeps closer to a fixed point (else they drift or crawl, which
+no smaller damping mends: :func:`_halving_helps`). Progress is measured undamped: halving
+the damping halves the change by itself. Stalled
 sweeps may be near a fixed point they cannot approach further — their map's own noise
 (the site fits' precision, amplified by wide latent marginals) is above ``tol``: measured
 on digits' multinomial EP at C = 10, a floor of 1e-4. At every stall, sites that close
 to a fixed point whose posterior has settled are kept with a warning (less damping would
-not move them further); stalled at the smallest damping, sweeps that are not give up.
+not move them further); sweeps that are not give up at the smallest damping, or at the
+first halving that did not help.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ __all__ = [
 ]
 
 # Sweeps without progress after which Anderson's mixing is switched off, and then after
-# which the damping is halved, down to _MIN_DAMPING.
+# which the damping is halved, down to _MIN_DAMPING (while halving helps: _halving_helps).
 _STALL = 10
 _MIN_DAMPING = 1.0 / 64
 # Stalled sweeps whose best undamped change is below this are accepted (see _floor), if
@@ -104,7 +107,7 @@ class SiteStore(Protocol):
     def best_and_next_marginals(self) -> tuple[tuple, tuple] | None:
         """The means and variances of the posterior of the best sites and of one undamped
         sweep from them, or None if the store has no marginals (then stalled sweeps go on
-        to the smallest damping, and raise there)."""
+        halving the damping, and raise where that stops helping)."""
 
 
 def damped_step(
@@ -218,7 +221,8 @@ def damped_sweeps(
     ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
     undamped sweep moves no marginal by more than 5e-5 nats of KL divergence (a mean by 1 %
     of its standard deviation, a variance by 1.4 %), and their change is below
-    ``max(√tol, 1e-3)``; else they go on to the smallest damping and raise there.
+    ``max(√tol, 1e-3)``; else they go on unmixed, then with the damping halved (down to
+    1/64) while halving takes them closer to a fixed point, and raise where it does not.
 
     Returns
     -------
@@ -227,8 +231,8 @@ def damped_sweeps(
     Raises
     ------
     EstimationError
-        If the sweeps stall even at the smallest damping, at a change above
-        ``max(√tol, 1e-3)`` or whose posterior still moves.
+        If the sweeps stall at the smallest damping, or at one no better than twice it, at
+        a change above ``max(√tol, 1e-3)`` or whose posterior still moves.
     """
     with stage("expectation propagation", "EP sweep", max_iter) as steps:
         run = _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian)
@@ -252,6 +256,10 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepR
     # The best undamped change when mixing was switched off (None while it is on), and
     # whether it has been switched on again.
     plain_from, remixed = None, False
+    # The least undamped change of the plain sweeps from the best sites at this damping,
+    # and at the one before it (None: none to compare with), but for the first sweep from
+    # them, whose change is the same at every damping (_halving_helps).
+    level_least, last_level_least, from_best = math.inf, None, False
     while n_iter < max_iter:
         if steps is not None:
             steps.begin(_state(as_gaussian, post))
@@ -267,8 +275,12 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepR
         if change / damping < best:
             best, best_change, stalled = change / damping, change, 0
             store.keep_best()
+            level_least, last_level_least, from_best = math.inf, None, True
         else:
             stalled += 1
+            if anderson.memory == 0 and not from_best:
+                level_least = min(level_least, change / damping)
+            from_best = False
         if stalled >= _STALL:
             if best <= _floor(tol) and best < tested:
                 tested = best
@@ -281,20 +293,27 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepR
                 if steps is not None:
                     steps.end(_state(as_gaussian, post))
                 break
-            if anderson.memory == 0 and damping <= _MIN_DAMPING:
-                # No progress at the smallest damping either, far from any fixed point:
-                # none is within reach. The best sites are then arbitrary: with class
-                # weights 1e3 and 1e-4, some predicted every point wrong.
-                raise _stalled_error(n_iter, best_change, tol)
+            if anderson.memory == 0 and (
+                damping <= _MIN_DAMPING or not _halving_helps(last_level_least, level_least)
+            ):
+                # No progress at the smallest damping, or at a halved damping that took the
+                # sweeps no closer to a fixed point than twice it (then no smaller one
+                # will): far from any fixed point, none is within reach. The best sites are
+                # then arbitrary: with class weights 1e3 and 1e-4, some predicted every
+                # point wrong.
+                raise _stalled_error(n_iter, damping, best_change, tol)
             if anderson.memory > 0:
-                anderson.memory, plain_from = 0, best
+                anderson.memory, plain_from, last_level_least = 0, best, None
             else:
                 damping = max(0.5 * damping, _MIN_DAMPING)
+                last_level_least = level_least
+            level_least, from_best = math.inf, True
             store.restore_best()
             stalled = 0
         elif plain_from is not None and not remixed and best <= 0.1 * plain_from:
             # The plain sweeps converge (linearly, often slowly): mixing again, once.
             anderson.memory, plain_from, remixed = memory, None, True
+            last_level_least = None
             anderson.restart()
         extrapolated = store.advance(anderson, change)
         try:
@@ -345,6 +364,20 @@ def _settled(store: SiteStore) -> bool:
     return bool(np.all(kl <= _SETTLED))
 
 
+def _halving_helps(before: float | None, after: float) -> bool:
+    """Whether halving the damping took the plain sweeps from the best sites closer to a
+    fixed point: their least undamped change after the first (which is the same at every
+    damping) is smaller at the halved damping (``after``) than before (None: not tried).
+
+    Near a fixed point a damped sweep multiplies each mode of the change by
+    ``f = 1 - d (1 - λ)``, λ an eigenvalue of the undamped map; halving ``d`` takes ``f`` to
+    ``(1 + f) / 2``, faster only where ``|1 + f| < 2 |f|``: outside the disc
+    ``|f - 1/3| ≤ 2/3``, which the halving maps into itself. Once a halving is no faster
+    for the slowest mode, no further one is: the sweeps drift or crawl, not oscillate.
+    """
+    return before is None or after < before
+
+
 def _floor(tol: float) -> float:
     """The undamped change below which stalled sweeps are accepted: √tol, and at least
     ``_FLOOR``. Such sites are within that (relative) of a fixed point: a posterior within
@@ -353,13 +386,19 @@ def _floor(tol: float) -> float:
     return max(math.sqrt(tol), _FLOOR)
 
 
-def _stalled_error(n_iter: int, change: float, tol: float) -> EstimationError:
-    """The error of sweeps that stalled even at the smallest damping."""
+def _stalled_error(n_iter: int, damping: float, change: float, tol: float) -> EstimationError:
+    """The error of sweeps that stalled at ``damping``, where no smaller one could help."""
+    where = (
+        f"the smallest damping ({_MIN_DAMPING:g})"
+        if damping <= _MIN_DAMPING
+        else f"damping {damping:g}, which brought them no closer to a fixed point than twice "
+        f"that damping (no smaller damping can then)"
+    )
     return EstimationError(
-        f"Expectation propagation cannot converge: its sweeps stalled at the smallest "
-        f"damping ({_MIN_DAMPING:g}) after {n_iter} sweeps, the least site change "
-        f"{change:.3g} against tol={tol:.3g}. Typical cause: extreme sample or class weights "
-        f"(rescale them), or nearly separable data with a vague prior (use a smaller C)."
+        f"Expectation propagation cannot converge: its sweeps stalled at {where} after "
+        f"{n_iter} sweeps, the least site change {change:.3g} against tol={tol:.3g}. Typical "
+        f"cause: extreme sample or class weights (rescale them), or nearly separable data "
+        f"with a vague prior (use a smaller C)."
     )
 
 

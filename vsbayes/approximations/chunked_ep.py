@@ -9,8 +9,8 @@ the posterior's mean and covariance, each chunk updates its sites (EP's row-wise
 given by the caller), damps them and returns ``Aᵀ diag(τ) A``, ``Aᵀ ν`` and its largest
 change — and a sum of those small results here. Anderson's mixing needs the whole site
 vector, so the sweeps here are plainly damped (more of them); and the chunks give no
-marginals to tell a settled posterior, so stalled sweeps halve the damping down to 1/64,
-then EP gives up.
+marginals to tell a settled posterior, so stalled sweeps halve the damping (down to 1/64,
+while halving helps), then EP gives up.
 
 The loop says which sites become the current, the candidate or the best ones; those
 moves are recorded here and done on the workers at the start of the next pass over the

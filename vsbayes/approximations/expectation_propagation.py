@@ -197,8 +197,9 @@ def expectation_propagation(
     Raises
     ------
     EstimationError
-        If the sweeps stall short of ``tol`` even at the smallest damping (1/64): EP has
-        no fixed point within reach (e.g. sample or class weights spanning 1e-4 to 1e3),
+        If the sweeps stall short of ``tol`` at the smallest damping (1/64), or at a
+        halved damping that took them no closer to a fixed point: EP has no fixed point
+        within reach (e.g. sample or class weights spanning 1e-4 to 1e3),
         and the sites it holds are arbitrary. Reaching ``max_iter`` only warns.
     """
     if not 0 < damping <= 1:

@@ -41,7 +41,8 @@ The new sites are projected on the positive semi-definite cone (a log-concave fa
 gives PSD sites; the fits' round-off need not), damped and mixed by Anderson's
 acceleration in the binary EP's sweep loop (:mod:`~vsbayes.approximations._damped_sweeps`,
 with its stall rules: without progress, plain damped sweeps, then halved damping down to
-1/64, and an :class:`~vsbayes.exceptions.EstimationError` if that stalls too).
+1/64 while halving helps, and an :class:`~vsbayes.exceptions.EstimationError` if that
+stalls too).
 
 The sites start at the Laplace approximation's (the factors' second-order expansions at
 the mode), so that the first posterior is Laplace's. The log evidence is EP's estimate at
@@ -680,7 +681,8 @@ def softmax_ep(
     Raises
     ------
     EstimationError
-        If the sweeps stall short of ``tol`` even at the smallest damping, or if the final
+        If the sweeps stall short of ``tol`` at the smallest damping (or at a halved one
+        that took them no closer to a fixed point), or if the final
         cavities are improper (no evidence estimate). Reaching ``max_iter`` only warns.
     NotPositiveDefiniteError
         If the plain damped sites give a posterior precision that is not positive definite.
