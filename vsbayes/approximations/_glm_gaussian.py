@@ -459,6 +459,19 @@ class BlockLatent(NamedTuple):
     mean: np.ndarray  #: m = Aμ, shape (r,)
     cov: np.ndarray  #: V = AΣAᵀ, shape (r, r)
     gain: np.ndarray  #: ΣAᵀV⁻¹, shape (p, r)
+    rows: np.ndarray  #: A, shape (r, p)
+
+    @classmethod
+    def of_softmax_row(
+        cls, mean: np.ndarray, cov: np.ndarray, row: np.ndarray, q: np.ndarray, fit_intercept: bool
+    ) -> BlockLatent:
+        """The contrasts ``g = Qᵀ(Θ x̃)`` of one multinomial row (features ``row``, shape
+        (d,); Q of shape (K, K − 1)) under N(mean, cov) of θ = ``[W.ravel(), b]``."""
+        # A (r × p): g_a = Σ_k q_ka (w_k · x + b_k) in θ's class-major layout.
+        blocks = [np.kron(q.T, np.asarray(row, dtype=float)[None, :])]
+        if fit_intercept:
+            blocks.append(q.T)
+        return cls.of(mean, cov, np.hstack(blocks))
 
     @classmethod
     def of(cls, mean: np.ndarray, cov: np.ndarray, rows: np.ndarray) -> BlockLatent:
@@ -468,7 +481,7 @@ class BlockLatent(NamedTuple):
         latent_cov = 0.5 * (latent_cov + latent_cov.T)
         lower = lower_cholesky(latent_cov, "covariance of the row's latent values")
         gain = cho_solve((lower, True), spread.T, check_finite=False).T
-        return cls(rows @ mean, latent_cov, gain)
+        return cls(rows @ mean, latent_cov, gain, rows)
 
     def conditioned(
         self, mean: np.ndarray, cov: np.ndarray, new_mean: np.ndarray, new_cov: np.ndarray

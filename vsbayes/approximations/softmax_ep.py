@@ -71,6 +71,7 @@ from ._damped_sweeps import Anderson, ArraySites, damped_sweeps
 from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
+from .newton_laplace import latent_softmax_mode
 from .softmax_laplace import check_softmax_size, softmax_laplace
 
 __all__ = [
@@ -779,11 +780,13 @@ def assumed_density_softmax_row(
     being that marginal itself (the site fits' kernel is the posterior's latent marginal,
     :func:`softmax_ep`). The VS fit of a non-Gaussian target depends on its kernel, so
     the fixed point is found by refitting on the last fit, from the Laplace
-    approximation of g (Newton in r = K − 1 dimensions), until its moments stop moving
-    (``tol``, relative to its standard deviations): the general EP's damped sweeps on one
-    site reach the same point. θ's conditional given g is the prior's (a rank-(K − 1)
-    update, :class:`~vsbayes.approximations._glm_gaussian.BlockLatent`). The log evidence
-    is the fit's normalizer over the normalized cavity, EP's of one site.
+    approximation of g (Newton in r = K − 1 dimensions,
+    :func:`~vsbayes.approximations.newton_laplace.latent_softmax_mode`), until its
+    moments stop moving (``tol``, relative to its standard deviations): the general EP's
+    damped sweeps on one site reach the same point. θ's conditional given g is the
+    prior's (a rank-(K − 1) update,
+    :class:`~vsbayes.approximations._glm_gaussian.BlockLatent`). The log evidence is the
+    fit's normalizer over the normalized cavity, EP's of one site.
 
     Parameters
     ----------
@@ -826,17 +829,15 @@ def assumed_density_softmax_row(
         raise ValueError(f"assumed_density_softmax_row takes a weight in (0, 1]; got {weight!r}.")
     q = centred_basis(n_classes)
     r = n_classes - 1
-    # A (r × p): g_a = Σ_k q_ka (w_k · x + b_k) in θ's class-major layout.
-    blocks = [np.kron(q.T, np.asarray(row, dtype=float)[None, :])]
-    if fit_intercept:
-        blocks.append(q.T)
-    latent = BlockLatent.of(prior_mean, prior_cov, np.hstack(blocks))
+    latent = BlockLatent.of_softmax_row(prior_mean, prior_cov, row, q, fit_intercept)
     cav_prec = np.linalg.inv(latent.cov)
     cav_prec = 0.5 * (cav_prec + cav_prec.T)
     cav_lin = cav_prec @ latent.mean
+    # The first kernel: the Laplace approximation of g (the mode to round-off).
+    mode = latent_softmax_mode(latent, q, int(label), float(weight), tol=1e-12, max_iter=100)
+    kernel_mean, kernel_cov = mode.theta.copy(), mode.gaussian.cov
     label = np.array([int(label)])
     power = np.array([float(weight)])
-    kernel_mean, kernel_cov = _row_mode(q, label, power, latent.mean, cav_prec)
     rules = _rules(SymmetricSobol(16) if rule is None else rule)
     level = np.zeros(1, dtype=int)
     one_row = _OneRow(label)
@@ -902,50 +903,6 @@ class _OneRow(NamedTuple):
     """What :func:`_site_fits` reads of a model: the rows' labels."""
 
     y: np.ndarray
-
-
-def _row_mode(q, label, power, prior_mean, prior_prec, max_iter: int = 100):
-    """The Laplace approximation of ``softmax(Qg)[y]^s N(g; m, P⁻¹)`` in g: Newton's method
-    with backtracking on this concave function of r variables (the refits' first kernel)."""
-
-    def value(g):
-        centred = g - prior_mean
-        return float(
-            power[0] * _log_softmax_at(g[None, None, :], q, label)[0, 0]
-            - 0.5 * centred @ prior_prec @ centred
-        )
-
-    g = prior_mean.copy()
-    current = value(g)
-    for _ in range(max_iter):
-        f = q @ g
-        p = np.exp(f - f.max())
-        p /= p.sum()
-        residual = -power[0] * p
-        residual[label[0]] += power[0]
-        grad = q.T @ residual - prior_prec @ (g - prior_mean)
-        curvature = power[0] * (np.diag(p) - np.outer(p, p))
-        hess = q.T @ curvature @ q + prior_prec
-        step = np.linalg.solve(hess, grad)
-        decrement = float(grad @ step)
-        # The mode is only the refits' first kernel: a decrement of 1e-12 leaves it ~1e-6
-        # standard deviations off, and the full step then taken leaves round-off.
-        if decrement <= 1e-12:
-            g = g + step
-            break
-        scale = 1.0
-        for _ in range(50):
-            trial = value(g + scale * step)
-            if trial >= current + 1e-4 * scale * decrement:
-                break
-            scale *= 0.5
-        g, current = g + scale * step, trial
-    f = q @ g
-    p = np.exp(f - f.max())
-    p /= p.sum()
-    hess = q.T @ (power[0] * (np.diag(p) - np.outer(p, p))) @ q + prior_prec
-    cov = np.linalg.inv(hess)
-    return g, 0.5 * (cov + cov.T)
 
 
 class _VerboseSites(ArraySites):

@@ -31,8 +31,8 @@ one tilted-moment match (with one site EP's first update is its fixed point: ass
 density filtering), VS's from the same moments: they are the exact posterior's, which
 every VS route estimates. The multinomial row's likelihood sees its K − 1 contrasts
 only: EP and VS take the VS fit of their (K − 1)-dimensional tilted density at EP's fixed
-point (refitted on its own moments until they settle) and a rank-(K − 1) update;
-Laplace's multinomial row keeps the general fit. The method's ``one_row`` says which;
+point (refitted on its own moments until they settle), Laplace Newton's method in the
+contrasts, each followed by a rank-(K − 1) update. The method's ``one_row`` says which;
 each is the general fit's posterior to its tolerance (tests/test_updating.py). Small
 batches favour the moments: Laplace's expansion of each batch at its own mode takes the
 rows' curvature where the early estimates put them and accumulates too much precision
@@ -54,7 +54,7 @@ from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import assumed_density_row
-from ..approximations.newton_laplace import row_laplace
+from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
 from ..approximations.softmax_ep import MAX_FITTED_CLASSES, assumed_density_softmax_row
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
@@ -293,7 +293,7 @@ class BayesianUpdating:
     def _one_row_fits(self, X, problems, weights, carried) -> list[MethodFit] | None:
         """The fits of a batch of one row by the direct update of each problem's prior
         (see the module docstring), or None where the general fit is needed: more rows,
-        ``max_iter=0``, a method without a direct rule (or Laplace's multinomial row),
+        ``max_iter=0``, a method without a direct rule,
         a weight above 1 for the moments (power EP's copies), or a direct update that did
         not converge or failed (the general fit then warns or falls back as it does)."""
         rule = self._one_row_rule()
@@ -355,11 +355,12 @@ class BayesianUpdating:
         return fits
 
     def _one_softmax_row(self, row, label, n_classes, weight, rule, carried):
-        """The multinomial one-row fit by moments (the VS fit of the row's (K − 1)-
-        dimensional tilted density at EP's fixed point, a rank-(K − 1) update), or None
-        where the general fit is needed: Laplace's rule, more classes than the site fits
-        take (the multinomial EP's tilted moments), or a fit that failed."""
-        if rule != "moments" or n_classes > MAX_FITTED_CLASSES:
+        """The multinomial one-row fit, a rank-(K − 1) update of the prior: by moments (the
+        VS fit of the row's (K − 1)-dimensional tilted density at EP's fixed point) or by
+        the mode (Newton's method in the row's contrasts); or None where the general fit
+        is needed: more classes than the site fits take (the multinomial EP's tilted
+        moments), or a fit that failed or did not converge."""
+        if rule == "moments" and n_classes > MAX_FITTED_CLASSES:
             return None
         prior = carried[0]
         p = prior.dim
@@ -368,6 +369,23 @@ class BayesianUpdating:
             f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
             "Use fewer features: the posterior's memory grows with their square.",
         )
+        if rule == "mode":
+            try:
+                laplace = softmax_row_laplace(
+                    prior.mean,
+                    prior.cov,
+                    prior.lower,
+                    row,
+                    int(label[0]),
+                    n_classes,
+                    weight,
+                    fit_intercept=self.fit_intercept,
+                    tol=self.tol,
+                    max_iter=self.max_iter,
+                )
+            except NotPositiveDefiniteError:
+                return None
+            return [MethodFit(laplace, laplace.n_iter)] if laplace.converged else None
         try:
             posterior = assumed_density_softmax_row(
                 prior.mean,
