@@ -870,10 +870,18 @@ def assumed_density_softmax_row(
             raise EstimationError(
                 "The VS fit of the row's tilted density is not integrable, even on the finest rule."
             )
-        t_mean, t_cov = t_mean[0], 0.5 * (t_cov[0] + t_cov[0].T)
-        sd = np.sqrt(np.diag(t_cov))
+        # EP's update: the site (fit over cavity) projected on the PSD cone, as the sweeps
+        # project it (a VS fit of a log-concave factor may come out slightly indefinite,
+        # and the projection moves the fixed point), then the posterior's marginal of g.
+        t_prec = np.linalg.inv(t_cov[0])
+        site_lam = _psd((0.5 * (t_prec + t_prec.T) - cav_prec)[None])[0]
+        site_eta = t_prec @ t_mean[0] - cav_lin
+        post_cov = np.linalg.inv(cav_prec + site_lam)
+        post_cov = 0.5 * (post_cov + post_cov.T)
+        post_mean = post_cov @ (cav_lin + site_eta)
+        sd = np.sqrt(np.diag(post_cov))
         scale = np.concatenate([sd, np.outer(sd, sd)[lower]])
-        image = np.concatenate([t_mean, t_cov[lower]])
+        image = np.concatenate([post_mean, post_cov[lower]])
         residual = (image - np.concatenate([kernel_mean, kernel_cov[lower]])) / scale
         change = float(np.max(np.abs(residual)))
         mixed = mixing.step(residual, image, change, scale)
@@ -882,15 +890,13 @@ def assumed_density_softmax_row(
         kernel_cov = kernel_cov + np.tril(kernel_cov, -1).T
         if not _positive_definite(kernel_cov[None])[0]:  # an extrapolation too far
             mixing.restart()
-            kernel_mean, kernel_cov = t_mean, t_cov
-    mean, cov = latent.conditioned(prior_mean, prior_cov, t_mean, t_cov)
-    # log ∫ F^s N(g; m, V) dg: the fit's log Z is over the unnormalized cavity
-    # exp(−gᵀPg/2 + hᵀg), whose integral is exp(mᵀV⁻¹m/2) (2π)^(r/2) det(V)^(1/2).
+            kernel_mean, kernel_cov = post_mean, post_cov
+    mean, cov = latent.conditioned(prior_mean, prior_cov, post_mean, post_cov)
+    # log ∫ F^s N(g; m, V) dg (EP's evidence with one site, whatever the site): the fit's
+    # log Z is over the unnormalized cavity exp(−gᵀPg/2 + hᵀg), whose integral is
+    # exp(mᵀV⁻¹m/2) (2π)^(r/2) det(V)^(1/2).
     _, log_det = np.linalg.slogdet(latent.cov)
     log_evidence = float(log_z[0]) - 0.5 * (float(latent.mean @ cav_lin) + log_det + r * _LOG_2PI)
-    t_prec = np.linalg.inv(t_cov)
-    site_lam = 0.5 * (t_prec + t_prec.T) - cav_prec
-    site_eta = t_prec @ t_mean - cav_lin
     result = EPResult(mean, cov, log_evidence, n_iter=n_iter, converged=True, site_change=change)
     return result.with_sites(EPSites(site_lam[None], site_eta[None], "contrast"))
 
