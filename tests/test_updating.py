@@ -1,10 +1,12 @@
 """Bayesian updating: a general Gaussian prior, partial_fit, forgetting, Thompson draws."""
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
-from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes as vb
@@ -378,6 +380,39 @@ def test_one_multinomial_row_is_the_general_fit(cls, weight, tolerance, iris, mo
     if cls is vb.EPLogisticRegression:  # a weight above 1 (power EP's copies): the sweeps
         direct.partial_fit(X[2:3], y[2:3], sample_weight=[2.0])
         assert len(calls) == 2
+
+
+def test_one_multinomial_row_projects_its_site_as_ep(monkeypatch):
+    """A VS fit of the softmax factor can come out slightly indefinite over its cavity:
+    EP's sweeps project the site on the PSD cone, which moves the fixed point; the
+    one-row update projects it too, and lands on EP's."""
+    X, y = make_classification(
+        200,
+        3,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=4,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    earlier = vb.LaplaceLogisticRegression().fit(X[:40], y[:40])
+    module = sys.modules["vsbayes.approximations.softmax_ep"]
+    projected = []
+    original = module._psd
+    monkeypatch.setattr(
+        module,
+        "_psd",
+        lambda lam: (lambda out: projected.append(out is not lam) or out)(original(lam)),
+    )
+    direct, general = vb.EPLogisticRegression(prior=earlier), vb.EPLogisticRegression(prior=earlier)
+    general._one_row_rule = lambda: None
+    direct.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])
+    assert any(projected)  # the row's site was indefinite before its projection
+    general.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])
+    a, b = _posterior(direct), _posterior(general)
+    sd = np.sqrt(np.diag(b.cov))
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-7 * sd.max())
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-7 * sd.max() ** 2)
 
 
 def test_partial_fit_multinomial_and_one_vs_rest(iris):
