@@ -1,10 +1,12 @@
 """Bayesian updating: a general Gaussian prior, partial_fit, forgetting, Thompson draws."""
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
-from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes as vb
@@ -331,6 +333,86 @@ def test_one_row_update_of_one_vs_rest_and_its_exceptions(iris, cancer):
     Xc, yc = cancer
     vs = vb.VSLogisticRegression(strategy="global").partial_fit(Xc[:1], yc[:1], classes=[0, 1])
     assert vs.strategy_[0] == "global"
+
+
+@pytest.mark.parametrize(
+    "cls, weight, tolerance",
+    [
+        (vb.EPLogisticRegression, 1.0, 1e-7),
+        (vb.VSLogisticRegression, 0.5, 1e-7),
+        (vb.LaplaceLogisticRegression, 1.5, 1e-8),
+    ],
+)
+def test_one_multinomial_row_is_the_general_fit(cls, weight, tolerance, iris, monkeypatch):
+    """One multinomial row by a rank-(K − 1) update (EP, VS: the VS site fit at EP's fixed
+    point; Laplace: Newton in the row's contrasts) and the general fit of that row (EP's
+    damped sweeps on its one site; VS asked for its sites; Laplace's Newton in θ): the same
+    posterior, to EP's tolerance on the sites (1e-8, amplified by the inverses a site is
+    made of: measured ~1e-9), or Laplace's."""
+    X, y = iris
+    direct, general = cls(), cls()
+    if cls is vb.VSLogisticRegression:
+        general.set_params(strategy="sites")
+    general._one_row_rule = lambda: None
+    module = vb.estimators._updating
+    calls = []
+    for name in ("assumed_density_softmax_row", "softmax_row_laplace"):
+        original = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k)
+        )
+    mean, cov = _correlated_prior(15, seed=4)
+    for model in (direct, general):
+        model.set_params(prior=(mean, cov))
+    for k, classes in ((0, [0, 1, 2]), (1, None)):  # the given prior, then carried
+        for model in (direct, general):
+            model.partial_fit(X[k : k + 1], y[k : k + 1], classes=classes, sample_weight=[weight])
+        a, b = _posterior(direct), _posterior(general)
+        sd = np.sqrt(np.diag(b.cov))
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=tolerance * sd.max())
+        np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=tolerance * sd.max() ** 2)
+        assert direct.log_marginal_likelihood_value_ == pytest.approx(
+            general.log_marginal_likelihood_value_, abs=tolerance
+        )
+    assert len(calls) == 2  # each row took the direct update
+    if cls is vb.VSLogisticRegression:
+        assert direct.strategy_reason_[0] == module.ONE_SOFTMAX_ROW_REASON
+    if cls is vb.EPLogisticRegression:  # a weight above 1 (power EP's copies): the sweeps
+        direct.partial_fit(X[2:3], y[2:3], sample_weight=[2.0])
+        assert len(calls) == 2
+
+
+def test_one_multinomial_row_projects_its_site_as_ep(monkeypatch):
+    """A VS fit of the softmax factor can come out slightly indefinite over its cavity:
+    EP's sweeps project the site on the PSD cone, which moves the fixed point; the
+    one-row update projects it too, and lands on EP's."""
+    X, y = make_classification(
+        200,
+        3,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=4,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    earlier = vb.LaplaceLogisticRegression().fit(X[:40], y[:40])
+    module = sys.modules["vsbayes.approximations.softmax_ep"]
+    projected = []
+    original = module._psd
+    monkeypatch.setattr(
+        module,
+        "_psd",
+        lambda lam: (lambda out: projected.append(out is not lam) or out)(original(lam)),
+    )
+    direct, general = vb.EPLogisticRegression(prior=earlier), vb.EPLogisticRegression(prior=earlier)
+    general._one_row_rule = lambda: None
+    direct.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])
+    assert any(projected)  # the row's site was indefinite before its projection
+    general.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])
+    a, b = _posterior(direct), _posterior(general)
+    sd = np.sqrt(np.diag(b.cov))
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-7 * sd.max())
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-7 * sd.max() ** 2)
 
 
 def test_partial_fit_multinomial_and_one_vs_rest(iris):

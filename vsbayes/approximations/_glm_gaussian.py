@@ -47,7 +47,7 @@ from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 from ..models.latent import row_variances
 
-__all__ = ["GLMGaussian", "RowLatent", "check_posterior_memory"]
+__all__ = ["BlockLatent", "GLMGaussian", "RowLatent", "check_posterior_memory"]
 
 _FORMS = ("auto", "primal", "dual")
 # "auto" takes the dual form only beyond this p: below, the primal factorization costs
@@ -444,3 +444,50 @@ class RowLatent(NamedTuple):
         """The Gaussian site ``(τ, ν)`` on t that takes t's marginal to N(new_mean,
         new_var)."""
         return 1.0 / new_var - 1.0 / self.var, new_mean / new_var - self.mean / self.var
+
+
+class BlockLatent(NamedTuple):
+    """One row's latent vector ``g = Aθ`` (r values: the multinomial row's K − 1 contrasts)
+    under a Gaussian N(μ, Σ) of θ, and the rank-r map to the Gaussian whose marginal of g
+    is another: :class:`RowLatent` with r ≥ 1 (kept apart, as the binary one is scalar).
+
+    The conditional of θ given g is unchanged, so ``μ' = μ + K (m̂ − m)`` and
+    ``Σ' = Σ − K (V − V̂) Kᵀ`` with the gain ``K = ΣAᵀV⁻¹``: O(p² r), no p × p
+    factorization.
+    """
+
+    mean: np.ndarray  #: m = Aμ, shape (r,)
+    cov: np.ndarray  #: V = AΣAᵀ, shape (r, r)
+    gain: np.ndarray  #: ΣAᵀV⁻¹, shape (p, r)
+    rows: np.ndarray  #: A, shape (r, p)
+
+    @classmethod
+    def of_softmax_row(
+        cls, mean: np.ndarray, cov: np.ndarray, row: np.ndarray, q: np.ndarray, fit_intercept: bool
+    ) -> BlockLatent:
+        """The contrasts ``g = Qᵀ(Θ x̃)`` of one multinomial row (features ``row``, shape
+        (d,); Q of shape (K, K − 1)) under N(mean, cov) of θ = ``[W.ravel(), b]``."""
+        # A (r × p): g_a = Σ_k q_ka (w_k · x + b_k) in θ's class-major layout.
+        blocks = [np.kron(q.T, np.asarray(row, dtype=float)[None, :])]
+        if fit_intercept:
+            blocks.append(q.T)
+        return cls.of(mean, cov, np.hstack(blocks))
+
+    @classmethod
+    def of(cls, mean: np.ndarray, cov: np.ndarray, rows: np.ndarray) -> BlockLatent:
+        """The latent ``rows @ θ`` (``rows`` of shape (r, p)) under N(mean, cov)."""
+        spread = cov @ rows.T  # ΣAᵀ, (p, r)
+        latent_cov = rows @ spread
+        latent_cov = 0.5 * (latent_cov + latent_cov.T)
+        lower = lower_cholesky(latent_cov, "covariance of the row's latent values")
+        gain = cho_solve((lower, True), spread.T, check_finite=False).T
+        return cls(rows @ mean, latent_cov, gain, rows)
+
+    def conditioned(
+        self, mean: np.ndarray, cov: np.ndarray, new_mean: np.ndarray, new_cov: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and covariance of N(mean, cov) with g's marginal made N(new_mean,
+        new_cov)."""
+        gain = self.gain
+        updated = cov - gain @ (self.cov - new_cov) @ gain.T
+        return mean + gain @ (new_mean - self.mean), 0.5 * (updated + updated.T)

@@ -27,6 +27,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from scipy.linalg import cho_solve
 
 from .._blas import single_blas_thread
 from .._progress import stage
@@ -34,8 +35,9 @@ from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior, ChunkedSoftmaxPosterior, SoftmaxGLMPosterior
+from ..models.softmax_predictive import centred_basis
 from ._design_forms import precision_diagonal
-from ._glm_gaussian import GLMGaussian, RowLatent
+from ._glm_gaussian import BlockLatent, GLMGaussian, RowLatent
 from ._threads import blas_policy
 from .shrinkage_mode import shrinkage_laplace
 
@@ -47,7 +49,9 @@ __all__ = [
     "SoftmaxCurvature",
     "curvature_for",
     "glm_laplace",
+    "latent_softmax_mode",
     "row_laplace",
+    "softmax_row_laplace",
 ]
 
 _HESSIAN = "negative Hessian of the log-posterior"
@@ -326,6 +330,157 @@ def row_laplace(
         n_iter=solver.n_iter,
         converged=solver.converged or solver.stalled,
         grad_norm=abs(float(solver.grad[0])) * float(np.linalg.norm(row)),
+        log_density_at_mode=at_mode,
+    )
+
+
+class _SoftmaxLatentRow(NamedTuple):
+    """The posterior of one multinomial row's contrasts g (r = K − 1 values):
+    ``softmax(Qg)[label]^weight N(g; mean, precision⁻¹)``."""
+
+    q: np.ndarray
+    label: int
+    weight: float
+    mean: np.ndarray
+    precision: np.ndarray
+    log_norm: float  #: ½ log det(2π V), V = precision⁻¹
+    dim: int
+
+
+class _SmallHessian:
+    """An r × r negative Hessian (r small), as :class:`GLMGaussian` offers it to the
+    solver."""
+
+    def __init__(self, value: np.ndarray):
+        self.lower = np.linalg.cholesky(value)
+        self.half_log_det = float(np.log(np.diag(self.lower)).sum())
+
+    def solve(self, v: np.ndarray) -> np.ndarray:
+        return cho_solve((self.lower, True), v, check_finite=False)
+
+    @property
+    def cov(self) -> np.ndarray:
+        cov = self.solve(np.eye(self.lower.shape[0]))
+        return 0.5 * (cov + cov.T)
+
+
+class SoftmaxRowCurvature(Curvature):
+    """One multinomial row's contrasts ``g = Qᵀ(Θx̃)`` under their Gaussian prior marginal
+    (a :class:`_SoftmaxLatentRow`): :class:`RowCurvature`'s argument in K − 1 dimensions.
+    From the prior mean the p-dimensional iterates are ``μ + ΣAᵀV⁻¹(g − m)`` with g these
+    iterates (the same decrements and Armijo tests), and as :class:`SoftmaxCurvature` the
+    solver takes the final step."""
+
+    final_step = True
+
+    def _probabilities(self, theta: np.ndarray) -> np.ndarray:
+        f = self.model.q @ theta
+        p = np.exp(f - f.max())
+        return p / p.sum()
+
+    def expand(self, theta: np.ndarray) -> tuple[float, np.ndarray, _SmallHessian]:
+        row = self.model
+        p = self._probabilities(theta)
+        residual = -row.weight * p
+        residual[row.label] += row.weight
+        grad = row.q.T @ residual - row.precision @ (theta - row.mean)
+        curvature = row.weight * (np.diag(p) - np.outer(p, p))
+        hessian = row.q.T @ curvature @ row.q + row.precision
+        return self.log_density(theta), grad, _SmallHessian(0.5 * (hessian + hessian.T))
+
+    def log_density(self, theta: np.ndarray) -> float:
+        row = self.model
+        f = row.q @ theta
+        top = float(f.max())
+        log_softmax = float(f[row.label]) - top - math.log(float(np.exp(f - top).sum()))
+        centred = theta - row.mean
+        return (
+            row.weight * log_softmax - 0.5 * float(centred @ row.precision @ centred) - row.log_norm
+        )
+
+
+def latent_softmax_mode(
+    latent, q: np.ndarray, label: int, weight: float, *, tol: float, max_iter: int
+) -> NewtonLaplaceSolver:
+    """Newton's method on one multinomial row's contrasts from their prior mean
+    (:class:`SoftmaxRowCurvature`): the solver, at the mode (``theta``, ``value``,
+    ``gaussian``). ``latent`` is the row's
+    :class:`~vsbayes.approximations._glm_gaussian.BlockLatent`."""
+    precision = np.linalg.inv(latent.cov)
+    _, log_det = np.linalg.slogdet(2.0 * math.pi * latent.cov)
+    problem = _SoftmaxLatentRow(
+        q,
+        int(label),
+        float(weight),
+        latent.mean,
+        0.5 * (precision + precision.T),
+        0.5 * log_det,
+        len(latent.mean),
+    )
+    solver = NewtonLaplaceSolver(
+        problem, tol=tol, max_iter=max_iter, curvature=SoftmaxRowCurvature(problem)
+    )
+    solver.find_mode(latent.mean.copy())
+    return solver
+
+
+def softmax_row_laplace(
+    prior_mean: np.ndarray,
+    prior_cov: np.ndarray,
+    prior_lower: np.ndarray,
+    row: np.ndarray,
+    label: int,
+    n_classes: int,
+    weight: float,
+    *,
+    fit_intercept: bool = True,
+    tol: float = 1e-8,
+    max_iter: int = 100,
+) -> LaplaceResult:
+    """Laplace approximation of one multinomial row under a Gaussian prior of θ
+    (``[W.ravel(), b]``): :func:`row_laplace` in the row's K − 1 contrasts
+    (:func:`latent_softmax_mode`), then the rank-(K − 1) update of the prior
+    (:class:`~vsbayes.approximations._glm_gaussian.BlockLatent`).
+
+    Parameters
+    ----------
+    prior_mean, prior_cov, prior_lower : ndarray of shapes (p,), (p, p), (p, p)
+        The prior N(μ, Σ) and the Cholesky factor of Σ.
+    row : ndarray of shape (d,)
+        The row's features.
+    label : int
+        Its class index.
+    n_classes : int
+        K.
+    weight : float
+        Its weight s > 0.
+    fit_intercept : bool, default=True
+        Whether θ ends with the K intercepts.
+    tol, max_iter
+        As :func:`softmax_laplace`'s.
+
+    Returns
+    -------
+    LaplaceResult
+        As :func:`row_laplace`'s.
+    """
+    q = centred_basis(n_classes)
+    latent = BlockLatent.of_softmax_row(prior_mean, prior_cov, row, q, fit_intercept)
+    solver = latent_softmax_mode(latent, q, label, weight, tol=tol, max_iter=max_iter)
+    mean, cov = latent.conditioned(prior_mean, prior_cov, solver.theta, solver.gaussian.cov)
+    r = latent.mean.size
+    value = solver.value + 0.5 * r * math.log(2.0 * math.pi) - solver.gaussian.half_log_det
+    # log p(θ*) in θ's coordinates, as row_laplace's: Σ's Gaussian normalizer for V's.
+    log_det = 2.0 * float(np.log(np.diag(prior_lower)).sum())
+    at_mode = solver.value + solver.model.log_norm
+    at_mode -= 0.5 * (prior_mean.size * math.log(2.0 * math.pi) + log_det)
+    return LaplaceResult(
+        mean,
+        cov,
+        value,
+        n_iter=solver.n_iter,
+        converged=solver.converged or solver.stalled,
+        grad_norm=float(np.linalg.norm(latent.rows.T @ solver.grad)),
         log_density_at_mode=at_mode,
     )
 

@@ -23,17 +23,20 @@ before a batch of n rows the carried posterior's natural parameters (precision a
 precision × mean) are mixed with the original prior's with weight ``decay**n``, so a row
 seen k rows ago weighs ``decay**k`` and the effective memory is ``1 / (1 − decay)`` rows.
 
-**One row** (binary and one-vs-rest problems) skips the general fit: prior × one factor
+**One row** skips the general fit: prior × one factor
 differs from the prior along the row only, so the posterior is a rank-one update of the
 prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
 row's latent (the general solver's iterates, in the one dimension they move in), EP's from
 one tilted-moment match (with one site EP's first update is its fixed point: assumed-
 density filtering), VS's from the same moments: they are the exact posterior's, which
-every VS route estimates. The method's ``one_row`` says which; each is the general fit's
-posterior to its tolerance (tests/test_updating.py). Small batches favour the moments:
-Laplace's expansion of each batch at its own mode takes the rows' curvature where the
-early estimates put them and accumulates too much precision (docs/decisions.md,
-"Streaming by moments").
+every VS route estimates. The multinomial row's likelihood sees its K − 1 contrasts
+only: EP and VS take the VS fit of their (K − 1)-dimensional tilted density at EP's fixed
+point (refitted on its own moments until they settle), Laplace Newton's method in the
+contrasts, each followed by a rank-(K − 1) update. The method's ``one_row`` says which;
+each is the general fit's posterior to its tolerance (tests/test_updating.py). Small
+batches favour the moments: Laplace's expansion of each batch at its own mode takes the
+rows' curvature where the early estimates put them and accumulates too much precision
+(docs/decisions.md, "Streaming by moments").
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import assumed_density_row
-from ..approximations.newton_laplace import row_laplace
+from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
+from ..approximations.softmax_ep import MAX_FITTED_CLASSES, assumed_density_softmax_row
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
@@ -63,14 +67,25 @@ from ..models import (
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.links import get_link
 from ..models.priors import GaussianPrior
-from ._methods import MethodFit
+from ._methods import SOFTMAX_EP_MIN_TOL, MethodFit
 
-__all__ = ["ONE_ROW_REASON", "BayesianUpdating", "ThompsonDraws", "problem_model"]
+__all__ = [
+    "ONE_ROW_REASON",
+    "ONE_SOFTMAX_ROW_REASON",
+    "BayesianUpdating",
+    "ThompsonDraws",
+    "problem_model",
+]
 
 #: The route a one-row update records (``strategy_reason_``) where the method records one.
 ONE_ROW_REASON = (
     "one row: its posterior's moments are those of its one-dimensional tilted density, "
     "computed to round-off (assumed-density filtering), which every route aims at"
+)
+#: The same for one multinomial row, whose tilted density has K − 1 dimensions.
+ONE_SOFTMAX_ROW_REASON = (
+    "one row: its posterior's moments are the VS fit of its (K - 1)-dimensional tilted "
+    "density at expectation propagation's fixed point (assumed-density filtering)"
 )
 
 
@@ -276,18 +291,21 @@ class BayesianUpdating:
         return self._posterior_method.one_row
 
     def _one_row_fits(self, X, problems, weights, carried) -> list[MethodFit] | None:
-        """The fits of a batch of one row by the direct update of each binary problem's
-        prior (see the module docstring), or None where the general fit is needed: more
-        rows, the multinomial posterior, ``max_iter=0``, a method without a direct rule,
+        """The fits of a batch of one row by the direct update of each problem's prior
+        (see the module docstring), or None where the general fit is needed: more rows,
+        ``max_iter=0``, a method without a direct rule,
         a weight above 1 for the moments (power EP's copies), or a direct update that did
         not converge or failed (the general fit then warns or falls back as it does)."""
         rule = self._one_row_rule()
-        if X.shape[0] != 1 or rule is None or self.max_iter == 0 or problems[0][1] is not None:
+        if X.shape[0] != 1 or rule is None or self.max_iter == 0:
             return None
         weight = float(weights[0])
         if rule == "moments" and weight > 1.0:
             return None
         row = X.toarray()[0] if sp.issparse(X) else X[0]
+        n_classes = problems[0][1]
+        if n_classes is not None:
+            return self._one_softmax_row(row, problems[0][0], n_classes, weight, rule, carried)
         if self.fit_intercept:
             row = np.append(row, 1.0)
         p = row.size
@@ -335,6 +353,61 @@ class BayesianUpdating:
             for fit in fits:
                 print(f"{type(self).__name__}: {fit.posterior!r}")
         return fits
+
+    def _one_softmax_row(self, row, label, n_classes, weight, rule, carried):
+        """The multinomial one-row fit, a rank-(K − 1) update of the prior: by moments (the
+        VS fit of the row's (K − 1)-dimensional tilted density at EP's fixed point) or by
+        the mode (Newton's method in the row's contrasts); or None where the general fit
+        is needed: more classes than the site fits take (the multinomial EP's tilted
+        moments), or a fit that failed or did not converge."""
+        if rule == "moments" and n_classes > MAX_FITTED_CLASSES:
+            return None
+        prior = carried[0]
+        p = prior.dim
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        if rule == "mode":
+            try:
+                laplace = softmax_row_laplace(
+                    prior.mean,
+                    prior.cov,
+                    prior.lower,
+                    row,
+                    int(label[0]),
+                    n_classes,
+                    weight,
+                    fit_intercept=self.fit_intercept,
+                    tol=self.tol,
+                    max_iter=self.max_iter,
+                )
+            except NotPositiveDefiniteError:
+                return None
+            return [MethodFit(laplace, laplace.n_iter)] if laplace.converged else None
+        try:
+            posterior = assumed_density_softmax_row(
+                prior.mean,
+                prior.cov,
+                row,
+                int(label[0]),
+                n_classes,
+                weight,
+                fit_intercept=self.fit_intercept,
+                tol=max(1e-2 * self.tol, SOFTMAX_EP_MIN_TOL),  # the general EP's
+            )
+        except (EstimationError, NotPositiveDefiniteError):
+            return None
+        route = {"strategy": "sites", "reason": ONE_SOFTMAX_ROW_REASON}
+        fit = MethodFit(
+            posterior,
+            posterior.n_iter,
+            **(route if self._posterior_method.records_strategy else {}),
+        )
+        if self.verbose:
+            print(f"{type(self).__name__}: {posterior!r}")
+        return [fit]
 
     def _partial_fit_classes(self, classes, first: bool) -> np.ndarray:
         """The classes of the stream, checked as ``SGDClassifier.partial_fit`` does."""
