@@ -123,7 +123,7 @@ def test_ep_is_a_fixed_point_of_its_sweep():
         if change < 1e-12:
             break
     assert change < 1e-12
-    ep = softmax_ep(model, tol=1e-12)
+    ep = softmax_ep(model, tol=1e-12, sites="fits")
     theta, cov = contrast.to_theta(*contrast.posterior(lam, eta)[:2])
     np.testing.assert_allclose(ep.mean, theta, rtol=0, atol=1e-9)
     np.testing.assert_allclose(ep.cov, cov, rtol=0, atol=1e-9)
