@@ -34,9 +34,9 @@ parameters minus the cavity's. The tilted moments come one of two ways (``sites`
   ``Λ = (I − HΣ)⁻¹H``, ``η = γ + Λ μ_t``. The expectations are self-normalized quadrature on
   mirrored Sobol nodes mapped through the cavity (weights ``F^s ≤ 1``), 8 nodes per
   dimension, at least 128, and 4 or 16 times that on a row whose cavity is wide (its largest
-  variance above 1 or 16: the factor is then nearly a step over it): work per row ~K² per
+  variance above 4 or 16: the factor is then nearly a step over it): work per row ~K² per
   node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
-  (iris, wine: 3·10⁻⁵ and 8·10⁻⁴ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
+  (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
   Where the factor narrows the cavity by
   more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
   terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
@@ -227,10 +227,11 @@ class _RowState:
 
 #: A row whose cavity's largest variance exceeds the first (second) of these starts the
 #: tilted moments one (two) rule levels up. The factor varies on the scale of one unit of
-#: the latent values; over a wider cavity it is nearly a step, and the quadrature of its
-#: moments needs more nodes (wine's cavities, variances 4-19: 128 nodes in 2 dimensions
-#: left EP 0.012 nats from its fixed point on 8192, 512 nodes 0.0012).
-_WIDE_CAVITY = (1.0, 16.0)
+#: the latent values; over a much wider cavity it is nearly a step, and the quadrature of
+#: its moments needs more nodes (wine's cavities, variances 4-19: 128 nodes in 2 dimensions
+#: left EP 0.012 nats from its fixed point on 8192, 512 nodes 0.0012; iris's, 0.8-5.4, 2e-4
+#: on 128). Above 1 instead of 4, a quarter of the rows of 50 classes went to 2048 nodes.
+_WIDE_CAVITY = (4.0, 16.0)
 
 #: Most classes for which ``sites="auto"`` takes VS fits where more than ``_WIDE_SHARE`` of
 #: the rows' cavities are wider than the second of ``_WIDE_CAVITY`` (digits: the median
