@@ -257,7 +257,7 @@ def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
     chosen here, at the first sweep, once)."""
     if state.pending is not None:
         widest = 1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]
-        if np.mean(widest > _WIDE_CAVITY[-1]) > _WIDE_SHARE:
+        if widest.size and np.mean(widest > _WIDE_CAVITY[-1]) > _WIDE_SHARE:
             state.rules = state.pending
         state.pending = None
     if state.rules is not None:

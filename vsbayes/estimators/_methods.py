@@ -147,8 +147,7 @@ def softmax_ep_posterior(
     leaves EP 10⁻⁵-10⁻³ nats from its exact fixed point, and further sweeps only refine the
     quadrature's own fixed point (measured on iris, wine, 20 classes and 2000 rows of 3 to
     20 classes: the posteriors at 10⁻⁴ and 10⁻⁸ within 6·10⁻⁷ nats of each other, in about
-    half the sweeps). ``verbose`` ≥ 1
-    prints the route, its size and one line per sweep.
+    half the sweeps). ``verbose`` ≥ 1 prints the route, its size and one line per sweep.
     """
     _, sweep_work = softmax_ep_cost(model)
     stop = 1e-2 * tol if sweep_work < SOFTMAX_EP_SMALL_SWEEP else math.sqrt(tol)
