@@ -5,7 +5,7 @@ data at C = 1 (intercepts fitted, the estimators' defaults otherwise):
 
 1. Time of ``fit`` and of ``predict_proba`` on the training rows, per method
    (``LaplaceLogisticRegression``, ``VSLogisticRegression``, ``ISLogisticRegression``,
-   ``EPLogisticRegression``: multinomial EP with VS fits of the (K − 1)-dimensional sites), with
+   ``EPLogisticRegression``: multinomial EP of the (K − 1)-dimensional sites), with
    scikit-learn's ``LogisticRegression(C)`` timed in the same process as the baseline (median
    of ``--rounds`` rounds, each round timing every method once in turn, LR at the default
    BLAS threads and on one BLAS thread: the faster median, as ``_common.LRBaseline``).

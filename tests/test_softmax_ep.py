@@ -123,7 +123,7 @@ def test_ep_is_a_fixed_point_of_its_sweep():
         if change < 1e-12:
             break
     assert change < 1e-12
-    ep = softmax_ep(model, tol=1e-12)
+    ep = softmax_ep(model, tol=1e-12, sites="fits")
     theta, cov = contrast.to_theta(*contrast.posterior(lam, eta)[:2])
     np.testing.assert_allclose(ep.mean, theta, rtol=0, atol=1e-9)
     np.testing.assert_allclose(ep.cov, cov, rtol=0, atol=1e-9)
@@ -343,3 +343,17 @@ def test_positive_definite_agrees_with_the_smallest_eigenvalue():
     assert not expected.all() and expected.any()
     np.testing.assert_array_equal(_positive_definite(matrices), expected)
     assert np.linalg.eigvalsh(_psd(matrices)).min() > -1e-12
+
+
+def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
+    """sites="auto" up to 10 classes: the tilted moments, unless more than a tenth of the
+    cavities at the first sweep are wider than the threshold; then the VS fits, the same
+    fit as sites="fits"."""
+    _, _, model = problem(3)
+    start = softmax_laplace(model).mean
+    moments = softmax_ep(model, start=start, sites="moments")
+    fits = softmax_ep(model, start=start, sites="fits")
+    np.testing.assert_array_equal(softmax_ep(model, start=start).mean, moments.mean)
+    monkeypatch.setattr(ep_module, "_WIDE_CAVITY", (0.0, 0.0))
+    np.testing.assert_array_equal(softmax_ep(model, start=start).mean, fits.mean)
+    assert np.abs(fits.mean - moments.mean).max() > 1e-6  # the two differ

@@ -236,3 +236,30 @@ def test_a_prior_of_1e300_gives_a_valid_posterior_or_a_clear_error(strategy):
         warnings.simplefilter("ignore", vsbayes.exceptions.ConvergenceWarning)
         est.fit(X[:200], y[:200])
     assert np.isfinite(est.sigma_).all() and np.isfinite(est.coef_).all()
+
+
+def test_the_multinomial_ep_stops_where_its_predicted_error_meets_the_target():
+    """400 rows of 3 classes: EP's predicted error (half the square of Laplace's) is within
+    the default target, so "auto" keeps EP without the global fit, says so, and is within
+    that prediction of the global fit that the target would otherwise run."""
+    X, y = make_classification(400, 3, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
+    model = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
+    assert model.strategy_.tolist() == ["sites"] and model.stop_reason_.tolist() == ["target_kl"]
+    assert "EP's predicted error" in model.strategy_reason_[0]
+    assert model.kl_error_[0] <= strategy_module.DEFAULT_TARGET_KL
+    ep = vsbayes.EPLogisticRegression().fit(X, y)
+    np.testing.assert_allclose(model.coef_, ep.coef_, rtol=1e-12)
+    # Without a target the global fit runs from EP; EP is within the predicted error of it.
+    full = vsbayes.VSLogisticRegression(random_state=0, target_kl=None).fit(X, y)
+    assert full.strategy_.tolist() == ["global"]
+    mean0, cov0 = np.r_[full.coef_.ravel(), full.intercept_], full.sigma_
+    mean1, cov1 = np.r_[model.coef_.ravel(), model.intercept_], model.sigma_
+    solved = np.linalg.solve(cov1, np.column_stack([cov0, mean0 - mean1]))
+    departure = 0.5 * (
+        np.trace(solved[:, :-1])
+        + (mean0 - mean1) @ solved[:, -1]
+        - len(mean0)
+        - np.linalg.slogdet(cov0)[1]
+        + np.linalg.slogdet(cov1)[1]
+    )
+    assert departure <= model.kl_error_[0] + full.kl_error_[0]

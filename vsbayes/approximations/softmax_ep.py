@@ -20,19 +20,24 @@ rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussia
 moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
 parameters minus the cavity's. The tilted moments come one of two ways (``sites``):
 
-* **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes): the Gaussian fitted by variational
+* **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes where the rows' cavities are wide,
+  see ``sites``): the Gaussian fitted by variational
   sampling to the tilted density, :func:`~vsbayes.engine.site_fits.fit_sites` on a
   deterministic rule in r dimensions (:class:`~vsbayes.sampling.SymmetricSobol`: whitened,
   mirrored Sobol nodes, 16 per parameter of the fit, at least 256: 1024 for r = 9), its
   kernel the posterior's latent marginal ``N(m_i, V_i)``. Exact for a Gaussian tilted
   density on any rule, but a fit of (r + 1)(r + 2)/2 parameters: work per row ~K⁶.
-* **Tilted expectations** (more classes): by Stein's identities the tilted mean and
+* **Tilted expectations** (otherwise): by Stein's identities the tilted mean and
   covariance of ``F^s × N(μ, Σ)`` are ``μ + Σγ`` and ``Σ − ΣHΣ``, with ``γ = E[∇ log F^s]``
   and ``H = γγᵀ − E[∇∇F^s / F^s]`` under the tilted density; for the softmax both are
   linear in E[p] and E[p pᵀ] (p the class probabilities at g), so the site is
   ``Λ = (I − HΣ)⁻¹H``, ``η = γ + Λ μ_t``. The expectations are self-normalized quadrature on
   mirrored Sobol nodes mapped through the cavity (weights ``F^s ≤ 1``), 8 nodes per
-  dimension, at least 128: work per row ~K² per node. Where the factor narrows the cavity by
+  dimension, at least 128, and 4 or 16 times that on a row whose cavity is wide (its largest
+  variance above 4 or 16: the factor is then nearly a step over it): work per row ~K² per
+  node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
+  (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
+  Where the factor narrows the cavity by
   more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
   terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
   cavity and the latent marginal, with four times the nodes (see D-045).
@@ -216,24 +221,60 @@ class _RowState:
     the rule level and whether it takes the nodes' own moments — raised, never lowered, so
     that the sweep stays one fixed map once the rows have settled."""
 
-    def __init__(self, m: int, rules: list[SamplingRule] | None = None):
+    def __init__(
+        self,
+        m: int,
+        rules: list[SamplingRule] | None = None,
+        pending: list[SamplingRule] | None = None,
+    ):
         self.rules = rules
+        # sites="auto": the VS fits' rules, taken at the first sweep if the rows are wide.
+        self.pending = pending
         self.level = np.zeros(m, dtype=int)
         self.direct = np.zeros(m, dtype=bool)
+        self.sized = False  # the tilted moments' levels not yet set from the rows' spread
+
+
+#: A row whose cavity's largest variance exceeds the first (second) of these starts the
+#: tilted moments one (two) rule levels up. The factor varies on the scale of one unit of
+#: the latent values; over a much wider cavity it is nearly a step, and the quadrature of
+#: its moments needs more nodes (wine's cavities, variances 4-19: 128 nodes in 2 dimensions
+#: left EP 0.012 nats from its fixed point on 8192, 512 nodes 0.0012; iris's, 0.8-5.4, 2e-4
+#: on 128). Above 1 instead of 4, a quarter of the rows of 50 classes went to 2048 nodes.
+_WIDE_CAVITY = (4.0, 16.0)
+
+#: Most classes for which ``sites="auto"`` takes VS fits where more than ``_WIDE_SHARE`` of
+#: the rows' cavities are wider than the second of ``_WIDE_CAVITY`` (digits: the median
+#: row's largest variance 22, up to 2·10³): there the factors are steps over the cavities'
+#: nodes, whose weighted moments came out singular on a few rows even on 16 times the
+#: nodes, where a quadratic fit on the VS rule stays proper.
+MAX_FITTED_CLASSES = 10
+_WIDE_SHARE = 0.1
+
+
+def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
+    """The starting rule level of each row from its cavity's largest variance."""
+    top = np.linalg.eigvalsh(cav_cov)[:, -1]
+    level = np.zeros(len(cav_cov), dtype=int)
+    for threshold in _WIDE_CAVITY:
+        level += top > threshold
+    return np.minimum(level, n_levels - 1)
 
 
 def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
     """Every row's new site for one copy of its factor: ``(log Z, Λ, η, found)`` by the
-    method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`)."""
+    method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`; with ``sites="auto"``
+    chosen here, at the first sweep, once)."""
+    if state.pending is not None:
+        widest = 1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]
+        if widest.size and np.mean(widest > _WIDE_CAVITY[-1]) > _WIDE_SHARE:
+            state.rules = state.pending
+        state.pending = None
     if state.rules is not None:
         return _vs_sites(
             model, q, v_mean, v_cov, cav_prec, cav_lin, power, state.rules, state.level, ok
         )
     return _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok)
-
-
-#: Most classes whose sites are VS fits by default; more classes take tilted moments.
-MAX_FITTED_CLASSES = 10
 
 
 #: Rows whose cavity the factor narrows by more than this fraction of a variance, in some
@@ -358,6 +399,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
     # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
     log_norm = 0.5 * np.einsum("ma,ma->m", cav_lin, cav_mean) + log_det_half + 0.5 * r * _LOG_2PI
+    if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
+        state.level[ok] = np.maximum(state.level[ok], _spread_levels(cav_cov[ok], _n_levels(rule)))
+        state.sized = True
     for at in range(_n_levels(rule)):
         for mixed in (False, True):
             rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
@@ -664,15 +708,17 @@ def softmax_ep(
         Deterministic rule in K − 1 dimensions of the site fits (default
         ``SymmetricSobol(16)``: 16 nodes per parameter of the fit, at least 256; 1024
         for 10 classes) or of the tilted moments (default: mirrored Sobol nodes, 8 per
-        dimension, at least 128); a :class:`~vsbayes.sampling.SymmetricSobol` rule (and
-        the default) is refined 4 and 16 times for the sites it leaves improper.
+        dimension, at least 128; rows with wide cavities start 4 or 16 times finer); a
+        :class:`~vsbayes.sampling.SymmetricSobol` rule (and the default) is refined 4 and
+        16 times for the sites it leaves improper.
     memory : int, default=5
         Sweeps mixed by Anderson's acceleration (0: plain damped sweeps).
     sites : {"auto", "fits", "moments"}, default="auto"
         How each site is found: ``"fits"``, VS fits of the tilted densities (a quadratic
         in K − 1 dimensions per row, work growing as K⁴); ``"moments"``, the tilted moments
-        from expectations of the softmax (work growing as K²); ``"auto"``, fits up to
-        :data:`MAX_FITTED_CLASSES` classes, moments above.
+        from expectations of the softmax (work growing as K²); ``"auto"``, the moments,
+        except up to :data:`MAX_FITTED_CLASSES` classes where more than a tenth of the
+        rows' cavities are wide (largest variance above 16) at the first sweep: fits.
     verbose : int, default=0
         Print the route and its estimated size before the sweeps, and one line per sweep
         (its number, site change and damping) when ≥ 1.
@@ -707,11 +753,15 @@ def softmax_ep(
         nbytes, work = softmax_ep_cost(model, sites=method, rule=rule, memory=memory)
         print(
             f"[softmax EP] {model.n_observations} rows, {model.n_classes} classes, sites by "
-            f"{'VS fits' if method == 'fits' else 'tilted moments'}: about "
+            f"{_METHOD_NAMES[method]}: about "
             f"{format_bytes(nbytes)} and {work:.2g} multiply-adds per sweep"
         )
-    rules = _rules(SymmetricSobol(16) if rule is None else rule) if method == "fits" else None
-    state = _RowState(model.n_observations, rules)
+    fit_rules = _rules(SymmetricSobol(16) if rule is None else rule)
+    state = _RowState(
+        model.n_observations,
+        fit_rules if method == "fits" else None,
+        fit_rules if method == "auto" else None,
+    )
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
@@ -925,12 +975,20 @@ class _VerboseSites(ArraySites):
         return change
 
 
+_METHOD_NAMES = {
+    "fits": "VS fits",
+    "moments": "tilted moments",
+    "auto": "tilted moments (VS fits if the cavities are wide)",
+}
+
+
 def _method(model: SoftmaxGLMPosterior, sites: str) -> str:
-    """``"fits"`` or ``"moments"``: the method of ``sites`` for this model."""
+    """``"fits"``, ``"moments"`` or (up to :data:`MAX_FITTED_CLASSES` classes) ``"auto"``:
+    chosen at the first sweep."""
     if sites not in ("auto", "fits", "moments"):
         raise ValueError(f"sites must be 'auto', 'fits' or 'moments'; got {sites!r}.")
     if sites == "auto":
-        return "fits" if model.n_classes <= MAX_FITTED_CLASSES else "moments"
+        return "auto" if model.n_classes <= MAX_FITTED_CLASSES else "moments"
     return sites
 
 
@@ -971,7 +1029,7 @@ def softmax_ep_cost(
     held = 8.0 * n_sites * (8 + 2 * memory)  # the sweeps' copies of the sites
     held += 8.0 * m * (14 * r * r + 2 * k * k + 8 * r)  # latent, cavity, new sites, eigh
     held += 8.0 * (4 * (r * w) ** 2 + 3 * model.dim**2)  # posterior of B; θ's covariance
-    if method == "fits":
+    if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)
         n_params = (r + 1) * (r + 2) // 2
@@ -1014,13 +1072,13 @@ def check_softmax_ep_size(
     check_memory(
         nbytes,
         f"the multinomial expectation propagation of {m} rows and {k} classes (sites of "
-        f"{k - 1} × {k - 1} per row, by {'VS fits' if method == 'fits' else 'tilted moments'})",
+        f"{k - 1} × {k - 1} per row, by {_METHOD_NAMES[method]})",
         "Fit fewer rows or classes, use the Laplace approximation "
         "(LaplaceLogisticRegression), or fit one-vs-rest binary posteriors with "
         "sklearn.multiclass.OneVsRestClassifier, whose sites are one-dimensional"
         + (
-            "; with more than 10 classes, sites='moments' needs far less memory than VS fits."
-            if method == "fits" and k > 3
+            "; sites='moments' needs far less memory than VS fits."
+            if method != "moments" and k > 3
             else "."
         ),
     )
