@@ -252,6 +252,12 @@ MAX_FITTED_CLASSES = 10
 _WIDE_SHARE = 0.1
 
 
+def _wide_rows(widest: np.ndarray) -> bool:
+    """Whether ``sites="auto"`` takes VS fits for rows whose cavities' largest variances
+    are ``widest`` (up to :data:`MAX_FITTED_CLASSES` classes)."""
+    return bool(widest.size) and float(np.mean(widest > _WIDE_CAVITY[-1])) > _WIDE_SHARE
+
+
 def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
     """The starting rule level of each row from its cavity's largest variance."""
     top = np.linalg.eigvalsh(cav_cov)[:, -1]
@@ -266,8 +272,7 @@ def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
     method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`; with ``sites="auto"``
     chosen here, at the first sweep, once)."""
     if state.pending is not None:
-        widest = 1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]
-        if widest.size and np.mean(widest > _WIDE_CAVITY[-1]) > _WIDE_SHARE:
+        if _wide_rows(1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]):
             state.rules = state.pending
         state.pending = None
     if state.rules is not None:
@@ -871,7 +876,10 @@ def assumed_density_softmax_row(
     Raises
     ------
     EstimationError
-        If a fit is not integrable even on the finest rule, or the refits do not settle
+        If the general EP would not take a VS fit of this row (more than
+        :data:`MAX_FITTED_CLASSES` classes, or a cavity no wider than the VS fits need:
+        its tilted moments instead, :func:`softmax_ep`'s ``sites="auto"``), if a fit is not
+        integrable even on the finest rule, or the refits do not settle
         within ``max_iter``: met on the first rows under a vague prior (the intercepts'
         10⁶ variance), where the factor is nearly a step over the kernel's nodes and the
         refits wander by a few hundredths of a standard deviation; damping did not help
@@ -882,6 +890,13 @@ def assumed_density_softmax_row(
     q = centred_basis(n_classes)
     r = n_classes - 1
     latent = BlockLatent.of_softmax_row(prior_mean, prior_cov, row, q, fit_intercept)
+    # The general EP (sites="auto") takes this row's VS fit only where its cavity is wide;
+    # a narrower one takes the tilted moments, whose fixed point the general fit finds.
+    if n_classes > MAX_FITTED_CLASSES or not _wide_rows(np.linalg.eigvalsh(latent.cov)[-1:]):
+        raise EstimationError(
+            "The row's cavity is narrow (or the classes many): the multinomial EP takes its "
+            "tilted moments, not a VS fit; fit the row with softmax_ep."
+        )
     cav_prec = np.linalg.inv(latent.cov)
     cav_prec = 0.5 * (cav_prec + cav_prec.T)
     cav_lin = cav_prec @ latent.mean

@@ -358,8 +358,9 @@ class BayesianUpdating:
         """The multinomial one-row fit, a rank-(K − 1) update of the prior: by moments (the
         VS fit of the row's (K − 1)-dimensional tilted density at EP's fixed point) or by
         the mode (Newton's method in the row's contrasts); or None where the general fit
-        is needed: more classes than the site fits take (the multinomial EP's tilted
-        moments), or a fit that failed or did not converge."""
+        is needed: more classes than the site fits take, or a cavity narrow enough for the
+        multinomial EP's tilted moments (whose fixed point its sweeps find), or a fit
+        that failed or did not converge."""
         if rule == "moments" and n_classes > MAX_FITTED_CLASSES:
             return None
         prior = carried[0]
