@@ -125,6 +125,7 @@ __all__ = [
     "N_NODES",
     "TOLERANCE",
     "centred_basis",
+    "centred_softmax_predictive_log_proba",
     "gauss_hermite_nodes",
     "replicate_nodes",
     "softmax_predictive_log_proba",
@@ -422,14 +423,46 @@ def softmax_predictive_log_proba(
     ndarray of shape (n, K)
         Log predictive probabilities; their exponentials sum to 1 in each row.
     """
+    mean = np.asarray(mean, dtype=float)
+    q = centred_basis(mean.shape[1])
+    return centred_softmax_predictive_log_proba(mean, q.T @ cov @ q, tol=tol, max_bytes=max_bytes)
+
+
+def centred_softmax_predictive_log_proba(
+    mean: np.ndarray,
+    centred_cov: np.ndarray,
+    *,
+    tol: float = TOLERANCE,
+    max_bytes: float | None = None,
+) -> np.ndarray:
+    """:func:`softmax_predictive_log_proba` from the covariance of the centred latent in
+    the basis :func:`centred_basis` (all that the rule uses), as
+    :class:`~vsbayes.models.latent.JointLatents` computes it: no round trip through the
+    K × K covariance (two batched products of small matrices per row, which cost as much
+    as the latent moments' own product on 10 classes).
+
+    Parameters
+    ----------
+    mean : ndarray of shape (n, K)
+        Latent means.
+    centred_cov : ndarray of shape (n, K - 1, K - 1)
+        ``Qᵀ cov Q`` for the rows' latent covariances cov and Q = ``centred_basis(K)``
+        (positive semi-definite).
+    tol, max_bytes
+        As in :func:`softmax_predictive_log_proba`.
+
+    Returns
+    -------
+    ndarray of shape (n, K)
+        Log predictive probabilities; their exponentials sum to 1 in each row.
+    """
     if not tol > 0:
         raise ValueError(f"tol must be positive; got {tol!r}.")
     max_bytes = block_bytes() if max_bytes is None else max_bytes
     mean = np.asarray(mean, dtype=float)
     k = mean.shape[1]
     q = centred_basis(k)
-    reduced = q.T @ cov @ q  # (n, K-1, K-1)
-    reduced = 0.5 * (reduced + np.swapaxes(reduced, 1, 2))
+    reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
     spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
     factor = q @ _roots(reduced)  # (n, K, K-1)
     centred = mean - mean.mean(axis=1, keepdims=True)
