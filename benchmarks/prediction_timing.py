@@ -461,13 +461,55 @@ def _lr_proba_seconds(lr, X):
 
 
 def latent_moments(estimator, X):
-    """The rows' latent means and centred covariances, (n, K) and (n, K, K)."""
+    """The rows' latent means (n, K) and covariances in the centred basis (n, K - 1, K - 1),
+    as ``predict_proba`` computes them (``JointLatents.centred``)."""
     latent = estimator._predictive().latent(X)
     k = len(estimator.classes_)
-    mean, cov = np.empty((X.shape[0], k)), np.empty((X.shape[0], k, k))
+    mean, reduced = np.empty((X.shape[0], k)), np.empty((X.shape[0], k - 1, k - 1))
     for rows in latent.chunks:
-        mean[rows], cov[rows] = latent(rows)
-    return mean, cov
+        mean[rows], reduced[rows] = latent.centred(rows)
+    return mean, reduced
+
+
+def full_covariance(reduced):
+    """The centred K × K covariances ``Q R Qᵀ`` of covariances R in the centred basis Q."""
+    q = _softmax.centred_basis(reduced.shape[1] + 1)
+    return q @ reduced @ q.T
+
+
+def convergence(mean, cov, rows, reference, lr_seconds_per_row):
+    """Error and cost of the replicate QMC rule at each of its levels and one beyond, on
+    ``rows`` against their references: every row on the level's nodes (no refinement)."""
+    k = mean.shape[1]
+    q = _softmax.centred_basis(k)
+    reduced = q.T @ cov[rows] @ q
+    factor = (q @ np.linalg.cholesky(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))).astype(
+        np.float32
+    )
+    centred = (mean[rows] - mean[rows].mean(axis=1, keepdims=True)).astype(np.float32)
+    out = []
+    for level in range(_softmax._LEVELS + 1):
+        # The levels are nested: up to this one, the nodes of every level before it.
+        half = np.dstack([_softmax.replicate_nodes(k - 1, lv) for lv in range(level + 1)])
+        _softmax._replicate_averages(factor[:2], centred[:2], half, 2**27)  # warm-up
+        t0 = time.perf_counter()
+        replicates = _softmax._replicate_averages(factor, centred, half, 2**27)
+        seconds = time.perf_counter() - t0
+        error = np.abs(replicates.mean(axis=1) - reference).max(axis=1)
+        out.append(
+            {
+                "nodes": int(half.shape[1] * half.shape[2] * 2),
+                "max_error": float(error.max()),
+                "p99_error": float(np.quantile(error, 0.99)),
+                "median_error": float(np.median(error)),
+                "ratio_to_lr": seconds / len(rows) / lr_seconds_per_row,
+            }
+        )
+    # The largest error's rate over the last two levels, and the nodes it asks for 1e-4.
+    last, before = out[-1], out[-2]
+    rate = np.log(before["max_error"] / last["max_error"]) / np.log(last["nodes"] / before["nodes"])
+    needed = last["nodes"] * (last["max_error"] / MULTINOMIAL_TARGETS["error"]) ** (1.0 / rate)
+    return {"levels": out, "rate": float(rate), "nodes_for_target": float(needed)}
 
 
 def rule_of_rows(cov):
@@ -545,9 +587,10 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
         proba = estimator.predict_proba(X)
         vs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        mean, cov = latent_moments(estimator, X)
+        mean, reduced = latent_moments(estimator, X)
         moments.append(time.perf_counter() - t0)
     lr_seconds = min(float(np.median(lr_default)), float(np.median(lr_one)))
+    cov = full_covariance(reduced)
     rules = rule_of_rows(cov)
     shares = {str(r): float(np.mean(rules == r)) for r in dict.fromkeys(rules)}
     row = {
@@ -579,6 +622,8 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
             "median_error": float(np.median(error)),
             "reference_self_error": float(np.abs(reference[:20] - second).max()),
         }
+        if len(lr.classes_) > _softmax.GAUSS_HERMITE_MAX_DIM + 1:
+            row["convergence"] = convergence(mean, cov, rows, reference, lr_seconds / len(X))
         print(
             f"  error on {len(rows)} rows stratified by latent spread: max {error.max():.2g}, "
             f"99 % {row['p99_error']:.2g} (references differ by {row['reference_self_error']:.2g})",
@@ -676,6 +721,37 @@ def multinomial_markdown(rows, shares, info, args):
     lines += ["", "Share of rows by rule:", ""]
     for label, s in shares.items():
         lines.append(f"- {label}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+    for r in rows:
+        if "convergence" not in r:
+            continue
+        c = r["convergence"]
+        lines += [
+            "",
+            f"## The replicate QMC rule's error against its nodes ({r['case']})",
+            "",
+            f"Every one of the {r['reference_rows']} rows above on the nodes up to one level "
+            "(8 scrambled replicates, no refinement; `predict_proba` refines row by row up to "
+            f"{c['levels'][-2]['nodes']:,} nodes); × LR: the time per row over "
+            "LogisticRegression's on these rows, as if every row took that level (one thread, "
+            "in blocks of 2^27 bytes).",
+            "",
+            "| nodes per row | max error | 99 % error | median error | × LR |",
+            "|---|---|---|---|---|",
+        ]
+        for level in c["levels"]:
+            lines.append(
+                f"| {level['nodes']:,} | {fmt(level['max_error'])} | {fmt(level['p99_error'])} | "
+                f"{fmt(level['median_error'])} | {level['ratio_to_lr']:.0f} |"
+            )
+        lines.append("")
+        if c["rate"] > 0:
+            lines.append(
+                f"The largest error falls as N^-{c['rate']:.2f} over the last two levels: 1e-4 "
+                f"on every row would take about {c['nodes_for_target']:.1e} nodes on the "
+                "widest rows."
+            )
+        else:
+            lines.append("The largest error does not fall over the last two levels.")
     return "\n".join(lines)
 
 

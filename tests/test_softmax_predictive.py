@@ -123,20 +123,20 @@ def test_wide_ten_class_rows_meet_the_adaptive_tolerance():
 
 
 def test_refinement_levels_are_nested_and_pooled_as_one_rule():
-    # Up to each level, a replicate's nodes are the first points of one Sobol sequence
-    # (level 0 whitened) and their mirror images; the refined rows get the plain average
-    # over all of them, not over the last level's alone.
+    # Level 0: each replicate's whitened set; from level 1 on, the first points of the
+    # replicate's Sobol sequence (and their mirror images), level 2 adding the next ones.
+    # The rows refined to the last level get the plain average over levels 1 and 2, not
+    # over the last level's nodes alone.
     dim, half = 9, sp_module._FIRST_NODES // 2
     levels = [sp_module.replicate_nodes(dim, level) for level in range(sp_module._LEVELS)]
     for r in (0, sp_module.REPLICATES - 1):
         seed = (sp_module._SEED, 0, r)
-        sequence = sobol_normal_points(dim, half * 4 ** (sp_module._LEVELS - 1), seed)
         np.testing.assert_array_equal(
             levels[0][:, r].T, symmetric_sobol_nodes(dim, 2 * half, seed)[:half].astype(np.float32)
         )
+        sequence = sobol_normal_points(dim, half * 4 ** (sp_module._LEVELS - 1), seed)
         np.testing.assert_array_equal(
-            np.hstack([level[:, r] for level in levels[1:]]).T,
-            sequence[half:].astype(np.float32),
+            np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
         )
     mean, cov = _rows(10, [30.0, 300.0], seed=7)
     log_p = softmax_predictive_log_proba(mean, cov, tol=1e-12)  # every row to the last level
@@ -144,7 +144,7 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     factor = q @ np.linalg.cholesky(q.T @ cov @ q)
     centred = mean - mean.mean(axis=1, keepdims=True)
     union = sp_module._replicate_averages(
-        factor.astype(np.float32), centred.astype(np.float32), np.dstack(levels), 2**24
+        factor.astype(np.float32), centred.astype(np.float32), np.dstack(levels[1:]), 2**24
     )
     np.testing.assert_allclose(np.exp(log_p), union.mean(axis=1), rtol=1e-6, atol=1e-9)
 
