@@ -9,6 +9,7 @@ import sklearn
 
 from vsbayes.models import fitted_predictive as fitted
 from vsbayes.models import latent
+from vsbayes.models.softmax_predictive import centred_basis
 
 
 def sparse_rows(rng, m, d, density=0.2):
@@ -100,6 +101,10 @@ def test_joint_latents_are_the_centred_moments(sparse, k, d, density):
     mean, cov_rows = joint(slice(0, 60))
     np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cov_rows, centre @ want_cov @ centre, rtol=1e-10, atol=1e-12)
+    # What the predictive rule takes: the covariance in the centred basis Q, Qᵀ J Σ Jᵀ Q.
+    basis = centred_basis(k)
+    _, reduced = joint.centred(slice(0, 60))
+    np.testing.assert_allclose(reduced, basis.T @ want_cov @ basis, rtol=1e-10, atol=1e-12)
 
 
 def test_fitted_predictive_kind_follows_the_posterior():

@@ -19,6 +19,7 @@ from vsbayes.models.softmax_predictive import (
     stroud_nodes,
     symmetric_sobol_nodes,
 )
+from vsbayes.sampling.rules import sobol_normal_points
 
 # The narrow rules' error, measured ≤ 0.02 · trace³ (Stroud, ≤ 1.1e-5 at its largest trace)
 # and ≤ 2e-5 for the Gauss–Hermite levels at theirs; this bound has a margin over both.
@@ -119,6 +120,33 @@ def test_wide_ten_class_rows_meet_the_adaptive_tolerance():
     # Three estimated standard errors below TOLERANCE (with high probability), and the
     # reference's own QMC error (~1e-4 on such rows).
     np.testing.assert_allclose(np.exp(log_p), reference, atol=TOLERANCE + 3e-4)
+
+
+def test_refinement_levels_are_nested_and_pooled_as_one_rule():
+    # Level 0: each replicate's whitened set; from level 1 on, the first points of the
+    # replicate's Sobol sequence (and their mirror images), level 2 adding the next ones.
+    # The rows refined to the last level get the plain average over levels 1 and 2, not
+    # over the last level's nodes alone.
+    dim, half = 9, sp_module._FIRST_NODES // 2
+    levels = [sp_module.replicate_nodes(dim, level) for level in range(sp_module._LEVELS)]
+    for r in (0, sp_module.REPLICATES - 1):
+        seed = (sp_module._SEED, 0, r)
+        np.testing.assert_array_equal(
+            levels[0][:, r].T, symmetric_sobol_nodes(dim, 2 * half, seed)[:half].astype(np.float32)
+        )
+        sequence = sobol_normal_points(dim, half * 4 ** (sp_module._LEVELS - 1), seed)
+        np.testing.assert_array_equal(
+            np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
+        )
+    mean, cov = _rows(10, [30.0, 300.0], seed=7)
+    log_p = softmax_predictive_log_proba(mean, cov, tol=1e-12)  # every row to the last level
+    q = centred_basis(10)
+    factor = q @ np.linalg.cholesky(q.T @ cov @ q)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    union = sp_module._replicate_averages(
+        factor.astype(np.float32), centred.astype(np.float32), np.dstack(levels[1:]), 2**24
+    )
+    np.testing.assert_allclose(np.exp(log_p), union.mean(axis=1), rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("k", [3, 4, 10])

@@ -10,7 +10,8 @@ and coefficient draws at new rows, whatever the posterior's structure.
 - :class:`OneVsRestPredictive`: one independent posterior per class; the binary
   probabilities normalized.
 - :class:`MultinomialPredictive`: one joint posterior of the K classes' scores; the
-  softmax's predictive (:func:`~vsbayes.models.softmax_predictive.softmax_predictive_log_proba`).
+  softmax's predictive on the centred latent moments
+  (:func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`).
 
 Every method runs chunk by chunk of rows (:mod:`vsbayes.models.latent`): the predictive
 rule on each chunk's latent moments, so that its temporaries stay within the chunks'
@@ -28,7 +29,7 @@ from .._sums import logsumexp
 from ..gaussian import Gaussian, StructuredCovariance
 from .latent import IndependentLatents, JointLatents, StructuredJointLatents, StructuredLatents
 from .links import Link, get_link
-from .softmax_predictive import softmax_predictive_log_proba
+from .softmax_predictive import centred_softmax_predictive_log_proba
 
 __all__ = [
     "BinaryPredictive",
@@ -209,7 +210,9 @@ class MultinomialPredictive(FittedPredictive):
         out = np.empty((X.shape[0], len(self.coef)))
 
         def work(rows):
-            log_p = softmax_predictive_log_proba(*latent(rows), max_bytes=latent.budget)
+            log_p = centred_softmax_predictive_log_proba(
+                *latent.centred(rows), max_bytes=latent.budget
+            )
             out[rows] = transform(log_p)
 
         latent.run(work)

@@ -478,6 +478,14 @@ class JointLatents(_RowChunks):
 
     def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, cov)`` of the chunk's latent scores: (m, K) and centred (m, K, K)."""
+        mean, reduced = self.centred(rows)
+        return mean, self.basis @ reduced @ self.basis.T
+
+    def centred(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, Cov(g))`` of the chunk: the latent means (m, K) and the covariance
+        (m, K − 1, K − 1) of ``g = Qᵀ f`` in the centred basis: what the softmax's
+        predictive rule takes,
+        :func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`."""
         x = self.X[rows]
         k, d = self.coef.shape
         m = x.shape[0]
@@ -493,7 +501,7 @@ class JointLatents(_RowChunks):
         reduced = np.empty((m, k - 1, k - 1))
         reduced[:, self.upper[0], self.upper[1]] = forms
         reduced[:, self.upper[1], self.upper[0]] = forms
-        return mean, self.basis @ reduced @ self.basis.T
+        return mean, reduced
 
 
 class StructuredLatents(_RowChunks):

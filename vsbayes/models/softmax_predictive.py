@@ -43,15 +43,23 @@ to compute), or for three classes its largest eigenvalue λ.
   10 classes 7.7e-6 at 1, 6.4e-5 at 3).
 
 The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
-randomized quasi-Monte Carlo with a stated accuracy, refined row by row. A level's nodes
-are 8 replicates, each a scrambled Sobol set (fixed scramblings: the rule is
-deterministic) mapped by the normal quantile, taken with its mirror image and whitened so
-that its mean is exactly 0 and its second moment exactly I (each replicate is exact for
-polynomials of degree ≤ 3). The estimate is
-the replicates' average, and its standard error their standard deviation over √8. Every row
-starts with 512 nodes per replicate (4096 in all); the rows where three standard errors
-exceed ``tol`` (1e-3 by default, absolute, on any class) are recomputed with four times as
-many, up to 8192 per replicate (65,536 in all). Three standard errors bound the error with
+randomized quasi-Monte Carlo with a stated accuracy, refined row by row. The nodes are 8
+replicates, each a scrambled Sobol sequence (fixed scramblings: the rule is deterministic)
+mapped by the normal quantile and taken with its mirror image. The estimate is the
+replicates' average, and its standard error their standard deviation over √8. Every row
+starts with 512 nodes per replicate (4096 in all), whitened so that their mean is exactly
+0 and their second moment exactly I (exact for polynomials of degree ≤ 3); the rows where
+three standard errors exceed ``tol`` (1e-3 by default, absolute, on any class) are refined
+to four times as many nodes, then four times more, up to 8192 per replicate (65,536 in
+all). From the second level on the nodes are nested and not whitened: each replicate's
+Sobol sequence's first 1024 points and their mirror images, then its next 3072, pooled with
+the first, so that a row taking 65,536 nodes costs 69,632 node evaluations (86,016 when
+every level was a new whitened set). Whitening each block of a sequence on its own
+disturbed the net, and so did keeping the whitened first 512 nodes among the sequence's
+others (digits rows on 65,536 nodes, largest and median error: blocks whitened on their
+own 1.2e-3 and 1.9e-4, the first 512 whitened 9.7e-4 and 1.2e-4, the sequence's nodes alone
+9.4e-4 and 1.1e-4, a new whitened set 1.2e-3 and 1.2e-4); the rows refined are wide ones,
+where exactness for quadratics buys nothing. Three standard errors bound the error with
 high probability, not surely (the standard error has 7 degrees of freedom).
 
 The error is QMC's on an integrand that is nearly a step where the latent variances are
@@ -61,17 +69,31 @@ the higher levels and narrow ones stop at the first. Measured on the Laplace pos
 standardized digits (10 classes, C = 1, median centred variance 19, up to 2000): against the
 average of two 2^20-node rules (which differ by 1e-4) on 60 rows, the largest error is
 1.0e-3, the 99th percentile 8.6e-4 (a single 4096-node set: 2.4e-3, and 20 of the 60 rows
-above 1e-3); 2 %, 47 % and 50 % of the 1797 rows stop at 4096, 16,384 and 65,536 nodes,
-1.4 s on one core. Replication has a price where the integrand is smooth: on four classes
-with variances ≤ 3, 8 replicates of 512 nodes err by 3e-4 where one set of 4096 errs by 1e-4
-(the rows stop there, their estimated error being below ``tol``).
+above 1e-3). With the nested levels, on 200 rows evenly spaced in the rank of their
+spread against one 2^20-node rule: largest error 9.4e-4, 99th percentile 8.6e-4, median
+2.1e-4 (separate levels: 1.2e-3, 9.4e-4, 2.5e-4); 2 %, 53 % and 45 % of the 1797 rows stop
+at 4096, 16,384 and 65,536 nodes, 42,000 node evaluations a row on average (separate
+levels: 53,200). Replication has a price where the integrand is smooth:
+on four classes with variances ≤ 3, 8 replicates of 512 nodes err by 3e-4 where one set of
+4096 errs by 1e-4 (the rows stop there, their estimated error being below ``tol``).
 Tried and not kept (measured on the same digits rows): integrating each class's contrast
 analytically along one direction (the conditional logistic-normal integral given the other
 directions, Rao–Blackwell) cuts the error 2.5-fold at equal nodes but costs a logistic-normal
 integral per node and class; the binary predictive of each class against its strongest
 rival as a control variate cuts the mean error by 20 % only (the rows' classes compete
 several at a time); keeping only the classes whose probability can matter leaves 9 or 10 of
-the 10 classes on most digits rows.
+the 10 classes on most digits rows (against the 2^20-node references of 200 rows, 159 keep
+all 10 classes above 1e-5). Also tried, on the 200 rows: nodes along the eigen-directions
+of each row's covariance, the widest on the first Sobol coordinate, instead of the Cholesky
+factor's (65,536 nodes: largest error 8.9e-4 against 1.2e-3 but median 1.6e-4 against
+1.2e-4; 2^18 nodes: 4.2e-4 against 5.0e-4 — no consistent gain: all nine directions of a
+row are wide, median eigenvalues 3.9 to 21.5); integrating the widest direction exactly
+for the hard maximum, with the softmax as the probability that ``f + g`` peaks at the class
+for Gumbel noise g (``softmax_k(f) = P(argmax(f + g) = k)``; the noise a QMC dimension per
+class): 4 × 16,384 nodes, largest error 1.9e-3, median 4.8e-4, at about 25 times the cost
+of a node (the noise moves the crossing points as much as the other directions do); a
+fourth level of 2^18 nodes for the rows still above ``tol``: 31 % more nodes for a largest
+error of 1.0e-3 instead of 1.2e-3.
 
 **Speed, and what the rules cannot change** (``benchmarks/prediction_timing.py --part
 multinomial``, ratios in one process on a loaded 2-core machine). On make_classification
@@ -80,20 +102,25 @@ Gauss–Hermite 6³: ``predict_proba`` takes 28 × LogisticRegression's (side by
 QMC rule on every row before: 55 ms against 1.46 s), and its largest error on every row,
 against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
 cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
-trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take about 1800 ×
-LogisticRegression, with a largest error of 1.2e-3 on 200 rows stratified by spread against
-2^20-node references (which agree with each other to 4e-5). Ten times LogisticRegression is
-out of reach there for two reasons. The exact latent moments alone cost about 25 × its
-``predict_proba`` (1e5 rows, loaded machine; 210 × before they were computed as quadratic
-forms, :class:`~vsbayes.models.latent.JointLatents`): the 45 centred quadratic forms
+trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take 1200 to 2000 ×
+LogisticRegression (loaded machine; the nested levels take 20 % less time), with a largest
+error of 9.4e-4 on 200 rows stratified by spread against 2^20-node references (which agree
+with each other to 4e-5). Ten times LogisticRegression is out of reach there for two
+reasons. The exact latent moments alone cost 13 to 31 × its ``predict_proba`` (1e5 rows,
+loaded machine; 210 × before they were computed as quadratic forms,
+:class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without a
+K × K round trip; as pair products ``x_i x_j``, half the multiply-adds, they were no
+faster): the 45 centred quadratic forms
 ``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds against LogisticRegression's 650, and
 the posterior covariance has no low-rank structure to exploit (its centred eigenvalues
 spread from 0.005 to 3; 523 of the 585 are more than 0.01 away from the prior's 1), nor
 have the rows' latent covariances (all nine centred variances of a row are large: median
 eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a nearly
 stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
-width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; 1e-4 would take about 50 times as
-many at QMC's N^(-0.6).
+width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; for 1e-4, the 99th percentile of
+the error falling as N^(-0.6) and the largest as N^(-0.4) (``benchmarks/prediction_timing.py``,
+the rule's error against its nodes), about 2·10⁶ nodes on 99 % of the digits rows and 5·10⁷
+on the worst.
 
 Tried and not kept in sizing the rules: Stroud's rule beyond t = 0.08 (2.7e-4 at 0.3);
 tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes err by 1e-4 at
@@ -119,12 +146,13 @@ import numpy as np
 
 from .._memory import block_bytes
 from .._sums import logsumexp
-from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
+from ..sampling.rules import SOBOL_SEED, sobol_normal_points, symmetric_sobol_nodes
 
 __all__ = [
     "N_NODES",
     "TOLERANCE",
     "centred_basis",
+    "centred_softmax_predictive_log_proba",
     "gauss_hermite_nodes",
     "replicate_nodes",
     "softmax_predictive_log_proba",
@@ -182,11 +210,28 @@ def centred_basis(k: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def replicate_nodes(dim: int, level: int) -> np.ndarray:
-    """The first halves of one level's replicates, float32 (dim, REPLICATES, n / 2),
-    n = 128 · 4^level nodes per replicate: each replicate is these and their negatives
-    (read-only, cached)."""
-    n = _FIRST_NODES * 4**level
-    halves = [symmetric_sobol_nodes(dim, n, (_SEED, level, r))[: n // 2] for r in range(REPLICATES)]
+    """The first halves of the nodes that ``level`` adds to each replicate, float32
+    (dim, REPLICATES, n / 2): each replicate's new nodes are these and their negatives
+    (read-only, cached).
+
+    Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened). Level
+    l ≥ 1: the next 384 · 4^(l − 1) points of the same Sobol sequence
+    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened, so that up to level
+    l the replicate's 512 · 4^l nodes are the sequence's first points and their mirror
+    images (see the module docstring).
+    """
+    half = _FIRST_NODES // 2
+    if level == 0:
+        halves = [
+            symmetric_sobol_nodes(dim, _FIRST_NODES, (_SEED, 0, r))[:half]
+            for r in range(REPLICATES)
+        ]
+    else:
+        first = 0 if level == 1 else half * 4 ** (level - 1)
+        halves = [
+            sobol_normal_points(dim, half * 4**level, (_SEED, 0, r))[first:]
+            for r in range(REPLICATES)
+        ]
     z = np.ascontiguousarray(np.stack(halves, axis=1).transpose(2, 1, 0), dtype=np.float32)
     z.flags.writeable = False
     return z
@@ -372,26 +417,35 @@ def _replicate_averages(factor, centred, half, max_bytes) -> np.ndarray:
 
 
 def _adaptive_average(factor, centred, tol, max_bytes) -> np.ndarray:
-    """The K ≥ 4 rule (module docstring): (n, K) averages, refined row by row."""
+    """The K ≥ 4 rule (module docstring): (n, K) averages, refined row by row on nested
+    nodes (each level's averages pooled with the levels' before it)."""
     n, k, dim = factor.shape
     factor32 = factor.astype(np.float32)
     centred32 = centred.astype(np.float32)
     out = np.empty((n, k))
     todo = np.arange(n)
+    replicates, summed = None, 0
     for level in range(_LEVELS):
         z = replicate_nodes(dim, level)
         whole = todo.size == n
-        replicates = _replicate_averages(
+        added = _replicate_averages(
             factor32 if whole else factor32[todo],
             centred32 if whole else centred32[todo],
             z,
             max_bytes,
         )
+        new = 2 * z.shape[2]
+        if level <= 1:
+            replicates, summed = added, 0
+        else:
+            replicates = (summed * replicates + new * added) / (summed + new)
+        summed += new
         out[todo] = replicates.mean(axis=1)
         if level + 1 == _LEVELS:
             break
         error = 3.0 * replicates.std(axis=1, ddof=1).max(axis=1) / math.sqrt(REPLICATES)
-        todo = todo[error > tol]
+        refined = error > tol
+        todo, replicates = todo[refined], replicates[refined]
         if not todo.size:
             break
     return out
@@ -422,14 +476,46 @@ def softmax_predictive_log_proba(
     ndarray of shape (n, K)
         Log predictive probabilities; their exponentials sum to 1 in each row.
     """
+    mean = np.asarray(mean, dtype=float)
+    q = centred_basis(mean.shape[1])
+    return centred_softmax_predictive_log_proba(mean, q.T @ cov @ q, tol=tol, max_bytes=max_bytes)
+
+
+def centred_softmax_predictive_log_proba(
+    mean: np.ndarray,
+    centred_cov: np.ndarray,
+    *,
+    tol: float = TOLERANCE,
+    max_bytes: float | None = None,
+) -> np.ndarray:
+    """:func:`softmax_predictive_log_proba` from the covariance of the centred latent in
+    the basis :func:`centred_basis` (all that the rule uses), as
+    :class:`~vsbayes.models.latent.JointLatents` computes it: no round trip through the
+    K × K covariance (two batched products of small matrices per row, which cost as much
+    as the latent moments' own product on 10 classes).
+
+    Parameters
+    ----------
+    mean : ndarray of shape (n, K)
+        Latent means.
+    centred_cov : ndarray of shape (n, K - 1, K - 1)
+        ``Qᵀ cov Q`` for the rows' latent covariances cov and Q = ``centred_basis(K)``
+        (positive semi-definite).
+    tol, max_bytes
+        As in :func:`softmax_predictive_log_proba`.
+
+    Returns
+    -------
+    ndarray of shape (n, K)
+        Log predictive probabilities; their exponentials sum to 1 in each row.
+    """
     if not tol > 0:
         raise ValueError(f"tol must be positive; got {tol!r}.")
     max_bytes = block_bytes() if max_bytes is None else max_bytes
     mean = np.asarray(mean, dtype=float)
     k = mean.shape[1]
     q = centred_basis(k)
-    reduced = q.T @ cov @ q  # (n, K-1, K-1)
-    reduced = 0.5 * (reduced + np.swapaxes(reduced, 1, 2))
+    reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
     spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
     factor = q @ _roots(reduced)  # (n, K, K-1)
     centred = mean - mean.mean(axis=1, keepdims=True)

@@ -22,6 +22,7 @@ __all__ = [
     "ScrambledSobol",
     "SymmetricSobol",
     "get_rule",
+    "sobol_normal_points",
     "symmetric_sobol_nodes",
 ]
 
@@ -162,17 +163,24 @@ def symmetric_sobol_nodes(dim: int, n_nodes: int = 4096, seed=SOBOL_SEED) -> np.
     The rule integrates every polynomial of degree ≤ 3 exactly (odd ones by symmetry, the
     second moments by the whitening).
     """
-    half = n_nodes // 2
-    u = qmc.Sobol(dim, scramble=True, rng=np.random.default_rng(seed)).random_base2(
-        max(0, math.ceil(math.log2(half)))
-    )[:half]
-    tiny = np.finfo(float).eps
-    z = ndtri(np.clip(u, tiny, 1.0 - tiny))
+    z = sobol_normal_points(dim, n_nodes // 2, seed)
     z = np.vstack([z, -z])
     second = z.T @ z / len(z)
     z = np.linalg.solve(np.linalg.cholesky(second), z.T).T
     z.flags.writeable = False
     return z
+
+
+def sobol_normal_points(dim: int, n_points: int, seed=SOBOL_SEED) -> np.ndarray:
+    """The normal quantiles (n_points, dim) of the first ``n_points`` points of the Sobol
+    sequence scrambled from ``seed``: for every n, the first n of them are the same points
+    (a rule refined by the next points keeps those it has summed), and
+    :func:`symmetric_sobol_nodes` takes the first ``n_nodes / 2`` of them."""
+    u = qmc.Sobol(dim, scramble=True, rng=np.random.default_rng(seed)).random_base2(
+        max(0, math.ceil(math.log2(n_points)))
+    )[:n_points]
+    tiny = np.finfo(float).eps
+    return ndtri(np.clip(u, tiny, 1.0 - tiny))
 
 
 class SymmetricSobol(SamplingRule):
