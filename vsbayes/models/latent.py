@@ -614,8 +614,25 @@ class StructuredJointLatents(_RowChunks):
         self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
         self.threads = max(1, min(threads, len(self.chunks)))
 
+    def centred(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, Cov(g))`` of the chunk, as :meth:`JointLatents.centred`: the latent
+        means (m, K) and the covariance (m, K − 1, K − 1) of ``g = Qᵀ f``."""
+        from .softmax_predictive import centred_basis
+
+        mean, cov = self._scores(rows)
+        q = centred_basis(self.coef.shape[0])
+        reduced = q.T @ cov @ q
+        return mean, 0.5 * (reduced + reduced.transpose(0, 2, 1))
+
     def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, cov)`` of the chunk's latent scores: (m, K) and centred (m, K, K)."""
+        mean, cov = self._scores(rows)
+        cov -= cov.mean(axis=1, keepdims=True)
+        cov -= cov.mean(axis=2, keepdims=True)
+        return mean, 0.5 * (cov + cov.transpose(0, 2, 1))
+
+    def _scores(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """The chunk's latent means (m, K) and covariance (m, K, K), not yet centred."""
         block = _row_view(self.X, rows)
         k = self.coef.shape[0]
         m = block.shape[0]
@@ -628,6 +645,4 @@ class StructuredJointLatents(_RowChunks):
             squares = (block * block) @ self.diagonal
         cov = np.matmul(projected * self.kappa, projected.transpose(0, 2, 1))
         cov[:, np.arange(k), np.arange(k)] += squares + self.base
-        cov -= cov.mean(axis=1, keepdims=True)
-        cov -= cov.mean(axis=2, keepdims=True)
-        return mean, 0.5 * (cov + cov.transpose(0, 2, 1))
+        return mean, cov
