@@ -619,7 +619,12 @@ def main() -> None:
         kept.get("calibration", []) if args.skip_calibration else calibration_rows(args.datasets)
     )
     nuts = kept.get("nuts", []) if args.skip_nuts else nuts_rows()
-    if loo:
+    if args.skip_loo and kept.get("loo"):
+        # The table is kept; its pointwise terms are not stored, so the plot's left panel
+        # needs a leave-one-out run (--loo-only keeps this run's other sections in turn).
+        loo = kept["loo"]
+        print("--skip-loo: the leave-one-out table is kept; rerun with --loo-only for its plot.")
+    if loo and not args.skip_loo:
         write_csv(out / "posterior_checks.csv", loo)
     write_json(
         out / "posterior_checks.json",
