@@ -1,6 +1,8 @@
 """Structured posterior covariances (text scale): exact where the structure is exact, within
 the stated error where it is approximate, and refused before any work where nothing fits."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -326,3 +328,68 @@ def test_auto_structures_the_multinomial_posterior_beyond_the_dense_size(
         pytest.raises(MemoryLimitError, match="multinomial posterior"),
     ):
         vsbayes.VSLogisticRegression().fit(X, y)
+
+
+# --- What a user reaches from a structured fit --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "multinomial, settings",
+    [
+        (False, {"covariance": "lowrank", "covariance_rank": 4}),
+        (False, {"covariance": "dual"}),
+        (True, {"covariance": "lowrank", "covariance_rank": 2}),
+    ],
+    ids=["binary-lowrank", "binary-dual", "multinomial-lowrank"],
+)
+def test_callbacks_see_each_newton_iterate_with_its_structure(
+    data, multinomial_data, multinomial, settings
+):
+    # Each iteration's fitted estimator is the fit max_iter iterations give: the Laplace
+    # approximation at that iterate with the structured covariance built there (the
+    # conjugate-gradient Hessian has no log-determinant, and the dense one is not formed).
+    callback = pytest.importorskip("sklearn.callback")
+    from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
+    from sklearn.metrics import log_loss
+
+    from vsbayes.exceptions import ConvergenceWarning
+
+    X, y, new_rows = multinomial_data if multinomial else data
+    seen = []
+
+    class Iterates:
+        def setup(self, estimator, context):
+            pass
+
+        def on_fit_task_begin(self, estimator, context, *, fitted_estimator=None):
+            pass
+
+        def on_fit_task_end(self, estimator, context, *, X=None, fitted_estimator=None):
+            if context.task_name == "newton iteration":
+                seen.append(fitted_estimator)
+
+        def teardown(self, estimator, context):
+            pass
+
+    monitor = callback.ScoringMonitor(scoring="neg_log_loss")
+    with vsbayes.config_context(**settings):
+        est = vsbayes.LaplaceLogisticRegression().set_callbacks(Iterates(), monitor).fit(X, y)
+        assert len(seen) == est.n_iter_[0] >= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", (ConvergenceWarning, SklearnConvergenceWarning))
+            stopped = vsbayes.LaplaceLogisticRegression(max_iter=1).fit(X, y)
+    first, last = seen[0], seen[-1]
+    assert first.covariance_structure_ == settings["covariance"]
+    assert isinstance(first.sigma_, StructuredCovariance)
+    np.testing.assert_array_equal(first.coef_, stopped.coef_)
+    np.testing.assert_array_equal(first.sigma_.diagonal(), stopped.sigma_.diagonal())
+    assert first.log_marginal_likelihood_value_ == stopped.log_marginal_likelihood_value_
+    np.testing.assert_array_equal(first.predict_proba(new_rows), stopped.predict_proba(new_rows))
+    np.testing.assert_array_equal(last.coef_, est.coef_)  # the mode
+    assert last.log_marginal_likelihood_value_ == est.log_marginal_likelihood_value_
+    # The monitor scored every iterate's fitted estimator (on the training rows).
+    scores = [
+        r["neg_log_loss"] for r in monitor.get_logs().data if r["task_name"] == "newton iteration"
+    ]
+    assert len(scores) == len(seen) and np.all(np.isfinite(scores))
+    assert scores[-1] == pytest.approx(-log_loss(y, est.predict_proba(X)), rel=1e-12)
