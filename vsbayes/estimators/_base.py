@@ -725,7 +725,9 @@ class BayesianGLMClassifier(
                         fit = self._structured_fit(method, model, choice, start)
                     else:
                         if n_classes is None:  # sized before the first Newton step
-                            check_posterior_memory(model, type(self).__name__)
+                            check_posterior_memory(
+                                model, type(self).__name__, under_prior=prior is not None
+                            )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
                 if observer is not None:
