@@ -375,8 +375,10 @@ def _prior_kernel(design, prior_var: np.ndarray, max_bytes: int) -> np.ndarray:
     return kernel
 
 
-def check_posterior_memory(model, estimator_name: str = "") -> None:
-    """Raise MemoryLimitError before any work if an estimator's fit cannot fit in memory.
+def check_posterior_memory(model, estimator_name: str = "", *, under_prior: bool = False) -> None:
+    """Raise MemoryLimitError before any work if an estimator's fit cannot fit in memory
+    (``under_prior``: a fit under a general prior, ``prior=`` or ``partial_fit``, which has
+    no structured covariance to suggest).
 
     Every route of a binary problem ends with the p × p posterior covariance, held three
     times at its peak: the approximation's own (cached), its inverse's factor or workspace,
@@ -396,6 +398,14 @@ def check_posterior_memory(model, estimator_name: str = "") -> None:
     held = float(design.data.nbytes + design.indices.nbytes) if hasattr(design, "nnz") else 0.0
     held = held or float(getattr(design, "nbytes", 0))
     name = f"{estimator_name} " if estimator_name else ""
+    structured = (
+        "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
+        "covariance; the structured ones take the default prior only: fit all the rows at "
+        "once with fit and no prior= instead."
+        if under_prior
+        else "With two classes, a structured covariance avoids it: "
+        "vsbayes.config_context(covariance='auto') (the default) or 'lowrank'."
+    )
     check_memory(
         8.0 * dense + held,
         f"the {name}posterior of {p} coefficients from {m} rows (its {p} × {p} covariance, "
@@ -403,8 +413,7 @@ def check_posterior_memory(model, estimator_name: str = "") -> None:
         f"dense matrices and rows)",
         "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
         "TruncatedSVD / random projection of X): the posterior's memory grows with the "
-        "square of the number of features. With two classes, a structured covariance "
-        "avoids it: vsbayes.config_context(covariance='auto') (the default) or 'lowrank'.",
+        f"square of the number of features. {structured}",
     )
 
 

@@ -69,6 +69,7 @@ from .newton_laplace import GLMCurvature, NewtonLaplaceSolver
 __all__ = [
     "CovarianceChoice",
     "StructuredLaplaceResult",
+    "StructuredNewtonSolver",
     "choose_covariance",
     "structured_glm_laplace",
 ]
@@ -401,15 +402,7 @@ def structured_glm_laplace(
     -------
     StructuredLaplaceResult
     """
-    if choice.structure == "dual":
-        solver = NewtonLaplaceSolver(
-            model, tol=tol, max_iter=max_iter, verbose=verbose, form="dual"
-        )
-    else:
-        curvature = _IterativeCurvature(model)
-        solver = NewtonLaplaceSolver(
-            model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=curvature
-        )
+    solver = StructuredNewtonSolver(model, choice, tol=tol, max_iter=max_iter, verbose=verbose)
     solver.find_mode(theta0)
     if not (solver.converged or solver.stalled):
         warn(
@@ -418,28 +411,72 @@ def structured_glm_laplace(
             f"log-posterior, tol={tol:g}). Increase max_iter or standardize the features.",
             ConvergenceWarning,
         )
-    theta = solver.theta
-    if choice.structure == "dual":
-        covariance, error = _dual_structure(model, solver.gaussian), ""
-        half_log_det, factor = solver.gaussian.half_log_det, 1.0
-    else:
-        weights = solver._curvature._weights
+    return solver.laplace_here()
+
+
+class StructuredNewtonSolver(NewtonLaplaceSolver):
+    """Newton's method for the mode of a binary posterior whose Laplace approximation at
+    an iterate (:meth:`laplace_here`) has the structured covariance ``choice`` names, built
+    at that iterate's curvature — never the dense p × p one, nor a ``½ log det H`` the
+    conjugate-gradient Hessian does not have.
+
+    It is the fit's result at the mode, and what an observer of the fit
+    (:mod:`vsbayes._progress`: scikit-learn's callbacks) sees at each iteration: the fit
+    ``max_iter`` iterations would return. Built only when asked for (each build costs
+    what the final one does: a randomized SVD, and the M × M factorization of the exact
+    marginals where the choice has them).
+
+    Parameters
+    ----------
+    model : BinaryGLMPosterior
+    choice : CovarianceChoice
+        "dual", "lowrank" or "diagonal".
+    **solver_parameters
+        :class:`~vsbayes.approximations.newton_laplace.NewtonLaplaceSolver`'s (the
+        curvature is the choice's: the dual factorization, else conjugate gradients).
+    """
+
+    def __init__(self, model, choice: CovarianceChoice, **solver_parameters):
+        if choice.structure == "dual":
+            solver_parameters["form"] = "dual"
+        else:
+            solver_parameters["curvature"] = self._curvature_of(model)
+        super().__init__(model, **solver_parameters)
+        self.choice = choice
+
+    @staticmethod
+    def _curvature_of(model):
+        return _IterativeCurvature(model)
+
+    def structure_here(self) -> tuple[np.ndarray, StructuredCovariance, float, str, float]:
+        """``(θ, covariance, ½ log det H, error, error factor)`` at the current iterate."""
+        model, choice = self.model, self.choice
+        if choice.structure == "dual":
+            covariance = _dual_structure(model, self.gaussian)
+            return self.theta, covariance, self.gaussian.half_log_det, "", 1.0
+        weights = self._curvature._weights  # the last expansion's: the current iterate's
         rank = choice.rank if choice.structure == "lowrank" else 0
         covariance, half_log_det, error, factor = _lowrank_structure(
             model, weights, rank, choice.exact_diagonal
         )
-    log_Z = solver.value + 0.5 * model.dim * math.log(2 * math.pi) - half_log_det
-    return StructuredLaplaceResult(
-        theta,
-        covariance,
-        log_Z,
-        error,
-        error_factor=factor,
-        n_iter=solver.n_iter,
-        converged=solver.converged or solver.stalled,
-        grad_norm=float(np.linalg.norm(solver.grad)),
-        log_density_at_mode=solver.value,
-    )
+        return self.theta, covariance, half_log_det, error, factor
+
+    def laplace_here(self) -> StructuredLaplaceResult:
+        """The Laplace approximation at the current iterate, with the structured
+        covariance (its evidence from the structure's ``½ log det H``)."""
+        theta, covariance, half_log_det, error, factor = self.structure_here()
+        log_Z = self.value + 0.5 * self.model.dim * math.log(2 * math.pi) - half_log_det
+        return StructuredLaplaceResult(
+            theta,
+            covariance,
+            log_Z,
+            error,
+            error_factor=factor,
+            n_iter=self.n_iter,
+            converged=self.converged or self.stalled,
+            grad_norm=float(np.linalg.norm(self.grad)),
+            log_density_at_mode=self.value,
+        )
 
 
 def _dual_structure(model, gaussian: GLMGaussian) -> StructuredCovariance:

@@ -39,20 +39,19 @@ factor of their prior's): predictions centre the latent values first and do not 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning
-from .newton_laplace import NewtonLaplaceSolver, SoftmaxCurvature
+from .newton_laplace import SoftmaxCurvature
 from .structured_laplace import (
     _OVERSAMPLES,
     _POWER_ITERATIONS,
     CovarianceChoice,
     StructuredLaplaceResult,
+    StructuredNewtonSolver,
     complement_covariance,
 )
 
@@ -192,10 +191,7 @@ def structured_softmax_laplace(
     -------
     StructuredLaplaceResult
     """
-    curvature = _IterativeSoftmaxCurvature(model)
-    solver = NewtonLaplaceSolver(
-        model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=curvature
-    )
+    solver = _StructuredSoftmaxSolver(model, choice, tol=tol, max_iter=max_iter, verbose=verbose)
     solver.find_mode(theta0)
     if not (solver.converged or solver.stalled):
         warn(
@@ -204,24 +200,27 @@ def structured_softmax_laplace(
             f"log-posterior, tol={tol:g}). Increase max_iter or standardize the features.",
             ConvergenceWarning,
         )
-    # The mode is centred (the prior is largest there, the likelihood indifferent): the
-    # iterates are, up to the solves' round-off, which this removes.
-    theta = model._centre_classes(np.array(solver.theta)[:, None])[:, 0]
-    data = _SoftmaxDataTerm(model, curvature.P)
-    rank = choice.rank if choice.structure == "lowrank" else 0
-    covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
-    log_Z = solver.value + 0.5 * model.dim * math.log(2 * math.pi) - half_log_det
-    return StructuredLaplaceResult(
-        theta,
-        covariance,
-        log_Z,
-        error,
-        error_factor=factor,
-        n_iter=solver.n_iter,
-        converged=solver.converged or solver.stalled,
-        grad_norm=float(np.linalg.norm(solver.grad)),
-        log_density_at_mode=solver.value,
-    )
+    return solver.laplace_here()
+
+
+class _StructuredSoftmaxSolver(StructuredNewtonSolver):
+    """:class:`~vsbayes.approximations.structured_laplace.StructuredNewtonSolver` of the
+    multinomial posterior: conjugate-gradient Newton steps, the "lowrank" or "diagonal"
+    structure at the iterate's probabilities."""
+
+    @staticmethod
+    def _curvature_of(model):
+        return _IterativeSoftmaxCurvature(model)
+
+    def structure_here(self):
+        model, choice = self.model, self.choice
+        # The mode is centred (the prior is largest there, the likelihood indifferent): the
+        # iterates are, up to the solves' round-off, which this removes.
+        theta = model._centre_classes(np.array(self.theta)[:, None])[:, 0]
+        data = _SoftmaxDataTerm(model, self._curvature.P)  # the current iterate's
+        rank = choice.rank if choice.structure == "lowrank" else 0
+        covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
+        return theta, covariance, half_log_det, error, factor
 
 
 def leading_eigenpairs(product, dim: int, count: int, seed: int = 0):

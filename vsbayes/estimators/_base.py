@@ -686,9 +686,17 @@ class BayesianGLMClassifier(
             else:
                 model = SoftmaxGLMPosterior(X, labels, weights, n_classes, n_jobs=n_jobs, **priors)
 
+        choice = _DENSE  # the covariance's structure, chosen below
+
         def stored(fit: MethodFit) -> MethodFit:
             """A fit of this problem as stored: in θ's coordinates (whitened priors), the
-            multinomial in scikit-learn's representative."""
+            multinomial in scikit-learn's representative; a structured one (an observer's
+            view of a Newton iterate) as the structured fit stores it: already centred,
+            never densified, its structure recorded."""
+            if isinstance(fit.posterior, StructuredGaussian):
+                return dataclasses.replace(
+                    fit, covariance=choice.structure, covariance_reason=choice.reason
+                )
             if prior is not None:
                 fit = finish(fit)
             if n_classes is not None:
@@ -702,7 +710,6 @@ class BayesianGLMClassifier(
                 if self.max_iter == 0:
                     fit = MethodFit.prior(self._prior_of(model, prior))
                 else:
-                    choice = _DENSE
                     plain = (  # a diagonal Gaussian prior, rows in memory
                         not chunked
                         and prior is None
@@ -718,7 +725,9 @@ class BayesianGLMClassifier(
                         fit = self._structured_fit(method, model, choice, start)
                     else:
                         if n_classes is None:  # sized before the first Newton step
-                            check_posterior_memory(model, type(self).__name__)
+                            check_posterior_memory(
+                                model, type(self).__name__, under_prior=prior is not None
+                            )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
                 if observer is not None:

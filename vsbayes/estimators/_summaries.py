@@ -827,7 +827,6 @@ class _PosteriorDraws:
         if estimator.fit_intercept:
             parts.append(np.ravel(estimator.intercept_))
         mean = np.concatenate(parts).astype(float)
-        cov = np.asarray(estimator.sigma_, dtype=float)
         n_problems, d = np.shape(estimator.coef_)
         n = len(data.weights)
         check_memory(
@@ -835,11 +834,18 @@ class _PosteriorDraws:
             f"{n_draws} posterior draws and their log-likelihoods",
             "Pass a smaller n_draws.",
         )
-        values, vectors = scipy.linalg.eigh(cov)
-        keep = values > values.max() * 1e-14
-        z = rng.standard_normal((n_draws, int(keep.sum())))
-        theta = mean + (z * np.sqrt(values[keep])) @ vectors[:, keep].T
-        log_q = -0.5 * (z * z).sum(axis=1)  # up to a constant (the weights are normalized)
+        sigma = estimator.sigma_
+        if isinstance(sigma, StructuredCovariance):  # θ = μ + Σ^½ z, no p × p matrix
+            z = rng.standard_normal((n_draws, mean.size))
+            theta = mean + sigma.sample_normal(z)
+        else:
+            values, vectors = scipy.linalg.eigh(np.asarray(sigma, dtype=float))
+            keep = values > values.max() * 1e-14
+            z = rng.standard_normal((n_draws, int(keep.sum())))
+            theta = mean + (z * np.sqrt(values[keep])) @ vectors[:, keep].T
+        # Both maps are linear in z with a fixed Jacobian: log q up to a constant (the
+        # weights are normalized).
+        log_q = -0.5 * (z * z).sum(axis=1)
         if getattr(estimator, "prior", None) is not None:
             raise ValueError(
                 "Leave-one-out by importance sampling of the posterior needs the prior's "

@@ -20,7 +20,8 @@ from functools import cached_property
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ..gaussian import Gaussian
+from .._memory import check_memory
+from ..gaussian import Gaussian, StructuredGaussian
 
 __all__ = ["GaussianPrior"]
 
@@ -107,9 +108,37 @@ class GaussianPrior:
         A :class:`~vsbayes.gaussian.Gaussian` is checked (finite, symmetric, positive
         definite) and factorized already: its covariance and Cholesky factor are taken as
         they are (the cost of each ``partial_fit`` of a few rows is mostly such overhead).
+
+        A :class:`~vsbayes.gaussian.StructuredGaussian` (a fit with a structured covariance)
+        with a diagonal structure is the diagonal prior of its variances, exactly; with
+        another structure it is made dense, where that fits the memory limit.
+
+        Raises
+        ------
+        MemoryLimitError
+            If ``gaussian``'s covariance is structured (not diagonal) and its dense
+            p × p matrix and Cholesky factor would not fit the memory limit: a fit under a
+            correlated prior (``partial_fit``, ``prior=``) holds them.
         """
         prior = cls.__new__(cls)
         prior.name, prior.mean = name, np.array(gaussian.mean)
+        if isinstance(gaussian, StructuredGaussian):
+            covariance = gaussian.covariance
+            if covariance.rank == 0:  # diag(δ): the model's own diagonal prior, no p × p
+                prior.variances, prior._cov = covariance.diagonal(), None
+                return prior
+            p = gaussian.dim
+            check_memory(
+                # The dense matrix with its conversion's temporaries, its copy, its factor.
+                covariance.dense_bytes() + 16.0 * p * p,
+                f"the dense {p} × {p} covariance of the {name} and its Cholesky factor, "
+                f"which a fit under a correlated prior (partial_fit, prior=) holds (the "
+                f"posterior's sigma_ is a {covariance.structure} structured covariance)",
+                "A structured posterior is carried into another fit only where its dense "
+                "covariance fits (a fit under a prior has the dense covariance): fit all "
+                "the rows at once with fit instead, or raise the memory_limit of "
+                "vsbayes.config_context.",
+            )
         prior._cov = np.array(gaussian.cov)
         prior.variances = np.diag(prior._cov).copy()
         prior.__dict__["lower"] = np.array(gaussian.chol)
