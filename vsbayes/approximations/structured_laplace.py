@@ -403,15 +403,7 @@ def structured_glm_laplace(
     StructuredLaplaceResult
     """
     solver = StructuredNewtonSolver(model, choice, tol=tol, max_iter=max_iter, verbose=verbose)
-    solver.find_mode(theta0)
-    if not (solver.converged or solver.stalled):
-        warn(
-            f"Newton's method for the posterior mode did not converge in "
-            f"max_iter={max_iter} iterations (predicted gain {solver.half_decrement:.3g} in "
-            f"log-posterior, tol={tol:g}). Increase max_iter or standardize the features.",
-            ConvergenceWarning,
-        )
-    return solver.laplace_here()
+    return solver.laplace_at_mode(theta0, "the posterior mode")
 
 
 class StructuredNewtonSolver(NewtonLaplaceSolver):
@@ -447,6 +439,19 @@ class StructuredNewtonSolver(NewtonLaplaceSolver):
     @staticmethod
     def _curvature_of(model):
         return _IterativeCurvature(model)
+
+    def laplace_at_mode(self, theta0, what: str) -> StructuredLaplaceResult:
+        """Newton's method from ``theta0`` (warning where it did not converge, ``what``
+        naming the mode), then :meth:`laplace_here` at the mode."""
+        self.find_mode(theta0)
+        if not (self.converged or self.stalled):
+            warn(
+                f"Newton's method for {what} did not converge in max_iter={self.max_iter} "
+                f"iterations (predicted gain {self.half_decrement:.3g} in log-posterior, "
+                f"tol={self.tol:g}). Increase max_iter or standardize the features.",
+                ConvergenceWarning,
+            )
+        return self.laplace_here()
 
     def structure_here(self) -> tuple[np.ndarray, StructuredCovariance, float, str, float]:
         """``(θ, covariance, ½ log det H, error, error factor)`` at the current iterate."""

@@ -43,8 +43,6 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 
-from .._warnings import warn
-from ..exceptions import ConvergenceWarning
 from .newton_laplace import SoftmaxCurvature
 from .structured_laplace import (
     _OVERSAMPLES,
@@ -192,15 +190,7 @@ def structured_softmax_laplace(
     StructuredLaplaceResult
     """
     solver = _StructuredSoftmaxSolver(model, choice, tol=tol, max_iter=max_iter, verbose=verbose)
-    solver.find_mode(theta0)
-    if not (solver.converged or solver.stalled):
-        warn(
-            f"Newton's method for the multinomial posterior mode did not converge in "
-            f"max_iter={max_iter} iterations (predicted gain {solver.half_decrement:.3g} in "
-            f"log-posterior, tol={tol:g}). Increase max_iter or standardize the features.",
-            ConvergenceWarning,
-        )
-    return solver.laplace_here()
+    return solver.laplace_at_mode(theta0, "the multinomial posterior mode")
 
 
 class _StructuredSoftmaxSolver(StructuredNewtonSolver):
