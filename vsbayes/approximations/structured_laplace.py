@@ -127,6 +127,30 @@ def structure_bytes(structure: str, p: int, m: int, rank: int, held: float) -> f
     return 8.0 * dense + 2.0 * held
 
 
+def _refusal(
+    what: str,
+    structure: str,
+    sizes: str,
+    need: dict[str, float],
+    limit: float,
+    alternative: str | None,
+) -> MemoryLimitError:
+    """The error refusing ``structure`` (it needs ``need[structure]`` bytes, over
+    ``limit``), naming the ``alternative`` structure that fits, if any."""
+    remedy = (
+        f"The {alternative!r} structure would fit ({format_bytes(need[alternative])}): "
+        f"vsbayes.config_context(covariance={alternative!r})."
+        if alternative
+        else "No covariance structure fits: reduce the number of features (feature "
+        "selection, hashing to fewer columns) or of rows, or raise memory_limit."
+    )
+    return MemoryLimitError(
+        f"The {what} with a {structure} covariance ({sizes}) would allocate about "
+        f"{format_bytes(need[structure])}, more than the memory limit of "
+        f"{format_bytes(limit)}. {remedy}"
+    )
+
+
 def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     """The covariance structure of a posterior, from its size and the memory limit.
 
@@ -174,18 +198,7 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     )
 
     def refuse(structure: str, alternative: str | None) -> MemoryLimitError:
-        remedy = (
-            f"The {alternative!r} structure would fit ({format_bytes(need[alternative])}): "
-            f"vsbayes.config_context(covariance={alternative!r})."
-            if alternative
-            else "No covariance structure fits: reduce the number of features (feature "
-            "selection, hashing to fewer columns) or of rows, or raise memory_limit."
-        )
-        return MemoryLimitError(
-            f"The {name}posterior with a {structure} covariance ({sizes}) would allocate "
-            f"about {format_bytes(need[structure])}, more than the memory limit of "
-            f"{format_bytes(limit)}. {remedy}"
-        )
+        return _refusal(f"{name}posterior", structure, sizes, need, limit, alternative)
 
     if asked != "auto":
         if not fits[asked]:
@@ -254,18 +267,7 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
 
     def refuse(structure: str) -> MemoryLimitError:
         alternative = next((s for s in need if fits[s]), None)
-        remedy = (
-            f"The {alternative!r} structure would fit ({format_bytes(need[alternative])}): "
-            f"vsbayes.config_context(covariance={alternative!r})."
-            if alternative
-            else "No covariance structure fits: reduce the number of features (feature "
-            "selection, hashing to fewer columns) or of rows, or raise memory_limit."
-        )
-        return MemoryLimitError(
-            f"The {name}multinomial posterior with a {structure} covariance ({sizes}) "
-            f"would allocate about {format_bytes(need[structure])}, more than the memory "
-            f"limit of {format_bytes(limit)}. {remedy}"
-        )
+        return _refusal(f"{name}multinomial posterior", structure, sizes, need, limit, alternative)
 
     if asked == "dual":
         raise ValueError(
