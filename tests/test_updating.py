@@ -336,35 +336,59 @@ def test_one_row_update_of_one_vs_rest_and_its_exceptions(iris, cancer):
 
 
 @pytest.mark.parametrize(
-    "cls, weight, tolerance",
+    "cls, weight, scale, routes, tolerance",
     [
-        (vb.EPLogisticRegression, 1.0, 1e-7),
-        (vb.VSLogisticRegression, 0.5, 1e-7),
-        (vb.LaplaceLogisticRegression, 1.5, 1e-8),
+        # Cavities narrower than the VS fits need: EP's tilted moments, on the cavity alone
+        # (row 0), then (row 1, which the factor narrows much) on its mixture with the
+        # posterior's marginal, a fixed point of the passes.
+        (vb.EPLogisticRegression, 1.0, 1.0, {"moments", "mixed"}, 1e-7),
+        (vb.VSLogisticRegression, 0.5, 1.0, {"moments"}, 1e-7),
+        # Wide cavities (largest variance above 16): the VS site fits.
+        (vb.EPLogisticRegression, 1.0, 4.0, {"fits"}, 1e-7),
+        (vb.VSLogisticRegression, 0.5, 4.0, {"fits"}, 1e-7),
+        (vb.LaplaceLogisticRegression, 1.5, 4.0, set(), 1e-8),
     ],
 )
-def test_one_multinomial_row_is_the_general_fit(cls, weight, tolerance, iris, monkeypatch):
-    """One multinomial row by a rank-(K − 1) update (EP, VS: the VS site fit at EP's fixed
-    point; Laplace: Newton in the row's contrasts) and the general fit of that row (EP's
-    damped sweeps on its one site; VS asked for its sites; Laplace's Newton in θ): the same
-    posterior, to EP's tolerance on the sites (1e-8, amplified by the inverses a site is
-    made of: measured ~1e-9), or Laplace's."""
+def test_one_multinomial_row_is_the_general_fit(
+    cls, weight, scale, routes, tolerance, iris, monkeypatch
+):
+    """One multinomial row by a rank-(K − 1) update (EP, VS: the multinomial EP's site of
+    the row, tilted moments or VS fit, at EP's fixed point; Laplace: Newton in the row's
+    contrasts) and the general fit of that row (EP's damped sweeps on its one site; VS
+    asked for its sites; Laplace's Newton in θ): the same posterior, to EP's tolerance on
+    the sites (1e-8, amplified by the inverses a site is made of: measured ~1e-9), or
+    Laplace's."""
     X, y = iris
     direct, general = cls(), cls()
     if cls is vb.VSLogisticRegression:
         general.set_params(strategy="sites")
     general._one_row_rule = lambda: None
     module = vb.estimators._updating
-    calls = []
+    ep_module = sys.modules["vsbayes.approximations.softmax_ep"]
+    calls, taken = [], set()
+
+    def spy(*args, _f=ep_module._sites):
+        out = _f(*args)
+        if calls and calls[-1] == "open":  # inside the direct update
+            state = args[-2]
+            taken.add("fits" if state.rules else "mixed" if state.direct[0] else "moments")
+        return out
+
+    monkeypatch.setattr(ep_module, "_sites", spy)
     for name in ("assumed_density_softmax_row", "softmax_row_laplace"):
         original = getattr(module, name)
-        monkeypatch.setattr(
-            module, name, lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k)
-        )
+
+        def direct_update(*a, _f=original, **k):
+            calls.append("open")
+            try:
+                return _f(*a, **k)
+            finally:
+                calls[-1] = "done"
+
+        monkeypatch.setattr(module, name, direct_update)
     mean, cov = _correlated_prior(15, seed=4)
-    cov = 4.0 * cov  # rows' cavities wide enough for the VS site fits (else tilted moments)
     for model in (direct, general):
-        model.set_params(prior=(mean, cov))
+        model.set_params(prior=(mean, scale * cov))
     for k, classes in ((0, [0, 1, 2]), (1, None)):  # the given prior, then carried
         for model in (direct, general):
             model.partial_fit(X[k : k + 1], y[k : k + 1], classes=classes, sample_weight=[weight])
@@ -376,6 +400,7 @@ def test_one_multinomial_row_is_the_general_fit(cls, weight, tolerance, iris, mo
             general.log_marginal_likelihood_value_, abs=tolerance
         )
     assert len(calls) == 2  # each row took the direct update
+    assert taken == routes
     if cls is vb.VSLogisticRegression:
         assert direct.strategy_reason_[0] == module.ONE_SOFTMAX_ROW_REASON
     if cls is vb.EPLogisticRegression:  # a weight above 1 (power EP's copies): the sweeps

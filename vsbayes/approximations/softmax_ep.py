@@ -833,17 +833,21 @@ def assumed_density_softmax_row(
 
     With one site the cavity is the prior's marginal of the row's contrasts
     ``g = Qᵀ(Θ x̃)``, N(m, V), and EP's fixed point is the Gaussian whose marginal of g is
-    the VS fit of the tilted density ``softmax(Qg)[y]^s N(g; m, V)``, the fit's kernel
-    being that marginal itself (the site fits' kernel is the posterior's latent marginal,
-    :func:`softmax_ep`). The VS fit of a non-Gaussian target depends on its kernel, so
-    the fixed point is found by refitting on the last fit, from the Laplace
-    approximation of g (Newton in r = K − 1 dimensions,
-    :func:`~vsbayes.approximations.newton_laplace.latent_softmax_mode`), until its
-    moments stop moving (``tol``, relative to its standard deviations): the general EP's
-    damped sweeps on one site reach the same point. θ's conditional given g is the
-    prior's (a rank-(K − 1) update,
+    what :func:`softmax_ep`'s sweep (``_sites``, ``sites="auto"``, on a one-row state) makes
+    of that cavity, with the posterior's marginal of g as the kernel. The sweep's site is
+    found at the fixed point by repeating it: each pass is the general sweep's undamped
+    update of the one site (projected on the PSD cone, as the sweeps project it), then the
+    posterior's marginal of g, Anderson-mixed as the sweeps are, until that marginal moves
+    by less than ``tol`` (relative to its standard deviations). Where the site does not
+    depend on the kernel — the tilted moments of a row the factor does not narrow much,
+    on the cavity alone — the first pass is the fixed point. Where it does — the VS fits
+    (a cavity wider than they need, :func:`_wide_rows`; their kernel starts at the Laplace
+    approximation of g, Newton in r = K − 1 dimensions), and the tilted moments of a row
+    the first pass moved to the mixture of the cavity and the posterior's marginal
+    (``direct``, a rule level up) — the passes iterate, as the general EP's damped sweeps
+    on one site do. θ's conditional given g is the prior's (a rank-(K − 1) update,
     :class:`~vsbayes.approximations._glm_gaussian.BlockLatent`). The log evidence is the
-    fit's normalizer over the normalized cavity, EP's of one site.
+    site's normalizer over the normalized cavity, EP's of one site.
 
     Parameters
     ----------
@@ -860,68 +864,61 @@ def assumed_density_softmax_row(
     fit_intercept : bool, default=True
         Whether θ ends with the K intercepts.
     rule : SamplingRule, optional
-        As :func:`softmax_ep`'s (its VS site fits, refined 4 and 16 times where a fit is
-        not integrable).
+        As :func:`softmax_ep`'s (of its VS site fits or tilted moments, refined 4 and 16
+        times where a site is improper).
     tol : float, default=1e-10
-        Stop when the fit's mean and covariance move by less than ``tol`` standard
-        deviations (variances) between two kernels.
+        Stop when the posterior's marginal of g moves by less than ``tol`` standard
+        deviations (variances) between two passes.
     max_iter : int, default=50
-        Most refits.
+        Most passes.
 
     Returns
     -------
     EPResult
-        With the row's site (``sites``, in the contrast space), the refits as ``n_iter``.
+        With the row's site (``sites``, in the contrast space), the passes as ``n_iter``.
 
     Raises
     ------
     EstimationError
-        If the general EP would not take a VS fit of this row (more than
-        :data:`MAX_FITTED_CLASSES` classes, or a cavity no wider than the VS fits need:
-        its tilted moments instead, :func:`softmax_ep`'s ``sites="auto"``), if a fit is not
-        integrable even on the finest rule, or the refits do not settle
-        within ``max_iter``: met on the first rows under a vague prior (the intercepts'
-        10⁶ variance), where the factor is nearly a step over the kernel's nodes and the
-        refits wander by a few hundredths of a standard deviation; damping did not help
-        there, the general EP's damped sweeps take those rows.
+        If the site is improper even on the finest rule, or the passes do not settle
+        within ``max_iter``: met by the VS fits on the first rows under a vague prior (the
+        intercepts' 10⁶ variance), where the factor is nearly a step over the kernel's
+        nodes and the refits wander by a few hundredths of a standard deviation; damping
+        did not help there, the general EP's damped sweeps take those rows.
     """
     if not 0.0 < weight <= 1.0:
         raise ValueError(f"assumed_density_softmax_row takes a weight in (0, 1]; got {weight!r}.")
     q = centred_basis(n_classes)
     r = n_classes - 1
     latent = BlockLatent.of_softmax_row(prior_mean, prior_cov, row, q, fit_intercept)
-    # The general EP (sites="auto") takes this row's VS fit only where its cavity is wide;
-    # a narrower one takes the tilted moments, whose fixed point the general fit finds.
-    if n_classes > MAX_FITTED_CLASSES or not _wide_rows(np.linalg.eigvalsh(latent.cov)[-1:]):
-        raise EstimationError(
-            "The row's cavity is narrow (or the classes many): the multinomial EP takes its "
-            "tilted moments, not a VS fit; fit the row with softmax_ep."
-        )
     cav_prec = np.linalg.inv(latent.cov)
     cav_prec = 0.5 * (cav_prec + cav_prec.T)
     cav_lin = cav_prec @ latent.mean
-    # The first kernel: the Laplace approximation of g (the mode to round-off).
-    mode = latent_softmax_mode(latent, q, int(label), float(weight), tol=1e-12, max_iter=100)
-    kernel_mean, kernel_cov = mode.theta.copy(), mode.gaussian.cov
-    label = np.array([int(label)])
+    # The general EP's choice (sites="auto", at its first sweep, from the cavities).
+    fits = n_classes <= MAX_FITTED_CLASSES and _wide_rows(np.linalg.eigvalsh(latent.cov)[-1:])
+    state = _RowState(1, _rules(SymmetricSobol(16) if rule is None else rule) if fits else None)
+    if fits:  # the first kernel: the Laplace approximation of g (the mode to round-off)
+        mode = latent_softmax_mode(latent, q, int(label), float(weight), tol=1e-12, max_iter=100)
+        kernel_mean, kernel_cov = mode.theta.copy(), mode.gaussian.cov
+    else:  # the moments read no kernel until the row goes direct
+        kernel_mean, kernel_cov = latent.mean, latent.cov
+    one_row = _OneRow(np.array([int(label)]))
     power = np.array([float(weight)])
-    rules = _rules(SymmetricSobol(16) if rule is None else rule)
-    level = np.zeros(1, dtype=int)
-    one_row = _OneRow(label)
+    ok = np.ones(1, dtype=bool)
     lower = np.tril_indices(r)
-    # The refits' map converges linearly (rate ~0.2 at K = 4, d = 20, after 1000 rows):
-    # Anderson's mixing of the kernel's mean and covariance entries, as EP's sweeps mix the
-    # sites, takes 4-5 refits to 1e-8 instead of 11-12.
+    # The passes' map converges linearly (the VS fits' at a rate ~0.2 at K = 4, d = 20,
+    # after 1000 rows): Anderson's mixing of the kernel's mean and covariance entries, as
+    # EP's sweeps mix the sites, takes 4-5 passes to 1e-8 instead of 11-12.
     mixing = Anderson(_REFIT_MEMORY)
     n_iter, change = 0, math.inf
-    while change > tol:
+    while True:
         if n_iter == max_iter:
             raise EstimationError(
-                f"The VS fits of the row's tilted density did not settle in {max_iter} "
-                f"refits (last change {change:.3g} standard deviations)."
+                f"The sites of the row's tilted density did not settle in {max_iter} "
+                f"passes (last change {change:.3g} standard deviations)."
             )
         n_iter += 1
-        log_z, t_mean, t_cov, good = _site_fits(
+        log_z, site_lam, site_eta, good = _sites(
             one_row,
             q,
             kernel_mean[None],
@@ -929,28 +926,31 @@ def assumed_density_softmax_row(
             cav_prec[None],
             cav_lin[None],
             power,
-            rules,
-            level,
-            np.ones(1, dtype=bool),
+            rule,
+            state,
+            ok,
         )
         if not good[0]:
             raise EstimationError(
-                "The VS fit of the row's tilted density is not integrable, even on the finest rule."
+                "The site of the row's tilted density is improper, even on the finest rule."
             )
-        # EP's update: the site (fit over cavity) projected on the PSD cone, as the sweeps
-        # project it (a VS fit of a log-concave factor may come out slightly indefinite,
-        # and the projection moves the fixed point), then the posterior's marginal of g.
-        t_prec = np.linalg.inv(t_cov[0])
-        site_lam = _psd((0.5 * (t_prec + t_prec.T) - cav_prec)[None])[0]
-        site_eta = t_prec @ t_mean[0] - cav_lin
+        # EP's update (_new_sites): the site projected on the PSD cone (a VS fit of a
+        # log-concave factor may come out slightly indefinite, and the projection moves
+        # the fixed point), then the posterior's marginal of g.
+        site_lam, site_eta = _psd(site_lam)[0], site_eta[0]
         post_cov = np.linalg.inv(cav_prec + site_lam)
         post_cov = 0.5 * (post_cov + post_cov.T)
         post_mean = post_cov @ (cav_lin + site_eta)
+        if state.rules is None and not state.direct[0]:
+            change = 0.0  # the site of the cavity alone: the fixed point at once
+            break
         sd = np.sqrt(np.diag(post_cov))
         scale = np.concatenate([sd, np.outer(sd, sd)[lower]])
         image = np.concatenate([post_mean, post_cov[lower]])
         residual = (image - np.concatenate([kernel_mean, kernel_cov[lower]])) / scale
         change = float(np.max(np.abs(residual)))
+        if change <= tol:
+            break
         mixed = mixing.step(residual, image, change, scale)
         kernel_mean, kernel_cov = mixed[:r], np.zeros((r, r))
         kernel_cov[lower] = mixed[r:]
@@ -959,7 +959,7 @@ def assumed_density_softmax_row(
             mixing.restart()
             kernel_mean, kernel_cov = post_mean, post_cov
     mean, cov = latent.conditioned(prior_mean, prior_cov, post_mean, post_cov)
-    # log ∫ F^s N(g; m, V) dg (EP's evidence with one site, whatever the site): the fit's
+    # log ∫ F^s N(g; m, V) dg (EP's evidence with one site, whatever the site): the site's
     # log Z is over the unnormalized cavity exp(−gᵀPg/2 + hᵀg), whose integral is
     # exp(mᵀV⁻¹m/2) (2π)^(r/2) det(V)^(1/2).
     _, log_det = np.linalg.slogdet(latent.cov)
@@ -968,12 +968,12 @@ def assumed_density_softmax_row(
     return result.with_sites(EPSites(site_lam[None], site_eta[None], "contrast"))
 
 
-#: Refits mixed by Anderson's acceleration in :func:`assumed_density_softmax_row`.
+#: Passes mixed by Anderson's acceleration in :func:`assumed_density_softmax_row`.
 _REFIT_MEMORY = 5
 
 
 class _OneRow(NamedTuple):
-    """What :func:`_site_fits` reads of a model: the rows' labels."""
+    """What :func:`_sites` reads of a model: the rows' labels."""
 
     y: np.ndarray
 

@@ -30,13 +30,14 @@ row's latent (the general solver's iterates, in the one dimension they move in),
 one tilted-moment match (with one site EP's first update is its fixed point: assumed-
 density filtering), VS's from the same moments: they are the exact posterior's, which
 every VS route estimates. The multinomial row's likelihood sees its K − 1 contrasts
-only: EP and VS take the VS fit of their (K − 1)-dimensional tilted density at EP's fixed
-point (refitted on its own moments until they settle), Laplace Newton's method in the
-contrasts, each followed by a rank-(K − 1) update. The method's ``one_row`` says which;
-each is the general fit's posterior to its tolerance (tests/test_updating.py). Small
-batches favour the moments: Laplace's expansion of each batch at its own mode takes the
-rows' curvature where the early estimates put them and accumulates too much precision
-(docs/decisions.md, "Streaming by moments").
+only: EP and VS take the multinomial EP's site of their (K − 1)-dimensional tilted
+density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's fixed
+point (the general sweep's update of the one site, repeated until it settles), Laplace
+Newton's method in the contrasts, each followed by a rank-(K − 1) update. The method's
+``one_row`` says which; each is the general fit's posterior to its tolerance
+(tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
+batch at its own mode takes the rows' curvature where the early estimates put them and
+accumulates too much precision (docs/decisions.md, "Streaming by moments").
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import assumed_density_row
 from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
-from ..approximations.softmax_ep import MAX_FITTED_CLASSES, assumed_density_softmax_row
+from ..approximations.softmax_ep import assumed_density_softmax_row
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
@@ -84,7 +85,7 @@ ONE_ROW_REASON = (
 )
 #: The same for one multinomial row, whose tilted density has K − 1 dimensions.
 ONE_SOFTMAX_ROW_REASON = (
-    "one row: its posterior's moments are the VS fit of its (K - 1)-dimensional tilted "
+    "one row: its posterior's moments are those of its (K - 1)-dimensional tilted "
     "density at expectation propagation's fixed point (assumed-density filtering)"
 )
 
@@ -356,13 +357,10 @@ class BayesianUpdating:
 
     def _one_softmax_row(self, row, label, n_classes, weight, rule, carried):
         """The multinomial one-row fit, a rank-(K − 1) update of the prior: by moments (the
-        VS fit of the row's (K − 1)-dimensional tilted density at EP's fixed point) or by
-        the mode (Newton's method in the row's contrasts); or None where the general fit
-        is needed: more classes than the site fits take, or a cavity narrow enough for the
-        multinomial EP's tilted moments (whose fixed point its sweeps find), or a fit
-        that failed or did not converge."""
-        if rule == "moments" and n_classes > MAX_FITTED_CLASSES:
-            return None
+        multinomial EP's site of the row's (K − 1)-dimensional tilted density, tilted
+        moments or VS fit as its sweeps would take, at EP's fixed point) or by the mode
+        (Newton's method in the row's contrasts); or None where the general fit is needed:
+        a fit that failed or did not converge."""
         prior = carried[0]
         p = prior.dim
         check_memory(
