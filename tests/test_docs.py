@@ -47,10 +47,13 @@ def test_benchmark_page_shows_every_committed_plot():
 def test_docs_build_without_warnings(tmp_path):
     for module in ("sphinx", "numpydoc", "pydata_sphinx_theme", "sphinx_gallery", "myst_parser"):
         pytest.importorskip(module, reason='the docs need the "docs" extra')
-    # The gallery scripts are run by test_examples.py; here only the pages are built.
+    # The gallery scripts are run by test_examples.py; here only the pages are built. Smart
+    # quotes (typography only, which warns of nothing) and the pages' copied sources are
+    # left out: 0.6 s of the build.
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-D", "plot_gallery=0", "-d", str(tmp_path / "doctrees"),
+         "-D", "plot_gallery=0", "-D", "smartquotes=0", "-D", "html_copy_source=0",
+         "-d", str(tmp_path / "doctrees"),
          str(DOCS), str(tmp_path / "html")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip

@@ -53,8 +53,25 @@ CHECK_SETTINGS = {
 }
 
 
+# Settings of one (estimator, check) pair, whose fits they leave bitwise the same. With class
+# weights 1e3 and 1e-4, the logistic EPs that BMC and IS take as their kernel fail on each
+# of the check's problems (binary or multinomial, their sweeps stall and raise, or creep to
+# their 200 sweeps: 9 s of the suite), so the points are drawn from Laplace's kernel either
+# way. The same EPs still fail in EPLogisticRegression's and VSLogisticRegression's checks,
+# the probit estimators' checks still take the sampling fits' route through a failed EP (in
+# closed form, 0.5 s), and test_strategy.py tests the kernel of an unconverged EP.
+_LAPLACE_KERNEL = {"kernel": "laplace"}
+PAIR_SETTINGS = {
+    ("BMCLogisticRegression", "check_class_weight_classifiers"): _LAPLACE_KERNEL,
+    ("ISLogisticRegression", "check_class_weight_classifiers"): _LAPLACE_KERNEL,
+}
+
+
 @parametrize_with_checks([make(cls, **CHECK_SETTINGS.get(cls, {})) for cls in ALL])
 def test_sklearn_compatible(estimator, check, monkeypatch):
+    pair = (type(estimator).__name__, getattr(check, "func", check).__name__)
+    if pair in PAIR_SETTINGS:  # a copy: the checks share the estimator
+        estimator = clone(estimator).set_params(**PAIR_SETTINGS[pair])
     fallbacks = []
 
     def recording_warn(message, category):
@@ -64,7 +81,6 @@ def test_sklearn_compatible(estimator, check, monkeypatch):
 
     monkeypatch.setattr(estimator_base, "warn", recording_warn)
     check(estimator)
-    pair = (type(estimator).__name__, getattr(check, "func", check).__name__)
     assert bool(fallbacks) == (pair in LAPLACE_FALLBACKS), (pair, fallbacks[:1])
 
 
