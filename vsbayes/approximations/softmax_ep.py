@@ -334,26 +334,37 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     mixture`` are at most 2: never heavy-tailed, and the nodes still where the tilted mass
     is when the cavity is far wider (a factor that is nearly a step over it).
     """
-    points = []
     b, r = kernels[0][0].shape
-    for mean, chol, _, _ in kernels:
-        # L z for every row and node as one GEMM: (P, r) × (r, b·r).
-        g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
-        g += mean[:, None, :]
-        points.append(g)
-    g = np.concatenate(points, axis=1) if len(points) > 1 else points[0]
-    # Class-major (b, K, nodes), as in _log_softmax_at: reductions over K contiguous slices.
-    f = np.matmul(q, np.swapaxes(g, 1, 2))
-    top = f[:, 0, :].copy()
-    for j in range(1, f.shape[1]):
-        np.maximum(top, f[:, j, :], out=top)
+    k = q.shape[0]
+    if len(kernels) == 1:
+        # The latent values f = Q L z + Q m of every row and node as one GEMM, (b·K, r + 1)
+        # × (r + 1, P) on the nodes with a unit coordinate, already class-major (b, K,
+        # nodes): the nodes g themselves are not needed.
+        mean, chol, _, _ = kernels[0]
+        mapped = np.empty((b, k, r + 1))
+        np.matmul(q, chol, out=mapped[:, :, :r])
+        mapped[:, :, r] = mean @ q.T
+        lifted = np.empty((r + 1, len(z)))
+        lifted[:r] = z.T
+        lifted[r] = 1.0
+        f = (mapped.reshape(b * k, r + 1) @ lifted).reshape(b, k, len(z))
+    else:
+        points = []
+        for mean, chol, _, _ in kernels:
+            # L z for every row and node as one GEMM: (P, r) × (r, b·r).
+            g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
+            g += mean[:, None, :]
+            points.append(g)
+        g = np.concatenate(points, axis=1)
+        # Class-major (b, K, nodes), as in _log_softmax_at: reductions over K contiguous slices.
+        f = np.matmul(q, np.swapaxes(g, 1, 2))
+    # Reductions over the classes' axis of (b, K, nodes): contiguous (b, nodes) slices
+    # accumulated in class order.
+    top = f.max(axis=1)
     chosen = f[np.arange(b), y, :] - top
     f -= top[:, None, :]
     np.exp(f, out=f)
-    total = f[:, 0, :].copy()
-    for j in range(1, f.shape[1]):
-        total += f[:, j, :]
-    f /= total[:, None, :]  # p, the softmax at each node
+    total = f.sum(axis=1)
     log_ratio = power[:, None] * (chosen - np.log(total))  # s log F
     if len(kernels) > 1:
         log_kernel = [_log_normal(g, mean, inv, half) for mean, _, inv, half in kernels]
@@ -365,8 +376,12 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     weight = np.exp(log_ratio - shift[:, None])
     mass = weight.sum(axis=1)
     weight /= mass[:, None]
-    expected = np.matmul(f, weight[:, :, None])[..., 0]  # (b, K)
-    second = np.matmul(f * weight[:, None, :], np.swapaxes(f, 1, 2))
+    # p = f / total at each node: the division goes into the nodes' weights (b × nodes)
+    # instead of the (b, K, nodes) values.
+    per_total = weight / total
+    expected = np.matmul(f, per_total[:, :, None])[..., 0]  # E[p], (b, K)
+    per_total /= total
+    second = np.matmul(f * per_total[:, None, :], np.swapaxes(f, 1, 2))  # E[p pᵀ]
     if len(kernels) == 1:
         return shift + np.log(mass), expected, second, None, None
     g_mean = np.matmul(weight[:, None, :], g)[:, 0]  # (b, r)
@@ -396,8 +411,11 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     g_mean, g_cov = np.full((m, r), np.nan), np.full((m, r, r), np.nan)
     new_lam, new_eta = np.zeros((m, r, r)), np.zeros((m, r))
     good = np.zeros(m, dtype=bool)
-    cav_cov = np.broadcast_to(np.eye(r), v_cov.shape).copy()
-    cav_cov[ok] = np.linalg.inv(cav_prec[ok])
+    if ok.all():  # the usual case: no copies of the rows in and out
+        cav_cov = np.linalg.inv(cav_prec)
+    else:
+        cav_cov = np.broadcast_to(np.eye(r), v_cov.shape).copy()
+        cav_cov[ok] = np.linalg.inv(cav_prec[ok])
     cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
     cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
     chol = np.linalg.cholesky(cav_cov)
@@ -412,13 +430,15 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
             rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
             if not rows.size:
                 continue
+            # All rows (the usual case at one level): views instead of copies of them.
+            pick = slice(None) if rows.size == m else rows
             z, log_w = _rule_nodes(rule, r, at)
-            kernels = [(cav_mean[rows], chol[rows], None, log_det_half[rows])]
+            kernels = [(cav_mean[pick], chol[pick], None, log_det_half[pick])]
             if mixed:
-                root = np.linalg.cholesky(v_cov[rows])
+                root = np.linalg.cholesky(v_cov[pick])
                 kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
                 half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
-                kernels.insert(0, (v_mean[rows], root, np.linalg.inv(root), half))
+                kernels.insert(0, (v_mean[pick], root, np.linalg.inv(root), half))
 
             def block(part: slice, rows=rows, z=z, log_w=log_w, kernels=kernels) -> None:
                 sites = rows[part]
@@ -440,29 +460,29 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
                 map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**24))
             lam, eta, fine, hess = _matched(
                 q,
-                model.y[rows],
-                expected[rows],
-                second[rows],
-                power[rows],
-                cav_cov[rows],
-                cav_mean[rows],
-                cav_prec[rows],
+                model.y[pick],
+                expected[pick],
+                second[pick],
+                power[pick],
+                cav_cov[pick],
+                cav_mean[pick],
+                cav_prec[pick],
             )
             if mixed:
-                lam, eta, fine = _direct(g_mean[rows], g_cov[rows], cav_prec[rows], cav_lin[rows])
+                lam, eta, fine = _direct(g_mean[pick], g_cov[pick], cav_prec[pick], cav_lin[pick])
             else:
                 # Where the factor narrows the cavity much (a step over a wide cavity), the
                 # Stein form's covariance Σ − ΣHΣ is a difference of nearly equal terms:
                 # such rows take the nodes' own tilted moments, from the next sweep on.
                 # The factor's largest reduction of a cavity variance: λ_max(Lᵀ H L), LLᵀ = Σ.
-                root = chol[rows]
+                root = chol[pick]
                 # λ_max > _DIRECT ⇔ _DIRECT·I − Lᵀ H L is not positive definite.
                 reduced = np.swapaxes(root, 1, 2) @ hess @ root
                 # Their moments need more nodes than the Stein form's expectations: one level up.
                 narrowed = rows[~_positive_definite(_DIRECT * np.eye(r) - reduced)]
                 state.direct[narrowed] = True
                 state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
-            new_lam[rows], new_eta[rows], good[rows] = lam, eta, fine
+            new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
             if at + 1 < _n_levels(rule):
                 state.level[rows[~fine]] = at + 1
     return log_z + log_norm, new_lam, new_eta, good
@@ -474,18 +494,15 @@ def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec):
     identities, see the module docstring), and whether the tilted covariance is proper."""
     m, k = expected.shape
     s = power[:, None]
-    rows = np.arange(m)
     residual = -s * expected
-    residual[rows, y] += power  # E[∇ log F^s] in the latent values: s (e_y − E p)
+    residual[np.arange(m), y] += power  # γ = E[∇ log F^s] in the latent values: s (e_y − E p)
     # E[∇∇ F^s / F^s] = s² E[(e_y − p)(e_y − p)ᵀ] − s E[diag p − p pᵀ], and the tilted
-    # covariance is Σ − Σ H Σ with H = γγᵀ − that (γ = E[∇ log F^s]).
-    outer = second.copy()
-    outer[rows, y, :] -= expected
-    outer[rows, :, y] -= expected
-    outer[rows, y, y] += 1.0
-    curvature = (s * expected)[:, :, None] * np.eye(k) - s[..., None] * second
-    h_latent = curvature - (s * s)[..., None] * outer
-    h_latent += residual[:, :, None] * residual[:, None, :]
+    # covariance is Σ − Σ H Σ with H = γγᵀ − that. The label's terms cancel between γγᵀ and
+    # the first expectation: H = s diag(E p) − (s + s²) E[p pᵀ] + s² E p E pᵀ.
+    h_latent = (-(s + s * s))[..., None] * second
+    h_latent[:, np.arange(k), np.arange(k)] += s * expected
+    scaled = s * expected
+    h_latent += scaled[:, :, None] * scaled[:, None, :]
     grad = residual @ q  # (m, r)
     hess = q.T @ h_latent @ q
     hess = 0.5 * (hess + np.swapaxes(hess, 1, 2))
