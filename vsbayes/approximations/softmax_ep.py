@@ -91,6 +91,24 @@ __all__ = [
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+def _by_rows(func, *arrays, work: float = 1.0):
+    """``func(*arrays)`` for functions of each row alone (batched small factorizations and
+    products of (M, r, r) stacks), run on consecutive row slices by :func:`map_blocks`:
+    outside the tilted moments' blocks these per-row steps were the sweep's serial part.
+    The same bits as one call (each row's LAPACK call and products are the same);
+    ``work`` is the multiply-adds per row. Returns the slices' outputs concatenated (a
+    tuple of arrays if ``func`` returns one)."""
+    m = len(arrays[0])
+    slices = block_slices(m, work, None, 2**23)
+    if len(slices) == 1:
+        return func(*arrays)
+    with single_blas_thread():
+        parts = map_blocks(lambda rows: func(*(a[rows] for a in arrays)), slices)
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+    return np.concatenate(parts)
+
+
 class _Contrast:
     """The posterior of B from the sites, and the rows' latent moments under it."""
 
@@ -334,26 +352,37 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     mixture`` are at most 2: never heavy-tailed, and the nodes still where the tilted mass
     is when the cavity is far wider (a factor that is nearly a step over it).
     """
-    points = []
     b, r = kernels[0][0].shape
-    for mean, chol, _, _ in kernels:
-        # L z for every row and node as one GEMM: (P, r) × (r, b·r).
-        g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
-        g += mean[:, None, :]
-        points.append(g)
-    g = np.concatenate(points, axis=1) if len(points) > 1 else points[0]
-    # Class-major (b, K, nodes), as in _log_softmax_at: reductions over K contiguous slices.
-    f = np.matmul(q, np.swapaxes(g, 1, 2))
-    top = f[:, 0, :].copy()
-    for j in range(1, f.shape[1]):
-        np.maximum(top, f[:, j, :], out=top)
+    k = q.shape[0]
+    if len(kernels) == 1:
+        # The latent values f = Q L z + Q m of every row and node as one GEMM, (b·K, r + 1)
+        # × (r + 1, P) on the nodes with a unit coordinate, already class-major (b, K,
+        # nodes): the nodes g themselves are not needed.
+        mean, chol, _, _ = kernels[0]
+        mapped = np.empty((b, k, r + 1))
+        np.matmul(q, chol, out=mapped[:, :, :r])
+        mapped[:, :, r] = mean @ q.T
+        lifted = np.empty((r + 1, len(z)))
+        lifted[:r] = z.T
+        lifted[r] = 1.0
+        f = (mapped.reshape(b * k, r + 1) @ lifted).reshape(b, k, len(z))
+    else:
+        points = []
+        for mean, chol, _, _ in kernels:
+            # L z for every row and node as one GEMM: (P, r) × (r, b·r).
+            g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
+            g += mean[:, None, :]
+            points.append(g)
+        g = np.concatenate(points, axis=1)
+        # Class-major (b, K, nodes), as in _log_softmax_at: reductions over K contiguous slices.
+        f = np.matmul(q, np.swapaxes(g, 1, 2))
+    # Reductions over the classes' axis of (b, K, nodes): contiguous (b, nodes) slices
+    # accumulated in class order.
+    top = f.max(axis=1)
     chosen = f[np.arange(b), y, :] - top
     f -= top[:, None, :]
     np.exp(f, out=f)
-    total = f[:, 0, :].copy()
-    for j in range(1, f.shape[1]):
-        total += f[:, j, :]
-    f /= total[:, None, :]  # p, the softmax at each node
+    total = f.sum(axis=1)
     log_ratio = power[:, None] * (chosen - np.log(total))  # s log F
     if len(kernels) > 1:
         log_kernel = [_log_normal(g, mean, inv, half) for mean, _, inv, half in kernels]
@@ -365,8 +394,12 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     weight = np.exp(log_ratio - shift[:, None])
     mass = weight.sum(axis=1)
     weight /= mass[:, None]
-    expected = np.matmul(f, weight[:, :, None])[..., 0]  # (b, K)
-    second = np.matmul(f * weight[:, None, :], np.swapaxes(f, 1, 2))
+    # p = f / total at each node: the division goes into the nodes' weights (b × nodes)
+    # instead of the (b, K, nodes) values.
+    per_total = weight / total
+    expected = np.matmul(f, per_total[:, :, None])[..., 0]  # E[p], (b, K)
+    per_total /= total
+    second = np.matmul(f * per_total[:, None, :], np.swapaxes(f, 1, 2))  # E[p pᵀ]
     if len(kernels) == 1:
         return shift + np.log(mass), expected, second, None, None
     g_mean = np.matmul(weight[:, None, :], g)[:, 0]  # (b, r)
@@ -396,12 +429,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     g_mean, g_cov = np.full((m, r), np.nan), np.full((m, r, r), np.nan)
     new_lam, new_eta = np.zeros((m, r, r)), np.zeros((m, r))
     good = np.zeros(m, dtype=bool)
-    cav_cov = np.broadcast_to(np.eye(r), v_cov.shape).copy()
-    cav_cov[ok] = np.linalg.inv(cav_prec[ok])
-    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
-    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
-    chol = np.linalg.cholesky(cav_cov)
-    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    cav_cov, cav_mean, chol, log_det_half = _by_rows(
+        _cavity_moments, cav_prec, cav_lin, ok, work=4.0 * r**3
+    )
     # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
     log_norm = 0.5 * np.einsum("ma,ma->m", cav_lin, cav_mean) + log_det_half + 0.5 * r * _LOG_2PI
     if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
@@ -412,13 +442,15 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
             rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
             if not rows.size:
                 continue
+            # All rows (the usual case at one level): views instead of copies of them.
+            pick = slice(None) if rows.size == m else rows
             z, log_w = _rule_nodes(rule, r, at)
-            kernels = [(cav_mean[rows], chol[rows], None, log_det_half[rows])]
+            kernels = [(cav_mean[pick], chol[pick], None, log_det_half[pick])]
             if mixed:
-                root = np.linalg.cholesky(v_cov[rows])
+                root = np.linalg.cholesky(v_cov[pick])
                 kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
                 half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
-                kernels.insert(0, (v_mean[rows], root, np.linalg.inv(root), half))
+                kernels.insert(0, (v_mean[pick], root, np.linalg.inv(root), half))
 
             def block(part: slice, rows=rows, z=z, log_w=log_w, kernels=kernels) -> None:
                 sites = rows[part]
@@ -438,60 +470,93 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
             cap = max(1, int(block_bytes() // (nodes * _node_bytes(k, r))))
             with single_blas_thread():
                 map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**24))
-            lam, eta, fine, hess = _matched(
-                q,
-                model.y[rows],
-                expected[rows],
-                second[rows],
-                power[rows],
-                cav_cov[rows],
-                cav_mean[rows],
-                cav_prec[rows],
-            )
             if mixed:
-                lam, eta, fine = _direct(g_mean[rows], g_cov[rows], cav_prec[rows], cav_lin[rows])
+                lam, eta, fine = _direct(g_mean[pick], g_cov[pick], cav_prec[pick], cav_lin[pick])
             else:
-                # Where the factor narrows the cavity much (a step over a wide cavity), the
-                # Stein form's covariance Σ − ΣHΣ is a difference of nearly equal terms:
-                # such rows take the nodes' own tilted moments, from the next sweep on.
-                # The factor's largest reduction of a cavity variance: λ_max(Lᵀ H L), LLᵀ = Σ.
-                root = chol[rows]
-                # λ_max > _DIRECT ⇔ _DIRECT·I − Lᵀ H L is not positive definite.
-                reduced = np.swapaxes(root, 1, 2) @ hess @ root
-                # Their moments need more nodes than the Stein form's expectations: one level up.
-                narrowed = rows[~_positive_definite(_DIRECT * np.eye(r) - reduced)]
+                lam, eta, fine, narrowed = _matched(
+                    q,
+                    model.y[pick],
+                    expected[pick],
+                    second[pick],
+                    power[pick],
+                    cav_cov[pick],
+                    cav_mean[pick],
+                    cav_prec[pick],
+                    chol[pick],
+                )
+                # Rows the factor narrows much take the nodes' own tilted moments from the
+                # next sweep on, whose moments need more nodes: one level up.
+                narrowed = rows[narrowed]
                 state.direct[narrowed] = True
                 state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
-            new_lam[rows], new_eta[rows], good[rows] = lam, eta, fine
+            new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
             if at + 1 < _n_levels(rule):
                 state.level[rows[~fine]] = at + 1
     return log_z + log_norm, new_lam, new_eta, good
 
 
-def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec):
+def _cavity_moments(cav_prec, cav_lin, ok):
+    """Covariance, mean, lower Cholesky factor and log |L| of each cavity (the identity's
+    where the cavity is improper, ``ok`` False)."""
+    r = cav_prec.shape[1]
+    if ok.all():  # the usual case: no copies of the rows in and out
+        cav_cov = np.linalg.inv(cav_prec)
+    else:
+        cav_cov = np.broadcast_to(np.eye(r), cav_prec.shape).copy()
+        cav_cov[ok] = np.linalg.inv(cav_prec[ok])
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
+    chol = np.linalg.cholesky(cav_cov)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    return cav_cov, cav_mean, chol, log_det_half
+
+
+def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
+    """:func:`_row_matched` on row slices run side by side."""
+    return _by_rows(
+        lambda *rows: _row_matched(q, *rows),
+        y,
+        expected,
+        second,
+        power,
+        cav_cov,
+        cav_mean,
+        cav_prec,
+        chol,
+        work=4.0 * q.shape[1] ** 3,
+    )
+
+
+def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
     """The site (precision, linear term) whose product with the cavity has the tilted
     density's mean and covariance, from the tilted expectations of the softmax (Stein's
-    identities, see the module docstring), and whether the tilted covariance is proper."""
+    identities, see the module docstring), whether the tilted covariance is proper, and
+    whether the factor narrows the cavity by more than :data:`_DIRECT` of a variance in some
+    direction (``chol``: the cavity covariance's lower Cholesky factor)."""
     m, k = expected.shape
     s = power[:, None]
-    rows = np.arange(m)
     residual = -s * expected
-    residual[rows, y] += power  # E[∇ log F^s] in the latent values: s (e_y − E p)
+    residual[np.arange(m), y] += power  # γ = E[∇ log F^s] in the latent values: s (e_y − E p)
     # E[∇∇ F^s / F^s] = s² E[(e_y − p)(e_y − p)ᵀ] − s E[diag p − p pᵀ], and the tilted
-    # covariance is Σ − Σ H Σ with H = γγᵀ − that (γ = E[∇ log F^s]).
-    outer = second.copy()
-    outer[rows, y, :] -= expected
-    outer[rows, :, y] -= expected
-    outer[rows, y, y] += 1.0
-    curvature = (s * expected)[:, :, None] * np.eye(k) - s[..., None] * second
-    h_latent = curvature - (s * s)[..., None] * outer
-    h_latent += residual[:, :, None] * residual[:, None, :]
+    # covariance is Σ − Σ H Σ with H = γγᵀ − that. The label's terms cancel between γγᵀ and
+    # the first expectation: H = s diag(E p) − (s + s²) E[p pᵀ] + s² E p E pᵀ.
+    h_latent = (-(s + s * s))[..., None] * second
+    h_latent[:, np.arange(k), np.arange(k)] += s * expected
+    scaled = s * expected
+    h_latent += scaled[:, :, None] * scaled[:, None, :]
     grad = residual @ q  # (m, r)
     hess = q.T @ h_latent @ q
     hess = 0.5 * (hess + np.swapaxes(hess, 1, 2))
-    # Proper tilted covariance ⇔ P − H positive definite.
-    fine = _positive_definite(cav_prec - hess)
+    # Where the factor narrows the cavity much (a step over a wide cavity), the Stein form's
+    # covariance Σ − ΣHΣ is a difference of nearly equal terms. The factor's largest
+    # reduction of a cavity variance is λ_max(Lᵀ H L), LLᵀ = Σ; below _DIRECT (_DIRECT·I −
+    # Lᵀ H L positive definite) the tilted covariance Σ − ΣHΣ = L (I − LᵀHL) Lᵀ is proper too.
     eye = np.eye(q.shape[1])
+    settled = _row_positive_definite(_DIRECT * eye - np.swapaxes(chol, 1, 2) @ hess @ chol)
+    # Otherwise: proper tilted covariance ⇔ P − H positive definite.
+    fine = settled.copy()
+    if not settled.all():
+        fine[~settled] = _row_positive_definite((cav_prec - hess)[~settled])
     hess = np.where(fine[:, None, None], hess, 0.0)
     # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
     # the tilted mean μ_t = Σ (h + γ).
@@ -499,7 +564,7 @@ def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec):
     lam = 0.5 * (lam + np.swapaxes(lam, 1, 2))
     t_mean = cav_mean + np.einsum("mab,mb->ma", cav_cov, grad)
     eta = grad + np.einsum("mab,mb->ma", lam, t_mean)
-    return lam, np.where(fine[:, None], eta, 0.0), fine, hess
+    return lam, np.where(fine[:, None], eta, 0.0), fine, fine & ~settled
 
 
 def _direct(t_mean, t_cov, cav_prec, cav_lin):
@@ -644,6 +709,11 @@ def _new_sites(model, contrast, post, lam, eta, power, rule, state):
 
 def _cavity(v_mean, v_cov, lam, eta, copies):
     """Cavity natural parameters of one copy of each factor, and whether they are proper."""
+    r = v_mean.shape[1]
+    return _by_rows(_row_cavity, v_mean, v_cov, lam, eta, copies, work=4.0 * r**3)
+
+
+def _row_cavity(v_mean, v_cov, lam, eta, copies):
     v_prec = np.linalg.inv(v_cov)
     v_prec = 0.5 * (v_prec + np.swapaxes(v_prec, 1, 2))
     c = copies[:, None, None]
@@ -659,6 +729,10 @@ def _positive_definite(matrices: np.ndarray) -> np.ndarray:
     One batched Cholesky factorization where all are (the sweeps' usual case: ~20 times
     cheaper than eigenvalues, r = 19); the smallest eigenvalues only where some is not.
     """
+    return _by_rows(_row_positive_definite, matrices, work=matrices.shape[1] ** 3 / 3)
+
+
+def _row_positive_definite(matrices: np.ndarray) -> np.ndarray:
     try:
         np.linalg.cholesky(matrices)
     except np.linalg.LinAlgError:
