@@ -228,7 +228,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         variational-sampling fits of the (K − 1)-dimensional tilted densities
         (:func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
         (from that EP's kernel) with 16n to 32n points within 5·10¹⁰ multiply-adds (an int
-        ``n_samples``: that N), else takes those sites (``strategy_`` "sites").
+        ``n_samples``: that N), else takes those sites (``strategy_`` "sites"); where the
+        Laplace approximation's predicted error is at most 0.6 nats (and EP's, predicted
+        from it, above the target), the global fit runs from the Laplace kernel with 1.5
+        times the points instead, without EP.
     family : {"gaussian", "diagonal"}, default="gaussian"
         Full or diagonal posterior covariance ("diagonal": n = 2p+1 for "auto").
     rule : {"mc", "qmc"}, default="mc"

@@ -32,12 +32,20 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
 
+from .._blas import map_blocks
 from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 from ..gaussian import Gaussian, lower_cholesky
 from .glm import add_prior, coefficient_prior_variances, diagonal_log_prior, prior_mean_vector
 
 __all__ = ["SoftmaxGLMPosterior"]
+
+# The likelihood pass over many points is bound by memory, not by its one GEMM: its
+# temporaries are written once and read a few times (the maximum, the exponentials, their
+# sum). Blocks of at most this many bytes stay in cache; measured, one pass of wine's 15,136
+# points (178 rows, 3 classes) took 85 ms in 4 MiB blocks against 190 ms in one 64 MiB block,
+# iris's 2176 points 8 ms against 21 ms.
+LIKELIHOOD_BLOCK_BYTES = 4 * 2**20
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -219,14 +227,16 @@ class SoftmaxGLMPosterior:
         """``Σ_i s_i log softmax(f_i)[y_i]`` for each row of ``theta`` (N, dim).
 
         The (M, N, K) latent values are formed in blocks of rows and points whose
-        temporaries stay within ``max_bytes`` (one GEMM per block); the blocks run through
-        joblib when ``n_jobs`` asks for it. The blocks do not depend on ``n_jobs``, so
-        neither does the result, to the last bit.
+        temporaries stay within ``max_bytes`` and a cache-sized block (one GEMM per block);
+        the blocks run through joblib when ``n_jobs`` asks for it, else on the fit's worker
+        threads (``_blas.map_blocks``). The blocks depend on neither, so neither does the
+        result, to the last bit.
         """
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
         n, m, k = theta.shape[0], self.n_observations, self.n_classes
-        # Per (row, point): K latent values and K of their exponentials, 8 bytes each.
-        entries = max(1, self.max_bytes // (16 * k))
+        # Per (row, point): K latent values and K of their exponentials, 8 bytes each; the
+        # block's temporaries stay cache-sized (see LIKELIHOOD_BLOCK_BYTES).
+        entries = max(1, min(self.max_bytes, LIKELIHOOD_BLOCK_BYTES) // (16 * k))
         block_n = min(n, max(256, entries // max(m, 1)))
         block_m = min(m, max(1, entries // block_n))
         tasks = [
@@ -243,8 +253,8 @@ class SoftmaxGLMPosterior:
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
                 delayed(_block_log_likelihood)(*a) for a in args
             )
-        else:
-            parts = [_block_log_likelihood(*a) for a in args]
+        else:  # on the fit's worker threads (one BLAS thread each), if it has them
+            parts = map_blocks(lambda a: _block_log_likelihood(*a), args)
         out = np.zeros(n)
         for (rows, _), part in zip(tasks, parts, strict=True):
             out[rows] += part
