@@ -468,12 +468,11 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
 
             nodes = len(z) * len(kernels)
             cap = max(1, int(block_bytes() // (nodes * _node_bytes(k, r))))
-            # A block of 2¹⁹ counted multiply-adds takes ~1-2 ms (the exponentials and
-            # small batched products cost more than the count): worth a thread's hand-off.
-            # Measured, wine's EP (178 rows, its wide rows on 4× the nodes) 125 → 82 ms on
-            # 2 threads; the same bits, as the rows' blocks are independent.
+            # Blocks of at least 2²⁴ counted multiply-adds: smaller ones (2¹⁹) let wine's 178
+            # rows use both threads (its EP 76 → 70 ms, idle) but cut 20 classes' rows into
+            # blocks of 2-3, whose per-block overhead doubled their fit (0.9 → 1.75 s).
             with single_blas_thread():
-                map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**19))
+                map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**24))
             if mixed:
                 lam, eta, fine = _direct(g_mean[pick], g_cov[pick], cav_prec[pick], cav_lin[pick])
             else:
