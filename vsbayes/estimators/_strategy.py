@@ -68,7 +68,8 @@ DEPARTURE_FACTOR = 4.0
 # likelihood pass and the solver's features) stays within this limit, else with as many
 # as fit down to 16n; below 16n it takes expectation propagation of the
 # (K − 1)-dimensional sites (strategy_ "sites", with the reason). Measured: wine (K = 3,
-# d = 13, n = 946) at 32n, 2.8e10 multiply-adds, ~1 s on 2 cores; iris (n = 136) 0.13 s.
+# d = 13, n = 946) at 32n, 2.8e10 multiply-adds: the whole default fit 0.23 s on 2 idle
+# cores; iris (n = 136) 0.025 s (benchmarks/results/data_rich.md).
 MULTINOMIAL_WORK_LIMIT = 5e10
 # A heavy-tailed shrinkage prior (Student-t, horseshoe: not log-concave) gives EP sites
 # fitted to tilted densities that may be far from Gaussian (bimodal where the data pull a
