@@ -317,19 +317,35 @@ def row_laplace(
     solver.find_mode(np.array([latent.mean]))
     t_mode, t_var = float(solver.theta[0]), 1.0 / solver.gaussian.value
     mean, cov = latent.conditioned(prior_mean, prior_cov, t_mode, t_var)
-    value = solver.value + 0.5 * math.log(2.0 * math.pi) - solver.gaussian.half_log_det
+    return _row_update_result(
+        solver,
+        mean,
+        cov,
+        prior_lower,
+        latent_log_norm=0.5 * math.log(2.0 * math.pi * latent.var),
+        grad_norm=abs(float(solver.grad[0])) * float(np.linalg.norm(row)),
+    )
+
+
+def _row_update_result(
+    solver, mean, cov, prior_lower, latent_log_norm: float, grad_norm: float
+) -> LaplaceResult:
+    """The Laplace fit of a row's update (:func:`row_laplace`, :func:`softmax_row_laplace`)
+    from Newton's ``solver`` in the row's r latent values and θ's updated moments."""
+    r = solver.theta.size
+    value = solver.value + 0.5 * r * math.log(2.0 * math.pi) - solver.gaussian.half_log_det
     # log p(θ*) in θ's coordinates: the latent's log p plus log N(θ*) − log N(t*) of the
-    # prior, i.e. the Gaussian normalizers of Σ in place of v's.
+    # prior, i.e. the Gaussian normalizer of Σ in place of the latent's.
     log_det = 2.0 * float(np.log(np.diag(prior_lower)).sum())
-    at_mode = solver.value + 0.5 * math.log(2.0 * math.pi * latent.var)
-    at_mode -= 0.5 * (prior_mean.size * math.log(2.0 * math.pi) + log_det)
+    at_mode = solver.value + latent_log_norm
+    at_mode -= 0.5 * (mean.size * math.log(2.0 * math.pi) + log_det)
     return LaplaceResult(
         mean,
         cov,
         value,
         n_iter=solver.n_iter,
         converged=solver.converged or solver.stalled,
-        grad_norm=abs(float(solver.grad[0])) * float(np.linalg.norm(row)),
+        grad_norm=grad_norm,
         log_density_at_mode=at_mode,
     )
 
@@ -468,20 +484,13 @@ def softmax_row_laplace(
     latent = BlockLatent.of_softmax_row(prior_mean, prior_cov, row, q, fit_intercept)
     solver = latent_softmax_mode(latent, q, label, weight, tol=tol, max_iter=max_iter)
     mean, cov = latent.conditioned(prior_mean, prior_cov, solver.theta, solver.gaussian.cov)
-    r = latent.mean.size
-    value = solver.value + 0.5 * r * math.log(2.0 * math.pi) - solver.gaussian.half_log_det
-    # log p(θ*) in θ's coordinates, as row_laplace's: Σ's Gaussian normalizer for V's.
-    log_det = 2.0 * float(np.log(np.diag(prior_lower)).sum())
-    at_mode = solver.value + solver.model.log_norm
-    at_mode -= 0.5 * (prior_mean.size * math.log(2.0 * math.pi) + log_det)
-    return LaplaceResult(
+    return _row_update_result(
+        solver,
         mean,
         cov,
-        value,
-        n_iter=solver.n_iter,
-        converged=solver.converged or solver.stalled,
+        prior_lower,
+        latent_log_norm=solver.model.log_norm,
         grad_norm=float(np.linalg.norm(latent.rows.T @ solver.grad)),
-        log_density_at_mode=at_mode,
     )
 
 
