@@ -222,6 +222,8 @@ def test_C_1e300_gives_a_valid_posterior_or_a_clear_error_on_every_route(cls, sh
         except ValueError as error:
             assert "C=1e+300" in str(error), (route, error)
             assert not isinstance(error, NotPositiveDefiniteError), route
+            if route == "dual":  # the likelier cause, not collinearity, is named
+                assert "rows cannot span" in str(error), error
             continue
         assert_valid_fit(est, X)
 

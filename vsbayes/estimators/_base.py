@@ -199,6 +199,20 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
     )
 
 
+def _unseen_directions_hint(model, C: float) -> str:
+    """The likelier cause of a posterior float64 cannot hold when the rows cannot see every
+    direction: there the prior alone sets the variance, C, against the data's curvature of
+    order one along the others (``C=1e30`` on 10 rows of 20 features)."""
+    if model.dim <= model.n_observations or C < 1e12:
+        return ""
+    return (
+        f" Here the {model.n_observations} rows cannot span the {model.dim} parameters: "
+        f"along the directions they do not see the posterior keeps the prior's variance "
+        f"C = {C:g}, too far beyond the others' for float64. Use a smaller C (the "
+        f"evidence picks one: EmpiricalBayesClassifier), or fewer features than rows."
+    )
+
+
 class BayesianGLMClassifier(
     CallbackSupportMixin, BayesianUpdating, PosteriorPrediction, ClassifierMixin, BaseEstimator
 ):
@@ -775,6 +789,7 @@ class BayesianGLMClassifier(
             raise ValueError(
                 f"{name}(C={self.C:g}): the posterior cannot be represented in float64 "
                 f"({model.dim} parameters, {model.n_observations} rows): {error}"
+                f"{_unseen_directions_hint(model, self.C)}"
             ) from error
         reason = (
             f"{choice.structure} covariance ({choice.reason}): the Laplace approximation, as "
@@ -821,6 +836,7 @@ class BayesianGLMClassifier(
                     f"{type(self).__name__}(C={self.C:g}): the posterior cannot be "
                     f"represented in float64 ({model.dim} parameters, "
                     f"{model.n_observations} rows with positive weight): {error}"
+                    f"{_unseen_directions_hint(model, self.C)}"
                 ) from error
         unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
         reemit([w for w in caught if not issubclass(w.category, ConvergenceWarning)])
