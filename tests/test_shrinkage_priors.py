@@ -18,6 +18,12 @@ from vsbayes import (
     VSLogisticRegression,
 )
 from vsbayes.approximations import expectation_propagation, glm_laplace
+from vsbayes.approximations.expectation_propagation import (
+    DEFAULT_DAMPING,
+    _BinaryRows,
+    _sweeps_with_prior_sites,
+)
+from vsbayes.exceptions import UnreliableFitWarning
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.shrinkage_priors import elastic_net_factor
 
@@ -29,10 +35,15 @@ FACTORS = {
 }
 
 
-def _quad(f, low=-30.0, high=30.0):
-    """∫ f over [low, high], split at the kink/spike at 0."""
+def _quad(f, low=-30.0, high=30.0, points=()):
+    """∫ f over [low, high], split at the kink/spike at 0 (and at ``points``)."""
     opts = {"limit": 200, "epsabs": 0.0, "epsrel": 1e-10}
-    return integrate.quad(f, low, 0.0, **opts)[0] + integrate.quad(f, 0.0, high, **opts)[0]
+    left = [p for p in points if low < p < 0.0] or None
+    right = [p for p in points if 0.0 < p < high] or None
+    return (
+        integrate.quad(f, low, 0.0, points=left, **opts)[0]
+        + integrate.quad(f, 0.0, high, points=right, **opts)[0]
+    )
 
 
 @pytest.mark.parametrize("name", FACTORS)
@@ -47,11 +58,16 @@ def test_prior_densities_are_normalized(name):
 def test_tilted_moments_match_quadrature(name):
     factor = FACTORS[name]
     cav_mean, cav_var = np.array([-2.0, 0.3, 3.0]), np.array([0.05, 0.2, 4.0])
+    if name == "horseshoe":
+        # Also the extremes of the cavities EP meets under it (breast cancer): a narrow one
+        # by the spike, a wide one far in the tails.
+        cav_mean, cav_var = np.append(cav_mean, [0.05, -25.0]), np.append(cav_var, [1e-3, 75.0])
     log_z, mean, var, fitted = factor.tilted_moments(cav_mean, cav_var)
     assert fitted.all()
     for i, (m, v) in enumerate(zip(cav_mean, cav_var, strict=True)):
+        sd = math.sqrt(v)
 
-        def moment(k, m=m, v=v):
+        def moment(k, m=m, v=v, sd=sd):
             return _quad(
                 lambda t: (
                     t**k
@@ -60,7 +76,10 @@ def test_tilted_moments_match_quadrature(name):
                         - 0.5 * (t - m) ** 2 / v
                         - 0.5 * math.log(2 * math.pi * v)
                     )
-                )
+                ),
+                min(-30.0, m - 15.0 * sd),
+                max(30.0, m + 15.0 * sd),
+                points=(m - sd, m, m + sd),
             )
 
         z0, z1, z2 = moment(0), moment(1), moment(2)
@@ -263,6 +282,33 @@ def test_auto_strategy_weighs_what_eps_prior_sites_drop(prior, strategy, reason,
         est = VSLogisticRegression(prior=prior, random_state=0).fit(X, y)
     assert est.strategy_ == [strategy]
     assert reason in est.strategy_reason_[0]
+
+
+def test_heavy_tailed_fallback_says_why_and_converges_to_its_bias(binary):
+    # Collinear features under the horseshoe: EP's sites with negative precisions find no
+    # fixed point, and EP is rerun with non-negative ones.
+    X, y = binary
+    model = BinaryGLMPosterior(
+        X,
+        np.where(y == 1, 1.0, -1.0),
+        np.ones(len(y)),
+        "logistic",
+        prior_var=1.0,
+        intercept_prior_var=1e6,
+        coefficient_prior=FACTORS["horseshoe"],
+    )
+    start = glm_laplace(model).mean
+    with pytest.warns(UnreliableFitWarning, match="correlated features compete"):
+        ep = expectation_propagation(model, start=start, tol=1e-10)
+    # The rerun stops at √tol: its posterior is within about tol (in KL) of the rerun's
+    # fixed point, far inside its own bias.
+    assert ep.converged and ep.site_change <= 1e-5
+    strict = _sweeps_with_prior_sites(
+        model, _BinaryRows("auto"), start, DEFAULT_DAMPING, 1e-10, 200, 5, nonnegative=True
+    )
+    sd = np.sqrt(np.diag(strict.cov))
+    np.testing.assert_allclose(ep.mean, strict.mean, rtol=0, atol=1e-3 * sd.min())
+    np.testing.assert_allclose(np.sqrt(np.diag(ep.cov)), sd, rtol=1e-3)
 
 
 def test_relevance_is_eps_own_shrinkage_at_its_cavities(binary):
