@@ -239,9 +239,9 @@ def test_ep_loo_refits_its_influential_rows(binary):
     refitted = np.flatnonzero(result.refitted)
     assert 0 < refitted.size < 10 and not cavities.refitted.any()
     # The influential rows' terms are brute force's (EP refitted warm from the fit's sites,
-    # to the refits' site tolerance 1e-4: measured 6e-6 here); the others, the cavities'.
+    # to the refits' site tolerance 1e-3: measured 1.5e-4 here); the others, the cavities'.
     np.testing.assert_allclose(
-        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-4
+        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-3
     )
     others = ~result.refitted
     np.testing.assert_array_equal(result.pointwise[others], cavities.pointwise[others])
@@ -271,7 +271,7 @@ def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     np.testing.assert_allclose(
         refitted.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), rtol=1e-12
     )
-    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-4)
+    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-3)
 
 
 def test_multinomial_ep_loo_matches_refits(multinomial):
