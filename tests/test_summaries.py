@@ -234,7 +234,9 @@ def test_ep_loo_matches_refits(binary):
 
 def test_ep_loo_refits_its_influential_rows(binary):
     X, y, model = binary
-    result = model.loo(X, y, random_state=0)
+    # One row's p_loo share is 0.38: above 0.3, below the default 0.5.
+    assert not model.loo(X, y, random_state=0).refitted.any()
+    result = model.loo(X, y, random_state=0, refit_above=0.3)
     cavities = model.loo(X, y, random_state=0, refit_above=None)
     refitted = np.flatnonzero(result.refitted)
     assert 0 < refitted.size < 10 and not cavities.refitted.any()
@@ -250,7 +252,11 @@ def test_ep_loo_refits_its_influential_rows(binary):
             model.loo(X, y, refit_above=bad)
     pd = pytest.importorskip("pandas")  # the refits keep a DataFrame's feature names
     frame = pd.DataFrame(X, columns=["a", "b"])
-    framed = EPLogisticRegression().fit(frame, y).loo(frame, pd.Series(y), random_state=0)
+    framed = (
+        EPLogisticRegression()
+        .fit(frame, y)
+        .loo(frame, pd.Series(y), random_state=0, refit_above=0.3)
+    )
     np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
 
 
@@ -259,14 +265,15 @@ def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     from vsbayes.exceptions import EstimationError
 
     X, y, model = binary
-    warm = model.loo(X, y, random_state=0)
+    warm = model.loo(X, y, random_state=0, refit_above=0.3)
 
     def stalled(*args, **kwargs):
         raise EstimationError("stalled")
 
     monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
-    refitted = model.loo(X, y, random_state=0)
+    refitted = model.loo(X, y, random_state=0, refit_above=0.3)
     rows = np.flatnonzero(warm.refitted)
+    assert rows.size
     # The estimator's own refits (brute force's, to the digit), as close as the warm ones.
     np.testing.assert_allclose(
         refitted.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), rtol=1e-12
