@@ -172,8 +172,10 @@ def vs_tilted_moments(link, mean, var, power=1.0):
 # against quadrature over v in [1e-3, 1e4] and m/√(1 + v) in [-6, 8] (200 000 sites), the
 # mean within 4e-8 of the tilted sd, the variance within 3e-7 relative and log Z within
 # 4e-8 (at Z ≥ 1e-3: 5e-7, 4e-6; the mixture's absolute error 4e-10 grows relative to
-# a small Z, times v in the variance).
+# a small Z, times v in the variance). Wider cavities than that range (v > 1e4) keep the
+# VS fits: the variance's cancellation grows with v.
 _MIXTURE_MIN_Z = 1e-2
+_MIXTURE_MAX_VAR = 1e4
 
 
 def mixture_tilted_moments(link, mean, var, power=1.0):
@@ -185,10 +187,10 @@ def mixture_tilted_moments(link, mean, var, power=1.0):
 
     About 40 times cheaper than :func:`vs_tilted_moments` (nine ``Φ`` and ``exp`` per site,
     no mode search, no rule), less exact where Z is small (the mixture's error is absolute):
-    sites with ``Z < 1e-2`` (a cavity confident of the other label), or a power other than
-    1, take :func:`vs_tilted_moments`. Within 3e-7 of the quadrature elsewhere (see
-    ``_MIXTURE_MIN_Z``): for many sweeps that stop at a coarser site change, as
-    leave-one-out's refits.
+    sites with ``Z < 1e-2`` (a cavity confident of the other label), a cavity variance
+    above 1e4 or a power other than 1 take :func:`vs_tilted_moments`. Within 3e-7 of the
+    quadrature elsewhere (see ``_MIXTURE_MIN_Z``): for many sweeps that stop at a coarser
+    site change, as leave-one-out's refits.
 
     Parameters
     ----------
@@ -217,7 +219,7 @@ def mixture_tilted_moments(link, mean, var, power=1.0):
         log_z = np.log(z0)
         t_mean = mean + var * slope
         t_var = var + var * var * (z2 / z0 - slope * slope)
-    other = np.flatnonzero((z0 < _MIXTURE_MIN_Z) | (power != 1.0))
+    other = np.flatnonzero((z0 < _MIXTURE_MIN_Z) | (var > _MIXTURE_MAX_VAR) | (power != 1.0))
     if other.size:
         log_z[other], t_mean[other], t_var[other] = vs_tilted_moments(
             link, mean[other], var[other], power[other]
