@@ -234,14 +234,16 @@ def test_ep_loo_matches_refits(binary):
 
 def test_ep_loo_refits_its_influential_rows(binary):
     X, y, model = binary
-    result = model.loo(X, y, random_state=0)
+    # One row's p_loo share is 0.38: above 0.3, below the default 0.5.
+    assert not model.loo(X, y, random_state=0).refitted.any()
+    result = model.loo(X, y, random_state=0, refit_above=0.3)
     cavities = model.loo(X, y, random_state=0, refit_above=None)
     refitted = np.flatnonzero(result.refitted)
     assert 0 < refitted.size < 10 and not cavities.refitted.any()
     # The influential rows' terms are brute force's (EP refitted warm from the fit's sites,
-    # to the refits' site tolerance 1e-4: measured 6e-6 here); the others, the cavities'.
+    # to the refits' site tolerance 1e-3: measured 1.5e-4 here); the others, the cavities'.
     np.testing.assert_allclose(
-        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-4
+        result.pointwise[refitted], brute_force(EPLogisticRegression, X, y, refitted), atol=1e-3
     )
     others = ~result.refitted
     np.testing.assert_array_equal(result.pointwise[others], cavities.pointwise[others])
@@ -250,7 +252,11 @@ def test_ep_loo_refits_its_influential_rows(binary):
             model.loo(X, y, refit_above=bad)
     pd = pytest.importorskip("pandas")  # the refits keep a DataFrame's feature names
     frame = pd.DataFrame(X, columns=["a", "b"])
-    framed = EPLogisticRegression().fit(frame, y).loo(frame, pd.Series(y), random_state=0)
+    framed = (
+        EPLogisticRegression()
+        .fit(frame, y)
+        .loo(frame, pd.Series(y), random_state=0, refit_above=0.3)
+    )
     np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
 
 
@@ -259,19 +265,20 @@ def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     from vsbayes.exceptions import EstimationError
 
     X, y, model = binary
-    warm = model.loo(X, y, random_state=0)
+    warm = model.loo(X, y, random_state=0, refit_above=0.3)
 
     def stalled(*args, **kwargs):
         raise EstimationError("stalled")
 
     monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
-    refitted = model.loo(X, y, random_state=0)
+    refitted = model.loo(X, y, random_state=0, refit_above=0.3)
     rows = np.flatnonzero(warm.refitted)
+    assert rows.size
     # The estimator's own refits (brute force's, to the digit), as close as the warm ones.
     np.testing.assert_allclose(
         refitted.pointwise[rows], brute_force(EPLogisticRegression, X, y, rows), rtol=1e-12
     )
-    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-4)
+    np.testing.assert_allclose(refitted.pointwise, warm.pointwise, atol=1e-3)
 
 
 def test_multinomial_ep_loo_matches_refits(multinomial):

@@ -17,6 +17,12 @@ and Anderson's mixing runs on the stacked sites (the refits' Jacobians are alike
 mixing serves all). The refits are done in blocks whose (R, p, M) temporaries fit the
 memory of one block.
 
+**Cheap site updates.** R refits update R × M sites a sweep, R times the fit's; with VS
+site fits those took 70 % of the refits' time. The logistic's tilted moments come instead
+in closed form from its mixture of nine probits (``site_fit="fast"``:
+:func:`~vsbayes.models.tilted.mixture_tilted_moments`), within 3e-7 of the fit's and about
+40 times cheaper — far inside the refits' tolerance, so the same fixed point.
+
 **What it keeps.** The model's prior and weights as they are: with ``penalty=None`` (the
 flat prior, scaled by the data's curvature) or ``class_weight="balanced"``, a cold refit
 without the row would rescale them by a factor 1 ± 1/M; the warm refit leaves them, as a
@@ -31,11 +37,13 @@ import copy
 from typing import NamedTuple
 
 import numpy as np
+from scipy.linalg.lapack import dtrtri
 
-from .._memory import block_length, check_memory
+from .._memory import block_bytes, block_length, check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..models.latent import row_moments
 from ._damped_sweeps import ArraySites, damped_sweeps
+from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows
 from .softmax_ep import softmax_ep
 
@@ -64,11 +72,17 @@ class _Refits:
     """The Gaussians of prior × sites of R refits at once: each refit's coefficient means
     and variances (R, p), and every row's latent mean and variance under each (R, M)."""
 
-    def __init__(self, design: np.ndarray, columns: np.ndarray, prior_var, prior_mean, tau, nu):
+    def __init__(self, design, columns, outer, prior_var, prior_mean, tau, nu):
         # ``columns``: the design's transpose, contiguous (a stacked product with the
         # transposed view took 200 × longer: numpy's own loop instead of BLAS's).
+        # ``outer``: each row's a_j a_jᵀ flattened (M, p²), or None: then every precision
+        # Σ_j τ_rj a_j a_jᵀ is one GEMM (R, M) × (M, p²) instead of R products (R, p, M) ×
+        # (M, p) — 1.5-1.8 × faster on ionosphere's 44 refits.
         p = design.shape[1]
-        precision = np.matmul(columns[None] * tau[:, None, :], design)  # (R, p, p)
+        if outer is not None:
+            precision = (tau @ outer).reshape(-1, p, p)
+        else:
+            precision = np.matmul(columns[None] * tau[:, None, :], design)  # (R, p, p)
         diagonal = np.arange(p)
         precision[:, diagonal, diagonal] += 1.0 / prior_var
         linear = nu @ design + prior_mean / prior_var
@@ -80,7 +94,11 @@ class _Refits:
             ) from error
         # L⁻¹ (lower triangular): then H⁻¹ = L⁻ᵀL⁻¹, and one GEMM gives every row's spread
         # L⁻¹ a_j, whose squared norm is the row's latent variance.
-        inverse = np.linalg.inv(lower)
+        # (LAPACK's triangular inverse per refit: numpy's batched inv is a general LU
+        # inverse, 4 × slower on 35 × 35.)
+        inverse = np.empty_like(lower)
+        for r, factor in enumerate(lower):
+            inverse[r] = dtrtri(factor, lower=1)[0]
         self.mean = np.einsum("rba,rb->ra", inverse, np.einsum("rab,rb->ra", inverse, linear))
         spread = inverse @ columns  # (R, p, M)
         self.t_var = np.einsum("rpm,rpm->rm", spread, spread)
@@ -97,6 +115,7 @@ class _Refits:
         return out
 
 
+@blas_policy
 def refit_without_rows(
     model,
     sites: EPSites,
@@ -105,7 +124,7 @@ def refit_without_rows(
     damping: float = DEFAULT_DAMPING,
     tol: float = 1e-6,
     max_iter: int = 200,
-    site_fit: str = "auto",
+    site_fit: str = "fast",
     memory: int = 5,
 ) -> LeftOutMarginals:
     """EP of a binary GLM posterior refitted without each of ``rows``, warm-started.
@@ -118,8 +137,13 @@ def refit_without_rows(
         The full fit's sites (``EPResult.sites``), of the model's rows.
     rows : array-like of int
         The rows (of the model: those of positive weight) to leave out, one refit each.
-    damping, tol, max_iter, site_fit, memory
+    damping, tol, max_iter, memory
         As :func:`~vsbayes.approximations.expectation_propagation.expectation_propagation`.
+    site_fit : str, default="fast"
+        The tilted moments (``Link.tilted_moments``' ``method``): by default the
+        logistic's from its mixture of probits, within 3e-7 of the fit's VS site fits
+        (far inside the refits' tolerance) and about 40 times cheaper — the site updates
+        of R refits are R times the fit's.
 
     Returns
     -------
@@ -140,6 +164,9 @@ def refit_without_rows(
     # (sites, sweeps and Anderson's history).
     per_refit = 8.0 * (2 * p * m + 3 * p * p + 40 * m)
     check_memory(per_refit, f"one leave-one-out refit ({p} parameters, {m} rows)", "")
+    # One sweep loop over as many refits as memory allows: a loop's Python work per sweep
+    # is the same for 4 refits or 44 (measured on ionosphere, blocks of 8, 16 and 44 refits
+    # took 2.4, 2.0 and 1.6 × the fit; two loops side by side on two threads, no less).
     step = block_length(per_refit)
     mean, var, n_iter = np.empty(rows.size), np.empty(rows.size), np.empty(rows.size, int)
     for start in range(0, rows.size, step):
@@ -167,6 +194,10 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     n = r * m
     settled = np.zeros(r, dtype=bool)
     columns = np.ascontiguousarray(design.T)
+    p = design.shape[1]
+    outer = None
+    if 8.0 * m * p * p <= block_bytes():
+        outer = (design[:, :, None] * design[:, None, :]).reshape(m, p * p)
     known = {}  # the last posteriors: their stacked sites (R, 2, M) and _Refits
 
     def by_refit(stacked):
@@ -177,7 +208,13 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
         # Only the refits whose sites differ from the last posterior's are refactored.
         stale = ~np.all(parts == known["sites"], axis=(1, 2)) if known else np.ones(r, bool)
         fresh = _Refits(
-            design, columns, model.prior_var, model.prior_mean, parts[stale, 0], parts[stale, 1]
+            design,
+            columns,
+            outer,
+            model.prior_var,
+            model.prior_mean,
+            parts[stale, 0],
+            parts[stale, 1],
         )
         post = fresh if stale.all() else known["post"].replace(stale, fresh)
         known.update(sites=parts.copy(), post=post)

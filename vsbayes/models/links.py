@@ -14,7 +14,7 @@ from scipy.special import erfcx, expit, log_ndtr
 
 from .predictive import logistic_predictive_log_proba
 from .probit_predictive import probit_predictive_log_proba
-from .tilted import quadrature_tilted_moments, vs_tilted_moments
+from .tilted import mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
 
@@ -68,22 +68,26 @@ class Link(abc.ABC):
             Cavity means and positive variances.
         power : float or array-like of shape (M,), default=1.0
             Exponents of F, in (0, 1].
-        method : {"auto", "closed", "vs", "quadrature"}, default="auto"
+        method : {"auto", "closed", "vs", "quadrature", "fast"}, default="auto"
             ``"closed"``: the closed form, where the link has one (probit, power 1);
             ``"vs"``: variational-sampling site fits on Gauss–Hermite rules
             (:func:`~vsbayes.models.tilted.vs_tilted_moments`); ``"quadrature"``: the
             adaptive trapezoid rule (:func:`~vsbayes.models.tilted.quadrature_tilted_moments`).
             ``"auto"`` is the closed form where it exists, else VS. All are accurate to about
-            1e-8.
+            1e-8. ``"fast"``: as ``"auto"``, but the logistic's sites of power 1 from its
+            mixture of probits (:func:`~vsbayes.models.tilted.mixture_tilted_moments`,
+            about 40 times cheaper than VS, within 3e-7).
         """
-        if method == "closed" or (method == "auto" and self.has_closed_form(power)):
+        if method == "fast" and self.name == "logistic":
+            return mixture_tilted_moments(self, mean, var, power)
+        if method == "closed" or (method in ("auto", "fast") and self.has_closed_form(power)):
             return self._closed_tilted_moments(mean, var, power)
-        if method in ("auto", "vs"):
+        if method in ("auto", "vs", "fast"):
             return vs_tilted_moments(self, mean, var, power)
         if method == "quadrature":
             return quadrature_tilted_moments(self, mean, var, power)
         raise ValueError(
-            f"method must be one of ['auto', 'closed', 'vs', 'quadrature']; got {method!r}."
+            f"method must be one of ['auto', 'closed', 'vs', 'quadrature', 'fast']; got {method!r}."
         )
 
     def has_closed_form(self, power) -> bool:

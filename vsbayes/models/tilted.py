@@ -29,8 +29,14 @@ from scipy.special import log_ndtr, ndtr
 from .._memory import block_length
 from ..engine.site_fits import fit_sites
 from ..sampling import GaussHermite
+from .predictive import _MIXTURE_INV_SCALES2, _MIXTURE_WEIGHTS
 
-__all__ = ["link_variable_moments", "quadrature_tilted_moments", "vs_tilted_moments"]
+__all__ = [
+    "link_variable_moments",
+    "mixture_tilted_moments",
+    "quadrature_tilted_moments",
+    "vs_tilted_moments",
+]
 
 # Step of at most 0.4 in t: the singularities of log σ are π from the real axis.
 _MAX_T_STEP = 0.4
@@ -159,6 +165,65 @@ def vs_tilted_moments(link, mean, var, power=1.0):
         if bad.any():
             ref = quadrature_tilted_moments(link, m[bad], v[bad], e[bad])
             log_z[sites[bad]], t_mean[sites[bad]], t_var[sites[bad]] = ref
+    return log_z, t_mean, t_var
+
+
+# The mixture's tilted moments are used where the site's Z is at least this: measured
+# against quadrature over v in [1e-3, 1e4] and m/√(1 + v) in [-6, 8] (200 000 sites), the
+# mean within 4e-8 of the tilted sd, the variance within 3e-7 relative and log Z within
+# 4e-8 (at Z ≥ 1e-3: 5e-7, 4e-6; the mixture's absolute error 4e-10 grows relative to
+# a small Z, times v in the variance). Wider cavities than that range (v > 1e4) keep the
+# VS fits: the variance's cancellation grows with v.
+_MIXTURE_MIN_Z = 1e-2
+_MIXTURE_MAX_VAR = 1e4
+
+
+def mixture_tilted_moments(link, mean, var, power=1.0):
+    """``(log Z, mean, variance)`` of ``σ(t)^power N(t; mean, var) / Z`` (the logistic
+    link) in closed form, from the logistic's mixture of nine probits
+    ``σ(t) ≈ Σ a_k Φ(s_k t)`` (:mod:`~vsbayes.models.predictive`, error below 4e-10):
+    ``Z = Σ a_k Φ(z_k)`` with ``z_k = m / √(1/s_k² + v)``, and the tilted mean and variance
+    from Z's first two derivatives in m (``m + v ∂ log Z``, ``v + v² ∂² log Z``).
+
+    About 40 times cheaper than :func:`vs_tilted_moments` (nine ``Φ`` and ``exp`` per site,
+    no mode search, no rule), less exact where Z is small (the mixture's error is absolute):
+    sites with ``Z < 1e-2`` (a cavity confident of the other label), a cavity variance
+    above 1e4 or a power other than 1 take :func:`vs_tilted_moments`. Within 3e-7 of the
+    quadrature elsewhere (see ``_MIXTURE_MIN_Z``): for many sweeps that stop at a coarser
+    site change, as leave-one-out's refits.
+
+    Parameters
+    ----------
+    link : Link
+        The logistic link (its ``log_cdf`` etc. serve the sites the mixture leaves out).
+    mean, var : array-like of shape (M,)
+        Cavity means and (positive) variances.
+    power : float or array-like of shape (M,), default=1.0
+        Positive exponents of σ.
+
+    Returns
+    -------
+    log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
+    """
+    mean, var, power = _as_sites(mean, var, power)
+    z0, z1, z2 = (np.zeros_like(mean) for _ in range(3))  # Z and its m-derivatives
+    for weight, inv_scale2 in zip(_MIXTURE_WEIGHTS, _MIXTURE_INV_SCALES2, strict=True):
+        root = 1.0 / np.sqrt(inv_scale2 + var)
+        z = mean * root
+        density = np.exp(-0.5 * z * z) * (weight / math.sqrt(2.0 * math.pi)) * root
+        z0 += weight * ndtr(z)
+        z1 += density
+        z2 -= density * z * root
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = z1 / z0
+        log_z = np.log(z0)
+        t_mean = mean + var * slope
+        t_var = var + var * var * (z2 / z0 - slope * slope)
+    other = np.flatnonzero((z0 < _MIXTURE_MIN_Z) | (var > _MIXTURE_MAX_VAR) | (power != 1.0))
+    if other.size:
+        log_z[other], t_mean[other], t_var[other] = vs_tilted_moments(
+            link, mean[other], var[other], power[other]
+        )
     return log_z, t_mean, t_var
 
 
