@@ -285,7 +285,8 @@ def test_the_structured_multinomial_posterior_is_the_dense_one_at_full_rank(
 def test_the_low_rank_multinomial_posterior_keeps_its_stated_error(multinomial_fits):
     dense, low = multinomial_fits["dense"], multinomial_fits["low"]
     factor = low.posteriors_[0].error_factor
-    assert low.sigma_.rank == 2 * 4 and 1.0 < factor < np.inf
+    # Rank 2 + 2 intercept contrasts, [Q, SQ], and K = 3 for the intercepts' block.
+    assert low.sigma_.rank == 2 * 4 + 3 and 1.0 < factor < np.inf
     ratio = low.sigma_.diagonal() / np.diag(dense.sigma_)
     assert np.all(ratio <= factor * (1 + 1e-8)) and np.all(ratio >= 1 / factor / (1 + 1e-8))
     # The shift directions (each column's classes together) are exact, the prior's, as the
@@ -295,6 +296,11 @@ def test_the_low_rank_multinomial_posterior_keeps_its_stated_error(multinomial_f
     shift[np.arange(k) * d + 5, 0] = 1.0
     shift[k * d :, 1] = 1.0
     expected = shift * np.array([1.0, 1e6])
+    # The intercepts' contrasts are exact (K solves), to the solves' tolerance.
+    rows = k * d + np.arange(k)
+    centring = np.eye(k) - 1.0 / k
+    exact = np.diag(centring @ dense.sigma_[np.ix_(rows, rows)] @ centring)
+    np.testing.assert_allclose(low.sigma_.contrast_variances()[rows], exact, rtol=1e-6)
     for fit in (low, dense):
         np.testing.assert_allclose(
             fit.sigma_.dot(shift) if fit is low else fit.sigma_ @ shift,
