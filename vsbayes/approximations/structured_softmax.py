@@ -219,7 +219,7 @@ class _StructuredSoftmaxSolver(StructuredNewtonSolver):
         rank = choice.rank if choice.structure == "lowrank" else 0
         covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
         if model.fit_intercept:
-            covariance = _with_exact_intercepts(model, covariance, _SoftmaxHessian(model, data.P))
+            covariance = _with_exact_intercepts(model, covariance, data)
             error += "; the intercepts' contrasts exact (K conjugate-gradient solves)"
         return theta, covariance, half_log_det, error, factor
 
@@ -283,21 +283,13 @@ def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
     return covariance, half_log_det, error, 1.0 + left_out
 
 
-def _block_solve(
-    hessian: _SoftmaxHessian, rhs: np.ndarray, rtol: float = 1e-8, preconditioner=None
-) -> np.ndarray:
-    """``H⁻¹ B`` for the columns of ``rhs`` (dim, L), by conjugate gradients on all of them
+def _block_solve(data: _SoftmaxDataTerm, rhs: np.ndarray, preconditioner, rtol: float = 1e-8):
+    """``H⁻¹ B`` (H the prior's precision plus the data term ``data``) for the columns of
+    ``rhs`` (dim, L), by conjugate gradients on all of them
     at once (one product with L columns per iteration), each column to ``rtol`` in
-    residual norm; ``preconditioner`` (blocks to blocks, an approximation of ``H⁻¹``) by
-    default the Hessian's diagonal averaged over the classes, as :meth:`_SoftmaxHessian.solve`'s."""
-    model = hessian.model
+    residual norm; ``preconditioner`` maps blocks to blocks, an approximation of ``H⁻¹``."""
+    model = data.model
     precision = 1.0 / model.prior_var[:, None]
-    if preconditioner is None:
-        diagonal = hessian.preconditioner[:, None]
-
-        def preconditioner(block):
-            return block / diagonal
-
     solution = np.zeros_like(rhs)
     residual = rhs.copy()
     targets = rtol * np.linalg.norm(rhs, axis=0)
@@ -305,7 +297,7 @@ def _block_solve(
     direction = scaled.copy()
     inner = np.einsum("ij,ij->j", residual, scaled)
     for _ in range(10 * rhs.shape[0]):
-        image = hessian.data.product(direction) + precision * direction
+        image = data.product(direction) + precision * direction
         curvature = np.einsum("ij,ij->j", direction, image)
         step = np.divide(inner, curvature, out=np.zeros_like(inner), where=curvature > 0)
         solution += step * direction
@@ -320,7 +312,7 @@ def _block_solve(
     return solution
 
 
-def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, hessian):
+def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data):
     """``covariance`` with the intercepts' contrasts made exact: their K × K covariance
     ``C = Π H⁻¹ Π`` (Π centring the intercepts) by K conjugate-gradient solves, and the
     intercepts' rows and columns transformed by ``T = A + 11ᵀ/K``, ``A = C^½ C̃^{+½}`` (C̃
@@ -341,7 +333,7 @@ def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, hessi
     rhs[rows] = centring
     # Preconditioned by the structure itself, within its stated factor of H⁻¹ in every
     # direction: 12 iterations against the diagonal's 81 (20 classes × 10,000 features).
-    exact = rhs.T @ _block_solve(hessian, rhs, preconditioner=covariance.dot)
+    exact = rhs.T @ _block_solve(data, rhs, covariance.dot)
     structured = centring @ covariance.dot(rhs)[rows] @ centring
 
     def root(matrix: np.ndarray, power: float) -> np.ndarray:
