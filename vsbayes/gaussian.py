@@ -589,9 +589,13 @@ class CentredStructuredCovariance(StructuredCovariance):
     def toarray(self) -> np.ndarray:
         """The dense p × p matrix (a new array), where it fits the memory limit."""
         dense = super().toarray()
-        self._centre(dense)  # Σ Π (each row centred), then Π Σ Π by symmetry
-        dense = self._centre(np.ascontiguousarray(dense.T))
+        self._centre(dense)  # Σ Π: each row centred; then Π Σ Π: each column, in place
         k, d = self.n_classes, self.n_features
+        for block in (
+            dense[: k * d].reshape(k, d, -1),
+            dense[k * d :].reshape(k, -1, dense.shape[1]),
+        ):
+            block -= block.mean(axis=0)
         offsets = [(0, d)] + ([(k * d, 1)] if self.shape[0] > k * d else [])
         for (offset, width), shift in zip(offsets, np.split(self._column_shift, [d]), strict=False):
             index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (K, width)
