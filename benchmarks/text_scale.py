@@ -31,7 +31,11 @@ Parts:
    ``LogisticRegression()``: time ratio (target ≤ 50×), peak memory (≤ 4 GB), held-out log
    loss. Where the dense posterior is affordable (20 classes × 200 features, 2000 rows,
    5 %): the forced "lowrank" structure against the dense Laplace posterior (held-out
-   probabilities, marginal sds, evidence).
+   probabilities, marginal sds of the coefficients and ``summary()``'s, evidence).
+   With parts 2 and 3, the held-out log loss at C = 1 taken apart: the predictive rule
+   against a reference on the same latent moments (binary: Gauss–Hermite; multinomial:
+   Monte Carlo), the plug-in at the mode, LogisticRegression's, the gap per row with its
+   standard error, and the evidence: is a gap the rule's or the model's?
 4. **predict** — ``predict_proba`` on 10⁶ sparse rows × 10⁴ features (0.1 %) of a model
    fitted on 5000 rows, against LogisticRegression's (best and median of rounds; target
    ≤ 10×).
@@ -41,7 +45,8 @@ Parts:
 The machine is shared (2 cores, other engineers' jobs): times are noisy, ratios are taken
 in one process side by side.
 
-Usage: python benchmarks/text_scale.py [--part all|fit|accuracy|estimate|multinomial|predict|guard]
+Usage: python benchmarks/text_scale.py [--part all|PART[,PART...]] (fit, accuracy, estimate,
+       multinomial, predict, guard; a partial rerun keeps the other parts' previous rows)
        [--quick] [--out DIR]   (writes DIR/text_scale.{csv,json,md,png}; DIR = benchmarks/results)
 """
 
@@ -72,6 +77,7 @@ HELD_OUT = 2000
 SIGNAL = 3.0  # standard deviation of the true latent values
 MULTINOMIAL_CASE = (10_000, 10_000, 0.005, 20)  # rows, features, density, classes
 QUICK_MULTINOMIAL_CASE = (2000, 3000, 0.01, 10)
+PARTS = ("fit", "accuracy", "estimate", "multinomial", "predict", "guard")
 
 
 def scattered_csr(m: int, p: int, density: float, rng, zipf: bool = True) -> sp.csr_matrix:
@@ -116,6 +122,71 @@ def text_data(m: int, p: int, density: float, seed: int = 0, n_classes: int = 2,
 
 def peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def binary_log_losses(fit, held, y_held) -> dict:
+    """Held-out log loss of a binary fit's posterior predictive three ways: the library's
+    rule, a 200-node Gauss–Hermite reference of ``E[σ(f)]`` on the same latent moments, and
+    the plug-in ``σ(E f)`` at the posterior mean (the mode): a gap between the rule and the
+    reference is the predictive rule's; between the reference and the plug-in, the
+    posterior averaging's (the model's)."""
+    from scipy.special import expit
+
+    mean, var = fit.latent_mean_and_variance(held)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)
+    reference = expit(mean[:, None] + np.sqrt(var)[:, None] * nodes) @ (weights / weights.sum())
+    labels = np.asarray(y_held, dtype=float)
+
+    def loss(proba):
+        proba = np.clip(proba, 1e-15, 1 - 1e-15)
+        return float(-np.mean(labels * np.log(proba) + (1 - labels) * np.log1p(-proba)))
+
+    rule = fit.predict_proba(held)[:, 1]
+    return {
+        "rule_log_loss": loss(rule),
+        "reference_log_loss": loss(reference),
+        "plugin_log_loss": loss(expit(mean)),
+        "max_rule_error": float(np.abs(rule - reference).max()),
+        "median_latent_sd": float(np.median(np.sqrt(var))),
+    }
+
+
+def multinomial_log_losses(fit, held, y_held, draws: int = 8192) -> dict:
+    """As :func:`binary_log_losses` for the multinomial posterior: the reference is Monte
+    Carlo, ``draws`` antithetic draws per row of its centred latent Gaussian (the rows'
+    moments as the predictive reads them), seeded."""
+    from scipy.special import log_softmax, softmax
+
+    predictive = fit._predictive()
+    latents = predictive.latent(held)
+    mean, cov = latents(slice(None))  # (m, K), centred (m, K, K)
+    values, vectors = np.linalg.eigh(cov)
+    roots = vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]  # (m, K, K)
+    rng = np.random.default_rng(0)
+    reference = np.empty_like(mean)
+    for start in range(0, mean.shape[0], 25):
+        rows = slice(start, start + 25)
+        z = rng.standard_normal((draws // 2, mean.shape[1]))
+        z = np.concatenate([z, -z])
+        latent = mean[rows, None, :] + np.einsum("mkl,nl->mnk", roots[rows], z)
+        reference[rows] = softmax(latent, axis=2).mean(axis=1)
+    labels = np.searchsorted(fit.classes_, y_held)
+    rule = fit.predict_proba(held)
+    picked = np.arange(len(labels)), labels
+
+    def loss(proba):
+        return float(-np.mean(np.log(np.clip(proba[picked], 1e-15, None))))
+
+    trace = np.trace(cov, axis1=1, axis2=2)
+    return {
+        "rule_log_loss": loss(rule),
+        "reference_log_loss": loss(reference),
+        "plugin_log_loss": float(-np.mean(log_softmax(mean, axis=1)[picked])),
+        "max_rule_error": float(np.abs(rule - reference).max()),
+        "reference_draws": draws,
+        "median_latent_trace": float(np.median(trace)),
+        "wide_row_share": float(np.mean(trace > 0.08)),
+    }
 
 
 def run_fit_case(name: str, repeats: int) -> dict:
@@ -175,9 +246,19 @@ def run_accuracy_case(C: float) -> list[dict]:
         dense = vsbayes.LaplaceLogisticRegression(C=C).fit(train, y_train)
     dense_proba = dense.predict_proba(held)[:, 1]
     dense_sd = np.sqrt(np.diag(dense.sigma_))
-    lr_loss = float(
-        log_loss(y_held, LogisticRegression(C=C).fit(train, y_train).predict_proba(held))
+    lr = LogisticRegression(C=C).fit(train, y_train)
+    lr_loss = float(log_loss(y_held, lr.predict_proba(held)))
+    # Per held-out row, the dense posterior predictive's log loss less LR's: its mean and
+    # standard error say whether the gap is more than the held-out rows' noise.
+    gap = log_loss_rows(y_held, dense.predict_proba(held), dense.classes_) - log_loss_rows(
+        y_held, lr.predict_proba(held), lr.classes_
     )
+    decomposition = {
+        **{f"dense_{key}": value for key, value in binary_log_losses(dense, held, y_held).items()},
+        "dense_evidence": float(dense.log_marginal_likelihood_value_),
+        "gap_to_lr": float(gap.mean()),
+        "gap_to_lr_se": float(gap.std(ddof=1) / np.sqrt(gap.size)),
+    }
     rows = []
     for label, settings in (("auto", {}), ("lowrank", {"covariance": "lowrank"})):
         with vsbayes.config_context(**settings):
@@ -200,9 +281,16 @@ def run_accuracy_case(C: float) -> list[dict]:
                 "evidence_diff": float(
                     fit.log_marginal_likelihood_value_ - dense.log_marginal_likelihood_value_
                 ),
+                **decomposition,
             }
         )
     return rows
+
+
+def log_loss_rows(y, proba, classes) -> np.ndarray:
+    """Each row's log loss, ``−log p(y_i)`` (``proba``'s columns: ``classes``)."""
+    labels = np.searchsorted(classes, y)
+    return -np.log(np.clip(np.asarray(proba)[np.arange(len(labels)), labels], 1e-15, None))
 
 
 def run_estimate_case() -> dict:
@@ -297,7 +385,21 @@ def run_multinomial_case(quick: bool) -> list[dict]:
         dense_seconds = time.perf_counter() - start
     dense_proba = dense.predict_proba(held)
     dense_sd = np.sqrt(np.diag(dense.sigma_))
-    lr_loss = float(log_loss(y_held, LogisticRegression().fit(train, y_train).predict_proba(held)))
+    dense_summary_sd = dense.summary()["sd"].to_numpy()
+    lr = LogisticRegression().fit(train, y_train)
+    lr_loss = float(log_loss(y_held, lr.predict_proba(held)))
+    gap = log_loss_rows(y_held, dense_proba, dense.classes_) - log_loss_rows(
+        y_held, lr.predict_proba(held), lr.classes_
+    )
+    decomposition = {
+        **{
+            f"dense_{key}": value
+            for key, value in multinomial_log_losses(dense, held, y_held).items()
+        },
+        "dense_evidence": float(dense.log_marginal_likelihood_value_),
+        "gap_to_lr": float(gap.mean()),
+        "gap_to_lr_se": float(gap.std(ddof=1) / np.sqrt(gap.size)),
+    }
     for rank in (4, 32):
         with vsbayes.config_context(covariance="lowrank", covariance_rank=rank):
             start = time.perf_counter()
@@ -306,6 +408,8 @@ def run_multinomial_case(quick: bool) -> list[dict]:
         proba = fit.predict_proba(held)
         sd_ratio = np.sqrt(fit.sigma_.diagonal()) / dense_sd
         coefficients = slice(0, k * p)  # (the intercepts' sds: vague prior, shift direction)
+        # summary()'s sds: of the centred coefficients (the contrasts), intercepts included.
+        summary_ratio = fit.summary()["sd"].to_numpy() / dense_summary_sd
         rows.append(
             {
                 "part": "multinomial-accuracy",
@@ -317,12 +421,20 @@ def run_multinomial_case(quick: bool) -> list[dict]:
                 "max_proba_diff": float(np.abs(proba - dense_proba).max()),
                 "max_sd_rel_diff": float(np.abs(sd_ratio[coefficients] - 1.0).max()),
                 "median_sd_rel_diff": float(np.median(np.abs(sd_ratio[coefficients] - 1.0))),
+                "max_summary_sd_rel_diff": float(np.abs(summary_ratio - 1.0).max()),
                 "log_loss": float(log_loss(y_held, proba, labels=fit.classes_)),
                 "dense_log_loss": float(log_loss(y_held, dense_proba, labels=dense.classes_)),
                 "lr_log_loss": lr_loss,
                 "evidence_diff": float(
                     fit.log_marginal_likelihood_value_ - dense.log_marginal_likelihood_value_
                 ),
+                **{
+                    f"structured_{key}": value
+                    for key, value in (
+                        multinomial_log_losses(fit, held, y_held).items() if rank == 4 else ()
+                    )
+                },
+                **decomposition,
             }
         )
     return rows
@@ -495,8 +607,8 @@ def report(rows: list[dict], out: Path, machine: str) -> None:
         "contrasts):",
         "",
         "| case | s (dense s) | stated factor | max Δp held out | max / median rel Δsd | "
-        "log loss / dense / LR | Δ evidence |",
-        "|---|---|---|---|---|---|---|",
+        "max rel Δsd, summary() | log loss / dense / LR | Δ evidence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.get("part") == "multinomial-accuracy" and "failed" not in r:
@@ -504,8 +616,44 @@ def report(rows: list[dict], out: Path, machine: str) -> None:
                 f"| {r['case']} | {fmt(r['seconds'])} ({fmt(r['dense_seconds'])}) | "
                 f"{r['error_factor']:.3g} | {r['max_proba_diff']:.2g} | "
                 f"{100 * r['max_sd_rel_diff']:.2g} % / {100 * r['median_sd_rel_diff']:.2g} % | "
+                f"{100 * r.get('max_summary_sd_rel_diff', np.nan):.2g} % | "
                 f"{r['log_loss']:.4f} / {r['dense_log_loss']:.4f} / {r['lr_log_loss']:.4f} | "
                 f"{r['evidence_diff']:.3g} |"
+            )
+    lines += [
+        "",
+        "## Held-out log loss at C = 1: the predictive rule or the model?",
+        "",
+        "The posterior predictive's held-out log loss by the library's rule, by a reference on "
+        "the same latent moments (binary: 200-node Gauss–Hermite; multinomial: Monte Carlo, "
+        "antithetic draws per row), and the plug-in at the posterior mode, against "
+        "LogisticRegression's at the same C; the gap to LR per held-out row (mean ± standard "
+        "error); the Laplace evidence at that C.",
+        "",
+        "| case | posterior | rule | reference | max \\|rule − reference\\| | plug-in | LR | "
+        "gap to LR | evidence |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    seen = set()
+    for r in rows:
+        if "failed" in r or "dense_rule_log_loss" not in r:
+            continue
+        label = r["case"].rsplit(" ", 1)[0] if r["part"] == "accuracy" else r["case"]
+        label = label.split(", lowrank")[0]
+        fits = [("dense", "dense_")]
+        if "structured_rule_log_loss" in r:
+            fits.append((r["structure"], "structured_"))
+        for name, key in fits:
+            if (label, name) in seen:
+                continue
+            seen.add((label, name))
+            gap = f"{r['gap_to_lr']:+.4f} ± {r['gap_to_lr_se']:.4f}" if key == "dense_" else ""
+            evidence = f"{r['dense_evidence']:.1f}" if key == "dense_" else ""
+            lines.append(
+                f"| {label} | {name} | {r[key + 'rule_log_loss']:.4f} | "
+                f"{r[key + 'reference_log_loss']:.4f} | {r[key + 'max_rule_error']:.2g} | "
+                f"{r[key + 'plugin_log_loss']:.4f} | {r['lr_log_loss']:.4f} | {gap} | "
+                f"{evidence} |"
             )
     lines += ["", "## predict_proba and the memory guard", ""]
     for r in rows:
@@ -565,9 +713,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--part",
-        default="all",
-        choices=["all", "fit", "accuracy", "estimate", "multinomial", "predict", "guard"],
+        "--part", default="all", help="all, or parts separated by commas: " + ", ".join(PARTS)
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -579,8 +725,9 @@ def main() -> None:
     from _common import machine, machine_line
 
     rows: list[dict] = []
-    every = ["fit", "accuracy", "estimate", "multinomial", "predict", "guard"]
-    parts = every if args.part == "all" else [args.part]
+    parts = list(PARTS) if args.part == "all" else args.part.split(",")
+    if not set(parts) <= set(PARTS):
+        parser.error(f"--part: {args.part!r} is not 'all' or among {', '.join(PARTS)}")
     if "fit" in parts:
         cases = QUICK_FIT_CASES if args.quick else FIT_CASES
         for name in cases:
@@ -598,7 +745,16 @@ def main() -> None:
             rows += in_subprocess(["predict", str(10**5 if args.quick else 10**6), "3", columns])
     if "guard" in parts:
         rows += in_subprocess(["guard"])
-    report(rows, args.out, machine_line(machine()))
+    line = machine_line(machine())
+    previous = args.out / "text_scale.json"
+    if args.part != "all" and previous.exists():
+        # A partial rerun keeps the other parts' rows of the previous run, and says so.
+        earlier = json.loads(previous.read_text())
+        kept = [r for r in earlier["rows"] if r.get("part", "").split("-")[0] not in parts]
+        before = earlier["machine"].split(" the others' rows are from: ")[-1]
+        line += f" Parts rerun here: {', '.join(parts)}; the others' rows are from: {before}"
+        rows = kept + rows
+    report(rows, args.out, line)
     print((args.out / "text_scale.md").read_text())
 
 

@@ -20,7 +20,7 @@ from vsbayes.approximations.structured_laplace import (
     choose_covariance,
 )
 from vsbayes.exceptions import MemoryLimitError
-from vsbayes.gaussian import StructuredCovariance
+from vsbayes.gaussian import CentredStructuredCovariance, StructuredCovariance
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.latent import IndependentLatents, StructuredLatents
 
@@ -285,9 +285,64 @@ def test_the_structured_multinomial_posterior_is_the_dense_one_at_full_rank(
 def test_the_low_rank_multinomial_posterior_keeps_its_stated_error(multinomial_fits):
     dense, low = multinomial_fits["dense"], multinomial_fits["low"]
     factor = low.posteriors_[0].error_factor
-    assert low.sigma_.rank == 2 * 4 and 1.0 < factor < np.inf
+    # Rank 2 + 2 intercept contrasts, [Q, SQ], and K = 3 for the intercepts' block.
+    assert low.sigma_.rank == 2 * 4 + 3 and 1.0 < factor < np.inf
     ratio = low.sigma_.diagonal() / np.diag(dense.sigma_)
     assert np.all(ratio <= factor * (1 + 1e-8)) and np.all(ratio >= 1 / factor / (1 + 1e-8))
+    # The shift directions (each column's classes together) are exact, the prior's, as the
+    # dense posterior's: Σ n_j = c_j n_j (C = 1 for the coefficients, 10⁶ the intercepts).
+    k, d = low.coef_.shape
+    shift = np.zeros((low.sigma_.shape[0], 2))
+    shift[np.arange(k) * d + 5, 0] = 1.0
+    shift[k * d :, 1] = 1.0
+    expected = shift * np.array([1.0, 1e6])
+    # The intercepts' contrasts are exact (K solves), to the solves' tolerance.
+    rows = k * d + np.arange(k)
+    centring = np.eye(k) - 1.0 / k
+    exact = np.diag(centring @ dense.sigma_[np.ix_(rows, rows)] @ centring)
+    np.testing.assert_allclose(low.sigma_.contrast_variances()[rows], exact, rtol=1e-6)
+    for fit in (low, dense):
+        np.testing.assert_allclose(
+            fit.sigma_.dot(shift) if fit is low else fit.sigma_ @ shift,
+            expected,
+            rtol=1e-8,
+            atol=1e-8,
+        )
+
+
+@pytest.mark.parametrize("intercept, rank", [(True, 3), (False, 2), (True, 0)])
+def test_a_centred_structured_covariance_is_its_dense_form(intercept, rank):
+    # Σ = Π (diag(δ) + U K Uᵀ) Π + N diag(c) Nᵀ, written out densely.
+    rng = np.random.default_rng(11)
+    k, d = 3, 4
+    width = d + int(intercept)
+    p = k * width
+    factor = rng.normal(size=(p, rank))
+    core = np.diag(rng.uniform(-0.2, 1.0, rank))  # indefinite core, definite Σ
+    diagonal = rng.uniform(0.5, 2.0, p)
+    columns = rng.uniform(0.5, 3.0, width)
+    shift_var = np.concatenate([np.tile(columns[:d], k), np.repeat(columns[d:], k)])
+    sigma = CentredStructuredCovariance(diagonal, factor, core, k, d, shift_var)
+    shifts = np.zeros((p, width))
+    for j in range(width):
+        entries = np.arange(k) * d + j if j < d else k * d + np.arange(k)
+        shifts[entries, j] = 1.0 / np.sqrt(k)
+    centring = np.eye(p) - shifts @ shifts.T
+    base = np.diag(diagonal) + factor @ core @ factor.T
+    dense = centring @ base @ centring + shifts @ np.diag(columns) @ shifts.T
+    np.testing.assert_allclose(sigma.toarray(), dense, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sigma.diagonal(), np.diag(dense), rtol=1e-12)
+    np.testing.assert_allclose(
+        sigma.contrast_variances(), np.diag(centring @ base @ centring), rtol=1e-12
+    )
+    np.testing.assert_allclose(sigma.dot(np.eye(p)), dense, rtol=0, atol=1e-12)
+    assert sigma.log_det() == pytest.approx(np.linalg.slogdet(dense)[1], rel=1e-12)
+    # sample_normal is a square root: the draws of the unit vectors are L's columns.
+    root = sigma.sample_normal(np.eye(p)).T
+    np.testing.assert_allclose(root @ root.T, dense, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sigma.scaled(2.0).toarray(), 2.0 * dense, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="same for the classes"):
+        CentredStructuredCovariance(diagonal, factor, core, k, d, np.arange(1.0, p + 1))
 
 
 def test_structured_joint_latents_are_the_dense_ones(multinomial_data, multinomial_fits):

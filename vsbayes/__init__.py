@@ -15,11 +15,19 @@ from .engine import (
     variational_sampling,
 )
 from .estimators import *  # noqa: F403 (the estimators and their registry)
-from .gaussian import Gaussian, StructuredCovariance, StructuredGaussian, excess_kl, kl_divergence
+from .gaussian import (
+    CentredStructuredCovariance,
+    Gaussian,
+    StructuredCovariance,
+    StructuredGaussian,
+    excess_kl,
+    kl_divergence,
+)
 from .models import HorseshoePrior, LaplacePrior, StudentTPrior
 
 __all__ = [
     "BMCResult",
+    "CentredStructuredCovariance",
     "Gaussian",
     "HorseshoePrior",
     "ISResult",

@@ -20,6 +20,7 @@ from ._random import as_generator
 from .exceptions import NotPositiveDefiniteError
 
 __all__ = [
+    "CentredStructuredCovariance",
     "Gaussian",
     "NaturalParameters",
     "StructuredCovariance",
@@ -462,6 +463,199 @@ class StructuredCovariance:
         root, basis, values = self._unit_root()
         spread = z + ((z @ basis) * (np.sqrt(1.0 + values) - 1.0)) @ basis.T
         return spread * root
+
+
+class CentredStructuredCovariance(StructuredCovariance):
+    """A multinomial posterior's structured covariance: the classes' contrasts from a
+    diagonal plus low rank, the shift directions from the prior,
+    ``Σ = Π (diag(δ) + U K Uᵀ) Π + Σ_j c_j n_j n_jᵀ``.
+
+    θ's layout is ``[W.ravel(), b]`` (W: K × d, class-major; b: K, when fitted); column j
+    (a feature, or the intercept) holds the K classes' entries. Π centres each column over
+    its classes (``I − 11ᵀ/K``), and ``n_j = 1_K ⊗ e_j / √K`` is column j's shift
+    direction, which the softmax's likelihood does not see: the posterior along it is the
+    prior's ``N(0, c_j)``, independent of the contrasts, as the dense multinomial
+    posterior holds it. A diagonal cannot hold the K × K blocks ``c_j 11ᵀ / K`` this adds
+    (a diagonal plus low rank's marginal variances missed up to a quarter of theirs).
+
+    The attributes of :class:`StructuredCovariance` are the base ``diag(δ) + U K Uᵀ``: its
+    centred part is what the rows' latent covariances (centred before the softmax) and the
+    centred coefficients' variances read. The methods are the whole Σ's; draws and
+    ``log det Σ`` from the base's square root and the shift directions' precision
+    ``Nᵀ Σ_base⁻¹ N`` (diagonal plus low rank), in O(p r²).
+
+    Parameters
+    ----------
+    diagonal, factor, core, structure
+        The base, as :class:`StructuredCovariance`'s.
+    n_classes : int
+        K.
+    n_features : int
+        d: θ holds K d coefficients, then K intercepts if it has K (d + 1) entries.
+    shift_var : ndarray of shape (p,)
+        Each entry's column's shift variance ``c_j`` (the column's prior variance), the same
+        for the K classes of a column.
+    """
+
+    def __init__(
+        self,
+        diagonal,
+        factor,
+        core,
+        n_classes: int,
+        n_features: int,
+        shift_var,
+        structure: str = "lowrank",
+    ):
+        super().__init__(diagonal, factor, core, structure)
+        self.n_classes, self.n_features = int(n_classes), int(n_features)
+        p, k = self.shape[0], self.n_classes
+        if p not in (k * self.n_features, k * (self.n_features + 1)):
+            raise ValueError(f"{p} entries are not {k} classes × {self.n_features} columns.")
+        shift = np.asarray(shift_var, dtype=float).reshape(-1)
+        if shift.shape != (p,) or not np.all(shift > 0):
+            raise ValueError(f"shift_var must hold {p} positive variances.")
+        columns = np.concatenate([block[0, 0] for block in self._blocks(shift[None])])
+        if not np.array_equal(self._spread(columns[None])[0], shift):
+            raise ValueError("shift_var must be the same for the classes of a column.")
+        self.shift_var = _readonly(shift)
+        self._column_shift = columns  # c_j, (width,)
+
+    # --- θ's columns -----------------------------------------------------------------------
+
+    def _blocks(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Views (n, K, width) of the coefficients' and the intercepts' blocks of
+        C-ordered ``rows`` (n, p)."""
+        k, d = self.n_classes, self.n_features
+        blocks = [rows[:, : k * d].reshape(rows.shape[0], k, d)]
+        if rows.shape[1] > k * d:
+            blocks.append(rows[:, k * d :].reshape(rows.shape[0], k, 1))
+        return blocks
+
+    def _centre(self, rows: np.ndarray) -> np.ndarray:
+        """``Π x`` for each of the C-ordered ``rows`` (n, p), in place."""
+        for block in self._blocks(rows):
+            block -= block.mean(axis=1, keepdims=True)
+        return rows
+
+    def _columns(self, rows: np.ndarray) -> np.ndarray:
+        """``Nᵀ x`` for each of ``rows`` (n, p): (n, width), the classes' sums over √K."""
+        sums = [block.sum(axis=1) for block in self._blocks(np.ascontiguousarray(rows))]
+        return np.concatenate(sums, axis=1) / math.sqrt(self.n_classes)
+
+    def _spread(self, columns: np.ndarray) -> np.ndarray:
+        """``√K N u`` for each of ``columns`` (n, width): (n, p), u_j on every class of
+        column j."""
+        rows = np.empty((columns.shape[0], self.shape[0]))
+        d = self.n_features
+        for block, part in zip(self._blocks(rows), (columns[:, :d], columns[:, d:]), strict=False):
+            block[...] = part[:, None, :]
+        return rows
+
+    # --- what users read ---------------------------------------------------------------------
+
+    def contrast_variances(self) -> np.ndarray:
+        """The centred coefficients' variances ``diag(Π Σ Π)`` (p,), in O(p r²): per
+        column ``δ_k (1 − 2/K) + Σ_l δ_l / K²`` plus U's centred rows through K."""
+        k = self.n_classes
+        out = np.empty((1, self.shape[0]))
+        parts = zip(
+            self._blocks(out),
+            self._blocks(self.diagonal_part[None]),
+            self._blocks(np.ascontiguousarray(self.factor.T)),  # (r, K, width) each
+            strict=True,
+        )
+        for target, delta, rows in parts:
+            delta = delta[0]
+            target[0] = delta * (1.0 - 2.0 / k) + delta.sum(axis=0) / k**2
+            centred = rows - rows.mean(axis=1, keepdims=True)
+            target[0] += np.einsum("rkj,rs,skj->kj", centred, self.core, centred)
+        return out[0]
+
+    def diagonal(self) -> np.ndarray:
+        """The marginal variances: the contrasts' plus the shift's ``c_j / K``."""
+        return self.contrast_variances() + self.shift_var / self.n_classes
+
+    def dot(self, v) -> np.ndarray:
+        """``Σ v`` for ``v`` of shape (p,) or (p, n)."""
+        v = np.asarray(v, dtype=float)
+        rows = np.array(v.reshape(v.shape[0], -1).T, order="C")  # (n, p)
+        shift = self._spread(self._columns(rows) * self._column_shift)
+        shift /= math.sqrt(self.n_classes)  # N diag(c) Nᵀ v
+        out = np.ascontiguousarray(super().dot(self._centre(rows).T).T)
+        out = self._centre(out) + shift
+        return out[0] if v.ndim == 1 else out.T
+
+    def toarray(self) -> np.ndarray:
+        """The dense p × p matrix (a new array), where it fits the memory limit."""
+        dense = super().toarray()
+        self._centre(dense)  # Σ Π: each row centred; then Π Σ Π: each column, in place
+        k, d = self.n_classes, self.n_features
+        for block in (
+            dense[: k * d].reshape(k, d, -1),
+            dense[k * d :].reshape(k, -1, dense.shape[1]),
+        ):
+            block -= block.mean(axis=0)
+        offsets = [(0, d)] + ([(k * d, 1)] if self.shape[0] > k * d else [])
+        for (offset, width), shift in zip(offsets, np.split(self._column_shift, [d]), strict=False):
+            index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (K, width)
+            dense[index[:, None, :], index[None, :, :]] += shift / k
+        _symmetrize(dense)
+        return dense
+
+    def scaled(self, factor: float) -> CentredStructuredCovariance:
+        """``factor · Σ``, with the same structure."""
+        return CentredStructuredCovariance(
+            factor * self.diagonal_part,
+            self.factor,
+            factor * self.core,
+            self.n_classes,
+            self.n_features,
+            factor * self.shift_var,
+            self.structure,
+        )
+
+    def _shift_precision(self, root, basis, values):
+        """``(a, O, μ)`` with ``Nᵀ Σ_base⁻¹ N = a^½ (I + O diag(μ) Oᵀ) a^½`` (O orthonormal,
+        μ > −1), from the base's ``Σ_base = δ^½ (I + Q M Qᵀ) δ^½``: its inverse is
+        ``δ^{-½} (I − Q diag(M / (1 + M)) Qᵀ) δ^{-½}``, and N's columns have disjoint
+        supports, so ``Nᵀ δ⁻¹ N = diag(a)`` (a_j the classes' mean of 1/δ)."""
+        a = self._columns((1.0 / root**2)[None])[0] / math.sqrt(self.n_classes)
+        if basis.shape[1] == 0:
+            return a, np.zeros((a.size, 0)), np.zeros(0)
+        spread = self._columns(np.ascontiguousarray((basis / root[:, None]).T)).T  # Nᵀ δ^{-½} Q
+        ortho, upper = np.linalg.qr(spread / np.sqrt(a)[:, None])
+        inner = -(upper * (values / (1.0 + values))) @ upper.T
+        mu, rotation = np.linalg.eigh(0.5 * (inner + inner.T))
+        return a, ortho @ rotation, np.maximum(mu, -1.0 + 1e-15)
+
+    def log_det(self) -> float:
+        """``log det Σ = log det Σ_base + log det(Nᵀ Σ_base⁻¹ N) + Σ_j log c_j`` (the
+        contrasts' block is ``Π Σ_base Π``, of determinant ``det Σ_base det(Nᵀ Σ_base⁻¹ N)``
+        on their subspace), in O(p r²)."""
+        root, basis, values = self._unit_root()
+        a, _, mu = self._shift_precision(root, basis, values)
+        shift = float(np.log(a).sum() + np.log1p(mu).sum() + np.log(self._column_shift).sum())
+        return super().log_det() + shift
+
+    def sample_normal(self, z: np.ndarray) -> np.ndarray:
+        """``L z`` for standard normal rows z (n, p), ``L Lᵀ = Σ``, L square (``log q`` of a
+        draw is ``−½|z|²`` up to a constant): ``Π R z + N diag(√c) Bᵀ z`` with R the base's
+        root ``δ^½ (I + Q (√(1+M) − 1) Qᵀ)``; ``B = R⁻¹ N G``, ``G Gᵀ = (Nᵀ Σ_base⁻¹ N)⁻¹``,
+        is orthonormal and ``Π R B = 0``, so the two parts are independent."""
+        root, basis, values = self._unit_root()
+        z = np.asarray(z, dtype=float)
+        projected = z @ basis
+        draws = (z + (projected * (np.sqrt(1.0 + values) - 1.0)) @ basis.T) * root
+        self._centre(draws)
+        a, rotation, mu = self._shift_precision(root, basis, values)
+        # Bᵀ z = Gᵀ Nᵀ R⁻ᵀ z, with R⁻ᵀ = δ^{-½} (I + Q ((1+M)^{-½} − 1) Qᵀ) and
+        # Gᵀ = (I + O ((1+μ)^{-½} − 1) Oᵀ) a^{-½}.
+        inverse = (z + (projected * (1.0 / np.sqrt(1.0 + values) - 1.0)) @ basis.T) / root
+        shift = self._columns(inverse) / np.sqrt(a)
+        shift += ((shift @ rotation) * (1.0 / np.sqrt(1.0 + mu) - 1.0)) @ rotation.T
+        draws += self._spread(shift * np.sqrt(self._column_shift)) / math.sqrt(self.n_classes)
+        return draws
 
 
 class StructuredGaussian(Gaussian):

@@ -605,16 +605,23 @@ def _assembled(basis, lam, s_diag, scale) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def complement_covariance(
-    basis: np.ndarray, lam: np.ndarray, column_norms: np.ndarray, scale: np.ndarray, structure: str
-) -> tuple[StructuredCovariance, float]:
+    basis: np.ndarray,
+    lam: np.ndarray,
+    column_norms: np.ndarray,
+    scale: np.ndarray,
+    null_share: float = 0.0,
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float]:
     """The covariance with estimated marginals (module docstring) from the leading
     eigenpairs ``(lam, basis)`` of the whitened data term ``GᵀG``, its diagonal
-    ``column_norms`` and ``scale`` = D^{-½}, and ``log det(I + GᵀG)`` estimated: the part
-    shared by every model whose negative Hessian is ``D + (data term)``."""
-    inside = np.maximum(1.0 - np.einsum("ij,ij->i", basis, basis), 0.0)  # ρ_j = P_jj
+    ``column_norms`` and ``scale`` = D^{-½}, as ``(δ, U, K)``, and ``log det(I + GᵀG)``
+    estimated: the part shared by every model whose negative Hessian is ``D + (data
+    term)``. ``null_share``: ``(N Nᵀ)_jj`` of a known null space N of the data term that the
+    caller holds exactly (the multinomial's shift directions: 1/K); the complement is then
+    ``P = I − QQᵀ − NNᵀ``, whose diagonal ``ρ_j`` the Rayleigh quotients ``e_j / ρ_j`` are
+    taken along."""
+    inside = np.maximum(1.0 - null_share - np.einsum("ij,ij->i", basis, basis), 0.0)
     s_diag, log_det_whitened = _estimated_complement(basis, lam, column_norms, inside)
-    diagonal, factor_matrix, core = _assembled(basis, lam, s_diag, scale)
-    return StructuredCovariance(diagonal, factor_matrix, core, structure), log_det_whitened
+    return _assembled(basis, lam, s_diag, scale), log_det_whitened
 
 
 def _schur_solve(basis: np.ndarray, inside: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -53,7 +53,7 @@ from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
-from ..gaussian import StructuredCovariance
+from ..gaussian import CentredStructuredCovariance, StructuredCovariance
 from ..models.glm import BinaryGLMPosterior
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
@@ -190,21 +190,16 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     return [(classes[k], *marginal) for k, marginal in enumerate(per_problem)]
 
 
-def _centred_variances(sigma: StructuredCovariance, k: int, d: int) -> np.ndarray:
+def _centred_variances(sigma: CentredStructuredCovariance, k: int, d: int) -> np.ndarray:
     """(width, K): the variances of each column's K classes centred by ``I − 11ᵀ/K``
-    under a structured multinomial covariance ``diag(δ) + U C Uᵀ`` (θ = [W.ravel(), b]):
-    ``δ_k (1 − 2/K) + Σ_l δ_l / K²`` plus the centred rows of U through C, per column."""
-    width = sigma.shape[0] // k
-    index = np.empty((width, k), dtype=np.intp)
-    index[:d] = (np.arange(k)[None, :] * d) + np.arange(d)[:, None]
+    under a structured multinomial covariance (θ = [W.ravel(), b])."""
+    variances = sigma.contrast_variances()
+    width = variances.size // k
+    out = np.empty((width, k))
+    out[:d] = variances[: k * d].reshape(k, d).T
     if width > d:
-        index[d] = k * d + np.arange(k)
-    delta = sigma.diagonal_part[index]  # (width, K)
-    variances = delta * (1.0 - 2.0 / k) + delta.sum(axis=1, keepdims=True) / k**2
-    rows = sigma.factor[index]  # (width, K, r)
-    rows = rows - rows.mean(axis=1, keepdims=True)
-    variances += np.einsum("jkr,rs,jks->jk", rows, sigma.core, rows)
-    return variances
+        out[d] = variances[k * d :]
+    return out
 
 
 def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool):

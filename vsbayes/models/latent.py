@@ -581,7 +581,9 @@ class StructuredJointLatents(_RowChunks):
     intercept : ndarray of shape (K,)
         Posterior mean of b (zeros without one).
     covariance : StructuredCovariance
-        Of θ (K d, or K (d + 1) with intercepts).
+        Of θ (K d, or K (d + 1) with intercepts); of a
+        :class:`~vsbayes.gaussian.CentredStructuredCovariance`, its base, whose centred
+        part is the whole covariance's.
 
     Attributes
     ----------

@@ -110,8 +110,10 @@ class GaussianPrior:
         they are (the cost of each ``partial_fit`` of a few rows is mostly such overhead).
 
         A :class:`~vsbayes.gaussian.StructuredGaussian` (a fit with a structured covariance)
-        with a diagonal structure is the diagonal prior of its variances, exactly; with
-        another structure it is made dense, where that fits the memory limit.
+        with the "diagonal" structure is the diagonal prior of its marginal variances (the
+        binary posterior's exactly; the multinomial's correlations among a column's classes,
+        its shift direction's and its intercepts', are dropped); with another structure it
+        is made dense, where that fits the memory limit.
 
         Raises
         ------
@@ -124,7 +126,7 @@ class GaussianPrior:
         prior.name, prior.mean = name, np.array(gaussian.mean)
         if isinstance(gaussian, StructuredGaussian):
             covariance = gaussian.covariance
-            if covariance.rank == 0:  # diag(δ): the model's own diagonal prior, no p × p
+            if covariance.structure == "diagonal":  # the model's own diagonal prior, no p × p
                 prior.variances, prior._cov = covariance.diagonal(), None
                 return prior
             p = gaussian.dim
