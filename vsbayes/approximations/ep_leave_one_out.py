@@ -15,7 +15,10 @@ posterior precision ``Λ₀ + Aᵀ diag(τ_r) A`` is a slice of one (R, p, p) st
 GEMMs and Cholesky factorizations), the site updates are one call over the R × M sites,
 and Anderson's mixing runs on the stacked sites (the refits' Jacobians are alike: one
 mixing serves all). The refits are done in blocks whose (R, p, M) temporaries fit the
-memory of one block.
+memory of one block. The multinomial refits alike: R posteriors of the contrasts
+(``D + Σ_j Λ_rj ⊗ x̃_j x̃_jᵀ``, one GEMM of the sites with the rows' outer products), and
+the multinomial EP's own site update (its tilted moments, on the rules it takes for the
+rows) over the R × M rows, in chunks whose quadrature stays in cache.
 
 **Cheap site updates.** R refits update R × M sites a sweep, R times the fit's; with VS
 site fits those took 70 % of the refits' time. The logistic's tilted moments come instead
