@@ -117,6 +117,10 @@ REFIT_P_LOO_MULTINOMIAL = 0.01
 #: sweeps), the sums within 0.02 % of the elpd — far below the leave-one-out's own
 #: error, for 25-30 % less time.
 REFIT_TOL = 1e-3
+#: The multinomial refits' sites whose rows' latent marginals stay within this (in sds) of
+#: the full fit's are linear in their cavities (``refit_softmax_without_rows``'s
+#: ``linear_within``).
+REFIT_LINEAR_WITHIN = 0.1
 
 
 # --- argument checks ----------------------------------------------------------------------
@@ -749,7 +753,9 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
         if sites.space == "contrast":
             k = len(estimator.classes_)
             model = SoftmaxGLMPosterior(X, data.index, data.weights, k, **priors)
-            refits = refit_softmax_without_rows(model, sites, model_rows, **options)
+            refits = refit_softmax_without_rows(
+                model, sites, model_rows, linear_within=REFIT_LINEAR_WITHIN, **options
+            )
             return _softmax_log_predictive(refits.mean, refits.var, label, weight)
         labels = np.where(data.index == 1, 1.0, -1.0)
         model = BinaryGLMPosterior(X, labels, data.weights, estimator._link, **priors)
