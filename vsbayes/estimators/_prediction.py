@@ -412,8 +412,8 @@ class PosteriorPrediction:
             the fit's sites (``refitted`` in the result says which; with a ``prior=`` or a
             shrinkage prior, a refit of the estimator); "auto": 0.5 for a binary
             posterior, 0.01 for the multinomial one (whose cavities fall short of its
-            refits on most rows, not only the influential ones: more refits, several
-            times the fit); None: no refit, the cavities only (leave-one-out in about the
+            refits on most rows, not only the influential ones: more refits, about 3 ×
+            the fit on wine); None: no refit, the cavities only (leave-one-out in about the
             time of the fit).
 
         Returns
