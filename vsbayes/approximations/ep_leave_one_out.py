@@ -442,7 +442,10 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
         return post
 
     linear = None
-    if linear_within is not None:
+    # The Jacobians cost P + 1 site updates a row, an exact sweep of the refits n: worth
+    # it where the refits' 5-7 sweeps take more (P = r(r + 3)/2: 5 for three classes, 54
+    # for ten).
+    if linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
         linear = _SiteJacobians(model, design, outer, prior_var, sites, state, q, linear_within)
     exact = np.ones((n, m), dtype=bool) if linear is None else np.zeros((n, m), dtype=bool)
 
