@@ -73,6 +73,8 @@ LEVEL = 0.9
 # Draws of each refit reweighted to the exact leave-one-out posterior (the reference's
 # check): Pareto smoothing at 4000 draws is reliable for k̂ < 0.7.
 EXACT_DRAWS = 4000
+# Seeds of the PSIS rows' draws over which their Monte Carlo spread is shown.
+PSIS_SEEDS = 5
 # Draws of the VS refits reweighted to the exact leave-one-out posterior (wine's reference).
 VS_EXACT_DRAWS = 16000
 
@@ -218,14 +220,19 @@ def loo_rows(cases, quick: bool, repeats: int, refresh: bool = False) -> tuple[l
             f"{int((exact_k > 0.7).sum())})",
             flush=True,
         )
-        for estimator_class in (EPLogisticRegression, LaplaceLogisticRegression):
+        estimators = [(EPLogisticRegression, {}), (LaplaceLogisticRegression, {})]
+        if len(np.unique(y)) > 2:
+            # The default estimator's route on wine: a global VS fit (no sites), so its
+            # leave-one-out is by PSIS of its draws, reweighted to the exact posterior.
+            estimators.append((VSLogisticRegression, {"random_state": 0}))
+        for estimator_class, extra in estimators:
             label = estimator_class.__name__
             fit_times, loo_times = [], []
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 for _ in range(repeats):  # interleaved: fit, then its leave-one-out
                     seconds, fitted = timed_median(
-                        lambda c=estimator_class: c(**params).fit(X, y), 1
+                        lambda c=estimator_class, e=extra: c(**params, **e).fit(X, y), 1
                     )
                     fit_times.append(seconds)
                     seconds, result = timed_median(lambda f=fitted: f.loo(X, y, random_state=0), 1)
@@ -236,6 +243,17 @@ def loo_rows(cases, quick: bool, repeats: int, refresh: bool = False) -> tuple[l
             # The cavities alone (no refit of the influential rows): what loo() gave before.
             cavity = fitted.loo(X, y, random_state=0, refit_above=None).pointwise[subset]
             refitted = result.refitted if result.refitted is not None else np.zeros(len(y), bool)
+            # PSIS's Monte Carlo spread: its diff over the draws' seeds 0-4 (seed 0 above).
+            seed_diffs = [float("nan")]
+            if result.method == "psis" and len(subset) == len(y):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    seed_diffs = [
+                        100.0
+                        * (fitted.loo(X, y, random_state=seed).elpd_loo - elpd_ref)
+                        / abs(elpd_ref)
+                        for seed in range(PSIS_SEEDS)
+                    ]
             rows.append(
                 {
                     "dataset": name,
@@ -265,6 +283,13 @@ def loo_rows(cases, quick: bool, repeats: int, refresh: bool = False) -> tuple[l
                     "max_pointwise_diff": float(np.abs(diff).max()),
                     "mean_pointwise_diff": float(diff.mean()),
                     "pareto_k_over_0.7": result.n_bad,
+                    "psis_seeds_diff_min_percent": min(seed_diffs),
+                    "psis_seeds_diff_max_percent": max(seed_diffs),
+                    "max_pareto_k": (
+                        float(np.max(result.pareto_k))
+                        if result.pareto_k is not None
+                        else float("nan")
+                    ),
                     "posterior_pareto_k": result.posterior_pareto_k,
                     "fit_seconds": float(np.median(fit_times)),
                     "loo_seconds": float(np.median(loo_times)),
@@ -462,15 +487,19 @@ def markdown(
         "## Leave-one-out against brute force (n refits)",
         "",
         "EP: terms from EP's cavities, and for the influential rows (their own share of "
-        "p_loo above `refit_above=0.5` nats) from EP refitted without the row, warm from the "
+        "p_loo above `refit_above`: 0.5 nats binary, 0.01 multinomial) from EP refitted "
+        "without the row, warm from the "
         "fit's sites (the cavity: a few sweeps instead of a fit; all refits in one stacked "
-        "sweep loop, their site updates in closed form from the logistic's mixture of "
-        "probits, to a site change of 1e-3); its cost: the cavities and WAIC's 1000 draws "
-        "(0.3-0.6 × the fit), and R refits × 5-7 sweeps of M sites. Laplace: "
-        "Pareto-smoothed importance sampling of the Laplace posterior's draws (reweighted to "
-        "the exact posterior); its cost: 4000 draws, the likelihood of every row at each "
-        "(twice) and a Pareto fit per row. Brute force: EPLogisticRegression refitted "
-        "without each row; "
+        "sweep loop, binary site updates in closed form from the logistic's mixture of "
+        "probits, multinomial ones linear in their cavities where the rows' marginals move "
+        "by less than 0.1 sd, else by the multinomial EP's tilted moments, to a site change "
+        "of 1e-3); its cost: the cavities and WAIC's 1000 draws "
+        "(0.3-0.6 × the fit), and R refits × 3-7 sweeps of M sites. Laplace and VS (wine's "
+        "default route, a global VS fit without sites): "
+        "Pareto-smoothed importance sampling of the posterior approximation's draws "
+        "(reweighted to the exact posterior); its cost: 4000 draws, the likelihood of every "
+        "row at each (twice) and a Pareto fit per row. Brute force: EPLogisticRegression "
+        "refitted without each row; "
         "exact: each refit's draws reweighted to the exact posterior without the row "
         f'(PSIS, {EXACT_DRAWS} draws) — the check of the brute force itself. "cavities '
         'alone": `loo(refit_above=None)`, as before the refits.'
@@ -478,8 +507,8 @@ def markdown(
         "",
         "| data set | estimator | route | n | elpd_loo | SE | brute force | exact | brute force "
         "vs exact % | diff % | diff / SE | cavities alone diff % | rows refitted | max "
-        "pointwise diff | k̂ > 0.7 | loo / fit time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "pointwise diff | k̂ > 0.7 | max k̂ | PSIS diff % over seeds 0-4 | loo / fit time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in loo:
         lines.append(
@@ -490,6 +519,8 @@ def markdown(
             f"{r['diff_percent']:+.3f} | {r['diff_in_se']:+.3f} | "
             f"{_shown(r['cavity_only_diff_percent'], '+.3f')} | {r['rows_refitted_by_loo']} | "
             f"{r['max_pointwise_diff']:.3g} | {r['pareto_k_over_0.7']} | "
+            f"{_shown(r.get('max_pareto_k', float('nan')), '.2f')} | "
+            f"{_seed_range(r)} | "
             f"{r['loo_over_fit']:.2f} |"
         )
     checked = [r for r in loo if r.get("elpd_vs_exact", float("nan")) == r.get("elpd_vs_exact")]
@@ -556,6 +587,13 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+def _seed_range(row: dict) -> str:
+    """PSIS's diff % over the draws' seeds, as "min to max" ("—" for EP's terms)."""
+    low = row.get("psis_seeds_diff_min_percent", float("nan"))
+    high = row.get("psis_seeds_diff_max_percent", float("nan"))
+    return "—" if low != low else f"{low:+.2f} to {high:+.2f}"
+
+
 def _shown(value: float, spec: str) -> str:
     """A table's number, "—" where it does not apply (NaN)."""
     return "—" if value != value else format(value, spec)
@@ -565,7 +603,7 @@ def plot(pointwise: dict, calibration: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     ax = axes[0]
     for (name, label), (reference, approx) in pointwise.items():
-        marker = "o" if label.startswith("EP") else "x"
+        marker = {"EP": "o", "VS": "+"}.get(label[:2], "x")
         ax.scatter(reference, approx - reference, s=8, marker=marker, label=f"{name}, {label[:2]}")
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel("brute-force log p(y_i | y_-i)")
