@@ -124,10 +124,18 @@ def damped_step(
     """One damped sweep ``(1 - damping) sites + damping new``, its scale ``1 + |sites|``,
     its residual ``Δ / scale`` and the largest ``|residual|``: the change the sweeps
     converge on, whichever store (or part of one) the sites are in."""
-    damped = (1.0 - damping) * sites + damping * new
-    scale = 1.0 + np.abs(sites)
-    residual = (damped - sites) / scale
-    return damped, scale, residual, float(np.max(np.abs(residual), initial=0.0))
+    # In place where the expressions allow (the same operations, the same bits): a sweep of
+    # the multinomial EP holds millions of sites, whose fresh temporaries cost more than
+    # the arithmetic.
+    damped = (1.0 - damping) * sites
+    damped += damping * new
+    scale = np.abs(sites)
+    scale += 1.0
+    residual = damped - sites
+    residual /= scale
+    if not residual.size:
+        return damped, scale, residual, 0.0
+    return damped, scale, residual, float(max(residual.max(), -residual.min()))
 
 
 class ArraySites:
@@ -469,7 +477,12 @@ class Anderson:
             gamma = np.linalg.lstsq(np.column_stack(self._d_res), residual, rcond=None)[0]
             mixed = image - np.column_stack(self._d_img) @ gamma
         # x_k = g_k - f_k · scale: the extrapolation's move against the plain step's.
-        move = np.max(np.abs(mixed - image) / scale + np.abs(residual), initial=0.0)
+        # |mixed - image| / scale + |residual|, in place (the same bits).
+        move = mixed - image
+        np.abs(move, out=move)
+        move /= scale
+        move += np.abs(residual)
+        move = np.max(move, initial=0.0)
         if not np.isfinite(move) or move > 10.0 * change:
             self.restart()
             return image
