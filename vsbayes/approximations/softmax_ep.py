@@ -736,6 +736,8 @@ def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None)
             and np.array_equal(before[1], state.direct)
         )
         record["evidence"] = (post, log_z, v_mean, v_cov) if settled else None
+    if ok.all() and np.all(copies == 1.0):  # the usual case: the new sites themselves
+        return _psd(site_lam), site_eta
     new_lam = np.where(ok[:, None, None], copies[:, None, None] * site_lam, lam)
     new_eta = np.where(ok[:, None], copies[:, None] * site_eta, eta)
     return _psd(new_lam), new_eta
@@ -776,7 +778,8 @@ def _row_positive_definite(matrices: np.ndarray) -> np.ndarray:
 
 def _psd(lam: np.ndarray) -> np.ndarray:
     """Each symmetric matrix's projection on the positive semi-definite cone."""
-    symmetric = 0.5 * (lam + np.swapaxes(lam, 1, 2))
+    symmetric = lam + np.swapaxes(lam, 1, 2)
+    symmetric *= 0.5
     if _positive_definite(symmetric).all():
         return lam
     eigval, eigvec = np.linalg.eigh(symmetric)
