@@ -509,7 +509,10 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
                 narrowed = rows[narrowed]
                 state.direct[narrowed] = True
                 state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
-            new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
+            if rows.size == m:  # every row at once: the arrays themselves, not a copy
+                new_lam, new_eta, good = lam, eta, fine
+            else:
+                new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
             if at + 1 < _n_levels(rule):
                 state.level[rows[~fine]] = at + 1
     return log_z + log_norm, new_lam, new_eta, good
