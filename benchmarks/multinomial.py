@@ -584,8 +584,13 @@ def write_report(
             "",
         ]
     if kept_cases:
+        sections = (
+            "the digits sections"
+            if "digits" in kept_cases
+            else "the digits sections but the defaults' fit (rerun with digits' rows)"
+        )
         lines += [
-            f"Rows of {', '.join(kept_cases)} and the digits sections: from the previous "
+            f"Rows of {', '.join(kept_cases)} and {sections}: from the previous "
             f"run ({next(iter(kept_cases.values()))}); the other rows: this run's.",
             "",
         ]
@@ -701,6 +706,9 @@ def main() -> None:
         rows, kept = _with_committed(rows, args.cases)
         args.skip_cv = args.skip_nuts = True
         defaults, cv_rows, diagnosis, cv_nuts, kept_cases = kept
+        if "digits" in args.cases:  # the defaults' fit is digits' own row: rerun it too
+            defaults = digits_defaults()
+            print(defaults, flush=True)
         write_report(args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts, kept_cases)
         return
     defaults = digits_defaults() if "digits" in args.cases else None
