@@ -6,17 +6,16 @@ scikit-learn's own tests of those tools with ``sklearn.linear_model.LogisticRegr
 replaced (before any test module is imported) by the factory of
 ``benchmarks/sklearn_conformance.py``: a subclass of :class:`vsbayes.VSLogisticRegression`
 under scikit-learn's name that records that it was made or fitted. A test counts when it
-makes or fits one;
-the others are collected but not counted. Each failing test is then rerun with
-scikit-learn's own estimator: a failure that also happens there is the environment's, not
-vsbayes's, and is listed apart.
+makes or fits one; the others are collected but not counted. Each failing test is then
+rerun with scikit-learn's own estimator: a failure that also happens there is the
+environment's, not vsbayes's, and is listed apart.
 
 Runs are bounded: each test by an alarm (``--test-timeout``, default 120 s), each module by a
 timeout (``--module-timeout``, default 900 s); a module cut short keeps the outcomes it
 recorded and says so.
 
-    nice -n 10 python benchmarks/sklearn_dropin_sweep.py                # all modules
-    python benchmarks/sklearn_dropin_sweep.py --modules tests/test_calibration.py
+    nice -n 10 python benchmarks/sklearn_dropin_sweep.py    # all modules: ~45 min, 2 loaded cores
+    python benchmarks/sklearn_dropin_sweep.py --merge --modules tests/test_calibration.py
 
 writes ``benchmarks/results/sklearn_dropin_sweep.{json,md}``; ``docs/differences.md``
 explains each remaining difference.
@@ -267,7 +266,7 @@ def write(modules: list[dict], machine: str) -> None:
         "fit_vs_run": run,
         "fit_vs_passed": passed,
         "pass_rate": passed / max(run, 1),
-        # The tests that make the VS estimator only: the others are counted, not listed.
+        # The tests with the VS estimator only: the others are counted, not listed.
         "modules": [{**m, "records": [r for r in m["records"] if r["fits_vs"]]} for m in modules],
     }
     (RESULTS / "sklearn_dropin_sweep.json").write_text(json.dumps(summary, indent=1))
@@ -277,12 +276,13 @@ def write(modules: list[dict], machine: str) -> None:
         machine,
         "",
         f"scikit-learn {sklearn.__version__}: {len(modules)} test modules run with "
-        f"`sklearn.linear_model.LogisticRegression` replaced; of the {run} tests that make the "
-        f"VS estimator and run, **{passed} pass ({100 * passed / max(run, 1):.0f} %)**. "
+        f"`sklearn.linear_model.LogisticRegression` replaced; of the {run} tests that make "
+        f"or fit the VS estimator and run, **{passed} pass ({100 * passed / max(run, 1):.0f} %)**. "
         "A failure marked *also with scikit-learn* fails with scikit-learn's own estimator "
         "too (the environment's, not vsbayes's).",
         "",
-        "| module | tests run | make the VS estimator | pass | fail | skipped/xfail | seconds |",
+        "| module | tests run | make or fit the VS estimator | pass | fail | skipped/xfail "
+        "| seconds |",
         "|---|---|---|---|---|---|---|",
     ]
     for m in modules:
