@@ -58,6 +58,11 @@ import pytest
 
 import _vs_factory
 
+CHAINED = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
 RECORDS = []
 
 
@@ -77,6 +82,9 @@ def pytest_runtest_makereport(item, call):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.outcome != "passed":
             text = (report.longreprtext or "").strip()
+            # A chained exception is printed cause first: the error raised is the last one.
+            for marker in CHAINED:
+                text = text.rsplit(marker, 1)[-1]
             lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
             message = lines[0][1:].strip() if lines else text.splitlines()[-1] if text else ""
         message = message[:300]

@@ -37,6 +37,21 @@ def iris():
     return StandardScaler().fit_transform(X), y
 
 
+def test_predict_proba_lr_is_linear_classifiers_formula(binary, iris):
+    # LinearClassifierMixin's private one-vs-rest normalization, which code written for
+    # LogisticRegression calls: the same formula on this estimator's decision_function.
+    from sklearn.linear_model._base import LinearClassifierMixin
+
+    X, y = iris
+    est = LaplaceLogisticRegression().fit(X, y)
+    expected = LinearClassifierMixin._predict_proba_lr(est, X)
+    np.testing.assert_allclose(est._predict_proba_lr(X), expected, rtol=1e-12)
+    # Two classes: the decision function is the predictive's logit.
+    X, y = binary
+    est = LaplaceLogisticRegression().fit(X, y)
+    np.testing.assert_allclose(est._predict_proba_lr(X), est.predict_proba(X), rtol=1e-12)
+
+
 def test_two_default_fits_are_identical(binary):
     X, y = binary
     first, second = VSLogisticRegression().fit(X, y), VSLogisticRegression().fit(X, y)

@@ -233,6 +233,25 @@ class PosteriorPrediction:
         scores = predictive.decision_function(self._validate_prediction_data(X))
         return scores.astype(_output_dtype(self), copy=False)
 
+    def _predict_proba_lr(self, X):
+        """The logistic of :meth:`decision_function`, normalized over the classes.
+
+        scikit-learn's linear classifiers' one-vs-rest probabilities
+        (``LinearClassifierMixin._predict_proba_lr``, which code written for
+        ``LogisticRegression`` may call), with the same formula: not the posterior
+        predictive (:meth:`predict_proba` is), and for two classes equal to it.
+        """
+        prob = np.asarray(self.decision_function(X))
+        prob = 1.0 / (1.0 + np.exp(-prob))
+        if prob.ndim == 1:
+            return np.stack([1 - prob, prob], axis=1)
+        # A row whose every logistic underflows to 0 gets uniform probabilities, as there.
+        total = prob.sum(axis=1, keepdims=True)
+        all_zero = total[:, 0] == 0
+        prob[all_zero] = 1
+        total[all_zero] = prob.shape[1]
+        return prob / total
+
     @_dask_chunkwise(_label_shape)
     def predict(self, X):
         """Most probable class under the posterior predictive distribution.
