@@ -48,6 +48,27 @@ class LogisticRegression(VSLogisticRegression):
     def __new__(cls, *args, **kwargs):
         FITS.append(cls.__name__)  # made (cloned too): the test exercises it
         return super().__new__(cls)
+
+
+CHAINED = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
+
+def outcome_message(report) -> str:
+    """A test report's reason in one line: the skip's, or the failure's error."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")[:300]
+    if report.outcome == "passed":
+        return ""
+    text = (report.longreprtext or "").strip()
+    # A chained exception is printed cause first: the error raised is the last one.
+    for marker in CHAINED:
+        text = text.rsplit(marker, 1)[-1]
+    lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
+    message = lines[0][1:].strip() if lines else text.splitlines()[-1] if text else ""
+    return message[:300]
 '''
 
 CONFTEST = """
@@ -57,11 +78,6 @@ import os
 import pytest
 
 import _vs_factory
-
-CHAINED = (
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
 
 RECORDS = []
 
@@ -77,22 +93,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
-            message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        elif report.outcome != "passed":
-            text = (report.longreprtext or "").strip()
-            # A chained exception is printed cause first: the error raised is the last one.
-            for marker in CHAINED:
-                text = text.rsplit(marker, 1)[-1]
-            lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
-            message = lines[0][1:].strip() if lines else text.splitlines()[-1] if text else ""
-        message = message[:300]
         RECORDS.append({
             "test": item.nodeid.split("::", 1)[1],
             "outcome": report.outcome,
             "fits_vs": bool(_vs_factory.FITS),
-            "message": message,
+            "message": _vs_factory.outcome_message(report),
         })
 
 

@@ -118,11 +118,6 @@ import _vs_factory
 if os.environ.get("VSBAYES_SWEEP_REPLACE") == "1":
     sklearn.linear_model.LogisticRegression = _vs_factory.LogisticRegression
 
-CHAINED = (
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
-
 TIMEOUT = int(os.environ.get("VSBAYES_SWEEP_TEST_TIMEOUT", "120"))
 
 
@@ -151,21 +146,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
-            message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        elif report.outcome != "passed":
-            text = (report.longreprtext or "").strip()
-            # A chained exception is printed cause first: the error raised is the last one.
-            for marker in CHAINED:
-                text = text.rsplit(marker, 1)[-1]
-            lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
-            message = lines[0][1:].strip() if lines else text.splitlines()[-1] if text else ""
         record = {
             "test": item.nodeid.split("::", 1)[1],
             "outcome": "xfailed" if hasattr(report, "wasxfail") else report.outcome,
             "fits_vs": bool(_vs_factory.FITS),
-            "message": message[:300],
+            "message": _vs_factory.outcome_message(report),
             "seconds": round(report.duration, 2),
         }
         with open(os.environ["VSBAYES_SWEEP_OUT"], "a") as out:
