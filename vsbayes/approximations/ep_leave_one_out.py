@@ -82,9 +82,42 @@ class LeftOutMarginals(NamedTuple):
     n_iter: np.ndarray
 
 
-class _Refits:
+def _inverse_factors(precision: np.ndarray) -> np.ndarray:
+    """L⁻¹ of each stacked precision's Cholesky factor L (lower triangular), so that its
+    covariance is L⁻ᵀL⁻¹. LAPACK's triangular inverse per refit: numpy's batched ``inv``
+    is a general LU inverse, 4 × slower on 35 × 35."""
+    try:
+        lower = np.linalg.cholesky(precision)
+    except np.linalg.LinAlgError as error:
+        raise NotPositiveDefiniteError(
+            "A leave-one-out refit's EP posterior precision is not positive definite."
+        ) from error
+    inverse = np.empty_like(lower)
+    for k, factor in enumerate(lower):
+        inverse[k] = dtrtri(factor, lower=1)[0]
+    return inverse
+
+
+class _StackedRefits:
+    """R refits' moments, stacked along the first axis of each of ``FIELDS``."""
+
+    FIELDS: tuple[str, ...] = ()
+
+    def replace(self, which: np.ndarray, other: _StackedRefits) -> _StackedRefits:
+        """These refits with those of ``which`` taken from ``other`` (a new object)."""
+        out = copy.copy(self)
+        for name in self.FIELDS:
+            values = getattr(self, name).copy()
+            values[which] = getattr(other, name)
+            setattr(out, name, values)
+        return out
+
+
+class _Refits(_StackedRefits):
     """The Gaussians of prior × sites of R refits at once: each refit's coefficient means
     and variances (R, p), and every row's latent mean and variance under each (R, M)."""
+
+    FIELDS = ("mean", "t_var", "t_mean", "var")
 
     def __init__(self, design, columns, outer, prior_var, prior_mean, tau, nu):
         # ``columns``: the design's transpose, contiguous (a stacked product with the
@@ -100,33 +133,14 @@ class _Refits:
         diagonal = np.arange(p)
         precision[:, diagonal, diagonal] += 1.0 / prior_var
         linear = nu @ design + prior_mean / prior_var
-        try:
-            lower = np.linalg.cholesky(precision)
-        except np.linalg.LinAlgError as error:
-            raise NotPositiveDefiniteError(
-                "A leave-one-out refit's EP posterior precision is not positive definite."
-            ) from error
-        # L⁻¹ (lower triangular): then H⁻¹ = L⁻ᵀL⁻¹, and one GEMM gives every row's spread
-        # L⁻¹ a_j, whose squared norm is the row's latent variance.
-        # (LAPACK's triangular inverse per refit: numpy's batched inv is a general LU
-        # inverse, 4 × slower on 35 × 35.)
-        inverse = np.empty_like(lower)
-        for r, factor in enumerate(lower):
-            inverse[r] = dtrtri(factor, lower=1)[0]
+        # L⁻¹: one GEMM gives every row's spread L⁻¹ a_j, whose squared norm is the row's
+        # latent variance.
+        inverse = _inverse_factors(precision)
         self.mean = np.einsum("rba,rb->ra", inverse, np.einsum("rab,rb->ra", inverse, linear))
         spread = inverse @ columns  # (R, p, M)
         self.t_var = np.einsum("rpm,rpm->rm", spread, spread)
         self.t_mean = self.mean @ columns
         self.var = np.einsum("rab,rab->rb", inverse, inverse)
-
-    def replace(self, which: np.ndarray, other: _Refits) -> _Refits:
-        """These refits with those of ``which`` taken from ``other`` (a new object)."""
-        out = copy.copy(self)
-        for name in ("mean", "t_var", "t_mean", "var"):
-            values = getattr(self, name).copy()
-            values[which] = getattr(other, name)
-            setattr(out, name, values)
-        return out
 
 
 @blas_policy
@@ -271,11 +285,13 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     return post.t_mean[own], post.t_var[own], run.n_iter
 
 
-class _SoftmaxRefits:
+class _SoftmaxRefits(_StackedRefits):
     """The Gaussians of prior × sites of R multinomial refits at once, on B (the contrasts,
     r·w entries, as :class:`~vsbayes.approximations.softmax_ep`'s ``_Contrast``): each
     refit's mean and variances of B's entries (R, r·w), and every row's latent moments of
     ``g = B x̃`` under each, (R, M, r) and (R, M, r, r)."""
+
+    FIELDS = ("mean", "var", "g_mean", "g_cov")
 
     def __init__(self, design, outer, prior_var, lam, eta):
         # ``design``: x̃ = [x, 1] (M, w); ``outer``: each row's x̃ x̃ᵀ flattened (M, w²), so
@@ -289,15 +305,7 @@ class _SoftmaxRefits:
         diagonal = np.arange(r * w)
         precision[:, diagonal, diagonal] += 1.0 / prior_var
         linear = (np.swapaxes(eta, 1, 2) @ design).reshape(n, r * w)  # Σ_j η_j x̃_jᵀ
-        try:
-            lower = np.linalg.cholesky(precision)
-        except np.linalg.LinAlgError as error:
-            raise NotPositiveDefiniteError(
-                "A leave-one-out refit's EP posterior precision is not positive definite."
-            ) from error
-        inverse = np.empty_like(lower)
-        for k, factor in enumerate(lower):
-            inverse[k] = dtrtri(factor, lower=1)[0]
+        inverse = _inverse_factors(precision)
         self.mean = np.einsum("kba,kb->ka", inverse, np.einsum("kab,kb->ka", inverse, linear))
         self.var = np.einsum("kab,kab->kb", inverse, inverse)
         # Row j's g = (I_r ⊗ x̃_j) vec B: its spread L⁻¹ (I_r ⊗ x̃_j), (R, r·w, r) per row,
@@ -305,15 +313,6 @@ class _SoftmaxRefits:
         spread = inverse.reshape(n, r * w, r, w) @ np.ascontiguousarray(design.T)
         self.g_cov = np.einsum("kian,kibn->knab", spread, spread)
         self.g_mean = np.swapaxes(self.mean.reshape(n, r, w) @ design.T, 1, 2)
-
-    def replace(self, which: np.ndarray, other: _SoftmaxRefits) -> _SoftmaxRefits:
-        """These refits with those of ``which`` taken from ``other`` (a new object)."""
-        out = copy.copy(self)
-        for name in ("mean", "var", "g_mean", "g_cov"):
-            values = getattr(self, name).copy()
-            values[which] = getattr(other, name)
-            setattr(out, name, values)
-        return out
 
 
 @blas_policy
