@@ -202,10 +202,12 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); of the multinomial model, of ``[coef_.ravel(), intercept_]`` (the rows of
         ``coef_`` one after the other, then the intercepts); one-vs-rest, one per class.
-        With two classes and many features, or a multinomial posterior beyond 10,000
-        parameters, a
+        With two classes and many features, a
         :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
-        dense only on request; see ``covariance_structure_``).
+        dense only on request; see ``covariance_structure_``); for a multinomial
+        posterior beyond 10,000 parameters, its subclass
+        :class:`~vsbayes.gaussian.CentredStructuredCovariance` (exact along each
+        column's shift direction and on the intercepts' contrasts).
     covariance_structure_ : str or ndarray of str
         The posterior covariance's structure: "dense", or for a problem too large
         for it "dual" (binary), "lowrank" or "diagonal" (one per problem beyond two
