@@ -116,8 +116,7 @@ class VBLogisticRegression(BayesianGLMClassifier):
     sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
-        With two classes and many features, or a multinomial posterior beyond 10,000
-        parameters, a
+        With two classes and many features, a
         :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
         dense only on request; see ``covariance_structure_``).
     covariance_structure_ : str or ndarray of str
