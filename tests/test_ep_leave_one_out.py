@@ -98,3 +98,39 @@ def test_warm_multinomial_refit_is_the_cold_refit():
         np.testing.assert_allclose(
             centring @ warm.var[j] @ centring, centring @ f_cov @ centring, atol=1e-6
         )
+
+
+def test_multinomial_refits_bound_the_rows_outer_products():
+    # The refits' precisions need each row's x̃ x̃ᵀ (M w² numbers, 19 MB here): made in
+    # chunks of rows when they do not fit one block, never all at once.
+    import tracemalloc
+    import warnings
+
+    from sklearn import config_context
+
+    from vsbayes.approximations.expectation_propagation import EPSites
+    from vsbayes.approximations.softmax_ep import _laplace_sites
+    from vsbayes.models.softmax_predictive import centred_basis
+
+    rng = np.random.default_rng(5)
+    m, d = 1500, 39
+    X = rng.standard_normal((m, d))
+    y = rng.integers(0, 3, m)
+    model = SoftmaxGLMPosterior(X, y, np.ones(m), 3, prior_var=1.0, intercept_prior_var=1e2)
+    lam, eta = _laplace_sites(model, centred_basis(3), np.zeros(model.dim))
+    sites = EPSites(lam, eta, "contrast")
+    outer_bytes = 8.0 * m * (d + 1) ** 2
+    with config_context(working_memory=2), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (two sweeps: unconverged)
+        tracemalloc.start()
+        try:
+            chunked = refit_softmax_without_rows(model, sites, [3], max_iter=2)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 0.5 * outer_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = refit_softmax_without_rows(model, sites, [3], max_iter=2)
+    np.testing.assert_allclose(chunked.mean, whole.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(chunked.var, whole.var, rtol=1e-9, atol=1e-12)

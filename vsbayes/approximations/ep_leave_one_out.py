@@ -285,6 +285,33 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     return post.t_mean[own], post.t_var[own], run.n_iter
 
 
+class _RowOuter:
+    """Each design row's ``x̃_j x̃_jᵀ`` flattened (M, w²), for products ``weights @ outer``:
+    all of them at once where they fit one block (:func:`~vsbayes._memory.block_bytes`),
+    else made in chunks of rows as the product needs them (M w² grows past the refits' own
+    memory on wide designs: 5000 rows of 100 features, 400 MB)."""
+
+    def __init__(self, design: np.ndarray):
+        self.design = design
+        self.chunk = block_length(8.0 * design.shape[1] ** 2)
+        self.whole = self._rows(slice(None)) if self.chunk >= len(design) else None
+
+    def _rows(self, rows: slice) -> np.ndarray:
+        part = self.design[rows]
+        return (part[:, :, None] * part[:, None, :]).reshape(len(part), -1)
+
+    def weighted(self, weights: np.ndarray) -> np.ndarray:
+        """``weights @ outer`` for ``weights`` (..., M): (..., w²)."""
+        if self.whole is not None:
+            return weights @ self.whole
+        m = len(self.design)
+        out = np.zeros((*weights.shape[:-1], self.design.shape[1] ** 2))
+        for start in range(0, m, self.chunk):
+            rows = slice(start, min(start + self.chunk, m))
+            out += weights[..., rows] @ self._rows(rows)
+        return out
+
+
 class _SoftmaxRefits(_StackedRefits):
     """The Gaussians of prior × sites of R multinomial refits at once, on B (the contrasts,
     r·w entries, as :class:`~vsbayes.approximations.softmax_ep`'s ``_Contrast``): each
@@ -294,12 +321,13 @@ class _SoftmaxRefits(_StackedRefits):
     FIELDS = ("mean", "var", "g_mean", "g_cov")
 
     def __init__(self, design, outer, prior_var, lam, eta):
-        # ``design``: x̃ = [x, 1] (M, w); ``outer``: each row's x̃ x̃ᵀ flattened (M, w²), so
+        # ``design``: x̃ = [x, 1] (M, w); ``outer``: the rows' x̃ x̃ᵀ (a _RowOuter), so
         # that every refit's precision blocks Σ_j Λ_rj[a, b] x̃_j x̃_jᵀ are one GEMM
         # (R·r², M) × (M, w²).
         n, m, r, _ = lam.shape
         w = design.shape[1]
-        blocks = (lam.reshape(n, m, r * r).transpose(0, 2, 1) @ outer).reshape(n, r, r, w, w)
+        blocks = outer.weighted(lam.reshape(n, m, r * r).transpose(0, 2, 1))
+        blocks = blocks.reshape(n, r, r, w, w)
         precision = np.ascontiguousarray(blocks.transpose(0, 1, 3, 2, 4)).reshape(n, r * w, -1)
         precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
         diagonal = np.arange(r * w)
@@ -404,12 +432,12 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
     """:func:`refit_softmax_without_rows` of one block of rows: one sweep loop on R × M
     sites (settled refits as :func:`_refit_block`'s)."""
     n, m, k, d = rows.size, model.n_observations, model.n_classes, model.n_features
-    r, w = k - 1, design.shape[1]
+    r = k - 1
     q = centred_basis(k)
     # B's prior variances (class-major rows of w), the same for every class.
     columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
     prior_var = np.tile(model.prior_var[columns], r)
-    outer = (design[:, :, None] * design[:, None, :]).reshape(m, w * w)
+    outer = _RowOuter(design)
     copies, power = _split_weights(model.sample_weight)
     copies, power, labels = np.tile(copies, n), np.tile(power, n), np.tile(model.y, n)
     own = (np.arange(n), rows)
