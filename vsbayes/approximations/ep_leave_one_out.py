@@ -463,6 +463,8 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             if known
             else np.ones(n, bool)
         )
+        if not stale.any():  # (no stack of no refits: the last posterior is this one)
+            return known["post"]
         fresh = _SoftmaxRefits(design, outer, prior_var, lam[stale], eta[stale])
         post = fresh if stale.all() else known["post"].replace(stale, fresh)
         known.update(lam=lam.copy(), eta=eta.copy(), post=post)
@@ -620,7 +622,15 @@ class _SiteJacobians:
     def sites(self, row, cav_prec, cav_lin) -> tuple[np.ndarray, np.ndarray]:
         """The linear sites (one copy) of rows ``row`` at the cavities given."""
         delta = self.params(cav_prec, cav_lin) - self.base[row]
-        return self.unpack(self.site[row] + np.einsum("npq,nq->np", self.jacobian[row], delta))
+        # The rows' Jacobians in chunks: the refits' rows at once are R copies of them
+        # (R M P², past the refits' own block from 14 classes on).
+        n_params = delta.shape[1]
+        step = block_length(8.0 * n_params * n_params)
+        moved = np.empty_like(delta)
+        for start in range(0, len(row), step):
+            part = slice(start, start + step)
+            moved[part] = np.einsum("npq,nq->np", self.jacobian[row[part]], delta[part])
+        return self.unpack(self.site[row] + moved)
 
 
 def _site_state(model, design, outer, prior_var, sites, n_refits: int) -> _RowState:
