@@ -53,6 +53,7 @@ from .softmax_ep import (
     MAX_FITTED_CLASSES,
     _cavity,
     _n_levels,
+    _OneRow,
     _psd,
     _RowState,
     _rules,
@@ -422,12 +423,6 @@ def refit_softmax_without_rows(
 _SITE_CHUNK = 256
 
 
-class _Labels(NamedTuple):
-    """What the multinomial EP's site update reads of a model: the rows' labels."""
-
-    y: np.ndarray
-
-
 def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, memory, linear_within):
     """:func:`refit_softmax_without_rows` of one block of rows: one sweep loop on R × M
     sites (settled refits as :func:`_refit_block`'s)."""
@@ -487,7 +482,7 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             part = _RowState(flat.size, state.rules)
             part.level, part.direct, part.sized = state.level[flat], state.direct[flat], True
             _, site_lam, site_eta, good = _sites(
-                _Labels(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
+                _OneRow(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
                 None, part, ok,
             )  # fmt: skip
             state.level[flat], state.direct[flat] = part.level, part.direct
@@ -584,7 +579,7 @@ class _SiteJacobians:
             piece = _RowState(row.size, state.rules)
             piece.level, piece.direct, piece.sized = state.level[row], state.direct[row], True
             _, site_lam, site_eta, good[part] = _sites(
-                _Labels(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
+                _OneRow(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
                 power[row], None, piece, np.ones(row.size, dtype=bool),
             )  # fmt: skip
             values[part] = self.params(site_lam, site_eta)
