@@ -50,6 +50,14 @@ def test_predict_proba_lr_is_linear_classifiers_formula(binary, iris):
     X, y = binary
     est = LaplaceLogisticRegression().fit(X, y)
     np.testing.assert_allclose(est._predict_proba_lr(X), est.predict_proba(X), rtol=1e-12)
+    # Scores beyond exp's range (a confident fit far from the data) give no overflow
+    # warning; a row whose every logistic is 0 is uniform, as there.
+    extreme = np.array([[-1e3, -800.0, -900.0], [1e3, 0.0, -1e3]])
+    est.decision_function = lambda X: extreme
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proba = est._predict_proba_lr(X[:2])
+    np.testing.assert_allclose(proba, [[1 / 3, 1 / 3, 1 / 3], [2 / 3, 1 / 3, 0.0]], rtol=1e-12)
 
 
 def test_two_default_fits_are_identical(binary):

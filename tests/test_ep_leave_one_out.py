@@ -98,3 +98,100 @@ def test_warm_multinomial_refit_is_the_cold_refit():
         np.testing.assert_allclose(
             centring @ warm.var[j] @ centring, centring @ f_cov @ centring, atol=1e-6
         )
+
+
+def test_multinomial_refits_bound_the_rows_outer_products():
+    # The refits' precisions need each row's x̃ x̃ᵀ (M w² numbers, 19 MB here): made in
+    # chunks of rows when they do not fit one block, never all at once.
+    import tracemalloc
+    import warnings
+
+    from sklearn import config_context
+
+    from vsbayes.approximations.expectation_propagation import EPSites
+    from vsbayes.approximations.softmax_ep import _laplace_sites
+    from vsbayes.models.softmax_predictive import centred_basis
+
+    rng = np.random.default_rng(5)
+    m, d = 1500, 39
+    X = rng.standard_normal((m, d))
+    y = rng.integers(0, 3, m)
+    model = SoftmaxGLMPosterior(X, y, np.ones(m), 3, prior_var=1.0, intercept_prior_var=1e2)
+    lam, eta = _laplace_sites(model, centred_basis(3), np.zeros(model.dim))
+    sites = EPSites(lam, eta, "contrast")
+    outer_bytes = 8.0 * m * (d + 1) ** 2
+    with config_context(working_memory=2), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (two sweeps: unconverged)
+        tracemalloc.start()
+        try:
+            chunked = refit_softmax_without_rows(model, sites, [3], max_iter=2)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 0.5 * outer_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = refit_softmax_without_rows(model, sites, [3], max_iter=2)
+    np.testing.assert_allclose(chunked.mean, whole.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(chunked.var, whole.var, rtol=1e-9, atol=1e-12)
+
+
+def _constant_sites(value):
+    """A stand-in for the multinomial EP's site update: every site ``value · I``, η = 0."""
+
+    def sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
+        n, r = cav_lin.shape
+        return np.zeros(n), np.broadcast_to(value * np.eye(r), (n, r, r)), 0 * cav_lin, ok.copy()
+
+    return sites
+
+
+def _softmax_model(m, k, seed):
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((m, 2)), rng.integers(0, k, m)
+    return SoftmaxGLMPosterior(X, y, np.ones(m), k, prior_var=1.0, intercept_prior_var=1e2)
+
+
+def test_multinomial_refits_whose_sites_stop_moving_exactly(monkeypatch):
+    # Sites at a fixed point to the bit (here: the update's constant sites, undamped) leave
+    # no refit to refactor: the last posterior stands.
+    from vsbayes.approximations import ep_leave_one_out
+    from vsbayes.approximations.expectation_propagation import EPSites
+
+    monkeypatch.setattr(ep_leave_one_out, "_sites", _constant_sites(0.5))
+    model = _softmax_model(20, 3, seed=7)
+    sites = EPSites(np.broadcast_to(0.5 * np.eye(2), (20, 2, 2)).copy(), np.zeros((20, 2)), "")
+    refit = refit_softmax_without_rows(model, sites, [0, 1], damping=1.0, linear_within=None)
+    assert np.all(np.isfinite(refit.var)) and refit.n_iter.max() <= 2
+
+
+def test_multinomial_linear_sites_bound_their_jacobians():
+    # The linear sites of R refits' M rows read the rows' Jacobians (P × P each): in
+    # chunks of a block, not R M copies of them at once (8 MB here).
+    import tracemalloc
+
+    from sklearn import config_context
+
+    from vsbayes.approximations.ep_leave_one_out import _SiteJacobians
+
+    rng = np.random.default_rng(8)
+    m, r = 40, 4
+    n_params = r * (r + 3) // 2
+    linear = object.__new__(_SiteJacobians)
+    linear.upper = np.triu_indices(r)
+    linear.jacobian = rng.standard_normal((m, n_params, n_params))
+    linear.base, linear.site = rng.standard_normal((2, m, n_params))
+    row = np.tile(np.arange(m), 500)  # 500 refits' rows
+    cav_prec = np.broadcast_to(np.eye(r), (row.size, r, r))
+    cav_lin = rng.standard_normal((row.size, r))
+    whole = linear.sites(row, cav_prec, cav_lin)
+    with config_context(working_memory=1):
+        tracemalloc.start()
+        try:
+            chunked = linear.sites(row, cav_prec, cav_lin)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 0.5 * 8.0 * row.size * n_params**2
+    for got, expected in zip(chunked, whole, strict=True):
+        np.testing.assert_array_equal(got, expected)

@@ -297,6 +297,10 @@ def test_multinomial_ep_loo_matches_refits(multinomial):
         brute_force(EPLogisticRegression, X, y, refitted[:2]),
         atol=2e-3,
     )
+    # Sparse rows: the dense rows' cavities.
+    cavities = model.loo(X, y, random_state=0, refit_above=None)
+    sparse = model.loo(sp.csr_matrix(X), y, random_state=0, refit_above=None)
+    np.testing.assert_allclose(sparse.pointwise, cavities.pointwise, rtol=1e-12)
 
 
 @pytest.mark.parametrize("data", [binary_data, three_class_data])

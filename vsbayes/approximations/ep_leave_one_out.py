@@ -53,6 +53,7 @@ from .softmax_ep import (
     MAX_FITTED_CLASSES,
     _cavity,
     _n_levels,
+    _OneRow,
     _psd,
     _RowState,
     _rules,
@@ -285,6 +286,33 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     return post.t_mean[own], post.t_var[own], run.n_iter
 
 
+class _RowOuter:
+    """Each design row's ``x̃_j x̃_jᵀ`` flattened (M, w²), for products ``weights @ outer``:
+    all of them at once where they fit one block (:func:`~vsbayes._memory.block_bytes`),
+    else made in chunks of rows as the product needs them (M w² grows past the refits' own
+    memory on wide designs: 5000 rows of 100 features, 400 MB)."""
+
+    def __init__(self, design: np.ndarray):
+        self.design = design
+        self.chunk = block_length(8.0 * design.shape[1] ** 2)
+        self.whole = self._rows(slice(None)) if self.chunk >= len(design) else None
+
+    def _rows(self, rows: slice) -> np.ndarray:
+        part = self.design[rows]
+        return (part[:, :, None] * part[:, None, :]).reshape(len(part), -1)
+
+    def weighted(self, weights: np.ndarray) -> np.ndarray:
+        """``weights @ outer`` for ``weights`` (..., M): (..., w²)."""
+        if self.whole is not None:
+            return weights @ self.whole
+        m = len(self.design)
+        out = np.zeros((*weights.shape[:-1], self.design.shape[1] ** 2))
+        for start in range(0, m, self.chunk):
+            rows = slice(start, min(start + self.chunk, m))
+            out += weights[..., rows] @ self._rows(rows)
+        return out
+
+
 class _SoftmaxRefits(_StackedRefits):
     """The Gaussians of prior × sites of R multinomial refits at once, on B (the contrasts,
     r·w entries, as :class:`~vsbayes.approximations.softmax_ep`'s ``_Contrast``): each
@@ -294,12 +322,13 @@ class _SoftmaxRefits(_StackedRefits):
     FIELDS = ("mean", "var", "g_mean", "g_cov")
 
     def __init__(self, design, outer, prior_var, lam, eta):
-        # ``design``: x̃ = [x, 1] (M, w); ``outer``: each row's x̃ x̃ᵀ flattened (M, w²), so
+        # ``design``: x̃ = [x, 1] (M, w); ``outer``: the rows' x̃ x̃ᵀ (a _RowOuter), so
         # that every refit's precision blocks Σ_j Λ_rj[a, b] x̃_j x̃_jᵀ are one GEMM
         # (R·r², M) × (M, w²).
         n, m, r, _ = lam.shape
         w = design.shape[1]
-        blocks = (lam.reshape(n, m, r * r).transpose(0, 2, 1) @ outer).reshape(n, r, r, w, w)
+        blocks = outer.weighted(lam.reshape(n, m, r * r).transpose(0, 2, 1))
+        blocks = blocks.reshape(n, r, r, w, w)
         precision = np.ascontiguousarray(blocks.transpose(0, 1, 3, 2, 4)).reshape(n, r * w, -1)
         precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
         diagonal = np.arange(r * w)
@@ -394,22 +423,16 @@ def refit_softmax_without_rows(
 _SITE_CHUNK = 256
 
 
-class _Labels(NamedTuple):
-    """What the multinomial EP's site update reads of a model: the rows' labels."""
-
-    y: np.ndarray
-
-
 def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, memory, linear_within):
     """:func:`refit_softmax_without_rows` of one block of rows: one sweep loop on R × M
     sites (settled refits as :func:`_refit_block`'s)."""
     n, m, k, d = rows.size, model.n_observations, model.n_classes, model.n_features
-    r, w = k - 1, design.shape[1]
+    r = k - 1
     q = centred_basis(k)
     # B's prior variances (class-major rows of w), the same for every class.
     columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
     prior_var = np.tile(model.prior_var[columns], r)
-    outer = (design[:, :, None] * design[:, None, :]).reshape(m, w * w)
+    outer = _RowOuter(design)
     copies, power = _split_weights(model.sample_weight)
     copies, power, labels = np.tile(copies, n), np.tile(power, n), np.tile(model.y, n)
     own = (np.arange(n), rows)
@@ -435,6 +458,8 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             if known
             else np.ones(n, bool)
         )
+        if not stale.any():  # (no stack of no refits: the last posterior is this one)
+            return known["post"]
         fresh = _SoftmaxRefits(design, outer, prior_var, lam[stale], eta[stale])
         post = fresh if stale.all() else known["post"].replace(stale, fresh)
         known.update(lam=lam.copy(), eta=eta.copy(), post=post)
@@ -457,7 +482,7 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             part = _RowState(flat.size, state.rules)
             part.level, part.direct, part.sized = state.level[flat], state.direct[flat], True
             _, site_lam, site_eta, good = _sites(
-                _Labels(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
+                _OneRow(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
                 None, part, ok,
             )  # fmt: skip
             state.level[flat], state.direct[flat] = part.level, part.direct
@@ -554,7 +579,7 @@ class _SiteJacobians:
             piece = _RowState(row.size, state.rules)
             piece.level, piece.direct, piece.sized = state.level[row], state.direct[row], True
             _, site_lam, site_eta, good[part] = _sites(
-                _Labels(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
+                _OneRow(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
                 power[row], None, piece, np.ones(row.size, dtype=bool),
             )  # fmt: skip
             values[part] = self.params(site_lam, site_eta)
@@ -592,7 +617,15 @@ class _SiteJacobians:
     def sites(self, row, cav_prec, cav_lin) -> tuple[np.ndarray, np.ndarray]:
         """The linear sites (one copy) of rows ``row`` at the cavities given."""
         delta = self.params(cav_prec, cav_lin) - self.base[row]
-        return self.unpack(self.site[row] + np.einsum("npq,nq->np", self.jacobian[row], delta))
+        # The rows' Jacobians in chunks: the refits' rows at once are R copies of them
+        # (R M P², past the refits' own block from 14 classes on).
+        n_params = delta.shape[1]
+        step = block_length(8.0 * n_params * n_params)
+        moved = np.empty_like(delta)
+        for start in range(0, len(row), step):
+            part = slice(start, start + step)
+            moved[part] = np.einsum("npq,nq->np", self.jacobian[row[part]], delta[part])
+        return self.unpack(self.site[row] + moved)
 
 
 def _site_state(model, design, outer, prior_var, sites, n_refits: int) -> _RowState:

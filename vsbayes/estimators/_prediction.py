@@ -14,6 +14,7 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import expit
 from sklearn.utils import check_scalar
 from sklearn.utils.validation import (
     check_is_fitted,
@@ -241,8 +242,8 @@ class PosteriorPrediction:
         ``LogisticRegression`` may call), with the same formula: not the posterior
         predictive (:meth:`predict_proba` is), and for two classes equal to it.
         """
-        prob = np.asarray(self.decision_function(X))
-        prob = 1.0 / (1.0 + np.exp(-prob))
+        # expit, as there: 1 / (1 + exp(-s)) overflows (a RuntimeWarning) at s < -709.
+        prob = expit(np.asarray(self.decision_function(X)))
         if prob.ndim == 1:
             return np.stack([1 - prob, prob], axis=1)
         # A row whose every logistic underflows to 0 gets uniform probabilities, as there.

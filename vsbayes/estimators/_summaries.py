@@ -789,7 +789,7 @@ def _ep_cavity_terms(estimator, data: _Training, sites, positive):
     q = centred_basis(k)
     latent = predictive.latent(X)
     label = data.index[positive]
-    out_loo, out_lppd = np.empty(len(X)), np.empty(len(X))
+    out_loo, out_lppd = np.empty(X.shape[0]), np.empty(X.shape[0])
     for rows in latent.chunks:
         f_mean, f_cov = latent(rows)
         g_mean = f_mean @ q
