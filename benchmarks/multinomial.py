@@ -440,8 +440,10 @@ def _with_committed(rows, cases):
         text = (RESULTS / "multinomial.md").read_text()
         head = "## Digits: the predictive against a NUTS run"
         if head in text:
-            section = text[text.index(head) :].split("\nMachine:")[0]
-            diagnosis = [*section.rstrip("\n").split("\n"), ""]
+            # The heading and its one paragraph: the notes after it describe a run, and
+            # write_report writes this run's (kept, they piled up with every update).
+            heading, _, paragraph = text[text.index(head) :].split("\n")[:3]
+            diagnosis = [heading, "", paragraph, ""]
     kept = {r["case"]: machine_line(committed["machine"]) for r in others}
     return merged, (
         committed.get("digits_defaults"),
