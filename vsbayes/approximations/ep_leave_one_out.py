@@ -405,8 +405,9 @@ def refit_softmax_without_rows(
     r, w = k - 1, design.shape[1]
     # Per refit: the sites (current, candidate, best, the change's scale and residual,
     # Anderson's 2 · memory differences) and the rows' latent moments, about 20 (r² + r)
-    # a row besides; the posterior's three (r·w)² and its spread (r·w · r · M).
-    per_refit = 8.0 * (m * (r * r + r) * (30 + 2 * memory) + 3 * (r * w) ** 2 + r * r * w * m)
+    # a row besides, and the linear sites' anchors (marginal, cavity, site: 2 (r² + r) + r);
+    # the posterior's three (r·w)² and its spread (r·w · r · M).
+    per_refit = 8.0 * (m * (r * r + r) * (33 + 2 * memory) + 3 * (r * w) ** 2 + r * r * w * m)
     check_memory(per_refit, f"one leave-one-out refit ({r * w} parameters, {m} rows)", "")
     step = block_length(per_refit)
     mean, cov = np.empty((rows.size, k)), np.empty((rows.size, k, k))
