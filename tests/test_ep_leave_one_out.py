@@ -184,11 +184,12 @@ def test_multinomial_linear_sites_bound_their_jacobians():
     row = np.tile(np.arange(m), 500)  # 500 refits' rows
     cav_prec = np.broadcast_to(np.eye(r), (row.size, r, r))
     cav_lin = rng.standard_normal((row.size, r))
-    whole = linear.sites(row, cav_prec, cav_lin)
+    base, site = linear.base[row], linear.site[row]
+    whole = linear.sites(row, cav_prec, cav_lin, base, site)
     with config_context(working_memory=1):
         tracemalloc.start()
         try:
-            chunked = linear.sites(row, cav_prec, cav_lin)
+            chunked = linear.sites(row, cav_prec, cav_lin, base, site)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()

@@ -186,3 +186,26 @@ def test_a_signed_rule_marks_the_rows_it_cannot_take():
     logs = sp_module._rule_log_average(factor, centred, z, w, 1e6)
     np.testing.assert_allclose(np.exp(logs[0]), 0.5, rtol=1e-14)
     assert np.isnan(logs[1]).all()
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_observed_class_log_predictive_matches_the_full_rule(k):
+    # One class's log predictive on the rule sized by each row's widest direction: within
+    # its stated 1e-4 nats of every class's rule (1e-10) on rows of random shape, widths
+    # across the levels (λ up to 30: the widest go to the full rule), means up to 3 sd and
+    # random classes (improbable ones the hardest); four classes: the full rule's value.
+    rng = np.random.default_rng(3)
+    n = 300
+    a = rng.standard_normal((n, k, k))
+    cov = a @ np.swapaxes(a, 1, 2)
+    q = sp_module.centred_basis(k)
+    widest = np.linalg.eigvalsh(q.T @ cov @ q)[:, -1]
+    cov *= (rng.uniform(0.05, 30.0, n) / widest)[:, None, None]
+    mean = rng.standard_normal((n, k)) * rng.choice([0.0, 1.0, 3.0], size=(n, 1))
+    label = rng.integers(0, k, n)
+    got = sp_module.observed_class_log_predictive(mean, cov, label)
+    full = sp_module.softmax_predictive_log_proba(mean, cov)[np.arange(n), label]
+    if k == 3:
+        np.testing.assert_allclose(got, full, rtol=0, atol=1e-4)
+    else:
+        np.testing.assert_array_equal(got, full)

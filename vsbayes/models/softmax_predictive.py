@@ -451,6 +451,90 @@ def _adaptive_average(factor, centred, tol, max_bytes) -> np.ndarray:
     return out
 
 
+#: (nodes per axis, largest λ) of the trapezoid rules of one class's log predictive (three
+#: classes), narrowest first: the log of the class's average within 1e-4 nats of the
+#: 64 × 64 rule at each level's largest λ, on random rows (random shapes of S, means 0 to
+#: 3 sd, random classes: the worst are improbable classes) — and within 2e-6 on EP's
+#: cavities and posteriors of wine and iris. Wider rows take the full rule.
+OBSERVED_TRAPEZOID_LEVELS = ((16, 1.0), (20, 2.0), (24, 4.0), (32, 7.0), (40, 10.0), (48, 20.0))
+
+
+def _observed_log_average(factor, centred, label, z, log_w, max_bytes) -> np.ndarray:
+    """``log Σ_j w_j softmax(centred + factor z_j)_label`` per row, in float64 log sums."""
+    n, k, dim = factor.shape
+    out = np.empty(n)
+    for rows in _row_blocks(n, 24.0 * len(z) * k, len(z) * k, max_bytes):
+        block = factor[rows]
+        f = (block.reshape(-1, dim) @ z.T).reshape(len(block), k, len(z))  # one GEMM
+        f += centred[rows][:, :, None]
+        chosen = f[np.arange(len(block)), label[rows]]  # (rows, nodes)
+        chosen -= _log_sum_exp(f, axis=1)[:, 0]
+        chosen += log_w
+        out[rows] = _log_sum_exp(chosen, axis=1)[:, 0]
+    return out
+
+
+def observed_class_log_predictive(
+    mean: np.ndarray, cov: np.ndarray, label: np.ndarray, *, max_bytes: float | None = None
+) -> np.ndarray:
+    """``log ∫ softmax(f)_{label_i} N(f; mean_i, cov_i) df`` for each row i: the log
+    predictive of one class per row (leave-one-out's terms), to about 1e-4 nats.
+
+    All K classes' probabilities to 1e-10 (:func:`softmax_predictive_log_proba`) cost the
+    log-domain average of every class on up to 64 × 64 nodes; one class's log to 1e-5
+    needs far fewer. Three classes: the trapezoid rule of that class alone on
+    :data:`OBSERVED_TRAPEZOID_LEVELS` nodes, sized by each row's widest direction λ (the
+    rule's error grows with the node spacing times that direction's standard deviation).
+    Other K, and three-class rows wider than λ = 20: the full rule's value.
+
+    Parameters
+    ----------
+    mean : ndarray of shape (n, K)
+        Latent means.
+    cov : ndarray of shape (n, K, K)
+        Latent covariances (positive semi-definite).
+    label : ndarray of shape (n,)
+        Each row's class index.
+    max_bytes : float, optional
+        Bound on the temporaries of one block of rows; default
+        :func:`~vsbayes._memory.block_bytes`.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Log predictive probabilities of each row's class.
+    """
+    mean = np.asarray(mean, dtype=float)
+    label = np.asarray(label, dtype=np.intp)
+    n, k = mean.shape
+    rows = np.arange(n)
+    if k - 1 != TRAPEZOID_MAX_DIM:
+        return softmax_predictive_log_proba(mean, cov, max_bytes=max_bytes)[rows, label]
+    max_bytes = block_bytes() if max_bytes is None else max_bytes
+    q = centred_basis(k)
+    reduced = q.T @ cov @ q
+    reduced = 0.5 * (reduced + np.swapaxes(reduced, 1, 2))
+    largest = np.linalg.eigvalsh(reduced).max(axis=1)
+    factor = q @ _roots(reduced)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    out = np.empty(n)
+    done = np.zeros(n, dtype=bool)
+    for per_axis, widest in OBSERVED_TRAPEZOID_LEVELS:
+        take = np.flatnonzero(~done & (largest <= widest))
+        if take.size:
+            z, log_w = trapezoid_nodes(k - 1, per_axis ** (k - 1))
+            out[take] = _observed_log_average(
+                factor[take], centred[take], label[take], z, log_w.ravel(), max_bytes
+            )
+            done[take] = True
+    if not done.all():
+        wide = np.flatnonzero(~done)
+        out[wide] = softmax_predictive_log_proba(mean[wide], cov[wide], max_bytes=max_bytes)[
+            np.arange(wide.size), label[wide]
+        ]
+    return out
+
+
 def softmax_predictive_log_proba(
     mean: np.ndarray, cov: np.ndarray, *, tol: float = TOLERANCE, max_bytes: float | None = None
 ) -> np.ndarray:
