@@ -9,8 +9,9 @@ is the best candidate's click probability minus the shown one's.
 *Thompson sampling* with vsbayes: draw coefficients from the posterior, score the
 candidates with that draw, show the best (``thompson_sample`` does both in one call), and
 update the posterior with the clicks by ``partial_fit`` — assumed-density filtering, the
-posterior of the rounds so far is the prior of the next batch, at a cost that does not grow
-with the rounds seen. Uncertain items get shown while they might be the best; the
+posterior of the rounds so far is the prior of the next batch (the last batches refitted
+jointly each time 100 rows have come, ``buffer_size``), at a cost that does not grow with
+the rounds seen. Uncertain items get shown while they might be the best; the
 exploration stops by itself as the posterior narrows.
 
 *ε-greedy* with scikit-learn's ``LogisticRegression``: show the item of highest predicted

@@ -263,6 +263,7 @@ class BayesianGLMClassifier(
         "warm_start": (bool,),
         "n_jobs": (None, Interval(Integral)),
         "decay": (Interval(Real, 0, 1, closed="right"),),
+        "buffer_size": (Interval(Integral, 0),),
     }
 
     # scikit-learn 1.9's LogisticRegression signature, in its order (its tol default is
@@ -286,6 +287,7 @@ class BayesianGLMClassifier(
         n_jobs=None,
         prior=None,
         decay=1.0,
+        buffer_size=100,
     ):
         self.penalty = penalty
         self.C = C
@@ -303,6 +305,7 @@ class BayesianGLMClassifier(
         self.n_jobs = n_jobs
         self.prior = prior
         self.decay = decay
+        self.buffer_size = buffer_size
 
     # Every BLAS call of the fit on one thread (vsbayes._blas): the same bits whatever
     # the threads, and alone or beside other fits.
@@ -391,6 +394,7 @@ class BayesianGLMClassifier(
                     ConvergenceWarning,
                 )
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+            vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             if observer is not None:
                 observer.end()

@@ -16,12 +16,27 @@ takes it (:func:`problem_model`):
 - multinomial: the model's full prior precision (the softmax's Kronecker structure does not
   survive whitening), exact for Laplace and the sampling fits.
 
-**partial_fit** is assumed-density filtering: the posterior after a batch is the prior of
-the next, fitted by the estimator's own method on that batch only, so its cost and memory
-depend on the batch and the parameters, never on the rows seen before. ``decay`` forgets:
-before a batch of n rows the carried posterior's natural parameters (precision and
-precision × mean) are mixed with the original prior's with weight ``decay**n``, so a row
-seen k rows ago weighs ``decay**k`` and the effective memory is ``1 / (1 − decay)`` rows.
+**partial_fit** is assumed-density filtering (ADF): the posterior after a batch is the
+prior of the next, fitted by the estimator's own method on that batch only, so its cost and
+memory depend on the batch and the parameters, never on the rows seen before. ADF loses
+most on small batches (each replaced by a Gaussian where the early estimates put it), so
+small batches are also kept: a batch of fewer than ``buffer_size`` rows (W) updates the
+posterior at once, as any batch, and joins a buffer together with the posterior from
+before the buffer's first batch (the anchor) and the running evidence then; when the
+buffer and a new batch reach W rows, the posterior is the method's fit of all of them
+under the anchor, and the buffer empties. At each refit the posterior is therefore that of
+ADF in batches of (at least) W rows, between refits that of W-ADF followed by the small
+batches' ADF; memory: fewer than W rows; the call that refits costs a fit of its rows
+(D-078). ``decay`` forgets: before a batch of n rows the carried posterior's natural
+parameters (precision and precision × mean) are mixed with the original prior's with
+weight ``decay**n``, so a row seen k rows ago weighs ``decay**k`` and the effective memory
+is ``1 / (1 − decay)`` rows. A refit keeps that meaning: the anchor is forgotten by
+``decay**m`` (m: the rows since it), and each buffered row's likelihood weighs
+``decay**k``, k the rows after its batch — what batch by batch forgetting gives the
+exact posterior (the rows of one batch weigh alike, as they do batch by batch). The
+running evidence ``log p(y_1..y_t)`` is the sum of each batch's evidence given the
+batches before; a refit replaces its small batches' terms by the evidence of their rows
+given the anchor (with ``decay`` < 1, of the rows' weighted likelihoods).
 
 **One row** skips the general fit: prior × one factor
 differs from the prior along the row only, so the posterior is a rank-one update of the
@@ -169,17 +184,22 @@ class BayesianUpdating:
         The posterior after the earlier batches (or ``prior``, or the default prior, at
         the first call) is the prior of this batch, fitted by the estimator's own method on
         its rows alone; ``decay`` first widens it toward the original prior (see the
-        ``decay`` parameter). Memory and cost do not grow with the rows seen before. A
+        ``decay`` parameter). A batch of fewer than ``buffer_size`` rows also joins a
+        buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
+        jointly under the posterior from before them (filtering loses most on small
+        batches), and empties it. Memory and cost do not grow with the rows seen before. A
         batch of one row is a rank-one update of the prior (about as costly as
-        ``SGDClassifier.partial_fit`` of that row; see the module docstring).
+        ``SGDClassifier.partial_fit`` of that row; see the module docstring), but for the
+        one that fills the buffer: a fit of ``buffer_size`` rows.
 
-        Streams of small batches lose least by moment matching (EP, and VS, the default):
-        the Laplace approximation of a small batch expands its rows where the early
-        estimates put them, near the link's steepest, and the stream accumulates too much
-        precision (on breast cancer in batches of 1, 10 and 100 rows, Laplace's held-out
-        log loss was 12, 9 and 5 % above its batch fit's; EP's within 2.5 %). ADF loses
-        most on the first batches, under the vague prior: a first batch of some tens of
-        rows helps (``benchmarks/results/streaming.md``, the order study).
+        Streams lose least by moment matching (EP, and VS, the default): the Laplace
+        approximation of a batch expands its rows where the earlier estimates put them,
+        near the link's steepest, and the stream accumulates too much precision (on breast
+        cancer, Laplace's held-out log loss was 5 % above its batch fit's in batches of
+        100 rows, 9-12 % in batches of 1-10 without the buffer). With the default buffer,
+        VS's streams in batches of 1, 10 and 100 rows were within 1 % of its batch fit's
+        log loss on breast cancer, the paper's four data sets and a 4-class problem
+        (``benchmarks/results/streaming.md``; without it, up to 4 % worse).
 
         Parameters
         ----------
@@ -246,28 +266,34 @@ class BayesianUpdating:
                 )
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
             weights = weights * per_class[y_index]
-        n_classes = len(classes)
-        if n_classes > 2 and self._multinomial:
-            problems = [(y_index, n_classes)]
-        else:
-            targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
-            problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
-        keep = 1.0 if first else float(self.decay) ** X.shape[0]
+        problems = self._stream_problems(y_index, len(classes))
+        n_rows = X.shape[0]
+        buffer = None if first else vars(self).get("_stream_buffer")
+        size = int(self.buffer_size)
+        refit = buffer is not None and buffer.n_rows + n_rows >= size
+        decay = float(self.decay)
+        keep = 1.0 if first else decay ** (n_rows + (buffer.n_rows if refit else 0))
         if first or keep < 1.0:  # the original prior: the start, or what forgetting nears
             given = self._problem_priors(X.shape[1], problems, classes)
             variances = self._priors(X, weights, False)
             defaults = [self._default_prior(X.shape[1], k, variances) for _, k in problems]
             originals = [g if g is not None else d for g, d in zip(given, defaults, strict=True)]
         if first:
-            carried, evidence_before = originals, 0.0
+            before, evidence_before = originals, np.asarray(0.0)
         else:
-            carried = [
+            before = [
                 GaussianPrior.from_gaussian(g, name="carried posterior") for g in self.posteriors_
             ]
-            if keep < 1.0:
-                carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
-        fits = self._one_row_fits(X, problems, weights, carried)
+        batch = X, y_index, weights
+        carried = before
+        if refit:  # the buffer's rows and this batch, jointly, under the anchor
+            X, y_index, weights = buffer.joined(X, y_index, weights, decay)
+            problems = self._stream_problems(y_index, len(classes))
+            carried, evidence_before = list(buffer.anchor), buffer.anchor_evidence
+        if keep < 1.0:
+            carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
+        fits = None if refit else self._one_row_fits(X, problems, weights, carried)
         if fits is not None:  # the method's class holds what _store asks of it
             method = self._posterior_method
         else:
@@ -277,14 +303,30 @@ class BayesianUpdating:
                 self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
                 for problem, prior in zip(problems, carried, strict=True)
             ]
+        # A small batch joins the buffer (begun with the posterior before it as the anchor);
+        # a refit, or a batch of buffer_size rows or more, leaves it empty.
+        if refit or n_rows >= size:
+            buffer = None
+        else:
+            buffer = (buffer or _StreamBuffer.start(before, evidence_before)).appended(*batch)
         # Nothing above changed the estimator but n_features_in_ at the first call: the
         # fitted state changes here, all at once.
         self.classes_ = classes
         self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
-        # log p(y_1..y_t) = Σ_batches log p(y_b | earlier): ADF's running evidence.
+        self._stream_buffer = buffer
+        # log p(y_1..y_t) = Σ_batches log p(y_b | earlier): ADF's running evidence (a
+        # refit's batch: the buffer's rows, after the anchor).
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
         self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total
         return self
+
+    def _stream_problems(self, y_index: np.ndarray, n_classes: int) -> list[tuple]:
+        """``(labels, n_classes or None)`` of each problem, as fit has them: the
+        multinomial one, else ±1 labels of each binary (one-vs-rest) problem."""
+        if n_classes > 2 and self._multinomial:
+            return [(y_index, n_classes)]
+        targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
+        return [(np.where(t, 1.0, -1.0), None) for t in targets]
 
     def _one_row_rule(self) -> str | None:
         """How a one-row batch updates the prior directly: the method's ``one_row``
@@ -464,6 +506,50 @@ class BayesianUpdating:
         if scores.shape[-1] == 1:
             scores = scores[..., 0]
         return ThompsonDraws(scores, coef, intercept)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StreamBuffer:
+    """``partial_fit``'s recent small batches (fewer than ``buffer_size`` rows in all) and
+    the anchor: the posterior of each problem from before them, unforgotten, with the
+    running evidence then. Frozen: a call that fails leaves the estimator's as it was."""
+
+    anchor: tuple
+    anchor_evidence: np.ndarray
+    batches: tuple = ()
+
+    @classmethod
+    def start(cls, anchor: list[GaussianPrior], evidence) -> _StreamBuffer:
+        return cls(tuple(anchor), np.array(evidence, dtype=float))
+
+    @property
+    def n_rows(self) -> int:
+        return sum(rows.shape[0] for rows, _, _ in self.batches)
+
+    def appended(self, X, y_index: np.ndarray, weights: np.ndarray) -> _StreamBuffer:
+        """This buffer and one more batch (copied: the caller's arrays may change)."""
+        batch = (X.copy(), np.array(y_index), np.array(weights, dtype=float))
+        return dataclasses.replace(self, batches=(*self.batches, batch))
+
+    def joined(self, X, y_index: np.ndarray, weights: np.ndarray, decay: float):
+        """``(X, y_index, weights)`` of the buffer's rows and this batch, in their order; a
+        row's weight times ``decay**k``, k the rows that came after its batch (what the
+        batch by batch forgetting gives it)."""
+        parts = [*self.batches, (X, y_index, weights)]
+        sizes = np.array([rows.shape[0] for rows, _, _ in parts])
+        after = np.cumsum(sizes[::-1])[::-1] - sizes  # the rows after each batch
+        if any(sp.issparse(rows) for rows, _, _ in parts):
+            joined = sp.vstack([sp.csr_matrix(rows) for rows, _, _ in parts], format="csr")
+        else:
+            joined = np.concatenate([rows for rows, _, _ in parts])
+        forgetting = [
+            np.full(rows.shape[0], decay**k) for (rows, _, _), k in zip(parts, after, strict=True)
+        ]
+        return (
+            joined,
+            np.concatenate([labels for _, labels, _ in parts]),
+            np.concatenate([w for _, _, w in parts]) * np.concatenate(forgetting),
+        )
 
 
 def _prior_specs(estimator, prior, classes: np.ndarray) -> list:

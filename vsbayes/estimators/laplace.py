@@ -100,6 +100,14 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
         original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
+    buffer_size : int, default=100
+        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
+        posterior at once (assumed-density filtering, which loses most on small batches)
+        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
+        together by the estimator's method under the posterior from before them, and the
+        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
+        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
+        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
 
     Attributes
     ----------
@@ -254,6 +262,14 @@ class LaplaceProbitRegression(BayesianGLMClassifier):
         original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
+    buffer_size : int, default=100
+        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
+        posterior at once (assumed-density filtering, which loses most on small batches)
+        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
+        together by the estimator's method under the posterior from before them, and the
+        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
+        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
+        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
 
     Attributes
     ----------

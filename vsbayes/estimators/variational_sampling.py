@@ -55,6 +55,7 @@ class VariationalSamplingClassifier(BayesianGLMClassifier):
         time_budget=None,
         prior=None,
         decay=1.0,
+        buffer_size=100,
     ):
         super().__init__(
             penalty,
@@ -73,6 +74,7 @@ class VariationalSamplingClassifier(BayesianGLMClassifier):
             n_jobs=n_jobs,
             prior=prior,
             decay=decay,
+            buffer_size=buffer_size,
         )
         self.n_samples = n_samples
         self.kernel = kernel
@@ -284,6 +286,14 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
+    buffer_size : int, default=100
+        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
+        posterior at once (assumed-density filtering, which loses most on small batches)
+        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
+        together by the estimator's method under the posterior from before them, and the
+        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
+        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
+        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
 
     Attributes
     ----------
@@ -554,6 +564,14 @@ class VSProbitRegression(VariationalSamplingClassifier):
         original prior (``prior``, or the default) gets the rest, so a row seen k rows ago
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
+    buffer_size : int, default=100
+        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
+        posterior at once (assumed-density filtering, which loses most on small batches)
+        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
+        together by the estimator's method under the posterior from before them, and the
+        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
+        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
+        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
 
     Attributes
     ----------
