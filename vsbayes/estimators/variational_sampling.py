@@ -336,9 +336,13 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
         approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
-        The strategy of each binary problem: "global", "sites", or "laplace" where
-        ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
-        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
+        The strategy of each binary problem (or of the multinomial model): "global",
+        "sites", or "laplace" where ``strategy="auto"`` stopped at the skewness-corrected
+        Laplace approximation (see ``strategy``), the chosen fit failed (see
+        ``laplace_fallback_``), Newton's method for the mode did not converge within
+        ``max_iter``, the posterior needs a structured covariance (see
+        ``covariance_structure_``) or, over dask chunks, the multinomial global fit is
+        beyond its work limit; "prior" with ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
@@ -604,7 +608,10 @@ class VSProbitRegression(VariationalSamplingClassifier):
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
         The strategy of each binary problem: "global", "sites", or "laplace" where
         ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
-        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
+        ``strategy``), the chosen fit failed (see ``laplace_fallback_``), Newton's method
+        for the mode did not converge within ``max_iter`` or the posterior needs a
+        structured covariance (see ``covariance_structure_``); "prior" with
+        ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
