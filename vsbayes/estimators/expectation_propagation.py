@@ -108,7 +108,8 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
-        sweep (the multinomial EP's threshold: ``max(tol / 100, 1e-8)``).
+        sweep; the multinomial EP at ``√tol``, or ``tol / 100`` where a sweep is cheap (e.g.
+        iris and wine), within [1e-8, 1e-3].
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).

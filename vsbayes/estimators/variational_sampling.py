@@ -138,8 +138,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         in log-posterior one more step would bring) is at most ``tol``.
         Expectation propagation (the sampling kernel, and the posterior of the site fits)
         stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
-        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
-        variational-sampling solver, whose tolerance is fixed: it stops once its
+        within 200 sweeps (``max_iter`` does not bound them); the multinomial EP at
+        ``√tol``, or ``tol / 100`` where a sweep is cheap (e.g. iris and wine), within
+        [1e-8, 1e-3]. ``tol`` does not govern the variational-sampling solver, whose
+        tolerance is fixed: it stops once its
         optimization error (half the squared Newton decrement per unit mass) is below 1e-2
         times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
         rounds, whose fits only serve as kernels), as with
