@@ -68,13 +68,15 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
 
     Each logistic likelihood factor is replaced by a Gaussian site in the direction of its
     design row, fitted so that the posterior matches the moments of the exact factor times
-    the rest (by a trapezoid rule accurate to about 1e-8); all sites are updated in parallel
-    and damped until they stop moving, and EP's evidence estimate is returned
-    (:func:`vsbayes.approximations.expectation_propagation`). Weights of at least 1 act as
-    repeated factors (power EP), smaller ones as powers of the factor. Beyond two classes,
-    the multinomial (softmax) posterior, whose sites are Gaussian factors on each row's
-    K − 1 centred latent values, fitted by variational sampling on a deterministic rule
-    (:func:`vsbayes.approximations.softmax_ep`).
+    the rest (variational-sampling fits on a Gauss–Hermite rule where the cavity is narrow,
+    a trapezoid rule on the link's scale where it is wide; accurate to about 1e-8); all
+    sites are updated in parallel and damped until they stop moving, and EP's evidence
+    estimate is returned (:func:`vsbayes.approximations.expectation_propagation`). Weights
+    of at least 1 act as repeated factors (power EP), smaller ones as powers of the factor.
+    Beyond two classes, the multinomial (softmax) posterior, whose sites are Gaussian
+    factors on each row's K − 1 centred latent values, from the softmax's tilted moments
+    (variational-sampling fits on a deterministic rule where the rows are very wide, as on
+    digits; :func:`vsbayes.approximations.softmax_ep`).
 
     Parameters
     ----------

@@ -226,9 +226,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
-        multinomial posterior), ``"sites"`` is expectation propagation whose sites are
-        variational-sampling fits of the (K − 1)-dimensional tilted densities
-        (:func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
+        multinomial posterior), ``"sites"`` is expectation propagation of the
+        (K − 1)-dimensional sites, from the softmax's tilted moments, or from
+        variational-sampling fits of the tilted densities where the rows are very wide (as
+        on digits; :func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
         (from that EP's kernel) with 16n to 32n points within 5·10¹⁰ multiply-adds (an int
         ``n_samples``: that N), else takes those sites (``strategy_`` "sites"); where the
         Laplace approximation's predicted error is at most 0.6 nats (and EP's, predicted
