@@ -21,7 +21,10 @@ x = rng.standard_normal(30)
 y = (rng.random(30) < 1 / (1 + np.exp(-(2.5 * x + 1)))).astype(int)
 X = x[:, None]
 
-vs = vsbayes.VSLogisticRegression(C=10.0, random_state=0).fit(X, y)
+# One global VS fit of the whole posterior from 256 evaluations. (The default picks a route
+# per problem: here EP with VS site fits, whose standard deviations are 2-5 % narrower.)
+vs = vsbayes.VSLogisticRegression(C=10.0, strategy="global", n_samples=256, random_state=0)
+vs.fit(X, y)
 laplace = vsbayes.LaplaceLogisticRegression(C=10.0).fit(X, y)
 
 # The exact posterior of (slope, intercept) on a grid: the same log-density the estimators use.

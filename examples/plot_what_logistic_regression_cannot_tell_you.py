@@ -8,8 +8,8 @@ probability per row. On the breast-cancer data a Bayesian fit says, in the same 
 1. **how sure each coefficient is** — ``summary()``: mean, sd, a 95 % interval and the
    probability of the sign (left: the forest of intervals; many overlap zero);
 2. **how sure each prediction is** — ``predict_proba_interval``: the credible interval of a
-   row's probability (middle: eight test rows with the same point probability can carry
-   very different uncertainty);
+   row's probability (middle: the eight test rows nearest the decision boundary; rows
+   with about the same point probability can carry very different uncertainty);
 3. **which feature set predicts better** — ``loo``: the leave-one-out log predictive
    density with its standard error, free where expectation propagation ran (right: all 30
    features against the ten "mean" ones).
@@ -37,9 +37,10 @@ table = bayes.summary()
 print(table.head(8).round(3))
 print("method:", table.attrs["method"], "| log evidence:", round(table.attrs["log_evidence"], 2))
 
-# 2. The uncertainty of each prediction.
-lower, upper = bayes.predict_proba_interval(X_test.iloc[:8], level=0.9)
-middle = bayes.predict_proba(X_test.iloc[:8])[:, 1]
+# 2. The uncertainty of each prediction, on the test rows nearest the decision boundary.
+nearest = np.argsort(np.abs(point.predict_proba(X_test)[:, 1] - 0.5))[:8]
+lower, upper = bayes.predict_proba_interval(X_test.iloc[nearest], level=0.9)
+middle = bayes.predict_proba(X_test.iloc[nearest])[:, 1]
 
 # 3. Leave-one-out: all features against the ten "mean …" ones.
 means = [c for c in X.columns if c.startswith("mean ")]
@@ -84,7 +85,7 @@ ax.errorbar(
     fmt="o",
     label="posterior predictive, 90 % interval",
 )
-ax.plot(np.arange(8), point.predict_proba(X_test.iloc[:8])[order, 1], "kx", label="LR")
+ax.plot(np.arange(8), point.predict_proba(X_test.iloc[nearest])[order, 1], "kx", label="LR")
 ax.set_xlabel("test row")
 ax.set_ylabel("P(benign)")
 ax.set_title("2. Predictions", fontsize=10)

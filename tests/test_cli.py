@@ -169,6 +169,19 @@ def test_fit_target_kl_reports_the_predicted_error(capsys, small_csv):
     assert "accuracy:         predicted error" in out and "sampling stopped: target_kl" in out
 
 
+def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_csv):
+    # 200 rows for 4 parameters: VS keeps the skewness-corrected Laplace approximation by
+    # choice (no fallback, no warning), with its predicted error.
+    status, out, err = run(capsys, "fit", small_csv, "--target", "outcome")
+    assert status == 0 and err == ""
+    assert "ran as:           the Laplace approximation with its mean moved" in out
+    assert "failed" not in out and "accuracy:         predicted error" in out
+    # Importance sampling draws through EP's posterior by default, not Laplace's.
+    status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--method", "is")
+    assert status == 0
+    assert "ran as:           importance sampling on points drawn through expectation" in out
+
+
 def test_verbose_shows_progress(capsys, small_csv):
     status, _, err = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
     assert status == 0 and "fit: done" in err

@@ -298,8 +298,11 @@ def test_heavy_tailed_fallback_says_why_and_converges_to_its_bias(binary):
         coefficient_prior=FACTORS["horseshoe"],
     )
     start = glm_laplace(model).mean
-    with pytest.warns(UnreliableFitWarning, match="correlated features compete"):
+    with pytest.warns(UnreliableFitWarning, match="correlated features compete") as record:
         ep = expectation_propagation(model, start=start, tol=1e-10)
+    # It says what to do about this cause, not the stalled sweeps' generic remedies.
+    message = str(record[0].message)
+    assert "To avoid it" in message and "smaller C" not in message
     # The rerun stops at √tol: its posterior is within about tol (in KL) of the rerun's
     # fixed point, far inside its own bias.
     assert ep.converged and ep.site_change <= 1e-5

@@ -219,17 +219,22 @@ def expectation_propagation(
             if factor_is_log_concave(model.coefficient_prior):
                 raise
             # A heavy-tailed prior's sites with negative precisions left EP without a
-            # proper posterior: again with the prior sites' precisions kept ≥ 0.
+            # proper posterior: again with the prior sites' precisions kept ≥ 0. The
+            # stalled sweeps' generic remedies (weights, C) do not apply here: the cause
+            # and what to do are this message's own.
+            stalled = str(error).split(" Typical cause:")[0]
             warn(
                 f"Expectation propagation under the {model.coefficient_prior!r} prior failed "
-                f"({error}); it was rerun with the prior sites' precisions kept non-negative, "
-                f"which leaves coefficients in the prior's tails less shrunk than the "
-                f"posterior's (biased). Under a prior that is not log-concave this happens "
-                f"where correlated features compete for one effect: the posterior then has "
-                f"a mode for each choice of the features that carry it, which no Gaussian "
-                f"approximation represents closely. A global VS fit with the exact prior "
-                f"corrects the bias where its sample can see the posterior's mass "
-                f"(VSLogisticRegression's strategy_reason_ says whether it ran).",
+                f"({stalled}); it was rerun with the prior sites' precisions kept "
+                f"non-negative, which leaves coefficients in the prior's tails less shrunk "
+                f"than the posterior's (biased). Under a prior that is not log-concave this "
+                f"happens where correlated features compete for one effect: the posterior "
+                f"then has a mode for each choice of the features that carry it, which no "
+                f"Gaussian approximation represents closely. A global VS fit with the exact "
+                f"prior corrects the bias where its sample can see the posterior's mass "
+                f"(VSLogisticRegression's strategy_reason_ says whether it ran). To avoid "
+                f"it, drop or combine the correlated features, or use a log-concave prior "
+                f"(LaplacePrior, penalty='l1' or 'elasticnet').",
                 UnreliableFitWarning,
             )
             # The rerun's bias is of the order of the coefficients' posterior sds: its

@@ -68,7 +68,10 @@ def _seed(text: str) -> int:
     return value
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+_PROGRESS = "show progress on stderr (shown anyway when stderr is a terminal)"
+
+
+def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) -> None:
     """Data and model options shared by the subcommands."""
     parser.add_argument(
         "data",
@@ -93,7 +96,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose",
         action="store_true",
-        help="show progress on stderr (shown anyway when stderr is a terminal)",
+        help=verbose_help,
     )
 
 
@@ -113,7 +116,11 @@ def _build_parser() -> _Parser:
         "and how accurate it is, and the log evidence. More than two classes: the "
         "multinomial posterior (logistic link), one-vs-rest (probit).",
     )
-    _add_common(fit)
+    _add_common(
+        fit,
+        verbose_help="also print the method's settings, diagnostics and route details, and "
+        + _PROGRESS,
+    )
     fit.add_argument(
         "--method",
         choices=METHODS,

@@ -164,29 +164,59 @@ _ROUTES = {
     "sites": "expectation propagation, each row's likelihood factor fitted by variational "
     "sampling (no global sample of points)",
     "global": "one variational-sampling fit of the whole posterior",
-    "laplace": "the Laplace approximation (the chosen fit failed; see the warning)",
+    # strategy_ "laplace" with a predicted error: many rows per parameter, where the
+    # skewness-corrected Laplace approximation is already within target_kl.
+    "skew": "the Laplace approximation with its mean moved by the skewness correction "
+    "(enough for this many rows per parameter: no global fit or EP was run)",
+    # strategy_ "laplace" without one: VS kept the Laplace approximation by its own choice
+    # (e.g. beyond the dense covariance's size); strategy_reason_ says why.
+    "laplace": "the Laplace approximation, kept by the strategy (--verbose says why)",
 }
+_FALLBACK = "the Laplace approximation (the chosen fit failed; see the warning)"
 _METHODS = {
     "laplace": "the Laplace approximation (a Gaussian at the posterior mode)",
     "ep": "expectation propagation (one Gaussian site per row)",
     "vb": "variational Bayes (the Jaakkola–Jordan bound)",
-    "is": "importance sampling from the Laplace approximation",
+    "is": "importance sampling",
     "bmc": "Bayesian Monte Carlo",
 }
+
+
+def _route(problem: dict) -> str:
+    """The key of ``_ROUTES`` for VS's route of one problem."""
+    if problem["strategy"] == "laplace" and problem.get("predicted_error") is not None:
+        return "skew"
+    return problem["strategy"]
 
 
 def _ran_as(method: str, problem: dict, posterior) -> str:
     """Which computation gave the posterior, in plain words."""
     if problem["laplace_fallback"]:
-        return _ROUTES["laplace"]
+        return _FALLBACK
     if "strategy" in problem:
-        text = _ROUTES.get(problem["strategy"], problem["strategy"])
+        text = _ROUTES.get(_route(problem), problem["strategy"])
         if problem["strategy"] == "global":
             points = getattr(posterior, "n_samples", None)
             if points:
                 text += f" with {points} posterior evaluations"
         return text
-    return _METHODS.get(method, method)
+    text = _METHODS.get(method, method)
+    kernel = _kernel_name(posterior)
+    if kernel is not None:
+        text += f" on points drawn through {kernel}"
+    return text
+
+
+def _kernel_name(posterior) -> str | None:
+    """What the sampling methods' first round drew through, in words (None: no rounds)."""
+    rounds = getattr(posterior, "rounds", None)
+    if not rounds:
+        return None
+    kernel = rounds[0].kernel
+    named = kernel.diagnostics() if hasattr(kernel, "diagnostics") else {}
+    if "site_change" in named:
+        return "expectation propagation's posterior"
+    return "the Laplace approximation"
 
 
 def _accuracy(method: str, problem: dict) -> str:
@@ -195,6 +225,11 @@ def _accuracy(method: str, problem: dict) -> str:
     if problem["laplace_fallback"]:
         return "unknown (the Laplace approximation has no error estimate)"
     error = problem.get("predicted_error")
+    if "strategy" in problem and _route(problem) == "skew":
+        return (
+            f"predicted error {error:.2g} nats of excess KL (from the likelihood's skewness "
+            f"at the mode), within the target"
+        )
     if problem.get("strategy") == "global" and error is not None:
         closeness = "close" if error < 0.1 else "approximate"
         return (
@@ -253,7 +288,7 @@ def _format_summary(summary: dict) -> str:
     if verbose:
         lines += [
             f"method:    {settings['method']}, link {settings['link']}",
-            f"N:         {_samples_text(settings)}",
+            f"N:         {_samples_text(settings, summary['problems'])}",
             f"seed:      {settings['seed']}",
         ]
     binary = len(summary["problems"]) == 1 and not summary["multinomial"]
@@ -309,9 +344,12 @@ def _format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _samples_text(settings: dict) -> str:
+def _samples_text(settings: dict, problems: list[dict]) -> str:
     if settings["n_samples_used"] is None and settings["method"] == "vs":
-        return "none (VS site fits inside expectation propagation)"
+        routes = {_route(problem) for problem in problems}
+        if routes == {"sites"}:
+            return "none (VS site fits inside expectation propagation)"
+        return "none (no global fit ran: see each problem's route)"
     if settings["n_samples_used"] is None:
         return f"none ({settings['method']} is deterministic)"
     used, n = settings["n_samples_used"], settings["n_family_params"]

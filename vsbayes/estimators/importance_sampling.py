@@ -115,7 +115,8 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         in log-posterior one more step would bring) is at most ``tol``.
         Expectation propagation (the sampling kernel, with ``kernel="ep"``) stops when no
         site parameter moves by more than ``tol / 100`` (relative) in a sweep, within 200
-        sweeps (``max_iter`` does not bound them).
+        sweeps (``max_iter`` does not bound them); the multinomial EP at ``√tol``, or
+        ``tol / 100`` where a sweep is cheap (e.g. iris and wine), within [1e-8, 1e-3].
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).

@@ -140,8 +140,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         in log-posterior one more step would bring) is at most ``tol``.
         Expectation propagation (the sampling kernel, and the posterior of the site fits)
         stops when no site parameter moves by more than ``tol / 100`` (relative) in a sweep,
-        within 200 sweeps (``max_iter`` does not bound them). ``tol`` does not govern the
-        variational-sampling solver, whose tolerance is fixed: it stops once its
+        within 200 sweeps (``max_iter`` does not bound them); the multinomial EP at
+        ``√tol``, or ``tol / 100`` where a sweep is cheap (e.g. iris and wine), within
+        [1e-8, 1e-3]. ``tol`` does not govern the variational-sampling solver, whose
+        tolerance is fixed: it stops once its
         optimization error (half the squared Newton decrement per unit mass) is below 1e-2
         times its predicted sampling error ``kl_error`` (0.1 times in the intermediate
         rounds, whose fits only serve as kernels), as with
@@ -226,9 +228,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
-        multinomial posterior), ``"sites"`` is expectation propagation whose sites are
-        variational-sampling fits of the (K − 1)-dimensional tilted densities
-        (:func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
+        multinomial posterior), ``"sites"`` is expectation propagation of the
+        (K − 1)-dimensional sites, from the softmax's tilted moments, or from
+        variational-sampling fits of the tilted densities where the rows are very wide (as
+        on digits; :func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
         (from that EP's kernel) with 16n to 32n points within 5·10¹⁰ multiply-adds (an int
         ``n_samples``: that N), else takes those sites (``strategy_`` "sites"); where the
         Laplace approximation's predicted error is at most 0.6 nats (and EP's, predicted
@@ -346,9 +349,13 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
         approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
-        The strategy of each binary problem: "global", "sites", or "laplace" where
-        ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
-        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
+        The strategy of each binary problem (or of the multinomial model): "global",
+        "sites", or "laplace" where ``strategy="auto"`` stopped at the skewness-corrected
+        Laplace approximation (see ``strategy``), the chosen fit failed (see
+        ``laplace_fallback_``), Newton's method for the mode did not converge within
+        ``max_iter``, the posterior needs a structured covariance (see
+        ``covariance_structure_``) or, over dask chunks, the multinomial global fit is
+        beyond its work limit; "prior" with ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
@@ -622,7 +629,10 @@ class VSProbitRegression(VariationalSamplingClassifier):
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
         The strategy of each binary problem: "global", "sites", or "laplace" where
         ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
-        ``strategy``) or the chosen fit failed (see ``laplace_fallback_``).
+        ``strategy``), the chosen fit failed (see ``laplace_fallback_``), Newton's method
+        for the mode did not converge within ``max_iter`` or the posterior needs a
+        structured covariance (see ``covariance_structure_``); "prior" with
+        ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
     laplace_fallback_ : ndarray of bool, shape (1,) or (n_classes,)
