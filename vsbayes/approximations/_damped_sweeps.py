@@ -308,6 +308,7 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
             candidate = store.candidate_posterior()
             if stop[1](post, candidate) <= stop[0] * damping**2:
                 settled = candidate
+            del candidate  # not held while the next posterior is formed
         if change <= tol or settled is not None:
             converged = True
             store.accept()

@@ -1344,7 +1344,8 @@ def softmax_ep_cost(
 
     The bytes count the sites as the sweeps hold them (current, candidate, best, the
     change's scale and residual, Anderson's ``2 · memory`` differences), the rows' latent
-    and cavity moments, the dense posterior of the contrasts and θ's covariance, and the
+    and cavity moments, the dense posterior of the contrasts (two at once, where a sweep's
+    posterior is weighed against the current one) and θ's covariance, and the
     largest site computation's temporaries (a block of rows, at least one row on the
     finest rule, with the VS fits' Hessian products). The work is one sweep's: the
     posterior's Gram matrices, factorization and inverse, the rows' latent moments and the
@@ -1369,7 +1370,10 @@ def softmax_ep_cost(
     n_sites = m * (r * r + r)
     held = 8.0 * n_sites * (8 + 2 * memory)  # the sweeps' copies of the sites
     held += 8.0 * m * (14 * r * r + 2 * k * k + 8 * r)  # latent, cavity, new sites, eigh
-    held += 8.0 * (4 * (r * w) ** 2 + 3 * model.dim**2)  # posterior of B; θ's covariance
+    # The posterior of B (its covariance and precision, and a second one's while a sweep's
+    # candidate is weighed against it: the posterior stop) and its factorization; θ's
+    # covariance.
+    held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
     if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)
