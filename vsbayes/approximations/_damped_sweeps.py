@@ -102,6 +102,10 @@ class SiteStore(Protocol):
         """Make the damped sweep from the current sites, whose posterior is ``post``, the
         candidate; return its change (:func:`damped_step`)."""
 
+    def candidate_posterior(self) -> Any:
+        """The posterior of prior × the candidate sites (asked only with
+        :func:`damped_sweeps`' ``posterior_tol``; :class:`ArraySites` has it)."""
+
     def keep_best(self) -> None:
         """Remember the candidate as the best sites."""
 
@@ -245,8 +249,8 @@ def damped_sweeps(
         coefficients' coordinates, for an observer of the fit (:mod:`vsbayes._progress`),
         which sees each sweep; None: the sweeps are reported without their posterior.
     posterior_tol, divergence : float and callable, optional
-        Also stop where a sweep whose site change is within ``_POSTERIOR_GATE × tol``
-        moves the posterior by at most ``posterior_tol`` nats undamped:
+        Also stop where a sweep whose site change is within 10 × ``tol`` moves the
+        posterior by at most ``posterior_tol`` nats undamped:
         ``divergence(post, candidate) / damping²`` (a KL divergence between the
         posteriors of the current and the candidate sites, quadratic in the step near a
         fixed point), with the candidate's posterior from the store's

@@ -52,10 +52,10 @@ SOFTMAX_EP_MAX_TOL = 1e-3
 #: each within √tol of the fixed point).
 SOFTMAX_EP_SMALL_SWEEP = 1e7
 #: Where the multinomial EP stops at ``√tol``, it also stops once one undamped sweep moves
-#: the posterior by at most this many nats (KL, ``tol · 10³`` if less): a twentieth of the
-#: least error the sites' quadrature leaves EP from its exact fixed point (2·10⁻⁴ nats on
-#: 20 classes × 8 features × 2000 rows against 8192 nodes a row), where the site change
-#: (2·10⁻⁴ relative) still asks for one more sweep of the 4-5 (docs/decisions.md).
+#: the posterior by at most this many nats (KL, ``tol · 10³`` if less): at most a tenth of
+#: the error the sites' quadrature leaves EP's fixed point with (1.4-5.3·10⁻⁴ nats at 20-26
+#: classes, against 8192 nodes a row), where the site change (1-3·10⁻⁴ relative) still
+#: asked for a fifth sweep at 20-30 classes (D-080 in docs/decisions.md).
 SOFTMAX_EP_POSTERIOR_TOL = 1e-5
 
 
