@@ -46,6 +46,30 @@ def test_a_contraction_converges_to_its_fixed_point():
     np.testing.assert_allclose(sites, target, rtol=1e-9)
 
 
+def test_a_posterior_stop_returns_the_first_candidate_within_it():
+    """With posterior_tol, the sweeps stop at the first sweep within 10 × tol whose
+    candidate moves the posterior by at most posterior_tol (divergence over damping²), and
+    return that candidate and its posterior; without, they go on to tol."""
+    target = np.array([1.0, -2.0, 30.0])
+    seen = []
+
+    def divergence(post, candidate):
+        seen.append(float(np.sum((candidate - post) ** 2)))
+        return seen[-1]
+
+    def update(post, sites):
+        return target + 0.5 * (sites - target)
+
+    options = {"damping": 0.85, "tol": 1e-6, "max_iter": 1000, "memory": 0}
+    plain = damped_sweeps(_store(update, np.zeros(3)), **options)
+    store = _store(update, np.zeros(3))
+    run = damped_sweeps(store, **options, posterior_tol=1e-8, divergence=divergence)
+    assert run.converged and run.n_iter < plain.n_iter
+    assert run.change > 1e-6  # stopped by the posterior, not by tol
+    assert seen[-1] <= 1e-8 * 0.85**2 and all(value > 1e-8 * 0.85**2 for value in seen[:-1])
+    np.testing.assert_array_equal(run.posterior, store.sites)  # the candidate's posterior
+
+
 def test_anderson_on_long_vectors_mixes_as_the_svd_does(monkeypatch):
     """Anderson's least squares from the differences' Gram matrix (the long vectors' path,
     taken here from 2000 entries) give the SVD's mixed points where the differences are

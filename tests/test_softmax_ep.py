@@ -307,6 +307,47 @@ def test_twenty_classes_take_the_moments_route_and_report_progress(twenty_classe
     assert np.isfinite(ep.log_Z)
 
 
+def test_twenty_classes_posterior_stop_and_coarse_narrow_rows(twenty_classes, monkeypatch):
+    """K = 20: the sweeps also stop where one sweep moves the posterior by at most
+    posterior_tol nats (fewer sweeps, the posterior within it of the tight fit's); and the
+    rows with narrow cavities take a quarter of the nodes (EP's fixed point moves, by a
+    quadrature error far below EP's own)."""
+    model = twenty_classes
+    start = softmax_laplace(model).mean
+    tight = softmax_ep(model, start=start, tol=1e-8)
+    plain = softmax_ep(model, start=start, tol=1e-6)
+    early = softmax_ep(model, start=start, tol=1e-6, posterior_tol=1e-7)
+    assert early.converged and early.n_iter < plain.n_iter and early.site_change > 1e-6
+    assert kl(tight.mean, tight.cov, early.mean, early.cov) < 1e-7
+    monkeypatch.setattr(ep_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
+    fine = softmax_ep(model, start=start, tol=1e-8)
+    assert 1e-6 < kl(fine.mean, fine.cov, tight.mean, tight.cov) < 1e-3
+
+
+def test_cavity_moments_from_one_solve_are_the_two_inverses():
+    """The cavities' moments from (I − VΛ/c)⁻¹ [V, m − Vη/c] are those of the natural
+    parameters V⁻¹ − Λ/c, V⁻¹m − η/c, to round-off; an improper cavity is flagged by both;
+    |L⁻¹μ|² is the cavity's hᵀμ."""
+    rng = np.random.default_rng(3)
+    m, r = 6, 5
+    root = rng.standard_normal((m, r, r))
+    v_cov = root @ np.swapaxes(root, 1, 2) + 0.5 * np.eye(r)
+    v_mean = rng.standard_normal((m, r))
+    lam = 0.3 * np.linalg.inv(v_cov)  # sites of a third of the precision: proper cavities
+    lam[2] = 3.0 * np.linalg.inv(v_cov[2])  # more than the whole precision: improper
+    eta = rng.standard_normal((m, r))
+    copies = np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0])
+    cov, mean, chol, half, ok = ep_module._row_cavity_moments(v_mean, v_cov, lam, eta, copies)
+    prec, lin, expected_ok = ep_module._row_cavity(v_mean, v_cov, lam, eta, copies)
+    np.testing.assert_array_equal(ok, expected_ok)
+    assert not ok[2] and ok.sum() == m - 1
+    moments = ep_module._cavity_moments(prec, lin, expected_ok)
+    for got, want in zip((cov, mean, chol, half), moments, strict=True):
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-10, atol=1e-12)
+    quad = np.einsum("ma,ma->m", lin, moments[1])
+    np.testing.assert_allclose(ep_module._whitened_norms(chol, mean)[ok], quad[ok], rtol=1e-10)
+
+
 def test_memory_guard_refuses_before_the_sweeps(twenty_classes, monkeypatch):
     """With a memory limit below the fit's estimate, softmax_ep raises MemoryLimitError
     naming the size and the remedy, before its first sweep (no site is computed)."""

@@ -68,6 +68,10 @@ _QUIET = 10.0
 # down to eps · length of the largest, against √_GRAM_RCOND = 10⁻⁶ from the Gram matrix.
 _GRAM_LENGTH = 2**18
 _GRAM_RCOND = 1e-12
+# With a posterior stop (damped_sweeps' posterior_tol), the candidate's posterior is
+# computed only for sweeps whose site change is within this factor of tol: farther from
+# a fixed point the posterior moves by far more, and the extra factorization is wasted.
+_POSTERIOR_GATE = 10.0
 
 
 class SweepResult(NamedTuple):
@@ -97,6 +101,10 @@ class SiteStore(Protocol):
     def sweep(self, post: Any, damping: float) -> float:
         """Make the damped sweep from the current sites, whose posterior is ``post``, the
         candidate; return its change (:func:`damped_step`)."""
+
+    def candidate_posterior(self) -> Any:
+        """The posterior of prior × the candidate sites (asked only with
+        :func:`damped_sweeps`' ``posterior_tol``; :class:`ArraySites` has it)."""
 
     def keep_best(self) -> None:
         """Remember the candidate as the best sites."""
@@ -179,6 +187,10 @@ class ArraySites:
     def posterior(self) -> Any:
         return self._posterior(self.sites)
 
+    def candidate_posterior(self) -> Any:
+        """The posterior of prior × the candidate sites (the last damped sweep)."""
+        return self._posterior(self._damped)
+
     def sweep(self, post: Any, damping: float) -> float:
         new = self._update(post, self.sites)
         self._damped, self._scale, self._residual, change = damped_step(self.sites, new, damping)
@@ -215,8 +227,12 @@ def damped_sweeps(
     max_iter: int,
     memory: int,
     as_gaussian: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
+    posterior_tol: float | None = None,
+    divergence: Callable[[Any, Any], float] | None = None,
 ) -> SweepResult:
-    """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``.
+    """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``,
+    or (with ``posterior_tol``) until one sweep moves the posterior by at most
+    ``posterior_tol`` nats.
 
     Parameters
     ----------
@@ -232,6 +248,14 @@ def damped_sweeps(
         ``as_gaussian(post)``: the mean and covariance of a posterior of the store, in the
         coefficients' coordinates, for an observer of the fit (:mod:`vsbayes._progress`),
         which sees each sweep; None: the sweeps are reported without their posterior.
+    posterior_tol, divergence : float and callable, optional
+        Also stop where a sweep whose site change is within 10 × ``tol`` moves the
+        posterior by at most ``posterior_tol`` nats undamped:
+        ``divergence(post, candidate) / damping²`` (a KL divergence between the
+        posteriors of the current and the candidate sites, quadratic in the step near a
+        fixed point), with the candidate's posterior from the store's
+        ``candidate_posterior()`` (:class:`ArraySites`). The candidate is returned, as at
+        ``tol``.
 
     Stalled sweeps (10 sweeps without progress) keep their best sites (with a
     ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
@@ -251,7 +275,8 @@ def damped_sweeps(
         a change above ``max(√tol, 1e-3)`` or whose posterior still moves.
     """
     with stage("expectation propagation", "EP sweep", max_iter) as steps:
-        run = _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian)
+        stop = None if posterior_tol is None else (posterior_tol, divergence)
+        run = _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop)
         if steps is not None:
             steps.result(_state(as_gaussian, run.posterior))
     return run
@@ -262,8 +287,9 @@ def _state(as_gaussian, post):
     return None if as_gaussian is None else (lambda: as_gaussian(post))
 
 
-def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepResult:
-    """:func:`damped_sweeps`, each sweep reported to ``steps`` (None: to nobody)."""
+def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> SweepResult:
+    """:func:`damped_sweeps`, each sweep reported to ``steps`` (None: to nobody); ``stop``:
+    ``(posterior_tol, divergence)`` or None."""
     anderson = Anderson(memory)
     post = store.posterior()
     converged, at_floor, change, n_iter = False, False, math.inf, 0
@@ -281,10 +307,16 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian) -> SweepR
             steps.begin(_state(as_gaussian, post))
         n_iter += 1
         change = store.sweep(post, damping)
-        if change <= tol:
+        settled = None  # the candidate's posterior, where it moved the posterior little
+        if stop is not None and tol < change <= _POSTERIOR_GATE * tol:
+            candidate = store.candidate_posterior()
+            if stop[1](post, candidate) <= stop[0] * damping**2:
+                settled = candidate
+            del candidate  # not held while the next posterior is formed
+        if change <= tol or settled is not None:
             converged = True
             store.accept()
-            post = store.posterior()
+            post = store.posterior() if settled is None else settled
             if steps is not None:
                 steps.end(_state(as_gaussian, post))
             break

@@ -52,6 +52,7 @@ from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows, _spl
 from .softmax_ep import (
     MAX_FITTED_CLASSES,
     _cavity,
+    _coarse_rows,
     _n_levels,
     _OneRow,
     _psd,
@@ -505,11 +506,13 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam[at], eta[at], copies[flat])
             part = _RowState(flat.size, state.rules)
             part.level, part.direct, part.sized = state.level[flat], state.direct[flat], True
+            part.coarse = state.coarse[flat]
             _, site_lam, site_eta, good = _sites(
                 _OneRow(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
                 None, part, ok,
             )  # fmt: skip
             state.level[flat], state.direct[flat] = part.level, part.direct
+            state.coarse[flat] = part.coarse
             ok &= good  # a row whose cavity or tilted moments are improper keeps its site
             if linear is not None:
                 moved = (at[0][ok], at[1][ok])
@@ -644,6 +647,7 @@ class _SiteJacobians:
             # A throwaway state: the differences leave the refits' rules as they are.
             piece = _RowState(row.size, state.rules)
             piece.level, piece.direct, piece.sized = state.level[row], state.direct[row], True
+            piece.coarse = state.coarse[row]
             _, site_lam, site_eta, good[part] = _sites(
                 _OneRow(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
                 power[row], None, piece, np.ones(row.size, dtype=bool),
@@ -711,5 +715,7 @@ def _site_state(model, design, outer, prior_var, sites, n_refits: int) -> _RowSt
     if model.n_classes <= MAX_FITTED_CLASSES and _wide_rows(np.linalg.eigvalsh(spread[ok])[:, -1]):
         state.rules = _rules(SymmetricSobol(16))
     else:
-        state.level = np.tile(_spread_levels(spread, _n_levels(None)), n_refits)
+        level = _spread_levels(spread, _n_levels(None))
+        state.level = np.tile(level, n_refits)
+        state.coarse = np.tile((level == 0) & ok & _coarse_rows(spread, None), n_refits)
     return state

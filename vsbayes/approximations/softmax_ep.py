@@ -18,7 +18,9 @@ N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ 
 (a weight ``s_i ≥ 1`` is c_i = s_i copies of the factor, power EP, exactly EP on duplicated
 rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian with the
 moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
-parameters minus the cavity's. The tilted moments come one of two ways (``sites``):
+parameters minus the cavity's (from 17 classes on, the tilted moments' cavities come as
+their covariance and mean ``(I − VΛ/c)⁻¹ [V, m − Vη/c]``, one solve a row). The tilted
+moments come one of two ways (``sites``):
 
 * **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes where the rows' cavities are wide,
   see ``sites``): the Gaussian fitted by variational
@@ -34,8 +36,9 @@ parameters minus the cavity's. The tilted moments come one of two ways (``sites`
   ``Λ = (I − HΣ)⁻¹H``, ``η = γ + Λ μ_t``. The expectations are self-normalized quadrature on
   mirrored Sobol nodes mapped through the cavity (weights ``F^s ≤ 1``), 8 nodes per
   dimension, at least 128, and 4 or 16 times that on a row whose cavity is wide (its largest
-  variance above 4 or 16: the factor is then nearly a step over it): work per row ~K² per
-  node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
+  variance above 4 or 16: the factor is then nearly a step over it), a quarter of it on a
+  row whose cavity is narrow (largest variance at most 1, from 17 classes on): work per
+  row ~K² per node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
   (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
   Where the factor narrows the cavity by
   more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
@@ -180,7 +183,8 @@ class _Contrast:
         return index
 
     def posterior(self, lam: np.ndarray, eta: np.ndarray) -> tuple:
-        """``(mean, cov, half_log_det, linear)`` of B (r·w) given the sites."""
+        """``(mean, cov, half_log_det, linear, precision)`` of B (r·w) given the sites
+        (``half_log_det``: log |L| of the precision's Cholesky factor L)."""
         r, w = self.r, self.width
         blocks = self.model.latent_gram(lam)  # (r, r, w, w)
         precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
@@ -198,7 +202,7 @@ class _Contrast:
             raise NotPositiveDefiniteError("The softmax EP posterior could not be inverted.")
         upper = np.triu_indices(r * w, 1)
         cov[upper] = cov.T[upper]
-        return mean, cov, float(np.log(np.diag(lower)).sum()), linear
+        return mean, cov, float(np.log(np.diag(lower)).sum()), linear, precision
 
     def latent(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean (M, r) and covariance (M, r, r) of every row's ``g = B x̃``."""
@@ -232,11 +236,16 @@ class _Contrast:
         return theta, 0.5 * (full + full.T)
 
 
-def _rule_nodes(rule: SamplingRule | None, r: int, level: int) -> tuple[np.ndarray, np.ndarray]:
+def _rule_nodes(
+    rule: SamplingRule | None, r: int, level: int, coarse: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
-    nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only)."""
+    nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only); the
+    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_coarse_rows`)."""
     if rule is None:
         n = _DEFAULT_NODES(r) << (2 * level)
+        if coarse:
+            n >>= 2
         return symmetric_sobol_nodes(r, n, SOBOL_SEED), np.full(n, -math.log(n))
     if isinstance(rule, SymmetricSobol):
         n = rule.n_points(r) << (2 * level)
@@ -260,6 +269,13 @@ class _RowState:
         self.pending = pending
         self.level = np.zeros(m, dtype=int)
         self.direct = np.zeros(m, dtype=bool)
+        # Rows of level 0 on a quarter of its nodes (narrow cavities, _coarse_rows); cleared,
+        # never set again, where such a row's moments come out improper or it goes direct.
+        self.coarse = np.zeros(m, dtype=bool)
+        # The cavities' moments from one solve (_row_cavity_moments), without their natural
+        # parameters: the tilted moments' sweeps with many classes (_many_classes; never the
+        # VS fits, which read them).
+        self.fused = False
         self.sized = False  # the tilted moments' levels not yet set from the rows' spread
 
 
@@ -286,24 +302,63 @@ def _wide_rows(widest: np.ndarray) -> bool:
     return bool(widest.size) and float(np.mean(widest > _WIDE_CAVITY[-1])) > _WIDE_SHARE
 
 
-def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
-    """The starting rule level of each row from its cavity's largest variance."""
+def _largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
+    """Each cavity's largest variance where it may exceed ``exact_above``, else an upper
+    bound of it (at most ``exact_above``)."""
     # Gershgorin's bound (the largest absolute row sum) clears the narrow rows without an
     # eigendecomposition (26 classes × 5000 rows: all of them, 0.2 s).
     top = np.abs(cav_cov).sum(axis=2).max(axis=1)
-    wide = top > _WIDE_CAVITY[0]
+    wide = top > exact_above
     if wide.any():
         top[wide] = np.linalg.eigvalsh(cav_cov[wide])[:, -1]
+    return top
+
+
+def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
+    """The starting rule level of each row from its cavity's largest variance."""
+    top = _largest_variances(cav_cov, _WIDE_CAVITY[0])
     level = np.zeros(len(cav_cov), dtype=int)
     for threshold in _WIDE_CAVITY:
         level += top > threshold
     return np.minimum(level, n_levels - 1)
 
 
-def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
+#: A row of level 0 whose cavity's largest variance is at most this takes a quarter of the
+#: default rule's nodes (``coarse``): over a cavity narrower than the factor's own scale
+#: (one unit of the latent values) the softmax is smooth, and the self-normalized
+#: quadrature's error is small on few nodes. Measured on 20 classes × 8 features × 2000
+#: rows (cavities' largest variances 0.09-2, median 0.36), EP's fixed point with every row
+#: on 64 instead of 256 nodes moved from 2.1·10⁻⁴ to 5.6·10⁻⁴ nats of the one on 8192
+#: nodes, against EP's own error of ~0.6 nats there (docs/decisions.md).
+_NARROW_CAVITY = 1.0
+#: The coarse level only where the default rule has at least this many nodes (r ≥ 16,
+#: where it is sized to the dimension, 8 nodes per dimension): a quarter of it is then at
+#: least 2(r + 1) nodes (:func:`_many_classes`).
+_COARSE_MIN_NODES = 256
+
+
+def _many_classes(r: int) -> bool:
+    """Whether the sweeps in r = K − 1 dimensions take the coarse level (narrow rows) and
+    the cavities' moments from one solve: where the default rule is sized to the dimension
+    (see _COARSE_MIN_NODES), r ≥ 16, and the rows' (r × r) factorizations and nodes are most
+    of a sweep. Below, the sweeps are cheap, and their numbers stay as they were."""
+    return _DEFAULT_NODES(r) >= _COARSE_MIN_NODES
+
+
+def _coarse_rows(cav_cov: np.ndarray, rule: SamplingRule | None) -> np.ndarray:
+    """Which rows (at level 0) take the default rule's coarse level: narrow cavities."""
+    r = cav_cov.shape[1]
+    if rule is not None or not _many_classes(r):
+        return np.zeros(len(cav_cov), dtype=bool)
+    return _largest_variances(cav_cov, _NARROW_CAVITY) <= _NARROW_CAVITY
+
+
+def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments=None):
     """Every row's new site for one copy of its factor: ``(log Z, Λ, η, found)`` by the
     method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`; with ``sites="auto"``
-    chosen here, at the first sweep, once)."""
+    chosen here, at the first sweep, once). ``moments``: the cavities' moments from
+    :func:`_cavity_moments_of` (then ``cav_prec`` and ``cav_lin`` are None: tilted moments
+    only)."""
     if state.pending is not None:
         if _wide_rows(1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]):
             state.rules = state.pending
@@ -312,7 +367,9 @@ def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
         return _vs_sites(
             model, q, v_mean, v_cov, cav_prec, cav_lin, power, state.rules, state.level, ok
         )
-    return _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok)
+    return _tilted_sites(
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
+    )
 
 
 #: Rows whose cavity the factor narrows by more than this fraction of a variance, in some
@@ -423,7 +480,7 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     return shift + np.log(mass), expected, second, g_mean, g_cov
 
 
-def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok):
+def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments):
     """The moment-matched site of each row ``ok`` (see the module docstring): its precision
     and linear term for one copy of the factor, the log normalizer of its tilted density
     over the unnormalized cavity ``exp(−gᵀPg/2 + hᵀg)``, and whether it was found (a
@@ -446,76 +503,108 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     g_mean, g_cov = np.empty((m, r)), np.empty((m, r, r))
     new_lam, new_eta = np.zeros((m, r, r)), np.zeros((m, r))
     good = np.zeros(m, dtype=bool)
-    cav_cov, cav_mean, chol, log_det_half = _by_rows(
-        _cavity_moments, cav_prec, cav_lin, ok, work=4.0 * r**3
-    )
+    if moments is None:
+        cav_cov, cav_mean, chol, log_det_half = _by_rows(
+            _cavity_moments, cav_prec, cav_lin, ok, work=4.0 * r**3
+        )
+        quad = np.einsum("ma,ma->m", cav_lin, cav_mean)
+    else:  # hᵀμ = μᵀPμ = |L⁻¹μ|²
+        cav_cov, cav_mean, chol, log_det_half = moments
+        quad = _whitened_norms(chol, cav_mean)
     # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
-    log_norm = 0.5 * np.einsum("ma,ma->m", cav_lin, cav_mean) + log_det_half + 0.5 * r * _LOG_2PI
+    log_norm = 0.5 * quad + log_det_half + 0.5 * r * _LOG_2PI
     if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
         state.level[ok] = np.maximum(state.level[ok], _spread_levels(cav_cov[ok], _n_levels(rule)))
+        state.coarse[ok] = (
+            (state.level[ok] == 0) & ~state.direct[ok] & _coarse_rows(cav_cov[ok], rule)
+        )
         state.sized = True
+    outputs = (log_z, expected, second, g_mean, g_cov)
     for at in range(_n_levels(rule)):
         for mixed in (False, True):
             rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
-            if not rows.size:
-                continue
-            # All rows (the usual case at one level): views instead of copies of them.
-            pick = slice(None) if rows.size == m else rows
-            z, log_w = _rule_nodes(rule, r, at)
-            kernels = [(cav_mean[pick], chol[pick], None, log_det_half[pick])]
-            if mixed:
-                root = np.linalg.cholesky(v_cov[pick])
-                kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
-                half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
-                kernels.insert(0, (v_mean[pick], root, np.linalg.inv(root), half))
-
-            def block(part: slice, rows=rows, z=z, log_w=log_w, kernels=kernels) -> None:
-                sites = rows[part]
-                out = _tilted_block(
-                    q,
-                    model.y[sites],
-                    [tuple(None if x is None else x[part] for x in kernel) for kernel in kernels],
-                    power[sites],
-                    z,
-                    log_w,
-                )
-                log_z[sites], expected[sites], second[sites] = out[:3]
-                if out[3] is not None:
-                    g_mean[sites], g_cov[sites] = out[3:]
-
-            nodes = len(z) * len(kernels)
-            cap = max(1, int(block_bytes() // (nodes * _node_bytes(k, r))))
-            # Blocks of at least 2²⁴ counted multiply-adds: smaller ones (2¹⁹) let wine's 178
-            # rows use both threads (its EP 76 → 70 ms, idle) but cut 20 classes' rows into
-            # blocks of 2-3, whose per-block overhead doubled their fit (0.9 → 1.75 s).
-            with single_blas_thread():
-                map_blocks(block, block_slices(len(rows), nodes * k * (k + r), cap, 2**24))
-            if mixed:
-                lam, eta, fine = _direct(g_mean[pick], g_cov[pick], cav_prec[pick], cav_lin[pick])
-            else:
-                lam, eta, fine, narrowed = _matched(
-                    q,
-                    model.y[pick],
-                    expected[pick],
-                    second[pick],
-                    power[pick],
-                    cav_cov[pick],
-                    cav_mean[pick],
-                    cav_prec[pick],
-                    chol[pick],
-                )
-                # Rows the factor narrows much take the nodes' own tilted moments from the
-                # next sweep on, whose moments need more nodes: one level up.
-                narrowed = rows[narrowed]
-                state.direct[narrowed] = True
-                state.level[narrowed] = np.minimum(state.level[narrowed] + 1, _n_levels(rule) - 1)
-            if rows.size == m:  # every row at once: the arrays themselves, not a copy
-                new_lam, new_eta, good = lam, eta, fine
-            else:
-                new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
-            if at + 1 < _n_levels(rule):
-                state.level[rows[~fine]] = at + 1
+            # Twice at most: coarse rows whose moments come out improper are done again at
+            # once on their level's own nodes.
+            while rows.size:
+                # All rows (the usual case at one level): views instead of copies of them.
+                pick = slice(None) if rows.size == m else rows
+                kernels = [(cav_mean[pick], chol[pick], None, log_det_half[pick])]
+                if mixed:
+                    root = np.linalg.cholesky(v_cov[pick])
+                    kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
+                    half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
+                    kernels.insert(0, (v_mean[pick], root, np.linalg.inv(root), half))
+                for coarse in (True, False):
+                    where = np.flatnonzero(state.coarse[rows] == coarse)  # positions in rows
+                    if where.size:
+                        nodes = _rule_nodes(rule, r, at, coarse)
+                        _tilted_blocks(q, model.y, power, rows, where, kernels, nodes, outputs)
+                if mixed:
+                    prec, lin = _natural(cav_prec, cav_lin, cav_cov, cav_mean, pick)
+                    lam, eta, fine = _direct(g_mean[pick], g_cov[pick], prec, lin)
+                else:
+                    lam, eta, fine, narrowed = _matched(
+                        q,
+                        model.y[pick],
+                        expected[pick],
+                        second[pick],
+                        power[pick],
+                        cav_cov[pick],
+                        cav_mean[pick],
+                        None if cav_prec is None else cav_prec[pick],
+                        chol[pick],
+                    )
+                    # Rows the factor narrows much take the nodes' own tilted moments from the
+                    # next sweep on, whose moments need more nodes: one level up.
+                    narrowed = rows[narrowed]
+                    state.direct[narrowed], state.coarse[narrowed] = True, False
+                    state.level[narrowed] = np.minimum(
+                        state.level[narrowed] + 1, _n_levels(rule) - 1
+                    )
+                if rows.size == m:  # every row at once: the arrays themselves, not a copy
+                    new_lam, new_eta, good = lam, eta, fine
+                else:
+                    new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
+                failed = rows[~fine]
+                again = state.coarse[failed]
+                state.coarse[failed] = False
+                if at + 1 < _n_levels(rule):
+                    state.level[failed[~again]] = at + 1
+                rows = failed[again]
     return log_z + log_norm, new_lam, new_eta, good
+
+
+def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out) -> None:
+    """:func:`_tilted_block` on the rows ``rows[where]`` (``kernels``: of all of ``rows``)
+    and the rule ``nodes`` (nodes, log-weights), in blocks run side by side, written into
+    ``out`` = ``(log_z, E[p], E[p pᵀ], tilted mean, tilted covariance)`` at those rows."""
+    z, log_w = nodes
+    log_z, expected, second, g_mean, g_cov = out
+    k, r = q.shape
+    whole = where.size == rows.size  # then views of the kernels, not copies
+
+    def block(part: slice) -> None:
+        index = part if whole else where[part]
+        sites = rows[index]
+        result = _tilted_block(
+            q,
+            labels[sites],
+            [tuple(None if x is None else x[index] for x in kernel) for kernel in kernels],
+            power[sites],
+            z,
+            log_w,
+        )
+        log_z[sites], expected[sites], second[sites] = result[:3]
+        if result[3] is not None:
+            g_mean[sites], g_cov[sites] = result[3:]
+
+    n_nodes = len(z) * len(kernels)
+    cap = max(1, int(block_bytes() // (n_nodes * _node_bytes(k, r))))
+    # Blocks of at least 2²⁴ counted multiply-adds: smaller ones (2¹⁹) let wine's 178 rows
+    # use both threads (its EP 76 → 70 ms, idle) but cut 20 classes' rows into blocks of
+    # 2-3, whose per-block overhead doubled their fit (0.9 → 1.75 s).
+    with single_blas_thread():
+        map_blocks(block, block_slices(where.size, n_nodes * k * (k + r), cap, 2**24))
 
 
 def _cavity_moments(cav_prec, cav_lin, ok):
@@ -534,8 +623,83 @@ def _cavity_moments(cav_prec, cav_lin, ok):
     return cav_cov, cav_mean, chol, log_det_half
 
 
+def _natural(cav_prec, cav_lin, cav_cov, cav_mean, rows):
+    """The cavities' precisions and linear terms at ``rows``: given, or from their moments."""
+    if cav_prec is not None:
+        return cav_prec[rows], cav_lin[rows]
+    precision = np.linalg.inv(cav_cov[rows])
+    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+    return precision, np.einsum("mab,mb->ma", precision, cav_mean[rows])
+
+
+def _whitened_norms(chol: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """``|L⁻¹ b|²`` of each row's vector b and lower triangular L: forward substitution
+    over the r columns, each step on every row at once."""
+    white = np.empty_like(vectors)
+    for j in range(vectors.shape[1]):
+        done = np.einsum("ma,ma->m", chol[:, j, :j], white[:, :j])
+        white[:, j] = (vectors[:, j] - done) / chol[:, j, j]
+    return np.einsum("ma,ma->m", white, white)
+
+
+def _cavity_moments_of(v_mean, v_cov, lam, eta, copies):
+    """:func:`_row_cavity_moments` on row slices run side by side."""
+    r = v_mean.shape[1]
+    return _by_rows(_row_cavity_moments, v_mean, v_cov, lam, eta, copies, work=4.0 * r**3)
+
+
+def _row_cavity_moments(v_mean, v_cov, lam, eta, copies):
+    """Covariance, mean, lower Cholesky factor and log |L| of each cavity, and whether it is
+    proper (the identity's where not), from the latent moments (m, V) and the sites without
+    the cavities' natural parameters: with ``P = V⁻¹ − Λ/c = V⁻¹(I − VΛ/c)``, the covariance
+    ``(I − VΛ/c)⁻¹ V`` and the mean ``(I − VΛ/c)⁻¹ (m − Vη/c)``, one solve where
+    :func:`_row_cavity` and :func:`_cavity_moments` take two inverses and a factorization
+    more."""
+    m, r = v_mean.shape
+    c = copies[:, None, None]
+    system = np.matmul(v_cov, lam)
+    system /= -c
+    system[:, np.arange(r), np.arange(r)] += 1.0
+    rhs = np.empty((m, r, r + 1))
+    rhs[:, :, :r] = v_cov
+    rhs[:, :, r] = v_mean - np.matmul(v_cov, eta[..., None])[..., 0] / copies[:, None]
+    try:
+        solved = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:  # a singular system (an improper cavity): the two inverses
+        cav_prec, cav_lin, ok = _row_cavity(v_mean, v_cov, lam, eta, copies)
+        return (*_cavity_moments(cav_prec, cav_lin, ok), ok)
+    cav_cov = solved[:, :, :r]
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+    cav_mean = np.ascontiguousarray(solved[:, :, r])
+    try:
+        chol = np.linalg.cholesky(cav_cov)
+        ok = np.ones(m, dtype=bool)
+    except np.linalg.LinAlgError:
+        finite = np.isfinite(cav_cov).all(axis=(1, 2))
+        ok = finite.copy()
+        ok[finite] = np.linalg.eigvalsh(cav_cov[finite])[:, 0] > 0
+        cav_cov[~ok] = np.eye(r)
+        cav_mean[~ok] = 0.0
+        chol = np.linalg.cholesky(cav_cov)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    return cav_cov, cav_mean, chol, log_det_half, ok
+
+
 def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
-    """:func:`_row_matched` on row slices run side by side."""
+    """:func:`_row_matched` on row slices run side by side (``cav_prec`` None: the cavities'
+    precisions are the inverses of ``cav_cov``, taken where needed)."""
+    if cav_prec is None:
+        return _by_rows(
+            lambda *rows: _row_matched(q, *rows[:-1], None, rows[-1]),
+            y,
+            expected,
+            second,
+            power,
+            cav_cov,
+            cav_mean,
+            chol,
+            work=4.0 * q.shape[1] ** 3,
+        )
     return _by_rows(
         lambda *rows: _row_matched(q, *rows),
         y,
@@ -579,7 +743,11 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
     # Otherwise: proper tilted covariance ⇔ P − H positive definite.
     fine = settled.copy()
     if not settled.all():
-        fine[~settled] = _row_positive_definite((cav_prec - hess)[~settled])
+        if cav_prec is None:
+            precision, _ = _natural(None, None, cav_cov, cav_mean, ~settled)
+        else:
+            precision = cav_prec[~settled]
+        fine[~settled] = _row_positive_definite(precision - hess[~settled])
     hess = np.where(fine[:, None, None], hess, 0.0)
     # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
     # the tilted mean μ_t = Σ (h + γ).
@@ -725,10 +893,10 @@ def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None)
     density proper, and no row's rule level or method moved by the sweep (else None)."""
     copies = np.maximum(model.sample_weight, 1.0)
     v_mean, v_cov = contrast.latent(post[0], post[1])
-    cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam, eta, copies)
-    before = (state.level.copy(), state.direct.copy(), state.rules)
+    cav_prec, cav_lin, ok, moments = _cavities(v_mean, v_cov, lam, eta, copies, state)
+    before = (state.level.copy(), state.direct.copy(), state.rules, state.coarse.copy())
     log_z, site_lam, site_eta, good = _sites(
-        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
+        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
     )
     ok &= good
     if record is not None:
@@ -737,6 +905,7 @@ def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None)
             and before[2] is state.rules
             and np.array_equal(before[0], state.level)
             and np.array_equal(before[1], state.direct)
+            and np.array_equal(before[3], state.coarse)
         )
         record["evidence"] = (post, log_z, v_mean, v_cov) if settled else None
     if ok.all() and np.all(copies == 1.0):  # the usual case: the new sites themselves
@@ -744,6 +913,15 @@ def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None)
     new_lam = np.where(ok[:, None, None], copies[:, None, None] * site_lam, lam)
     new_eta = np.where(ok[:, None], copies[:, None] * site_eta, eta)
     return _psd(new_lam), new_eta
+
+
+def _cavities(v_mean, v_cov, lam, eta, copies, state):
+    """``(cav_prec, cav_lin, ok, moments)`` for :func:`_sites`: the cavities' natural
+    parameters, or (``state.fused``) their moments alone."""
+    if state.fused:
+        *moments, ok = _cavity_moments_of(v_mean, v_cov, lam, eta, copies)
+        return None, None, ok, tuple(moments)
+    return (*_cavity(v_mean, v_cov, lam, eta, copies), None)
 
 
 def _cavity(v_mean, v_cov, lam, eta, copies):
@@ -804,6 +982,7 @@ def softmax_ep(
     sites: str = "auto",
     verbose: int = 0,
     start_sites: EPSites | None = None,
+    posterior_tol: float | None = None,
 ) -> EPResult:
     """EP approximation of the multinomial logistic posterior.
 
@@ -827,7 +1006,8 @@ def softmax_ep(
         Deterministic rule in K − 1 dimensions of the site fits (default
         ``SymmetricSobol(16)``: 16 nodes per parameter of the fit, at least 256; 1024
         for 10 classes) or of the tilted moments (default: mirrored Sobol nodes, 8 per
-        dimension, at least 128; rows with wide cavities start 4 or 16 times finer); a
+        dimension, at least 128; rows with wide cavities start 4 or 16 times finer, from
+        17 classes on rows with narrow ones 4 times coarser); a
         :class:`~vsbayes.sampling.SymmetricSobol` rule (and the default) is refined 4 and
         16 times for the sites it leaves improper.
     memory : int, default=5
@@ -845,6 +1025,12 @@ def softmax_ep(
         Sites of the model's rows to start the sweeps from instead of the Laplace
         approximation's (then ``start`` is unused): a warm start, e.g. a leave-one-out
         refit from the full fit's sites without the row's.
+    posterior_tol : float, optional
+        Also stop, once the site change is within 10 × ``tol``, where one undamped sweep
+        moves the posterior of the contrasts by at most ``posterior_tol`` nats (the KL
+        divergence of the current posterior from the damped sweep's, over damping²): the
+        sites may still move by more than ``tol`` where that no longer changes the
+        posterior. None: the site change alone.
 
     Returns
     -------
@@ -881,6 +1067,7 @@ def softmax_ep(
         fit_rules if method == "fits" else None,
         fit_rules if method == "auto" else None,
     )
+    state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
@@ -924,6 +1111,8 @@ def softmax_ep(
         max_iter=max_iter,
         memory=memory,
         as_gaussian=lambda post: contrast.to_theta(post[0], post[1]),
+        posterior_tol=posterior_tol,
+        divergence=_posterior_kl,
     )
     post, (lam, eta) = run.posterior, split(store.sites)
     if run.converged and last.get("evidence") is not None:
@@ -938,6 +1127,18 @@ def softmax_ep(
     return EPResult(
         mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change
     ).with_sites(EPSites(lam, eta, "contrast"))
+
+
+def _posterior_kl(post, other) -> float:
+    """KL(N_post ‖ N_other) of two posteriors of the contrasts (:meth:`_Contrast.posterior`):
+    from the one's covariance and the other's precision, no factorization."""
+    mean, cov, half_log_det, _, _ = post
+    other_mean, _, other_half_log_det, _, other_precision = other
+    shift = other_mean - mean
+    trace = float(np.einsum("ij,ij->", other_precision, cov))
+    # log |Σ| = −2 log |L| of the precision's factor.
+    log_ratio = 2.0 * (half_log_det - other_half_log_det)
+    return 0.5 * (trace - len(mean) + float(shift @ other_precision @ shift) + log_ratio)
 
 
 def assumed_density_softmax_row(
@@ -1143,7 +1344,8 @@ def softmax_ep_cost(
 
     The bytes count the sites as the sweeps hold them (current, candidate, best, the
     change's scale and residual, Anderson's ``2 · memory`` differences), the rows' latent
-    and cavity moments, the dense posterior of the contrasts and θ's covariance, and the
+    and cavity moments, the dense posterior of the contrasts (two at once, where a sweep's
+    posterior is weighed against the current one) and θ's covariance, and the
     largest site computation's temporaries (a block of rows, at least one row on the
     finest rule, with the VS fits' Hessian products). The work is one sweep's: the
     posterior's Gram matrices, factorization and inverse, the rows' latent moments and the
@@ -1168,7 +1370,10 @@ def softmax_ep_cost(
     n_sites = m * (r * r + r)
     held = 8.0 * n_sites * (8 + 2 * memory)  # the sweeps' copies of the sites
     held += 8.0 * m * (14 * r * r + 2 * k * k + 8 * r)  # latent, cavity, new sites, eigh
-    held += 8.0 * (4 * (r * w) ** 2 + 3 * model.dim**2)  # posterior of B; θ's covariance
+    # The posterior of B (its covariance and precision, and a second one's while a sweep's
+    # candidate is weighed against it: the posterior stop) and its factorization; θ's
+    # covariance.
+    held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
     if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)
@@ -1234,12 +1439,12 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
     ``(m_i, V_i)`` the posterior's latent moments (cavity × site copy).
     """
     v_mean, v_cov = contrast.latent(post[0], post[1])
-    cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam, eta, copies)
+    cav_prec, cav_lin, ok, moments = _cavities(v_mean, v_cov, lam, eta, copies, state)
     # A row whose tilted moments come out improper here has been moved up a rule level
     # (or to the nodes' own moments) by the pass itself: it is tried again, as a sweep would.
     for _ in range(_n_levels(rule)):
         log_z, _, _, good = _sites(
-            model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok
+            model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
         )
         if (ok & good).all() or state.rules is not None:
             break
@@ -1256,7 +1461,7 @@ def _site_evidence(contrast, post, log_z, v_mean, v_cov, copies) -> float:
     """EP's log evidence from the posterior ``post`` of the sites, its rows' latent moments
     ``(v_mean, v_cov)`` and the site normalizers ``log_z`` at their cavities (see
     :func:`_log_evidence`)."""
-    mean, _, half_log_det, linear = post
+    mean, _, half_log_det, linear, _ = post
     _, log_det = np.linalg.slogdet(v_cov)
     quad = np.einsum("ia,ia->i", v_mean, np.linalg.solve(v_cov, v_mean[..., None])[..., 0])
     site = log_z - 0.5 * contrast.r * _LOG_2PI - 0.5 * quad - 0.5 * log_det
