@@ -216,6 +216,17 @@ def test_warm_start_starts_newton_at_the_previous_mean(binary):
         two.fit(X, y)
         one.fit(X, y).fit(X, y)
     np.testing.assert_allclose(one.coef_, two.coef_, rtol=1e-12)
+    # A refit whose problem has another shape (more classes: the joint multinomial, as
+    # one binary problem before; fewer features; no intercept) starts cold, as a new fit.
+    for X_next, y_next, fit_intercept in [
+        (X, np.arange(len(y)) % 3, True),
+        (X, y, True),
+        (X[:, :3], y, True),
+        (X, y, False),
+    ]:
+        warm.set_params(fit_intercept=fit_intercept).fit(X_next, y_next)
+        cold = LaplaceLogisticRegression(fit_intercept=fit_intercept).fit(X_next, y_next)
+        np.testing.assert_allclose(warm.coef_, cold.coef_, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -404,7 +404,7 @@ class BayesianGLMClassifier(
     ) -> list[MethodFit]:
         """Each problem's fit (:meth:`_fit_problem`), its stages reported to ``observer``
         (None: to nobody)."""
-        starts = self._warm_starts(len(problems), X.shape[1])
+        starts = self._warm_starts(problems, X.shape[1])
         watch = {}
         if observer is not None:  # what a callback sees of each problem
             pending = self._pending_prior(X.shape[1], priors, given)
@@ -557,17 +557,20 @@ class BayesianGLMClassifier(
             "intercept_prior_var": intercept if self.fit_intercept else None,
         }
 
-    def _warm_starts(self, n_problems: int, n_features: int) -> list:
+    def _warm_starts(self, problems: list, n_features: int) -> list:
         """Newton's start of each problem: the previous fit's posterior means with
-        ``warm_start=True`` (when the features and problems agree), else None (zeros)."""
+        ``warm_start=True`` where they fit this fit's problems (as many problems, each
+        mean of the problem's dimension: the features, the classes and ``fit_intercept``
+        may have changed since), else None (zeros).
+
+        (``n_features_in_`` cannot tell: ``fit`` has already reset it to this X's.)"""
         previous = getattr(self, "posteriors_", None)
-        if (
-            not self.warm_start
-            or previous is None
-            or len(previous) != n_problems
-            or getattr(self, "n_features_in_", None) != n_features
-        ):
-            return [None] * n_problems
+        if not self.warm_start or previous is None or len(previous) != len(problems):
+            return [None] * len(problems)
+        per_class = n_features + int(self.fit_intercept)
+        dims = [per_class * (1 if k is None else k) for _, k in problems]
+        if any(np.size(g.mean) != dim for g, dim in zip(previous, dims, strict=True)):
+            return [None] * len(problems)
         return [np.array(g.mean) for g in previous]
 
     def _random_generator(self):
