@@ -229,6 +229,21 @@ def test_warm_start_starts_newton_at_the_previous_mean(binary):
         np.testing.assert_allclose(warm.coef_, cold.coef_, atol=1e-6)
 
 
+def test_clone_keeps_a_fitted_prior(binary):
+    # An earlier fit as prior= is data: cross-validation's clones must keep it fitted.
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    X, y = binary
+    earlier = LaplaceLogisticRegression().fit(X[:60], y[:60])
+    est = LaplaceLogisticRegression(prior=earlier, C=2.0)
+    twin = clone(est)
+    assert twin.prior is earlier and twin.C == 2.0 and not hasattr(twin, "coef_")
+    assert np.all(np.isfinite(cross_val_score(est, X[60:], y[60:], cv=2)))
+    # An unfitted estimator as prior is a parameter like any other: cloned.
+    assert clone(LaplaceLogisticRegression(prior=LaplaceLogisticRegression())).prior is not None
+
+
 @pytest.fixture(scope="module")
 def shapes_for_huge_C():
     """Tiny problems on each route: binary (primal), more features than rows (dual),

@@ -943,6 +943,25 @@ class BayesianGLMClassifier(
         tags.input_tags.sparse = True
         return tags
 
+    def __sklearn_clone__(self):
+        """``sklearn.base.clone``, keeping ``prior`` when it is a fitted estimator.
+
+        scikit-learn clones a parameter that is an estimator, which unfits it: an earlier
+        fit given as ``prior`` would reach ``cross_val_score``'s, ``GridSearchCV``'s or
+        ``EmpiricalBayesClassifier``'s fits as an unfitted estimator, and they would fail.
+        Its posterior is data, not a setting: the clone refers to the same fitted
+        estimator (read, never changed, by ``fit``), as ``sklearn.frozen.FrozenEstimator``
+        is kept by ``clone``.
+        """
+        prior = self.prior
+        if getattr(prior, "posteriors_", None) is None:
+            return super().__sklearn_clone__()
+        without_prior = copy.copy(self)  # shallow: clone reads the parameters only
+        without_prior.prior = None
+        twin = BaseEstimator.__sklearn_clone__(without_prior)
+        twin.prior = prior
+        return twin
+
 
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
