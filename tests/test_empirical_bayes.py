@@ -115,6 +115,8 @@ def test_multiclass_sums_the_evidence():
         ({"Cs": [1.0, -1.0]}, "Cs must be"),
         ({"estimator": "LogisticRegression"}, "estimator must be a vsbayes"),
         ({"refine": "yes"}, "refine"),
+        # A Gaussian prior replaces C: no C to choose.
+        ({"estimator": vsbayes.LaplaceLogisticRegression(prior=(np.zeros(3), 1.0))}, "no C"),
     ],
 )
 def test_parameters_are_checked(data, params, message):
