@@ -232,6 +232,7 @@ def test_no_intercept():
         ({"rounds": 0}, "rounds"),
         ({"kernel_scale": 0.0}, "kernel_scale"),
         ({"fit_intercept": "yes"}, "fit_intercept"),
+        ({"n_jobs": 0}, "n_jobs must be"),
     ],
 )
 def test_invalid_parameters_are_named(params, match, binary_data):

@@ -261,7 +261,8 @@ class BayesianGLMClassifier(
         "max_iter": (Interval(Integral, 0),),
         "verbose": (Interval(Integral, 0),),
         "warm_start": (bool,),
-        "n_jobs": (None, Interval(Integral)),
+        # joblib's convention: -1 all cores, -2 all but one, ...; 0 means nothing.
+        "n_jobs": (None, Interval(Integral, 1), Interval(Integral, None, -1, closed="right")),
         "decay": (Interval(Real, 0, 1, closed="right"),),
     }
 
