@@ -617,7 +617,7 @@ class BayesianGLMClassifier(
         weights = _validate_sample_weight(sample_weight, X.shape[0])
         if self.class_weight is not None:
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            weights = weights * per_class[y_index]
+            weights = weights * _checked_class_weights(per_class, self.class_weight)[y_index]
         self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
         return X, y_index, weights, dtype
 
@@ -635,6 +635,7 @@ class BayesianGLMClassifier(
                 per_class = compute_class_weight(
                     self.class_weight, classes=self.classes_, y=self.classes_
                 )
+            per_class = _checked_class_weights(per_class, self.class_weight)
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
         self._check_weighted_classes(weighted)
@@ -992,6 +993,17 @@ def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
     if not np.any(weights > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return weights
+
+
+def _checked_class_weights(per_class: np.ndarray, class_weight) -> np.ndarray:
+    """The weight of each class, refused unless finite and non-negative (a negative one
+    would turn the likelihood into its reciprocal; scikit-learn does not check)."""
+    if not np.all(np.isfinite(per_class) & (per_class >= 0)):
+        raise ValueError(
+            f"class_weight must give every class a finite non-negative weight; got "
+            f"{class_weight!r}."
+        )
+    return per_class
 
 
 def _validate_training_data(estimator, X, y):
