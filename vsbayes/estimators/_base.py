@@ -312,7 +312,7 @@ class BayesianGLMClassifier(
         """Fit the posterior of the coefficients.
 
         Beyond two classes, the logistic estimators with a multinomial form (Laplace, VS,
-        IS, BMC) fit the joint multinomial posterior, the others one binary posterior per
+        IS, EP) fit the joint multinomial posterior, the others one binary posterior per
         class (one-vs-rest).
 
         Parameters
