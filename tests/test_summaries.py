@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from scipy.stats import norm
 
 from vsbayes.estimators import (
+    INTERCEPT_PRIOR_VAR,
     EPLogisticRegression,
     EPProbitRegression,
     LaplaceLogisticRegression,
@@ -317,6 +318,23 @@ def test_psis_loo_agrees_with_ep(data):
     assert psis.posterior_pareto_k < 0.7
     assert psis.elpd_loo == pytest.approx(ep.elpd_loo, abs=0.3)
     assert psis.elpd_waic == pytest.approx(ep.elpd_waic, abs=0.3)
+
+
+def test_psis_loo_weighs_the_draws_by_the_fits_own_prior():
+    # A shrinkage prior (l1) and a Gaussian prior= are the prior PSIS corrects towards:
+    # N(0, C) in their place targeted another posterior (3 nats off EP's on 120 rows).
+    X, y = binary_data(n=120, seed=3)
+    ep = EPLogisticRegression(l1_ratio=1.0, C=0.05).fit(X, y).loo(X, y, refit_above=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PSISWarning)
+        psis = LaplaceLogisticRegression(l1_ratio=1.0, C=0.05).fit(X, y).loo(X, y, random_state=0)
+    assert psis.method == "psis"
+    assert psis.elpd_loo == pytest.approx(ep.elpd_loo, abs=0.3)
+    # The default prior given explicitly as prior=: the same draws, the same terms.
+    default = LaplaceLogisticRegression(C=2.0).fit(X, y).loo(X, y, random_state=0)
+    given = LaplaceLogisticRegression(prior=(np.zeros(3), [2.0, 2.0, INTERCEPT_PRIOR_VAR]))
+    given = given.fit(X, y).loo(X, y, random_state=0)
+    np.testing.assert_allclose(given.pointwise, default.pointwise, rtol=1e-7)
 
 
 def test_zero_weight_rows_are_left_out(binary):
