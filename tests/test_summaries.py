@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.special import logsumexp
 from scipy.stats import norm
 
 from vsbayes.estimators import (
@@ -399,6 +400,18 @@ def test_flat_weights_need_no_smoothing():
     smoothed, k = pareto_smoothed_log_weights(np.zeros((2, 100)))
     assert np.all(k == -np.inf)
     np.testing.assert_allclose(smoothed, -np.log(100), rtol=1e-14)
+
+
+def test_weights_spread_beyond_exps_range_get_an_infinite_k():
+    # Most of the tail underflows beside the largest weight (the prior as the proposal,
+    # max_iter=0): no Pareto fit (it took logs of negative numbers, NaN); the raw weights.
+    log_w = np.full((1, 1000), -800.0)
+    log_w[0, :5] = [0.0, -1.0, -2.0, -3.0, -4.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        smoothed, k = pareto_smoothed_log_weights(log_w)
+    assert k[0] == np.inf
+    np.testing.assert_allclose(smoothed, log_w - logsumexp(log_w), rtol=1e-14)
 
 
 def test_pareto_k_matches_arviz():
