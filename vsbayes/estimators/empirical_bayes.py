@@ -355,6 +355,17 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 f"leave its prior None (a LaplacePrior, StudentTPrior or HorseshoePrior "
                 f"as prior gets its scale chosen)."
             )
+        if not ard and shrinkage is None and "penalty" in params and params["penalty"] is None:
+            raise ValueError(
+                "The estimator's penalty=None makes its prior flat whatever C: there is no C "
+                "to choose, and a flat prior's evidence is undefined. Leave penalty at its "
+                "default."
+            )
+        if params.get("max_iter") == 0:
+            raise ValueError(
+                "The estimator's max_iter=0 runs no iteration: its posterior is the prior and "
+                "its evidence is undefined at every C. Use max_iter >= 1."
+            )
         # The bracket's Laplace fits carry the estimator's penalty (an L1 or elastic-net
         # prior has a mode, at LogisticRegression's solution); ARD's are Gaussian.
         bracket = dict(shared)
