@@ -949,8 +949,8 @@ class BayesianGLMClassifier(
         """``sklearn.base.clone``, keeping ``prior`` when it is a fitted estimator.
 
         scikit-learn clones a parameter that is an estimator, which unfits it: an earlier
-        fit given as ``prior`` would reach ``cross_val_score``'s, ``GridSearchCV``'s or
-        ``EmpiricalBayesClassifier``'s fits as an unfitted estimator, and they would fail.
+        fit given as ``prior`` would reach ``cross_val_score``'s, ``GridSearchCV``'s or any
+        meta-estimator's fits as an unfitted estimator, and they would fail.
         Its posterior is data, not a setting: the clone refers to the same fitted
         estimator (read, never changed, by ``fit``), as ``sklearn.frozen.FrozenEstimator``
         is kept by ``clone``.
