@@ -219,7 +219,11 @@ def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     X, y, _ = data
     keep = X[:, 3] > -1.0
     Xd, yd = as_dask(X, y)
-    chunked = LaplaceLogisticRegression().fit(Xd[da.from_array(keep, chunks=700)], yd[keep])
+    mask = da.from_array(keep, chunks=700)
+    chunked = LaplaceLogisticRegression().fit(Xd[mask], yd[keep])
+    assert_same_posterior(LaplaceLogisticRegression().fit(X[keep], y[keep]), chunked)
+    # y masked by the same dask array: its sizes unknown as well.
+    chunked = LaplaceLogisticRegression().fit(Xd[mask], yd[mask])
     assert_same_posterior(LaplaceLogisticRegression().fit(X[keep], y[keep]), chunked)
 
 

@@ -216,6 +216,32 @@ def test_warm_start_starts_newton_at_the_previous_mean(binary):
         two.fit(X, y)
         one.fit(X, y).fit(X, y)
     np.testing.assert_allclose(one.coef_, two.coef_, rtol=1e-12)
+    # A refit whose problem has another shape (more classes: the joint multinomial, as
+    # one binary problem before; fewer features; no intercept) starts cold, as a new fit.
+    for X_next, y_next, fit_intercept in [
+        (X, np.arange(len(y)) % 3, True),
+        (X, y, True),
+        (X[:, :3], y, True),
+        (X, y, False),
+    ]:
+        warm.set_params(fit_intercept=fit_intercept).fit(X_next, y_next)
+        cold = LaplaceLogisticRegression(fit_intercept=fit_intercept).fit(X_next, y_next)
+        np.testing.assert_allclose(warm.coef_, cold.coef_, atol=1e-6)
+
+
+def test_clone_keeps_a_fitted_prior(binary):
+    # An earlier fit as prior= is data: cross-validation's clones must keep it fitted.
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    X, y = binary
+    earlier = LaplaceLogisticRegression().fit(X[:60], y[:60])
+    est = LaplaceLogisticRegression(prior=earlier, C=2.0)
+    twin = clone(est)
+    assert twin.prior is earlier and twin.C == 2.0 and not hasattr(twin, "coef_")
+    assert np.all(np.isfinite(cross_val_score(est, X[60:], y[60:], cv=2)))
+    # An unfitted estimator as prior is a parameter like any other: cloned.
+    assert clone(LaplaceLogisticRegression(prior=LaplaceLogisticRegression())).prior is not None
 
 
 @pytest.fixture(scope="module")

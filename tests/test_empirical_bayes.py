@@ -115,6 +115,11 @@ def test_multiclass_sums_the_evidence():
         ({"Cs": [1.0, -1.0]}, "Cs must be"),
         ({"estimator": "LogisticRegression"}, "estimator must be a vsbayes"),
         ({"refine": "yes"}, "refine"),
+        # A Gaussian prior replaces C: no C to choose.
+        ({"estimator": vsbayes.LaplaceLogisticRegression(prior=(np.zeros(3), 1.0))}, "no C"),
+        # A flat prior ignores C; no iteration gives no evidence.
+        ({"estimator": vsbayes.LaplaceLogisticRegression(penalty=None)}, "no C"),
+        ({"estimator": vsbayes.LaplaceLogisticRegression(max_iter=0)}, "max_iter=0"),
     ],
 )
 def test_parameters_are_checked(data, params, message):

@@ -232,6 +232,9 @@ def test_no_intercept():
         ({"rounds": 0}, "rounds"),
         ({"kernel_scale": 0.0}, "kernel_scale"),
         ({"fit_intercept": "yes"}, "fit_intercept"),
+        ({"n_jobs": 0}, "n_jobs must be"),
+        ({"class_weight": {0: -1.0, 1: 1.0}}, "class_weight must"),
+        ({"class_weight": {0: np.nan, 1: 1.0}}, "class_weight must"),
     ],
 )
 def test_invalid_parameters_are_named(params, match, binary_data):

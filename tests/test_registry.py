@@ -27,6 +27,11 @@ def test_traits():
     assert {key for key, m in METHODS.items() if m.sampling} == {"vs", "is", "bmc"}
     assert list(METHODS) == ["vs", "laplace", "is", "bmc", "ep", "vb"]
     assert set(METHODS["vb"].classes) == {"logistic"}
+    # fit's docstring names the methods whose logistic estimator is multinomial.
+    multinomial = {key for key, m in METHODS.items() if m.classes["logistic"]._multinomial}
+    assert multinomial == {"vs", "laplace", "is", "ep"}
+    doc = " ".join(BayesianGLMClassifier.fit.__doc__.split())
+    assert "(Laplace, VS, IS, EP) fit the joint multinomial" in doc
 
 
 @pytest.mark.parametrize(

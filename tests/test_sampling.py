@@ -109,5 +109,6 @@ def test_as_generator():
     r1 = as_generator(np.random.RandomState(5)).integers(1000)
     r2 = as_generator(np.random.RandomState(5)).integers(1000)
     assert r1 == r2
-    with pytest.raises(ValueError, match="random_state"):
-        as_generator("seed")
+    for bad in ("seed", -1):  # NumPy's own error for -1 names no parameter
+        with pytest.raises(ValueError, match="random_state"):
+            as_generator(bad)

@@ -241,6 +241,28 @@ def test_non_integrable_fit_raises_with_remedy():
         variational_sampling(improper, Gaussian([0.0], [[1.0]]), 50, rounds=1, random_state=0)
 
 
+def test_overflowing_subspace_sums_raise_without_numpy_warnings():
+    # Weights near exp's range times large basis values (a prior too vague for the
+    # features' scale: raw wine at C ≈ 270) overflow the subspace Newton's sums; the
+    # DegenerateEstimateError the estimators report is the message, not NumPy's warnings.
+    from types import SimpleNamespace
+
+    from vsbayes.exceptions import DegenerateEstimateError
+
+    n = 8
+    solver = SimpleNamespace(
+        pbar=np.full(n, 1.0),
+        offsets=np.zeros(n),
+        iterate=SimpleNamespace(values=np.full(n, 690.0), qbar=np.full(n, np.exp(690.0))),
+        mass_p=float(n),
+    )
+    basis = np.vstack([np.ones(n), np.linspace(-1e10, 1e10, n)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(DegenerateEstimateError, match="not finite"):
+            VSSolver._newton_in_span(solver, basis)
+
+
 def test_argument_errors(rng):
     target = random_gaussian(rng, 3)
     with pytest.raises(ValueError, match="n_samples"):

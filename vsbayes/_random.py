@@ -22,6 +22,9 @@ def as_generator(random_state=None) -> np.random.Generator:
     -------
     numpy.random.Generator
     """
+    if isinstance(random_state, numbers.Integral) and random_state < 0:
+        # (NumPy's own words, "expected non-negative integer", name no parameter.)
+        raise ValueError(f"random_state must be a non-negative int; got {random_state!r}.")
     if random_state is None or isinstance(random_state, numbers.Integral):
         return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.Generator):

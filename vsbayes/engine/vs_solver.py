@@ -366,8 +366,12 @@ class VSSolver:
         moved = False
         tol = _ROUNDOFF_FLOOR * self.mass_p
         for _ in range(20):
-            grad = basis_values @ (q - pbar)
-            hess = (basis_values * q) @ basis_values.T
+            # Points whose weights q are near exp's range (a prior too vague for the
+            # features' scale) overflow these sums: solve_psd refuses them with an
+            # estimation error the estimators report, so NumPy's warnings are noise.
+            with np.errstate(over="ignore", invalid="ignore"):
+                grad = basis_values @ (q - pbar)
+                hess = (basis_values * q) @ basis_values.T
             step = -solve_psd(hess, grad)
             dec = -float(grad @ step)
             if not dec > tol:

@@ -261,7 +261,8 @@ class BayesianGLMClassifier(
         "max_iter": (Interval(Integral, 0),),
         "verbose": (Interval(Integral, 0),),
         "warm_start": (bool,),
-        "n_jobs": (None, Interval(Integral)),
+        # joblib's convention: -1 all cores, -2 all but one, ...; 0 means nothing.
+        "n_jobs": (None, Interval(Integral, 1), Interval(Integral, None, -1, closed="right")),
         "decay": (Interval(Real, 0, 1, closed="right"),),
         "buffer_size": (Interval(Integral, 0),),
     }
@@ -314,7 +315,7 @@ class BayesianGLMClassifier(
         """Fit the posterior of the coefficients.
 
         Beyond two classes, the logistic estimators with a multinomial form (Laplace, VS,
-        IS, BMC) fit the joint multinomial posterior, the others one binary posterior per
+        IS, EP) fit the joint multinomial posterior, the others one binary posterior per
         class (one-vs-rest).
 
         Parameters
@@ -408,7 +409,7 @@ class BayesianGLMClassifier(
     ) -> list[MethodFit]:
         """Each problem's fit (:meth:`_fit_problem`), its stages reported to ``observer``
         (None: to nobody)."""
-        starts = self._warm_starts(len(problems), X.shape[1])
+        starts = self._warm_starts(problems, X.shape[1])
         watch = {}
         if observer is not None:  # what a callback sees of each problem
             pending = self._pending_prior(X.shape[1], priors, given)
@@ -561,17 +562,20 @@ class BayesianGLMClassifier(
             "intercept_prior_var": intercept if self.fit_intercept else None,
         }
 
-    def _warm_starts(self, n_problems: int, n_features: int) -> list:
+    def _warm_starts(self, problems: list, n_features: int) -> list:
         """Newton's start of each problem: the previous fit's posterior means with
-        ``warm_start=True`` (when the features and problems agree), else None (zeros)."""
+        ``warm_start=True`` where they fit this fit's problems (as many problems, each
+        mean of the problem's dimension: the features, the classes and ``fit_intercept``
+        may have changed since), else None (zeros).
+
+        (``n_features_in_`` cannot tell: ``fit`` has already reset it to this X's.)"""
         previous = getattr(self, "posteriors_", None)
-        if (
-            not self.warm_start
-            or previous is None
-            or len(previous) != n_problems
-            or getattr(self, "n_features_in_", None) != n_features
-        ):
-            return [None] * n_problems
+        if not self.warm_start or previous is None or len(previous) != len(problems):
+            return [None] * len(problems)
+        per_class = n_features + int(self.fit_intercept)
+        dims = [per_class * (1 if k is None else k) for _, k in problems]
+        if any(np.size(g.mean) != dim for g, dim in zip(previous, dims, strict=True)):
+            return [None] * len(problems)
         return [np.array(g.mean) for g in previous]
 
     def _random_generator(self):
@@ -617,7 +621,7 @@ class BayesianGLMClassifier(
         weights = _validate_sample_weight(sample_weight, X.shape[0])
         if self.class_weight is not None:
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            weights = weights * per_class[y_index]
+            weights = weights * _checked_class_weights(per_class, self.class_weight)[y_index]
         self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
         return X, y_index, weights, dtype
 
@@ -635,6 +639,7 @@ class BayesianGLMClassifier(
                 per_class = compute_class_weight(
                     self.class_weight, classes=self.classes_, y=self.classes_
                 )
+            per_class = _checked_class_weights(per_class, self.class_weight)
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
         self._check_weighted_classes(weighted)
@@ -944,6 +949,25 @@ class BayesianGLMClassifier(
         tags.input_tags.sparse = True
         return tags
 
+    def __sklearn_clone__(self):
+        """``sklearn.base.clone``, keeping ``prior`` when it is a fitted estimator.
+
+        scikit-learn clones a parameter that is an estimator, which unfits it: an earlier
+        fit given as ``prior`` would reach ``cross_val_score``'s, ``GridSearchCV``'s or any
+        meta-estimator's fits as an unfitted estimator, and they would fail.
+        Its posterior is data, not a setting: the clone refers to the same fitted
+        estimator (read, never changed, by ``fit``), as ``sklearn.frozen.FrozenEstimator``
+        is kept by ``clone``.
+        """
+        prior = self.prior
+        if getattr(prior, "posteriors_", None) is None:
+            return super().__sklearn_clone__()
+        without_prior = copy.copy(self)  # shallow: clone reads the parameters only
+        without_prior.prior = None
+        twin = BaseEstimator.__sklearn_clone__(without_prior)
+        twin.prior = prior
+        return twin
+
 
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
@@ -973,6 +997,17 @@ def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
     if not np.any(weights > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return weights
+
+
+def _checked_class_weights(per_class: np.ndarray, class_weight) -> np.ndarray:
+    """The weight of each class, refused unless finite and non-negative (a negative one
+    would turn the likelihood into its reciprocal; scikit-learn does not check)."""
+    if not np.all(np.isfinite(per_class) & (per_class >= 0)):
+        raise ValueError(
+            f"class_weight must give every class a finite non-negative weight; got "
+            f"{class_weight!r}."
+        )
+    return per_class
 
 
 def _validate_training_data(estimator, X, y):

@@ -52,6 +52,8 @@ def _rows_like(values, X, name: str):
         values = values[:, 0]
     if values.ndim != 1:
         raise ValueError(f"{name} must be 1-dimensional; got shape {values.shape}.")
+    if any(np.isnan(c) for c in values.chunks[0]):  # masked as X was: sizes, as for X
+        values = values.compute_chunk_sizes()
     if values.shape[0] != X.shape[0]:
         raise ValueError(
             f"X has {X.shape[0]} rows but {name} has {values.shape[0]}; they must match."

@@ -837,6 +837,37 @@ def _softmax_log_predictive(mean, cov, label, weights) -> np.ndarray:
     return out
 
 
+def _log_prior(estimator, data: _Training, theta: np.ndarray, n_problems: int, d: int):
+    """``log p(θ)`` up to a constant at each draw (rows of ``theta``): the prior the fit
+    used — ``prior=`` a Gaussian (binary), a shrinkage prior's on the coefficients
+    (``penalty="l1"``/``"elasticnet"`` or a prior object; binary), else N(0, C) (the flat
+    prior's, or liblinear's intercept) as ``fit`` made it."""
+    factor = getattr(estimator, "_coefficient_factor_", None)
+    given = getattr(estimator, "prior", None) is not None and factor is None
+    if (given or factor is not None) and n_problems != 1:
+        raise ValueError(
+            "Leave-one-out and WAIC of the multinomial posterior are implemented under its "
+            "default prior N(0, C) only, not under a prior=: fit with C instead."
+        )
+    if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (one binary problem)
+        prior = estimator._problem_priors(d, [(None, None)], estimator.classes_)[0]
+        white = scipy.linalg.solve_triangular(
+            prior.lower, (theta - prior.mean).T, lower=True, check_finite=False
+        )
+        return -0.5 * (white * white).sum(axis=0)
+    priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
+    prior_var = np.empty(theta.shape[1])  # θ: every problem's (or class's) d, then intercepts
+    prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)
+    prior_var[n_problems * d :] = priors["intercept_prior_var"] or 1.0
+    if factor is None:
+        return -0.5 * (theta * theta) @ (1.0 / prior_var)
+    # The coefficients' shrinkage prior, the intercept's N(0, 10⁶) (or none).
+    intercept = theta[:, d:]
+    return factor.log_density(theta[:, :d]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
+        1.0 / prior_var[d:]
+    )
+
+
 class _PosteriorDraws:
     """Draws θ_s of the Gaussian approximation q, each row's log-likelihood at them, and
     the importance weights ``p(θ | y) / q(θ)`` that make them draws of the posterior."""
@@ -868,21 +899,7 @@ class _PosteriorDraws:
         # Both maps are linear in z with a fixed Jacobian: log q up to a constant (the
         # weights are normalized).
         log_q = -0.5 * (z * z).sum(axis=1)
-        if getattr(estimator, "prior", None) is not None:
-            raise ValueError(
-                "Leave-one-out by importance sampling of the posterior needs the prior's "
-                "density, which is not rebuilt for a prior= given to the estimator: use an "
-                "estimator fitted by expectation propagation (its cavities give leave-one-out "
-                "without it)."
-            )
-        # The prior of the fit (C, the flat prior's or liblinear's intercept), as fit made it.
-        priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
-        prior_var = np.empty(mean.size)  # θ: every problem's (or class's) d, then intercepts
-        prior_var[: n_problems * d] = np.tile(
-            np.broadcast_to(priors["prior_var"], (d,)), n_problems
-        )
-        prior_var[n_problems * d :] = priors["intercept_prior_var"] or 1.0
-        log_prior = -0.5 * (theta * theta) @ (1.0 / prior_var)
+        log_prior = _log_prior(estimator, data, theta, n_problems, d)
         self.coef = theta[:, : n_problems * d].reshape(n_draws, n_problems, d)
         self.intercept = (
             theta[:, n_problems * d :]

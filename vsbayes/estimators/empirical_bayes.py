@@ -346,6 +346,26 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         params = base.get_params()
         shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         shrinkage = _shrinkage_prior(base)
+        if not ard and shrinkage is None and params.get("prior") is not None:
+            # A Gaussian prior (or an earlier fit) replaces N(0, C·I): the estimator would
+            # ignore the C chosen here, and C_ would describe no fit.
+            raise ValueError(
+                f"The estimator's prior ({type(params['prior']).__name__}) replaces C, so "
+                f"there is no C to choose by the evidence. Fit the estimator directly, or "
+                f"leave its prior None (a LaplacePrior, StudentTPrior or HorseshoePrior "
+                f"as prior gets its scale chosen)."
+            )
+        if not ard and shrinkage is None and "penalty" in params and params["penalty"] is None:
+            raise ValueError(
+                "The estimator's penalty=None makes its prior flat whatever C: there is no C "
+                "to choose, and a flat prior's evidence is undefined. Leave penalty at its "
+                "default."
+            )
+        if params.get("max_iter") == 0:
+            raise ValueError(
+                "The estimator's max_iter=0 runs no iteration: its posterior is the prior and "
+                "its evidence is undefined at every C. Use max_iter >= 1."
+            )
         # The bracket's Laplace fits carry the estimator's penalty (an L1 or elastic-net
         # prior has a mode, at LogisticRegression's solution); ARD's are Gaussian.
         bracket = dict(shared)

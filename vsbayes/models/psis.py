@@ -49,7 +49,9 @@ def pareto_smoothed_log_weights(log_weights: np.ndarray) -> tuple[np.ndarray, np
         normalized (``logsumexp`` of each row is 0).
     pareto_k : ndarray of shape (n,)
         The fitted shape ``k̂`` of each row's tail; ``-inf`` where the tail is flat (all
-        the largest weights equal: nothing to smooth, e.g. a row of weight zero).
+        the largest weights equal: nothing to smooth, e.g. a row of weight zero); ``inf``
+        where a quarter of the tail underflows beside its largest weight (no fit: the raw
+        weights are kept).
     """
     log_weights = np.array(log_weights, dtype=float, ndmin=2)
     n, n_draws = log_weights.shape
@@ -67,7 +69,13 @@ def pareto_smoothed_log_weights(log_weights: np.ndarray) -> tuple[np.ndarray, np
     excess = np.exp(log_weights[rows, tail_index]) - cutoff  # ascending in each row
     pareto_k = np.full(n, -np.inf)
     flat = excess[:, -1] <= 0.0
-    fit = np.flatnonzero(~flat)
+    # A tail whose quarter or more underflows beside its largest weight (log weights
+    # spread beyond exp's range, e.g. the prior as the proposal) has no Pareto fit: its
+    # quartile excess is ≤ 0, where the fit's profile takes logs of negative numbers. Its
+    # raw weights are kept, and k̂ = ∞ says that they cannot be trusted.
+    degenerate = ~flat & (excess[:, int(tail_length / 4 + 0.5) - 1] <= 0.0)
+    pareto_k[degenerate] = np.inf
+    fit = np.flatnonzero(~flat & ~degenerate)
     if fit.size:
         k, sigma = _generalized_pareto_fit(excess[fit])
         pareto_k[fit] = k
