@@ -252,8 +252,10 @@ def test_unsupported_routes_say_what_is_supported(binary):
         VSLogisticRegression(prior=LaplacePrior()).fit(X, y3)
     with pytest.raises(ValueError, match="no mode"):
         LaplaceLogisticRegression(prior=HorseshoePrior()).fit(X, y)
-    with pytest.raises(ValueError, match="partial_fit"):
+    with pytest.raises(AttributeError, match="partial_fit"):  # hidden, as MLPClassifier's
         VSLogisticRegression(l1_ratio=1).partial_fit(X, y, classes=[0, 1])
+    assert not hasattr(VSLogisticRegression(prior=StudentTPrior()), "partial_fit")
+    assert hasattr(VSLogisticRegression(), "partial_fit")
 
 
 def test_priors_are_parameters_sklearn_can_clone():

@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
+from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 import vsbayes as vb
@@ -229,9 +230,12 @@ def test_multinomial_prior_from_an_earlier_posterior(cls, iris):
         ((np.zeros(7), -np.eye(7)), "not positive definite"),
         ("flat", "prior must be a fitted vsbayes estimator"),
         ({"mean": np.zeros(7)}, "exactly one of a covariance and a precision"),
+        ("fitted LogisticRegression", "which holds no posterior"),
     ],
 )
 def test_fit_names_a_bad_prior(prior, message, cancer):
+    if prior == "fitted LogisticRegression":
+        prior = LogisticRegression().fit(*cancer)
     with pytest.raises(ValueError, match=message):
         vb.LaplaceLogisticRegression(prior=prior).fit(*cancer)
 
@@ -477,7 +481,10 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
         model.partial_fit(X[50:60], y[50:60])
     np.testing.assert_array_equal(model.posteriors_[0].mean, kept[0][0])
     np.testing.assert_array_equal(model.sigma_, kept[1])
-    model.set_params(decay=1.0)
+    model.set_params(decay=1.0, class_weight={0: -1.0, 1: 1.0})
+    with pytest.raises(ValueError, match="class_weight must give every class"):
+        model.partial_fit(X[50:60], y[50:60])
+    model.set_params(class_weight=None)
     row = X[50:51].copy()
     row[0, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):  # the one-row update validates as any batch
@@ -579,7 +586,7 @@ def test_thompson_draws_score_the_candidates_in_one_call(cancer, iris):
     mean, var = binary.latent_mean_and_variance(cancer[0][:7])
     np.testing.assert_allclose(draws.scores.mean(axis=0), mean, atol=5 * np.sqrt(var.max() / 4000))
     multinomial = vb.LaplaceLogisticRegression().fit(*iris)
-    draws = multinomial.thompson_sample(iris[0][:5], n_draws=3, random_state=0)
+    draws = multinomial.thompson_sample(iris[0][:5], n_draws=np.int64(3), random_state=0)
     assert draws.scores.shape == (3, 5, 3)
     expected = np.einsum("nd,skd->snk", iris[0][:5], draws.coef) + draws.intercept[:, None]
     np.testing.assert_allclose(draws.scores, expected, rtol=1e-12, atol=1e-12)

@@ -582,8 +582,12 @@ class BayesianGLMClassifier(
         """The fit's generator: ``random_state``'s, or the default seed's."""
         return as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
 
-    #: The one check of sample weights, shared with partial_fit (estimators/_updating.py).
+    #: The one check of sample and class weights, shared with partial_fit
+    #: (estimators/_updating.py).
     _checked_sample_weight = staticmethod(lambda weights, n: _validate_sample_weight(weights, n))
+    _checked_class_weights = staticmethod(
+        lambda per_class, given: _checked_class_weights(per_class, given)
+    )
 
     def _check_params(self) -> None:
         """Raise an InvalidParameterError naming the first parameter outside

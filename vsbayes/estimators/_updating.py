@@ -58,12 +58,14 @@ accumulates too much precision (docs/decisions.md, "Streaming by moments").
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._blas import one_blas_thread
@@ -83,6 +85,7 @@ from ..models import (
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.links import get_link
 from ..models.priors import GaussianPrior
+from ..models.shrinkage_priors import SHRINKAGE_PRIORS
 from ._methods import SOFTMAX_EP_MIN_TOL, MethodFit
 
 __all__ = [
@@ -177,6 +180,26 @@ class BayesianUpdating:
 
     # --- partial_fit -------------------------------------------------------------------
 
+    def _gaussian_prior_only(self) -> bool:
+        """Whether ``partial_fit`` is available: a Gaussian prior. Hidden (an
+        AttributeError, as scikit-learn's ``MLPClassifier`` hides it for lbfgs) under a
+        shrinkage prior, whose posterior is not carried batch by batch; invalid
+        parameters leave it to ``partial_fit``'s own check, which names them."""
+        try:
+            shrinkage = isinstance(self.prior, SHRINKAGE_PRIORS) or (
+                self.prior is None and self._resolved_penalty() in ("l1", "elasticnet")
+            )
+        except (TypeError, ValueError):
+            return True
+        if shrinkage:
+            raise AttributeError(
+                "partial_fit updates a Gaussian posterior batch by batch; a shrinkage prior "
+                "(penalty='l1' or 'elasticnet', or a Laplace, Student-t or horseshoe prior) "
+                "is not Gaussian. Use fit on all the rows."
+            )
+        return True
+
+    @available_if(_gaussian_prior_only)
     @one_blas_thread
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Update the posterior with one batch of rows (assumed-density filtering).
@@ -226,12 +249,6 @@ class BayesianUpdating:
             The carried posterior is left as it was.
         """
         self._check_params()
-        if self._shrinkage_factor() is not None:
-            raise ValueError(
-                "partial_fit updates a Gaussian posterior batch by batch; a shrinkage prior "
-                "(penalty='l1' or 'elasticnet', or a Laplace, Student-t or horseshoe prior) "
-                "is not Gaussian. Use fit on all the rows."
-            )
         if self._flat_prior() and self.prior is None:
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
@@ -265,7 +282,7 @@ class BayesianUpdating:
                     "not have; pass a dict of class weights to partial_fit."
                 )
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
-            weights = weights * per_class[y_index]
+            weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
         problems = self._stream_problems(y_index, len(classes))
         n_rows = X.shape[0]
         buffer = None if first else vars(self).get("_stream_buffer")
@@ -490,7 +507,7 @@ class BayesianUpdating:
             (n_draws, n_rows, n_classes) beyond two classes, and the draws.
         """
         check_is_fitted(self)
-        n_draws = check_scalar(n_draws, "n_draws", int, min_val=1)
+        n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         n_scores = len(self.coef_) if len(self.classes_) > 2 else 1
         check_memory(
@@ -569,6 +586,12 @@ def _prior_specs(estimator, prior, classes: np.ndarray) -> list:
             )
         return list(posteriors)
     if hasattr(prior, "fit") and not hasattr(prior, "mean"):
+        if hasattr(prior, "classes_"):  # fitted, but holds no Gaussian posterior
+            raise ValueError(
+                f"prior is a fitted {type(prior).__name__}, which holds no posterior: pass "
+                f"a fitted vsbayes estimator (its posterior is the prior), a Gaussian, a "
+                f"(mean, cov) pair or a dict."
+            )
         raise ValueError(
             f"prior is an unfitted {type(prior).__name__}: fit it first (its posterior is "
             f"the prior)."
