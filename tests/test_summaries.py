@@ -182,12 +182,17 @@ def test_binary_interval_is_the_links_quantiles(binary):
 
 
 def test_multinomial_interval_matches_the_draws(multinomial):
-    X, _, model = multinomial
+    X, y, model = multinomial
     lower, upper = model.predict_proba_interval(X[:4], level=0.9, random_state=0)
     draws = model.sample_proba(X[:4], 20_000, random_state=1)
     np.testing.assert_allclose(np.quantile(draws, 0.05, axis=0), lower, atol=0.015)
     np.testing.assert_allclose(np.quantile(draws, 0.95, axis=0), upper, atol=0.015)
     assert np.all(lower <= upper)
+    # Reproducible by default (the fit's seed), as the fit itself.
+    again = [model.predict_proba_interval(X[:4], level=0.9, n_draws=256) for _ in range(2)]
+    np.testing.assert_array_equal(again[0], again[1])
+    loo = [model.loo(X, y, n_draws=100, refit_above=None) for _ in range(2)]
+    assert loo[0].elpd_waic == loo[1].elpd_waic
 
 
 def test_draws_average_to_predict_proba_and_are_seeded(multinomial):

@@ -6,7 +6,13 @@ import numbers
 
 import numpy as np
 
-__all__ = ["as_generator"]
+__all__ = ["DEFAULT_SEED", "as_generator"]
+
+#: The seed of ``random_state=None`` where a result must be reproducible: fits, and the
+#: summaries computed from draws (intervals, leave-one-out, ArviZ export) are
+#: deterministic by default, as LogisticRegression's fits (docs/decisions.md,
+#: "Deterministic by default"); draws asked for as draws (``sample_*``) are not.
+DEFAULT_SEED = 0
 
 
 def as_generator(random_state=None) -> np.random.Generator:

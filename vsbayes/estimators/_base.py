@@ -32,7 +32,7 @@ from sklearn.utils.validation import (
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._progress import observed
-from .._random import as_generator
+from .._random import DEFAULT_SEED, as_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
@@ -101,10 +101,6 @@ SOLVER_NOT_CONVERGED = {
     "sag": "The max_iter was reached which means the coef_ did not converge",
     "saga": "The max_iter was reached which means the coef_ did not converge",
 }
-
-#: The seed of ``random_state=None``: fits are deterministic by default, as
-#: LogisticRegression's (docs/decisions.md, "Deterministic by default").
-DEFAULT_SEED = 0
 
 
 class InvalidParameterError(ValueError, TypeError):

@@ -346,7 +346,8 @@ class PosteriorPrediction:
         n_draws : int, default=4096
             Latent draws per row beyond two classes (unused for two).
         random_state : int, RandomState, Generator or None, default=None
-            Seed of those draws.
+            Seed of those draws; None: a fixed seed, so that the same call gives the same
+            intervals.
 
         Returns
         -------
@@ -425,7 +426,8 @@ class PosteriorPrediction:
             None: 1000 where EP's cavities give the terms (the draws serve WAIC only), else
             4000 (Pareto smoothing fits the largest fifth of a row's weights at most).
         random_state : int, RandomState, Generator or None, default=None
-            Seed of the draws.
+            Seed of the draws; None: a fixed seed, so that the same call gives the same
+            estimates.
         refit_above : float, "auto" or None, default="auto"
             Where EP's cavities give the terms: the rows whose own share of ``p_loo``
             exceeds this (nats) get their term from EP refitted without them, warm from
@@ -468,7 +470,8 @@ class PosteriorPrediction:
         n_draws : int, default=1000
             Posterior draws (one chain).
         random_state : int, RandomState, Generator or None, default=None
-            Seed of the draws.
+            Seed of the draws; None: a fixed seed, so that the same call exports the same
+            draws.
 
         Returns
         -------
