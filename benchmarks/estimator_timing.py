@@ -180,12 +180,19 @@ def fitted_row(dataset, X, name, estimator, times, caught, messages) -> dict:
         seconds_min=min(times),
         seconds_max=max(times),
         n_iter=int(np.max(estimator.n_iter_)),
-        n_samples=getattr(post, "n_samples", ""),
+        # The points of a sampling fit; where VS took another route (strategy_), the route.
+        n_samples=getattr(post, "n_samples", None) or route(estimator),
         kl_error=getattr(post, "kl_error", ""),
         fallback="" if fallback is None else bool(fallback.any()),
         warnings=len(caught),
         status="ok",
     )
+
+
+def route(estimator) -> str:
+    """The route(s) a VS fit took (``strategy_``, one per problem), "" for other methods."""
+    strategy = getattr(estimator, "strategy_", None)
+    return "" if strategy is None else "/".join(dict.fromkeys(map(str, np.ravel(strategy))))
 
 
 def row(dataset, shape, estimator, **values):
@@ -226,8 +233,9 @@ def memory_child(m, d):
         "M": m,
         "d": d,
         "seconds": seconds,
-        # No points when the VS estimator took the site fits inside EP (strategy_).
-        "n_samples": getattr(estimator.posteriors_[0], "n_samples", "none (sites)"),
+        # No points where the VS estimator took another route: its strategy_ then.
+        "n_samples": getattr(estimator.posteriors_[0], "n_samples", None)
+        or f"none ({route(estimator)})",
         "warnings": len(caught),
         "rss_start_mb": rss_start,
         "rss_data_mb": rss_data,
@@ -343,7 +351,8 @@ def markdown(rows, memory, info, args):
         "Wall time of `fit(X, y)` and its ratio to `LogisticRegression()` (scikit-learn "
         "defaults, lbfgs) fitted in the same process on the same data, beside every timed "
         "fit (its time: the faster median of its default BLAS threads and one BLAS thread). "
-        "`N`: VS posterior evaluations (`posteriors_[0].n_samples`); `warnings`: warnings "
+        "`N`: VS posterior evaluations (`posteriors_[0].n_samples`), or where the fit "
+        "took no points the route it took (`strategy_`); `warnings`: warnings "
         "raised by the timed fits, counted and not printed (messages "
         "in the JSON); `iters`: lbfgs iterations (LR), Newton iterations (Laplace), VS solver "
         "iterations summed over the rounds (VS); `min–max`: spread of the timed fits."
