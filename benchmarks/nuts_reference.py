@@ -67,11 +67,14 @@ def prior_variances(dim: int) -> np.ndarray:
     return v
 
 
-def log_posterior(A, link: str, theta: np.ndarray) -> np.ndarray:
-    """Unnormalized log posterior (normalized prior) of the rows of ``theta`` (N, p)."""
+def log_posterior(A, link: str, theta: np.ndarray, weights=None) -> np.ndarray:
+    """Unnormalized log posterior (normalized prior) of the rows of ``theta`` (N, p);
+    ``weights``: the rows' sample weights (default 1), powers of their likelihood factors."""
     theta = np.atleast_2d(theta)
     t = np.asarray(A @ theta.T)
     log_f = log_ndtr(t) if link == "probit" else -np.logaddexp(0.0, -t)
+    if weights is not None:
+        log_f = log_f * np.asarray(weights)[:, None]
     v = prior_variances(theta.shape[1])
     log_prior = -0.5 * ((theta**2) @ (1 / v) + np.log(2 * np.pi * v).sum())
     return log_f.sum(axis=0) + log_prior
@@ -86,15 +89,17 @@ def _slope_curvature(t: np.ndarray, link: str):
     return s, s * (1 - s)
 
 
-def laplace(A, link: str, tol: float = 1e-10, max_iter: int = 100):
+def laplace(A, link: str, tol: float = 1e-10, max_iter: int = 100, weights=None):
     """Mode and negative Hessian (precision) of the log posterior, by damped Newton."""
     dim = A.shape[1]
     inv_v = 1 / prior_variances(dim)
+    w = 1.0 if weights is None else np.asarray(weights, dtype=float)
     theta = np.zeros(dim)
-    value = float(log_posterior(A, link, theta)[0])
+    value = float(log_posterior(A, link, theta, weights)[0])
     for _ in range(max_iter):
         t = np.asarray(A @ theta).ravel()
         slope, curv = _slope_curvature(t, link)
+        slope, curv = w * slope, w * curv
         grad = np.asarray(A.T @ slope).ravel() - theta * inv_v
         if sp.issparse(A):
             hess = (A.T @ A.multiply(curv[:, None]).tocsr()).toarray()
@@ -106,7 +111,7 @@ def laplace(A, link: str, tol: float = 1e-10, max_iter: int = 100):
         scale = 1.0
         while True:  # backtracking: the log posterior is concave
             new = theta + scale * step
-            new_value = float(log_posterior(A, link, new)[0])
+            new_value = float(log_posterior(A, link, new, weights)[0])
             if new_value >= value - 1e-12 * abs(value) or scale < 1e-8:
                 break
             scale /= 2
@@ -115,6 +120,7 @@ def laplace(A, link: str, tol: float = 1e-10, max_iter: int = 100):
             break
     t = np.asarray(A @ theta).ravel()
     _, curv = _slope_curvature(t, link)
+    curv = w * curv
     if sp.issparse(A):
         hess = (A.T @ A.multiply(curv[:, None]).tocsr()).toarray()
     else:
@@ -123,19 +129,19 @@ def laplace(A, link: str, tol: float = 1e-10, max_iter: int = 100):
     return theta, hess
 
 
-def check_against_vsbayes(X, y, link: str, points: np.ndarray) -> float:
+def check_against_vsbayes(X, y, link: str, points: np.ndarray, weights=None) -> float:
     """Largest |difference| of our log posterior and vsbayes' model's at ``points``."""
     from vsbayes.models import BinaryGLMPosterior
 
     model = BinaryGLMPosterior(
         X,
         y,
-        np.ones(len(y)),
+        np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float),
         link,
         prior_var=PRIOR_VAR,
         intercept_prior_var=INTERCEPT_PRIOR_VAR,
     )
-    ours = log_posterior(signed_design(X, y), link, points)
+    ours = log_posterior(signed_design(X, y), link, points, weights)
     return float(np.max(np.abs(ours - model.log_density(points))))
 
 
@@ -188,11 +194,12 @@ def diagnostics(x: np.ndarray) -> dict:
 # --- NUTS --------------------------------------------------------------------------------
 
 
-def potential(A, link: str, mode: np.ndarray, root: np.ndarray, prior_var=None):
+def potential(A, link: str, mode: np.ndarray, root: np.ndarray, prior_var=None, weights=None):
     """JAX potential -log p(m + L z) (constants dropped) of the whitened coordinates z.
 
     ``prior_var``: the prior variances of θ (default: ``prior_variances``, this benchmark's
     prior); ``benchmarks/nuts_comparison.py`` passes the paper's, with m = 0 and L = 1.
+    ``weights``: the rows' sample weights (default 1).
     """
     import jax
     import jax.numpy as jnp
@@ -203,6 +210,12 @@ def potential(A, link: str, mode: np.ndarray, root: np.ndarray, prior_var=None):
     # A diagonal preconditioner is stored as the vector of its diagonal.
     transform = (lambda z: m + L * z) if root.ndim == 1 else (lambda z: m + L @ z)
     log_f = jlog_ndtr if link == "probit" else (lambda t: -jax.nn.softplus(-t))
+    if weights is not None:
+        row_weights, unweighted = jnp.asarray(weights, dtype=float), log_f
+
+        def log_f(t):
+            return row_weights * unweighted(t)
+
     if sp.issparse(A):
         A = sp.coo_matrix(A)
         rows, cols, vals = jnp.asarray(A.row), jnp.asarray(A.col), jnp.asarray(A.data)
@@ -233,15 +246,21 @@ def _kl_or_nan(mean_ref, cov_ref, mean, cov) -> float:
 
 
 def run_cell(case: str, link: str, args) -> dict:
+    X, y = load_case(case)
+    return sample_reference(X, y, link, case, reference_path(case, link), args)
+
+
+def sample_reference(X, y, link: str, case: str, path, args, weights=None) -> dict:
+    """NUTS on the posterior of ``(X, y)`` (y in {-1, +1}, rows weighted by ``weights``),
+    its moments, draws' quantiles and diagnostics saved to ``path``; returns the diagnostics."""
     import jax
     import numpyro
     from numpyro.infer import MCMC, NUTS
 
-    X, y = load_case(case)
     A = signed_design(X, y)
     dim = A.shape[1]
     start = time.perf_counter()
-    mode, hess = laplace(A, link)
+    mode, hess = laplace(A, link, weights=weights)
     lower = np.linalg.cholesky(hess)  # H = R Rᵀ, so L = R⁻ᵀ gives L Lᵀ = H⁻¹
     root = solve_triangular(lower, np.eye(dim), lower=True).T
     laplace_cov = root @ root.T
@@ -253,14 +272,14 @@ def run_cell(case: str, link: str, args) -> dict:
     laplace_seconds = time.perf_counter() - start
     rng = np.random.default_rng(zlib.crc32(f"{case}/{link}".encode()))
     probe = rng.multivariate_normal(mode, laplace_cov, size=3)
-    model_gap = check_against_vsbayes(X, y, link, probe)
+    model_gap = check_against_vsbayes(X, y, link, probe, weights)
     print(
         f"{case}/{link}: d+1={dim}, Laplace in {laplace_seconds:.1f} s, "
         f"|ours - vsbayes| log density {model_gap:.1e}",
         flush=True,
     )
 
-    fn = potential(A, link, mode, root)
+    fn = potential(A, link, mode, root, weights=weights)
     kernel = NUTS(
         potential_fn=fn,
         dense_mass=False,
@@ -292,6 +311,8 @@ def run_cell(case: str, link: str, args) -> dict:
     del z
     diag = diagnostics(theta)
     flat = theta.reshape(-1, dim)
+    # The draws' 2.5 % and 97.5 % quantiles: the intervals a summary should match.
+    quantiles = np.quantile(flat, [0.025, 0.975], axis=0)
     mean = flat.mean(axis=0)
     centered = flat - mean
     cov = centered.T @ centered / (len(flat) - 1)
@@ -335,12 +356,13 @@ def run_cell(case: str, link: str, args) -> dict:
         "jax": jax.__version__,
         "numpyro": numpyro.__version__,
     }
-    reference_path(case, link).parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
-        reference_path(case, link),
+        path,
         mean=mean,
         cov=cov.astype(np.float32) if dim > 1000 else cov,
         mcse_mean=mcse,
+        quantiles=quantiles,
         laplace_mode=mode,
         diagnostics=json.dumps(result),
     )

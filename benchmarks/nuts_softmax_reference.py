@@ -115,12 +115,18 @@ def potential(model: SoftmaxGLMPosterior, mode: np.ndarray, root: np.ndarray):
 
 
 def run_case(case: str, args) -> dict:
+    X, y = load_case(case)
+    return sample_reference(X, y, case, reference_path(case), args)
+
+
+def sample_reference(X, y, case: str, path, args) -> dict:
+    """NUTS on the softmax posterior of ``(X, y)`` (y: class indices 0..K-1), its moments,
+    draws' quantiles, predictive and diagnostics saved to ``path``; returns the diagnostics."""
     import jax
     import numpyro
     from numpyro.diagnostics import effective_sample_size
     from numpyro.infer import MCMC, NUTS
 
-    X, y = load_case(case)
     model = model_of(X, y)
     dim = model.dim
     laplace = softmax_laplace(model, tol=1e-12)
@@ -156,6 +162,13 @@ def run_case(case: str, args) -> dict:
     diag = diagnostics(theta)
     mcse = diag.pop("mcse_mean")
     flat = theta.reshape(-1, dim)
+    # The summary's identified quantities: coefficients and intercepts centred over the
+    # classes, (draws, d + 1, K), and their 2.5 % and 97.5 % quantiles.
+    W_all, b_all = model.split(flat)
+    centred = np.concatenate([W_all, b_all[:, :, None]], axis=2).transpose(0, 2, 1)
+    centred -= centred.mean(axis=2, keepdims=True)
+    quantiles = np.quantile(centred, [0.025, 0.975], axis=0)
+    del W_all, b_all, centred
     mean = flat.mean(axis=0)
     centred = flat - mean
     cov = centred.T @ centred / (len(flat) - 1)
@@ -193,10 +206,11 @@ def run_case(case: str, args) -> dict:
         "jax": jax.__version__,
         "numpyro": numpyro.__version__,
     }
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
-        reference_path(case),
+        path,
         mean=mean,
+        quantiles=quantiles,
         cov=cov,
         mcse_mean=mcse,
         proba=proba,

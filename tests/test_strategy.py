@@ -49,6 +49,19 @@ def test_auto_takes_the_sites_when_the_global_fit_is_too_costly(data, monkeypatc
     assert "multiply-adds" in model.strategy_reason_[0]
 
 
+def test_auto_checks_a_cheap_ep_by_the_global_fit(data, monkeypatch):
+    """8× the work of a cheap EP (closed-form probit sites, 150 rows) is below
+    GLOBAL_WORK_FLOOR: the global fit still runs and checks EP, whose predicted error is
+    then a number, not NaN; without the floor it was refused."""
+    X, y = data
+    model = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
+    assert "departs from EP" in model.strategy_reason_[0]
+    assert np.isfinite(model.kl_error_[0])
+    monkeypatch.setattr(strategy_module, "GLOBAL_WORK_FLOOR", 0.0)
+    model = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
+    assert "EP's work" in model.strategy_reason_[0] and np.isnan(model.kl_error_[0])
+
+
 @pytest.mark.parametrize("n_samples", [64, 4000])
 def test_auto_keeps_the_global_fit_only_where_it_departs_from_ep(data, n_samples):
     X, y = data

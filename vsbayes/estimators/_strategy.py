@@ -51,6 +51,13 @@ STRATEGIES = ("auto", "global", "sites")
 MIN_GLOBAL_FACTOR, MAX_GLOBAL_FACTOR = 16, 32
 GLOBAL_WORK_LIMIT = 2e8
 EP_WORK_RATIO = 8.0
+# The bound by EP's work is never below GLOBAL_WORK_FLOOR multiply-adds (tens of ms; 32n
+# points on 1000 rows × 6 features are 4.3e7): where EP is cheap (closed-form probit sites,
+# a few hundred rows) 8× its work refused global fits of a few ms, leaving EP's fixed point
+# unchecked (kl_error_ NaN) where it is off. Measured against importance sampling on
+# probit problems with 1 % positives (benchmarks/unseen_cases.py): EP 0.011-0.047 nats,
+# the global fit then taken 0.003-0.009.
+GLOBAL_WORK_FLOOR = 5e7
 LINK_COST, SITE_NODES = 30, 40
 # Many rows per Gaussian parameter (M ≥ DATA_RICH · n) make the posterior nearly Gaussian:
 # there "auto" first compares EP's expected work — EP_SWEEPS sweeps of M × (2p² +
@@ -615,9 +622,12 @@ class VSMethod(SamplingMethod):
             closed = model.link.has_closed_form(np.minimum(model.sample_weight, 1.0))
             site_cost = LINK_COST * (1 if closed else SITE_NODES)
             ep_work = max(ep.n_iter, 1) * (m * (2.0 * p * p + site_cost) + p**3 / 3.0)
-            if EP_WORK_RATIO * ep_work < limit:
-                limit = EP_WORK_RATIO * ep_work
+            bound = max(EP_WORK_RATIO * ep_work, GLOBAL_WORK_FLOOR)
+            if bound < limit:
+                limit = bound
                 why = f"{EP_WORK_RATIO:g}× EP's work ({ep_work:.3g}, {ep.n_iter} sweeps)"
+                if bound == GLOBAL_WORK_FLOOR:
+                    why = f"the floor {GLOBAL_WORK_FLOOR:.3g} ({why} is less)"
         n_samples = max(min(MAX_GLOBAL_FACTOR * n, int(limit // per_point)), self.auto_minimum)
         if n_samples < MIN_GLOBAL_FACTOR * n:
             return n_samples, (
