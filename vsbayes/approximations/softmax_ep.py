@@ -140,6 +140,7 @@ class _Contrast:
         # rotation: EP runs on B under B's marginal prior, and the shift part follows B
         # through the prior's conditional (exact: the likelihood sees B only).
         self.general = model.prior_precision is not None or bool(np.any(model.prior_mean))
+        self._kept = None  # (posterior covariance, rows' latent covariances): keep_latent
         if self.general:
             self._general_prior()
         else:
@@ -206,8 +207,23 @@ class _Contrast:
         return mean, cov, float(np.log(np.diag(lower)).sum()), linear, precision
 
     def latent(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean (M, r) and covariance (M, r, r) of every row's ``g = B x̃``."""
-        return row_moments(self.model.X, mean.reshape(self.r, self.width), cov)
+        """Mean (M, r) and covariance (M, r, r) of every row's ``g = B x̃``: the covariances
+        kept by :meth:`keep_latent` if ``cov`` is the one they came from (once)."""
+        kept, self._kept = self._kept, None
+        coef = mean.reshape(self.r, self.width)
+        if kept is not None and np.array_equal(kept[0], cov):
+            d = self.model.n_features
+            v_mean = np.asarray(self.model.X @ coef[:, :d].T)
+            if self.width > d:
+                v_mean += coef[:, d]
+            return v_mean, kept[1]
+        return row_moments(self.model.X, coef, cov)
+
+    def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
+        """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance
+        ``cov`` for the next :meth:`latent` (a new linear term leaves them as they were:
+        the first sweep after the sites' start moved their linear terms alone)."""
+        self._kept = (cov, latent_cov)
 
     def to_theta(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """θ's mean and covariance (model layout): B's rotated back, plus the shift's prior."""
@@ -897,6 +913,7 @@ def _skewness_shift(model, contrast, start, lam, eta) -> np.ndarray:
     q = contrast.q
     post = contrast.posterior(lam, eta)
     _, v_cov = contrast.latent(post[0], post[1])
+    contrast.keep_latent(post[1], v_cov)  # the first sweep's, whose sites have the same Λ
     del post
     # The classes' latent covariance (the contrasts' rotated back): the softmax's
     # derivatives vanish along the common shift, which the contrasts leave out.
