@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from scipy.special import log_softmax, logsumexp
 
 from vsbayes.approximations import expectation_propagation, softmax_ep, softmax_laplace
+from vsbayes.approximations.laplace_error import skew_correction
 from vsbayes.engine.site_fits import fit_sites
 from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
 from vsbayes.models.softmax_predictive import centred_basis
@@ -322,6 +323,27 @@ def test_twenty_classes_posterior_stop_and_coarse_narrow_rows(twenty_classes, mo
     monkeypatch.setattr(ep_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
     fine = softmax_ep(model, start=start, tol=1e-8)
     assert 1e-6 < kl(fine.mean, fine.cov, tight.mean, tight.cov) < 1e-3
+
+
+def test_twenty_classes_start_at_the_skewness_corrected_mean(twenty_classes, monkeypatch):
+    """From 17 classes on the Laplace sites' linear terms are moved row by row so that the
+    starting posterior is N(mode + S g / 2, S), the Laplace approximation with its mean
+    moved by the skewness correction; the sweeps reach the same fixed point as from the
+    Laplace sites."""
+    model = twenty_classes
+    laplace = softmax_laplace(model)
+    contrast = ep_module._Contrast(model)
+    lam, eta = ep_module._laplace_sites(model, contrast.q, laplace.mean)
+    shifted = eta + ep_module._skewness_shift(model, contrast, laplace.mean, lam, eta)
+    start = contrast.to_theta(*contrast.posterior(lam, shifted)[:2])
+    wanted = laplace.mean + skew_correction(model, laplace).mean_shift
+    np.testing.assert_allclose(start[0], wanted, atol=1e-9)
+    np.testing.assert_allclose(start[1], laplace.cov, atol=1e-9)
+    moved = softmax_ep(model, start=laplace.mean, tol=1e-8)
+    monkeypatch.setattr(ep_module, "_skewness_shift", lambda *a: np.zeros_like(a[-1]))
+    plain = softmax_ep(model, start=laplace.mean, tol=1e-8)
+    assert moved.converged and plain.converged
+    assert kl(plain.mean, plain.cov, moved.mean, moved.cov) < 1e-10
 
 
 def test_cavity_moments_from_one_solve_are_the_two_inverses():

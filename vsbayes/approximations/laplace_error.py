@@ -46,7 +46,7 @@ from ..models import (
 )
 from ..models.latent import row_moments, row_variances
 
-__all__ = ["SkewCorrection", "laplace_excess_kl", "skew_correction"]
+__all__ = ["SkewCorrection", "laplace_excess_kl", "skew_correction", "softmax_row_skewness"]
 
 # The evidence's correction needs the p × p × p tensor of third derivatives: formed up to
 # this p (8 MB), from at most _TENSOR_WORK multiply-adds of rows (every k-th row beyond:
@@ -243,14 +243,25 @@ def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
     coef = np.column_stack([W, b]) if model.fit_intercept else W
     _, latent_cov = row_moments(model.X, coef, _class_major(model, cov))
     _, probabilities = model.probabilities(mean)
+    weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
+    return model.to_vector(model.latent_transpose(weights))
+
+
+def softmax_row_skewness(
+    probabilities: np.ndarray, latent_cov: np.ndarray, sample_weight: np.ndarray
+) -> np.ndarray:
+    """Each row's part ``h_i`` (M, K) of ``g = Σ_i X̃_iᵀ h_i``: the third derivatives of its
+    weighted log-likelihood at the mode (class probabilities π, (M, K)) contracted with its
+    latent covariance V (M, K, K). Its latent values' mean moves by about ``V h_i / 2``
+    from the mode (the skewness correction of the module docstring, row by row)."""
     # q_r = (e_r − π)ᵀ V (e_r − π): the latent variance along each class's residual.
     v_pi = np.einsum("ikl,il->ik", latent_cov, probabilities)
     diag = np.einsum("ikk->ik", latent_cov)
     q = diag - 2.0 * v_pi + np.einsum("ik,ik->i", probabilities, v_pi)[:, None]
     # h_j = Σ_kl ℓ⁽³⁾_{jkl} V_kl with ℓ⁽³⁾ = −κ₃ of the one-hot class: −π_j (q_j − π·q).
     weights = -probabilities * (q - np.einsum("ik,ik->i", probabilities, q)[:, None])
-    weights *= model.sample_weight[:, None]
-    return model.to_vector(model.latent_transpose(weights))
+    weights *= sample_weight[:, None]
+    return weights
 
 
 def _class_major(model: SoftmaxGLMPosterior, cov: np.ndarray) -> np.ndarray:
