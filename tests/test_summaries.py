@@ -169,7 +169,7 @@ def test_wrong_width_is_named(binary):
 
 
 def test_binary_interval_is_the_links_quantiles(binary):
-    X, _, model = binary
+    X, y, model = binary
     lower, upper = model.predict_proba_interval(X[:5], level=0.8)
     mean, var = model.latent_mean_and_variance(X[:5])
     z = norm.ppf(0.9)
@@ -179,6 +179,12 @@ def test_binary_interval_is_the_links_quantiles(binary):
     # And the quantiles of the drawn probabilities (N = 20000: quantile error ~ 0.005).
     draws = model.sample_proba(X[:5], 20_000, random_state=1)[:, :, 1]
     np.testing.assert_allclose(np.quantile(draws, 0.9, axis=0), upper[:, 1], atol=0.01)
+    # A float32 fit's probabilities, intervals and draws alike are float32 (predict_proba's).
+    X32 = X.astype(np.float32)
+    fit32 = LaplaceLogisticRegression().fit(X32, y)
+    assert fit32.predict_proba(X32[:3]).dtype == np.float32
+    assert {b.dtype for b in fit32.predict_proba_interval(X32[:3])} == {np.dtype(np.float32)}
+    assert fit32.sample_proba(X32[:3], 10, random_state=0).dtype == np.float32
 
 
 def test_multinomial_interval_matches_the_draws(multinomial):

@@ -355,7 +355,9 @@ class PosteriorPrediction:
             Columns in the order of ``classes_``.
         """
         X = self._in_memory(X, "predict_proba_interval")
-        return _summaries.proba_interval(self, X, level, n_draws, random_state)
+        dtype = _output_dtype(self)  # predict_proba's
+        bounds = _summaries.proba_interval(self, X, level, n_draws, random_state)
+        return tuple(bound.astype(dtype, copy=False) for bound in bounds)
 
     def sample_proba(self, X, n_draws=1000, *, random_state=None):
         """Class probabilities of X under draws of the coefficients from the posterior.
@@ -375,7 +377,8 @@ class PosteriorPrediction:
             over the draws estimates :meth:`predict_proba`.
         """
         X = self._in_memory(X, "sample_proba")
-        return _summaries.sample_proba(self, X, n_draws, random_state)
+        draws = _summaries.sample_proba(self, X, n_draws, random_state)
+        return draws.astype(_output_dtype(self), copy=False)  # predict_proba's
 
     def sample_y(self, X, n_draws=1000, *, random_state=None):
         """Labels of X drawn from the posterior predictive distribution.
