@@ -20,7 +20,17 @@ time). Run single-threaded on one core::
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
     taskset -c 1 python benchmarks/nuts_softmax_reference.py --cases iris wine
 
-(classes20 was run with ``--draws 5000 --warmup 1000``: 4 × 5,000 draws, bulk ESS ≥ 41,000.)
+(classes20 was run with ``--draws 50000 --warmup 1000``: 4 × 50,000 draws. Its first
+reference, 4 × 5,000 draws, put KL(reference ‖ EP) at 0.58 nats, of which about 0.46 was the
+reference's own Monte Carlo error: see ``moment_kl_noise``.)
+
+The moment Gaussian of finitely many draws is itself off: KL(draws' Gaussian ‖ the exact
+moments') has a positive bias of about p(p + 3)/(4 N_eff) nats (p = 120, N_eff = 20,000:
+0.18), added to every method's KL(reference ‖ method); with NUTS, whose draws of second
+moments are less effective than of means, it was 2.5 times that on classes20. The file
+records it (``moment_kl_noise``): the mean over batch-means bootstrap replicates (batches
+of 500 consecutive draws, resampled with replacement) of KL(replicate's Gaussian ‖ the
+draws'), the bootstrap estimate of that bias.
 """
 
 from __future__ import annotations
@@ -54,6 +64,9 @@ def classes20(return_X_y: bool = True):
         random_state=0,
     )
 
+
+#: Above these bytes of the draws' probabilities, their MCSE is from batch means.
+PROBA_BYTES = 1e9
 
 LOADERS = {"iris": load_iris, "wine": load_wine, "classes20": classes20}
 
@@ -114,6 +127,34 @@ def potential(model: SoftmaxGLMPosterior, mode: np.ndarray, root: np.ndarray):
     return fn
 
 
+def moment_kl_noise(
+    theta: np.ndarray, batch: int = 500, replicates: int = 200, seed: int = 0
+) -> tuple[float, float]:
+    """The bootstrap estimate (mean, sd over replicates) of the Monte Carlo bias of the draws'
+    moment Gaussian in KL: KL(replicate's moment Gaussian ‖ all draws'), the replicates
+    resampling batches of ``batch`` consecutive draws of every chain (``theta``: (chains,
+    draws, p)), longer than NUTS's autocorrelation, with replacement."""
+    chains, draws, dim = theta.shape
+    per_chain = draws // batch
+    batches = theta[:, : per_chain * batch].reshape(chains * per_chain, batch, dim)
+    sums = batches.sum(axis=1)
+    outers = np.einsum("bni,bnj->bij", batches, batches)
+    count = len(batches) * batch
+
+    def moments(index):
+        mean = sums[index].sum(axis=0) / count
+        cov = (outers[index].sum(axis=0) - count * np.outer(mean, mean)) / (count - 1)
+        return mean, cov
+
+    full = moments(np.arange(len(batches)))
+    rng = np.random.default_rng(seed)
+    kls = [
+        gaussian_kl(*moments(rng.integers(0, len(batches), len(batches))), *full)
+        for _ in range(replicates)
+    ]
+    return float(np.mean(kls)), float(np.std(kls))
+
+
 def run_case(case: str, args) -> dict:
     X, y = load_case(case)
     return sample_reference(X, y, case, reference_path(case), args)
@@ -161,6 +202,7 @@ def sample_reference(X, y, case: str, path, args) -> dict:
     theta = z @ root.T + mode  # (chains, draws, dim)
     diag = diagnostics(theta)
     mcse = diag.pop("mcse_mean")
+    noise, noise_sd = moment_kl_noise(theta)
     flat = theta.reshape(-1, dim)
     # The summary's identified quantities: coefficients and intercepts centred over the
     # classes, (draws, d + 1, K), and their 2.5 % and 97.5 % quantiles.
@@ -172,20 +214,32 @@ def sample_reference(X, y, case: str, path, args) -> dict:
     mean = flat.mean(axis=0)
     centred = flat - mean
     cov = centred.T @ centred / (len(flat) - 1)
-    # Posterior-predictive average on every training row, in chunks of draws.
+    # Posterior-predictive average on every training row, in blocks of draws. Its Monte
+    # Carlo standard error from each probability's ESS over the draws where they fit in
+    # PROBA_BYTES (iris, wine), else from the means of batches of 500 consecutive draws of
+    # every chain (classes20 at 4 × 50,000 draws: the draws' probabilities are 9.6 GB).
     n_rows, k = X.shape[0], model.n_classes
+    batch = 500
+    by_ess = theta.shape[0] * theta.shape[1] * n_rows * k * 8.0 <= PROBA_BYTES
     sums = np.zeros((n_rows, k))
     chain_parts = []
     for c in range(args.chains):
-        Wc, bc = model.split(theta[c])
-        probs = softmax(np.einsum("nd,skd->snk", X, Wc) + bc[:, None, :], axis=2)
-        sums += probs.sum(axis=0)
-        chain_parts.append(probs.reshape(len(probs), -1))
+        for start in range(0, theta.shape[1], batch):
+            Wc, bc = model.split(theta[c, start : start + batch])
+            probs = softmax(np.einsum("nd,skd->snk", X, Wc) + bc[:, None, :], axis=2)
+            sums += probs.sum(axis=0)
+            chain_parts.append(probs.reshape(len(probs), -1) if by_ess else probs.mean(axis=0))
     proba = sums / len(flat)
-    per_chain = np.stack(chain_parts)
-    ess = effective_sample_size(per_chain)
-    proba_mcse = (per_chain.reshape(-1, n_rows * k).std(axis=0) / np.sqrt(ess)).reshape(n_rows, k)
-    del per_chain, chain_parts
+    if by_ess:
+        per_chain = np.concatenate(chain_parts).reshape(args.chains, -1, n_rows * k)
+        ess = effective_sample_size(per_chain)
+        spread = per_chain.reshape(-1, n_rows * k).std(axis=0)
+        proba_mcse = (spread / np.sqrt(ess)).reshape(n_rows, k)
+        del per_chain
+    else:
+        means = np.stack(chain_parts)
+        proba_mcse = means.std(axis=0, ddof=1) / np.sqrt(len(means))
+    del chain_parts
     result = {
         "case": case,
         "M": int(X.shape[0]),
@@ -201,6 +255,8 @@ def sample_reference(X, y, case: str, path, args) -> dict:
         "mean_leapfrog_steps": float(steps.mean()),
         "wall_seconds": wall,
         "kl_nuts_laplace": gaussian_kl(mean, cov, mode, laplace_cov),
+        "moment_kl_noise": noise,
+        "moment_kl_noise_sd": noise_sd,
         "proba_mcse_max": float(proba_mcse.max()),
         "log_density_gap_vs_vsbayes": gap,
         "jax": jax.__version__,
