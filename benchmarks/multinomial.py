@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -444,7 +445,13 @@ def _with_committed(rows, cases):
             # write_report writes this run's (kept, they piled up with every update).
             heading, _, paragraph = text[text.index(head) :].split("\n")[:3]
             diagnosis = [heading, "", paragraph, ""]
-    kept = {r["case"]: machine_line(committed["machine"]) for r in others}
+    # Each kept case's own run: the committed JSON's record of it, else (reports written
+    # before that record) the committed note on the kept rows, else the last run's machine.
+    machines = committed.get("case_machines", {})
+    text = (RESULTS / "multinomial.md").read_text()
+    note = re.search(r"from the previous run \((Machine: .*?)\); the other rows", text)
+    fallback = note.group(1) if note else machine_line(committed["machine"])
+    kept = {r["case"]: machines.get(r["case"], fallback) for r in others}
     return merged, (
         committed.get("digits_defaults"),
         committed.get("digits_cv", []),
@@ -471,6 +478,10 @@ def write_report(
             "machine": info,
             "targets": TARGETS,
             "rows": rows,
+            "case_machines": {
+                **dict.fromkeys((r["case"] for r in rows), machine_line(info)),
+                **(kept_cases or {}),
+            },
             "digits_defaults": defaults,
             "digits_cv": cv_rows,
             "digits_cv_nuts": list(cv_nuts),
@@ -528,6 +539,15 @@ def write_report(
                 else "."
             )
             for case, r in references
+        ]
+    if any(case == "classes20" for case, _ in references):
+        lines += [
+            "",
+            "classes20's first reference, 4 × 5,000 draws, put the default VS (EP) at 0.583 "
+            "nats, 0.214 of Laplace's 2.73: about 0.4–0.46 nats of every KL against it was its own "
+            "Monte Carlo error, not the methods'. What is left of EP's error (its covariance's "
+            "variances some 4–5 % short) and its corrections by importance sampling from EP's "
+            "Gaussian, with their costs: `softmax_ep_error.md` (docs/decisions.md D-089).",
         ]
     warned = [f"{r['case']}/{r['method']}: {r['warnings']}" for r in rows if r["warnings"]]
     lines += ["", "Warnings: " + ("; ".join(warned) if warned else "none."), ""]
@@ -600,11 +620,17 @@ def write_report(
             if "digits" in kept_cases
             else "the digits sections but the defaults' fit (rerun with digits' rows)"
         )
+        runs = {}  # the kept cases by the run they come from
+        for case, line in kept_cases.items():
+            runs.setdefault(line, []).append(case)
+        # The digits sections go with digits' rows where kept, else with the first run.
+        with_sections = kept_cases.get("digits", next(iter(runs)))
         lines += [
-            f"Rows of {', '.join(kept_cases)} and {sections}: from the previous "
-            f"run ({next(iter(kept_cases.values()))}); the other rows: this run's.",
-            "",
-        ]
+            f"Rows of {', '.join(cases)}"
+            + (f" and {sections}" if line == with_sections else "")
+            + f": from the previous run ({line}); the other rows: this run's."
+            for line, cases in runs.items()
+        ] + [""]
     lines += [machine_line(info), ""]
     (out / "multinomial.md").write_text("\n".join(lines))
     _plot(out, rows, cv_rows)
