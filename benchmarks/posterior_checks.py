@@ -30,7 +30,7 @@
 
 Usage: python benchmarks/posterior_checks.py [--data-dir DIR] [--datasets N] [--out DIR]
 Writes DIR/posterior_checks.{csv,json,md,png} (DIR defaults to benchmarks/results); the
-full run (all rows refitted, 500 data sets per case) takes about 15 minutes on 2 cores.
+full run (all rows refitted, 500 data sets per case) takes about 25 minutes on 2 cores.
 ``--quick`` (about a minute): brute force on 30 seeded rows per data set (their pointwise
 differences only), 40 data sets per calibration case, written under results/cache; the
 leave-one-out estimates (which use every row either way) are compared with the committed
