@@ -25,7 +25,8 @@
    posterior sd (target: within 0.05), split into the means' and the sds' parts, with the
    sampled fits' scatter over seeds and each fit's time against LogisticRegression's; and
    what meets the target where the defaults do not (``VS*Regression(target_kl=0.01)`` on
-   digits3, 2x and 4x the default's points on wine; ``--skip-asked`` leaves them out).
+   digits3, 2x and 4x the default's points on wine; ``--skip-asked`` and ``--quick`` leave
+   them out).
    ``--skip-loo --skip-calibration``: this section alone (about 10 minutes).
 
 Usage: python benchmarks/posterior_checks.py [--data-dir DIR] [--datasets N] [--out DIR]
@@ -857,7 +858,9 @@ def main() -> None:
     calibration = (
         kept.get("calibration", []) if args.skip_calibration else calibration_rows(args.datasets)
     )
-    nuts = kept.get("nuts", []) if args.skip_nuts else nuts_rows(not args.skip_asked)
+    nuts = (
+        kept.get("nuts", []) if args.skip_nuts else nuts_rows(not (args.skip_asked or args.quick))
+    )
     if args.skip_loo and kept.get("loo"):
         # The table is kept; its pointwise terms are not stored, so the plot's left panel
         # needs a leave-one-out run (--loo-only keeps this run's other sections in turn).
