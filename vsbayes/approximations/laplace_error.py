@@ -154,14 +154,19 @@ def _over_rows(model, function, *args):
 
 def _binary(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     with_evidence = model.dim <= _MAX_TENSOR_DIM
-    g, quartic, diagonal = _over_rows(model, _first_pass, mean, cov)
+    # The rows' derivatives serve both passes where the rows are in memory (a chunked
+    # model's passes recompute them in each chunk, where its rows are).
+    derivatives = (
+        _rows_derivatives(model, mean, cov) if getattr(model, "rows_in_memory", True) else None
+    )
+    g, quartic, diagonal = _over_rows(model, _first_pass, mean, cov, derivatives)
     shift = cov @ g  # twice the predicted mean shift
     mean_term = float(g @ shift) / 8.0
     lower = np.linalg.cholesky(cov) if with_evidence else None
     # Every step-th row of each block for the evidence's tensor (see _cubic_norm2).
     step = max(1, int(np.ceil(model.n_observations * model.dim**3 / _TENSOR_WORK)))
     gram, tensor, sub_diagonal, kept = _over_rows(
-        model, _second_pass, mean, cov, shift, lower, step
+        model, _second_pass, mean, cov, shift, lower, step, derivatives
     )
     correction = 0.5 * gram - 0.25 * np.outer(g, g)
     product = cov @ correction
@@ -185,9 +190,10 @@ def _rows_derivatives(model, mean, cov):
     return variance, third, fourth
 
 
-def _first_pass(model: BinaryGLMPosterior, mean, cov):
-    """``g``, ``Σ_i s_i ℓ⁽⁴⁾ v_i²`` and ``Σ_i (s_i ℓ⁽³⁾)² v_i³`` of the rows."""
-    variance, third, fourth = _rows_derivatives(model, mean, cov)
+def _first_pass(model: BinaryGLMPosterior, mean, cov, derivatives=None):
+    """``g``, ``Σ_i s_i ℓ⁽⁴⁾ v_i²`` and ``Σ_i (s_i ℓ⁽³⁾)² v_i³`` of the rows (``derivatives``:
+    their :func:`_rows_derivatives`, if already computed)."""
+    variance, third, fourth = derivatives or _rows_derivatives(model, mean, cov)
     weight = model.sample_weight
     g = np.asarray(model.design.T @ (weight * third * variance)).ravel()
     quartic = float(weight @ (fourth * variance * variance))
@@ -195,11 +201,12 @@ def _first_pass(model: BinaryGLMPosterior, mean, cov):
     return g, quartic, diagonal
 
 
-def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int):
+def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int, derivatives=None):
     """The covariance correction's Gram matrix, and (``lower`` given) the whitened
-    third-derivative tensor of every ``step``-th row with its diagonal part and row count."""
+    third-derivative tensor of every ``step``-th row with its diagonal part and row count
+    (``derivatives`` as :func:`_first_pass`')."""
     design, weight = model.design, model.sample_weight
-    variance, third, fourth = _rows_derivatives(model, mean, cov)
+    variance, third, fourth = derivatives or _rows_derivatives(model, mean, cov)
     along = np.asarray(design @ shift).ravel()
     gram = model.weighted_gram(weight * (fourth * variance + third * along))
     p = model.dim
