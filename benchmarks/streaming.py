@@ -720,11 +720,12 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     if args.cost:
         saved = json.loads((out / "streaming.json").read_text())
+        info = machine()  # the load average at the start, as a whole run's
         fresh = cost_rows(saved["quick"])
         at = next(i for i, r in enumerate(saved["rows"]) if r["part"].startswith("cost"))
         kept = [r for r in saved["rows"] if not r["part"].startswith("cost")]
         saved["rows"] = kept[:at] + fresh + kept[at:]
-        saved["cost_machine"], saved["cost_note"] = machine(), args.note
+        saved["cost_machine"], saved["cost_note"] = info, args.note
         rows = saved["rows"]
         columns = sorted({key for row in rows for key in row})
         write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
