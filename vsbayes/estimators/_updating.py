@@ -562,13 +562,13 @@ class _StreamBuffer:
         batch by batch forgetting gives it)."""
         parts = (*self.batches, (X, y_index, weights))
         rows, labels, given = zip(*parts, strict=True)
-        sizes = np.array([r.shape[0] for r in rows])
         if self.sparse or sp.issparse(X):
             joined = sp.vstack([sp.csr_matrix(r) for r in rows], format="csr")
         else:
             joined = np.concatenate(rows)
         weighted = np.concatenate(given)
         if decay != 1.0:
+            sizes = np.array([r.shape[0] for r in rows])
             after = np.cumsum(sizes[::-1])[::-1] - sizes  # the rows after each batch
             weighted = weighted * np.repeat([decay**k for k in after], sizes)
         return joined, np.concatenate(labels), weighted
