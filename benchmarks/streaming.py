@@ -24,8 +24,9 @@ Three measurements, in one process:
    100, 1000 and 10 000 rows seen (300 successive rows, the methods interleaved, beside
    ``SGDClassifier.partial_fit`` of the same rows; target ≤ 1 ms and no growth with the
    rows seen): the median of the calls that update by the row alone, and apart the calls
-   that refit the buffer (every ``buffer_size``-th row: a fit of that many rows) and the
-   mean over all calls; and one ``partial_fit`` of 1000 rows against ``fit`` on
+   that refit the buffer (every ``buffer_size``-th row: a fit of that many rows; the
+   first of them also timed on 15 copies of the estimator, for a median of its own) and
+   the mean over all calls; and one ``partial_fit`` of 1000 rows against ``fit`` on
    those rows (target ≤ 3×), each beside scikit-learn's ``LogisticRegression`` fit on the
    same 1000 rows (``_common.LRBaseline``).
 3. **Bandit.** ``examples/plot_thompson_bandit.py``'s simulation over 20 seeds: final
@@ -33,8 +34,9 @@ Three measurements, in one process:
    ``thompson_sample``) and of ε-greedy ``LogisticRegression``; target: Thompson's lower.
 
 Usage: python benchmarks/streaming.py [--quick] [--out DIR] [--orders 10] [--from-json]
-[--note TEXT] [--dataset NAME] (``--note``: a line for the Markdown, e.g. the machine's
-load; ``--dataset``: rerun one dataset's accuracy and order rows into the saved JSON)
+[--note TEXT] [--dataset NAME] [--cost] (``--note``: a line for the Markdown, e.g. the
+machine's load; ``--dataset``: rerun one dataset's accuracy and order rows into the saved
+JSON; ``--cost``: rerun the update-cost rows into it, with their own machine line and note)
 Writes DIR/streaming.{csv,json,md,png} (DIR defaults to benchmarks/results). ``--quick``
 (about a minute) streams breast cancer and the 4-class problem only, in batches of 10 and
 100, with 3 orders, fewer cost repeats and 5 bandit seeds, into results/cache.
@@ -43,6 +45,7 @@ Writes DIR/streaming.{csv,json,md,png} (DIR defaults to benchmarks/results). ``-
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import itertools
 import json
@@ -86,6 +89,8 @@ PAPER = ("haberman", "parkinsons", "ionosphere", "wpbc")
 STREAMS = (("laplace", None), ("ep", None), ("vs", None), ("vs", 0))
 #: The held-out log loss target, stream / batch fit.
 TARGET = 1.01
+#: Copies on which the update-cost part times the first refitting call after the rows seen.
+REFIT_REPEATS, REFIT_REPEATS_QUICK = 15, 5
 
 
 def datasets(quick: bool, only: str | None = None):
@@ -334,7 +339,22 @@ def cost_rows(quick: bool) -> list[dict]:
         # alike): each one update after about ``seen`` rows.
         times = {method: [] for method in models}
         refits = {method: [] for method in METHODS}  # whether the call refitted the buffer
+        first_refit = {method: [] for method in METHODS}  # the same call on copies
         for k in range(seen, seen + repeats):
+            if k == seen + models["vs"].buffer_size - 1:
+                # The first refitting call, on copies of each estimator as it is before
+                # it, the methods interleaved: the calls that refit are one in
+                # buffer_size, too few for a median of its own under a shared machine's
+                # load.
+                for _ in range(REFIT_REPEATS_QUICK if quick else REFIT_REPEATS):
+                    for method in METHODS:
+                        stream = copy.deepcopy(models[method])
+                        started, cpu = time.perf_counter(), time.process_time()
+                        stream.partial_fit(X[k : k + 1], y[k : k + 1])
+                        first_refit[method].append(
+                            (time.perf_counter() - started, time.process_time() - cpu)
+                        )
+                        assert stream._stream_buffer is None  # it refitted
             for method, model in models.items():
                 started = time.perf_counter()
                 model.partial_fit(X[k : k + 1], y[k : k + 1])
@@ -356,13 +376,18 @@ def cost_rows(quick: bool) -> list[dict]:
                     "seconds": seconds,
                     "refit_seconds": refit_seconds,
                     "n_refits": int(refitted.sum()),
+                    "first_refit_seconds": float(np.median(first_refit[method], axis=0)[0]),
+                    "first_refit_cpu_seconds": float(np.median(first_refit[method], axis=0)[1]),
+                    "first_refit_repeats": len(first_refit[method]),
                     "mean_seconds": float(measured.mean()),
                     "sgd_seconds": sgd_seconds,
                 }
             )
             print(
                 f"{method}: one row after {seen} rows {1e3 * seconds:.3f} ms, the "
-                f"{int(refitted.sum())} refits {1e3 * refit_seconds:.2f} ms, mean "
+                f"{int(refitted.sum())} refits {1e3 * refit_seconds:.2f} ms, the first "
+                f"refit repeated {1e3 * np.median(first_refit[method], axis=0)[0]:.2f} ms "
+                f"(CPU {1e3 * np.median(first_refit[method], axis=0)[1]:.2f} ms), mean "
                 f"{1e3 * measured.mean():.3f} ms (SGDClassifier {1e3 * sgd_seconds:.3f} ms)",
                 flush=True,
             )
@@ -432,7 +457,11 @@ def bandit_rows(quick: bool) -> tuple[list[dict], dict]:
     return rows, {k: v.mean(axis=0).tolist() for k, v in curves.items()}
 
 
-def report(rows, curves, info, out: Path, quick: bool, note: str = "") -> None:
+def report(
+    rows, curves, info, out: Path, quick: bool, note: str = "", saved: dict | None = None
+) -> None:
+    """The Markdown and the plot (``saved``: the JSON, whose ``cost_machine`` and
+    ``cost_note``, if any, are those of a later run of the cost rows alone)."""
     accuracy = [r for r in rows if r["part"] == "accuracy"]
     order = [r for r in rows if r["part"] == "order"]
     between = [r for r in rows if r["part"] == "between"]
@@ -523,28 +552,45 @@ def report(rows, curves, info, out: Path, quick: bool, note: str = "") -> None:
                 f"{np.median(ratios):.4f} | {ratios.max():.4f} ({worst['rows_seen']}) |"
             )
     lines += ["", "## Update cost (d = 20; targets: one row ≤ 1 ms, 1000 rows ≤ 3× fit)", ""]
+    if saved and saved.get("cost_machine"):
+        lines += [
+            "Rerun apart from the sections above (`--cost`): "
+            + machine_line(saved["cost_machine"]),
+            *([saved["cost_note"]] if saved.get("cost_note") else []),
+            "",
+        ]
     lines += [
         "One row: 300 successive rows, the methods interleaved, at the default "
         "`buffer_size=100`. ms: the median of the calls that update by the row alone (the "
         "1 ms target); refit ms: the median of the calls that refit the buffer (each "
-        "100th row: the method's fit of 100 rows, their count in brackets); mean ms: over "
-        "all calls. Beside them `SGDClassifier(loss='log_loss').partial_fit` of the same "
-        "row (the same checks of the batch, no posterior), as a gauge of the machine's "
-        "speed at the time. 1000 rows: one `partial_fit` on an estimator whose prior is the "
+        "100th row: the method's fit of 100 rows, their count in brackets); first refit ms: "
+        "the first of them (the 100th row after the rows seen) timed on copies of the "
+        "estimator as it was before it (their count in brackets), the median of the wall "
+        "time / of the process's CPU time (which a shared machine's other jobs inflate "
+        "less); mean ms: over all calls. Beside them "
+        "`SGDClassifier(loss='log_loss').partial_fit` of the same row (the same checks of "
+        "the batch, no posterior), as a gauge of the machine's speed at the time. 1000 "
+        "rows: one `partial_fit` on an estimator whose prior is the "
         "posterior of 1000 earlier rows (its buffer empty: one fit of the batch).",
         "",
     ]
     lines += [
-        "| method | what | rows seen | ms | refit ms | mean ms | SGD ms | fit ms "
-        "| ratio to fit | LR ms |"
+        "| method | what | rows seen | ms | refit ms | first refit ms (wall / CPU) | mean ms "
+        "| SGD ms | fit ms | ratio to fit | LR ms |"
     ]
-    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(cost, key=lambda r: (list(METHODS).index(r["method"]), r["part"])):
         what = "one row" if r["part"] == "cost_one_row" else "1000 rows"
         refit = f"{fmt(1e3 * r['refit_seconds'])} ({r['n_refits']})" if "n_refits" in r else "—"
+        first = (
+            f"{fmt(1e3 * r['first_refit_seconds'])} / "
+            f"{fmt(1e3 * r['first_refit_cpu_seconds'])} ({r['first_refit_repeats']})"
+            if "first_refit_seconds" in r
+            else "—"
+        )
         lines.append(
             f"| {r['method']} | {what} | {r['rows_seen']} | {1e3 * r['seconds']:.3f} | "
-            f"{refit} | {fmt(1e3 * r.get('mean_seconds', np.nan))} | "
+            f"{refit} | {first} | {fmt(1e3 * r.get('mean_seconds', np.nan))} | "
             f"{fmt(1e3 * r.get('sgd_seconds', np.nan))} | "
             f"{fmt(1e3 * r.get('fit_seconds', np.nan))} | {fmt(r.get('ratio_to_fit', np.nan))} "
             f"| {fmt(1e3 * r.get('lr_seconds', np.nan))} |"
@@ -663,9 +709,30 @@ def main():
         help="rerun this dataset's streaming-accuracy and order rows only, replacing them in "
         "DIR/streaming.json (the other rows kept)",
     )
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="rerun the update-cost rows only, replacing them in DIR/streaming.json (the "
+        "other rows kept; the cost section gets its own machine line and --note)",
+    )
     args = parser.parse_args()
     out = args.out or (CACHE / "streaming_quick" if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
+    if args.cost:
+        saved = json.loads((out / "streaming.json").read_text())
+        info = machine()  # the load average at the start, as a whole run's
+        fresh = cost_rows(saved["quick"])
+        at = next(i for i, r in enumerate(saved["rows"]) if r["part"].startswith("cost"))
+        kept = [r for r in saved["rows"] if not r["part"].startswith("cost")]
+        saved["rows"] = kept[:at] + fresh + kept[at:]
+        saved["cost_machine"], saved["cost_note"] = info, args.note
+        rows = saved["rows"]
+        columns = sorted({key for row in rows for key in row})
+        write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
+        write_json(out / "streaming.json", saved)
+        report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"], saved)
+        print(f"Rewrote {out}/streaming.{{csv,json,md,png}} with the cost rows rerun.")
+        return
     if args.dataset:
         saved = json.loads((out / "streaming.json").read_text())
         fresh = accuracy_rows(saved["quick"], 3 if saved["quick"] else args.orders, args.dataset)
@@ -686,13 +753,13 @@ def main():
         columns = sorted({key for row in rows for key in row})
         write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
         write_json(out / "streaming.json", saved)
-        report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"])
+        report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"], saved)
         print(f"Rewrote {out}/streaming.{{csv,json,md,png}} with {args.dataset}'s rows rerun.")
         return
     if args.from_json:
         saved = json.loads((out / "streaming.json").read_text())
         note = args.note or saved.get("note", "")
-        report(saved["rows"], saved["curves"], saved["machine"], out, saved["quick"], note)
+        report(saved["rows"], saved["curves"], saved["machine"], out, saved["quick"], note, saved)
         return
     info = machine()
     rows = accuracy_rows(args.quick, 3 if args.quick else args.orders)

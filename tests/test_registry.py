@@ -1,5 +1,6 @@
 """The estimators' registry is complete: every estimator class is in it, and exported."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -45,3 +46,20 @@ def test_traits():
 def test_unknown_pairs_say_what_exists(method, link, message):
     with pytest.raises(ValueError, match=message):
         estimator_class(method, link)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda cls: cls.__name__)
+def test_the_method_object_takes_the_parameters_of_its_names(cls):
+    """The method object's fields are the estimator's parameters of the same names (read
+    from a cached list of names, not from get_params at each fit), as set now."""
+    estimator = cls(tol=1e-5, max_iter=7)
+    method = estimator._new_posterior_method()
+    fields = {f.name for f in dataclasses.fields(method) if f.init}
+    shared = fields & set(estimator.get_params(deep=False))
+    assert {"tol", "max_iter"} & fields <= shared
+    for name in shared:
+        assert getattr(method, name) == getattr(estimator, name)
+    if "estimator_name" in fields:
+        assert method.estimator_name == cls.__name__
+    estimator.set_params(tol=1e-3)  # a parameter set later is read at the next fit
+    assert "tol" not in fields or estimator._new_posterior_method().tol == 1e-3

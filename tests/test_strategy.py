@@ -286,3 +286,29 @@ def test_the_multinomial_ep_stops_where_its_predicted_error_meets_the_target():
         + np.linalg.slogdet(cov1)[1]
     )
     assert departure <= model.kl_error_[0] + full.kl_error_[0]
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_the_evidence_tensor_norm_from_pairs_of_rows_is_the_tensors(step):
+    """The skewness check's ‖T‖²_F of the rows' whitened third-derivative tensor, taken
+    from the pairs of rows where the rows are in memory and fewer are kept than p², is the
+    norm of the tensor a chunked model sums (the same kept rows)."""
+    from vsbayes.approximations import glm_laplace
+    from vsbayes.approximations import laplace_error as error
+    from vsbayes.models import BinaryGLMPosterior
+
+    X, y = make_classification(20, 5, random_state=0)
+    labels = np.where(y == 1, 1.0, -1.0)
+    model = BinaryGLMPosterior(
+        X, labels, np.ones(20), "logistic", prior_var=1.0, intercept_prior_var=1.0
+    )
+    laplace = glm_laplace(model)
+    mean, cov = laplace.mean, laplace.cov
+    shift, lower = cov @ np.linspace(-1.0, 1.0, 6), np.linalg.cholesky(cov)
+    rows = error._rows_derivatives(model, mean, cov)
+    by_pairs = error._second_pass(model, mean, cov, shift, lower, step, rows)
+    by_tensor = error._second_pass(model, mean, cov, shift, lower, step)
+    assert np.ndim(by_pairs[1]) == 0 and by_tensor[1].shape == (36, 6)
+    np.testing.assert_array_equal(by_pairs[0], by_tensor[0])
+    assert by_pairs[2:] == by_tensor[2:]
+    assert by_pairs[1] == pytest.approx(np.sum(by_tensor[1] ** 2), rel=1e-12)

@@ -517,6 +517,7 @@ def test_decay_forgets_a_drifted_past(cancer):
     [
         (vb.EPLogisticRegression, "cancer", 0.9, False),
         (vb.LaplaceLogisticRegression, "iris", 1.0, True),  # multinomial, a sparse batch
+        (vb.VSLogisticRegression, "cancer", 1.0, True),  # the default estimator
     ],
 )
 def test_a_refit_is_the_fit_of_the_buffer_under_the_anchor(cls, data, decay, sparse, request):
@@ -531,8 +532,8 @@ def test_a_refit_is_the_fit_of_the_buffer_under_the_anchor(cls, data, decay, spa
     for start, stop in ((30, 32), (32, 33)):
         rows = sp.csr_matrix(X[start:stop]) if sparse else X[start:stop]
         model.partial_fit(rows, y[start:stop])
-    assert model._stream_buffer.n_rows == 3
-    model.partial_fit(X[33:36], y[33:36])  # 6 rows: the refit
+    assert model._stream_buffer.n_rows == 3 and model._stream_buffer.sparse == sparse
+    model.partial_fit(X[33:36], y[33:36])  # 6 rows: the refit (a dense batch joins)
     assert model._stream_buffer is None
     original = model._default_prior(
         X.shape[1], len(classes) if len(classes) > 2 else None, model._priors(X, None, False)

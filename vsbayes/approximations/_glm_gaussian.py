@@ -41,6 +41,7 @@ from scipy.linalg import cho_solve, solve_triangular
 from scipy.linalg.lapack import dpotri, dtrtri
 
 from .._blas import block_slices, map_blocks, single_blas_thread
+from .._indices import triu_indices
 from .._memory import check_memory, format_bytes
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
@@ -273,7 +274,7 @@ class GLMGaussian:
             inverse, info = dpotri(self._lower, lower=1)
             if info != 0:
                 raise NotPositiveDefiniteError(f"The {what} could not be inverted.")
-            upper = np.triu_indices(p, 1)
+            upper = triu_indices(p, 1)
             inverse[upper] = inverse.T[upper]
             return inverse
         m = self._design.shape[0]

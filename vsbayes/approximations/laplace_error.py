@@ -154,14 +154,19 @@ def _over_rows(model, function, *args):
 
 def _binary(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     with_evidence = model.dim <= _MAX_TENSOR_DIM
-    g, quartic, diagonal = _over_rows(model, _first_pass, mean, cov)
+    # The rows' derivatives serve both passes where the rows are in memory (a chunked
+    # model's passes recompute them in each chunk, where its rows are).
+    derivatives = (
+        _rows_derivatives(model, mean, cov) if getattr(model, "rows_in_memory", True) else None
+    )
+    g, quartic, diagonal = _over_rows(model, _first_pass, mean, cov, derivatives)
     shift = cov @ g  # twice the predicted mean shift
     mean_term = float(g @ shift) / 8.0
     lower = np.linalg.cholesky(cov) if with_evidence else None
     # Every step-th row of each block for the evidence's tensor (see _cubic_norm2).
     step = max(1, int(np.ceil(model.n_observations * model.dim**3 / _TENSOR_WORK)))
     gram, tensor, sub_diagonal, kept = _over_rows(
-        model, _second_pass, mean, cov, shift, lower, step
+        model, _second_pass, mean, cov, shift, lower, step, derivatives
     )
     correction = 0.5 * gram - 0.25 * np.outer(g, g)
     product = cov @ correction
@@ -169,7 +174,9 @@ def _binary(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     log_z_shift = None
     if with_evidence:
         # log ∫ exp(T z³/6 + Q z⁴/24) dN(z) ≈ E[Q z⁴]/24 + E[(T z³)²]/72.
-        norm2 = _cubic_norm2(tensor, diagonal, sub_diagonal, model.n_observations, kept)
+        # (The rows' own pass returns ‖T‖²_F itself where it took the pairs' route.)
+        square = float(tensor) if np.ndim(tensor) == 0 else float(np.sum(tensor * tensor))
+        norm2 = _cubic_norm2(square, diagonal, sub_diagonal, model.n_observations, kept)
         log_z_shift = quartic / 8.0 + norm2 / 12.0 + float(g @ shift) / 8.0
     # Twice the next order's estimate: measured, the corrected Gaussian's error reached
     # 1.16 times the undoubled one (1000 × 5, within the reference's own error).
@@ -185,9 +192,10 @@ def _rows_derivatives(model, mean, cov):
     return variance, third, fourth
 
 
-def _first_pass(model: BinaryGLMPosterior, mean, cov):
-    """``g``, ``Σ_i s_i ℓ⁽⁴⁾ v_i²`` and ``Σ_i (s_i ℓ⁽³⁾)² v_i³`` of the rows."""
-    variance, third, fourth = _rows_derivatives(model, mean, cov)
+def _first_pass(model: BinaryGLMPosterior, mean, cov, derivatives=None):
+    """``g``, ``Σ_i s_i ℓ⁽⁴⁾ v_i²`` and ``Σ_i (s_i ℓ⁽³⁾)² v_i³`` of the rows (``derivatives``:
+    their :func:`_rows_derivatives`, if already computed)."""
+    variance, third, fourth = derivatives or _rows_derivatives(model, mean, cov)
     weight = model.sample_weight
     g = np.asarray(model.design.T @ (weight * third * variance)).ravel()
     quartic = float(weight @ (fourth * variance * variance))
@@ -195,11 +203,15 @@ def _first_pass(model: BinaryGLMPosterior, mean, cov):
     return g, quartic, diagonal
 
 
-def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int):
+def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int, derivatives=None):
     """The covariance correction's Gram matrix, and (``lower`` given) the whitened
-    third-derivative tensor of every ``step``-th row with its diagonal part and row count."""
+    third-derivative tensor of every ``step``-th row with its diagonal part and row count
+    (``derivatives`` as :func:`_first_pass`'). With all the rows here (``derivatives``
+    given) and fewer kept than p², the tensor's ``‖T‖²_F`` in its place, from the pairs of
+    rows: ``Σ_ij c_i c_j (u_i·u_j)³``, kept² p multiply-adds against kept p³ for T (a
+    sum over chunks needs T itself, whose norm is not a sum over them)."""
     design, weight = model.design, model.sample_weight
-    variance, third, fourth = _rows_derivatives(model, mean, cov)
+    variance, third, fourth = derivatives or _rows_derivatives(model, mean, cov)
     along = np.asarray(design @ shift).ravel()
     gram = model.weighted_gram(weight * (fourth * variance + third * along))
     p = model.dim
@@ -207,6 +219,17 @@ def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int):
         return gram, np.zeros(0), 0.0, 0
     coefficient = weight * third
     rows = np.arange(0, model.n_observations, step)
+    sub_diagonal = float(np.sum(coefficient[rows] ** 2 * variance[rows] ** 3))
+    if derivatives is not None and len(rows) < p * p:
+        # The kept² Gram matrix: with kept < p² and kept p³ ≤ _TENSOR_WORK, at most
+        # 7·10⁵ entries (6 MB, at p ≈ 29), against p³ for T.
+        a = design[rows]
+        u = (a.toarray() if sp.issparse(a) else a) @ lower
+        pairs = u @ u.T
+        cubes = pairs * pairs
+        cubes *= pairs
+        weighted = coefficient[rows]
+        return gram, float(weighted @ (cubes @ weighted)), sub_diagonal, len(rows)
     block = max(1, block_length(8.0 * (p * p + p)))
     tensor = np.zeros((p * p, p))
     for start in range(0, len(rows), block):
@@ -215,16 +238,16 @@ def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int):
         u = (a.toarray() if sp.issparse(a) else a) @ lower
         pairs = (u[:, :, None] * u[:, None, :]).reshape(len(index), p * p)
         tensor += pairs.T @ (u * coefficient[index, None])
-    sub_diagonal = float(np.sum(coefficient[rows] ** 2 * variance[rows] ** 3))
     return gram, tensor, sub_diagonal, len(rows)
 
 
-def _cubic_norm2(tensor, diagonal: float, sub_diagonal: float, m: int, kept: int) -> float:
+def _cubic_norm2(square: float, diagonal: float, sub_diagonal: float, m: int, kept: int) -> float:
     """``‖T‖²_F`` of the whitened tensor ``T = Σ_i c_i u_i⊗u_i⊗u_i`` (``u_i = Lᵀ a_i``,
-    ``S = L Lᵀ``) from the tensor of ``kept`` of the ``m`` rows (all of them within
-    :data:`_TENSOR_WORK` multiply-adds, M p³): its diagonal part ``Σ_i c_i² v_i³`` is
-    exact over all rows, the cross part scaled by the ratio of the pairs."""
-    cross = float(np.sum(tensor * tensor)) - sub_diagonal
+    ``S = L Lᵀ``) from ``square``, that of the tensor of ``kept`` of the ``m`` rows (all of
+    them within :data:`_TENSOR_WORK` multiply-adds, M p³): its diagonal part
+    ``Σ_i c_i² v_i³`` is exact over all rows, the cross part scaled by the ratio of the
+    pairs."""
+    cross = square - sub_diagonal
     if 1 < kept < m:
         cross *= (m * (m - 1.0)) / (kept * (kept - 1.0))
     return diagonal + cross

@@ -213,7 +213,10 @@ class BayesianUpdating:
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
         batch of one row is a rank-one update of the prior (about as costly as
         ``SGDClassifier.partial_fit`` of that row; see the module docstring), but for the
-        one that fills the buffer: a fit of ``buffer_size`` rows.
+        one that fills the buffer: a fit of ``buffer_size`` rows. Where every call must stay
+        within a latency bound (a decision loop), ``buffer_size=0`` keeps each one-row call
+        a rank-one update, at the accuracy that costs on small batches (the streaming
+        benchmark's ``buffer_size=0`` rows).
 
         Streams lose least by moment matching (EP, and VS, the default): the Laplace
         approximation of a batch expands its rows where the earlier estimates put them,
@@ -529,44 +532,46 @@ class BayesianUpdating:
 class _StreamBuffer:
     """``partial_fit``'s recent small batches (fewer than ``buffer_size`` rows in all) and
     the anchor: the posterior of each problem from before them, unforgotten, with the
-    running evidence then. Frozen: a call that fails leaves the estimator's as it was."""
+    running evidence then. Frozen: a call that fails leaves the estimator's as it was.
+    The row count and whether a batch is sparse are kept as the batches join, so that a
+    call reads them without a pass over up to ``buffer_size`` one-row batches."""
 
     anchor: tuple
     anchor_evidence: np.ndarray
     batches: tuple = ()
+    n_rows: int = 0
+    sparse: bool = False
 
     @classmethod
     def start(cls, anchor: list[GaussianPrior], evidence) -> _StreamBuffer:
         return cls(tuple(anchor), np.array(evidence, dtype=float))
 
-    @property
-    def n_rows(self) -> int:
-        return sum(rows.shape[0] for rows, _, _ in self.batches)
-
     def appended(self, X, y_index: np.ndarray, weights: np.ndarray) -> _StreamBuffer:
         """This buffer and one more batch (copied: the caller's arrays may change)."""
         batch = (X.copy(), np.array(y_index), np.array(weights, dtype=float))
-        return dataclasses.replace(self, batches=(*self.batches, batch))
+        return dataclasses.replace(
+            self,
+            batches=(*self.batches, batch),
+            n_rows=self.n_rows + X.shape[0],
+            sparse=self.sparse or sp.issparse(X),
+        )
 
     def joined(self, X, y_index: np.ndarray, weights: np.ndarray, decay: float):
         """``(X, y_index, weights)`` of the buffer's rows and this batch, in their order; a
         row's weight times ``decay**k``, k the rows that came after its batch (what the
         batch by batch forgetting gives it)."""
-        parts = [*self.batches, (X, y_index, weights)]
-        sizes = np.array([rows.shape[0] for rows, _, _ in parts])
-        after = np.cumsum(sizes[::-1])[::-1] - sizes  # the rows after each batch
-        if any(sp.issparse(rows) for rows, _, _ in parts):
-            joined = sp.vstack([sp.csr_matrix(rows) for rows, _, _ in parts], format="csr")
+        parts = (*self.batches, (X, y_index, weights))
+        rows, labels, given = zip(*parts, strict=True)
+        if self.sparse or sp.issparse(X):
+            joined = sp.vstack([sp.csr_matrix(r) for r in rows], format="csr")
         else:
-            joined = np.concatenate([rows for rows, _, _ in parts])
-        forgetting = [
-            np.full(rows.shape[0], decay**k) for (rows, _, _), k in zip(parts, after, strict=True)
-        ]
-        return (
-            joined,
-            np.concatenate([labels for _, labels, _ in parts]),
-            np.concatenate([w for _, _, w in parts]) * np.concatenate(forgetting),
-        )
+            joined = np.concatenate(rows)
+        weighted = np.concatenate(given)
+        if decay != 1.0:
+            sizes = np.array([r.shape[0] for r in rows])
+            after = np.cumsum(sizes[::-1])[::-1] - sizes  # the rows after each batch
+            weighted = weighted * np.repeat([decay**k for k in after], sizes)
+        return joined, np.concatenate(labels), weighted
 
 
 def _prior_specs(estimator, prior, classes: np.ndarray) -> list:
