@@ -48,14 +48,19 @@ def test_docs_build_without_warnings(tmp_path):
     for module in ("sphinx", "numpydoc", "pydata_sphinx_theme", "sphinx_gallery", "myst_parser"):
         pytest.importorskip(module, reason='the docs need the "docs" extra')
     # The gallery scripts are run by test_examples.py; here only the pages are built. Smart
-    # quotes (typography only, which warns of nothing) and the pages' copied sources are
-    # left out: 0.6 s of the build.
+    # quotes (typography only, which warns of nothing) are left out. Sphinx's "dummy"
+    # builder reads every page and resolves every reference as the html builder does, but
+    # writes nothing: 28% less CPU. Breaking on purpose a label, a document, a MyST link and
+    # anchor, an image, a figure, a toctree entry, a directive, an autosummary entry, RST
+    # inline markup in a page, a docstring and a gallery example, a duplicate label and
+    # html_static_path failed both builds with the same warnings; only a theme option the
+    # theme does not know is checked by the html builder alone (docs/conf.py sets two).
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-D", "plot_gallery=0", "-D", "smartquotes=0", "-D", "html_copy_source=0",
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "dummy",
+         "-D", "plot_gallery=0", "-D", "smartquotes=0",
          "-d", str(tmp_path / "doctrees"),
-         str(DOCS), str(tmp_path / "html")],
+         str(DOCS), str(tmp_path / "out")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    assert (tmp_path / "html" / "api.html").is_file()
+    assert (tmp_path / "doctrees" / "api.doctree").is_file()
