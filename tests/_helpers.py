@@ -3,6 +3,13 @@ pyproject.toml puts this directory on ``sys.path``; fixtures live in conftest.py
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 from scipy.special import logsumexp
 
@@ -95,3 +102,77 @@ def quadrature_posterior(X, y, link, C, around: Gaussian) -> Gaussian:
     centered = points - mean
     cov = (centered * weights[:, None]).T @ centered
     return Gaussian(mean, cov, logsumexp(log_p) + np.log(cell))
+
+
+#: The EarlySubprocess of each fixture name that runs one (tests/conftest.py starts them).
+EARLY_SUBPROCESSES: dict[str, EarlySubprocess] = {}
+
+
+class EarlySubprocess:
+    """A test's command run in a process of its own, started as soon as the tests are
+    collected (by tests/conftest.py, when a selected test uses the fixture ``name``), so that
+    it runs on the machine's other core while the tests before its own run on this one: the
+    suite runs on one core but for BLAS calls. Its test then waits for it (:meth:`result`).
+
+    ``args(scratch)`` is the command, given an empty scratch directory of its own, removed
+    at the session's end; ``env()`` its environment (None: this process's); ``when()``
+    whether it can run here at all (else its test skips or fails by itself, unstarted).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: Callable[[Path], list[str]],
+        env: Callable[[], dict[str, str]] | None = None,
+        when: Callable[[], bool] = lambda: True,
+        timeout: float = 600.0,
+    ):
+        self.name, self.args, self.env, self.when, self.timeout = name, args, env, when, timeout
+        self.scratch: Path | None = None
+        self._process: subprocess.Popen | None = None
+        self._started = 0.0
+        EARLY_SUBPROCESSES[name] = self
+
+    def start(self) -> None:
+        if self._process is not None or not self.when():
+            return
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"vsbayes-tests-{self.name}-"))
+        # Files, not pipes: nothing reads the output before the test, and a full pipe
+        # would stop the process.
+        with (
+            open(self.scratch / "stdout", "wb") as stdout,
+            open(self.scratch / "stderr", "wb") as stderr,
+        ):
+            self._process = subprocess.Popen(
+                self.args(self.scratch),
+                stdout=stdout,
+                stderr=stderr,
+                env=None if self.env is None else self.env(),
+            )
+        self._started = time.monotonic()
+
+    def result(self) -> subprocess.CompletedProcess:
+        """The finished process (started now if it was not), its output as text."""
+        self.start()
+        assert self._process is not None and self.scratch is not None
+        try:
+            waited = self.timeout - (time.monotonic() - self._started)
+            returncode = self._process.wait(timeout=max(waited, 0.0))
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            raise
+        return subprocess.CompletedProcess(
+            self._process.args,
+            returncode,
+            (self.scratch / "stdout").read_text(),
+            (self.scratch / "stderr").read_text(),
+        )
+
+    def stop(self) -> None:
+        """Kill the process if it still runs (a session stopped early), remove the scratch."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self._process = self.scratch = None

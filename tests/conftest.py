@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401 (loads SciPy's BLAS, for the limit below)
+from _helpers import EARLY_SUBPROCESSES
 from hypothesis import settings
 from threadpoolctl import ThreadpoolController
 
@@ -63,3 +64,23 @@ def small_data():
     x = rng.standard_normal(30)
     y = (rng.random(30) < 1 / (1 + np.exp(-(2.5 * x + 1)))).astype(int)
     return x[:, None], y
+
+
+def pytest_collection_finish(session):
+    """Start the subprocesses of the selected tests that run one (the docs build, the memory
+    fuzz: ~15 s of CPU), to run on the other core while the tests before theirs run here."""
+    if session.config.option.collectonly:
+        return
+    wanted = {
+        name
+        for item in session.items
+        for name in getattr(item, "fixturenames", ())
+        if name in EARLY_SUBPROCESSES
+    }
+    for name in sorted(wanted):
+        EARLY_SUBPROCESSES[name].start()
+
+
+def pytest_sessionfinish(session):
+    for early in EARLY_SUBPROCESSES.values():
+        early.stop()
