@@ -6,8 +6,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -109,47 +110,61 @@ EARLY_SUBPROCESSES: dict[str, EarlySubprocess] = {}
 
 
 class EarlySubprocess:
-    """A test's command run in a process of its own, started as soon as the tests are
-    collected (by tests/conftest.py, when a selected test uses the fixture ``name``), so that
-    it runs on the machine's other core while the tests before its own run on this one: the
-    suite runs on one core but for BLAS calls. Its test then waits for it (:meth:`result`).
+    """A test's command run in a process of its own, started before its test: by
+    tests/conftest.py, once the tests are collected, when a selected test uses the fixture
+    ``name``, in turn with the others (one at a time: with the suite's process, two busy
+    cores), so that it runs on the machine's other core while the tests before its own run
+    on this one. Its test then waits for it (:meth:`result`, which starts it at once if its
+    turn has not come).
 
-    ``args(scratch)`` is the command, given an empty scratch directory of its own, removed
-    at the session's end; ``env()`` its environment (None: this process's); ``when()``
-    whether it can run here at all (else its test skips or fails by itself, unstarted).
+    ``args(scratch, items)`` is the command, given an empty scratch directory of its own,
+    removed at the session's end, and the selected test items that use it (:attr:`items`;
+    empty when none were said: all of them); ``env()`` its environment (None: this
+    process's); ``when()`` whether it can run here at all (else its test skips or fails by
+    itself, unstarted).
     """
 
     def __init__(
         self,
         name: str,
-        args: Callable[[Path], list[str]],
+        args: Callable[[Path, Sequence], list[str]],
         env: Callable[[], dict[str, str]] | None = None,
         when: Callable[[], bool] = lambda: True,
         timeout: float = 600.0,
     ):
         self.name, self.args, self.env, self.when, self.timeout = name, args, env, when, timeout
+        self.items: Sequence = ()
         self.scratch: Path | None = None
         self._process: subprocess.Popen | None = None
         self._started = 0.0
+        self._stopped = False
+        # The conftest's thread and the test's fixture may start it at the same time.
+        self._lock = threading.Lock()
         EARLY_SUBPROCESSES[name] = self
 
     def start(self) -> None:
-        if self._process is not None or not self.when():
-            return
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"vsbayes-tests-{self.name}-"))
-        # Files, not pipes: nothing reads the output before the test, and a full pipe
-        # would stop the process.
-        with (
-            open(self.scratch / "stdout", "wb") as stdout,
-            open(self.scratch / "stderr", "wb") as stderr,
-        ):
-            self._process = subprocess.Popen(
-                self.args(self.scratch),
-                stdout=stdout,
-                stderr=stderr,
-                env=None if self.env is None else self.env(),
-            )
-        self._started = time.monotonic()
+        with self._lock:
+            if self._process is not None or self._stopped or not self.when():
+                return
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"vsbayes-tests-{self.name}-"))
+            # Files, not pipes: nothing reads the output before the test, and a full pipe
+            # would stop the process.
+            with (
+                open(self.scratch / "stdout", "wb") as stdout,
+                open(self.scratch / "stderr", "wb") as stderr,
+            ):
+                self._process = subprocess.Popen(
+                    self.args(self.scratch, self.items),
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=None if self.env is None else self.env(),
+                )
+            self._started = time.monotonic()
+
+    def wait(self) -> None:
+        """Until the process ends (at once if it was not started)."""
+        if self._process is not None:
+            self._process.wait()
 
     def result(self) -> subprocess.CompletedProcess:
         """The finished process (started now if it was not), its output as text."""
@@ -169,10 +184,12 @@ class EarlySubprocess:
         )
 
     def stop(self) -> None:
-        """Kill the process if it still runs (a session stopped early), remove the scratch."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-        self._process = self.scratch = None
+        """Never start; kill the process if it still runs (a session stopped early), remove
+        the scratch directory."""
+        with self._lock:
+            self._stopped = True
+            if self._process is not None and self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -67,18 +68,28 @@ def small_data():
 
 
 def pytest_collection_finish(session):
-    """Start the subprocesses of the selected tests that run one (the docs build, the memory
-    fuzz: ~15 s of CPU), to run on the other core while the tests before theirs run here."""
+    """Start the subprocesses of the selected tests that run one (the CLI's launch, the docs
+    build, the examples, the memory fuzz: ~25 s of CPU) in the order their tests come, one
+    at a time, to run on the other core while the tests before theirs run here."""
     if session.config.option.collectonly:
         return
-    wanted = {
-        name
-        for item in session.items
-        for name in getattr(item, "fixturenames", ())
-        if name in EARLY_SUBPROCESSES
-    }
-    for name in sorted(wanted):
-        EARLY_SUBPROCESSES[name].start()
+    wanted: dict[str, list] = {}  # in the order of each one's first test
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in EARLY_SUBPROCESSES:
+                wanted.setdefault(name, []).append(item)
+    for name, items in wanted.items():
+        EARLY_SUBPROCESSES[name].items = items
+    early = [EARLY_SUBPROCESSES[name] for name in wanted]
+    # A daemon: a session that ends first does not wait for it (pytest_sessionfinish stops
+    # the subprocesses).
+    threading.Thread(target=_run_in_turn, args=(early,), daemon=True).start()
+
+
+def _run_in_turn(early) -> None:
+    for each in early:
+        each.start()
+        each.wait()
 
 
 def pytest_sessionfinish(session):

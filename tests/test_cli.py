@@ -335,7 +335,7 @@ def test_version(capsys):
 # Started when the tests are collected (tests/conftest.py): a new interpreter's imports,
 # on the other core meanwhile.
 MODULE_ENTRY_POINT = EarlySubprocess(
-    "module_entry_point", lambda scratch: [sys.executable, "-m", "vsbayes", "--version"]
+    "module_entry_point", lambda scratch, items: [sys.executable, "-m", "vsbayes", "--version"]
 )
 
 

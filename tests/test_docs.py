@@ -56,7 +56,7 @@ def test_benchmark_page_shows_every_committed_plot():
 DOCS_MODULES = ("sphinx", "numpydoc", "pydata_sphinx_theme", "sphinx_gallery", "myst_parser")
 
 
-def sphinx_command(scratch: Path) -> list[str]:
+def sphinx_command(scratch: Path, items=()) -> list[str]:
     return [
         sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "dummy",
         "-D", "plot_gallery=0", "-D", "smartquotes=0",

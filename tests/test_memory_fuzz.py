@@ -132,7 +132,7 @@ WORKER = Path(__file__).with_name("_memory_fuzz.py")
 # meanwhile (its refusals are timed in its own CPU seconds, which that leaves alone).
 FUZZ = EarlySubprocess(
     "memory_fuzz",
-    lambda scratch: [sys.executable, str(WORKER), str(HEADROOM), json.dumps(fuzz_cases())],
+    lambda scratch, items: [sys.executable, str(WORKER), str(HEADROOM), json.dumps(fuzz_cases())],
     env=lambda: dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(Path.cwd()), str(WORKER.parent)]),

@@ -38,7 +38,7 @@ def test_quickstart_code_runs():
 # other core meanwhile.
 CONSOLE_SCRIPT_FIT = EarlySubprocess(
     "console_script_fit",
-    lambda scratch: [shutil.which("vsbayes"), "fit"],
+    lambda scratch, items: [shutil.which("vsbayes"), "fit"],
     when=lambda: shutil.which("vsbayes") is not None,
 )
 
