@@ -3,6 +3,14 @@ pyproject.toml puts this directory on ``sys.path``; fixtures live in conftest.py
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
 import numpy as np
 from scipy.special import logsumexp
 
@@ -95,3 +103,93 @@ def quadrature_posterior(X, y, link, C, around: Gaussian) -> Gaussian:
     centered = points - mean
     cov = (centered * weights[:, None]).T @ centered
     return Gaussian(mean, cov, logsumexp(log_p) + np.log(cell))
+
+
+#: The EarlySubprocess of each fixture name that runs one (tests/conftest.py starts them).
+EARLY_SUBPROCESSES: dict[str, EarlySubprocess] = {}
+
+
+class EarlySubprocess:
+    """A test's command run in a process of its own, started before its test: by
+    tests/conftest.py, once the tests are collected, when a selected test uses the fixture
+    ``name``, in turn with the others (one at a time: with the suite's process, two busy
+    cores), so that it runs on the machine's other core while the tests before its own run
+    on this one. Its test then waits for it (:meth:`result`, which starts it at once if its
+    turn has not come).
+
+    ``args(scratch, items)`` is the command, given an empty scratch directory of its own,
+    removed at the session's end, and the selected test items that use it (:attr:`items`;
+    empty when none were said: all of them); ``env()`` its environment (None: this
+    process's); ``when()`` whether it can run here at all (else its test skips or fails by
+    itself, unstarted).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: Callable[[Path, Sequence], list[str]],
+        env: Callable[[], dict[str, str]] | None = None,
+        when: Callable[[], bool] = lambda: True,
+        timeout: float = 600.0,
+    ):
+        self.name, self.args, self.env, self.when, self.timeout = name, args, env, when, timeout
+        self.items: Sequence = ()
+        self.scratch: Path | None = None
+        self._process: subprocess.Popen | None = None
+        self._started = 0.0
+        self._stopped = False
+        # The conftest's thread and the test's fixture may start it at the same time.
+        self._lock = threading.Lock()
+        EARLY_SUBPROCESSES[name] = self
+
+    def start(self) -> None:
+        with self._lock:
+            if self._process is not None or self._stopped or not self.when():
+                return
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"vsbayes-tests-{self.name}-"))
+            # Files, not pipes: nothing reads the output before the test, and a full pipe
+            # would stop the process.
+            with (
+                open(self.scratch / "stdout", "wb") as stdout,
+                open(self.scratch / "stderr", "wb") as stderr,
+            ):
+                self._process = subprocess.Popen(
+                    self.args(self.scratch, self.items),
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=None if self.env is None else self.env(),
+                )
+            self._started = time.monotonic()
+
+    def wait(self) -> None:
+        """Until the process ends (at once if it was not started)."""
+        if self._process is not None:
+            self._process.wait()
+
+    def result(self) -> subprocess.CompletedProcess:
+        """The finished process (started now if it was not), its output as text."""
+        self.start()
+        assert self._process is not None and self.scratch is not None
+        try:
+            waited = self.timeout - (time.monotonic() - self._started)
+            returncode = self._process.wait(timeout=max(waited, 0.0))
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            raise
+        return subprocess.CompletedProcess(
+            self._process.args,
+            returncode,
+            (self.scratch / "stdout").read_text(),
+            (self.scratch / "stderr").read_text(),
+        )
+
+    def stop(self) -> None:
+        """Never start; kill the process if it still runs (a session stopped early), remove
+        the scratch directory."""
+        with self._lock:
+            self._stopped = True
+            if self._process is not None and self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)

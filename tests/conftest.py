@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401 (loads SciPy's BLAS, for the limit below)
+from _helpers import EARLY_SUBPROCESSES
 from hypothesis import settings
 from threadpoolctl import ThreadpoolController
 
@@ -63,3 +65,33 @@ def small_data():
     x = rng.standard_normal(30)
     y = (rng.random(30) < 1 / (1 + np.exp(-(2.5 * x + 1)))).astype(int)
     return x[:, None], y
+
+
+def pytest_collection_finish(session):
+    """Start the subprocesses of the selected tests that run one (the CLI's launch, the docs
+    build, the examples, the memory fuzz: ~25 s of CPU) in the order their tests come, one
+    at a time, to run on the other core while the tests before theirs run here."""
+    if session.config.option.collectonly:
+        return
+    wanted: dict[str, list] = {}  # in the order of each one's first test
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in EARLY_SUBPROCESSES:
+                wanted.setdefault(name, []).append(item)
+    for name, items in wanted.items():
+        EARLY_SUBPROCESSES[name].items = items
+    early = [EARLY_SUBPROCESSES[name] for name in wanted]
+    # A daemon: a session that ends first does not wait for it (pytest_sessionfinish stops
+    # the subprocesses).
+    threading.Thread(target=_run_in_turn, args=(early,), daemon=True).start()
+
+
+def _run_in_turn(early) -> None:
+    for each in early:
+        each.start()
+        each.wait()
+
+
+def pytest_sessionfinish(session):
+    for early in EARLY_SUBPROCESSES.values():
+        early.stop()

@@ -3,11 +3,11 @@
 import csv
 import itertools
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from _helpers import EarlySubprocess
 
 from vsbayes.cli import main
 from vsbayes.cli.compare import REFERENCE_FACTOR
@@ -332,10 +332,20 @@ def test_version(capsys):
     assert status == 0 and out.startswith("vsbayes ")
 
 
-def test_module_entry_point():
-    done = subprocess.run(
-        [sys.executable, "-m", "vsbayes", "--version"], capture_output=True, text=True, check=False
-    )
+# Started when the tests are collected (tests/conftest.py): a new interpreter's imports,
+# on the other core meanwhile.
+MODULE_ENTRY_POINT = EarlySubprocess(
+    "module_entry_point", lambda scratch, items: [sys.executable, "-m", "vsbayes", "--version"]
+)
+
+
+@pytest.fixture
+def module_entry_point():
+    return MODULE_ENTRY_POINT.result()
+
+
+def test_module_entry_point(module_entry_point):
+    done = module_entry_point
     assert done.returncode == 0 and "vsbayes" in done.stdout
 
 

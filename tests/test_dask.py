@@ -22,7 +22,7 @@ from vsbayes import (  # noqa: E402
     VSProbitRegression,
 )
 from vsbayes.models import ChunkedPosterior  # noqa: E402
-from vsbayes.models.dask_chunks import DaskChunks  # noqa: E402
+from vsbayes.models.dask_chunks import DaskChunks, _active_client  # noqa: E402
 
 # Row chunks change only the order of the sums over rows: results agree to round-off, far
 # within D-020's 1e-8 (the VS fit's error is ~1e-2 nats; its draws are the same).
@@ -30,17 +30,26 @@ RTOL = 1e-8
 
 
 @pytest.fixture(scope="module")
-def client():
+def cluster_client():
     # Worker processes: the chunks' objects and the tasks go through pickling, as on a
     # real cluster. (Spawned, not forked: forked from the suite's process, whose other
-    # threads may hold locks, a worker hung at its start.)
+    # threads may hold locks, a worker hung at its start.) One cluster for the module, not
+    # the default client: only the tests that ask for `client` compute on it.
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
-        distributed.Client(cluster) as client,
+        distributed.Client(cluster, set_as_default=False) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def client(cluster_client):
+    """The module's cluster, the client that dask and vsbayes compute with during the test;
+    the other tests run on dask's local scheduler."""
+    with cluster_client.as_current():
+        yield cluster_client
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +225,7 @@ def test_dask_dataframes_are_taken_with_their_column_names(client, data):
 
 def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
+    assert _active_client() is None
     X, y, _ = data
     keep = X[:, 3] > -1.0
     Xd, yd = as_dask(X, y)

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import ALL
+from _helpers import ALL, EarlySubprocess
 
 HEADROOM = 512 * 2**20
 #: The estimators whose default route fits one joint multinomial posterior.
@@ -126,39 +125,41 @@ def fuzz_cases(seed: int = 20261127) -> list[dict]:
     return sorted(cases, key=lambda case: case["beyond"] is not False)
 
 
-@pytest.fixture(scope="module")
-def outcomes():
-    cases = fuzz_cases()
-    worker = Path(__file__).with_name("_memory_fuzz.py")
-    # One BLAS thread and two allocator arenas: each thread's arena maps 64 MiB of address
-    # space, which the limit would see shrink the headroom on a machine with many cores.
-    env = dict(
+WORKER = Path(__file__).with_name("_memory_fuzz.py")
+# One BLAS thread and two allocator arenas: each thread's arena maps 64 MiB of address space,
+# which the limit would see shrink the headroom on a machine with many cores. The worker
+# starts when the tests are collected (tests/conftest.py): it runs on the other core
+# meanwhile (its refusals are timed in its own CPU seconds, which that leaves alone).
+FUZZ = EarlySubprocess(
+    "memory_fuzz",
+    lambda scratch, items: [sys.executable, str(WORKER), str(HEADROOM), json.dumps(fuzz_cases())],
+    env=lambda: dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(Path.cwd()), str(worker.parent)]),
+        PYTHONPATH=os.pathsep.join([str(Path.cwd()), str(WORKER.parent)]),
         OPENBLAS_NUM_THREADS="1",
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         MALLOC_ARENA_MAX="2",
-    )
-    done = subprocess.run(
-        [sys.executable, str(worker), str(HEADROOM), json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    ),
+    when=lambda: Path("/proc/self/statm").exists(),
+)
+
+
+@pytest.fixture(scope="module")
+def memory_fuzz():
+    done = FUZZ.result()
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     return lines[0]["memory_limit"], lines[1:]
 
 
-def test_the_memory_setting_follows_the_address_space_limit(outcomes):
-    limit, _ = outcomes
+def test_the_memory_setting_follows_the_address_space_limit(memory_fuzz):
+    limit, _ = memory_fuzz
     assert 0 < limit <= HEADROOM
 
 
-def test_every_fit_fits_or_is_refused_before_its_work(outcomes):
-    _, results = outcomes
+def test_every_fit_fits_or_is_refused_before_its_work(memory_fuzz):
+    _, results = memory_fuzz
     assert len(results) == len(fuzz_cases())
     for result in results:
         shape = {k: result[k] for k in ("estimator", "rows", "features", "classes", "density")}
