@@ -117,3 +117,22 @@ def test_one_vs_rest_methods_keep_one_posterior_per_class(iris):
     for cls in (vsbayes.LaplaceProbitRegression, vsbayes.VBLogisticRegression):
         est = cls().fit(X, y)
         assert est.sigma_.shape == (3, 5, 5)
+
+
+def test_fifty_classes_on_two_rows_each():
+    """50 classes × 3 features × 100 rows (2 rows a class, 200 parameters for 100 rows): the
+    default fits a valid posterior in scikit-learn's centred representative, and it has
+    learned from the rows (the true class's predictive probability, 0.087, above twice the 1/50 of a
+    posterior that learned nothing)."""
+    rng = np.random.default_rng(50)
+    y = np.repeat(np.arange(50), 2)
+    X = rng.standard_normal((50, 3))[y] + rng.standard_normal((100, 3))
+    est = vsbayes.VSLogisticRegression().fit(X, y)
+    assert est.coef_.shape == (50, 3) and est.intercept_.shape == (50,)
+    assert abs(est.intercept_.sum()) <= 1e-12 * np.abs(est.intercept_).max()
+    assert np.all(np.abs(est.coef_.sum(axis=0)) <= 1e-12 * np.abs(est.coef_).max())
+    np.linalg.cholesky(est.posteriors_[0].cov)  # positive definite
+    assert np.isfinite(est.log_marginal_likelihood_value_)
+    proba = est.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    assert proba[np.arange(100), y].mean() > 2 / 50
