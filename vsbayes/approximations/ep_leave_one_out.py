@@ -448,13 +448,14 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
     prior_var = np.tile(model.prior_var[columns], r)
     outer = _RowOuter(design)
     copies, power = _split_weights(model.sample_weight)
+    full = _full_fit_cavities(design, outer, prior_var, sites, copies)
     copies, power, labels = np.tile(copies, n), np.tile(power, n), np.tile(model.y, n)
     own = (np.arange(n), rows)
     lam = np.broadcast_to(sites.precision, (n, m, r, r)).copy()
     eta = np.broadcast_to(sites.linear, (n, m, r)).copy()
     lam[own] = eta[own] = 0.0  # the cavity: the start
     n_lam = n * m * r * r
-    state = _site_state(model, design, outer, prior_var, sites, n)
+    state = _site_state(model, full, n)
     settled = np.zeros(n, dtype=bool)
     known = {}  # the last posteriors: their sites and _SoftmaxRefits
 
@@ -484,7 +485,7 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
     # it where the refits' 5-7 sweeps take more (P = r(r + 3)/2: 5 for three classes, 54
     # for ten).
     if linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
-        linear = _SiteJacobians(model, design, outer, prior_var, sites, state, q, linear_within)
+        linear = _SiteJacobians(model, full, sites, state, q, linear_within)
     exact = np.ones((n, m), dtype=bool) if linear is None else np.zeros((n, m), dtype=bool)
     if linear is not None:
         # Each refit's row's anchor: the marginal, cavity and site (one copy, natural
@@ -618,12 +619,11 @@ class _SiteJacobians:
     P = r (r + 3) / 2, instead of the refits' R M a sweep. ``far`` says which rows of a
     refit have moved too far from the full fit for the linear site."""
 
-    def __init__(self, model, design, outer, prior_var, sites, state, q, within: float):
+    def __init__(self, model, full: _FullFit, sites, state, q, within: float):
         m, r = model.n_observations, model.n_classes - 1
-        full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
-        self.mean, self.cov, self.within = full.g_mean[0], full.g_cov[0], within
+        self.mean, self.cov, self.within = full.g_mean, full.g_cov, within
         copies, power = _split_weights(model.sample_weight)
-        cav_prec, cav_lin, ok = _cavity(self.mean, self.cov, sites.precision, sites.linear, copies)
+        cav_prec, cav_lin, ok = full.cav_prec, full.cav_lin, full.ok
         self.upper = np.triu_indices(r)
         a, b = self.upper
         base = self.params(cav_prec, cav_lin)  # (M, P)
@@ -700,15 +700,32 @@ class _SiteJacobians:
         return self.unpack(site + moved)
 
 
-def _site_state(model, design, outer, prior_var, sites, n_refits: int) -> _RowState:
+class _FullFit(NamedTuple):
+    """The full fit's rows: their latent moments (M, r), (M, r, r) and cavities (one copy's
+    natural parameters, and whether each is proper)."""
+
+    g_mean: np.ndarray
+    g_cov: np.ndarray
+    cav_prec: np.ndarray
+    cav_lin: np.ndarray
+    ok: np.ndarray
+
+
+def _full_fit_cavities(design, outer, prior_var, sites, copies) -> _FullFit:
+    """:class:`_FullFit` of the full fit's ``sites``: the refits' rules and the linear
+    sites' Jacobians both start from it."""
+    full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
+    g_mean, g_cov = full.g_mean[0], full.g_cov[0]
+    return _FullFit(g_mean, g_cov, *_cavity(g_mean, g_cov, sites.precision, sites.linear, copies))
+
+
+def _site_state(model, full: _FullFit, n_refits: int) -> _RowState:
     """How the refits' sites are found, as ``softmax_ep`` (``sites="auto"``) finds the
     full fit's: VS fits where the cavities are wide, else tilted moments on rules sized to
     each cavity's spread — chosen once from the full fit's cavities (a refit's are near
     them) and the same in every refit, so that the sites can be found in chunks of rows."""
     m, r = model.n_observations, model.n_classes - 1
-    full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
-    copies = np.maximum(model.sample_weight, 1.0)
-    cav_prec, _, ok = _cavity(full.g_mean[0], full.g_cov[0], sites.precision, sites.linear, copies)
+    cav_prec, ok = full.cav_prec, full.ok
     state = _RowState(n_refits * m)
     spread = np.broadcast_to(np.eye(r), cav_prec.shape).copy()
     spread[ok] = np.linalg.inv(cav_prec[ok])
