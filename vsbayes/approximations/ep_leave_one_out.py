@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg.lapack import dtrtri
 
-from .._memory import block_bytes, block_length, check_memory
+from .._memory import block_length, check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SymmetricSobol
@@ -224,10 +224,7 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     n = r * m
     settled = np.zeros(r, dtype=bool)
     columns = np.ascontiguousarray(design.T)
-    p = design.shape[1]
-    outer = None
-    if 8.0 * m * p * p <= block_bytes():
-        outer = (design[:, :, None] * design[:, None, :]).reshape(m, p * p)
+    outer = _RowOuter(design).whole  # None where the rows' a_j a_jᵀ do not fit a block
     known = {}  # the last posteriors: their stacked sites (R, 2, M) and _Refits
 
     def by_refit(stacked):
