@@ -178,10 +178,10 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
     if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
-        sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
         coef = np.asarray(coef, dtype=float)
         intercept = np.ravel(estimator.intercept_).astype(float)
         if len(coef) == 1:  # binary
+            sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
             mean = np.concatenate([coef[0], intercept[:1]])
             return [(None, mean if estimator.fit_intercept else mean[:-1], sd)]
         # The multinomial θ = [W.ravel(), b], centred over the classes as the dense one's.
