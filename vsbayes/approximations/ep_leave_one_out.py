@@ -502,9 +502,7 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             flat = at[0] * m + at[1]
             v_mean, v_cov = post.g_mean[at], post.g_cov[at]
             cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam[at], eta[at], copies[flat])
-            part = _RowState(flat.size, state.rules)
-            part.level, part.direct, part.sized = state.level[flat], state.direct[flat], True
-            part.coarse = state.coarse[flat]
+            part = _state_of_rows(state, flat)
             _, site_lam, site_eta, good = _sites(
                 _OneRow(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
                 None, part, ok,
@@ -642,9 +640,7 @@ class _SiteJacobians:
             part = slice(start, min(start + _SITE_CHUNK, count * m))
             row = every[part]
             # A throwaway state: the differences leave the refits' rules as they are.
-            piece = _RowState(row.size, state.rules)
-            piece.level, piece.direct, piece.sized = state.level[row], state.direct[row], True
-            piece.coarse = state.coarse[row]
+            piece = _state_of_rows(state, row)
             _, site_lam, site_eta, good[part] = _sites(
                 _OneRow(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
                 power[row], None, piece, np.ones(row.size, dtype=bool),
@@ -695,6 +691,15 @@ class _SiteJacobians:
             part = slice(start, start + step)
             moved[part] = np.einsum("npq,nq->np", self.jacobian[row[part]], delta[part])
         return self.unpack(site + moved)
+
+
+def _state_of_rows(state: _RowState, rows: np.ndarray) -> _RowState:
+    """A copy of ``state`` at ``rows`` (sized: their rules as they are), for one call of the
+    multinomial EP's site update on those rows."""
+    part = _RowState(rows.size, state.rules)
+    part.level, part.direct, part.sized = state.level[rows], state.direct[rows], True
+    part.coarse = state.coarse[rows]
+    return part
 
 
 class _FullFit(NamedTuple):
