@@ -33,7 +33,7 @@ from sklearn.utils.validation import (
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._progress import observed
-from .._random import DEFAULT_SEED, as_generator
+from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
@@ -582,7 +582,7 @@ class BayesianGLMClassifier(
 
     def _random_generator(self):
         """The fit's generator: ``random_state``'s, or the default seed's."""
-        return as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
+        return reproducible_generator(self.random_state)
 
     #: The one check of sample and class weights, shared with partial_fit
     #: (estimators/_updating.py).
