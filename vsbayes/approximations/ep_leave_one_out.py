@@ -408,12 +408,13 @@ def refit_softmax_without_rows(
     per_refit = 8.0 * (m * (r * r + r) * (33 + 2 * memory) + 3 * (r * w) ** 2 + r * r * w * m)
     check_memory(per_refit, f"one leave-one-out refit ({r * w} parameters, {m} rows)", "")
     step = block_length(per_refit)
+    shared = _SoftmaxRefitsShared(model, design, sites, linear_within)
     mean, cov = np.empty((rows.size, k)), np.empty((rows.size, k, k))
     n_iter = np.empty(rows.size, int)
     for start in range(0, rows.size, step):
         part = slice(start, min(start + step, rows.size))
         mean[part], cov[part], n_iter[part] = _refit_softmax_block(
-            model, design, sites, rows[part], damping, tol, max_iter, memory, linear_within
+            shared, rows[part], damping, tol, max_iter, memory
         )
     return LeftOutMarginals(mean, cov, n_iter)
 
@@ -434,25 +435,48 @@ REANCHOR_WITHIN = 0.1
 _SITE_CHUNK = 256
 
 
-def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, memory, linear_within):
+class _SoftmaxRefitsShared:
+    """What every block of :func:`refit_softmax_without_rows`' refits reads, made once:
+    B's prior variances, the rows' outer products, the full fit's rows and cavities, and
+    the linear sites' Jacobians (at the first block that takes them)."""
+
+    def __init__(self, model, design, sites, linear_within):
+        k, d = model.n_classes, model.n_features
+        self.model, self.design, self.sites = model, design, sites
+        self.linear_within = linear_within
+        self.q = centred_basis(k)
+        # B's prior variances (class-major rows of w), the same for every class.
+        columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
+        self.prior_var = np.tile(model.prior_var[columns], k - 1)
+        self.outer = _RowOuter(design)
+        self.copies, self.power = _split_weights(model.sample_weight)
+        self.full = _full_fit_cavities(design, self.outer, self.prior_var, sites, self.copies)
+        self._jacobians = None
+
+    def jacobians(self, state: _RowState) -> _SiteJacobians:
+        """The linear sites' Jacobians, on the rules of ``state`` (a block's, before its
+        sweeps: the full fit's, the same in every block)."""
+        if self._jacobians is None:
+            self._jacobians = _SiteJacobians(
+                self.model, self.full, self.sites, state, self.q, self.linear_within
+            )
+        return self._jacobians
+
+
+def _refit_softmax_block(shared: _SoftmaxRefitsShared, rows, damping, tol, max_iter, memory):
     """:func:`refit_softmax_without_rows` of one block of rows: one sweep loop on R × M
     sites (settled refits as :func:`_refit_block`'s)."""
-    n, m, k, d = rows.size, model.n_observations, model.n_classes, model.n_features
-    r = k - 1
-    q = centred_basis(k)
-    # B's prior variances (class-major rows of w), the same for every class.
-    columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
-    prior_var = np.tile(model.prior_var[columns], r)
-    outer = _RowOuter(design)
-    copies, power = _split_weights(model.sample_weight)
-    full = _full_fit_cavities(design, outer, prior_var, sites, copies)
-    copies, power, labels = np.tile(copies, n), np.tile(power, n), np.tile(model.y, n)
+    model, design, sites = shared.model, shared.design, shared.sites
+    n, m, r = rows.size, model.n_observations, model.n_classes - 1
+    q, prior_var, outer = shared.q, shared.prior_var, shared.outer
+    copies, power = np.tile(shared.copies, n), np.tile(shared.power, n)
+    labels = np.tile(model.y, n)
     own = (np.arange(n), rows)
     lam = np.broadcast_to(sites.precision, (n, m, r, r)).copy()
     eta = np.broadcast_to(sites.linear, (n, m, r)).copy()
     lam[own] = eta[own] = 0.0  # the cavity: the start
     n_lam = n * m * r * r
-    state = _site_state(model, full, n)
+    state = _site_state(model, shared.full, n)
     settled = np.zeros(n, dtype=bool)
     known = {}  # the last posteriors: their sites and _SoftmaxRefits
 
@@ -480,9 +504,9 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
     linear = None
     # The Jacobians cost P + 1 site updates a row, an exact sweep of the refits n: worth
     # it where the refits' 5-7 sweeps take more (P = r(r + 3)/2: 5 for three classes, 54
-    # for ten).
-    if linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
-        linear = _SiteJacobians(model, full, sites, state, q, linear_within)
+    # for ten). Made once, for every block that takes them.
+    if shared.linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
+        linear = shared.jacobians(state)
     exact = np.ones((n, m), dtype=bool) if linear is None else np.zeros((n, m), dtype=bool)
     if linear is not None:
         # Each refit's row's anchor: the marginal, cavity and site (one copy, natural
