@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["DEFAULT_SEED", "as_generator"]
+__all__ = ["DEFAULT_SEED", "as_generator", "reproducible_generator"]
 
 #: The seed of ``random_state=None`` where a result must be reproducible: fits, and the
 #: summaries computed from draws (intervals, leave-one-out, ArviZ export) are
@@ -40,3 +40,19 @@ def as_generator(random_state=None) -> np.random.Generator:
     raise ValueError(
         f"random_state must be None, an int, a RandomState or a Generator; got {random_state!r}."
     )
+
+
+def reproducible_generator(random_state=None) -> np.random.Generator:
+    """:func:`as_generator`, but ``None`` gives :data:`DEFAULT_SEED`'s generator: for the
+    results that are deterministic by default (fits, and the summaries computed from draws).
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
+        As :func:`as_generator`'s, but for None.
+
+    Returns
+    -------
+    numpy.random.Generator
+    """
+    return as_generator(DEFAULT_SEED if random_state is None else random_state)

@@ -456,6 +456,11 @@ class StructuredCovariance:
     def log_det(self) -> float:
         """``log det Σ`` in O(p r²)."""
         root, _, values = self._unit_root()
+        return self._root_log_det(root, values)
+
+    @staticmethod
+    def _root_log_det(root: np.ndarray, values: np.ndarray) -> float:
+        """``log det`` of ``δ^½ (I + Q M Qᵀ) δ^½`` from :meth:`_unit_root`'s δ^½ and M."""
         return 2.0 * float(np.log(root).sum()) + float(np.log1p(values).sum())
 
     def sample_normal(self, z: np.ndarray) -> np.ndarray:
@@ -636,7 +641,7 @@ class CentredStructuredCovariance(StructuredCovariance):
         root, basis, values = self._unit_root()
         a, _, mu = self._shift_precision(root, basis, values)
         shift = float(np.log(a).sum() + np.log1p(mu).sum() + np.log(self._column_shift).sum())
-        return super().log_det() + shift
+        return self._root_log_det(root, values) + shift
 
     def sample_normal(self, z: np.ndarray) -> np.ndarray:
         """``L z`` for standard normal rows z (n, p), ``L Lᵀ = Σ``, L square (``log q`` of a

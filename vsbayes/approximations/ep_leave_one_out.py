@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg.lapack import dtrtri
 
-from .._memory import block_bytes, block_length, check_memory
+from .._memory import block_length, check_memory
 from ..exceptions import NotPositiveDefiniteError
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SymmetricSobol
@@ -224,10 +224,7 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
     n = r * m
     settled = np.zeros(r, dtype=bool)
     columns = np.ascontiguousarray(design.T)
-    p = design.shape[1]
-    outer = None
-    if 8.0 * m * p * p <= block_bytes():
-        outer = (design[:, :, None] * design[:, None, :]).reshape(m, p * p)
+    outer = _RowOuter(design).whole  # None where the rows' a_j a_jᵀ do not fit a block
     known = {}  # the last posteriors: their stacked sites (R, 2, M) and _Refits
 
     def by_refit(stacked):
@@ -411,12 +408,13 @@ def refit_softmax_without_rows(
     per_refit = 8.0 * (m * (r * r + r) * (33 + 2 * memory) + 3 * (r * w) ** 2 + r * r * w * m)
     check_memory(per_refit, f"one leave-one-out refit ({r * w} parameters, {m} rows)", "")
     step = block_length(per_refit)
+    shared = _SoftmaxRefitsShared(model, design, sites, linear_within)
     mean, cov = np.empty((rows.size, k)), np.empty((rows.size, k, k))
     n_iter = np.empty(rows.size, int)
     for start in range(0, rows.size, step):
         part = slice(start, min(start + step, rows.size))
         mean[part], cov[part], n_iter[part] = _refit_softmax_block(
-            model, design, sites, rows[part], damping, tol, max_iter, memory, linear_within
+            shared, rows[part], damping, tol, max_iter, memory
         )
     return LeftOutMarginals(mean, cov, n_iter)
 
@@ -437,24 +435,48 @@ REANCHOR_WITHIN = 0.1
 _SITE_CHUNK = 256
 
 
-def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, memory, linear_within):
+class _SoftmaxRefitsShared:
+    """What every block of :func:`refit_softmax_without_rows`' refits reads, made once:
+    B's prior variances, the rows' outer products, the full fit's rows and cavities, and
+    the linear sites' Jacobians (at the first block that takes them)."""
+
+    def __init__(self, model, design, sites, linear_within):
+        k, d = model.n_classes, model.n_features
+        self.model, self.design, self.sites = model, design, sites
+        self.linear_within = linear_within
+        self.q = centred_basis(k)
+        # B's prior variances (class-major rows of w), the same for every class.
+        columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
+        self.prior_var = np.tile(model.prior_var[columns], k - 1)
+        self.outer = _RowOuter(design)
+        self.copies, self.power = _split_weights(model.sample_weight)
+        self.full = _full_fit_cavities(design, self.outer, self.prior_var, sites, self.copies)
+        self._jacobians = None
+
+    def jacobians(self, state: _RowState) -> _SiteJacobians:
+        """The linear sites' Jacobians, on the rules of ``state`` (a block's, before its
+        sweeps: the full fit's, the same in every block)."""
+        if self._jacobians is None:
+            self._jacobians = _SiteJacobians(
+                self.model, self.full, self.sites, state, self.q, self.linear_within
+            )
+        return self._jacobians
+
+
+def _refit_softmax_block(shared: _SoftmaxRefitsShared, rows, damping, tol, max_iter, memory):
     """:func:`refit_softmax_without_rows` of one block of rows: one sweep loop on R × M
     sites (settled refits as :func:`_refit_block`'s)."""
-    n, m, k, d = rows.size, model.n_observations, model.n_classes, model.n_features
-    r = k - 1
-    q = centred_basis(k)
-    # B's prior variances (class-major rows of w), the same for every class.
-    columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
-    prior_var = np.tile(model.prior_var[columns], r)
-    outer = _RowOuter(design)
-    copies, power = _split_weights(model.sample_weight)
-    copies, power, labels = np.tile(copies, n), np.tile(power, n), np.tile(model.y, n)
+    model, design, sites = shared.model, shared.design, shared.sites
+    n, m, r = rows.size, model.n_observations, model.n_classes - 1
+    q, prior_var, outer = shared.q, shared.prior_var, shared.outer
+    copies, power = np.tile(shared.copies, n), np.tile(shared.power, n)
+    labels = np.tile(model.y, n)
     own = (np.arange(n), rows)
     lam = np.broadcast_to(sites.precision, (n, m, r, r)).copy()
     eta = np.broadcast_to(sites.linear, (n, m, r)).copy()
     lam[own] = eta[own] = 0.0  # the cavity: the start
     n_lam = n * m * r * r
-    state = _site_state(model, design, outer, prior_var, sites, n)
+    state = _site_state(model, shared.full, n)
     settled = np.zeros(n, dtype=bool)
     known = {}  # the last posteriors: their sites and _SoftmaxRefits
 
@@ -482,9 +504,9 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
     linear = None
     # The Jacobians cost P + 1 site updates a row, an exact sweep of the refits n: worth
     # it where the refits' 5-7 sweeps take more (P = r(r + 3)/2: 5 for three classes, 54
-    # for ten).
-    if linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
-        linear = _SiteJacobians(model, design, outer, prior_var, sites, state, q, linear_within)
+    # for ten). Made once, for every block that takes them.
+    if shared.linear_within is not None and r * (r + 3) // 2 + 1 <= 5 * n:
+        linear = shared.jacobians(state)
     exact = np.ones((n, m), dtype=bool) if linear is None else np.zeros((n, m), dtype=bool)
     if linear is not None:
         # Each refit's row's anchor: the marginal, cavity and site (one copy, natural
@@ -504,9 +526,7 @@ def _refit_softmax_block(model, design, sites, rows, damping, tol, max_iter, mem
             flat = at[0] * m + at[1]
             v_mean, v_cov = post.g_mean[at], post.g_cov[at]
             cav_prec, cav_lin, ok = _cavity(v_mean, v_cov, lam[at], eta[at], copies[flat])
-            part = _RowState(flat.size, state.rules)
-            part.level, part.direct, part.sized = state.level[flat], state.direct[flat], True
-            part.coarse = state.coarse[flat]
+            part = _state_of_rows(state, flat)
             _, site_lam, site_eta, good = _sites(
                 _OneRow(labels[flat]), q, v_mean, v_cov, cav_prec, cav_lin, power[flat],
                 None, part, ok,
@@ -618,12 +638,11 @@ class _SiteJacobians:
     P = r (r + 3) / 2, instead of the refits' R M a sweep. ``far`` says which rows of a
     refit have moved too far from the full fit for the linear site."""
 
-    def __init__(self, model, design, outer, prior_var, sites, state, q, within: float):
+    def __init__(self, model, full: _FullFit, sites, state, q, within: float):
         m, r = model.n_observations, model.n_classes - 1
-        full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
-        self.mean, self.cov, self.within = full.g_mean[0], full.g_cov[0], within
+        self.mean, self.cov, self.within = full.g_mean, full.g_cov, within
         copies, power = _split_weights(model.sample_weight)
-        cav_prec, cav_lin, ok = _cavity(self.mean, self.cov, sites.precision, sites.linear, copies)
+        cav_prec, cav_lin, ok = full.cav_prec, full.cav_lin, full.ok
         self.upper = np.triu_indices(r)
         a, b = self.upper
         base = self.params(cav_prec, cav_lin)  # (M, P)
@@ -645,9 +664,7 @@ class _SiteJacobians:
             part = slice(start, min(start + _SITE_CHUNK, count * m))
             row = every[part]
             # A throwaway state: the differences leave the refits' rules as they are.
-            piece = _RowState(row.size, state.rules)
-            piece.level, piece.direct, piece.sized = state.level[row], state.direct[row], True
-            piece.coarse = state.coarse[row]
+            piece = _state_of_rows(state, row)
             _, site_lam, site_eta, good[part] = _sites(
                 _OneRow(model.y[row]), q, self.mean[row], self.cov[row], prec[part], lin[part],
                 power[row], None, piece, np.ones(row.size, dtype=bool),
@@ -700,15 +717,41 @@ class _SiteJacobians:
         return self.unpack(site + moved)
 
 
-def _site_state(model, design, outer, prior_var, sites, n_refits: int) -> _RowState:
+def _state_of_rows(state: _RowState, rows: np.ndarray) -> _RowState:
+    """A copy of ``state`` at ``rows`` (sized: their rules as they are), for one call of the
+    multinomial EP's site update on those rows."""
+    part = _RowState(rows.size, state.rules)
+    part.level, part.direct, part.sized = state.level[rows], state.direct[rows], True
+    part.coarse = state.coarse[rows]
+    return part
+
+
+class _FullFit(NamedTuple):
+    """The full fit's rows: their latent moments (M, r), (M, r, r) and cavities (one copy's
+    natural parameters, and whether each is proper)."""
+
+    g_mean: np.ndarray
+    g_cov: np.ndarray
+    cav_prec: np.ndarray
+    cav_lin: np.ndarray
+    ok: np.ndarray
+
+
+def _full_fit_cavities(design, outer, prior_var, sites, copies) -> _FullFit:
+    """:class:`_FullFit` of the full fit's ``sites``: the refits' rules and the linear
+    sites' Jacobians both start from it."""
+    full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
+    g_mean, g_cov = full.g_mean[0], full.g_cov[0]
+    return _FullFit(g_mean, g_cov, *_cavity(g_mean, g_cov, sites.precision, sites.linear, copies))
+
+
+def _site_state(model, full: _FullFit, n_refits: int) -> _RowState:
     """How the refits' sites are found, as ``softmax_ep`` (``sites="auto"``) finds the
     full fit's: VS fits where the cavities are wide, else tilted moments on rules sized to
     each cavity's spread — chosen once from the full fit's cavities (a refit's are near
     them) and the same in every refit, so that the sites can be found in chunks of rows."""
     m, r = model.n_observations, model.n_classes - 1
-    full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
-    copies = np.maximum(model.sample_weight, 1.0)
-    cav_prec, _, ok = _cavity(full.g_mean[0], full.g_cov[0], sites.precision, sites.linear, copies)
+    cav_prec, ok = full.cav_prec, full.ok
     state = _RowState(n_refits * m)
     spread = np.broadcast_to(np.eye(r), cav_prec.shape).copy()
     spread[ok] = np.linalg.inv(cav_prec[ok])

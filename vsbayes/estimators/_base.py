@@ -33,7 +33,7 @@ from sklearn.utils.validation import (
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._progress import observed
-from .._random import DEFAULT_SEED, as_generator
+from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
@@ -362,11 +362,7 @@ class BayesianGLMClassifier(
         if factor is not None:
             priors["coefficient_prior"] = factor
         rng = self._random_generator()
-        if n_classes > 2 and self._multinomial:
-            problems = [(y_index, n_classes)]  # one joint problem over the class indices
-        else:  # ±1 labels of each binary problem
-            targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
-            problems = [(np.where(t, 1.0, -1.0), None) for t in targets]
+        problems = self._problems(y_index, n_classes)
         given = [None] * len(problems)  # the prior N(0, C·I) of each problem
         if self.prior is not None and factor is None:  # (the default fit stays in this file)
             given = self._problem_priors(X.shape[1], problems, self.classes_)
@@ -400,6 +396,15 @@ class BayesianGLMClassifier(
             if "_callback_fit_ctx" in vars(self):  # the callbacks' teardown, however it ends
                 FitObserver.teardown(self)
         return self
+
+    def _problems(self, y_index: np.ndarray, n_classes: int) -> list[tuple]:
+        """``(labels, n_classes or None)`` of each problem (fit's and partial_fit's): the
+        joint multinomial one over the class indices, else ±1 labels of each binary
+        (one-vs-rest) problem."""
+        if n_classes > 2 and self._multinomial:
+            return [(y_index, n_classes)]
+        targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
+        return [(np.where(t, 1.0, -1.0), None) for t in targets]
 
     def _fit_problems(
         self, method, X, problems, weights, rng, priors, given, observer
@@ -577,7 +582,7 @@ class BayesianGLMClassifier(
 
     def _random_generator(self):
         """The fit's generator: ``random_state``'s, or the default seed's."""
-        return as_generator(DEFAULT_SEED if self.random_state is None else self.random_state)
+        return reproducible_generator(self.random_state)
 
     #: The one check of sample and class weights, shared with partial_fit
     #: (estimators/_updating.py).

@@ -47,7 +47,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from .._blas import one_blas_thread
 from .._memory import block_length, check_memory
-from .._random import DEFAULT_SEED, as_generator
+from .._random import as_generator, reproducible_generator
 from .._sums import logsumexp
 from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
@@ -178,10 +178,10 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
     if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
-        sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
         coef = np.asarray(coef, dtype=float)
         intercept = np.ravel(estimator.intercept_).astype(float)
         if len(coef) == 1:  # binary
+            sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
             mean = np.concatenate([coef[0], intercept[:1]])
             return [(None, mean if estimator.fit_intercept else mean[:-1], sd)]
         # The multinomial θ = [W.ravel(), b], centred over the classes as the dense one's.
@@ -386,12 +386,6 @@ def _summary_attrs(estimator, level: float) -> dict:
 # --- prediction intervals and posterior predictive draws ----------------------------------
 
 
-def _summary_generator(random_state) -> np.random.Generator:
-    """The draws' generator of a summary: ``random_state``'s, or with None the default
-    seed's, so that the same call gives the same intervals and elpd (as ``fit`` does)."""
-    return as_generator(DEFAULT_SEED if random_state is None else random_state)
-
-
 def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     """``(lower, upper)`` of each row's class probabilities, (n, n_classes) each: exact
     quantiles through the link for two classes, else quantiles of latent draws."""
@@ -409,7 +403,7 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
         low = np.exp(link.log_cdf(mean - z * sd))
         high = np.exp(link.log_cdf(mean + z * sd))
         return np.column_stack([1.0 - high, low]), np.column_stack([1.0 - low, high])
-    rng = _summary_generator(random_state)
+    rng = reproducible_generator(random_state)
     tails = [0.5 - 0.5 * level, 0.5 + 0.5 * level]
     lower = np.empty((X.shape[0], n_classes))
     upper = np.empty_like(lower)
@@ -634,7 +628,7 @@ def leave_one_out(
             f"no predictive density to score. Use an estimator with a multinomial posterior "
             f"(LaplaceLogisticRegression, EPLogisticRegression, VSLogisticRegression)."
         )
-    rng = _summary_generator(random_state)
+    rng = reproducible_generator(random_state)
     draws = _PosteriorDraws(estimator, data, n_draws, rng)
     positive = data.weights > 0
     ep_rows = sites is not None and len(sites.linear) == int(positive.sum())
@@ -992,7 +986,7 @@ def to_inference_data(
         ) from error
     check_is_fitted(estimator)
     names = _feature_names(estimator, feature_names)
-    rng = _summary_generator(random_state)
+    rng = reproducible_generator(random_state)
     coef, intercept = estimator._predictive().sample(n_draws, rng)
     multiclass = len(estimator.classes_) > 2
     classes = [str(c) for c in estimator.classes_]

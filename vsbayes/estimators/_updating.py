@@ -286,7 +286,7 @@ class BayesianUpdating:
                 )
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
             weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
-        problems = self._stream_problems(y_index, len(classes))
+        problems = self._problems(y_index, len(classes))
         n_rows = X.shape[0]
         buffer = None if first else vars(self).get("_stream_buffer")
         size = int(self.buffer_size)
@@ -309,7 +309,7 @@ class BayesianUpdating:
         carried = before
         if refit:  # the buffer's rows and this batch, jointly, under the anchor
             X, y_index, weights = buffer.joined(X, y_index, weights, decay)
-            problems = self._stream_problems(y_index, len(classes))
+            problems = self._problems(y_index, len(classes))
             carried, evidence_before = list(buffer.anchor), buffer.anchor_evidence
         if keep < 1.0:
             carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
@@ -339,14 +339,6 @@ class BayesianUpdating:
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
         self.log_marginal_likelihood_value_ = float(total) if total.ndim == 0 else total
         return self
-
-    def _stream_problems(self, y_index: np.ndarray, n_classes: int) -> list[tuple]:
-        """``(labels, n_classes or None)`` of each problem, as fit has them: the
-        multinomial one, else ±1 labels of each binary (one-vs-rest) problem."""
-        if n_classes > 2 and self._multinomial:
-            return [(y_index, n_classes)]
-        targets = [y_index == 1] if n_classes == 2 else [y_index == k for k in range(n_classes)]
-        return [(np.where(t, 1.0, -1.0), None) for t in targets]
 
     def _one_row_rule(self) -> str | None:
         """How a one-row batch updates the prior directly: the method's ``one_row``

@@ -178,7 +178,7 @@ _MIXTURE_MIN_Z = 1e-2
 _MIXTURE_MAX_VAR = 1e4
 
 
-def mixture_tilted_moments(link, mean, var, power=1.0):
+def mixture_tilted_moments(link, mean, var, power=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(log Z, mean, variance)`` of ``σ(t)^power N(t; mean, var) / Z`` (the logistic
     link) in closed form, from the logistic's mixture of nine probits
     ``σ(t) ≈ Σ a_k Φ(s_k t)`` (:mod:`~vsbayes.models.predictive`, error below 4e-10):
