@@ -217,7 +217,9 @@ class _Contrast:
             if self.width > d:
                 v_mean += coef[:, d]
             return v_mean, kept[1]
-        return row_moments(self.model.X, coef, cov)
+        # Many classes: the r(r + 1)/2 distinct covariances by one GEMM (round-off apart
+        # from the full product, a quarter of its work); fewer keep their bits.
+        return row_moments(self.model.X, coef, cov, by_pairs=_many_classes(self.r))
 
     def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
         """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance
