@@ -188,7 +188,8 @@ class _Contrast:
         """``(mean, cov, half_log_det, linear, precision)`` of B (r·w) given the sites
         (``half_log_det``: log |L| of the precision's Cholesky factor L)."""
         r, w = self.r, self.width
-        blocks = self.model.latent_gram(lam)  # (r, r, w, w)
+        # (r, r, w, w); many classes: half the product (round-off apart, fewer keep bits).
+        blocks = self.model.latent_gram(lam, distinct=_many_classes(r))
         precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
         precision = 0.5 * (precision + precision.T)
         linear = self.model.latent_transpose(eta).ravel()

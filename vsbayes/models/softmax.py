@@ -316,7 +316,7 @@ class SoftmaxGLMPosterior:
         hess *= 0.5
         return hess
 
-    def latent_gram(self, weights: np.ndarray) -> np.ndarray:
+    def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
 
         ``x̃ = [x, 1]`` with an intercept (w = d + 1), else ``x``. With r = K and the
@@ -324,19 +324,21 @@ class SoftmaxGLMPosterior:
         precision of any Gaussian factors on linear maps ``B x̃_i`` of the rows (expectation
         propagation's sites). Dense rows: one product per block of rows over the r(r + 1)/2
         pairs; rows are taken in blocks of :func:`~vsbayes._memory.block_length`.
+        ``distinct``: dense rows' products over the w(w + 1)/2 distinct entries of their
+        outer products (half the work; the same numbers to round-off, symmetric blocks).
         """
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
         first, second = triu_indices(r)
-        return self._pair_gram(weights[:, first, second], r)
+        return self._pair_gram(weights[:, first, second], r, distinct)
 
-    def _pair_gram(self, pairs: np.ndarray, r: int) -> np.ndarray:
+    def _pair_gram(self, pairs: np.ndarray, r: int, distinct: bool = False) -> np.ndarray:
         """:meth:`latent_gram` from the weights' upper triangles (M, r(r + 1)/2), row-major."""
         width = self.n_features + int(self.fit_intercept)
         first, second = triu_indices(r)
         sparse = sp.issparse(self.X)
         if not sparse and width < len(first):
-            grams = self._outer_gram(pairs, width)
+            grams = self._outer_gram(pairs, width, distinct)
         else:
             grams = self._copies_gram(pairs, width, sparse)
         blocks = np.empty((r, r, width, width))
@@ -344,18 +346,30 @@ class SoftmaxGLMPosterior:
         blocks[second, first] = grams.transpose(0, 2, 1)
         return blocks
 
-    def _outer_gram(self, pairs: np.ndarray, width: int) -> np.ndarray:
+    def _outer_gram(self, pairs: np.ndarray, width: int, distinct: bool) -> np.ndarray:
         """The (pairs, w, w) Gram matrices as ``pairsᵀ @ [x̃_i x̃_iᵀ]``: one GEMM per block
         of rows on the rows' outer products (w² a row: fewer temporaries than the weighted
-        copies' w per pair where the pairs outnumber the columns, i.e. many classes)."""
-        out = np.zeros((pairs.shape[1], width * width))
+        copies' w per pair where the pairs outnumber the columns, i.e. many classes);
+        ``distinct``: on their w(w + 1)/2 distinct entries, half the GEMM (the full one's
+        (j, l) and (l, j) columns are the same products, which its round-off may sum
+        apart)."""
+        col_j, col_l = triu_indices(width)
+        out = np.zeros((pairs.shape[1], len(col_j) if distinct else width * width))
         rows_per_block = block_length(8.0 * width * (width + 1))
         for start in range(0, self.n_observations, rows_per_block):
             rows = slice(start, start + rows_per_block)
             x = self.design_rows(rows)
-            outer = (x[:, :, None] * x[:, None, :]).reshape(x.shape[0], -1)
+            if distinct:
+                outer = x[:, col_j] * x[:, col_l]
+            else:
+                outer = (x[:, :, None] * x[:, None, :]).reshape(x.shape[0], -1)
             out += pairs[rows].T @ outer
-        return out.reshape(-1, width, width)
+        if not distinct:
+            return out.reshape(-1, width, width)
+        grams = np.empty((pairs.shape[1], width, width))
+        grams[:, col_j, col_l] = out
+        grams[:, col_l, col_j] = out
+        return grams
 
     def _copies_gram(self, pairs: np.ndarray, width: int, sparse: bool) -> np.ndarray:
         """The (pairs, w, w) Gram matrices as ``X̃ᵀ [weighted copies of X̃]``."""
