@@ -918,11 +918,16 @@ def _skewness_shift(model, contrast, start, lam, eta) -> np.ndarray:
     _, v_cov = contrast.latent(post[0], post[1])
     contrast.keep_latent(post[1], v_cov)  # the first sweep's, whose sites have the same Λ
     del post
-    # The classes' latent covariance (the contrasts' rotated back): the softmax's
-    # derivatives vanish along the common shift, which the contrasts leave out.
-    latent_cov = q @ v_cov @ q.T
     _, probabilities = model.probabilities(np.asarray(start, dtype=float))
-    return 0.5 * softmax_row_skewness(probabilities, latent_cov, model.sample_weight) @ q
+
+    def rows_skewness(v_cov, probabilities, weights):
+        # The classes' latent covariance (the contrasts' rotated back): the softmax's
+        # derivatives vanish along the common shift, which the contrasts leave out.
+        return softmax_row_skewness(probabilities, q @ v_cov @ q.T, weights)
+
+    k = model.n_classes
+    skewness = _by_rows(rows_skewness, v_cov, probabilities, model.sample_weight, work=4.0 * k**3)
+    return 0.5 * skewness @ q
 
 
 def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None):
