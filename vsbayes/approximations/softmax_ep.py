@@ -895,8 +895,12 @@ def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
     s = model.sample_weight[:, None]
     residual = -s * p
     residual[np.arange(len(p)), model.y] += model.sample_weight
-    curvature = s[..., None] * np.einsum("ia,ab->iab", p, np.eye(p.shape[1]))
-    curvature -= s[..., None] * (p[:, :, None] * p[:, None, :])
+    # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
+    # bits as the difference of the two matrices, without their einsum on the identity).
+    curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
+    np.negative(curvature, out=curvature)
+    diagonal = np.arange(p.shape[1])
+    curvature[:, diagonal, diagonal] += s * p
     lam = q.T @ curvature @ q
     W, b = model.split(start)
     g = (np.asarray(model.X @ W.T) + b) @ q
