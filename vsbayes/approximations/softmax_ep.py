@@ -72,7 +72,7 @@ from ..engine.site_fits import fit_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models.latent import row_moments
-from ..models.softmax import SoftmaxGLMPosterior
+from ..models.softmax import DISTINCT_GRAM_CLASSES, SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
 from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
@@ -189,7 +189,7 @@ class _Contrast:
         (``half_log_det``: log |L| of the precision's Cholesky factor L)."""
         r, w = self.r, self.width
         # (r, r, w, w); many classes: half the product (round-off apart, fewer keep bits).
-        blocks = self.model.latent_gram(lam, distinct=_many_classes(r))
+        blocks = self.model.latent_gram(lam, distinct=self.k >= DISTINCT_GRAM_CLASSES)
         precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
         precision = 0.5 * (precision + precision.T)
         linear = self.model.latent_transpose(eta).ravel()
