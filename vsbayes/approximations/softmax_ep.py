@@ -72,7 +72,7 @@ from ..engine.site_fits import fit_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models.latent import row_moments
-from ..models.softmax import DISTINCT_GRAM_CLASSES, SoftmaxGLMPosterior
+from ..models.softmax import MANY_CLASSES, SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
 from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
@@ -189,7 +189,7 @@ class _Contrast:
         (``half_log_det``: log |L| of the precision's Cholesky factor L)."""
         r, w = self.r, self.width
         # (r, r, w, w); many classes: half the product (round-off apart, fewer keep bits).
-        blocks = self.model.latent_gram(lam, distinct=self.k >= DISTINCT_GRAM_CLASSES)
+        blocks = self.model.latent_gram(lam, distinct=self.k >= MANY_CLASSES)
         precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
         precision = 0.5 * (precision + precision.T)
         linear = self.model.latent_transpose(eta).ravel()
@@ -220,7 +220,7 @@ class _Contrast:
             return v_mean, kept[1]
         # Many classes: the r(r + 1)/2 distinct covariances by one GEMM (round-off apart
         # from the full product, a quarter of its work); fewer keep their bits.
-        return row_moments(self.model.X, coef, cov, by_pairs=_many_classes(self.r))
+        return row_moments(self.model.X, coef, cov, by_pairs=self.k >= MANY_CLASSES)
 
     def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
         """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance

@@ -50,12 +50,14 @@ LIKELIHOOD_BLOCK_BYTES = 4 * 2**20
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-#: From this many classes on, the Hessian's Gram products run on the rows' distinct
-#: products of pairs of columns (:meth:`SoftmaxGLMPosterior.latent_gram`'s ``distinct``:
-#: half the GEMM, 24 ms of a 48 ms Hessian at 26 classes × 5000 rows × 17 columns): the
-#: many-class fits, whose EP takes them from the same count on (r = K − 1 ≥ 16); fewer
-#: classes keep the full products' bits.
-DISTINCT_GRAM_CLASSES = 17
+#: From this many classes on, the fits' passes over the rows take their many-class forms,
+#: round-off apart from the general ones: the Gram products of Newton's Hessian and of
+#: EP's posterior on the rows' distinct products of pairs of columns
+#: (:meth:`SoftmaxGLMPosterior.latent_gram`'s ``distinct``: half the GEMM, 24 ms of a
+#: 48 ms Hessian at 26 classes × 5000 rows × 17 columns), the rows' latent covariances by
+#: pairs (:func:`~vsbayes.models.latent.row_moments`' ``by_pairs``). Where the multinomial
+#: EP's rules are sized to the dimension (r = K − 1 ≥ 16); fewer classes keep their bits.
+MANY_CLASSES = 17
 
 
 class SoftmaxGLMPosterior:
@@ -319,7 +321,7 @@ class SoftmaxGLMPosterior:
         np.negative(pairs, out=pairs)
         on_diagonal = np.flatnonzero(first == second)
         pairs[:, on_diagonal] += s * P
-        distinct = self.n_classes >= DISTINCT_GRAM_CLASSES
+        distinct = self.n_classes >= MANY_CLASSES
         hess = self.to_layout(self._pair_gram(pairs, self.n_classes, distinct))
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
