@@ -759,7 +759,12 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
     # reduction of a cavity variance is λ_max(Lᵀ H L), LLᵀ = Σ; below _DIRECT (_DIRECT·I −
     # Lᵀ H L positive definite) the tilted covariance Σ − ΣHΣ = L (I − LᵀHL) Lᵀ is proper too.
     eye = np.eye(q.shape[1])
-    settled = _row_positive_definite(_DIRECT * eye - np.swapaxes(chol, 1, 2) @ hess @ chol)
+    whitened = np.swapaxes(chol, 1, 2) @ hess @ chol
+    # λ_max ≤ the Frobenius norm: rows within _DIRECT by the norm are settled without a
+    # factorization (every row at 20-26 classes, norms 0.04 in the median).
+    settled = np.einsum("mab,mab->m", whitened, whitened) < _DIRECT**2
+    if not settled.all():
+        settled[~settled] = _row_positive_definite(_DIRECT * eye - whitened[~settled])
     # Otherwise: proper tilted covariance ⇔ P − H positive definite.
     fine = settled.copy()
     if not settled.all():
