@@ -141,6 +141,7 @@ class _Contrast:
         # through the prior's conditional (exact: the likelihood sees B only).
         self.general = model.prior_precision is not None or bool(np.any(model.prior_mean))
         self._kept = None  # (posterior covariance, rows' latent covariances): keep_latent
+        self._factor = None  # the sites' precisions and their posterior's: posterior(keep=)
         if self.general:
             self._general_prior()
         else:
@@ -184,28 +185,38 @@ class _Contrast:
             index = np.hstack([index, k * d + np.arange(k)[:, None]])
         return index
 
-    def posterior(self, lam: np.ndarray, eta: np.ndarray) -> tuple:
+    def posterior(self, lam: np.ndarray, eta: np.ndarray, keep: bool = False) -> tuple:
         """``(mean, cov, half_log_det, linear, precision)`` of B (r·w) given the sites
-        (``half_log_det``: log |L| of the precision's Cholesky factor L)."""
+        (``half_log_det``: log |L| of the precision's Cholesky factor L). ``keep``: keep
+        the precision's factorization for the next call, which reuses it if its site
+        precisions ``lam`` are the same (once)."""
         r, w = self.r, self.width
-        # (r, r, w, w); many classes: half the product (round-off apart, fewer keep bits).
-        blocks = self.model.latent_gram(lam, distinct=self.k >= MANY_CLASSES)
-        precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
-        precision = 0.5 * (precision + precision.T)
+        kept, self._factor = self._factor, None
+        if kept is not None and np.array_equal(kept[0], lam):
+            _, precision, lower, cov, half_log_det = kept
+        else:
+            # (r, r, w, w); many classes: half the product (round-off apart, fewer keep bits).
+            blocks = self.model.latent_gram(lam, distinct=self.k >= MANY_CLASSES)
+            precision = blocks.transpose(0, 2, 1, 3).reshape(r * w, r * w)
+            precision = 0.5 * (precision + precision.T)
+            if self.general:
+                precision += self.prior_precision_b
+            else:
+                precision[np.diag_indices(r * w)] += 1.0 / self.prior_var
+            lower = lower_cholesky(precision, "softmax EP posterior precision")
+            cov, info = dpotri(lower, lower=1)
+            if info != 0:
+                raise NotPositiveDefiniteError("The softmax EP posterior could not be inverted.")
+            upper = np.triu_indices(r * w, 1)
+            cov[upper] = cov.T[upper]
+            half_log_det = float(np.log(np.diag(lower)).sum())
+        if keep:
+            self._factor = (lam, precision, lower, cov, half_log_det)
         linear = self.model.latent_transpose(eta).ravel()
         if self.general:
-            precision += self.prior_precision_b
             linear += self.prior_linear_b
-        else:
-            precision[np.diag_indices(r * w)] += 1.0 / self.prior_var
-        lower = lower_cholesky(precision, "softmax EP posterior precision")
         mean = cho_solve((lower, True), linear, check_finite=False)
-        cov, info = dpotri(lower, lower=1)
-        if info != 0:
-            raise NotPositiveDefiniteError("The softmax EP posterior could not be inverted.")
-        upper = np.triu_indices(r * w, 1)
-        cov[upper] = cov.T[upper]
-        return mean, cov, float(np.log(np.diag(lower)).sum()), linear, precision
+        return mean, cov, half_log_det, linear, precision
 
     def latent(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean (M, r) and covariance (M, r, r) of every row's ``g = B x̃``: the covariances
@@ -923,9 +934,11 @@ def _skewness_shift(model, contrast, start, lam, eta) -> np.ndarray:
     the first sweep's move, 0.83): started there, the sweeps reach their stop one sweep
     earlier at 20-26 classes (docs/decisions.md)."""
     q = contrast.q
-    post = contrast.posterior(lam, eta)
+    # The first sweep's posterior has the same precisions Λ: its factorization and rows'
+    # latent covariances are these.
+    post = contrast.posterior(lam, eta, keep=True)
     _, v_cov = contrast.latent(post[0], post[1])
-    contrast.keep_latent(post[1], v_cov)  # the first sweep's, whose sites have the same Λ
+    contrast.keep_latent(post[1], v_cov)
     del post
     _, probabilities = model.probabilities(np.asarray(start, dtype=float))
 
