@@ -1535,8 +1535,19 @@ def _site_evidence(contrast, post, log_z, v_mean, v_cov, copies) -> float:
     ``(v_mean, v_cov)`` and the site normalizers ``log_z`` at their cavities (see
     :func:`_log_evidence`)."""
     mean, _, half_log_det, linear, _ = post
-    _, log_det = np.linalg.slogdet(v_cov)
-    quad = np.einsum("ia,ia->i", v_mean, np.linalg.solve(v_cov, v_mean[..., None])[..., 0])
+    lower = None
+    if contrast.k >= MANY_CLASSES:  # fewer classes keep their bits
+        # log det V and mᵀV⁻¹m from one Cholesky factorization a row, against two LU's.
+        try:
+            lower = _by_rows(np.linalg.cholesky, v_cov, work=contrast.r**3 / 3.0)
+        except np.linalg.LinAlgError:  # not positive definite to round-off: the LU's
+            lower = None
+    if lower is not None:
+        log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+        quad = _whitened_norms(lower, v_mean)
+    else:
+        _, log_det = np.linalg.slogdet(v_cov)
+        quad = np.einsum("ia,ia->i", v_mean, np.linalg.solve(v_cov, v_mean[..., None])[..., 0])
     site = log_z - 0.5 * contrast.r * _LOG_2PI - 0.5 * quad - 0.5 * log_det
     gaussian = 0.5 * float(linear @ mean) - half_log_det - contrast.prior_constant
     return float(copies @ site) + gaussian
