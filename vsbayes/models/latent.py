@@ -10,7 +10,8 @@ densified.
 **From the covariance** (the fits' sweeps, whose covariance changes at every sweep):
 :func:`row_variances` (one score) and :func:`row_moments` (r scores). A dense block of rows
 costs one product with Σ (its r² blocks side by side for r scores) and a contraction with
-the rows.
+the rows; or (``by_pairs``, the many-class fits) one product of the rows' w(w + 1)/2
+distinct pairwise products with Σ's entries for the r(r + 1)/2 pairs of scores.
 
 **For prediction** (one posterior serves any number of rows):
 :class:`IndependentLatents` (one score per problem, binary and one-vs-rest) factors Σ once
