@@ -235,3 +235,22 @@ def test_damped_step_is_its_formula(size):
     if size:
         new[size // 2] = np.nan
         assert np.isnan(damped_step(sites, new, 0.85)[3])
+
+
+def test_long_mixing_on_slices_is_its_formula():
+    from vsbayes.approximations._damped_sweeps import _long_mix
+
+    rng = np.random.default_rng(1)
+    n = 2**19 + 5  # slices side by side
+    image, residual, scale = rng.normal(size=n), rng.normal(size=n), 1.0 + rng.random(n)
+    differences, gamma = [rng.normal(size=n) for _ in range(2)], [0.3, -1.2]
+    want = image.copy()
+    for weight, difference in zip(gamma, differences, strict=True):
+        want -= weight * difference
+    want_move = np.max(np.abs(want - image) / scale + np.abs(residual))
+    with single_blas_thread():
+        mixed, move = _long_mix(image, gamma, differences, residual, scale)
+    np.testing.assert_array_equal(mixed, want)
+    assert move == want_move
+    residual[n - 1] = np.nan
+    assert np.isnan(_long_mix(image, gamma, differences, residual, scale)[1])

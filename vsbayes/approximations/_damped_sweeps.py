@@ -519,19 +519,11 @@ class Anderson:
             return image
         if long:
             gamma = self._gram_solution(residual)
-            mixed = image.copy()
-            for weight, difference in zip(gamma, self._d_img, strict=True):
-                mixed -= weight * difference
+            mixed, move = _long_mix(image, gamma, self._d_img, residual, scale)
         else:
             gamma = np.linalg.lstsq(np.column_stack(self._d_res), residual, rcond=None)[0]
             mixed = image - np.column_stack(self._d_img) @ gamma
-        # x_k = g_k - f_k · scale: the extrapolation's move against the plain step's.
-        # |mixed - image| / scale + |residual|, in place (the same bits).
-        move = mixed - image
-        np.abs(move, out=move)
-        move /= scale
-        move += np.abs(residual)
-        move = np.max(move, initial=0.0)
+            move = _move(mixed, image, residual, scale)
         if not np.isfinite(move) or move > 10.0 * change:
             self.restart()
             return image
@@ -559,3 +551,30 @@ class Anderson:
             return np.zeros(len(rhs))
         inverse = np.where(keep, 1.0 / np.where(keep, eigval, 1.0), 0.0)
         return eigvec @ (inverse * (eigvec.T @ rhs))
+
+
+def _move(mixed, image, residual, scale) -> float:
+    """The extrapolation's largest move against the plain step's (x_k = g_k - f_k · scale):
+    ``|mixed - image| / scale + |residual|``, in place (the same bits)."""
+    move = mixed - image
+    np.abs(move, out=move)
+    move /= scale
+    move += np.abs(residual)
+    return np.max(move, initial=0.0)
+
+
+def _long_mix(image, gamma, differences, residual, scale) -> tuple[np.ndarray, float]:
+    """``image - Σ γ_j ΔG_j`` and its :func:`_move`, on slices side by side (the same
+    operations, the same bits whatever the threads): the mixing of millions of sites was a
+    serial pass of a sweep."""
+    mixed = np.empty_like(image)
+
+    def part(at: slice) -> float:
+        here = mixed[at]
+        here[...] = image[at]
+        for weight, difference in zip(gamma, differences, strict=True):
+            here -= weight * difference[at]
+        return _move(here, image[at], residual[at], scale[at])
+
+    moves = map_blocks(part, block_slices(image.size, 1.0, None, _SPLIT_SITES // 2))
+    return mixed, np.max(moves)  # NaN if any entry is, as the whole array's
