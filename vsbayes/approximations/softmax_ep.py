@@ -784,14 +784,19 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
         else:
             precision = cav_prec[~settled]
         fine[~settled] = _row_positive_definite(precision - hess[~settled])
-    hess = np.where(fine[:, None, None], hess, 0.0)
+    every = bool(fine.all())  # the usual case: no copies to zero the other rows
+    if not every:
+        hess = np.where(fine[:, None, None], hess, 0.0)
     # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
     # the tilted mean μ_t = Σ (h + γ).
     lam = np.linalg.solve(eye - hess @ cav_cov, hess)
-    lam = 0.5 * (lam + np.swapaxes(lam, 1, 2))
+    lam += np.swapaxes(lam, 1, 2)  # (overlapping operands: NumPy buffers them)
+    lam *= 0.5
     t_mean = cav_mean + np.einsum("mab,mb->ma", cav_cov, grad)
     eta = grad + np.einsum("mab,mb->ma", lam, t_mean)
-    return lam, np.where(fine[:, None], eta, 0.0), fine, fine & ~settled
+    if not every:
+        eta = np.where(fine[:, None], eta, 0.0)
+    return lam, eta, fine, fine & ~settled
 
 
 def _direct(t_mean, t_cov, cav_prec, cav_lin):
