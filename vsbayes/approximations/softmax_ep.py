@@ -1178,9 +1178,11 @@ def softmax_ep(
 
     def project(sites, extrapolated):
         # Log-concave factors give PSD sites at every EP update; an extrapolation may not.
-        if extrapolated:
-            sites = sites.copy()
-            sites[:n_lam] = _psd(sites[:n_lam].reshape(m, r, r)).ravel()
+        if extrapolated:  # Anderson's fresh array, nobody else's: projected in place
+            precisions = sites[:n_lam].reshape(m, r, r)
+            projected = _psd(precisions)
+            if projected is not precisions:
+                sites[:n_lam] = projected.ravel()
         return sites
 
     store = (_VerboseSites if verbose else ArraySites)(
