@@ -379,11 +379,11 @@ class SoftmaxGLMPosterior:
             x = self.design_rows(rows)
             return pairs[rows].T @ (x[:, col_j] * x[:, col_l])
 
-        # Row blocks of 2²⁴ multiply-adds at least, summed in order (sum_blocks: the same
+        # Row blocks of 2²² multiply-adds at least, summed in order (sum_blocks: the same
         # bits on any number of threads), side by side: the fit runs BLAS on one thread,
         # and this product was a serial tenth of a 26-class fit.
         work = pairs.shape[1] * len(col_j)
-        slices = block_slices(self.n_observations, work, rows_per_block, 2**24)
+        slices = block_slices(self.n_observations, work, rows_per_block, 2**22)
         with single_blas_thread():
             out = sum_blocks(block, slices)
         grams = np.empty((pairs.shape[1], width, width))
