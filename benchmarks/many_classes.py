@@ -11,6 +11,13 @@ and any error (a fit that fails or is refused is recorded, not raised).
 Usage: python benchmarks/many_classes.py [--repeats 3] [--rows 2000] [--features 8] [--out DIR]
 Writes DIR/many_classes.{csv,json,md,png}; DIR defaults to benchmarks/results.
 
+The issue's shapes (K × d × M = 20 × 10 × 2000 and 26 × 16 × 5000, each with its own
+LogisticRegression baseline)::
+
+    python benchmarks/many_classes.py --shapes [--repeats 5]
+
+writes DIR/many_classes_shapes.{csv,json,md}.
+
 Quick check (K = 3, 10, 20 on 500 rows, one repeat; a few minutes on an idle machine)::
 
     python benchmarks/many_classes.py --quick
@@ -42,6 +49,8 @@ METHODS = {
 }
 CLASSES = (3, 5, 10, 20, 26, 30, 40, 50)
 QUICK_CLASSES = (3, 10, 20)
+#: (classes, features, rows) of --shapes: a newsgroup-like and the letter-recognition shape.
+SHAPES = ((20, 10, 2000), (26, 16, 5000))
 
 
 def data(k: int, d: int, m: int, seed: int = 0):
@@ -105,9 +114,9 @@ def run_case(k: int, d: int, m: int, repeats: int) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], info: dict) -> str:
+def markdown(rows: list[dict], info: dict, title: str = "Fit time against the number of classes"):
     lines = [
-        "# Fit time against the number of classes",
+        f"# {title}",
         "",
         machine_line(info),
         "",
@@ -115,12 +124,14 @@ def markdown(rows: list[dict], info: dict) -> str:
         "defaults; ratio = fit time / LogisticRegression's (faster of default and one BLAS "
         "thread), medians of interleaved repeats. The machine was shared (see the load).",
         "",
-        "| K | method | seconds | LR seconds | ratio | route | sweeps/iters | warnings | error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| K | d | M | method | seconds | LR seconds | ratio | route | sweeps/iters | warnings "
+        "| error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['classes']} | {row['method']} | {row['seconds']:.3g} | "
+            f"| {row['classes']} | {row['features']} | {row['rows']} | {row['method']} | "
+            f"{row['seconds']:.3g} | "
             f"{row['lr_seconds']:.3g} | {row['ratio']:.3g} | {row['route']} | {row['n_iter']} "
             f"| {row['warnings']} | {row['error']} |"
         )
@@ -165,10 +176,21 @@ def main() -> None:
     parser.add_argument("--classes", type=int, nargs="*", default=list(CLASSES))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--shapes", action="store_true", help="the issue's shapes (SHAPES)")
     args = parser.parse_args()
     if args.quick:
         args.classes, args.rows, args.repeats = list(QUICK_CLASSES), 500, 1
         args.out = CACHE / "many_classes_quick"
+    if args.shapes:
+        rows = [row for k, d, m in SHAPES for row in run_case(k, d, m, args.repeats)]
+        info = machine()
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_csv(args.out / "many_classes_shapes.csv", rows)
+        write_json(args.out / "many_classes_shapes.json", {"machine": info, "rows": rows})
+        title = "Fit time at the many-class issue's shapes"
+        (args.out / "many_classes_shapes.md").write_text(markdown(rows, info, title))
+        print(f"wrote {args.out / 'many_classes_shapes.md'}")
+        return
     rows = []
     for k in args.classes:
         rows += run_case(k, args.features, args.rows, args.repeats)

@@ -6,7 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from vsbayes.approximations._damped_sweeps import ArraySites, damped_sweeps
+from vsbayes._blas import single_blas_thread
+from vsbayes.approximations._damped_sweeps import ArraySites, damped_step, damped_sweeps
 from vsbayes.exceptions import ConvergenceWarning, EstimationError
 
 
@@ -217,3 +218,39 @@ def test_sites_in_row_chunks_take_the_same_sweeps_as_in_memory(class_weights):
     np.testing.assert_allclose(there.mean, here.mean, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(there.cov, here.cov, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(there.log_Z, here.log_Z, rtol=1e-10)
+
+
+@pytest.mark.parametrize("size", [0, 7, 2**20 + 3])  # one pass; slices side by side
+def test_damped_step_is_its_formula(size):
+    rng = np.random.default_rng(size)
+    sites, new = rng.normal(size=size), rng.normal(size=size)
+    damped = (1.0 - 0.85) * sites + 0.85 * new
+    scale = 1.0 + np.abs(sites)
+    residual = (damped - sites) / scale
+    with single_blas_thread():  # the fits' context: the slices on the threads BLAS may use
+        out = damped_step(sites, new, 0.85)
+    for got, want in zip(out[:3], (damped, scale, residual), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert out[3] == (np.abs(residual).max() if size else 0.0)
+    if size:
+        new[size // 2] = np.nan
+        assert np.isnan(damped_step(sites, new, 0.85)[3])
+
+
+def test_long_mixing_on_slices_is_its_formula():
+    from vsbayes.approximations._damped_sweeps import _long_mix
+
+    rng = np.random.default_rng(1)
+    n = 2**19 + 5  # slices side by side
+    image, residual, scale = rng.normal(size=n), rng.normal(size=n), 1.0 + rng.random(n)
+    differences, gamma = [rng.normal(size=n) for _ in range(2)], [0.3, -1.2]
+    want = image.copy()
+    for weight, difference in zip(gamma, differences, strict=True):
+        want -= weight * difference
+    want_move = np.max(np.abs(want - image) / scale + np.abs(residual))
+    with single_blas_thread():
+        mixed, move = _long_mix(image, gamma, differences, residual, scale)
+    np.testing.assert_array_equal(mixed, want)
+    assert move == want_move
+    residual[n - 1] = np.nan
+    assert np.isnan(_long_mix(image, gamma, differences, residual, scale)[1])

@@ -45,24 +45,25 @@ def test_row_variances_are_the_quadratic_forms(kind):
 
 @pytest.mark.parametrize("n_scores", [1, 3])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-@pytest.mark.parametrize("kind", ["dense", "sparse_product", "sparse_pairs"])
+@pytest.mark.parametrize("kind", ["dense", "dense_pairs", "sparse_product", "sparse_pairs"])
 def test_row_moments_are_the_latent_moments(n_scores, fit_intercept, kind, monkeypatch):
     rng = np.random.default_rng([n_scores, fit_intercept])
     d = 12
     X = sparse_rows(rng, 150, d)
-    if kind == "dense":
+    if kind.startswith("dense"):
         X = X.toarray()
     monkeypatch.setattr(latent, "_GATHER_COST", 1e-9 if kind == "sparse_pairs" else 1e9)
+    by_pairs = kind == "dense_pairs"
     w = d + fit_intercept
     coef = rng.normal(size=(n_scores, w))
     cov = random_cov(rng, n_scores * w)
     want_mean, want_cov = direct_moments(X, coef, cov)
-    mean, cov_rows = latent.row_moments(X, coef, cov)
+    mean, cov_rows = latent.row_moments(X, coef, cov, by_pairs=by_pairs)
     np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cov_rows, want_cov, rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(cov_rows, np.swapaxes(cov_rows, 1, 2))
     with sklearn.config_context(working_memory=0.001):  # blocks of a few rows
-        small_mean, small_cov = latent.row_moments(X, coef, cov)
+        small_mean, small_cov = latent.row_moments(X, coef, cov, by_pairs=by_pairs)
     np.testing.assert_allclose(small_mean, mean, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(small_cov, cov_rows, rtol=1e-12, atol=1e-14)
 

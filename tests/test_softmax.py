@@ -259,6 +259,10 @@ def test_latent_gram_is_the_weighted_sum_of_outer_products(rng, r):
     x = np.hstack([model.X, np.ones((m, 1))])
     expected = np.einsum("iac,ij,il->acjl", weights, x, x)
     np.testing.assert_allclose(model.latent_gram(weights), expected, rtol=1e-12, atol=1e-12)
+    distinct = model.latent_gram(weights, distinct=True)  # the outer products' triangles
+    np.testing.assert_allclose(distinct, expected, rtol=1e-12, atol=1e-12)
+    if r == 6:  # from the outer products' distinct entries: symmetric blocks
+        np.testing.assert_array_equal(distinct, np.swapaxes(distinct, 2, 3))
 
 
 def test_log_density_of_many_classes_matches_the_definition(rng):

@@ -45,6 +45,7 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.latent import row_moments, row_variances
+from ..models.softmax import MANY_CLASSES
 
 __all__ = ["SkewCorrection", "laplace_excess_kl", "skew_correction", "softmax_row_skewness"]
 
@@ -264,7 +265,8 @@ def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
     """``g`` of the rows: ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout."""
     W, b = model.split(mean)
     coef = np.column_stack([W, b]) if model.fit_intercept else W
-    _, latent_cov = row_moments(model.X, coef, _class_major(model, cov))
+    many = model.n_classes >= MANY_CLASSES  # the distinct covariances by one GEMM
+    _, latent_cov = row_moments(model.X, coef, _class_major(model, cov), by_pairs=many)
     _, probabilities = model.probabilities(mean)
     weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
     return model.to_vector(model.latent_transpose(weights))

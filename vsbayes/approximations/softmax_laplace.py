@@ -59,8 +59,9 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
             f"are of min(features, rows) only."
         )
     m, k = model.n_observations, model.n_classes
-    # Beside the p × p matrices: the rows' K × K curvatures, formed whole (three arrays of
-    # M K² while the Hessian is assembled), their probabilities, and the Gram blocks' rows.
+    # Beside the p × p matrices: the rows' K × K curvatures' distinct entries (three arrays
+    # of M K(K + 1)/2 while the Hessian is assembled, counted as M K² each: the guard's
+    # margin), their probabilities, and the Gram blocks' rows.
     rows = 8.0 * m * (3 * k * k + 4 * k)
     check_memory(
         3 * 8.0 * p * p + rows + block_bytes(),

@@ -10,7 +10,8 @@ densified.
 **From the covariance** (the fits' sweeps, whose covariance changes at every sweep):
 :func:`row_variances` (one score) and :func:`row_moments` (r scores). A dense block of rows
 costs one product with Σ (its r² blocks side by side for r scores) and a contraction with
-the rows.
+the rows; or (``by_pairs``, the many-class fits) one product of the rows' w(w + 1)/2
+distinct pairwise products with Σ's entries for the r(r + 1)/2 pairs of scores.
 
 **For prediction** (one posterior serves any number of rows):
 :class:`IndependentLatents` (one score per problem, binary and one-vs-rest) factors Σ once
@@ -204,7 +205,9 @@ def row_variances(design, cov: np.ndarray, max_bytes: int | None = None) -> np.n
     return out
 
 
-def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def row_moments(
+    X, coef: np.ndarray, cov: np.ndarray, *, by_pairs: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean and covariance of every row's r latent scores ``g = B x̃`` under N(vec B, Σ).
 
     Parameters
@@ -215,6 +218,10 @@ def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.nd
         column, ``x̃ = [x, 1]``).
     cov : ndarray of shape (r·w, r·w)
         Posterior covariance of B's entries, row-major (score by score).
+    by_pairs : bool, default=False
+        Dense rows: the r(r + 1)/2 distinct covariances from the w(w + 1)/2 distinct
+        products of each row's entries, one GEMM (a quarter of the product's multiply-adds;
+        the same numbers to round-off, in another order of the sums).
 
     Returns
     -------
@@ -228,6 +235,8 @@ def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.nd
     # A row's r(r + 1)/2 forms per pair, against the product's r² w columns.
     if _gathers_pairs(X, 2 * r * w // (r + 1)):
         return _pair_row_moments(X, coef, blocks)
+    if by_pairs and not sp.issparse(X):
+        return _dense_pair_row_moments(X, coef, blocks)
     # (w, r·r·w): column j of x̃ against every block Σ[a, :, c, :].
     spread = np.ascontiguousarray(blocks.transpose(1, 0, 2, 3)).reshape(w, -1)
     out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))
@@ -243,10 +252,15 @@ def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.nd
         y = np.asarray(x @ spread).reshape(x.shape[0], r, r, w)
         if sp.issparse(x):
             x = x.tocoo()
-            out_cov[rows] = 0.0
-            np.add.at(out_cov[rows], x.row, y[x.row, :, :, x.col] * x.data[:, None, None])
+            cov_rows = np.zeros((x.shape[0], r, r))
+            np.add.at(cov_rows, x.row, y[x.row, :, :, x.col] * x.data[:, None, None])
         else:
-            out_cov[rows] = np.einsum("iacj,ij->iac", y, x)
+            cov_rows = np.einsum("iacj,ij->iac", y, x)
+        # Symmetric to the bit, in the block (a pass over all rows' transposes at the end
+        # cost a fifth of this function at 26 classes × 5000 rows).
+        cov_rows += np.swapaxes(cov_rows, 1, 2)
+        cov_rows *= 0.5
+        out_cov[rows] = cov_rows
 
     # Blocks of 256 rows at least (memory allowing): each reads all of Σ (r²w² entries),
     # which a block of one row would do per row. 2000 rows × 2004 parameters: one pass
@@ -255,7 +269,42 @@ def row_moments(X, coef: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.nd
     work = r * r * w * w
     with single_blas_thread():
         map_blocks(block, block_slices(m, work, cap, max(2**22, 256 * work)))
-    return out_mean, 0.5 * (out_cov + np.swapaxes(out_cov, 1, 2))
+    return out_mean, out_cov
+
+
+def _dense_pair_row_moments(X: np.ndarray, coef: np.ndarray, blocks: np.ndarray):
+    """:func:`row_moments` of dense rows as ``[x̃_j x̃_l]_{j ≤ l} @ S``, S (w(w + 1)/2,
+    r(r + 1)/2) the blocks' entries ``Σ_ac[j, l] + Σ_ac[l, j]`` (halved on j = l): the
+    quadratic forms of the pairs of scores a ≤ c, symmetric to the bit."""
+    r, w = coef.shape
+    m, d = X.shape
+    score_a, score_c = np.triu_indices(r)
+    col_j, col_l = np.triu_indices(w)
+    pair_blocks = blocks[score_a, :, score_c, :]  # (r(r + 1)/2, w, w)
+    forms = (pair_blocks + pair_blocks.transpose(0, 2, 1))[:, col_j, col_l]
+    forms[:, col_j == col_l] *= 0.5
+    forms = np.ascontiguousarray(forms.T)  # (w(w + 1)/2, r(r + 1)/2)
+    # Each (a, c) entry of a row's r × r covariance: its pair's column in the forms.
+    pair_of = np.empty((r, r), dtype=np.intp)
+    pair_of[score_a, score_c] = np.arange(len(score_a))
+    pair_of[score_c, score_a] = pair_of[score_a, score_c]
+    pair_of = pair_of.ravel()
+    out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))
+
+    def block(rows: slice) -> None:
+        x = X[rows]
+        if w > d:
+            x = np.hstack([x, np.ones((x.shape[0], 1))])
+        out_mean[rows] = x @ coef.T
+        values = (x[:, col_j] * x[:, col_l]) @ forms
+        out_cov[rows] = values[:, pair_of].reshape(-1, r, r)
+
+    n_pairs = len(col_j) + len(score_a) + r * r
+    cap = block_length(8 * n_pairs)
+    work = len(col_j) * len(score_a)
+    with single_blas_thread():
+        map_blocks(block, block_slices(m, work, cap, max(2**22, 256 * work)))
+    return out_mean, out_cov
 
 
 def _pair_row_moments(X: sp.csr_matrix, coef: np.ndarray, blocks: np.ndarray):

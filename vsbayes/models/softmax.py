@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import Parallel, delayed, effective_n_jobs
 
-from .._blas import map_blocks
+from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
 from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 from ..gaussian import Gaussian, lower_cholesky
@@ -48,6 +48,16 @@ __all__ = ["SoftmaxGLMPosterior"]
 LIKELIHOOD_BLOCK_BYTES = 4 * 2**20
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+#: From this many classes on, the fits' passes over the rows take their many-class forms,
+#: round-off apart from the general ones: the Gram products of Newton's Hessian and of
+#: EP's posterior on the rows' distinct products of pairs of columns
+#: (:meth:`SoftmaxGLMPosterior.latent_gram`'s ``distinct``: half the GEMM, 24 ms of a
+#: 48 ms Hessian at 26 classes × 5000 rows × 17 columns), the rows' latent covariances by
+#: pairs (:func:`~vsbayes.models.latent.row_moments`' ``by_pairs``). Where the multinomial
+#: EP's rules are sized to the dimension (r = K − 1 ≥ 16); fewer classes keep their bits.
+MANY_CLASSES = 17
 
 
 class SoftmaxGLMPosterior:
@@ -302,15 +312,22 @@ class SoftmaxGLMPosterior:
 
         Block (k, l) is ``X̃ᵀ diag(s (δ_kl p_k − p_k p_l)) X̃`` (:meth:`latent_gram`).
         """
-        s = self.sample_weight[:, None, None]
-        curvature = s * (np.einsum("ia,ab->iab", P, np.eye(self.n_classes)))
-        curvature -= s * (P[:, :, None] * P[:, None, :])
-        hess = self.to_layout(self.latent_gram(curvature))
+        # The curvatures' K(K + 1)/2 distinct entries of each row, formed as such: the
+        # (M, K, K) matrices and their gather cost three times the Gram products at 26
+        # classes × 5000 rows. The same bits as the full matrices' entries.
+        first, second = triu_indices(self.n_classes)
+        s = self.sample_weight[:, None]
+        pairs = s * (P[:, first] * P[:, second])
+        np.negative(pairs, out=pairs)
+        on_diagonal = np.flatnonzero(first == second)
+        pairs[:, on_diagonal] += s * P
+        distinct = self.n_classes >= MANY_CLASSES
+        hess = self.to_layout(self._pair_gram(pairs, self.n_classes, distinct))
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
         return hess
 
-    def latent_gram(self, weights: np.ndarray) -> np.ndarray:
+    def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
 
         ``x̃ = [x, 1]`` with an intercept (w = d + 1), else ``x``. With r = K and the
@@ -318,15 +335,21 @@ class SoftmaxGLMPosterior:
         precision of any Gaussian factors on linear maps ``B x̃_i`` of the rows (expectation
         propagation's sites). Dense rows: one product per block of rows over the r(r + 1)/2
         pairs; rows are taken in blocks of :func:`~vsbayes._memory.block_length`.
+        ``distinct``: dense rows' products over the w(w + 1)/2 distinct entries of their
+        outer products (half the work; the same numbers to round-off, symmetric blocks).
         """
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
+        first, second = triu_indices(r)
+        return self._pair_gram(weights[:, first, second], r, distinct)
+
+    def _pair_gram(self, pairs: np.ndarray, r: int, distinct: bool = False) -> np.ndarray:
+        """:meth:`latent_gram` from the weights' upper triangles (M, r(r + 1)/2), row-major."""
         width = self.n_features + int(self.fit_intercept)
         first, second = triu_indices(r)
-        pairs = weights[:, first, second]  # (M, r(r + 1)/2)
         sparse = sp.issparse(self.X)
         if not sparse and width < len(first):
-            grams = self._outer_gram(pairs, width)
+            grams = self._outer_gram(pairs, width, distinct)
         else:
             grams = self._copies_gram(pairs, width, sparse)
         blocks = np.empty((r, r, width, width))
@@ -334,18 +357,39 @@ class SoftmaxGLMPosterior:
         blocks[second, first] = grams.transpose(0, 2, 1)
         return blocks
 
-    def _outer_gram(self, pairs: np.ndarray, width: int) -> np.ndarray:
+    def _outer_gram(self, pairs: np.ndarray, width: int, distinct: bool) -> np.ndarray:
         """The (pairs, w, w) Gram matrices as ``pairsᵀ @ [x̃_i x̃_iᵀ]``: one GEMM per block
         of rows on the rows' outer products (w² a row: fewer temporaries than the weighted
-        copies' w per pair where the pairs outnumber the columns, i.e. many classes)."""
-        out = np.zeros((pairs.shape[1], width * width))
+        copies' w per pair where the pairs outnumber the columns, i.e. many classes);
+        ``distinct``: on their w(w + 1)/2 distinct entries, half the GEMM (the full one's
+        (j, l) and (l, j) columns are the same products, which its round-off may sum
+        apart)."""
+        col_j, col_l = triu_indices(width)
         rows_per_block = block_length(8.0 * width * (width + 1))
-        for start in range(0, self.n_observations, rows_per_block):
-            rows = slice(start, start + rows_per_block)
+        if not distinct:
+            out = np.zeros((pairs.shape[1], width * width))
+            for start in range(0, self.n_observations, rows_per_block):
+                rows = slice(start, start + rows_per_block)
+                x = self.design_rows(rows)
+                outer = (x[:, :, None] * x[:, None, :]).reshape(x.shape[0], -1)
+                out += pairs[rows].T @ outer
+            return out.reshape(-1, width, width)
+
+        def block(rows: slice) -> np.ndarray:
             x = self.design_rows(rows)
-            outer = (x[:, :, None] * x[:, None, :]).reshape(x.shape[0], -1)
-            out += pairs[rows].T @ outer
-        return out.reshape(-1, width, width)
+            return pairs[rows].T @ (x[:, col_j] * x[:, col_l])
+
+        # Row blocks of 2²² multiply-adds at least, summed in order (sum_blocks: the same
+        # bits on any number of threads), side by side: the fit runs BLAS on one thread,
+        # and this product was a serial tenth of a 26-class fit.
+        work = pairs.shape[1] * len(col_j)
+        slices = block_slices(self.n_observations, work, rows_per_block, 2**22)
+        with single_blas_thread():
+            out = sum_blocks(block, slices)
+        grams = np.empty((pairs.shape[1], width, width))
+        grams[:, col_j, col_l] = out
+        grams[:, col_l, col_j] = out
+        return grams
 
     def _copies_gram(self, pairs: np.ndarray, width: int, sparse: bool) -> np.ndarray:
         """The (pairs, w, w) Gram matrices as ``X̃ᵀ [weighted copies of X̃]``."""
