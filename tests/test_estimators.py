@@ -36,7 +36,6 @@ _MULTINOMIAL_EXTREME = (
     "(ESS ~6 of 1760), so the fit is rejected"
 )
 LAPLACE_FALLBACKS: dict[tuple[str, str], str] = {
-    ("VSLogisticRegression", "check_class_weight_classifiers"): _MULTINOMIAL_EXTREME,
     ("ISLogisticRegression", "check_class_weight_classifiers"): _MULTINOMIAL_EXTREME,
     ("EPLogisticRegression", "check_class_weight_classifiers"): _EXTREME_WEIGHTS,
     ("EPProbitRegression", "check_class_weight_classifiers"): _EXTREME_WEIGHTS,

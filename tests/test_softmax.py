@@ -100,6 +100,67 @@ def test_rejects_labels_out_of_range(rng):
                             intercept_prior_var=None)  # fmt: skip
 
 
+@pytest.mark.parametrize("general", [False, True])
+def test_sampled_fit_in_the_contrasts_is_exact_on_a_gaussian_likelihood(rng, general):
+    """The sampled fits draw only the contrasts (ContrastPosterior) and add the shift
+    directions' prior conditional: with a likelihood Gaussian in the contrasts the posterior
+    over θ and the evidence are Gaussian in closed form, and variational sampling is exact
+    on them (to round-off), under the default prior and a general one (a full precision and
+    a mean, as partial_fit's), where the shifts are correlated with the contrasts."""
+    from vsbayes.estimators._strategy import VSMethod
+    from vsbayes.models.softmax_contrasts import ContrastPosterior
+
+    options = {}
+    if general:
+        root = rng.standard_normal((8, 8)) / 3.0
+        options = {
+            "prior_mean": rng.standard_normal(8),
+            "prior_precision": root @ root.T + np.eye(8),
+        }
+    _, _, _, model = make_problem(rng, m=12, d=1, k=4, **options)
+    basis = ContrastPosterior(model).basis  # (8, 6)
+    root = rng.standard_normal((6, 6))
+    H, a = root @ root.T + np.eye(6), rng.standard_normal(6)
+
+    def log_likelihood(theta):  # Gaussian in the contrasts, flat along the shifts
+        r = theta @ basis - a
+        return -0.5 * np.einsum("ij,jk,ik->i", r, H, r)
+
+    model.log_likelihood = log_likelihood
+    prior_precision = model.prior_precision if general else np.diag(1.0 / model.prior_var)
+    precision = prior_precision + basis @ H @ basis.T
+    cov = np.linalg.inv(precision)
+    mean = cov @ (prior_precision @ model.prior_mean + basis @ H @ a)
+    # log ∫ exp(log L) N(θ; m, Σ₀) dθ, completing the square.
+    log_Z = 0.5 * (
+        mean @ precision @ mean
+        - model.prior_mean @ prior_precision @ model.prior_mean
+        - a @ H @ a
+        + np.linalg.slogdet(prior_precision)[1]
+        - np.linalg.slogdet(precision)[1]
+    )
+    method = VSMethod(
+        n_samples=200,
+        kernel="laplace",
+        rule="mc",
+        tol=1e-2,
+        strategy="global",
+        rounds=1,
+        kernel_scale=1.5,
+        target_kl=None,
+        time_budget=None,
+        max_iter=100,
+    )
+    kernel = vsbayes.Gaussian(mean + 0.3, 2.0 * cov)
+    fit = method.draw(model, kernel, np.random.default_rng(0), 200)
+    assert fit.dim == 8 and fit.n_samples == 200
+    np.testing.assert_allclose(fit.mean, mean, rtol=1e-8, atol=1e-8 * np.abs(mean).max())
+    np.testing.assert_allclose(fit.cov, cov, rtol=1e-8, atol=1e-8 * np.abs(cov).max())
+    assert fit.log_Z == pytest.approx(log_Z, abs=1e-8)
+    if not general:  # the default prior's representative: coefficients summing to zero
+        assert np.abs(fit.mean[:4].sum()) < 1e-12 * np.abs(fit.mean).max()
+
+
 # --- Laplace: the mode is scikit-learn's -------------------------------------------------
 
 

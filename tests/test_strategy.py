@@ -86,15 +86,16 @@ def test_strategy_beyond_two_classes():
     assert list(model.strategy_) == ["global"] and len(model.strategy_reason_) == 1
     assert "multinomial" in model.strategy_reason_[0]
     # A moderate Laplace error (0.22 nats here): the global fit from the Laplace kernel with
-    # 1.5 × 32n points, no EP; above the threshold, from EP's kernel with 32n.
-    n = 13 * 14 // 2
+    # 1.5 × 64n points, no EP; above the threshold, from EP's kernel with 64n; n counts the
+    # family over the 8 contrasts (the shift directions are not sampled).
+    n, factor = 9 * 10 // 2, strategy_module.MULTINOMIAL_MAX_FACTOR
     assert "from the Laplace kernel" in model.strategy_reason_[0]
-    assert model.posteriors_[0].n_samples == int(strategy_module.LAPLACE_KERNEL_FACTOR * 32 * n)
+    assert model.posteriors_[0].n_samples == int(strategy_module.LAPLACE_KERNEL_FACTOR * factor * n)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(strategy_module, "LAPLACE_KERNEL_ERROR", 0.1)
         from_ep = vsbayes.VSLogisticRegression(random_state=0).fit(X, y)
     assert "Laplace kernel" not in from_ep.strategy_reason_[0]
-    assert from_ep.posteriors_[0].n_samples == 32 * n
+    assert from_ep.posteriors_[0].n_samples == factor * n
     probit = vsbayes.VSProbitRegression(random_state=0).fit(X, y)
     assert probit.strategy_.shape == (3,) and len(probit.strategy_reason_) == 3
     assert set(probit.strategy_) <= {"global", "sites"}

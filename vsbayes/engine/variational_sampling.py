@@ -47,6 +47,7 @@ def fit_vs_pool(
     tol: float,
     max_iter: int,
     final: bool = True,
+    hessian: str = "auto",
 ) -> VSResult:
     """Fit the VS Gaussian to the points of ``pool``, in the frame of its last kernel.
 
@@ -60,6 +61,8 @@ def fit_vs_pool(
         See :func:`variational_sampling`.
     final : bool, default=True
         False for an intermediate round (see ``INTERMEDIATE_TOL``).
+    hessian : {"auto", "switch"}, default="auto"
+        The solver's Hessian (:class:`~vsbayes.engine.vs_solver.VSSolver`).
     """
     frame = Frame(pool.kernels[-1], diagonal=(family == "diagonal"))
     if frame.diagonal:
@@ -78,10 +81,10 @@ def fit_vs_pool(
     if not frame.diagonal:
         start_z, start_values = isotropic_start(start_z, pool.squared_norms(frame.kernel))
     if final:
-        round_tol, hessian = tol, "auto"
+        round_tol = tol
     else:
         large = fam.n_params > EXACT_HESSIAN_MAX_PARAMS
-        round_tol, hessian = max(tol, INTERMEDIATE_TOL), "natural" if large else "auto"
+        round_tol, hessian = max(tol, INTERMEDIATE_TOL), "natural" if large else hessian
     solver = VSSolver(
         fam, offsets, log_iw - shift, tol=round_tol, max_iter=max_iter, hessian=hessian
     )
@@ -170,6 +173,7 @@ def variational_sampling(
     max_samples: int | None = None,
     time_budget: float | None = None,
     random_state=None,
+    hessian: str = "auto",
 ) -> VSResult:
     """Fit an unnormalized Gaussian to ``exp(log_target)`` by variational sampling.
 
@@ -240,6 +244,14 @@ def variational_sampling(
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
         round) evaluate the target at exactly the same points, for paired comparisons.
+    hessian : {"auto", "switch"}, default="auto"
+        The solver's steps: ``"auto"`` exact Newton steps (O(N n²) each) from the start
+        where n ≤ 66 (the full family up to d = 10; immune to the ill-conditioning of
+        near-interpolating samples), else matrix-free ones (O(N d²)), switching to exact
+        steps where their rate says those would converge sooner; ``"switch"``: matrix-free
+        from the start at any n. With many points per parameter (N ≥ 32n) the matrix-free
+        steps converge in a few iterations: measured on iris's multinomial contrasts (d = 10,
+        N = 96n), the whole fit took 0.52× the time with ``"switch"``, to the same optimum.
 
     Returns
     -------
@@ -284,13 +296,23 @@ def variational_sampling(
     # the next round. Use only as many rounds as get 2n points each.
     rounds = max(1, min(rounds, n_samples // (2 * n_params)))
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    if hessian not in ("auto", "switch"):
+        raise ValueError(f"hessian must be 'auto' or 'switch'; got {hessian!r}.")
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol!r}.")
 
     extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget)
 
     def estimate(pool, previous, final):
-        return fit_vs_pool(pool, previous, family=family, tol=tol, max_iter=max_iter, final=final)
+        return fit_vs_pool(
+            pool,
+            previous,
+            family=family,
+            tol=tol,
+            max_iter=max_iter,
+            final=final,
+            hessian=hessian,
+        )
 
     result = run_rounds(
         log_target,

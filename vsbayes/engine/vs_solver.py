@@ -117,12 +117,13 @@ class VSSolver:
         Maximum number of iterations.
     memory : int, default=10
         Number of past directions kept in the search subspace.
-    hessian : {"auto", "exact", "natural"}, default="auto"
+    hessian : {"auto", "exact", "natural", "switch"}, default="auto"
         ``"natural"``: matrix-free natural-gradient subspace iterations (O(N d²) each);
         ``"exact"``: Newton's method with the n×n sampled Hessian (O(N n²) each) and an
-        exact line search; ``"auto"``: exact when ``n <= EXACT_HESSIAN_MAX_PARAMS``,
-        otherwise natural, switching to exact when that is affordable and the natural
-        iterations' rate says it would converge sooner (see ``_EXACT_STEPS``).
+        exact line search; ``"switch"``: natural, switching to exact when that is
+        affordable and the natural iterations' rate says it would converge sooner (see
+        ``_EXACT_STEPS``); ``"auto"``: exact when ``n <= EXACT_HESSIAN_MAX_PARAMS``,
+        otherwise ``"switch"``.
 
     Attributes
     ----------
@@ -138,7 +139,8 @@ class VSSolver:
         Whether the directions are exact Newton steps; set by ``__init__``, turned on by
         :meth:`solve` at the switch.
     may_switch : bool
-        Whether ``"auto"`` may switch to the exact Hessian (``N n²`` within budget).
+        Whether ``"auto"`` or ``"switch"`` may switch to the exact Hessian (``N n²``
+        within budget).
     iterate : Iterate
         The current iterate (set by :meth:`setup`, replaced by :meth:`subspace_step`).
     reference : Gaussian
@@ -158,8 +160,10 @@ class VSSolver:
         memory=10,
         hessian="auto",
     ):
-        if hessian not in ("auto", "exact", "natural"):
-            raise ValueError(f"hessian must be 'auto', 'exact' or 'natural'; got {hessian!r}.")
+        if hessian not in ("auto", "exact", "natural", "switch"):
+            raise ValueError(
+                f"hessian must be 'auto', 'exact', 'natural' or 'switch'; got {hessian!r}."
+            )
         self.family = family
         self.offsets = offsets
         self.log_pbar = log_pbar
@@ -170,7 +174,7 @@ class VSSolver:
         self.exact_hessian = hessian == "exact" or (
             hessian == "auto" and n <= EXACT_HESSIAN_MAX_PARAMS
         )
-        self.may_switch = hessian == "auto" and n_points * n * n <= _EXACT_BUDGET
+        self.may_switch = hessian in ("auto", "switch") and n_points * n * n <= _EXACT_BUDGET
         self.pbar = flushed_exp(log_pbar)
         self.mass_p = float(self.pbar.sum())
         self.moments_p = family.moments(self.pbar)

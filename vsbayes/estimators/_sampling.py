@@ -17,6 +17,7 @@ from .._memory import check_memory, format_bytes
 from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..exceptions import ConvergenceWarning, EstimationError
+from ..models.softmax_contrasts import ContrastPosterior
 from ._base import Interval
 from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
 
@@ -27,6 +28,7 @@ __all__ = [
     "BMCMethod",
     "ISMethod",
     "SamplingMethod",
+    "sampled_dim",
 ]
 
 #: Sampling kernels: the expectation-propagation posterior or the Laplace approximation.
@@ -43,6 +45,15 @@ ROUNDS_CONSTRAINTS = {
     "rounds": (Interval(Integral, 1),),
     "kernel_scale": (Interval(Real, 0, closed="neither"),),
 }
+
+
+def sampled_dim(model) -> int:
+    """The dimension of the points a sampled fit of ``model`` draws: the multinomial
+    posterior's (K − 1)(d + 1) contrasts (its shift directions' posterior is the prior's
+    conditional, known exactly, and is not sampled: :class:`ContrastPosterior`), else θ's."""
+    if isinstance(model, SOFTMAX_MODELS):
+        return (model.n_classes - 1) * (model.n_features + int(model.fit_intercept))
+    return model.dim
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +80,8 @@ class SamplingMethod:
     engine: ClassVar[Callable]
     auto_factor: ClassVar[int] = 8
     auto_minimum: ClassVar[int] = 256
+    #: The engine's options for the multinomial posterior's contrasts (see ``draw``).
+    contrast_options: ClassVar[tuple[tuple[str, object], ...]] = ()
     #: p × p matrices a binary fit holds at its peak beside its sample points (see
     #: LaplaceMethod's; VS's default route measured 9.1 p² at 2000 × 1000 sparse).
     peak_covariances: ClassVar[float] = 10.0
@@ -136,8 +149,22 @@ class SamplingMethod:
         return ep if ep.converged else laplace
 
     def draw(self, model, kernel, rng, n_samples: int, **options):
-        """The engine's fit of ``n_samples`` points from ``kernel``, with ``options``."""
+        """The engine's fit of ``n_samples`` points from ``kernel``, with ``options``; the
+        multinomial posterior's in its contrasts (the kernel's marginal there), mapped back
+        with the shift directions' exact conditional (:class:`ContrastPosterior`)."""
         self.check_memory(model, n_samples)
+        if isinstance(model, SOFTMAX_MODELS):
+            contrasts = ContrastPosterior(model)
+            fit = self.engine(
+                contrasts.log_density,
+                contrasts.reduce(kernel),
+                n_samples,
+                rule=self.rule,
+                random_state=rng,
+                **options,
+                **dict(self.contrast_options),
+            )
+            return contrasts.lift(fit)
         return self.engine(
             model.log_density, kernel, n_samples, rule=self.rule, random_state=rng, **options
         )

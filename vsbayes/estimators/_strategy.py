@@ -27,7 +27,7 @@ from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
 from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
-from ._sampling import SamplingMethod
+from ._sampling import SamplingMethod, sampled_dim
 
 __all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
 
@@ -70,13 +70,22 @@ DATA_RICH, EP_SWEEPS, SITE_WORK = 50, 20, 10_000
 # its own predicted error: the departure is about the sum of both errors, and kl_error is
 # up to ~2× optimistic at 16-32n, so EP's error is then the larger.
 DEPARTURE_FACTOR = 4.0
-# The multinomial posterior (K > 2): "auto" runs the global fit from the Laplace kernel
-# with 32n points if the work of N × (M K (d + 1 + LINK_COST) + n²) multiply-adds (the
-# likelihood pass and the solver's features) stays within this limit, else with as many
-# as fit down to 16n; below 16n it takes expectation propagation of the
-# (K − 1)-dimensional sites (strategy_ "sites", with the reason). Measured: wine (K = 3,
-# d = 13, n = 946) at 32n, 2.8e10 multiply-adds: the whole default fit 0.23 s on 2 idle
-# cores; iris (n = 136) 0.025 s (benchmarks/results/data_rich.md).
+# The multinomial posterior (K > 2): the global fit samples only its (K − 1)(d + 1)
+# contrasts (the shift directions' posterior is known: models/softmax_contrasts.py), so n
+# counts the contrasts' family (wine: 435 parameters instead of θ's 946). "auto" runs it
+# from the Laplace kernel with MULTINOMIAL_MAX_FACTOR·n points if the work of N × (M K (d +
+# 1 + LINK_COST) + p (p − d − 1) + n²) multiply-adds (the likelihood pass, the map to θ,
+# the solver's features) stays within MULTINOMIAL_WORK_LIMIT, else with as many as fit down
+# to MULTINOMIAL_MIN_FACTOR·n; below that it takes expectation propagation of the
+# (K − 1)-dimensional sites (strategy_ "sites", with the reason). The factors are twice the
+# binary ones: n shrinks by 2.1-2.2× on iris and wine, and 64n contrast points are about as
+# many as the 32n of θ's family were (0.92-0.94×); at 32n of the contrasts the error against
+# the NUTS references was measured larger (KL over Laplace's, median of 10 seeds: iris 0.024
+# against 0.017, wine 0.014 against 0.0096), at 64n no larger (iris 0.012 over 40 seeds,
+# wine 0.0090; docs/decisions.md D-093). Measured before the reduction: wine (K = 3, d = 13,
+# n = 946) at 32n, 2.8e10 multiply-adds: the whole default fit 0.23 s on 2 idle cores; iris
+# (n = 136) 0.025 s (benchmarks/results/data_rich.md).
+MULTINOMIAL_MIN_FACTOR, MULTINOMIAL_MAX_FACTOR = 32, 64
 MULTINOMIAL_WORK_LIMIT = 5e10
 # A heavy-tailed shrinkage prior (Student-t, horseshoe: not log-concave) gives EP sites
 # fitted to tilted densities that may be far from Gaussian (bimodal where the data pull a
@@ -158,6 +167,10 @@ class VSMethod(SamplingMethod):
     #: every route aims at, without sampling error (see _methods.LaplaceMethod's).
     one_row: ClassVar[str | None] = "moments"
     engine: ClassVar[Callable] = staticmethod(variational_sampling)
+    # The contrasts' fit has N ≥ 32n points (MULTINOMIAL_MIN_FACTOR): matrix-free solver
+    # steps from the start, as for n > 66 (iris's n = 66 contrasts: the exact steps made
+    # the default fit 1.4× slower than the full-space fit it replaced).
+    contrast_options: ClassVar[tuple[tuple[str, object], ...]] = (("hessian", "switch"),)
 
     verbose: int = 0
 
@@ -379,8 +392,8 @@ class VSMethod(SamplingMethod):
             or laplace_error > LAPLACE_KERNEL_ERROR
         ):
             return None
-        k, d, m = model.n_classes, model.n_features, model.n_observations
-        per_point = m * k * (d + 1 + LINK_COST) + n_family_params(model.dim, self.family) ** 2
+        n = n_family_params(sampled_dim(model), self.family)
+        per_point = _multinomial_point_work(model, n)
         affordable = int(MULTINOMIAL_WORK_LIMIT // per_point)
         n_near = max(n_samples, min(int(LAPLACE_KERNEL_FACTOR * n_samples), affordable))
         return n_near, (
@@ -574,15 +587,15 @@ class VSMethod(SamplingMethod):
         if self.strategy == "global" or not isinstance(self.n_samples, str):
             n_samples = self.total_samples(model.dim)
             return n_samples, f"strategy={self.strategy!r} with N={n_samples}"
-        n = n_family_params(model.dim, self.family)
-        k, d, m = model.n_classes, model.n_features, model.n_observations
-        per_point = m * k * (d + 1 + LINK_COST) + n * n
-        n_samples = min(MAX_GLOBAL_FACTOR * n, int(MULTINOMIAL_WORK_LIMIT // per_point))
+        n = n_family_params(sampled_dim(model), self.family)
+        per_point = _multinomial_point_work(model, n)
+        n_samples = min(MULTINOMIAL_MAX_FACTOR * n, int(MULTINOMIAL_WORK_LIMIT // per_point))
         n_samples = max(n_samples, self.auto_minimum)
-        if n_samples < MIN_GLOBAL_FACTOR * n:
+        if n_samples < MULTINOMIAL_MIN_FACTOR * n:
             return None, (
-                f"the global fit of the multinomial posterior ({model.dim} parameters, n = "
-                f"{n}) would get N={n_samples} points (< {MIN_GLOBAL_FACTOR}n) within "
+                f"the global fit of the multinomial posterior ({model.dim} parameters, "
+                f"{sampled_dim(model)} contrasts: n = {n}) would get N={n_samples} points "
+                f"(< {MULTINOMIAL_MIN_FACTOR}n) within "
                 f"{MULTINOMIAL_WORK_LIMIT:.3g} multiply-adds ({per_point:.3g} per point): "
                 f"expectation propagation of the (K − 1)-dimensional sites instead"
             )
@@ -674,6 +687,13 @@ def _sites_departure(model, ep) -> float:
     if not np.all(np.isfinite(cav_var)):
         return math.inf
     return float(np.sum(model.coefficient_prior.tilted_departure(cav_mean, cav_var)))
+
+
+def _multinomial_point_work(model, n: int) -> float:
+    """Multiply-adds per point of the multinomial global fit of ``n`` family parameters:
+    the likelihood pass, the map from the contrasts to θ, the solver's features."""
+    k, d, m = model.n_classes, model.n_features, model.n_observations
+    return m * k * (d + 1 + LINK_COST) + model.dim * sampled_dim(model) + n * n
 
 
 def _design_entries(model) -> float:

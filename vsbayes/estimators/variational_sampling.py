@@ -232,11 +232,14 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         (K − 1)-dimensional sites, from the softmax's tilted moments, or from
         variational-sampling fits of the tilted densities where the rows are very wide (as
         on digits; :func:`vsbayes.approximations.softmax_ep`), and ``"auto"`` runs the global fit
-        (from that EP's kernel) with 16n to 32n points within 5·10¹⁰ multiply-adds (an int
+        (from that EP's kernel) with 32n to 64n points within 5·10¹⁰ multiply-adds (an int
         ``n_samples``: that N), else takes those sites (``strategy_`` "sites"); where the
         Laplace approximation's predicted error is at most 0.6 nats (and EP's, predicted
         from it, above the target), the global fit runs from the Laplace kernel with 1.5
-        times the points instead, without EP.
+        times the points instead, without EP. The multinomial global fit samples only the
+        (K − 1)(d + 1) contrasts (n counts their Gaussian family) and adds the shift
+        directions' posterior, their prior's conditional, exactly: ``coef_.sum(axis=0)``
+        and ``intercept_.sum()`` are 0 to round-off.
     family : {"gaussian", "diagonal"}, default="gaussian"
         Full or diagonal posterior covariance ("diagonal": n = 2p+1 for "auto").
     rule : {"mc", "qmc"}, default="mc"

@@ -166,12 +166,13 @@ class SoftmaxGLMPosterior:
         """``posterior`` in scikit-learn's representative: ``Σ_k w_k = 0``, ``Σ_k b_k = 0``.
 
         The shift directions' posterior is known exactly (the module docstring): N(0, c_j)
-        along each unit vector ``1_K ⊗ e_j / √K``, independent of the contrasts. A fit that
-        does not hold that exactly — the sampled global fit, whose Monte Carlo noise lands in
-        those directions too — is replaced there by it: the mean and covariance are projected
-        onto the contrasts (``Π μ``, ``Π Σ Π``) and the shift directions' prior added back
-        (``c_j / K`` on each pair of classes of column j). Laplace's and EP's posteriors
-        already hold it, up to round-off. ``log_Z`` and the diagnostics are kept. Under a
+        along each unit vector ``1_K ⊗ e_j / √K``, independent of the contrasts. A fit is
+        replaced there by it: the mean and covariance are projected onto the contrasts
+        (``Π μ``, ``Π Σ Π``) and the shift directions' prior added back (``c_j / K`` on each
+        pair of classes of column j). Laplace's and EP's posteriors already hold it, and so
+        do the sampled fits (which draw only the contrasts:
+        :class:`~vsbayes.models.softmax_contrasts.ContrastPosterior`), up to round-off: this
+        makes the representative exact. ``log_Z`` and the diagnostics are kept. Under a
         general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
         returned as it is.
         """
