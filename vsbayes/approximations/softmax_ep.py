@@ -38,9 +38,10 @@ moments come one of two ways (``sites``):
   dimension, at least 128, and 4 or 16 times that on a row whose cavity is wide (its largest
   variance above 4 or 16: the factor is then nearly a step over it), a quarter of it on a
   row whose cavity is narrow (largest variance at most 1, from 17 classes on): work per
-  row ~K² per node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
-  (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
-  Where the factor narrows the cavity by
+  row ~K² per node (from 17 classes on, at a tolerance of 10⁻⁶ or more, on float32 values:
+  their rounding is far below the quadrature's error). They are closer to EP's fixed point
+  than the VS fits at a tenth of their cost (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it
+  on 8192 nodes, the fits 2·10⁻³ and 0.025). Where the factor narrows the cavity by
   more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
   terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
   cavity and the latent marginal, with four times the nodes (see D-045).
