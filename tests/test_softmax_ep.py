@@ -424,6 +424,45 @@ def test_positive_definite_agrees_with_the_smallest_eigenvalue():
     assert np.linalg.eigvalsh(_psd(matrices)).min() > -1e-12
 
 
+def test_many_class_psd_projects_the_failing_rows_alone():
+    """From 17 classes on (r ≥ 16) the projection decomposes the rows the check failed
+    alone: those equal the projection of every row, the others are kept as they are."""
+    from vsbayes.approximations.softmax_ep import _psd, _psd_all
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((12, 16, 20))
+    matrices = a @ np.swapaxes(a, 1, 2)
+    matrices[::4] -= 40.0 * np.eye(16)
+    projected = _psd(matrices)
+    bad = np.arange(12) % 4 == 0
+    np.testing.assert_array_equal(projected[~bad], matrices[~bad])
+    np.testing.assert_array_equal(projected[bad], _psd_all(matrices[bad]))
+    assert np.linalg.eigvalsh(projected).min() > -1e-10
+
+
+def test_float32_tilted_blocks_agree_with_float64():
+    """The tilted expectations on float32 values (many classes, loose tolerance) are those
+    on float64 values to float32's rounding, far below the quadrature's own error."""
+    k, r, b = 20, 19, 6
+    rng = np.random.default_rng(5)
+    q = centred_basis(k)
+    cav_mean = rng.standard_normal((b, r))
+    chol = np.linalg.cholesky(np.eye(r) * 0.5 + 0.1)[None].repeat(b, axis=0)
+    z = symmetric_sobol_nodes(r, 256, 0)
+    log_w = np.full(256, -np.log(256))
+    kernels = [(cav_mean, chol, None, np.zeros(b))]
+    labels, power, rows = rng.integers(0, k, b), np.ones(b), np.arange(b)
+    outputs = {}
+    for single in (False, True):
+        out = (np.empty(b), np.empty((b, k)), np.empty((b, k, k)), None, None)
+        ep_module._tilted_blocks(q, labels, power, rows, rows, kernels, (z, log_w), out, single)
+        outputs[single] = out
+    for exact, rounded in zip(outputs[False][:3], outputs[True][:3], strict=True):
+        assert rounded.dtype == np.float64
+        np.testing.assert_allclose(rounded, exact, rtol=1e-5, atol=1e-7)
+    assert not np.array_equal(outputs[False][2], outputs[True][2])  # float32 was taken
+
+
 def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
     """sites="auto" up to 10 classes: the tilted moments, unless more than a tenth of the
     cavities at the first sweep are wider than the threshold; then the VS fits, the same

@@ -38,9 +38,10 @@ moments come one of two ways (``sites``):
   dimension, at least 128, and 4 or 16 times that on a row whose cavity is wide (its largest
   variance above 4 or 16: the factor is then nearly a step over it), a quarter of it on a
   row whose cavity is narrow (largest variance at most 1, from 17 classes on): work per
-  row ~K² per node. They are closer to EP's fixed point than the VS fits at a tenth of their cost
-  (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it on 8192 nodes, the fits 2·10⁻³ and 0.025).
-  Where the factor narrows the cavity by
+  row ~K² per node (from 17 classes on, at a tolerance of 10⁻⁶ or more, on float32 values:
+  their rounding is far below the quadrature's error). They are closer to EP's fixed point
+  than the VS fits at a tenth of their cost (iris, wine: 1.7·10⁻⁴ and 1.3·10⁻³ nats from it
+  on 8192 nodes, the fits 2·10⁻³ and 0.025). Where the factor narrows the cavity by
   more than half a variance in some direction, ``Σ − ΣHΣ`` is a difference of nearly equal
   terms, and the row takes its nodes' own tilted moments instead, on the mixture of the
   cavity and the latent marginal, with four times the nodes (see D-045).
@@ -60,6 +61,7 @@ the fixed point, from one more pass of site fits at the final cavities.
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -308,6 +310,9 @@ class _RowState:
         # VS fits, which read them).
         self.fused = False
         self.sized = False  # the tilted moments' levels not yet set from the rows' spread
+        # The tilted blocks' values in float32 (_values_dtype): set by softmax_ep where its
+        # tolerance is far above their rounding; never the leave-one-out refits' states.
+        self.single = False
 
 
 #: A row whose cavity's largest variance exceeds the first (second) of these starts the
@@ -443,7 +448,61 @@ def _log_normal(g, mean, chol_inv, log_det_half):
     )
 
 
-def _tilted_block(q, y, kernels, power, z, log_w):
+class _Workspace:
+    """One thread's buffers for :func:`_tilted_block` on one rule's nodes ``z``: the nodes
+    with a unit coordinate (r + 1, P), formed once, and two buffers of the (b, K, nodes)
+    values, grown to the largest block and reused. Fresh arrays of a few MiB a block were
+    mapped and faulted in anew until the allocator's threshold had adapted: at 50 classes
+    on 8192 nodes a row, the first two sweeps' blocks took 0.64 s, the later ones 0.34 s.
+
+    ``dtype``: that of the nodes' latent values and softmax terms (:func:`_values_dtype`)."""
+
+    def __init__(self, z: np.ndarray, dtype: type = np.float64):
+        self.z, self.dtype = z, np.dtype(dtype)
+        self._lifted = None
+        self._buffers = [np.empty(0, self.dtype), np.empty(0, self.dtype)]
+
+    def lifted(self) -> np.ndarray:
+        if self._lifted is None:
+            lifted = np.empty((self.z.shape[1] + 1, len(self.z)), self.dtype)
+            lifted[:-1] = self.z.T
+            lifted[-1] = 1.0
+            self._lifted = lifted
+        return self._lifted
+
+    def values(self, rows: int, which: int, columns: int | None = None) -> np.ndarray:
+        """A (rows, nodes) buffer (``columns``: its width if not the nodes')."""
+        width = len(self.z) if columns is None else columns
+        if self._buffers[which].size < rows * width:
+            self._buffers[which] = np.empty(rows * width, self.dtype)
+        return self._buffers[which][: rows * width].reshape(rows, width)
+
+
+#: Least tolerance of the multinomial EP (relative site change) at which its tilted blocks
+#: take float32 values (:func:`_values_dtype`): their rounding makes the sweep map move
+#: the sites by ~3·10⁻⁸ relative at a fixed point (20 classes × 80 rows: the sweeps to
+#: 10⁻⁸ stalled at 3·10⁻⁸), thirty times below this. The estimators' default stop at many
+#: classes is √tol = 10⁻⁴ (cheap sweeps: 10⁻⁸, float64).
+_SINGLE_TOL = 1e-6
+
+
+def _values_dtype(single: bool, n_kernels: int) -> type:
+    """The floating type of the nodes' latent values and softmax terms in
+    :func:`_tilted_block`: float32 where ``single`` (from :data:`MANY_CLASSES` classes on,
+    at a tolerance of at least :data:`_SINGLE_TOL`) on the cavity's nodes alone, else
+    float64 (the same bits as before).
+
+    Those blocks are most of a sweep there (the GEMM of the latent values, their
+    exponentials and the GEMM of E[p pᵀ], K(2K + r) operations a node), which float32 does
+    in about 40 % of the time (one 50-class row on 8192 nodes: 3.4 → 1.4 ms); its
+    rounding, ~10⁻⁷ relative, is far below the quadrature's own error (10⁻² relative on
+    a few hundred to thousands of nodes): EP's fixed point moved by 10⁻¹³-10⁻¹⁰ nats
+    (docs/decisions.md). The log-weights, their normalization and the mixture kernels'
+    moments stay in float64."""
+    return np.float32 if single and n_kernels == 1 else np.float64
+
+
+def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
     """Tilted expectations of one block of rows on the nodes ``z``: ``log E[F^s]`` over the
     cavity, E[p] (b, K) and E[p pᵀ] (b, K, K) under the tilted density ``F^s × cavity``,
     ``p`` the softmax of the latent values, and (with two kernels) the tilted mean and
@@ -454,9 +513,15 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     the tilted density) and the cavity, on their even mixture, whose weights ``F^s cavity /
     mixture`` are at most 2: never heavy-tailed, and the nodes still where the tilted mass
     is when the cavity is far wider (a factor that is nearly a step over it).
+
+    ``workspace`` (a :class:`_Workspace` of the calling thread, or None): the nodes with a
+    unit coordinate and the buffers of the (b, K, nodes) values, reused from block to block
+    (the same bits as fresh arrays).
     """
     b, r = kernels[0][0].shape
     k = q.shape[0]
+    if workspace is None:
+        workspace = _Workspace(z)
     if len(kernels) == 1:
         # The latent values f = Q L z + Q m of every row and node as one GEMM, (b·K, r + 1)
         # × (r + 1, P) on the nodes with a unit coordinate, already class-major (b, K,
@@ -465,10 +530,10 @@ def _tilted_block(q, y, kernels, power, z, log_w):
         mapped = np.empty((b, k, r + 1))
         np.matmul(q, chol, out=mapped[:, :, :r])
         mapped[:, :, r] = mean @ q.T
-        lifted = np.empty((r + 1, len(z)))
-        lifted[:r] = z.T
-        lifted[r] = 1.0
-        f = (mapped.reshape(b * k, r + 1) @ lifted).reshape(b, k, len(z))
+        f = workspace.values(b * k, 0)
+        mapped = mapped.reshape(b * k, r + 1).astype(workspace.dtype, copy=False)
+        np.matmul(mapped, workspace.lifted(), out=f)
+        f = f.reshape(b, k, len(z))
     else:
         points = []
         for mean, chol, _, _ in kernels:
@@ -499,10 +564,14 @@ def _tilted_block(q, y, kernels, power, z, log_w):
     weight /= mass[:, None]
     # p = f / total at each node: the division goes into the nodes' weights (b × nodes)
     # instead of the (b, K, nodes) values.
-    per_total = weight / total
+    # (In float32 values, the weights are rounded to them for the two products alone.)
+    per_total = (weight / total).astype(f.dtype, copy=False)
     expected = np.matmul(f, per_total[:, :, None])[..., 0]  # E[p], (b, K)
     per_total /= total
-    second = np.matmul(f * per_total[:, None, :], np.swapaxes(f, 1, 2))  # E[p pᵀ]
+    scaled = workspace.values(b * k, 1, f.shape[2]).reshape(f.shape)
+    np.multiply(f, per_total[:, None, :], out=scaled)
+    second = np.matmul(scaled, np.swapaxes(f, 1, 2))  # E[p pᵀ]
+    expected, second = expected.astype(float, copy=False), second.astype(float, copy=False)
     if len(kernels) == 1:
         return shift + np.log(mass), expected, second, None, None
     g_mean = np.matmul(weight[:, None, :], g)[:, 0]  # (b, r)
@@ -569,7 +638,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
                     where = np.flatnonzero(state.coarse[rows] == coarse)  # positions in rows
                     if where.size:
                         nodes = _rule_nodes(rule, r, at, coarse)
-                        _tilted_blocks(q, model.y, power, rows, where, kernels, nodes, outputs)
+                        _tilted_blocks(
+                            q, model.y, power, rows, where, kernels, nodes, outputs, state.single
+                        )
                 if mixed:
                     prec, lin = _natural(cav_prec, cav_lin, cav_cov, cav_mean, pick)
                     lam, eta, fine = _direct(g_mean[pick], g_cov[pick], prec, lin)
@@ -605,18 +676,23 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     return log_z + log_norm, new_lam, new_eta, good
 
 
-def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out) -> None:
+def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out, single=False) -> None:
     """:func:`_tilted_block` on the rows ``rows[where]`` (``kernels``: of all of ``rows``)
     and the rule ``nodes`` (nodes, log-weights), in blocks run side by side, written into
-    ``out`` = ``(log_z, E[p], E[p pᵀ], tilted mean, tilted covariance)`` at those rows."""
+    ``out`` = ``(log_z, E[p], E[p pᵀ], tilted mean, tilted covariance)`` at those rows;
+    ``single``: the values in float32 where :func:`_values_dtype` allows."""
     z, log_w = nodes
     log_z, expected, second, g_mean, g_cov = out
     k, r = q.shape
     whole = where.size == rows.size  # then views of the kernels, not copies
+    local = threading.local()  # each thread's _Workspace
+    dtype = _values_dtype(single, len(kernels))
 
     def block(part: slice) -> None:
         index = part if whole else where[part]
         sites = rows[index]
+        if not hasattr(local, "workspace"):
+            local.workspace = _Workspace(z, dtype)
         result = _tilted_block(
             q,
             labels[sites],
@@ -624,6 +700,7 @@ def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out) -> None:
             power[sites],
             z,
             log_w,
+            local.workspace,
         )
         log_z[sites], expected[sites], second[sites] = result[:3]
         if result[3] is not None:
@@ -1050,8 +1127,23 @@ def _psd(lam: np.ndarray) -> np.ndarray:
     """Each symmetric matrix's projection on the positive semi-definite cone."""
     # Symmetrized in the check's own row blocks (the same bits as one pass before it).
     r = lam.shape[1]
-    if _by_rows(_row_symmetric_positive_definite, lam, work=r**3 / 3, min_work=_CHECK_WORK).all():
+    fine = _by_rows(_row_symmetric_positive_definite, lam, work=r**3 / 3, min_work=_CHECK_WORK)
+    if fine.all():
         return lam
+    if _many_classes(r):
+        # The eigendecompositions on the rows the check failed alone (a few of the rows at
+        # 50 classes, where those of all rows took ~12 % of a sweep); the other rows keep
+        # their sites as they are, not their round-off reconstruction. Fewer classes keep
+        # their bits.
+        bad = np.flatnonzero(~fine)
+        lam = lam.copy()
+        lam[bad] = _psd_all(lam[bad])
+        return lam
+    return _psd_all(lam)
+
+
+def _psd_all(lam: np.ndarray) -> np.ndarray:
+    """:func:`_psd` by the eigendecompositions of every matrix."""
     symmetric = lam + np.swapaxes(lam, 1, 2)
     symmetric *= 0.5
     eigval, eigvec = np.linalg.eigh(symmetric)
@@ -1161,6 +1253,7 @@ def softmax_ep(
         fit_rules if method == "auto" else None,
     )
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
+    state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
