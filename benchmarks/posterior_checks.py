@@ -741,7 +741,7 @@ NUTS_FINDINGS = (
     f"target_kl={ASKED_TARGET_KL:g} to meet it (logistic 0.044 at ~300 ×; probit: its "
     "global fit ends with a predicted error ≥ 0.5 nats, more than a quarter of its "
     "departure from EP, so EP is kept) — not a default's cost. **wine**: the default's "
-    "global fit (64 n over the contrasts, D-093) is off by its "
+    "global fit (64 n over the contrasts, D-091) is off by its "
     "Monte Carlo error, in its sds (mean gaps ≤ 0.024 sd, sds ≤ 2.2 %): its largest gap is "
     "0.052–0.079 over 5 seeds; 2× the points give 0.038–0.067 at about the same time, "
     "4× 0.029–0.044 at 1.8 ×. Neither is taken as the default (D-087)."

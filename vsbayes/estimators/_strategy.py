@@ -82,7 +82,7 @@ DEPARTURE_FACTOR = 4.0
 # many as the 32n of θ's family were (0.92-0.94×); at 32n of the contrasts the error against
 # the NUTS references was measured larger (KL over Laplace's, median of 10 seeds: iris 0.024
 # against 0.017, wine 0.014 against 0.0096), at 64n no larger (iris 0.012 over 40 seeds,
-# wine 0.0090; docs/decisions.md D-093). Measured before the reduction: wine (K = 3, d = 13,
+# wine 0.0090; docs/decisions.md D-091). Measured before the reduction: wine (K = 3, d = 13,
 # n = 946) at 32n, 2.8e10 multiply-adds: the whole default fit 0.23 s on 2 idle cores; iris
 # (n = 136) 0.025 s (benchmarks/results/data_rich.md).
 MULTINOMIAL_MIN_FACTOR, MULTINOMIAL_MAX_FACTOR = 32, 64
