@@ -694,6 +694,14 @@ def plot(accuracy, cost, curves, path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def _rewrite(out: Path, rows: list[dict], saved: dict) -> None:
+    """The CSV, JSON, Markdown and PNG of a saved run whose rows were partly rerun."""
+    columns = sorted({key for row in rows for key in row})
+    write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
+    write_json(out / "streaming.json", saved)
+    report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"], saved)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
@@ -727,10 +735,7 @@ def main():
         saved["rows"] = kept[:at] + fresh + kept[at:]
         saved["cost_machine"], saved["cost_note"] = info, args.note
         rows = saved["rows"]
-        columns = sorted({key for row in rows for key in row})
-        write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
-        write_json(out / "streaming.json", saved)
-        report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"], saved)
+        _rewrite(out, rows, saved)
         print(f"Rewrote {out}/streaming.{{csv,json,md,png}} with the cost rows rerun.")
         return
     if args.dataset:
@@ -750,10 +755,7 @@ def main():
             )
         )
         saved["rows"], saved["note"] = rows, args.note or saved.get("note", "")
-        columns = sorted({key for row in rows for key in row})
-        write_csv(out / "streaming.csv", [{k: row.get(k, "") for k in columns} for row in rows])
-        write_json(out / "streaming.json", saved)
-        report(rows, saved["curves"], saved["machine"], out, saved["quick"], saved["note"], saved)
+        _rewrite(out, rows, saved)
         print(f"Rewrote {out}/streaming.{{csv,json,md,png}} with {args.dataset}'s rows rerun.")
         return
     if args.from_json:
