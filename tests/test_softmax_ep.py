@@ -17,6 +17,7 @@ from vsbayes.sampling import GaussHermite, SymmetricSobol
 from vsbayes.sampling.rules import symmetric_sobol_nodes
 
 ep_module = importlib.import_module("vsbayes.approximations.softmax_ep")
+sites_module = importlib.import_module("vsbayes.approximations.softmax_sites")
 
 
 def problem(seed, m=40, d=2, k=3, weights=None, C=1.0):
@@ -127,12 +128,12 @@ def test_ep_is_a_fixed_point_of_its_sweep():
     moves no site parameter by more than tol's order."""
     _, _, model = problem(1)
     contrast = ep_module._Contrast(model)
-    lam, eta = ep_module._laplace_sites(model, contrast.q, softmax_laplace(model).mean)
-    state = ep_module._RowState(model.n_observations, ep_module._rules(SymmetricSobol()))
+    lam, eta = sites_module._laplace_sites(model, contrast.q, softmax_laplace(model).mean)
+    state = sites_module._RowState(model.n_observations, sites_module._rules(SymmetricSobol()))
     # Sweeps by hand, undamped, from the Laplace sites to a site change of 1e-12.
     for _ in range(200):
         post = contrast.posterior(lam, eta)
-        new_lam, new_eta = ep_module._new_sites(
+        new_lam, new_eta = sites_module._new_sites(
             model, contrast, post, lam, eta, np.ones(40), None, state
         )
         change = max(np.abs(new_lam - lam).max(), np.abs(new_eta - eta).max())
@@ -146,8 +147,8 @@ def test_ep_is_a_fixed_point_of_its_sweep():
     np.testing.assert_allclose(ep.cov, cov, rtol=0, atol=1e-9)
     # Moment matching: the posterior's latent marginal is each row's tilted fit.
     v_mean, v_cov = contrast.latent(*contrast.posterior(lam, eta)[:2])
-    cav_prec, cav_lin, ok = ep_module._cavity(v_mean, v_cov, lam, eta, np.ones(40))
-    _, t_mean, t_cov, good = ep_module._site_fits(
+    cav_prec, cav_lin, ok = sites_module._cavity(v_mean, v_cov, lam, eta, np.ones(40))
+    _, t_mean, t_cov, good = sites_module._site_fits(
         model,
         contrast.q,
         v_mean,
@@ -320,7 +321,7 @@ def test_twenty_classes_posterior_stop_and_coarse_narrow_rows(twenty_classes, mo
     early = softmax_ep(model, start=start, tol=1e-6, posterior_tol=1e-7)
     assert early.converged and early.n_iter < plain.n_iter and early.site_change > 1e-6
     assert kl(tight.mean, tight.cov, early.mean, early.cov) < 1e-7
-    monkeypatch.setattr(ep_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
+    monkeypatch.setattr(sites_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
     fine = softmax_ep(model, start=start, tol=1e-8)
     assert 1e-6 < kl(fine.mean, fine.cov, tight.mean, tight.cov) < 1e-3
 
@@ -333,7 +334,7 @@ def test_twenty_classes_start_at_the_skewness_corrected_mean(twenty_classes, mon
     model = twenty_classes
     laplace = softmax_laplace(model)
     contrast = ep_module._Contrast(model)
-    lam, eta = ep_module._laplace_sites(model, contrast.q, laplace.mean)
+    lam, eta = sites_module._laplace_sites(model, contrast.q, laplace.mean)
     shifted = eta + ep_module._skewness_shift(model, contrast, laplace.mean, lam, eta)
     start = contrast.to_theta(*contrast.posterior(lam, shifted)[:2])
     wanted = laplace.mean + skew_correction(model, laplace).mean_shift
@@ -359,15 +360,15 @@ def test_cavity_moments_from_one_solve_are_the_two_inverses():
     lam[2] = 3.0 * np.linalg.inv(v_cov[2])  # more than the whole precision: improper
     eta = rng.standard_normal((m, r))
     copies = np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0])
-    cov, mean, chol, half, ok = ep_module._row_cavity_moments(v_mean, v_cov, lam, eta, copies)
-    prec, lin, expected_ok = ep_module._row_cavity(v_mean, v_cov, lam, eta, copies)
+    cov, mean, chol, half, ok = sites_module._row_cavity_moments(v_mean, v_cov, lam, eta, copies)
+    prec, lin, expected_ok = sites_module._row_cavity(v_mean, v_cov, lam, eta, copies)
     np.testing.assert_array_equal(ok, expected_ok)
     assert not ok[2] and ok.sum() == m - 1
-    moments = ep_module._cavity_moments(prec, lin, expected_ok)
+    moments = sites_module._cavity_moments(prec, lin, expected_ok)
     for got, want in zip((cov, mean, chol, half), moments, strict=True):
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-10, atol=1e-12)
     quad = np.einsum("ma,ma->m", lin, moments[1])
-    np.testing.assert_allclose(ep_module._whitened_norms(chol, mean)[ok], quad[ok], rtol=1e-10)
+    np.testing.assert_allclose(sites_module._whitened_norms(chol, mean)[ok], quad[ok], rtol=1e-10)
 
 
 def test_memory_guard_refuses_before_the_sweeps(twenty_classes, monkeypatch):
@@ -410,7 +411,7 @@ def test_estimator_refuses_the_multinomial_ep_before_its_sweeps(monkeypatch):
 
 
 def test_positive_definite_agrees_with_the_smallest_eigenvalue():
-    from vsbayes.approximations.softmax_ep import _positive_definite, _psd
+    from vsbayes.approximations.softmax_sites import _positive_definite, _psd
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal((50, 4, 6))
@@ -427,7 +428,7 @@ def test_positive_definite_agrees_with_the_smallest_eigenvalue():
 def test_many_class_psd_projects_the_failing_rows_alone():
     """From 17 classes on (r ≥ 16) the projection decomposes the rows the check failed
     alone: those equal the projection of every row, the others are kept as they are."""
-    from vsbayes.approximations.softmax_ep import _psd, _psd_all
+    from vsbayes.approximations.softmax_sites import _psd, _psd_all
 
     rng = np.random.default_rng(4)
     a = rng.standard_normal((12, 16, 20))
@@ -455,7 +456,7 @@ def test_float32_tilted_blocks_agree_with_float64():
     outputs = {}
     for single in (False, True):
         out = (np.empty(b), np.empty((b, k)), np.empty((b, k, k)), None, None)
-        ep_module._tilted_blocks(q, labels, power, rows, rows, kernels, (z, log_w), out, single)
+        sites_module._tilted_blocks(q, labels, power, rows, rows, kernels, (z, log_w), out, single)
         outputs[single] = out
     for exact, rounded in zip(outputs[False][:3], outputs[True][:3], strict=True):
         assert rounded.dtype == np.float64
@@ -472,6 +473,6 @@ def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
     moments = softmax_ep(model, start=start, sites="moments")
     fits = softmax_ep(model, start=start, sites="fits")
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, moments.mean)
-    monkeypatch.setattr(ep_module, "_WIDE_CAVITY", (0.0, 0.0))
+    monkeypatch.setattr(sites_module, "_WIDE_CAVITY", (0.0, 0.0))
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, fits.mean)
     assert np.abs(fits.mean - moments.mean).max() > 1e-6  # the two differ

@@ -370,16 +370,19 @@ def test_one_multinomial_row_is_the_general_fit(
     general._one_row_rule = lambda: None
     module = vb.estimators._updating
     ep_module = sys.modules["vsbayes.approximations.softmax_ep"]
+    sites_module = sys.modules["vsbayes.approximations.softmax_sites"]
     calls, taken = [], set()
 
-    def spy(*args, _f=ep_module._sites):
+    def spy(*args, _f=sites_module._sites):
         out = _f(*args)
         if calls and calls[-1] == "open":  # inside the direct update
             state = args[-2]
             taken.add("fits" if state.rules else "mixed" if state.direct[0] else "moments")
         return out
 
-    monkeypatch.setattr(ep_module, "_sites", spy)
+    # The one-row update calls _sites itself and through _new_sites: both modules' names.
+    for site_module in (ep_module, sites_module):
+        monkeypatch.setattr(site_module, "_sites", spy)
     for name in ("assumed_density_softmax_row", "softmax_row_laplace"):
         original = getattr(module, name)
 
@@ -427,17 +430,19 @@ def test_one_multinomial_row_projects_its_site_as_ep(monkeypatch):
         random_state=0,
     )
     earlier = vb.LaplaceLogisticRegression().fit(X[:40], y[:40])
-    module = sys.modules["vsbayes.approximations.softmax_ep"]
+    # The sweeps (softmax_sites) and the one-row update (softmax_ep) look both names up.
+    modules = [sys.modules[f"vsbayes.approximations.softmax_{name}"] for name in ("ep", "sites")]
     projected = []
-    original = module._psd
-    monkeypatch.setattr(
-        module,
-        "_psd",
-        lambda lam: (lambda out: projected.append(out is not lam) or out)(original(lam)),
-    )
-    # This row's cavity is narrow, where EP takes the tilted moments: both fits are asked
-    # for the VS site fits, which wide cavities take.
-    monkeypatch.setattr(module, "_wide_rows", lambda widest: True)
+    original = modules[1]._psd
+    for module in modules:
+        monkeypatch.setattr(
+            module,
+            "_psd",
+            lambda lam: (lambda out: projected.append(out is not lam) or out)(original(lam)),
+        )
+        # This row's cavity is narrow, where EP takes the tilted moments: both fits are
+        # asked for the VS site fits, which wide cavities take.
+        monkeypatch.setattr(module, "_wide_rows", lambda widest: True)
     direct, general = vb.EPLogisticRegression(prior=earlier), vb.EPLogisticRegression(prior=earlier)
     general._one_row_rule = lambda: None
     direct.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])

@@ -49,7 +49,7 @@ from ..sampling import SymmetricSobol
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows, _split_weights
-from .softmax_ep import (
+from .softmax_sites import (
     MAX_FITTED_CLASSES,
     _cavity,
     _coarse_rows,

@@ -1,0 +1,921 @@
+"""The multinomial EP's site updates: each row's Gaussian site on its K − 1 contrasts
+``g_i = Qᵀ f_i`` from its cavity and tilted density, all rows at once.
+
+What a sweep of :func:`~vsbayes.approximations.softmax_ep.softmax_ep` asks of the rows
+(:func:`_new_sites`, :func:`_sites`; the method is described in
+:mod:`~vsbayes.approximations.softmax_ep`, which holds the posterior of the contrasts, the
+sweep loop, the one-row update, the sizing and the evidence): the cavities (their natural
+parameters, or from 17 classes on their moments from one solve a row); the tilted moments,
+by VS fits (:func:`_site_fits`) or by self-normalized quadrature on mirrored Sobol nodes
+(:func:`_tilted_sites`), with the rules' node counts and the per-row levels
+(:class:`_RowState`: wide, narrow and direct rows); the moment matching into new sites; the
+Laplace sites the sweeps start from; and the checks and projections on the positive
+(semi-)definite cone. Also used by the leave-one-out refits
+(:mod:`~vsbayes.approximations.ep_leave_one_out`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from .._blas import block_slices, map_blocks, single_blas_thread
+from .._memory import block_bytes
+from ..engine.site_fits import fit_sites
+from ..sampling import SamplingRule, SymmetricSobol
+from ..sampling.rules import SOBOL_SEED, symmetric_sobol_nodes
+
+__all__ = ["MAX_FITTED_CLASSES"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _by_rows(func, *arrays, work: float = 1.0, min_work: float = 2**23):
+    """``func(*arrays)`` for functions of each row alone (batched small factorizations and
+    products of (M, r, r) stacks), run on consecutive row slices by :func:`map_blocks`:
+    outside the tilted moments' blocks these per-row steps were the sweep's serial part.
+    The same bits as one call (each row's LAPACK call and products are the same);
+    ``work`` is the multiply-adds per row, ``min_work`` a slice's least. Returns the
+    slices' outputs concatenated (a tuple of arrays if ``func`` returns one)."""
+    m = len(arrays[0])
+    slices = block_slices(m, work, None, min_work)
+    if len(slices) == 1:
+        return func(*arrays)
+    # The outputs' shapes from the function on no rows; each slice writes its part in its
+    # own thread: concatenating the parts afterwards copied every (M, r, r) output once
+    # more on one thread (8 % of the fit at 26 classes × 5000 rows).
+    empty = func(*(a[:0] for a in arrays))
+    single = not isinstance(empty, tuple)
+    outputs = tuple(np.empty((m, *e.shape[1:]), e.dtype) for e in ((empty,) if single else empty))
+
+    def run(rows: slice) -> None:
+        parts = func(*(a[rows] for a in arrays))
+        for out, part in zip(outputs, (parts,) if single else parts, strict=True):
+            out[rows] = part
+
+    with single_blas_thread():
+        map_blocks(run, slices)
+    return outputs[0] if single else outputs
+
+
+def _rule_nodes(
+    rule: SamplingRule | None, r: int, level: int, coarse: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
+    nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only); the
+    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_coarse_rows`)."""
+    if rule is None:
+        n = _DEFAULT_NODES(r) << (2 * level)
+        if coarse:
+            n >>= 2
+        return symmetric_sobol_nodes(r, n, SOBOL_SEED), np.full(n, -math.log(n))
+    if isinstance(rule, SymmetricSobol):
+        n = rule.n_points(r) << (2 * level)
+        return rule.standard_normal(n, r, None)
+    return rule.standard_normal(rule.n_points(r), r, None)
+
+
+class _RowState:
+    """How the sites are found: ``rules`` for VS fits (None: tilted moments), and per row
+    the rule level and whether it takes the nodes' own moments — raised, never lowered, so
+    that the sweep stays one fixed map once the rows have settled."""
+
+    def __init__(
+        self,
+        m: int,
+        rules: list[SamplingRule] | None = None,
+        pending: list[SamplingRule] | None = None,
+    ):
+        self.rules = rules
+        # sites="auto": the VS fits' rules, taken at the first sweep if the rows are wide.
+        self.pending = pending
+        self.level = np.zeros(m, dtype=int)
+        self.direct = np.zeros(m, dtype=bool)
+        # Rows of level 0 on a quarter of its nodes (narrow cavities, _coarse_rows); cleared,
+        # never set again, where such a row's moments come out improper or it goes direct.
+        self.coarse = np.zeros(m, dtype=bool)
+        # The cavities' moments from one solve (_row_cavity_moments), without their natural
+        # parameters: the tilted moments' sweeps with many classes (_many_classes; never the
+        # VS fits, which read them).
+        self.fused = False
+        self.sized = False  # the tilted moments' levels not yet set from the rows' spread
+        # The tilted blocks' values in float32 (_values_dtype): set by softmax_ep where its
+        # tolerance is far above their rounding; never the leave-one-out refits' states.
+        self.single = False
+
+
+#: A row whose cavity's largest variance exceeds the first (second) of these starts the
+#: tilted moments one (two) rule levels up. The factor varies on the scale of one unit of
+#: the latent values; over a much wider cavity it is nearly a step, and the quadrature of
+#: its moments needs more nodes (wine's cavities, variances 4-19: 128 nodes in 2 dimensions
+#: left EP 0.012 nats from its fixed point on 8192, 512 nodes 0.0012; iris's, 0.8-5.4, 2e-4
+#: on 128). Above 1 instead of 4, a quarter of the rows of 50 classes went to 2048 nodes.
+_WIDE_CAVITY = (4.0, 16.0)
+
+#: Most classes for which ``sites="auto"`` takes VS fits where more than ``_WIDE_SHARE`` of
+#: the rows' cavities are wider than the second of ``_WIDE_CAVITY`` (digits: the median
+#: row's largest variance 22, up to 2·10³): there the factors are steps over the cavities'
+#: nodes, whose weighted moments came out singular on a few rows even on 16 times the
+#: nodes, where a quadratic fit on the VS rule stays proper.
+MAX_FITTED_CLASSES = 10
+_WIDE_SHARE = 0.1
+
+
+def _wide_rows(widest: np.ndarray) -> bool:
+    """Whether ``sites="auto"`` takes VS fits for rows whose cavities' largest variances
+    are ``widest`` (up to :data:`MAX_FITTED_CLASSES` classes)."""
+    return bool(widest.size) and float(np.mean(widest > _WIDE_CAVITY[-1])) > _WIDE_SHARE
+
+
+def _largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
+    """Each cavity's largest variance where it may exceed ``exact_above``, else an upper
+    bound of it (at most ``exact_above``)."""
+    # Gershgorin's bound (the largest absolute row sum) clears the narrow rows without an
+    # eigendecomposition (26 classes × 5000 rows: all of them, 0.2 s).
+    top = np.abs(cav_cov).sum(axis=2).max(axis=1)
+    wide = top > exact_above
+    if wide.any():
+        top[wide] = np.linalg.eigvalsh(cav_cov[wide])[:, -1]
+    return top
+
+
+def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
+    """The starting rule level of each row from its cavity's largest variance."""
+    top = _largest_variances(cav_cov, _WIDE_CAVITY[0])
+    level = np.zeros(len(cav_cov), dtype=int)
+    for threshold in _WIDE_CAVITY:
+        level += top > threshold
+    return np.minimum(level, n_levels - 1)
+
+
+#: A row of level 0 whose cavity's largest variance is at most this takes a quarter of the
+#: default rule's nodes (``coarse``): over a cavity narrower than the factor's own scale
+#: (one unit of the latent values) the softmax is smooth, and the self-normalized
+#: quadrature's error is small on few nodes. Measured on 20 classes × 8 features × 2000
+#: rows (cavities' largest variances 0.09-2, median 0.36), EP's fixed point with every row
+#: on 64 instead of 256 nodes moved from 2.1·10⁻⁴ to 5.6·10⁻⁴ nats of the one on 8192
+#: nodes, against EP's own error of ~0.6 nats there (docs/decisions.md).
+_NARROW_CAVITY = 1.0
+#: The coarse level only where the default rule has at least this many nodes (r ≥ 16,
+#: where it is sized to the dimension, 8 nodes per dimension): a quarter of it is then at
+#: least 2(r + 1) nodes (:func:`_many_classes`).
+_COARSE_MIN_NODES = 256
+
+
+def _many_classes(r: int) -> bool:
+    """Whether the sweeps in r = K − 1 dimensions take the coarse level (narrow rows) and
+    the cavities' moments from one solve: where the default rule is sized to the dimension
+    (see _COARSE_MIN_NODES), r ≥ 16, and the rows' (r × r) factorizations and nodes are most
+    of a sweep. Below, the sweeps are cheap, and their numbers stay as they were."""
+    return _DEFAULT_NODES(r) >= _COARSE_MIN_NODES
+
+
+def _coarse_rows(cav_cov: np.ndarray, rule: SamplingRule | None) -> np.ndarray:
+    """Which rows (at level 0) take the default rule's coarse level: narrow cavities."""
+    r = cav_cov.shape[1]
+    if rule is not None or not _many_classes(r):
+        return np.zeros(len(cav_cov), dtype=bool)
+    return _largest_variances(cav_cov, _NARROW_CAVITY) <= _NARROW_CAVITY
+
+
+def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments=None):
+    """Every row's new site for one copy of its factor: ``(log Z, Λ, η, found)`` by the
+    method of ``state`` (:func:`_vs_sites` or :func:`_tilted_sites`; with ``sites="auto"``
+    chosen here, at the first sweep, once). ``moments``: the cavities' moments from
+    :func:`_cavity_moments_of` (then ``cav_prec`` and ``cav_lin`` are None: tilted moments
+    only)."""
+    if state.pending is not None:
+        if _wide_rows(1.0 / np.linalg.eigvalsh(cav_prec[ok])[:, 0]):
+            state.rules = state.pending
+        state.pending = None
+    if state.rules is not None:
+        return _vs_sites(
+            model, q, v_mean, v_cov, cav_prec, cav_lin, power, state.rules, state.level, ok
+        )
+    return _tilted_sites(
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
+    )
+
+
+#: Rows whose cavity the factor narrows by more than this fraction of a variance, in some
+#: direction (the largest eigenvalue of Σ H), take the nodes' own tilted moments.
+_DIRECT = 0.5
+
+
+def _rule_size(rule: SamplingRule | None, r: int) -> int:
+    """Nodes of the tilted moments' rule at level 0 in r dimensions."""
+    return _DEFAULT_NODES(r) if rule is None else rule.n_points(r)
+
+
+def _n_levels(rule: SamplingRule | None) -> int:
+    return 3 if rule is None or isinstance(rule, SymmetricSobol) else 1
+
+
+def _DEFAULT_NODES(r: int) -> int:
+    """Nodes of the default rule of the tilted moments in r dimensions: 8 per dimension, at
+    least 128, a power of two (the moments are expectations of the smooth softmax, see the
+    module docstring: they need no node per parameter of a quadratic fit)."""
+    wanted = max(_MIN_NODES, 8 * (r + 1))
+    return 1 << math.ceil(math.log2(wanted))
+
+
+_MIN_NODES = 128
+
+
+def _node_bytes(k: int, r: int) -> float:
+    """Bytes of the temporaries of one (row, node) pair of :func:`_tilted_block`."""
+    return 8.0 * (3 * k + 3 * r + 6)
+
+
+def _log_normal(g, mean, chol_inv, log_det_half):
+    """log N(g; mean, L Lᵀ) at the nodes g (b, P, r), given L⁻¹ and log |L|."""
+    # Contiguous operands: NumPy's batched matmul of a transposed view skips BLAS (100×).
+    white = np.matmul(g - mean[:, None, :], np.ascontiguousarray(np.swapaxes(chol_inv, 1, 2)))
+    r = g.shape[2]
+    return (
+        -0.5 * np.einsum("bpa,bpa->bp", white, white) - (log_det_half + 0.5 * r * _LOG_2PI)[:, None]
+    )
+
+
+class _Workspace:
+    """One thread's buffers for :func:`_tilted_block` on one rule's nodes ``z``: the nodes
+    with a unit coordinate (r + 1, P), formed once, and two buffers of the (b, K, nodes)
+    values, grown to the largest block and reused. Fresh arrays of a few MiB a block were
+    mapped and faulted in anew until the allocator's threshold had adapted: at 50 classes
+    on 8192 nodes a row, the first two sweeps' blocks took 0.64 s, the later ones 0.34 s.
+
+    ``dtype``: that of the nodes' latent values and softmax terms (:func:`_values_dtype`)."""
+
+    def __init__(self, z: np.ndarray, dtype: type = np.float64):
+        self.z, self.dtype = z, np.dtype(dtype)
+        self._lifted = None
+        self._buffers = [np.empty(0, self.dtype), np.empty(0, self.dtype)]
+
+    def lifted(self) -> np.ndarray:
+        if self._lifted is None:
+            lifted = np.empty((self.z.shape[1] + 1, len(self.z)), self.dtype)
+            lifted[:-1] = self.z.T
+            lifted[-1] = 1.0
+            self._lifted = lifted
+        return self._lifted
+
+    def values(self, rows: int, which: int, columns: int | None = None) -> np.ndarray:
+        """A (rows, nodes) buffer (``columns``: its width if not the nodes')."""
+        width = len(self.z) if columns is None else columns
+        if self._buffers[which].size < rows * width:
+            self._buffers[which] = np.empty(rows * width, self.dtype)
+        return self._buffers[which][: rows * width].reshape(rows, width)
+
+
+#: Least tolerance of the multinomial EP (relative site change) at which its tilted blocks
+#: take float32 values (:func:`_values_dtype`): their rounding makes the sweep map move
+#: the sites by ~3·10⁻⁸ relative at a fixed point (20 classes × 80 rows: the sweeps to
+#: 10⁻⁸ stalled at 3·10⁻⁸), thirty times below this. The estimators' default stop at many
+#: classes is √tol = 10⁻⁴ (cheap sweeps: 10⁻⁸, float64).
+_SINGLE_TOL = 1e-6
+
+
+def _values_dtype(single: bool, n_kernels: int) -> type:
+    """The floating type of the nodes' latent values and softmax terms in
+    :func:`_tilted_block`: float32 where ``single`` (from :data:`MANY_CLASSES` classes on,
+    at a tolerance of at least :data:`_SINGLE_TOL`) on the cavity's nodes alone, else
+    float64 (the same bits as before).
+
+    Those blocks are most of a sweep there (the GEMM of the latent values, their
+    exponentials and the GEMM of E[p pᵀ], K(2K + r) operations a node), which float32 does
+    in about 40 % of the time (one 50-class row on 8192 nodes: 3.4 → 1.4 ms); its
+    rounding, ~10⁻⁷ relative, is far below the quadrature's own error (10⁻² relative on
+    a few hundred to thousands of nodes): EP's fixed point moved by 10⁻¹³-10⁻¹⁰ nats
+    (docs/decisions.md). The log-weights, their normalization and the mixture kernels'
+    moments stay in float64."""
+    return np.float32 if single and n_kernels == 1 else np.float64
+
+
+def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
+    """Tilted expectations of one block of rows on the nodes ``z``: ``log E[F^s]`` over the
+    cavity, E[p] (b, K) and E[p pᵀ] (b, K, K) under the tilted density ``F^s × cavity``,
+    ``p`` the softmax of the latent values, and (with two kernels) the tilted mean and
+    covariance of g.
+
+    Self-normalized quadrature. ``kernels`` holds ``(mean, L, L⁻¹, log |L|)`` of the cavity
+    alone, whose nodes' weights are ``F^s ≤ 1``; or of the posterior's latent marginal (near
+    the tilted density) and the cavity, on their even mixture, whose weights ``F^s cavity /
+    mixture`` are at most 2: never heavy-tailed, and the nodes still where the tilted mass
+    is when the cavity is far wider (a factor that is nearly a step over it).
+
+    ``workspace`` (a :class:`_Workspace` of the calling thread, or None): the nodes with a
+    unit coordinate and the buffers of the (b, K, nodes) values, reused from block to block
+    (the same bits as fresh arrays).
+    """
+    b, r = kernels[0][0].shape
+    k = q.shape[0]
+    if workspace is None:
+        workspace = _Workspace(z)
+    if len(kernels) == 1:
+        # The latent values f = Q L z + Q m of every row and node as one GEMM, (b·K, r + 1)
+        # × (r + 1, P) on the nodes with a unit coordinate, already class-major (b, K,
+        # nodes): the nodes g themselves are not needed.
+        mean, chol, _, _ = kernels[0]
+        mapped = np.empty((b, k, r + 1))
+        np.matmul(q, chol, out=mapped[:, :, :r])
+        mapped[:, :, r] = mean @ q.T
+        f = workspace.values(b * k, 0)
+        mapped = mapped.reshape(b * k, r + 1).astype(workspace.dtype, copy=False)
+        np.matmul(mapped, workspace.lifted(), out=f)
+        f = f.reshape(b, k, len(z))
+    else:
+        points = []
+        for mean, chol, _, _ in kernels:
+            # L z for every row and node as one GEMM: (P, r) × (r, b·r).
+            g = (z @ chol.reshape(b * r, r).T).reshape(len(z), b, r).transpose(1, 0, 2)
+            g += mean[:, None, :]
+            points.append(g)
+        g = np.concatenate(points, axis=1)
+        # Class-major (b, K, nodes), as in _log_softmax_at: reductions over K contiguous slices.
+        f = np.matmul(q, np.swapaxes(g, 1, 2))
+    # Reductions over the classes' axis of (b, K, nodes): contiguous (b, nodes) slices
+    # accumulated in class order.
+    top = f.max(axis=1)
+    chosen = f[np.arange(b), y, :] - top
+    f -= top[:, None, :]
+    np.exp(f, out=f)
+    total = f.sum(axis=1)
+    log_ratio = power[:, None] * (chosen - np.log(total))  # s log F
+    if len(kernels) > 1:
+        log_kernel = [_log_normal(g, mean, inv, half) for mean, _, inv, half in kernels]
+        log_ratio += log_kernel[1] - np.logaddexp(*log_kernel)
+        log_ratio += np.concatenate([log_w, log_w])
+    else:
+        log_ratio += log_w
+    shift = log_ratio.max(axis=1)
+    weight = np.exp(log_ratio - shift[:, None])
+    mass = weight.sum(axis=1)
+    weight /= mass[:, None]
+    # p = f / total at each node: the division goes into the nodes' weights (b × nodes)
+    # instead of the (b, K, nodes) values.
+    # (In float32 values, the weights are rounded to them for the two products alone.)
+    per_total = (weight / total).astype(f.dtype, copy=False)
+    expected = np.matmul(f, per_total[:, :, None])[..., 0]  # E[p], (b, K)
+    per_total /= total
+    scaled = workspace.values(b * k, 1, f.shape[2]).reshape(f.shape)
+    np.multiply(f, per_total[:, None, :], out=scaled)
+    second = np.matmul(scaled, np.swapaxes(f, 1, 2))  # E[p pᵀ]
+    expected, second = expected.astype(float, copy=False), second.astype(float, copy=False)
+    if len(kernels) == 1:
+        return shift + np.log(mass), expected, second, None, None
+    g_mean = np.matmul(weight[:, None, :], g)[:, 0]  # (b, r)
+    g -= g_mean[:, None, :]
+    g_cov = np.matmul(np.ascontiguousarray(np.swapaxes(g * weight[..., None], 1, 2)), g)
+    return shift + np.log(mass), expected, second, g_mean, g_cov
+
+
+def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments):
+    """The moment-matched site of each row ``ok`` (see the module docstring): its precision
+    and linear term for one copy of the factor, the log normalizer of its tilted density
+    over the unnormalized cavity ``exp(−gᵀPg/2 + hᵀg)``, and whether it was found (a
+    proper tilted Gaussian).
+
+    Row i is integrated on the rule at ``state.level[i]``, on the cavity alone or (rows
+    ``state.direct``) on the mixture of it and the posterior's marginal. A row whose tilted
+    covariance comes out improper (too few nodes where the factor, over a wide cavity, is
+    nearly a step) is done again on the next level, which it keeps in the later sweeps;
+    a row that the factor narrows much is ``direct`` from the next sweep on: the sweep
+    stays one fixed map once the rows have settled, which rules chosen afresh at each
+    sweep would not give.
+    """
+    m, r = v_mean.shape
+    k = q.shape[0]
+    log_z = np.full(m, np.nan)
+    # Read only at the rows a block has written (filling (M, K, K) with NaN cost a sweep
+    # 1.5 % at 26 classes × 5000 rows).
+    expected, second = np.empty((m, k)), np.empty((m, k, k))
+    g_mean, g_cov = np.empty((m, r)), np.empty((m, r, r))
+    new_lam, new_eta = np.zeros((m, r, r)), np.zeros((m, r))
+    good = np.zeros(m, dtype=bool)
+    if moments is None:
+        cav_cov, cav_mean, chol, log_det_half = _by_rows(
+            _cavity_moments, cav_prec, cav_lin, ok, work=4.0 * r**3
+        )
+        quad = np.einsum("ma,ma->m", cav_lin, cav_mean)
+    else:  # hᵀμ = μᵀPμ = |L⁻¹μ|²
+        cav_cov, cav_mean, chol, log_det_half = moments
+        quad = _whitened_norms(chol, cav_mean)
+    # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
+    log_norm = 0.5 * quad + log_det_half + 0.5 * r * _LOG_2PI
+    if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
+        state.level[ok] = np.maximum(state.level[ok], _spread_levels(cav_cov[ok], _n_levels(rule)))
+        state.coarse[ok] = (
+            (state.level[ok] == 0) & ~state.direct[ok] & _coarse_rows(cav_cov[ok], rule)
+        )
+        state.sized = True
+    outputs = (log_z, expected, second, g_mean, g_cov)
+    for at in range(_n_levels(rule)):
+        for mixed in (False, True):
+            rows = np.flatnonzero(ok & (state.level == at) & (state.direct == mixed) & ~good)
+            # Twice at most: coarse rows whose moments come out improper are done again at
+            # once on their level's own nodes.
+            while rows.size:
+                # All rows (the usual case at one level): views instead of copies of them.
+                pick = slice(None) if rows.size == m else rows
+                kernels = [(cav_mean[pick], chol[pick], None, log_det_half[pick])]
+                if mixed:
+                    root = np.linalg.cholesky(v_cov[pick])
+                    kernels[0] = (*kernels[0][:2], np.linalg.inv(kernels[0][1]), kernels[0][3])
+                    half = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(axis=1)
+                    kernels.insert(0, (v_mean[pick], root, np.linalg.inv(root), half))
+                for coarse in (True, False):
+                    where = np.flatnonzero(state.coarse[rows] == coarse)  # positions in rows
+                    if where.size:
+                        nodes = _rule_nodes(rule, r, at, coarse)
+                        _tilted_blocks(
+                            q, model.y, power, rows, where, kernels, nodes, outputs, state.single
+                        )
+                if mixed:
+                    prec, lin = _natural(cav_prec, cav_lin, cav_cov, cav_mean, pick)
+                    lam, eta, fine = _direct(g_mean[pick], g_cov[pick], prec, lin)
+                else:
+                    lam, eta, fine, narrowed = _matched(
+                        q,
+                        model.y[pick],
+                        expected[pick],
+                        second[pick],
+                        power[pick],
+                        cav_cov[pick],
+                        cav_mean[pick],
+                        None if cav_prec is None else cav_prec[pick],
+                        chol[pick],
+                    )
+                    # Rows the factor narrows much take the nodes' own tilted moments from the
+                    # next sweep on, whose moments need more nodes: one level up.
+                    narrowed = rows[narrowed]
+                    state.direct[narrowed], state.coarse[narrowed] = True, False
+                    state.level[narrowed] = np.minimum(
+                        state.level[narrowed] + 1, _n_levels(rule) - 1
+                    )
+                if rows.size == m:  # every row at once: the arrays themselves, not a copy
+                    new_lam, new_eta, good = lam, eta, fine
+                else:
+                    new_lam[pick], new_eta[pick], good[pick] = lam, eta, fine
+                failed = rows[~fine]
+                again = state.coarse[failed]
+                state.coarse[failed] = False
+                if at + 1 < _n_levels(rule):
+                    state.level[failed[~again]] = at + 1
+                rows = failed[again]
+    return log_z + log_norm, new_lam, new_eta, good
+
+
+def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out, single=False) -> None:
+    """:func:`_tilted_block` on the rows ``rows[where]`` (``kernels``: of all of ``rows``)
+    and the rule ``nodes`` (nodes, log-weights), in blocks run side by side, written into
+    ``out`` = ``(log_z, E[p], E[p pᵀ], tilted mean, tilted covariance)`` at those rows;
+    ``single``: the values in float32 where :func:`_values_dtype` allows."""
+    z, log_w = nodes
+    log_z, expected, second, g_mean, g_cov = out
+    k, r = q.shape
+    whole = where.size == rows.size  # then views of the kernels, not copies
+    local = threading.local()  # each thread's _Workspace
+    dtype = _values_dtype(single, len(kernels))
+
+    def block(part: slice) -> None:
+        index = part if whole else where[part]
+        sites = rows[index]
+        if not hasattr(local, "workspace"):
+            local.workspace = _Workspace(z, dtype)
+        result = _tilted_block(
+            q,
+            labels[sites],
+            [tuple(None if x is None else x[index] for x in kernel) for kernel in kernels],
+            power[sites],
+            z,
+            log_w,
+            local.workspace,
+        )
+        log_z[sites], expected[sites], second[sites] = result[:3]
+        if result[3] is not None:
+            g_mean[sites], g_cov[sites] = result[3:]
+
+    n_nodes = len(z) * len(kernels)
+    cap = max(1, int(block_bytes() // (n_nodes * _node_bytes(k, r))))
+    # Blocks of at least 2²⁴ counted multiply-adds: smaller ones (2¹⁹) let wine's 178 rows
+    # use both threads (its EP 76 → 70 ms, idle) but cut 20 classes' rows into blocks of
+    # 2-3, whose per-block overhead doubled their fit (0.9 → 1.75 s).
+    with single_blas_thread():
+        map_blocks(block, block_slices(where.size, n_nodes * k * (k + r), cap, 2**24))
+
+
+def _cavity_moments(cav_prec, cav_lin, ok):
+    """Covariance, mean, lower Cholesky factor and log |L| of each cavity (the identity's
+    where the cavity is improper, ``ok`` False)."""
+    r = cav_prec.shape[1]
+    if ok.all():  # the usual case: no copies of the rows in and out
+        cav_cov = np.linalg.inv(cav_prec)
+    else:
+        cav_cov = np.broadcast_to(np.eye(r), cav_prec.shape).copy()
+        cav_cov[ok] = np.linalg.inv(cav_prec[ok])
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
+    chol = np.linalg.cholesky(cav_cov)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    return cav_cov, cav_mean, chol, log_det_half
+
+
+def _natural(cav_prec, cav_lin, cav_cov, cav_mean, rows):
+    """The cavities' precisions and linear terms at ``rows``: given, or from their moments."""
+    if cav_prec is not None:
+        return cav_prec[rows], cav_lin[rows]
+    precision = np.linalg.inv(cav_cov[rows])
+    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+    return precision, np.einsum("mab,mb->ma", precision, cav_mean[rows])
+
+
+def _whitened_norms(chol: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """``|L⁻¹ b|²`` of each row's vector b and lower triangular L: forward substitution
+    over the r columns, each step on every row at once."""
+    white = np.empty_like(vectors)
+    for j in range(vectors.shape[1]):
+        done = np.einsum("ma,ma->m", chol[:, j, :j], white[:, :j])
+        white[:, j] = (vectors[:, j] - done) / chol[:, j, j]
+    return np.einsum("ma,ma->m", white, white)
+
+
+def _cavity_moments_of(v_mean, v_cov, lam, eta, copies):
+    """:func:`_row_cavity_moments` on row slices run side by side."""
+    r = v_mean.shape[1]
+    return _by_rows(_row_cavity_moments, v_mean, v_cov, lam, eta, copies, work=4.0 * r**3)
+
+
+def _row_cavity_moments(v_mean, v_cov, lam, eta, copies):
+    """Covariance, mean, lower Cholesky factor and log |L| of each cavity, and whether it is
+    proper (the identity's where not), from the latent moments (m, V) and the sites without
+    the cavities' natural parameters: with ``P = V⁻¹ − Λ/c = V⁻¹(I − VΛ/c)``, the covariance
+    ``(I − VΛ/c)⁻¹ V`` and the mean ``(I − VΛ/c)⁻¹ (m − Vη/c)``, one solve where
+    :func:`_row_cavity` and :func:`_cavity_moments` take two inverses and a factorization
+    more."""
+    m, r = v_mean.shape
+    c = copies[:, None, None]
+    system = np.matmul(v_cov, lam)
+    system /= -c
+    system[:, np.arange(r), np.arange(r)] += 1.0
+    rhs = np.empty((m, r, r + 1))
+    rhs[:, :, :r] = v_cov
+    rhs[:, :, r] = v_mean - np.matmul(v_cov, eta[..., None])[..., 0] / copies[:, None]
+    try:
+        solved = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:  # a singular system (an improper cavity): the two inverses
+        cav_prec, cav_lin, ok = _row_cavity(v_mean, v_cov, lam, eta, copies)
+        return (*_cavity_moments(cav_prec, cav_lin, ok), ok)
+    cav_cov = solved[:, :, :r]
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+    cav_mean = np.ascontiguousarray(solved[:, :, r])
+    try:
+        chol = np.linalg.cholesky(cav_cov)
+        ok = np.ones(m, dtype=bool)
+    except np.linalg.LinAlgError:
+        finite = np.isfinite(cav_cov).all(axis=(1, 2))
+        ok = finite.copy()
+        ok[finite] = np.linalg.eigvalsh(cav_cov[finite])[:, 0] > 0
+        cav_cov[~ok] = np.eye(r)
+        cav_mean[~ok] = 0.0
+        chol = np.linalg.cholesky(cav_cov)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    return cav_cov, cav_mean, chol, log_det_half, ok
+
+
+def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
+    """:func:`_row_matched` on row slices run side by side (``cav_prec`` None: the cavities'
+    precisions are the inverses of ``cav_cov``, taken where needed)."""
+    if cav_prec is None:
+        return _by_rows(
+            lambda *rows: _row_matched(q, *rows[:-1], None, rows[-1]),
+            y,
+            expected,
+            second,
+            power,
+            cav_cov,
+            cav_mean,
+            chol,
+            work=4.0 * q.shape[1] ** 3,
+        )
+    return _by_rows(
+        lambda *rows: _row_matched(q, *rows),
+        y,
+        expected,
+        second,
+        power,
+        cav_cov,
+        cav_mean,
+        cav_prec,
+        chol,
+        work=4.0 * q.shape[1] ** 3,
+    )
+
+
+def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
+    """The site (precision, linear term) whose product with the cavity has the tilted
+    density's mean and covariance, from the tilted expectations of the softmax (Stein's
+    identities, see the module docstring), whether the tilted covariance is proper, and
+    whether the factor narrows the cavity by more than :data:`_DIRECT` of a variance in some
+    direction (``chol``: the cavity covariance's lower Cholesky factor)."""
+    m, k = expected.shape
+    s = power[:, None]
+    residual = -s * expected
+    residual[np.arange(m), y] += power  # γ = E[∇ log F^s] in the latent values: s (e_y − E p)
+    # E[∇∇ F^s / F^s] = s² E[(e_y − p)(e_y − p)ᵀ] − s E[diag p − p pᵀ], and the tilted
+    # covariance is Σ − Σ H Σ with H = γγᵀ − that. The label's terms cancel between γγᵀ and
+    # the first expectation: H = s diag(E p) − (s + s²) E[p pᵀ] + s² E p E pᵀ.
+    h_latent = (-(s + s * s))[..., None] * second
+    h_latent[:, np.arange(k), np.arange(k)] += s * expected
+    scaled = s * expected
+    h_latent += scaled[:, :, None] * scaled[:, None, :]
+    grad = residual @ q  # (m, r)
+    hess = q.T @ h_latent @ q
+    hess = 0.5 * (hess + np.swapaxes(hess, 1, 2))
+    # Where the factor narrows the cavity much (a step over a wide cavity), the Stein form's
+    # covariance Σ − ΣHΣ is a difference of nearly equal terms. The factor's largest
+    # reduction of a cavity variance is λ_max(Lᵀ H L), LLᵀ = Σ; below _DIRECT (_DIRECT·I −
+    # Lᵀ H L positive definite) the tilted covariance Σ − ΣHΣ = L (I − LᵀHL) Lᵀ is proper too.
+    eye = np.eye(q.shape[1])
+    whitened = np.swapaxes(chol, 1, 2) @ hess @ chol
+    # λ_max ≤ the Frobenius norm: rows within _DIRECT by the norm are settled without a
+    # factorization (every row at 20-26 classes, norms 0.04 in the median).
+    settled = np.einsum("mab,mab->m", whitened, whitened) < _DIRECT**2
+    if not settled.all():
+        settled[~settled] = _row_positive_definite(_DIRECT * eye - whitened[~settled])
+    # Otherwise: proper tilted covariance ⇔ P − H positive definite.
+    fine = settled.copy()
+    if not settled.all():
+        if cav_prec is None:
+            precision, _ = _natural(None, None, cav_cov, cav_mean, ~settled)
+        else:
+            precision = cav_prec[~settled]
+        fine[~settled] = _row_positive_definite(precision - hess[~settled])
+    every = bool(fine.all())  # the usual case: no copies to zero the other rows
+    if not every:
+        hess = np.where(fine[:, None, None], hess, 0.0)
+    # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
+    # the tilted mean μ_t = Σ (h + γ).
+    lam = np.linalg.solve(eye - hess @ cav_cov, hess)
+    lam += np.swapaxes(lam, 1, 2)  # (overlapping operands: NumPy buffers them)
+    lam *= 0.5
+    t_mean = cav_mean + np.einsum("mab,mb->ma", cav_cov, grad)
+    eta = grad + np.einsum("mab,mb->ma", lam, t_mean)
+    if not every:
+        eta = np.where(fine[:, None], eta, 0.0)
+    return lam, eta, fine, fine & ~settled
+
+
+def _direct(t_mean, t_cov, cav_prec, cav_lin):
+    """The site from the tilted mean and covariance of the nodes, and whether it is proper."""
+    eigval, eigvec = np.linalg.eigh(t_cov)
+    fine = eigval[:, 0] > 0
+    eigval = np.where(fine[:, None], eigval, 1.0)
+    t_prec = (eigvec / eigval[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
+    lam = t_prec - cav_prec
+    eta = np.einsum("mab,mb->ma", t_prec, t_mean) - cav_lin
+    return np.where(fine[:, None, None], lam, 0.0), np.where(fine[:, None], eta, 0.0), fine
+
+
+def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
+    """VS fits of the tilted densities ``F^power × cavity`` of the rows ``ok``: (log Z, mean,
+    cov, integrable) per row, NaN where not fitted.
+
+    Row i is fitted on ``rules[level[i]]``. A fit that is not integrable (a quadratic form
+    that is not negative definite, met on wide cavities where the factor is nearly a step
+    over the kernel's nodes) is done again on the next rule, and the row keeps that rule in
+    the later sweeps (``level`` is raised in place): the sweep stays one fixed map, which a
+    rule chosen afresh at each sweep would not be.
+    """
+    r = q.shape[1]
+    log_z = np.full(len(mean), np.nan)
+    fit_mean, fit_cov = np.full_like(mean, np.nan), np.full_like(cov, np.nan)
+    good = np.zeros(len(mean), dtype=bool)
+    for at, rule in enumerate(rules):
+        rows = np.flatnonzero(ok & (level == at) & ~good)
+        if not rows.size:
+            continue
+        n_points = rule.n_points(r)
+        n_params = (r + 1) * (r + 2) // 2
+        chol = np.linalg.cholesky(cov[rows])
+        y = model.y[rows]
+
+        def block(part: slice, rows=rows, chol=chol, y=y, rule=rule) -> None:
+            sites = rows[part]
+            prec, lin, pw, label = cav_prec[sites], cav_lin[sites], power[sites], y[part]
+
+            def log_target(t):
+                return pw[:, None] * _log_softmax_at(t, q, label) + _cavity_log(t, prec, lin)
+
+            fits = fit_sites(log_target, mean[sites], chol[part], rule)
+            log_z[sites], fit_mean[sites], fit_cov[sites] = fits.log_Z, fits.mean, fits.cov
+            good[sites] = fits.integrable
+
+        # Per site: the points' latent values and log-softmax (K each), their coordinates,
+        # the fit's per-point arrays, and its Newton system (n² entries, thrice). Blocks of
+        # 2²⁸ multiply-adds at least: each runs its own Newton iterations, whose per-call
+        # overhead small blocks would repeat hundreds of times.
+        per_site = 8.0 * (n_points * (2 * len(q) + 2 * r + 8) + 3 * n_params**2)
+        cap = max(1, int(block_bytes() // per_site))
+        with single_blas_thread():
+            map_blocks(block, block_slices(len(rows), n_points * n_params**2, cap, 2**28))
+        if at + 1 < len(rules):
+            level[rows[~good[rows]]] = at + 1
+    return log_z, fit_mean, fit_cov, good
+
+
+def _log_softmax_at(t: np.ndarray, q: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """``log softmax(Q g)[y]`` at the points ``t`` (m, P, r) of each row's label: (m, P).
+
+    The latent values are laid out (m, K, P): the log-sum-exp's maximum and sum run over K
+    contiguous (m, P) slices, where reductions over a last axis of K entries cost numpy
+    several times more (10× at K = 3)."""
+    f = np.matmul(q, np.swapaxes(t, 1, 2))  # (m, K, P)
+    chosen = f[np.arange(len(f)), label, :]
+    top = f[:, 0, :].copy()
+    for j in range(1, f.shape[1]):
+        np.maximum(top, f[:, j, :], out=top)
+    f -= top[:, None, :]
+    np.exp(f, out=f)
+    total = f[:, 0, :].copy()
+    for j in range(1, f.shape[1]):
+        total += f[:, j, :]
+    chosen -= np.log(total) + top
+    return chosen
+
+
+def _cavity_log(t: np.ndarray, prec: np.ndarray, lin: np.ndarray) -> np.ndarray:
+    """The unnormalized cavity's ``−tᵀPt/2 + hᵀt`` at the points t (m, P, r), as
+    ``(h − Pt/2)ᵀt``: one batched product."""
+    half = np.matmul(t, prec)
+    half *= -0.5
+    half += lin[:, None, :]
+    return np.einsum("mpa,mpa->mp", half, t)
+
+
+def _rules(rule: SamplingRule) -> list[SamplingRule]:
+    """The rule, then (a :class:`SymmetricSobol`) the same with 4 and 16 times the nodes."""
+    if not isinstance(rule, SymmetricSobol):
+        return [rule]
+    return [
+        SymmetricSobol(f * rule.points_per_param, f * rule.min_points, rule.seed)
+        for f in (1, 4, 16)
+    ]
+
+
+def _vs_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok):
+    """:func:`_tilted_sites` by VS fits of the tilted densities (their natural parameters
+    minus the cavity's)."""
+    r = q.shape[1]
+    log_z, t_mean, t_cov, good = _site_fits(
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok
+    )
+    t_prec = np.linalg.inv(np.where(good[:, None, None], t_cov, np.eye(r)))
+    lam = np.where(good[:, None, None], t_prec - cav_prec, 0.0)
+    t_lin = np.einsum("iab,ib->ia", t_prec, np.where(good[:, None], t_mean, 0.0))
+    eta = np.where(good[:, None], t_lin - cav_lin, 0.0)
+    return log_z, lam, eta, good
+
+
+def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
+    """The factors' second-order expansions at ``start`` in g = Qᵀf: (Λ, η) per row."""
+    _, p = model.probabilities(np.asarray(start, dtype=float))
+    s = model.sample_weight[:, None]
+    residual = -s * p
+    residual[np.arange(len(p)), model.y] += model.sample_weight
+    # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
+    # bits as the difference of the two matrices, without their einsum on the identity).
+    curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
+    np.negative(curvature, out=curvature)
+    diagonal = np.arange(p.shape[1])
+    curvature[:, diagonal, diagonal] += s * p
+    lam = q.T @ curvature @ q
+    W, b = model.split(start)
+    g = (np.asarray(model.X @ W.T) + b) @ q
+    return lam, np.einsum("iab,ib->ia", lam, g) + residual @ q
+
+
+def _new_sites(model, contrast, post, lam, eta, power, rule, state, record=None):
+    """One undamped sweep: every site moment-matched to its tilted density (PSD-projected);
+    a row whose cavity or tilted covariance is improper keeps its site.
+
+    ``record`` (a dict), if given, receives what EP's evidence at the sites the sweep
+    started from needs (``evidence``: :func:`_site_evidence`'s arguments), where that
+    evidence is the one the final pass would compute at them: every row's cavity and tilted
+    density proper, and no row's rule level or method moved by the sweep (else None)."""
+    copies = np.maximum(model.sample_weight, 1.0)
+    v_mean, v_cov = contrast.latent(post[0], post[1])
+    cav_prec, cav_lin, ok, moments = _cavities(v_mean, v_cov, lam, eta, copies, state)
+    before = (state.level.copy(), state.direct.copy(), state.rules, state.coarse.copy())
+    log_z, site_lam, site_eta, good = _sites(
+        model, contrast.q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
+    )
+    ok &= good
+    if record is not None:
+        settled = (
+            bool(ok.all())
+            and before[2] is state.rules
+            and np.array_equal(before[0], state.level)
+            and np.array_equal(before[1], state.direct)
+            and np.array_equal(before[3], state.coarse)
+        )
+        record["evidence"] = (post, log_z, v_mean, v_cov) if settled else None
+    if ok.all() and np.all(copies == 1.0):  # the usual case: the new sites themselves
+        return _psd(site_lam), site_eta
+    new_lam = np.where(ok[:, None, None], copies[:, None, None] * site_lam, lam)
+    new_eta = np.where(ok[:, None], copies[:, None] * site_eta, eta)
+    return _psd(new_lam), new_eta
+
+
+def _cavities(v_mean, v_cov, lam, eta, copies, state):
+    """``(cav_prec, cav_lin, ok, moments)`` for :func:`_sites`: the cavities' natural
+    parameters, or (``state.fused``) their moments alone."""
+    if state.fused:
+        *moments, ok = _cavity_moments_of(v_mean, v_cov, lam, eta, copies)
+        return None, None, ok, tuple(moments)
+    return (*_cavity(v_mean, v_cov, lam, eta, copies), None)
+
+
+def _cavity(v_mean, v_cov, lam, eta, copies):
+    """Cavity natural parameters of one copy of each factor, and whether they are proper."""
+    r = v_mean.shape[1]
+    return _by_rows(_row_cavity, v_mean, v_cov, lam, eta, copies, work=4.0 * r**3)
+
+
+def _row_cavity(v_mean, v_cov, lam, eta, copies):
+    v_prec = np.linalg.inv(v_cov)
+    v_prec = 0.5 * (v_prec + np.swapaxes(v_prec, 1, 2))
+    c = copies[:, None, None]
+    cav_prec = v_prec - lam / c
+    cav_lin = np.einsum("iab,ib->ia", v_prec, v_mean) - eta / copies[:, None]
+    ok = _positive_definite(cav_prec)
+    return cav_prec, cav_lin, ok
+
+
+def _positive_definite(matrices: np.ndarray) -> np.ndarray:
+    """Whether each symmetric matrix (M, r, r) is positive definite.
+
+    One batched Cholesky factorization where all are (the sweeps' usual case: ~20 times
+    cheaper than eigenvalues, r = 19); the smallest eigenvalues only where some is not.
+    """
+    r = matrices.shape[1]
+    return _by_rows(_row_positive_definite, matrices, work=r**3 / 3, min_work=_CHECK_WORK)
+
+
+#: Least multiply-adds of a slice of the batched positive-definiteness checks: a Cholesky
+#: factorization of 2000 matrices 19 × 19 (r³/3 ≈ 2300 multiply-adds each) took
+#: 4.3 ms in one slice and 2.4 ms in four on the 2 cores, where _by_rows' usual floor kept
+#: it in one.
+_CHECK_WORK = 2**21
+
+
+def _row_positive_definite(matrices: np.ndarray) -> np.ndarray:
+    try:
+        np.linalg.cholesky(matrices)
+    except np.linalg.LinAlgError:
+        return np.linalg.eigvalsh(matrices)[:, 0] > 0
+    return np.ones(len(matrices), dtype=bool)
+
+
+def _row_symmetric_positive_definite(matrices: np.ndarray) -> np.ndarray:
+    """:func:`_row_positive_definite` of the matrices' symmetric parts."""
+    symmetric = matrices + np.swapaxes(matrices, 1, 2)
+    symmetric *= 0.5
+    return _row_positive_definite(symmetric)
+
+
+def _psd(lam: np.ndarray) -> np.ndarray:
+    """Each symmetric matrix's projection on the positive semi-definite cone."""
+    # Symmetrized in the check's own row blocks (the same bits as one pass before it).
+    r = lam.shape[1]
+    fine = _by_rows(_row_symmetric_positive_definite, lam, work=r**3 / 3, min_work=_CHECK_WORK)
+    if fine.all():
+        return lam
+    if _many_classes(r):
+        # The eigendecompositions on the rows the check failed alone (a few of the rows at
+        # 50 classes, where those of all rows took ~12 % of a sweep); the other rows keep
+        # their sites as they are, not their round-off reconstruction. Fewer classes keep
+        # their bits.
+        bad = np.flatnonzero(~fine)
+        lam = lam.copy()
+        lam[bad] = _psd_all(lam[bad])
+        return lam
+    return _psd_all(lam)
+
+
+def _psd_all(lam: np.ndarray) -> np.ndarray:
+    """:func:`_psd` by the eigendecompositions of every matrix."""
+    symmetric = lam + np.swapaxes(lam, 1, 2)
+    symmetric *= 0.5
+    eigval, eigvec = np.linalg.eigh(symmetric)
+    if eigval[:, 0].min() >= 0:
+        return lam
+    return (eigvec * np.maximum(eigval, 0.0)[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
+
+
+class _OneRow(NamedTuple):
+    """What :func:`_sites` reads of a model: the rows' labels."""
+
+    y: np.ndarray
