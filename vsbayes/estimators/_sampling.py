@@ -133,7 +133,8 @@ class SamplingMethod:
     def sampling_kernel(self, model, laplace, ep_fit=None):
         """The kernel: EP's posterior (``ep_fit``: the binary EP, or the multinomial one;
         to the fit's tolerance, so that results are reproducible to it, e.g. weights ≡
-        duplicated rows), or Laplace's if EP fails or does not converge (an unconverged EP
+        duplicated rows — but VS's multinomial global fit takes ``softmax_ep_kernel``, see
+        there), or Laplace's if EP fails or does not converge (an unconverged EP
         can sit far from the posterior: sampling from it measured a prior-like fit with
         sample weights of 1e3 and 1e-4); Laplace's for the multinomial posterior of rows in
         dask chunks."""

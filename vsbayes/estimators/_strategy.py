@@ -26,7 +26,14 @@ from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
-from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
+from ._methods import (
+    SOFTMAX_MODELS,
+    MethodFit,
+    ep_posterior,
+    rows_in_memory,
+    softmax_ep_kernel,
+    softmax_ep_posterior,
+)
 from ._sampling import SamplingMethod, sampled_dim
 
 __all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
@@ -357,7 +364,13 @@ class VSMethod(SamplingMethod):
                     self._say(f"route 'global' from the Laplace kernel: {why}")
                     fit = self._global_fit(model, laplace, rng, n_near)
                     return _chose("global", f"{reason}; {why}", fit)
-                kernel = self.sampling_kernel(model, laplace, softmax_ep_posterior)
+                # EP to the fit's tolerance where it may be the result, else as a kernel.
+                ep_fit = (
+                    softmax_ep_posterior
+                    if self._ep_predicted(laplace_error) is not None
+                    else softmax_ep_kernel
+                )
+                kernel = self.sampling_kernel(model, laplace, ep_fit)
                 stopped = self._ep_enough(kernel, laplace, laplace_error, n_samples)
                 if stopped is not None:
                     return stopped
@@ -402,22 +415,29 @@ class VSMethod(SamplingMethod):
             f"N={n_near} points, without EP's kernel"
         )
 
-    def _ep_enough(self, ep, laplace, laplace_error, n_samples) -> MethodFit | None:
-        """The multinomial EP ``ep`` itself (route "sites"), if its predicted error —
-        :data:`EP_ERROR_FACTOR` times the square of the Laplace approximation's predicted
-        error ``laplace_error`` — is within the target under "auto"; else None."""
+    def _ep_predicted(self, laplace_error) -> float | None:
+        """EP's predicted error under "auto" (:data:`EP_ERROR_FACTOR` times the square of
+        the Laplace approximation's predicted error ``laplace_error``) if within the
+        target, else None."""
         target = self.target()
         if (
             self.strategy != "auto"
             or target is None
             or not isinstance(self.n_samples, str)
             or laplace_error is None
-            or ep is laplace  # EP failed or did not converge: the kernel is Laplace's
         ):
             return None
         predicted = EP_ERROR_FACTOR * laplace_error**2
-        if predicted > target:
+        return predicted if predicted <= target else None
+
+    def _ep_enough(self, ep, laplace, laplace_error, n_samples) -> MethodFit | None:
+        """The multinomial EP ``ep`` itself (route "sites"), if its predicted error —
+        :data:`EP_ERROR_FACTOR` times the square of the Laplace approximation's predicted
+        error ``laplace_error`` — is within the target under "auto"; else None."""
+        predicted = self._ep_predicted(laplace_error)
+        if predicted is None or ep is laplace:  # EP failed or did not converge
             return None
+        target = self.target()
         why = (
             f"EP's predicted error {predicted:.3g} nats ({EP_ERROR_FACTOR:g} × the square of "
             f"the Laplace approximation's {laplace_error:.3g}) is within target_kl="
