@@ -27,7 +27,8 @@
    what meets the target where the defaults do not (``VS*Regression(target_kl=0.01)`` on
    digits3, 2x and 4x the default's points on wine; ``--skip-asked`` and ``--quick`` leave
    them out).
-   ``--skip-loo --skip-calibration``: this section alone (about 10 minutes).
+   ``--skip-loo --skip-calibration``: this section alone (about 10 minutes);
+   ``--nuts-cases wine``: its wine cells alone (the others' rows kept).
 
 Usage: python benchmarks/posterior_checks.py [--data-dir DIR] [--datasets N] [--out DIR]
 Writes DIR/posterior_checks.{csv,json,md,png} (DIR defaults to benchmarks/results); the
@@ -412,7 +413,7 @@ NUTS_SEEDS = 5
 ASKED_TARGET_KL = 0.01
 
 
-def nuts_rows(with_asked: bool = True) -> list[dict]:
+def nuts_rows(with_asked: bool = True, only: list[str] | None = None) -> list[dict]:
     """95 % interval endpoints of ``summary()`` against those of the NUTS references'
     moment-matched Gaussians (``nuts_reference.py``, ``nuts_softmax_reference.py``), in
     units of the reference's posterior sd (centred coefficients for the multinomial): the
@@ -420,7 +421,8 @@ def nuts_rows(with_asked: bool = True) -> list[dict]:
     largest gap over fit seeds 0 to NUTS_SEEDS − 1; each fit's time against
     LogisticRegression's. ``with_asked``: also ``VS*Regression(target_kl=ASKED_TARGET_KL)``
     (the global fit without the default's work limits: two minutes on digits3) and, on
-    wine, the default's global fit at 2× and 4× its points."""
+    wine, the default's global fit at 2× and 4× its points. ``only``: the cells whose names
+    start with one of these (e.g. "wine")."""
     from _common import speed_ratio
     from _high_dim_cases import load_case
     from _high_dim_cases import load_reference as load_binary
@@ -450,6 +452,8 @@ def nuts_rows(with_asked: bool = True) -> list[dict]:
                     reference[:2],
                 )
             )
+    if only:
+        cells = [cell for cell in cells if cell[0].startswith(tuple(only))]
     classes = {
         "logistic": (EPLogisticRegression, VSLogisticRegression, LaplaceLogisticRegression),
         "probit": (EPProbitRegression, VSProbitRegression),
@@ -814,6 +818,12 @@ def main() -> None:
         help="the leave-one-out section on these data sets only (the others' rows are kept)",
     )
     parser.add_argument(
+        "--nuts-cases",
+        nargs="+",
+        default=None,
+        help="the NUTS section on these cells only, e.g. wine (the others' rows kept)",
+    )
+    parser.add_argument(
         "--skip-vs-reference",
         action="store_true",
         help="keep the multinomial VS reference's columns of the previous run (15 minutes)",
@@ -859,8 +869,15 @@ def main() -> None:
         kept.get("calibration", []) if args.skip_calibration else calibration_rows(args.datasets)
     )
     nuts = (
-        kept.get("nuts", []) if args.skip_nuts else nuts_rows(not (args.skip_asked or args.quick))
+        kept.get("nuts", [])
+        if args.skip_nuts
+        else nuts_rows(not (args.skip_asked or args.quick), args.nuts_cases)
     )
+    if args.nuts_cases and not args.skip_nuts:  # the other cells' rows as they were
+        rerun = {r["case"] for r in nuts}
+        others = [r for r in kept.get("nuts", []) if r["case"] not in rerun]
+        order = list(dict.fromkeys([r["case"] for r in kept.get("nuts", [])] + list(rerun)))
+        nuts = sorted(others + nuts, key=lambda r: order.index(r["case"]))
     if args.skip_loo and kept.get("loo"):
         # The table is kept; its pointwise terms are not stored, so the plot's left panel
         # needs a leave-one-out run (--loo-only keeps this run's other sections in turn).
