@@ -585,7 +585,9 @@ def markdown(
     lines = [
         "# Posterior checks: leave-one-out and interval calibration",
         "",
-        machine_line(info) + " The machine was shared with other jobs (times are noisy).",
+        machine_line(info)
+        + " The machine was shared with other jobs (times are noisy)."
+        + (f" {info['kept_note']}" if info.get("kept_note") else ""),
         "",
         "## Leave-one-out against brute force (n refits)",
         "",
@@ -747,8 +749,10 @@ NUTS_FINDINGS = (
     "departure from EP, so EP is kept) — not a default's cost. **wine**: the default's "
     "global fit (64 n over the contrasts, D-091) is off by its "
     "Monte Carlo error, in its sds (mean gaps ≤ 0.024 sd, sds ≤ 2.2 %): its largest gap is "
-    "0.052–0.079 over 5 seeds; 2× the points give 0.038–0.067 at about the same time, "
-    "4× 0.029–0.044 at 1.8 ×. Neither is taken as the default (D-087)."
+    "0.052–0.079 over 5 seeds; 2× the points give 0.038–0.067 at 1.6 × its time, "
+    "4× 0.029–0.044 at 2.7 × (loaded machine; since its EP kernel stops at 10⁻³ and its "
+    "likelihood pass takes the last class as reference, the default is about 0.7× its "
+    "former time, its errors the same: D-095). Neither is taken as the default (D-087)."
 )
 
 
@@ -875,6 +879,11 @@ def main() -> None:
     )
     if args.nuts_cases and not args.skip_nuts:  # the other cells' rows as they were
         rerun = {r["case"] for r in nuts}
+        if kept.get("machine"):
+            info["kept_note"] = (
+                f"The NUTS section's rows other than {', '.join(sorted(rerun))}: from the "
+                f"previous run ({machine_line(kept['machine'])[:-1]})."
+            )
         others = [r for r in kept.get("nuts", []) if r["case"] not in rerun]
         order = list(dict.fromkeys([r["case"] for r in kept.get("nuts", [])] + list(rerun)))
         nuts = sorted(others + nuts, key=lambda r: order.index(r["case"]))
