@@ -473,12 +473,24 @@ def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
 
 
 def _latent_differences(X, W, b) -> np.ndarray:
-    """``f_j − f_K`` for the first K − 1 classes: (rows, K − 1, points), one GEMM."""
+    """``f_j − f_K`` for the first K − 1 classes: (rows, K − 1, points), one GEMM.
+
+    A dense block's intercepts ride in the GEMM as a column of ones (their pass over the
+    values cost wine's block 0.4× the GEMM's time); a sparse one adds them after."""
     n, k, d = W.shape
-    relative = (W[:, :-1, :] - W[:, -1:, :]).transpose(1, 0, 2).reshape((k - 1) * n, d)
-    h = np.asarray(X @ relative.T).reshape(-1, k - 1, n)
-    h += (b[:, :-1] - b[:, -1:]).T
-    return h
+    if sp.issparse(X):
+        relative = (W[:, :-1, :] - W[:, -1:, :]).transpose(1, 0, 2).reshape((k - 1) * n, d)
+        h = np.asarray(X @ relative.T).reshape(-1, k - 1, n)
+        h += (b[:, :-1] - b[:, -1:]).T
+        return h
+    m = X.shape[0]
+    design = np.empty((m, d + 1))
+    design[:, :d] = X
+    design[:, d] = 1.0
+    relative = np.empty((k - 1, n, d + 1))
+    np.subtract(W[:, :-1, :].transpose(1, 0, 2), W[:, -1, :], out=relative[..., :d])
+    np.subtract(b[:, :-1].T, b[:, -1], out=relative[..., d])
+    return (design @ relative.reshape((k - 1) * n, d + 1).T).reshape(m, k - 1, n)
 
 
 def _shifted_block_log_likelihood(h, y, weights) -> np.ndarray:
