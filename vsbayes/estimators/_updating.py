@@ -30,11 +30,11 @@ batches' ADF; memory: fewer than W rows; the call that refits costs a fit of its
 (D-078). A stream of one-row calls does not refit (a fit of W rows is many one-row
 updates' cost): each row's update is a Gaussian site in its latent ``t = ±[x, 1]·θ``, and
 the window keeps the last W rows with their sites; each call refits the sites of
-``REVISITS`` (2) rows of the window, those visited longest ago, under the posterior
+``REVISITS`` (4) rows of the window, those visited longest ago, under the posterior
 without them (EP's update for EP and VS; for Laplace, the mode and curvature of the
 same tilted density: Laplace propagation, whose fixed point is the joint Laplace
 approximation), all in one step from the posterior before the row. That is incremental
-EP over a sliding window: each row's site is refitted about 2 times while in the window,
+EP over a sliding window: each row's site is refitted about 4 times while in the window,
 once just before it leaves, under a cavity holding the W − 1 rows after it; its cost is a
 few rank-one updates, bounded whatever the stream. A larger batch freezes the window
 (its sites stay in the posterior) and starts the buffer of batches.
@@ -233,7 +233,7 @@ class BayesianUpdating:
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
         batch of one row (Laplace, EP, VS) is a rank-one update of the prior, and refits
-        the sites of two of the last ``buffer_size`` rows under the posterior without them
+        the sites of four of the last ``buffer_size`` rows under the posterior without them
         (incremental EP over a sliding window; see the module docstring): no one-row call
         refits the buffer, each costs about as much as ``SGDClassifier.partial_fit`` of
         that row, so that a decision loop's calls stay within a bound.
@@ -685,7 +685,7 @@ class _StreamBuffer:
 
 
 #: Sites of a one-row stream's window revisited per call (the ones visited longest ago).
-REVISITS = 2
+REVISITS = 4
 
 
 @dataclasses.dataclass(frozen=True)

@@ -197,7 +197,7 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
         together by the estimator's method under the posterior from before them (that call
         costs a ``fit`` of them). One-row calls (Laplace, EP, VS) keep the sites of the last
-        ``buffer_size`` rows instead, and each refits two of them, those visited longest
+        ``buffer_size`` rows instead, and each refits four of them, those visited longest
         ago, under the posterior without them: no call refits the buffer, each costs about
         ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
         batch on its own (no buffer).
@@ -390,7 +390,7 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
         together by the estimator's method under the posterior from before them (that call
         costs a ``fit`` of them). One-row calls (Laplace, EP, VS) keep the sites of the last
-        ``buffer_size`` rows instead, and each refits two of them, those visited longest
+        ``buffer_size`` rows instead, and each refits four of them, those visited longest
         ago, under the posterior without them: no call refits the buffer, each costs about
         ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
         batch on its own (no buffer).
