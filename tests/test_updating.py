@@ -628,6 +628,44 @@ def test_the_window_holds_the_sites_the_posterior_is_made_of(cls, decay, cancer)
     assert window.visited.min() > 1  # every row's site revisited since it came
 
 
+@pytest.mark.parametrize(
+    "cls, tolerance",
+    [
+        # The direct update's Newton stops at its tolerance (there 5e-7 from the mode in
+        # the latent); the window's mode is the tilted density's to 1e-13 (checked below).
+        (vb.LaplaceLogisticRegression, 3e-6),
+        (vb.EPProbitRegression, 1e-8),  # the closed form
+        (vb.VSLogisticRegression, 3e-7),  # the mixture of probits (tilted._MIXTURE_MIN_Z)
+    ],
+)
+def test_a_stream_first_row_is_the_direct_update(cls, tolerance, cancer):
+    """A window's first row (nothing to revisit) is the one-row update of its prior, its
+    evidence and (Laplace) its mode's diagnostics too."""
+    X, y = cancer
+    mean, cov = _correlated_prior(7, seed=2)
+    window, alone = cls(prior=(mean, cov)), cls(prior=(mean, cov), buffer_size=0)
+    for model in (window, alone):
+        model.partial_fit(X[:1], y[:1], classes=[0, 1], sample_weight=[0.7])
+    assert window._stream_buffer.n_rows == 1 and alone._stream_buffer is None
+    a, b = _posterior(window), _posterior(alone)
+    scale = np.abs(b.cov).max()
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=tolerance * np.sqrt(scale))
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=tolerance * scale)
+    assert a.log_Z == pytest.approx(b.log_Z, abs=tolerance)
+    if isinstance(b, vb.engine.LaplaceResult):
+        assert a.log_density_at_mode == pytest.approx(b.log_density_at_mode, abs=tolerance)
+        # The mode of 0.7 log σ(t) + log N(t; m, v) in the row's latent, and its curvature.
+        row = (2 * y[0] - 1) * np.append(X[0], 1.0)
+        m, v = row @ mean, row @ cov @ row
+        t = m
+        for _ in range(30):
+            curvature = 0.7 * expit(t) * expit(-t)
+            t -= (0.7 * expit(-t) - (t - m) / v) / (-curvature - 1.0 / v)
+        assert row @ a.mean == pytest.approx(t, abs=1e-12)
+        assert row @ a.cov @ row == pytest.approx(1.0 / (curvature + 1.0 / v), rel=1e-12)
+        assert a.grad_norm < 1e-10
+
+
 @pytest.mark.parametrize("cls", [vb.EPLogisticRegression, vb.LaplaceLogisticRegression])
 def test_revisiting_every_site_reaches_the_batch_fit(cls, cancer, monkeypatch):
     """Revisits are EP's updates (Laplace: Laplace propagation's, whose fixed point is the

@@ -72,6 +72,7 @@ accumulates too much precision (docs/decisions.md, "Streaming by moments").
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import NamedTuple
 
@@ -88,6 +89,7 @@ from .._random import as_generator
 from ..approximations.expectation_propagation import EPResult, assumed_density_row
 from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
 from ..approximations.softmax_ep import assumed_density_softmax_row
+from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
@@ -465,54 +467,34 @@ class BayesianUpdating:
         chosen = window.least_recent(REVISITS)
         signs = np.array([labels[0] for labels, _ in problems])
         link = get_link(self._link)
-        if rule == "mode":  # the row's own Newton fit (Laplace), then the revisits
-            arrivals = self._one_row_fits(X, problems, weights, carried)
-            if arrivals is None:
-                return None, None
         tau, nu = window.tau.copy(), window.nu.copy()
         new_sites = np.zeros((2, len(problems)))
         fits = []
         for j, prior in enumerate(carried):
-            rows = signs[j] * row[None, :]
-            sites = np.zeros(1), np.zeros(1)
-            powers = np.array([weight])
-            if rule == "mode":
-                start = arrivals[j].posterior
-                before = _latent(prior.mean, prior.cov, rows[0])
-                after = _latent(start.mean, start.cov, rows[0])
-                if not (before[1] > 0.0 and after[1] > 0.0):
-                    return None, None
-                new_sites[:, j] = (
-                    1.0 / after[1] - 1.0 / before[1],
-                    (after[0] / after[1] - before[0] / before[1]),
-                )
-                rows, sites, powers = rows[:0], (sites[0][:0], sites[1][:0]), powers[:0]
-                mean, cov = start.mean, start.cov
-            else:
-                mean, cov = prior.mean, prior.cov
-            rows = np.concatenate([rows, window.signs[j, chosen, None] * window.rows[chosen]])
-            step = _revisit(
-                mean,
-                cov,
-                rows,
-                np.concatenate([sites[0], window.tau[j, chosen]]),
-                np.concatenate([sites[1], window.nu[j, chosen]]),
-                np.concatenate([powers, window.powers[chosen]]),
+            # The new row (its site zero: its cavity is the carried prior) and the revisited
+            # ones, in one step from the carried prior.
+            signed = signs[j] * row
+            rows = window.signs[j, chosen, None] * window.rows[chosen]
+            mean, cov, new_tau, new_nu, log_z = _revisit(
+                prior.mean,
+                prior.cov,
+                np.concatenate([signed[None, :], rows]),
+                np.concatenate([[0.0], window.tau[j, chosen]]),
+                np.concatenate([[0.0], window.nu[j, chosen]]),
+                np.concatenate([[weight], window.powers[chosen]]),
                 link,
                 rule,
             )
-            if rule == "mode":
-                mean, cov, tau[j, chosen], nu[j, chosen], _ = step
-                start = arrivals[j].posterior
-                posterior = type(start)(mean, cov, start.log_Z, **start.diagnostics())
-                fits.append(dataclasses.replace(arrivals[j], posterior=posterior))
-                continue
-            mean, cov, new_tau, new_nu, log_z = step
             if not np.isfinite(log_z[0]):
-                return None, None  # the row's own tilted moments were not usable
+                return None, None  # the row's own update was not usable: the general fit
             new_sites[:, j] = new_tau[0], new_nu[0]
             tau[j, chosen], nu[j, chosen] = new_tau[1:], new_nu[1:]
-            posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
+            if rule == "mode":
+                posterior = _row_mode_result(
+                    mean, cov, prior, signed, weight, new_sites[:, j], log_z[0], link
+                )
+            else:
+                posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
             route = {"strategy": "sites", "reason": WINDOW_ROW_REASON}
             fits.append(
                 MethodFit(
@@ -752,9 +734,29 @@ class _SiteWindow:
         )
 
 
-def _latent(mean: np.ndarray, cov: np.ndarray, row: np.ndarray) -> tuple[float, float]:
-    """The mean and variance of ``row·θ`` under N(mean, cov)."""
-    return float(row @ mean), float(row @ (cov @ row))
+def _row_mode_result(mean, cov, prior, row, weight, site, log_z, link) -> LaplaceResult:
+    """A Laplace one-row call's posterior (after its revisits) with its own row's Laplace
+    fit as diagnostics: the mode t* and curvature of ``F(t)^s N(t; m, v)`` in the row's
+    latent under the carried ``prior`` (what :func:`row_laplace` solves), read off the
+    row's site ``(τ, ν)``."""
+    latent_mean, latent_var = float(row @ prior.mean), float(row @ (prior.cov @ row))
+    var = 1.0 / (1.0 / latent_var + site[0])
+    mode = var * (latent_mean / latent_var + site[1])
+    slope = float(link.derivatives(np.array([mode]))[0][0])
+    # ∇ log p(θ*) = a (s (log F)'(t*) − (t* − m) / v) at the row's mode.
+    grad = weight * slope - (mode - latent_mean) / latent_var
+    log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum())
+    at_mode = log_z - 0.5 * math.log(var / latent_var)
+    at_mode -= 0.5 * (row.size * math.log(2.0 * math.pi) + log_det)
+    return LaplaceResult(
+        mean,
+        cov,
+        log_z,
+        n_iter=1,
+        converged=True,
+        grad_norm=abs(grad) * float(np.linalg.norm(row)),
+        log_density_at_mode=at_mode,
+    )
 
 
 def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
@@ -765,7 +767,8 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
     propagation, whose fixed point is the joint mode and curvature), then the rank-one
     changes one after the other. A row whose cavity is improper, or whose tilted density
     gives no usable moments, keeps its site. Returns ``(mean, cov, tau, nu, log_z)``,
-    ``log_z`` the tilted normalizers (NaN where a site was kept; "mode": not computed)."""
+    ``log_z`` the tilted normalizers ("mode": their Laplace approximations; NaN where a
+    site was kept)."""
     gains = cov @ rows.T  # (p, r): Σa
     latent_mean = rows @ mean
     latent_var = np.einsum("rp,pr->r", rows, gains)
@@ -780,7 +783,13 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
     power = powers[usable]
     if rule == "mode":
         tilted_mean, width = tilted_mode(link, cavity_mean, cavity_var, power)
-        tilted_var, normalizer = width * width, np.zeros_like(width)
+        tilted_var = width * width
+        # The Laplace evidence s log F(t*) − (t* − m)² / (2v) − ½ log(1 + s h(t*) v).
+        normalizer = (
+            power * link.log_cdf(tilted_mean)
+            - 0.5 * (tilted_mean - cavity_mean) ** 2 / cavity_var
+            + np.log(width / np.sqrt(cavity_var))
+        )
     else:
         normalizer, tilted_mean, tilted_var = _tilted_moments(link, cavity_mean, cavity_var, power)
     index = np.flatnonzero(usable)
@@ -790,7 +799,7 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
     # Log-concave factors give τ ≥ 0, as EP's sweeps project it.
     new_tau[index] = np.maximum(1.0 / tilted_var - 1.0 / cavity_var, 0.0)
     new_nu[index] = tilted_mean / tilted_var - cavity_mean / cavity_var
-    log_z[index] = np.nan if rule == "mode" else normalizer[fitted]
+    log_z[index] = normalizer[fitted]
     for k in index:
         row = rows[k]
         gain = cov @ row
