@@ -635,7 +635,7 @@ def test_the_window_holds_the_sites_the_posterior_is_made_of(cls, decay, cancer)
         # the latent); the window's mode is the tilted density's to 1e-13 (checked below).
         (vb.LaplaceLogisticRegression, 3e-6),
         (vb.EPProbitRegression, 1e-8),  # the closed form
-        (vb.VSLogisticRegression, 3e-7),  # the mixture of probits (tilted._MIXTURE_MIN_Z)
+        (vb.VSLogisticRegression, 3e-7),  # the narrow rule, or the mixture of probits
     ],
 )
 def test_a_stream_first_row_is_the_direct_update(cls, tolerance, cancer):

@@ -816,11 +816,15 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
 
 
 def _tilted_moments(link, mean, var, power):
-    """The tilted moments of the revisited sites, cheaply: a power-1 site's from the
-    logistic's mixture of probits (or the probit's closed form), a forgotten site's
-    (power below 1) on a narrow cavity from a Gauss–Hermite rule in its frame, the others'
-    as EP takes them (the VS site fits)."""
-    narrow = (power != 1.0) & (var <= NARROW_MAX_VAR)
+    """The tilted moments of a window step's sites, cheaply: the link's closed form where it
+    has one (the probit, power 1); on narrow cavities (the rows' latent variance at most
+    ``NARROW_MAX_VAR``: all but the first rows of a stream) a Gauss–Hermite rule in the
+    cavity's frame, any power (within 2e-10 of the quadrature for the logistic); the
+    others as ``method="fast"`` takes them (the logistic's mixture of probits, or the VS
+    site fits)."""
+    narrow = var <= NARROW_MAX_VAR
+    if link.has_closed_form(1.0):
+        narrow &= power != 1.0
     if not narrow.any():
         return link.tilted_moments(mean, var, power, method="fast")
     moments = np.empty((3, mean.size))
