@@ -334,13 +334,15 @@ def cost_rows(quick: bool) -> list[dict]:
         sgd.partial_fit(X[:seen], y[:seen], classes=[0, 1])
         models["sgd"] = sgd
         # Successive single rows, the methods interleaved (the machine's load hits each
-        # alike): each one update after about ``seen`` rows; wall and process CPU time.
+        # alike): each one update after about ``seen`` rows; wall and CPU time of the
+        # calling thread (the calls run on one BLAS thread: the process's time would add
+        # the BLAS pool's idle spinning).
         times = {method: [] for method in models}
         for k in range(seen, seen + repeats):
             for method, model in models.items():
-                started, cpu = time.perf_counter(), time.process_time()
+                started, cpu = time.perf_counter(), time.thread_time()
                 model.partial_fit(X[k : k + 1], y[k : k + 1])
-                times[method].append((time.perf_counter() - started, time.process_time() - cpu))
+                times[method].append((time.perf_counter() - started, time.thread_time() - cpu))
         # The gauge's own spread: calls a shared machine's other jobs delay.
         sgd_wall, sgd_cpu = np.array(times.pop("sgd")[1:]).T
         sgd_seconds = float(np.median(sgd_wall))
@@ -387,14 +389,17 @@ def cost_rows(quick: bool) -> list[dict]:
         update_times, fit_times = [], []
         for _ in range(5 if quick else 21):
             model = cls(prior=earlier)  # the posterior of 1000 earlier rows
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             model.partial_fit(batch_x, batch_y, classes=[0, 1])
-            update_times.append(time.perf_counter() - started)
-            started = time.perf_counter()
+            update_times.append((time.perf_counter() - started, time.process_time() - cpu))
+            started, cpu = time.perf_counter(), time.process_time()
             cls().fit(batch_x, batch_y)
-            fit_times.append(time.perf_counter() - started)
+            fit_times.append((time.perf_counter() - started, time.process_time() - cpu))
             baseline.time()
-        update, fit = float(np.median(update_times)), float(np.median(fit_times))
+        # Medians of the wall and of the CPU time (a shared machine's other jobs delay a
+        # few-ms call by their time slices, which the CPU time leaves out).
+        update, update_cpu = (float(t) for t in np.median(update_times, axis=0))
+        fit, fit_cpu = (float(t) for t in np.median(fit_times, axis=0))
         rows.append(
             {
                 "part": "cost_1000_rows",
@@ -404,13 +409,17 @@ def cost_rows(quick: bool) -> list[dict]:
                 "seconds": update,
                 "fit_seconds": fit,
                 "ratio_to_fit": update / fit,
+                "cpu_seconds": update_cpu,
+                "fit_cpu_seconds": fit_cpu,
+                "cpu_ratio_to_fit": update_cpu / fit_cpu,
                 "lr_seconds": baseline.seconds,
                 "ratio_to_lr": update / baseline.seconds,
             }
         )
         print(
             f"{method}: 1000 rows {1e3 * update:.2f} ms, fit {1e3 * fit:.2f} ms "
-            f"(ratio {update / fit:.2f}), LR {1e3 * baseline.seconds:.2f} ms",
+            f"(ratio {update / fit:.2f}; CPU {1e3 * update_cpu:.2f} and {1e3 * fit_cpu:.2f} "
+            f"ms, ratio {update_cpu / fit_cpu:.2f}), LR {1e3 * baseline.seconds:.2f} ms",
             flush=True,
         )
     return rows
@@ -556,23 +565,24 @@ def report(
         "`buffer_size=100` (each call: the row's update and the refit of the four sites of "
         "the window's rows visited longest ago; no call refits the buffer). ms, p99 ms, max "
         "ms: the median, 99th percentile and largest wall time of the calls (the 1 ms "
-        "target: every call); CPU ms: the median / 99th percentile / largest process CPU "
-        "time of a call (which a shared machine's other jobs inflate less than the wall "
-        "time, though a core shared with them runs slower, and the largest includes the "
-        "interpreter's garbage collections); > 1 ms: "
+        "target: every call); CPU ms: the median / 99th percentile / largest CPU time of "
+        "the calling thread in a call (which a shared machine's other jobs inflate less "
+        "than the wall time, though a core shared with them runs slower); > 1 ms: "
         "the calls over 1 ms (wall) of all; mean ms: over all calls. Beside them "
         "`SGDClassifier(loss='log_loss').partial_fit` of the same row (the same checks of "
         "the batch, no posterior), as a gauge of the machine's speed at the time: its "
         "median, 99th percentile and calls over 1 ms (of as many) show how often the "
         "machine's other jobs delay a call of a few tenths of a millisecond. 1000 "
         "rows: one `partial_fit` on an estimator whose prior is the "
-        "posterior of 1000 earlier rows (its buffer empty: one fit of the batch).",
+        "posterior of 1000 earlier rows (its buffer empty: one fit of the batch), against "
+        "`fit` on those rows: medians of 21, wall and CPU time (a few-ms call that other "
+        "jobs delay by a time slice doubles or more in wall time).",
         "",
     ]
     lines += [
         "| method | what | rows seen | ms | p99 ms | max ms | CPU ms (median / p99 / max) "
         "| > 1 ms | mean ms | SGD ms (median / p99, > 1 ms; CPU max) | fit ms | ratio to fit "
-        "| LR ms |"
+        "(wall / CPU) | LR ms |"
     ]
     lines += ["|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(cost, key=lambda r: (list(METHODS).index(r["method"]), r["part"])):
@@ -585,6 +595,9 @@ def report(
             else "—"
         )
         over = f"{r['over_1ms']} of {r['n_calls']}" if "over_1ms" in r else "—"
+        ratio = fmt(r.get("ratio_to_fit", np.nan))
+        if "cpu_ratio_to_fit" in r:
+            ratio += f" / {fmt(r['cpu_ratio_to_fit'])}"
         sgd = (
             f"{fmt(1e3 * r['sgd_seconds'])} / {fmt(1e3 * r['sgd_p99_seconds'])}, "
             f"{r['sgd_over_1ms']}; {fmt(1e3 * r['sgd_max_cpu_seconds'])}"
@@ -597,7 +610,7 @@ def report(
             f"{fmt(1e3 * r.get('max_seconds', np.nan))} | {cpu} | {over} | "
             f"{fmt(1e3 * r.get('mean_seconds', np.nan))} | "
             f"{sgd} | "
-            f"{fmt(1e3 * r.get('fit_seconds', np.nan))} | {fmt(r.get('ratio_to_fit', np.nan))} "
+            f"{fmt(1e3 * r.get('fit_seconds', np.nan))} | {ratio} "
             f"| {fmt(1e3 * r.get('lr_seconds', np.nan))} |"
         )
     thompson = np.array([r["final_regret"] for r in bandit if r["method"] == "thompson"])
@@ -669,9 +682,9 @@ def plot(accuracy, cost, curves, path: Path) -> None:
         )
         line = ax.loglog(*zip(*points, strict=True), "o-", label=f"{method}: one row, median")[0]
         slowest = sorted(
-            (r["rows_seen"], 1e3 * r["max_seconds"])
+            (r["rows_seen"], 1e3 * r["max_cpu_seconds"])
             for r in cost
-            if r["method"] == method and r["part"] == "cost_one_row" and "max_seconds" in r
+            if r["method"] == method and r["part"] == "cost_one_row" and "max_cpu_seconds" in r
         )
         if slowest:
             ax.loglog(
@@ -679,11 +692,26 @@ def plot(accuracy, cost, curves, path: Path) -> None:
                 "v--",
                 color=line.get_color(),
                 mfc="none",
-                label=f"{method}: the slowest call",
+                label=f"{method}: the slowest call (CPU)",
             )
     gauge = sorted({(r["rows_seen"], 1e3 * r["sgd_seconds"]) for r in cost if "sgd_seconds" in r})
     if gauge:
         ax.loglog(*zip(*gauge, strict=True), "x:", color="gray", label="SGDClassifier")
+    gauge_slowest = sorted(
+        {
+            (r["rows_seen"], 1e3 * r["sgd_max_cpu_seconds"])
+            for r in cost
+            if "sgd_max_cpu_seconds" in r
+        }
+    )
+    if gauge_slowest:
+        ax.loglog(
+            *zip(*gauge_slowest, strict=True),
+            "v:",
+            color="gray",
+            mfc="none",
+            label="SGDClassifier: the slowest call (CPU)",
+        )
     ax.axhline(1.0, color="k", ls="--", lw=0.8)
     ax.set_xlabel("rows seen before")
     ax.set_ylabel("partial_fit of one row (ms), d = 20")
