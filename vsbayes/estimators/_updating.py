@@ -27,16 +27,30 @@ buffer and a new batch reach W rows, the posterior is the method's fit of all of
 under the anchor, and the buffer empties. At each refit the posterior is therefore that of
 ADF in batches of (at least) W rows, between refits that of W-ADF followed by the small
 batches' ADF; memory: fewer than W rows; the call that refits costs a fit of its rows
-(D-078). ``decay`` forgets: before a batch of n rows the carried posterior's natural
-parameters (precision and precision × mean) are mixed with the original prior's with
-weight ``decay**n``, so a row seen k rows ago weighs ``decay**k`` and the effective memory
-is ``1 / (1 − decay)`` rows. A refit keeps that meaning: the anchor is forgotten by
+(D-078). A stream of one-row calls does not refit (a fit of W rows is many one-row
+updates' cost): each row's update is a Gaussian site in its latent ``t = ±[x, 1]·θ``, and
+the window keeps the last W rows with their sites; each call refits the sites of
+``REVISITS`` (4) rows of the window, those visited longest ago, under the posterior
+without them (EP's update for EP and VS; for Laplace, the mode and curvature of the
+same tilted density: Laplace propagation, whose fixed point is the joint Laplace
+approximation), all in one step from the posterior before the row. That is incremental
+EP over a sliding window: each row's site is refitted about 4 times while in the window,
+once just before it leaves, under a cavity holding the W − 1 rows after it; its cost is a
+few rank-one updates, bounded whatever the stream. A larger batch freezes the window
+(its sites stay in the posterior) and starts the buffer of batches.
+
+``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
+(precision and precision × mean) are mixed with the original prior's with weight
+``decay**n``, so a row seen k rows ago weighs ``decay**k`` and the effective memory is
+``1 / (1 − decay)`` rows. A refit keeps that meaning: the anchor is forgotten by
 ``decay**m`` (m: the rows since it), and each buffered row's likelihood weighs
 ``decay**k``, k the rows after its batch — what batch by batch forgetting gives the
-exact posterior (the rows of one batch weigh alike, as they do batch by batch). The
-running evidence ``log p(y_1..y_t)`` is the sum of each batch's evidence given the
-batches before; a refit replaces its small batches' terms by the evidence of their rows
-given the anchor (with ``decay`` < 1, of the rows' weighted likelihoods).
+exact posterior (the rows of one batch weigh alike, as they do batch by batch). So does
+the window: forgetting scales its sites as the rest of the posterior, and a revisit
+fits the row's likelihood to the power ``decay**k`` (power EP). The running evidence
+``log p(y_1..y_t)`` is the sum of each batch's evidence given the batches before; a
+refit replaces its small batches' terms by the evidence of their rows given the anchor
+(with ``decay`` < 1, of the rows' weighted likelihoods); revisits leave it ADF's.
 
 **One row** skips the general fit: prior × one factor
 differs from the prior along the row only, so the posterior is a rank-one update of the
@@ -58,6 +72,7 @@ accumulates too much precision (docs/decisions.md, "Streaming by moments").
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import NamedTuple
 
@@ -71,9 +86,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
-from ..approximations.expectation_propagation import assumed_density_row
+from ..approximations.expectation_propagation import EPResult, assumed_density_row
 from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
 from ..approximations.softmax_ep import assumed_density_softmax_row
+from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ..models import (
@@ -86,6 +102,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.links import get_link
 from ..models.priors import GaussianPrior
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS
+from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
 from ._methods import SOFTMAX_EP_MIN_TOL, MethodFit
 
 __all__ = [
@@ -100,6 +117,12 @@ __all__ = [
 ONE_ROW_REASON = (
     "one row: its posterior's moments are those of its one-dimensional tilted density, "
     "computed to round-off (assumed-density filtering), which every route aims at"
+)
+#: The same for one row of a stream, whose update also revisits earlier rows' sites.
+WINDOW_ROW_REASON = (
+    "one row of a stream: its tilted density's moments and those of the earlier rows it "
+    "revisits, each under the posterior without its site (expectation propagation's "
+    "update, as assumed-density filtering with revisits)"
 )
 #: The same for one multinomial row, whose tilted density has K − 1 dimensions.
 ONE_SOFTMAX_ROW_REASON = (
@@ -211,12 +234,11 @@ class BayesianUpdating:
         buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
-        batch of one row is a rank-one update of the prior (about as costly as
-        ``SGDClassifier.partial_fit`` of that row; see the module docstring), but for the
-        one that fills the buffer: a fit of ``buffer_size`` rows. Where every call must stay
-        within a latency bound (a decision loop), ``buffer_size=0`` keeps each one-row call
-        a rank-one update, at the accuracy that costs on small batches (the streaming
-        benchmark's ``buffer_size=0`` rows).
+        batch of one row (Laplace, EP, VS) is a rank-one update of the prior, and refits
+        the sites of four of the last ``buffer_size`` rows under the posterior without them
+        (incremental EP over a sliding window; see the module docstring): no one-row call
+        refits the buffer, each costs about as much as ``SGDClassifier.partial_fit`` of
+        that row, so that a decision loop's calls stay within a bound.
 
         Streams lose least by moment matching (EP, and VS, the default): the Laplace
         approximation of a batch expands its rows where the earlier estimates put them,
@@ -289,6 +311,10 @@ class BayesianUpdating:
         problems = self._problems(y_index, len(classes))
         n_rows = X.shape[0]
         buffer = None if first else vars(self).get("_stream_buffer")
+        # A window of one-row calls' sites is revised in the calls themselves; any other
+        # call freezes it (its sites stay in the posterior as they are).
+        window = buffer if isinstance(buffer, _SiteWindow) else None
+        buffer = None if window is not None else buffer
         size = int(self.buffer_size)
         refit = buffer is not None and buffer.n_rows + n_rows >= size
         decay = float(self.decay)
@@ -313,7 +339,11 @@ class BayesianUpdating:
             carried, evidence_before = list(buffer.anchor), buffer.anchor_evidence
         if keep < 1.0:
             carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
-        fits = None if refit else self._one_row_fits(X, problems, weights, carried)
+        fits = revised = None
+        if n_rows == 1 and buffer is None and size > 1 and problems[0][1] is None:
+            fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
+        elif not refit:
+            fits = self._one_row_fits(X, problems, weights, carried)
         if fits is not None:  # the method's class holds what _store asks of it
             method = self._posterior_method
         else:
@@ -325,7 +355,9 @@ class BayesianUpdating:
             ]
         # A small batch joins the buffer (begun with the posterior before it as the anchor);
         # a refit, or a batch of buffer_size rows or more, leaves it empty.
-        if refit or n_rows >= size:
+        if revised is not None:
+            buffer = revised
+        elif refit or n_rows >= size:
             buffer = None
         else:
             buffer = (buffer or _StreamBuffer.start(before, evidence_before)).appended(*batch)
@@ -408,6 +440,74 @@ class BayesianUpdating:
             for fit in fits:
                 print(f"{type(self).__name__}: {fit.posterior!r}")
         return fits
+
+    def _window_row_fits(self, X, problems, weights, carried, window, keep):
+        """``(fits, window)`` of a one-row call in a stream (``buffer_size`` > 1, binary
+        or one-vs-rest problems): the row's site joins the window of the last
+        ``buffer_size`` rows' sites and the ``REVISITS`` of them visited longest ago are
+        refitted, all from the ``carried`` prior, in one step (see the module docstring);
+        or ``(None, None)`` where the general fit is needed (as
+        :meth:`_one_row_fits`)."""
+        rule = self._one_row_rule()
+        weight = float(weights[0])
+        if rule is None or self.max_iter == 0 or (rule == "moments" and weight > 1.0):
+            return None, None
+        row = X.toarray()[0] if sp.issparse(X) else np.asarray(X[0])
+        if self.fit_intercept:
+            row = np.append(row, 1.0)
+        p = row.size
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        if window is None or window.rows.shape[1] != p:
+            window = _SiteWindow.empty(p, len(problems))
+        window = window.forgotten(keep)
+        chosen = window.least_recent(REVISITS)
+        signs = np.array([labels[0] for labels, _ in problems])
+        link = get_link(self._link)
+        tau, nu = window.tau.copy(), window.nu.copy()
+        new_sites = np.zeros((2, len(problems)))
+        fits = []
+        for j, prior in enumerate(carried):
+            # The new row (its site zero: its cavity is the carried prior) and the revisited
+            # ones, in one step from the carried prior.
+            signed = signs[j] * row
+            rows = window.signs[j, chosen, None] * window.rows[chosen]
+            mean, cov, new_tau, new_nu, log_z = _revisit(
+                prior.mean,
+                prior.cov,
+                np.concatenate([signed[None, :], rows]),
+                np.concatenate([[0.0], window.tau[j, chosen]]),
+                np.concatenate([[0.0], window.nu[j, chosen]]),
+                np.concatenate([[weight], window.powers[chosen]]),
+                link,
+                rule,
+            )
+            if not np.isfinite(log_z[0]):
+                return None, None  # the row's own update was not usable: the general fit
+            new_sites[:, j] = new_tau[0], new_nu[0]
+            tau[j, chosen], nu[j, chosen] = new_tau[1:], new_nu[1:]
+            if rule == "mode":
+                posterior = _row_mode_result(
+                    mean, cov, prior, signed, weight, new_sites[:, j], log_z[0], link
+                )
+            else:
+                posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
+            route = {"strategy": "sites", "reason": WINDOW_ROW_REASON}
+            fits.append(
+                MethodFit(
+                    posterior, 1, **(route if self._posterior_method.records_strategy else {})
+                )
+            )
+        if self.verbose:
+            for fit in fits:
+                print(f"{type(self).__name__}: {fit.posterior!r}")
+        window = window.revisited(chosen, tau, nu).appended(
+            row, signs, weight, new_sites, int(self.buffer_size)
+        )
+        return fits, window
 
     def _one_softmax_row(self, row, label, n_classes, weight, rule, carried):
         """The multinomial one-row fit, a rank-(K − 1) update of the prior: by moments (the
@@ -564,6 +664,175 @@ class _StreamBuffer:
             after = np.cumsum(sizes[::-1])[::-1] - sizes  # the rows after each batch
             weighted = weighted * np.repeat([decay**k for k in after], sizes)
         return joined, np.concatenate(labels), weighted
+
+
+#: Sites of a one-row stream's window revisited per call (the ones visited longest ago).
+REVISITS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _SiteWindow:
+    """The last ``buffer_size`` rows of a stream of one-row calls and their sites: each
+    row's Gaussian factor ``exp(ν t − τ t² / 2)`` in its signed latent ``t = ±[x, 1]·θ``,
+    per problem, as it stands in the posterior (forgetting included). Frozen: a call that
+    fails leaves the estimator's as it was."""
+
+    rows: np.ndarray  #: (n, p): the rows, with the intercept's 1
+    signs: np.ndarray  #: (problems, n): each row's ±1 label per problem
+    powers: np.ndarray  #: (n,): each row's weight × decay**(rows after it)
+    tau: np.ndarray  #: (problems, n)
+    nu: np.ndarray  #: (problems, n)
+    visited: np.ndarray  #: (n,): the call that last fitted each row's site
+    calls: int = 0  #: one-row calls so far
+
+    @property
+    def n_rows(self) -> int:
+        return self.rows.shape[0]
+
+    @classmethod
+    def empty(cls, p: int, n_problems: int) -> _SiteWindow:
+        return cls(
+            np.empty((0, p)),
+            np.empty((n_problems, 0)),
+            np.empty(0),
+            np.empty((n_problems, 0)),
+            np.empty((n_problems, 0)),
+            np.empty(0, dtype=np.int64),
+        )
+
+    def forgotten(self, keep: float) -> _SiteWindow:
+        """Forgetting scales every factor of the posterior, the sites' too."""
+        if keep == 1.0:
+            return self
+        return dataclasses.replace(
+            self, powers=keep * self.powers, tau=keep * self.tau, nu=keep * self.nu
+        )
+
+    def least_recent(self, count: int) -> np.ndarray:
+        """The ``count`` rows visited longest ago (the older first among equals)."""
+        order = np.argsort(self.visited, kind="stable")
+        return np.sort(order[:count])
+
+    def revisited(self, chosen: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> _SiteWindow:
+        visited = self.visited.copy()
+        visited[chosen] = self.calls + 1
+        return dataclasses.replace(self, tau=tau, nu=nu, visited=visited)
+
+    def appended(self, row, signs, weight: float, site, size: int) -> _SiteWindow:
+        """This window and the new row (its site ``site[0]`` = τ, ``site[1]`` = ν per
+        problem), the oldest dropped beyond ``size`` rows: its site stays in the posterior
+        as it is."""
+        start = max(self.n_rows + 1 - size, 0)
+        return _SiteWindow(
+            np.concatenate([self.rows[start:], row[None, :]]),
+            np.concatenate([self.signs[:, start:], signs[:, None]], axis=1),
+            np.append(self.powers[start:], weight),
+            np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1),
+            np.concatenate([self.nu[:, start:], site[1][:, None]], axis=1),
+            np.append(self.visited[start:], self.calls + 1),
+            self.calls + 1,
+        )
+
+
+def _row_mode_result(mean, cov, prior, row, weight, site, log_z, link) -> LaplaceResult:
+    """A Laplace one-row call's posterior (after its revisits) with its own row's Laplace
+    fit as diagnostics: the mode t* and curvature of ``F(t)^s N(t; m, v)`` in the row's
+    latent under the carried ``prior`` (what :func:`row_laplace` solves), read off the
+    row's site ``(τ, ν)``."""
+    latent_mean, latent_var = float(row @ prior.mean), float(row @ (prior.cov @ row))
+    var = 1.0 / (1.0 / latent_var + site[0])
+    mode = var * (latent_mean / latent_var + site[1])
+    slope = float(link.derivatives(np.array([mode]))[0][0])
+    # ∇ log p(θ*) = a (s (log F)'(t*) − (t* − m) / v) at the row's mode.
+    grad = weight * slope - (mode - latent_mean) / latent_var
+    log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum())
+    at_mode = log_z - 0.5 * math.log(var / latent_var)
+    at_mode -= 0.5 * (row.size * math.log(2.0 * math.pi) + log_det)
+    return LaplaceResult(
+        mean,
+        cov,
+        log_z,
+        n_iter=1,
+        converged=True,
+        grad_norm=abs(grad) * float(np.linalg.norm(row)),
+        log_density_at_mode=at_mode,
+    )
+
+
+def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
+    """The posterior N(mean, cov) with the sites ``(tau, nu)`` of the signed ``rows``
+    refitted, all from it (a parallel EP step on these sites; a new row's site is zero):
+    each row's cavity (the posterior without its site), then its tilted density's moments
+    (``rule`` "moments": EP's update) or its mode and curvature ("mode": Laplace
+    propagation, whose fixed point is the joint mode and curvature), then the rank-one
+    changes one after the other. A row whose cavity is improper, or whose tilted density
+    gives no usable moments, keeps its site. Returns ``(mean, cov, tau, nu, log_z)``,
+    ``log_z`` the tilted normalizers ("mode": their Laplace approximations; NaN where a
+    site was kept)."""
+    gains = cov @ rows.T  # (p, r): Σa
+    latent_mean = rows @ mean
+    latent_var = np.einsum("rp,pr->r", rows, gains)
+    cavity_precision = 1.0 / latent_var - tau
+    usable = (latent_var > 0.0) & (cavity_precision > 0.0)
+    log_z = np.full(rows.shape[0], np.nan)
+    new_tau, new_nu = tau.copy(), nu.copy()
+    if not usable.any():
+        return mean, cov, new_tau, new_nu, log_z
+    cavity_var = 1.0 / cavity_precision[usable]
+    cavity_mean = cavity_var * (latent_mean[usable] / latent_var[usable] - nu[usable])
+    power = powers[usable]
+    if rule == "mode":
+        tilted_mean, width = tilted_mode(link, cavity_mean, cavity_var, power)
+        tilted_var = width * width
+        # The Laplace evidence s log F(t*) − (t* − m)² / (2v) − ½ log(1 + s h(t*) v).
+        normalizer = (
+            power * link.log_cdf(tilted_mean)
+            - 0.5 * (tilted_mean - cavity_mean) ** 2 / cavity_var
+            + np.log(width / np.sqrt(cavity_var))
+        )
+    else:
+        normalizer, tilted_mean, tilted_var = _tilted_moments(link, cavity_mean, cavity_var, power)
+    index = np.flatnonzero(usable)
+    fitted = (tilted_var > 0.0) & np.isfinite(tilted_var) & np.isfinite(tilted_mean)
+    index, cavity_var, cavity_mean = index[fitted], cavity_var[fitted], cavity_mean[fitted]
+    tilted_mean, tilted_var = tilted_mean[fitted], tilted_var[fitted]
+    # Log-concave factors give τ ≥ 0, as EP's sweeps project it.
+    new_tau[index] = np.maximum(1.0 / tilted_var - 1.0 / cavity_var, 0.0)
+    new_nu[index] = tilted_mean / tilted_var - cavity_mean / cavity_var
+    log_z[index] = normalizer[fitted]
+    for k in index:
+        row = rows[k]
+        gain = cov @ row
+        var, at = float(row @ gain), float(row @ mean)
+        d_tau, d_nu = new_tau[k] - tau[k], new_nu[k] - nu[k]
+        denominator = 1.0 + d_tau * var
+        if not denominator > 0.0:  # round-off against a decisive site: kept as it was
+            new_tau[k], new_nu[k], log_z[k] = tau[k], nu[k], np.nan
+            continue
+        # Sherman–Morrison: precision + Δτ aaᵀ, precision × mean + Δν a.
+        mean = mean + gain * ((d_nu - d_tau * at) / denominator)
+        cov = cov - (d_tau / denominator) * np.outer(gain, gain)
+    return mean, cov, new_tau, new_nu, log_z
+
+
+def _tilted_moments(link, mean, var, power):
+    """The tilted moments of a window step's sites, cheaply: the link's closed form where it
+    has one (the probit, power 1); on narrow cavities (the rows' latent variance at most
+    ``NARROW_MAX_VAR``: all but the first rows of a stream) a Gauss–Hermite rule in the
+    cavity's frame, any power (within 2e-10 of the quadrature for the logistic); the
+    others as ``method="fast"`` takes them (the logistic's mixture of probits, or the VS
+    site fits)."""
+    narrow = var <= NARROW_MAX_VAR
+    if link.has_closed_form(1.0):
+        narrow &= power != 1.0
+    if not narrow.any():
+        return link.tilted_moments(mean, var, power, method="fast")
+    moments = np.empty((3, mean.size))
+    moments[:, narrow] = narrow_tilted_moments(link, mean[narrow], var[narrow], power[narrow])
+    if not narrow.all():
+        rest = ~narrow
+        moments[:, rest] = link.tilted_moments(mean[rest], var[rest], power[rest], method="fast")
+    return moments
 
 
 def _prior_specs(estimator, prior, classes: np.ndarray) -> list:

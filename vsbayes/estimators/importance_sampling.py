@@ -192,13 +192,15 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
     buffer_size : int, default=100
-        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
-        posterior at once (assumed-density filtering, which loses most on small batches)
+        Rows that :meth:`partial_fit` keeps to correct assumed-density filtering, which
+        loses most on small batches. A batch of fewer rows updates the posterior at once
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
-        together by the estimator's method under the posterior from before them, and the
-        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
-        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
-        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
+        together by the estimator's method under the posterior from before them (that call
+        costs a ``fit`` of them). One-row calls (Laplace, EP, VS) keep the sites of the last
+        ``buffer_size`` rows instead, and each refits four of them, those visited longest
+        ago, under the posterior without them: no call refits the buffer, each costs about
+        ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
+        batch on its own (no buffer).
 
     Attributes
     ----------
@@ -383,13 +385,15 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
     buffer_size : int, default=100
-        Rows that :meth:`partial_fit` refits jointly. A batch of fewer rows updates the
-        posterior at once (assumed-density filtering, which loses most on small batches)
+        Rows that :meth:`partial_fit` keeps to correct assumed-density filtering, which
+        loses most on small batches. A batch of fewer rows updates the posterior at once
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
-        together by the estimator's method under the posterior from before them, and the
-        buffer is emptied: the posterior is then that of batches of ``buffer_size`` rows.
-        Memory: fewer than ``buffer_size`` rows kept; the call that refits costs a ``fit``
-        of the buffer's rows. 0 or 1: each batch on its own (no buffer).
+        together by the estimator's method under the posterior from before them (that call
+        costs a ``fit`` of them). One-row calls (Laplace, EP, VS) keep the sites of the last
+        ``buffer_size`` rows instead, and each refits four of them, those visited longest
+        ago, under the posterior without them: no call refits the buffer, each costs about
+        ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
+        batch on its own (no buffer).
 
     Attributes
     ----------
