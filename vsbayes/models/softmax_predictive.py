@@ -188,6 +188,7 @@ __all__ = [
     "centred_basis",
     "centred_softmax_predictive_log_proba",
     "gauss_hermite_nodes",
+    "logistic_normal_mean",
     "replicate_nodes",
     "softmax_predictive_log_proba",
     "stroud_nodes",
