@@ -483,10 +483,14 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
     k = mean.shape[1]
     q = _softmax.centred_basis(k)
     reduced = q.T @ cov[rows] @ q
-    factor = (q @ np.linalg.cholesky(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))).astype(
-        np.float32
+    root = np.linalg.cholesky(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))
+    factor = (q @ root).astype(np.float32)
+    centred64 = mean[rows] - mean[rows].mean(axis=1, keepdims=True)
+    centred = centred64.astype(np.float32)
+    lead = tuple(
+        x if x.dtype.kind == "i" else x.astype(np.float32)
+        for x in _softmax._leader_conditioning(root, centred64)
     )
-    centred = (mean[rows] - mean[rows].mean(axis=1, keepdims=True)).astype(np.float32)
     out = []
     for level in range(_softmax._LEVELS + 1):
         # The levels are nested from level 1 on (which replaces level 0's nodes): up to
@@ -494,9 +498,11 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
         half = np.dstack(
             [_softmax.replicate_nodes(k - 1, lv) for lv in (range(1, level + 1) if level else [0])]
         )
-        _softmax._replicate_averages(factor[:2], centred[:2], half, 2**27)  # warm-up
+        _softmax._replicate_averages(
+            factor[:2], centred[:2], tuple(x[:2] for x in lead), half, 2**27
+        )  # warm-up
         t0 = time.perf_counter()
-        replicates = _softmax._replicate_averages(factor, centred, half, 2**27)
+        replicates = _softmax._replicate_averages(factor, centred, lead, half, 2**27)
         seconds = time.perf_counter() - t0
         error = np.abs(replicates.mean(axis=1) - reference).max(axis=1)
         out.append(

@@ -49,7 +49,7 @@ mapped by the normal quantile and taken with its mirror image. The estimate is t
 replicates' average, and its standard error their standard deviation over √8. Every row
 starts with 512 nodes per replicate (4096 in all), whitened so that their mean is exactly
 0 and their second moment exactly I (exact for polynomials of degree ≤ 3); the rows where
-three standard errors exceed ``tol`` (1e-3 by default, absolute, on any class) are refined
+three standard errors exceed ``tol`` (5e-4 by default, absolute, on any class) are refined
 to four times as many nodes, then four times more, up to 8192 per replicate (65,536 in
 all). From the second level on the nodes are nested and not whitened: each replicate's
 Sobol sequence's first 1024 points and their mirror images, then its next 3072, pooled with
@@ -61,6 +61,29 @@ own 1.2e-3 and 1.9e-4, the first 512 whitened 9.7e-4 and 1.2e-4, the sequence's 
 9.4e-4 and 1.1e-4, a new whitened set 1.2e-3 and 1.2e-4); the rows refined are wide ones,
 where exactness for quadratics buys nothing. Three standard errors bound the error with
 high probability, not surely (the standard error has 7 degrees of freedom).
+
+**The integrand: the softmax conditioned on the leading class's direction** (Rao–Blackwell
+along one direction, closed form for every class at once). Let t be the row's leading
+class (largest centred mean) and ``u_t = Qᵀ e_t``. With ``g = Qᵀ f = μ + L z``, the part of
+g along u_t that is independent of the rest is ``τ = v · z``, ``v = s² L⁻¹ u_t``, of
+variance ``s² = 1 / |L⁻¹ u_t|²``; moving along u_t adds the same amount to ``f_t`` against
+every other class, so the leader's logit ``c_t = f_t − log Σ_{j≠t} e^{f_j}`` moves by
+exactly τ while the other classes keep their shares ``e^{f_k} / Σ_{j≠t} e^{f_j}`` of the
+rest. Integrating τ out: at each node ``p_t = LN(c_t − τ, s²)`` and
+``p_k = (1 − p_t) e^{f_k} / Σ_{j≠t} e^{f_j}``, with ``LN(a, s²) = E[σ(a + s Z)]`` the
+logistic-normal integral — one per node, whatever K, and the K values still sum to 1 at
+every node. Both integrands are unbiased for the same probabilities; the conditioned one
+has no step across the leader's boundaries (they all move with τ), where the plain
+average's error concentrates on wide rows. ``LN`` is a table, ``1 / (1 + exp(−2 y P))``
+with ``y = a / σ_t``, ``σ_t² = s² + π²/3`` and P a Chebyshev series in ``2 (y / 9)² − 1``
+(degree 12) whose coefficients are Chebyshev series in ``2 √r − 1``, ``r = (π²/3) / σ_t²``
+(degree 10), fitted by ``benchmarks/logistic_normal_table.py``: largest error 9.3e-6 for
+every a and s ≤ 60 (wider s take s = 60's coefficients, within 1e-7); P's coefficients
+are summed once per row, and a node costs one Clenshaw recurrence. Conditioning every
+class on its own direction instead (a logistic-normal integral per class and node, D-076)
+is as accurate on digits (largest replicate spread on 65,536 nodes 2.8e-4 against 3.8e-4
+here, the plain average's 7.1e-4) at K times the integrals: the leading class's error
+dominates either way.
 
 The error is QMC's on an integrand that is nearly a step where the latent variances are
 large (the softmax changes over a width of about 1 where two classes tie, against standard
@@ -76,24 +99,33 @@ at 4096, 16,384 and 65,536 nodes, 42,000 node evaluations a row on average (sepa
 levels: 53,200). Replication has a price where the integrand is smooth:
 on four classes with variances ≤ 3, 8 replicates of 512 nodes err by 3e-4 where one set of
 4096 errs by 1e-4 (the rows stop there, their estimated error being below ``tol``).
-Tried and not kept (measured on the same digits rows): integrating each class's contrast
-analytically along one direction (the conditional logistic-normal integral given the other
-directions, Rao–Blackwell) cuts the error 2.5-fold at equal nodes but costs a logistic-normal
-integral per node and class; the binary predictive of each class against its strongest
-rival as a control variate cuts the mean error by 20 % only (the rows' classes compete
-several at a time); keeping only the classes whose probability can matter leaves 9 or 10 of
-the 10 classes on most digits rows (against the 2^20-node references of 200 rows, 159 keep
-all 10 classes above 1e-5). Also tried, on the 200 rows: nodes along the eigen-directions
-of each row's covariance, the widest on the first Sobol coordinate, instead of the Cholesky
-factor's (65,536 nodes: largest error 8.9e-4 against 1.2e-3 but median 1.6e-4 against
-1.2e-4; 2^18 nodes: 4.2e-4 against 5.0e-4 — no consistent gain: all nine directions of a
-row are wide, median eigenvalues 3.9 to 21.5); integrating the widest direction exactly
-for the hard maximum, with the softmax as the probability that ``f + g`` peaks at the class
-for Gumbel noise g (``softmax_k(f) = P(argmax(f + g) = k)``; the noise a QMC dimension per
-class): 4 × 16,384 nodes, largest error 1.9e-3, median 4.8e-4, at about 25 times the cost
-of a node (the noise moves the crossing points as much as the other directions do); a
-fourth level of 2^18 nodes for the rows still above ``tol``: 31 % more nodes for a largest
-error of 1.0e-3 instead of 1.2e-3.
+*With the conditioned integrand* (D-096; ``benchmarks/softmax_estimators.py``): a node
+costs 1.13 times the plain average's (the kernel's CPU time on all 1797 digits rows, loaded
+machine), the replicates spread about half as much, and at ``tol`` 5e-4 the rows take
+37,300 node evaluations on average against the plain average's 42,000 at 1e-3; on the same
+200 rows, against references good to ~5e-5 (D-096), the largest error is 6.7e-4, the 99th
+percentile 4.8e-4, the median 1.4e-4 (the plain average at 1e-3: 9.5e-4, 8.6e-4, 2.2e-4);
+every row on 65,536 nodes: 6.7e-4 and median 3.8e-5. The 1e-4 target on every row stays out
+of reach at this cost: see D-096 for the estimators measured (the Gumbel mixture that
+smooths every boundary of the leading class, 13 to 33 times less error than the plain
+average at equal nodes but K − 1 table look-ups per node and class and heavy-tailed on rare
+classes; per class the best of the estimators, 7.4e-5 on every row on 65,536 nodes, at
+some 8 to 12 times today's cost).
+Tried and not kept (measured on the same digits rows): the binary predictive of each class
+against its strongest rival as a control variate cuts the mean error by 20 % only (the
+rows' classes compete several at a time); keeping only the classes whose probability can
+matter leaves 9 or 10 of the 10 classes on most digits rows (against the 2^20-node
+references of 200 rows, 159 keep all 10 classes above 1e-5). Also tried, on the 200 rows:
+nodes along the eigen-directions of each row's covariance, the widest on the first Sobol
+coordinate, instead of the Cholesky factor's (65,536 nodes: largest error 8.9e-4 against
+1.2e-3 but median 1.6e-4 against 1.2e-4; 2^18 nodes: 4.2e-4 against 5.0e-4 — no consistent
+gain: all nine directions of a row are wide, median eigenvalues 3.9 to 21.5); integrating
+the widest direction exactly for the hard maximum, with the softmax as the probability that
+``f + g`` peaks at the class for Gumbel noise g (``softmax_k(f) = P(argmax(f + g) = k)``;
+the noise a QMC dimension per class): 4 × 16,384 nodes, largest error 1.9e-3, median
+4.8e-4, at about 25 times the cost of a node (the noise moves the crossing points as much
+as the other directions do); a fourth level of 2^18 nodes for the rows still above ``tol``:
+31 % more nodes for a largest error of 1.0e-3 instead of 1.2e-3.
 
 **Speed, and what the rules cannot change** (``benchmarks/prediction_timing.py --part
 multinomial``, ratios in one process on a loaded 2-core machine). On make_classification
@@ -128,10 +160,12 @@ tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes 
 (``Qᵀ S Q``, ``Q L``) into single tall products with an inner dimension of K: slower here
 than NumPy's batched products (OpenBLAS, 1e5 rows, K = 4: 0.44 s against 0.02 s).
 
-The QMC rule's node sums run in float32 in the linear domain (softmax of each node, shifted by its
-largest latent value unless no latent value can overflow, then a weighted sum per
-replicate; one product for a node and its mirror image): 4096 nodes on all digits rows take
-0.12 s against 2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far below
+The QMC rule's node sums run in float32 in the linear domain (the other classes'
+exponentials shifted by their largest latent value unless no latent value can overflow
+or all underflow, the leader's logit from its latent value, never from an exponential,
+then a weighted sum per replicate; one product for a node's latent values, its τ and its
+mirror image): 4096 nodes on all digits rows took 0.12 s for the plain average against
+2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far below
 the tolerance. A row where some class's average underflows (below 1e-30) is redone in
 float64 log sums on the first level's nodes, so that the log-probabilities stay finite.
 The probabilities sum to 1 to round-off in every case.
@@ -154,6 +188,7 @@ __all__ = [
     "centred_basis",
     "centred_softmax_predictive_log_proba",
     "gauss_hermite_nodes",
+    "logistic_normal_mean",
     "replicate_nodes",
     "softmax_predictive_log_proba",
     "stroud_nodes",
@@ -163,7 +198,7 @@ __all__ = [
 #: Nodes of the three-class trapezoid rule (64 × 64) and of one replicate at the finest level.
 N_NODES = 4096
 #: Default accuracy of the K ≥ 4 rule: three estimated standard errors, absolute.
-TOLERANCE = 1e-3
+TOLERANCE = 5e-4
 #: Independently scrambled replicates per level (the standard error's degrees of freedom + 1).
 REPLICATES = 8
 #: Nodes per replicate at the first level, then four times as many at each level.
@@ -198,6 +233,187 @@ _LINEAR_FLOOR = 1e-30
 # Largest latent value below which float32's exponentials of K ≤ 10^6 classes cannot
 # overflow (e^88.7 is float32's largest); with a margin.
 _NO_SHIFT = 60.0
+# The logistic-normal integral E[σ(a + s Z)] as 1 / (1 + exp(−2 y P(y, r))), y = a / σ_t,
+# σ_t² = s² + π²/3, r = (π²/3) / σ_t²: P's Chebyshev coefficients in 2 (y / 9)² − 1 (rows,
+# degree 12) and 2 √r − 1 (columns, degree 10), fitted by benchmarks/logistic_normal_table.py
+# (largest error 9.3e-6 for s ≤ 60, y clipped to ±9, where the integral is within 1e-7 of
+# 0 or 1; wider s take s = 60's r, whose integral differs from theirs by ~1e-7).
+_LOGISTIC_NORMAL_CHEBYSHEV = np.array(
+    [
+        [
+            1.3214477236863031,
+            -0.17758186618242511,
+            -0.049694664412247735,
+            0.22871203770550158,
+            -0.10124607185795709,
+            0.06987118591132177,
+            -0.09699027087326674,
+            0.039053441930258816,
+            -0.10339333889139685,
+            0.0080370000499062066,
+            -0.095860151314209108,
+        ],
+        [
+            0.37754083453604914,
+            0.0410693849617806,
+            -0.029584539529039517,
+            0.35036276952861756,
+            -0.16380903588457429,
+            0.1201918527234951,
+            -0.17021775812209311,
+            0.056351851406655565,
+            -0.17956228758009002,
+            0.0052382024956737529,
+            -0.16284308498381767,
+        ],
+        [
+            -0.074567955859151921,
+            0.38117048903094153,
+            0.029769391380515216,
+            0.17176939464205918,
+            -0.075936498547496428,
+            0.065939254359961119,
+            -0.1140419815885745,
+            0.016100275370504298,
+            -0.11652644058953303,
+            -0.012444083083377208,
+            -0.096565448467625992,
+        ],
+        [
+            0.035343388014597028,
+            0.15028668118905292,
+            -0.0003419381286350956,
+            0.057715214650133517,
+            -0.012499628728338024,
+            0.0039555115379630822,
+            -0.052362329596093993,
+            -0.0068033540687287494,
+            -0.048630460852718826,
+            -0.01398148365071139,
+            -0.030328503653086245,
+        ],
+        [
+            -0.0041650837405264882,
+            0.0093462343646226048,
+            0.015768171141280277,
+            -0.021918285618101226,
+            0.006730388434169652,
+            -0.03600615034296533,
+            0.0010992023084729768,
+            -0.011159325876417815,
+            0.012742402565136951,
+            0.00087035898774501241,
+            0.020003762526495217,
+        ],
+        [
+            0.0025184449381953702,
+            -0.11736768079821444,
+            0.0093882757364367742,
+            -0.10758387422534556,
+            0.027898903466188209,
+            -0.065307846600335839,
+            0.048329622083626886,
+            -0.017120488295417437,
+            0.068501505133503254,
+            0.013877752445254549,
+            0.06375959774672571,
+        ],
+        [
+            0.0048210607774418629,
+            -0.22931977038161749,
+            0.030730637492069911,
+            -0.17306842966487557,
+            0.065641592111130298,
+            -0.099607891192752124,
+            0.093128746740251289,
+            -0.034976409796050892,
+            0.11342932601367171,
+            0.014379354329968693,
+            0.10630259788235052,
+        ],
+        [
+            0.017719528325352812,
+            -0.2853041115337468,
+            0.055332996884455116,
+            -0.21355151166194683,
+            0.092987910684683178,
+            -0.12456679722381547,
+            0.12148119809045202,
+            -0.05406761286731665,
+            0.13573262365016539,
+            0.0080199692309830366,
+            0.13250204064897927,
+        ],
+        [
+            0.022228832793539738,
+            -0.26428023281137708,
+            0.0592631263065172,
+            -0.19845095923218511,
+            0.091360986279281187,
+            -0.11979372859853378,
+            0.11514631070270334,
+            -0.055249163869141998,
+            0.12605137490220186,
+            0.0044744360288941631,
+            0.12451275229416703,
+        ],
+        [
+            0.015425612090843296,
+            -0.17671012792844831,
+            0.04024764399270403,
+            -0.13786513834975161,
+            0.059201083193889913,
+            -0.085677970332651357,
+            0.079046736792981936,
+            -0.036464018872265261,
+            0.088782276514668329,
+            0.0053356421164532306,
+            0.086397754508917263,
+        ],
+        [
+            0.005567621949851255,
+            -0.082584399210358095,
+            0.016293389981150902,
+            -0.068149921940202723,
+            0.024607765824291986,
+            -0.042371120778165551,
+            0.038085957794734761,
+            -0.014689078002139713,
+            0.044917723152732028,
+            0.0055975304711925744,
+            0.042377636814626862,
+        ],
+        [
+            0.00060876869144352308,
+            -0.024249900248381626,
+            0.0034852372391442343,
+            -0.021873832894421241,
+            0.0056394470176721889,
+            -0.013325183414396887,
+            0.01171476205594249,
+            -0.0029978751395908221,
+            0.014829466684898429,
+            0.0031443584693680374,
+            0.013329892864033938,
+        ],
+        [
+            -0.00010674795724957553,
+            -0.003573892165253903,
+            0.00014013292033929203,
+            -0.0035809892216363617,
+            0.00049593813869810988,
+            -0.0019861405029286232,
+            0.0018866902255735042,
+            -7.1754242541398469e-05,
+            0.0024841565387629244,
+            0.0007344109415930028,
+            0.0020591518609924253,
+        ],
+    ]
+)
+_LOGISTIC_VARIANCE = math.pi**2 / 3.0
+_TABLE_Y_MAX = 9.0
+_TABLE_R_MIN = 9e-4
 
 
 def centred_basis(k: int) -> np.ndarray:
@@ -375,53 +591,142 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
     return out
 
 
-def _replicate_averages(factor, centred, half, max_bytes) -> np.ndarray:
-    """Each replicate's average of ``softmax(centred + factor z_j)`` over its nodes ±z:
-    (n, REPLICATES, K), float32 sums in the linear domain.
+def logistic_normal_mean(a: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """``E[σ(a + s Z)]`` for Z standard normal and ``s² = variance`` (broadcast), by the
+    Chebyshev table (absolute error ≤ 1e-5; see the module docstring), float64."""
+    a, variance = np.broadcast_arrays(np.asarray(a, float), np.asarray(variance, float))
+    total = variance + _LOGISTIC_VARIANCE
+    y = np.clip(a / np.sqrt(total), -_TABLE_Y_MAX, _TABLE_Y_MAX)
+    coefficients = _table_coefficients(_LOGISTIC_VARIANCE / total)
+    slope = np.einsum("...i,...i->...", coefficients, _chebyshev_terms(y))
+    return 1.0 / (1.0 + np.exp(-2.0 * y * slope))
 
-    ``centred`` and the columns of ``factor`` sum to zero over the classes, so at every node
-    the largest latent value is ≥ 0 and the exponentials cannot all underflow; rows whose
-    latent values are bounded by ``_NO_SHIFT`` (by the triangle inequality over the level's
-    nodes) cannot overflow either and skip the shift by the largest value.
+
+def _chebyshev_terms(y: np.ndarray) -> np.ndarray:
+    """The Chebyshev polynomials T_0..T_12 of ``2 (y / 9)² − 1``, last axis."""
+    u = 2.0 * (y / _TABLE_Y_MAX) ** 2 - 1.0
+    return np.polynomial.chebyshev.chebvander(u, _LOGISTIC_NORMAL_CHEBYSHEV.shape[0] - 1)
+
+
+def _table_coefficients(r: np.ndarray) -> np.ndarray:
+    """P's Chebyshev coefficients in y at each r (…, 13): the table's series in r summed."""
+    v = 2.0 * np.sqrt(np.clip(r, _TABLE_R_MIN, 1.0)) - 1.0
+    terms = np.polynomial.chebyshev.chebvander(v, _LOGISTIC_NORMAL_CHEBYSHEV.shape[1] - 1)
+    return terms @ _LOGISTIC_NORMAL_CHEBYSHEV.T
+
+
+def _leader_conditioning(root: np.ndarray, centred: np.ndarray):
+    """Per row, what the rule needs to integrate its leading class's direction exactly
+    (module docstring): the leading class t (largest centred mean), the coefficients
+    ``v = s² L⁻¹ u_t`` (n, K − 1) of the independent part ``τ = v · z`` of the node's
+    latent along ``u_t = Qᵀ e_t``, whose variance is ``s² = 1 / |L⁻¹ u_t|²``, and the
+    logistic-normal table at s²: ``1 / σ_t`` (n,) and P's coefficients (n, 13)."""
+    leader = centred.argmax(axis=1)
+    u = centred_basis(centred.shape[1])[leader]  # (n, K − 1): Qᵀ e_t
+    solved = np.linalg.solve(root, u[:, :, None])[..., 0]  # L⁻¹ u_t
+    variance = 1.0 / np.einsum("na,na->n", solved, solved)
+    total = variance + _LOGISTIC_VARIANCE
+    coefficients = _table_coefficients(_LOGISTIC_VARIANCE / total)
+    return leader, solved * variance[:, None], 1.0 / np.sqrt(total), coefficients
+
+
+def _logistic_normal_at(a, inv_scale, coefficients):
+    """The table's ``E[σ(a + s Z)]`` for a (m, …) in float32, one s per row: ``1 / σ_t``
+    (m,) and P's coefficients (m, 13) (Clenshaw's recurrence in ``2 (y / 9)² − 1``)."""
+    extra = (slice(None),) + (None,) * (a.ndim - 1)
+    y = a * inv_scale[extra]
+    np.clip(y, -_TABLE_Y_MAX, _TABLE_Y_MAX, out=y)
+    u = y * y
+    u *= np.float32(2.0 / _TABLE_Y_MAX**2)
+    u -= np.float32(1.0)
+    twice = u + u
+    later = np.zeros_like(u)
+    current = np.broadcast_to(coefficients[:, -1][extra], u.shape).copy()
+    for c in range(coefficients.shape[1] - 2, 0, -1):
+        step = twice * current
+        step -= later
+        step += coefficients[:, c][extra]
+        later, current = current, step
+    current *= u
+    current -= later
+    current += coefficients[:, 0][extra]  # P
+    current *= y
+    current *= np.float32(-2.0)
+    np.exp(current, out=current)
+    current += np.float32(1.0)
+    return np.reciprocal(current, out=current)
+
+
+def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
+    """Each replicate's average over its nodes ±z of the softmax conditioned on the leading
+    class's direction (module docstring): (n, REPLICATES, K), float32 sums in the linear
+    domain. ``lead`` is :func:`_leader_conditioning`'s tuple (in float32).
+
+    The leader's latent value is set aside and the others' exponentials shifted by their
+    largest value (so that their sum, ``Σ_{j≠t} e^{f_j}``, is ≥ 1), unless no latent value
+    can overflow or all underflow (bounded by ``_NO_SHIFT`` over the level's nodes, by the
+    triangle inequality); the leader's logit against the rest, ``f_t − log Σ_{j≠t} e^{f_j}``,
+    is taken from its latent value, never from its exponential.
     """
     n, k, dim = factor.shape
+    leader, v, inv_scale, coefficients = lead
     _, replicates, n_half = half.shape
     n_nodes = replicates * 2 * n_half
     reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
         np.sqrt((half.astype(float) ** 2).sum(axis=0)).max()
     )
+    # Each node's latent values and τ in one product: τ's coefficients as a (K + 1)-th row.
+    stacked = np.concatenate([factor, v[:, None, :]], axis=1)
     out = np.empty((n, replicates, k))
-    # Per row: K float32 latent values per node, half of them as the product, and the
-    # reciprocal of each node's sum.
-    for rows in _row_blocks(n, 4.0 * n_nodes * (1.5 * k + 1), n_nodes * k, max_bytes):
+    # Per row: K float32 latent values per node, half of them (and τ) as the product, and
+    # about a dozen per-node arrays (τ, the leader's value and probability, the table's
+    # recurrence, the weights).
+    for rows in _row_blocks(n, 4.0 * n_nodes * (1.5 * k + 12), n_nodes * k, max_bytes):
         m = rows.stop - rows.start
-        product = (factor[rows].reshape(-1, dim) @ half.reshape(dim, -1)).reshape(
-            m, k, replicates, 1, n_half
+        product = (stacked[rows].reshape(-1, dim) @ half.reshape(dim, -1)).reshape(
+            m, k + 1, replicates, 1, n_half
         )  # one GEMM for both signs
         f = np.empty((m, k, replicates, 2, n_half), dtype=np.float32)
         shift = centred[rows][:, :, None, None, None]
-        np.add(shift, product, out=f[:, :, :, :1])
-        np.subtract(shift, product, out=f[:, :, :, 1:])
+        np.add(shift, product[:, :k], out=f[:, :, :, :1])
+        np.subtract(shift, product[:, :k], out=f[:, :, :, 1:])
+        tau = np.concatenate([product[:, k], -product[:, k]], axis=2).reshape(m, replicates, -1)
         del product
         f = f.reshape(m, k, replicates, 2 * n_half)
+        picked = np.arange(m), leader[rows]
+        lead_value = f[picked]  # a copy (advanced indexing): the leader's latent values
+        f[picked] = -np.inf
         if reach[rows].max() > _NO_SHIFT:
-            f -= f.max(axis=1, keepdims=True)
-        np.exp(f, out=f)
-        total = f.sum(axis=1)
-        np.reciprocal(total, out=total)
-        # Σ_j e_kj / Σ_l e_lj per replicate: a batched matrix-vector product.
-        sums = np.matmul(f.transpose(0, 2, 1, 3), total[..., None])
-        out[rows] = sums[..., 0]
+            top = f.max(axis=1)
+            f -= top[:, None]
+            lead_value -= top
+        np.exp(f, out=f)  # the leader's exponentials are 0
+        rest = f.sum(axis=1)
+        # The leader's logit against the rest, less τ: the conditional mean given the rest.
+        logit = np.log(rest)
+        np.subtract(lead_value, logit, out=logit)
+        logit -= tau
+        lead_p = _logistic_normal_at(logit, inv_scale[rows], coefficients[rows])
+        # Σ_j e_kj (1 − p_j) / rest_j per replicate for the other classes: one batched
+        # matrix-vector product; the leader's own sum replaces its (zero) entry.
+        np.divide(np.float32(1.0) - lead_p, rest, out=rest)
+        sums = np.matmul(f.transpose(0, 2, 1, 3), rest[..., None])[..., 0]
+        sums[picked[0], :, picked[1]] = lead_p.sum(axis=2)
+        out[rows] = sums
     out /= 2 * n_half
     return out
 
 
-def _adaptive_average(factor, centred, tol, max_bytes) -> np.ndarray:
+def _adaptive_average(factor, root, centred, tol, max_bytes) -> np.ndarray:
     """The K ≥ 4 rule (module docstring): (n, K) averages, refined row by row on nested
     nodes (each level's averages pooled with the levels' before it)."""
     n, k, dim = factor.shape
     factor32 = factor.astype(np.float32)
     centred32 = centred.astype(np.float32)
+    lead = tuple(
+        x if x.dtype.kind == "i" else x.astype(np.float32)
+        for x in _leader_conditioning(root, centred)
+    )
     out = np.empty((n, k))
     todo = np.arange(n)
     replicates, summed = None, 0
@@ -431,6 +736,7 @@ def _adaptive_average(factor, centred, tol, max_bytes) -> np.ndarray:
         added = _replicate_averages(
             factor32 if whole else factor32[todo],
             centred32 if whole else centred32[todo],
+            lead if whole else tuple(x[todo] for x in lead),
             z,
             max_bytes,
         )
@@ -546,7 +852,7 @@ def softmax_predictive_log_proba(
         Latent means.
     cov : ndarray of shape (n, K, K)
         Latent covariances (positive semi-definite; only their centred part matters).
-    tol : float, default=1e-3
+    tol : float, default=5e-4
         Absolute accuracy of the K ≥ 4 rule: each row is refined until three estimated
         standard errors are below ``tol`` on every class, or it has 65,536 nodes. Unused
         for the rows of K ≤ 3 classes whose centred latent variances are ≤ 60, whose rule is
@@ -601,7 +907,8 @@ def centred_softmax_predictive_log_proba(
     q = centred_basis(k)
     reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
     spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
-    factor = q @ _roots(reduced)  # (n, K, K-1)
+    root = _roots(reduced)
+    factor = q @ root  # (n, K, K-1)
     centred = mean - mean.mean(axis=1, keepdims=True)
     out = np.empty((len(mean), k))
     done = np.zeros(len(mean), dtype=bool)
@@ -641,7 +948,7 @@ def centred_softmax_predictive_log_proba(
     if not done.all():
         wide = np.flatnonzero(~done)
         factor, centred = factor[wide], centred[wide]
-        average = _adaptive_average(factor, centred, tol, max_bytes)
+        average = _adaptive_average(factor, root[wide], centred, tol, max_bytes)
         with np.errstate(divide="ignore"):
             logs = np.log(average)
         tiny = np.flatnonzero(average.min(axis=1) < _LINEAR_FLOOR)
