@@ -869,13 +869,21 @@ def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
     s = model.sample_weight[:, None]
     residual = -s * p
     residual[np.arange(len(p)), model.y] += model.sample_weight
-    # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
-    # bits as the difference of the two matrices, without their einsum on the identity).
-    curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
-    np.negative(curvature, out=curvature)
-    diagonal = np.arange(p.shape[1])
-    curvature[:, diagonal, diagonal] += s * p
-    lam = q.T @ curvature @ q
+
+    def curvatures(p, s):
+        # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
+        # bits as the difference of the two matrices, without their einsum on the
+        # identity), in the contrasts.
+        curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
+        np.negative(curvature, out=curvature)
+        diagonal = np.arange(p.shape[1])
+        curvature[:, diagonal, diagonal] += s * p
+        return q.T @ curvature @ q
+
+    # On row slices side by side (the same bits): a serial pass of the (M, K, K)
+    # curvatures cost the many-class fits as much as a tenth of a sweep.
+    k = p.shape[1]
+    lam = _by_rows(curvatures, p, s, work=2.0 * k**3)
     W, b = model.split(start)
     g = (np.asarray(model.X @ W.T) + b) @ q
     return lam, np.einsum("iab,ib->ia", lam, g) + residual @ q
