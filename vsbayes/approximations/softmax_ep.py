@@ -224,7 +224,11 @@ class _Contrast:
             return v_mean, kept[1]
         # Many classes: the r(r + 1)/2 distinct covariances by one GEMM (round-off apart
         # from the full product, a quarter of its work); fewer keep their bits.
-        return row_moments(self.model.X, coef, cov, by_pairs=self.k >= MANY_CLASSES)
+        if self.k < MANY_CLASSES:
+            return row_moments(self.model.X, coef, cov)
+        return row_moments(
+            self.model.X, coef, cov, by_pairs=True, products=self.model.pair_products()
+        )
 
     def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
         """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance
