@@ -66,7 +66,7 @@ def _rule_nodes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
     nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only); the
-    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_coarse_rows`)."""
+    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_spread_levels`)."""
     if rule is None:
         n = _DEFAULT_NODES(r) << (2 * level)
         if coarse:
@@ -94,7 +94,7 @@ class _RowState:
         self.pending = pending
         self.level = np.zeros(m, dtype=int)
         self.direct = np.zeros(m, dtype=bool)
-        # Rows of level 0 on a quarter of its nodes (narrow cavities, _coarse_rows); cleared,
+        # Rows of level 0 on a quarter of its nodes (narrow cavities, _spread_levels); cleared,
         # never set again, where such a row's moments come out improper or it goes direct.
         self.coarse = np.zeros(m, dtype=bool)
         # The cavities' moments from one solve (_row_cavity_moments), without their natural
@@ -142,13 +142,21 @@ def _largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
     return top
 
 
-def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
-    """The starting rule level of each row from its cavity's largest variance."""
-    top = _largest_variances(cav_cov, _WIDE_CAVITY[0])
+def _spread_levels(cav_cov: np.ndarray, rule: SamplingRule | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's starting rule level from its cavity's largest variance, and whether its
+    cavity is narrow enough for the default rule's coarse level (:data:`_NARROW_CAVITY`;
+    from 17 classes on, :func:`_many_classes`), from one pass over the cavities: each
+    computed alone read them twice, the second on a copy (26 classes × 5000 rows: a tenth
+    of the first sweep outside its blocks)."""
+    r = cav_cov.shape[1]
+    coarse_level = rule is None and _many_classes(r)
+    # Exact where a threshold needs it: above the narrow bound, or the first wide one.
+    top = _largest_variances(cav_cov, _NARROW_CAVITY if coarse_level else _WIDE_CAVITY[0])
     level = np.zeros(len(cav_cov), dtype=int)
     for threshold in _WIDE_CAVITY:
         level += top > threshold
-    return np.minimum(level, n_levels - 1)
+    narrow = top <= _NARROW_CAVITY if coarse_level else np.zeros(len(cav_cov), dtype=bool)
+    return np.minimum(level, _n_levels(rule) - 1), narrow
 
 
 #: A row of level 0 whose cavity's largest variance is at most this takes a quarter of the
@@ -171,14 +179,6 @@ def _many_classes(r: int) -> bool:
     (see _COARSE_MIN_NODES), r ≥ 16, and the rows' (r × r) factorizations and nodes are most
     of a sweep. Below, the sweeps are cheap, and their numbers stay as they were."""
     return _DEFAULT_NODES(r) >= _COARSE_MIN_NODES
-
-
-def _coarse_rows(cav_cov: np.ndarray, rule: SamplingRule | None) -> np.ndarray:
-    """Which rows (at level 0) take the default rule's coarse level: narrow cavities."""
-    r = cav_cov.shape[1]
-    if rule is not None or not _many_classes(r):
-        return np.zeros(len(cav_cov), dtype=bool)
-    return _largest_variances(cav_cov, _NARROW_CAVITY) <= _NARROW_CAVITY
 
 
 def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments=None):
@@ -406,10 +406,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
     log_norm = 0.5 * quad + log_det_half + 0.5 * r * _LOG_2PI
     if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
-        state.level[ok] = np.maximum(state.level[ok], _spread_levels(cav_cov[ok], _n_levels(rule)))
-        state.coarse[ok] = (
-            (state.level[ok] == 0) & ~state.direct[ok] & _coarse_rows(cav_cov[ok], rule)
-        )
+        level, narrow = _spread_levels(cav_cov if ok.all() else cav_cov[ok], rule)
+        state.level[ok] = np.maximum(state.level[ok], level)
+        state.coarse[ok] = (state.level[ok] == 0) & ~state.direct[ok] & narrow
         state.sized = True
     outputs = (log_z, expected, second, g_mean, g_cov)
     for at in range(_n_levels(rule)):
