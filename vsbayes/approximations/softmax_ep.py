@@ -19,7 +19,8 @@ N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ 
 rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian with the
 moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
 parameters minus the cavity's (from 17 classes on, the tilted moments' cavities come as
-their covariance and mean ``(I − VΛ/c)⁻¹ [V, m − Vη/c]``, one solve a row). The tilted
+their covariance and mean ``(I − VΛ/c)⁻¹ [V, m − Vη/c]``, one solve a row, by products
+``(I + E)(I + E²)(I + E⁴)…`` where the systems are near the identity). The tilted
 moments come one of two ways (``sites``):
 
 * **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes where the rows' cavities are wide,
