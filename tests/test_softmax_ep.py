@@ -507,3 +507,26 @@ def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
     monkeypatch.setattr(sites_module, "_WIDE_CAVITY", (0.0, 0.0))
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, fits.mean)
     assert np.abs(fits.mean - moments.mean).max() > 1e-6  # the two differ
+
+
+@pytest.mark.parametrize(("k", "factor"), [(10, 1.0), (20, 5.0)])
+def test_estimators_posterior_stop_is_wider_from_seventeen_classes(k, factor, monkeypatch):
+    """The estimators' multinomial EP of expensive sweeps stops where one sweep moves the
+    posterior by 10⁻⁵ nats (10³ tol if less), five times that from 17 classes on."""
+    methods = importlib.import_module("vsbayes.estimators._methods")
+    seen = {}
+
+    def capture(model, **options):
+        seen.update(options)
+
+    monkeypatch.setattr(methods, "softmax_ep", capture)
+    rng = np.random.default_rng(0)
+    m, d = 400, 8
+    X, y = rng.standard_normal((m, d)), np.arange(m) % k
+    model = SoftmaxGLMPosterior(X, y, np.ones(m), k, prior_var=1.0, intercept_prior_var=4.0)
+    laplace = type("Start", (), {"mean": np.zeros(model.dim)})()
+    assert methods.softmax_ep_cost(model)[1] >= methods.SOFTMAX_EP_SMALL_SWEEP
+    methods.softmax_ep_posterior(model, laplace, tol=1e-8)
+    assert seen["posterior_tol"] == pytest.approx(factor * 1e-5, rel=1e-12)
+    methods.softmax_ep_posterior(model, laplace, tol=1e-10)
+    assert seen["posterior_tol"] == pytest.approx(factor * 1e-7, rel=1e-12)
