@@ -371,6 +371,37 @@ def test_cavity_moments_from_one_solve_are_the_two_inverses():
     np.testing.assert_allclose(sites_module._whitened_norms(chol, mean)[ok], quad[ok], rtol=1e-10)
 
 
+def test_near_identity_solve_is_the_lu_solve_to_round_off():
+    """(I − E)⁻¹ X by the product series equals the LU solve to round-off for rows whose
+    spectral-radius bound asks 1 to 6 factors, and the rows beyond the series' bound (and
+    a NaN bound) take the LU solve itself; each row's factors are the fewest whose
+    truncation is within the unit round-off."""
+    rng = np.random.default_rng(5)
+    m, r = 8, 6
+    radii = np.array([0.0, 1e-9, 0.01, 0.1, 0.3, 0.45, 0.9, 0.2])
+    root = rng.standard_normal((m, r, r)) / np.sqrt(r)
+    sym = root @ np.swapaxes(root, 1, 2) + 0.1 * np.eye(r)  # E = S Λ, similar to symmetric
+    lam = rng.standard_normal((m, r, r))
+    lam = lam @ np.swapaxes(lam, 1, 2)
+    e = sym @ lam
+    e *= (radii / np.abs(np.linalg.eigvals(e)).max(axis=1))[:, None, None]
+    e[0] = 0.0
+    rhs = rng.standard_normal((m, r, r + 1))
+    bound = np.sqrt(np.einsum("mab,mba->m", e, e))
+    bound[-1] = np.nan
+    got = sites_module._near_identity_solve(e, rhs, bound)
+    want = np.linalg.solve(np.eye(r) - e, rhs)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    series = bound < sites_module._SERIES_BOUND
+    assert series.sum() == 6 and not series[6] and not series[7]
+    factors = sites_module._series_factors(bound[series])
+    eps, b = sites_module._SERIES_EPS, bound[series]
+    assert np.all(b ** (2.0**factors) <= eps * (1.0 - b))
+    fewer = factors > 1
+    assert np.all(b[fewer] ** (2.0 ** (factors[fewer] - 1)) > eps * (1.0 - b[fewer]))
+    assert factors.min() == 1 and factors.max() == 6
+
+
 def test_memory_guard_refuses_before_the_sweeps(twenty_classes, monkeypatch):
     """With a memory limit below the fit's estimate, softmax_ep raises MemoryLimitError
     naming the size and the remedy, before its first sweep (no site is computed)."""
@@ -476,3 +507,26 @@ def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
     monkeypatch.setattr(sites_module, "_WIDE_CAVITY", (0.0, 0.0))
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, fits.mean)
     assert np.abs(fits.mean - moments.mean).max() > 1e-6  # the two differ
+
+
+@pytest.mark.parametrize(("k", "factor"), [(10, 1.0), (20, 5.0)])
+def test_estimators_posterior_stop_is_wider_from_seventeen_classes(k, factor, monkeypatch):
+    """The estimators' multinomial EP of expensive sweeps stops where one sweep moves the
+    posterior by 10⁻⁵ nats (10³ tol if less), five times that from 17 classes on."""
+    methods = importlib.import_module("vsbayes.estimators._methods")
+    seen = {}
+
+    def capture(model, **options):
+        seen.update(options)
+
+    monkeypatch.setattr(methods, "softmax_ep", capture)
+    rng = np.random.default_rng(0)
+    m, d = 400, 8
+    X, y = rng.standard_normal((m, d)), np.arange(m) % k
+    model = SoftmaxGLMPosterior(X, y, np.ones(m), k, prior_var=1.0, intercept_prior_var=4.0)
+    laplace = type("Start", (), {"mean": np.zeros(model.dim)})()
+    assert methods.softmax_ep_cost(model)[1] >= methods.SOFTMAX_EP_SMALL_SWEEP
+    methods.softmax_ep_posterior(model, laplace, tol=1e-8)
+    assert seen["posterior_tol"] == pytest.approx(factor * 1e-5, rel=1e-12)
+    methods.softmax_ep_posterior(model, laplace, tol=1e-10)
+    assert seen["posterior_tol"] == pytest.approx(factor * 1e-7, rel=1e-12)

@@ -52,8 +52,6 @@ from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows, _spl
 from .softmax_sites import (
     MAX_FITTED_CLASSES,
     _cavity,
-    _coarse_rows,
-    _n_levels,
     _OneRow,
     _psd,
     _RowState,
@@ -758,7 +756,7 @@ def _site_state(model, full: _FullFit, n_refits: int) -> _RowState:
     if model.n_classes <= MAX_FITTED_CLASSES and _wide_rows(np.linalg.eigvalsh(spread[ok])[:, -1]):
         state.rules = _rules(SymmetricSobol(16))
     else:
-        level = _spread_levels(spread, _n_levels(None))
+        level, narrow = _spread_levels(spread, None)
         state.level = np.tile(level, n_refits)
-        state.coarse = np.tile((level == 0) & ok & _coarse_rows(spread, None), n_refits)
+        state.coarse = np.tile((level == 0) & ok & narrow, n_refits)
     return state

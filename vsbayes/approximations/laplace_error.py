@@ -266,7 +266,10 @@ def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
     W, b = model.split(mean)
     coef = np.column_stack([W, b]) if model.fit_intercept else W
     many = model.n_classes >= MANY_CLASSES  # the distinct covariances by one GEMM
-    _, latent_cov = row_moments(model.X, coef, _class_major(model, cov), by_pairs=many)
+    products = model.pair_products() if many else None
+    _, latent_cov = row_moments(
+        model.X, coef, _class_major(model, cov), by_pairs=many, products=products
+    )
     _, probabilities = model.probabilities(mean)
     weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
     return model.to_vector(model.latent_transpose(weights))

@@ -19,7 +19,8 @@ N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ 
 rows; a weight below 1 is one factor ``F^{s_i}``, as the binary EP), the Gaussian with the
 moments of the tilted density ``F^{min(s,1)} × cavity``, and the new site, its natural
 parameters minus the cavity's (from 17 classes on, the tilted moments' cavities come as
-their covariance and mean ``(I − VΛ/c)⁻¹ [V, m − Vη/c]``, one solve a row). The tilted
+their covariance and mean ``(I − VΛ/c)⁻¹ [V, m − Vη/c]``, one solve a row, by products
+``(I + E)(I + E²)(I + E⁴)…`` where the systems are near the identity). The tilted
 moments come one of two ways (``sites``):
 
 * **VS fits** (up to :data:`MAX_FITTED_CLASSES` classes where the rows' cavities are wide,
@@ -224,7 +225,11 @@ class _Contrast:
             return v_mean, kept[1]
         # Many classes: the r(r + 1)/2 distinct covariances by one GEMM (round-off apart
         # from the full product, a quarter of its work); fewer keep their bits.
-        return row_moments(self.model.X, coef, cov, by_pairs=self.k >= MANY_CLASSES)
+        if self.k < MANY_CLASSES:
+            return row_moments(self.model.X, coef, cov)
+        return row_moments(
+            self.model.X, coef, cov, by_pairs=True, products=self.model.pair_products()
+        )
 
     def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
         """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance

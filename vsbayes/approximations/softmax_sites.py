@@ -66,7 +66,7 @@ def _rule_nodes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
     nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only); the
-    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_coarse_rows`)."""
+    default rule's ``coarse`` level 0 has a quarter of its nodes (:func:`_spread_levels`)."""
     if rule is None:
         n = _DEFAULT_NODES(r) << (2 * level)
         if coarse:
@@ -94,7 +94,7 @@ class _RowState:
         self.pending = pending
         self.level = np.zeros(m, dtype=int)
         self.direct = np.zeros(m, dtype=bool)
-        # Rows of level 0 on a quarter of its nodes (narrow cavities, _coarse_rows); cleared,
+        # Rows of level 0 on a quarter of its nodes (narrow cavities, _spread_levels); cleared,
         # never set again, where such a row's moments come out improper or it goes direct.
         self.coarse = np.zeros(m, dtype=bool)
         # The cavities' moments from one solve (_row_cavity_moments), without their natural
@@ -142,13 +142,21 @@ def _largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
     return top
 
 
-def _spread_levels(cav_cov: np.ndarray, n_levels: int) -> np.ndarray:
-    """The starting rule level of each row from its cavity's largest variance."""
-    top = _largest_variances(cav_cov, _WIDE_CAVITY[0])
+def _spread_levels(cav_cov: np.ndarray, rule: SamplingRule | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's starting rule level from its cavity's largest variance, and whether its
+    cavity is narrow enough for the default rule's coarse level (:data:`_NARROW_CAVITY`;
+    from 17 classes on, :func:`_many_classes`), from one pass over the cavities: each
+    computed alone read them twice, the second on a copy (26 classes × 5000 rows: a tenth
+    of the first sweep outside its blocks)."""
+    r = cav_cov.shape[1]
+    coarse_level = rule is None and _many_classes(r)
+    # Exact where a threshold needs it: above the narrow bound, or the first wide one.
+    top = _largest_variances(cav_cov, _NARROW_CAVITY if coarse_level else _WIDE_CAVITY[0])
     level = np.zeros(len(cav_cov), dtype=int)
     for threshold in _WIDE_CAVITY:
         level += top > threshold
-    return np.minimum(level, n_levels - 1)
+    narrow = top <= _NARROW_CAVITY if coarse_level else np.zeros(len(cav_cov), dtype=bool)
+    return np.minimum(level, _n_levels(rule) - 1), narrow
 
 
 #: A row of level 0 whose cavity's largest variance is at most this takes a quarter of the
@@ -171,14 +179,6 @@ def _many_classes(r: int) -> bool:
     (see _COARSE_MIN_NODES), r ≥ 16, and the rows' (r × r) factorizations and nodes are most
     of a sweep. Below, the sweeps are cheap, and their numbers stay as they were."""
     return _DEFAULT_NODES(r) >= _COARSE_MIN_NODES
-
-
-def _coarse_rows(cav_cov: np.ndarray, rule: SamplingRule | None) -> np.ndarray:
-    """Which rows (at level 0) take the default rule's coarse level: narrow cavities."""
-    r = cav_cov.shape[1]
-    if rule is not None or not _many_classes(r):
-        return np.zeros(len(cav_cov), dtype=bool)
-    return _largest_variances(cav_cov, _NARROW_CAVITY) <= _NARROW_CAVITY
 
 
 def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments=None):
@@ -406,10 +406,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     # log ∫ exp(−gᵀPg/2 + hᵀg) dg, to which E[F^s] over the normalized cavity is relative.
     log_norm = 0.5 * quad + log_det_half + 0.5 * r * _LOG_2PI
     if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
-        state.level[ok] = np.maximum(state.level[ok], _spread_levels(cav_cov[ok], _n_levels(rule)))
-        state.coarse[ok] = (
-            (state.level[ok] == 0) & ~state.direct[ok] & _coarse_rows(cav_cov[ok], rule)
-        )
+        level, narrow = _spread_levels(cav_cov if ok.all() else cav_cov[ok], rule)
+        state.level[ok] = np.maximum(state.level[ok], level)
+        state.coarse[ok] = (state.level[ok] == 0) & ~state.direct[ok] & narrow
         state.sized = True
     outputs = (log_z, expected, second, g_mean, g_cov)
     for at in range(_n_levels(rule)):
@@ -534,7 +533,14 @@ def _natural(cav_prec, cav_lin, cav_cov, cav_mean, rows):
 
 def _whitened_norms(chol: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """``|L⁻¹ b|²`` of each row's vector b and lower triangular L: forward substitution
-    over the r columns, each step on every row at once."""
+    over the r columns, each step on every row of a slice at once, the slices side by side
+    (the same bits: a serial pass of r numpy steps over all rows was ~1 % of a 26-class
+    fit, four times a fit)."""
+    r = vectors.shape[1]
+    return _by_rows(_row_whitened_norms, chol, vectors, work=float(r**3))
+
+
+def _row_whitened_norms(chol: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     white = np.empty_like(vectors)
     for j in range(vectors.shape[1]):
         done = np.einsum("ma,ma->m", chol[:, j, :j], white[:, :j])
@@ -556,15 +562,16 @@ def _row_cavity_moments(v_mean, v_cov, lam, eta, copies):
     :func:`_row_cavity` and :func:`_cavity_moments` take two inverses and a factorization
     more."""
     m, r = v_mean.shape
-    c = copies[:, None, None]
-    system = np.matmul(v_cov, lam)
-    system /= -c
-    system[:, np.arange(r), np.arange(r)] += 1.0
+    shrink = np.matmul(v_cov, lam)  # VΛ/c: the site's share of the row's latent precision
+    shrink /= copies[:, None, None]
     rhs = np.empty((m, r, r + 1))
     rhs[:, :, :r] = v_cov
     rhs[:, :, r] = v_mean - np.matmul(v_cov, eta[..., None])[..., 0] / copies[:, None]
     try:
-        solved = np.linalg.solve(system, rhs)
+        # VΛ/c is similar to the symmetric R ᵀΛR/c (V = RRᵀ): its spectral radius is at
+        # most √tr((VΛ/c)²).
+        bound = np.sqrt(np.einsum("mab,mba->m", shrink, shrink))
+        solved = _near_identity_solve(shrink, rhs, bound)
     except np.linalg.LinAlgError:  # a singular system (an improper cavity): the two inverses
         cav_prec, cav_lin, ok = _row_cavity(v_mean, v_cov, lam, eta, copies)
         return (*_cavity_moments(cav_prec, cav_lin, ok), ok)
@@ -583,6 +590,66 @@ def _row_cavity_moments(v_mean, v_cov, lam, eta, copies):
         chol = np.linalg.cholesky(cav_cov)
     log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
     return cav_cov, cav_mean, chol, log_det_half, ok
+
+
+#: Largest bound on the spectral radius of E for which :func:`_near_identity_solve` takes
+#: the series (six factors at most); beyond it an LU solve, whose cost is about that of 14
+#: batched products of the rows' r × r matrices.
+_SERIES_BOUND = 0.5
+#: Relative truncation error of the series: round-off (the unit round-off of float64).
+_SERIES_EPS = 2.0**-52
+
+
+def _series_factors(bound: np.ndarray) -> np.ndarray:
+    """Factors k of :func:`_near_identity_solve`'s product for spectral radii at most
+    ``bound`` (< :data:`_SERIES_BOUND`): the least with ``bound^(2^k) ≤ ε (1 − bound)``,
+    the truncation's relative error."""
+    b = np.clip(bound, 1e-300, _SERIES_BOUND)
+    ratio = np.log(_SERIES_EPS * (1.0 - b)) / np.log(b)
+    return np.maximum(np.ceil(np.log2(np.maximum(ratio, 1.0))), 1).astype(int)
+
+
+def _near_identity_solve(e: np.ndarray, rhs: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``(I − E)⁻¹ X`` for each row's E (M, r, r) and X (M, r, n), given a bound on E's
+    spectral radius (M,): by the product ``(I + E)(I + E²)(I + E⁴)…`` of batched matrix
+    products where the bound is below :data:`_SERIES_BOUND`, to the unit round-off; else
+    by an LU solve (which raises ``LinAlgError`` where I − E is singular).
+
+    The many-class sweeps' two solves a row (the cavity's, ``VΛ/c``, and the site's,
+    ``HΣ``) are of this kind, with radii of 0.04 in the median and 0.2 at most at 20-26
+    classes: numpy's batched LU solve of a 19 × 19 system with 19 right-hand sides costs
+    as much as ~14 batched products of 19 × 19 matrices, the series 7-9 of them. Each
+    row's series takes its own number of factors; its round-off is that of the products,
+    which the LU solve's is not bitwise."""
+    r = e.shape[1]
+    series = bound < _SERIES_BOUND  # (NaN: the LU solve)
+    if not series.any():
+        return np.linalg.solve(np.eye(r) - e, rhs)
+    if series.all():
+        at, x, power = slice(None), rhs.copy(), e
+        out = x
+    else:
+        out = np.empty_like(rhs)
+        lu = np.flatnonzero(~series)
+        out[lu] = np.linalg.solve(np.eye(r) - e[lu], rhs[lu])
+        at = np.flatnonzero(series)
+        x, power = rhs[at], e[at]
+    need = _series_factors(bound[at])
+    active = None  # positions in x of the rows that need the next factor (None: all)
+    for factor in range(int(need.max())):
+        if factor:
+            keep = need > factor if active is None else need[active] > factor
+            if not keep.all():
+                active = np.flatnonzero(keep) if active is None else active[keep]
+                power = power[keep]
+            power = power @ power
+        if active is None:
+            x += power @ x
+        else:
+            x[active] += power @ x[active]
+    if out is not x:
+        out[at] = x
+    return out
 
 
 def _matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
@@ -639,12 +706,25 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
     # reduction of a cavity variance is λ_max(Lᵀ H L), LLᵀ = Σ; below _DIRECT (_DIRECT·I −
     # Lᵀ H L positive definite) the tilted covariance Σ − ΣHΣ = L (I − LᵀHL) Lᵀ is proper too.
     eye = np.eye(q.shape[1])
-    whitened = np.swapaxes(chol, 1, 2) @ hess @ chol
+    many = _many_classes(q.shape[1])
+    if many:
+        # |LᵀHL|²_F = tr((HΣ)²): from H Σ, which the site's series solve takes, without
+        # LᵀHL on every row (round-off apart; fewer classes keep their bits).
+        shrink = hess @ cav_cov
+        norms = np.einsum("mab,mba->m", shrink, shrink)
+    else:
+        whitened = np.swapaxes(chol, 1, 2) @ hess @ chol
+        norms = np.einsum("mab,mab->m", whitened, whitened)
     # λ_max ≤ the Frobenius norm: rows within _DIRECT by the norm are settled without a
     # factorization (every row at 20-26 classes, norms 0.04 in the median).
-    settled = np.einsum("mab,mab->m", whitened, whitened) < _DIRECT**2
+    settled = norms < _DIRECT**2
     if not settled.all():
-        settled[~settled] = _row_positive_definite(_DIRECT * eye - whitened[~settled])
+        if many:
+            lower = chol[~settled]
+            whitened = np.swapaxes(lower, 1, 2) @ hess[~settled] @ lower
+        else:
+            whitened = whitened[~settled]
+        settled[~settled] = _row_positive_definite(_DIRECT * eye - whitened)
     # Otherwise: proper tilted covariance ⇔ P − H positive definite.
     fine = settled.copy()
     if not settled.all():
@@ -658,7 +738,17 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
         hess = np.where(fine[:, None, None], hess, 0.0)
     # The site precision (H⁻¹ − Σ)⁻¹ = (I − H Σ)⁻¹ H, and its linear term γ + Λ μ_t with
     # the tilted mean μ_t = Σ (h + γ).
-    lam = np.linalg.solve(eye - hess @ cav_cov, hess)
+    if many:
+        # H Σ is similar to Lᵀ H L: its spectral radius is at most the latter's Frobenius
+        # norm (the zeroed rows' H Σ is 0).
+        if every:
+            bound = np.sqrt(norms)
+        else:
+            bound = np.where(fine, np.sqrt(norms), 0.0)
+            shrink = np.where(fine[:, None, None], shrink, 0.0)
+        lam = _near_identity_solve(shrink, hess, bound)
+    else:
+        lam = np.linalg.solve(eye - hess @ cav_cov, hess)
     lam += np.swapaxes(lam, 1, 2)  # (overlapping operands: NumPy buffers them)
     lam *= 0.5
     t_mean = cav_mean + np.einsum("mab,mb->ma", cav_cov, grad)
@@ -785,13 +875,21 @@ def _laplace_sites(model, q, start) -> tuple[np.ndarray, np.ndarray]:
     s = model.sample_weight[:, None]
     residual = -s * p
     residual[np.arange(len(p)), model.y] += model.sample_weight
-    # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
-    # bits as the difference of the two matrices, without their einsum on the identity).
-    curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
-    np.negative(curvature, out=curvature)
-    diagonal = np.arange(p.shape[1])
-    curvature[:, diagonal, diagonal] += s * p
-    lam = q.T @ curvature @ q
+
+    def curvatures(p, s):
+        # s (diag p − p pᵀ), the diagonal added to the outer products' negatives (the same
+        # bits as the difference of the two matrices, without their einsum on the
+        # identity), in the contrasts.
+        curvature = s[..., None] * (p[:, :, None] * p[:, None, :])
+        np.negative(curvature, out=curvature)
+        diagonal = np.arange(p.shape[1])
+        curvature[:, diagonal, diagonal] += s * p
+        return q.T @ curvature @ q
+
+    # On row slices side by side (the same bits): a serial pass of the (M, K, K)
+    # curvatures cost the many-class fits as much as a tenth of a sweep.
+    k = p.shape[1]
+    lam = _by_rows(curvatures, p, s, work=2.0 * k**3)
     W, b = model.split(start)
     g = (np.asarray(model.X @ W.T) + b) @ q
     return lam, np.einsum("iab,ib->ia", lam, g) + residual @ q

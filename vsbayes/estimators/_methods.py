@@ -21,6 +21,7 @@ from ..approximations.softmax_ep import softmax_ep_cost
 from ..engine import LaplaceResult
 from ..gaussian import Gaussian
 from ..models import ChunkedSoftmaxPosterior, SoftmaxGLMPosterior
+from ..models.softmax import MANY_CLASSES
 
 __all__ = [
     "SOFTMAX_MODELS",
@@ -58,6 +59,12 @@ SOFTMAX_EP_SMALL_SWEEP = 1e7
 #: classes, against 8192 nodes a row), where the site change (1-3·10⁻⁴ relative) still
 #: asked for a fifth sweep at 20-30 classes (D-080 in docs/decisions.md).
 SOFTMAX_EP_POSTERIOR_TOL = 1e-5
+#: From :data:`~vsbayes.models.softmax.MANY_CLASSES` classes on, that stop times this
+#: factor (5·10⁻⁵ nats at the default tol): their quadrature leaves EP's fixed point
+#: 5.0-9.8·10⁻⁴ nats from its exact one on 8192 nodes a row (the coarse narrow rows,
+#: D-081), and the returned posterior, the damped sweep's, is a few 10⁻⁶ nats from the one
+#: at tol = 10⁻⁸ where one undamped sweep moves it by 5·10⁻⁵ (D-097 in docs/decisions.md).
+SOFTMAX_EP_MANY_POSTERIOR_FACTOR = 5.0
 #: Site change at which the multinomial EP stops where it is only the kernel of VS's global
 #: fit (``softmax_ep_kernel``), whatever the estimator's ``tol``: the global fit needs a
 #: kernel near the posterior, not EP's fixed point to round-off. Measured on wine (178
@@ -169,6 +176,11 @@ def softmax_ep_posterior(
     _, sweep_work = softmax_ep_cost(model)
     small = sweep_work < SOFTMAX_EP_SMALL_SWEEP
     stop = 1e-2 * tol if small else math.sqrt(tol)
+    posterior_tol = None
+    if not small:
+        posterior_tol = min(SOFTMAX_EP_POSTERIOR_TOL, 1e3 * tol)
+        if model.n_classes >= MANY_CLASSES:
+            posterior_tol *= SOFTMAX_EP_MANY_POSTERIOR_FACTOR
     return softmax_ep(
         model,
         damping=damping,
@@ -176,7 +188,7 @@ def softmax_ep_posterior(
         max_iter=max_iter,
         start=laplace.mean,
         verbose=verbose,
-        posterior_tol=None if small else min(SOFTMAX_EP_POSTERIOR_TOL, 1e3 * tol),
+        posterior_tol=posterior_tol,
     )
 
 

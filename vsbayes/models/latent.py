@@ -206,7 +206,12 @@ def row_variances(design, cov: np.ndarray, max_bytes: int | None = None) -> np.n
 
 
 def row_moments(
-    X, coef: np.ndarray, cov: np.ndarray, *, by_pairs: bool = False
+    X,
+    coef: np.ndarray,
+    cov: np.ndarray,
+    *,
+    by_pairs: bool = False,
+    products: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and covariance of every row's r latent scores ``g = B x̃`` under N(vec B, Σ).
 
@@ -222,6 +227,9 @@ def row_moments(
         Dense rows: the r(r + 1)/2 distinct covariances from the w(w + 1)/2 distinct
         products of each row's entries, one GEMM (a quarter of the product's multiply-adds;
         the same numbers to round-off, in another order of the sums).
+    products : ndarray of shape (M, w(w + 1)/2), optional
+        Those products of the dense rows ``x̃``, ``x̃_j x̃_l`` for j ≤ l in the order of
+        ``np.triu_indices(w)``, if already formed (with ``by_pairs``; the same bits).
 
     Returns
     -------
@@ -236,7 +244,7 @@ def row_moments(
     if _gathers_pairs(X, 2 * r * w // (r + 1)):
         return _pair_row_moments(X, coef, blocks)
     if by_pairs and not sp.issparse(X):
-        return _dense_pair_row_moments(X, coef, blocks)
+        return _dense_pair_row_moments(X, coef, blocks, products)
     # (w, r·r·w): column j of x̃ against every block Σ[a, :, c, :].
     spread = np.ascontiguousarray(blocks.transpose(1, 0, 2, 3)).reshape(w, -1)
     out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))
@@ -272,7 +280,9 @@ def row_moments(
     return out_mean, out_cov
 
 
-def _dense_pair_row_moments(X: np.ndarray, coef: np.ndarray, blocks: np.ndarray):
+def _dense_pair_row_moments(
+    X: np.ndarray, coef: np.ndarray, blocks: np.ndarray, products: np.ndarray | None = None
+):
     """:func:`row_moments` of dense rows as ``[x̃_j x̃_l]_{j ≤ l} @ S``, S (w(w + 1)/2,
     r(r + 1)/2) the blocks' entries ``Σ_ac[j, l] + Σ_ac[l, j]`` (halved on j = l): the
     quadratic forms of the pairs of scores a ≤ c, symmetric to the bit."""
@@ -296,7 +306,8 @@ def _dense_pair_row_moments(X: np.ndarray, coef: np.ndarray, blocks: np.ndarray)
         if w > d:
             x = np.hstack([x, np.ones((x.shape[0], 1))])
         out_mean[rows] = x @ coef.T
-        values = (x[:, col_j] * x[:, col_l]) @ forms
+        pairs = x[:, col_j] * x[:, col_l] if products is None else products[rows]
+        values = pairs @ forms
         out_cov[rows] = values[:, pair_of].reshape(-1, r, r)
 
     n_pairs = len(col_j) + len(score_a) + r * r

@@ -156,6 +156,7 @@ class SoftmaxGLMPosterior:
             self._prior_half_log_det = float(np.log(np.diag(lower)).sum())
         self.n_jobs = n_jobs
         self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
+        self._products = None  # pair_products(), once formed
 
     @property
     def n_observations(self) -> int:
@@ -318,7 +319,8 @@ class SoftmaxGLMPosterior:
         # classes × 5000 rows. The same bits as the full matrices' entries.
         first, second = triu_indices(self.n_classes)
         s = self.sample_weight[:, None]
-        pairs = s * (P[:, first] * P[:, second])
+        pairs = _outer_pairs(P)
+        pairs *= s
         np.negative(pairs, out=pairs)
         on_diagonal = np.flatnonzero(first == second)
         pairs[:, on_diagonal] += s * P
@@ -327,6 +329,24 @@ class SoftmaxGLMPosterior:
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
         return hess
+
+    def pair_products(self) -> np.ndarray | None:
+        """The distinct products ``x̃_j x̃_l`` (j ≤ l) of every dense row, (M, w(w + 1)/2),
+        formed on first use and kept where they take at most a sixteenth of a block's bytes
+        (:func:`~vsbayes._memory.block_bytes`); else None (sparse rows, or too many: the
+        passes form them block by block).
+
+        A many-class fit reads them a dozen times and more (Newton's Hessians, EP's
+        posteriors and the rows' latent moments, :func:`~vsbayes.models.latent.row_moments`
+        by pairs): gathering them anew was a fifth of each of those products' time."""
+        if self._products is None and not sp.issparse(self.X):
+            width = self.n_features + int(self.fit_intercept)
+            n_products = width * (width + 1) // 2
+            if 8.0 * self.n_observations * n_products <= block_bytes() / 16:
+                col_j, col_l = triu_indices(width)
+                x = self.design_rows(slice(None))
+                self._products = x[:, col_j] * x[:, col_l]
+        return self._products
 
     def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
@@ -342,15 +362,22 @@ class SoftmaxGLMPosterior:
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
         first, second = triu_indices(r)
+        width = self.n_features + int(self.fit_intercept)
+        if distinct and not sp.issparse(self.X) and width < len(first):
+            # The upper triangles gathered in the Gram's own row blocks, side by side (the
+            # same values and layout a block's): gathered whole, a serial third of the
+            # product's time at 26 classes.
+            return self._pair_gram(weights, r, distinct)
         return self._pair_gram(weights[:, first, second], r, distinct)
 
     def _pair_gram(self, pairs: np.ndarray, r: int, distinct: bool = False) -> np.ndarray:
-        """:meth:`latent_gram` from the weights' upper triangles (M, r(r + 1)/2), row-major."""
+        """:meth:`latent_gram` from the weights' upper triangles (M, r(r + 1)/2), row-major
+        (or, for :meth:`_outer_gram` with ``distinct``, the weights (M, r, r) themselves)."""
         width = self.n_features + int(self.fit_intercept)
         first, second = triu_indices(r)
         sparse = sp.issparse(self.X)
         if not sparse and width < len(first):
-            grams = self._outer_gram(pairs, width, distinct)
+            grams = self._outer_gram(pairs, width, distinct, r)
         else:
             grams = self._copies_gram(pairs, width, sparse)
         blocks = np.empty((r, r, width, width))
@@ -358,7 +385,7 @@ class SoftmaxGLMPosterior:
         blocks[second, first] = grams.transpose(0, 2, 1)
         return blocks
 
-    def _outer_gram(self, pairs: np.ndarray, width: int, distinct: bool) -> np.ndarray:
+    def _outer_gram(self, pairs: np.ndarray, width: int, distinct: bool, r: int) -> np.ndarray:
         """The (pairs, w, w) Gram matrices as ``pairsᵀ @ [x̃_i x̃_iᵀ]``: one GEMM per block
         of rows on the rows' outer products (w² a row: fewer temporaries than the weighted
         copies' w per pair where the pairs outnumber the columns, i.e. many classes);
@@ -376,18 +403,26 @@ class SoftmaxGLMPosterior:
                 out += pairs[rows].T @ outer
             return out.reshape(-1, width, width)
 
+        products = self.pair_products()
+        first, second = triu_indices(r)
+
         def block(rows: slice) -> np.ndarray:
+            # Weights (M, r, r): their upper triangles, gathered here.
+            weights = pairs[rows] if pairs.ndim == 2 else pairs[rows][:, first, second]
+            if products is not None:  # the same products, formed once
+                return weights.T @ products[rows]
             x = self.design_rows(rows)
-            return pairs[rows].T @ (x[:, col_j] * x[:, col_l])
+            return weights.T @ (x[:, col_j] * x[:, col_l])
 
         # Row blocks of 2²² multiply-adds at least, summed in order (sum_blocks: the same
         # bits on any number of threads), side by side: the fit runs BLAS on one thread,
         # and this product was a serial tenth of a 26-class fit.
-        work = pairs.shape[1] * len(col_j)
+        n_pairs = len(first)
+        work = n_pairs * len(col_j)
         slices = block_slices(self.n_observations, work, rows_per_block, 2**22)
         with single_blas_thread():
             out = sum_blocks(block, slices)
-        grams = np.empty((pairs.shape[1], width, width))
+        grams = np.empty((n_pairs, width, width))
         grams[:, col_j, col_l] = out
         grams[:, col_l, col_j] = out
         return grams
@@ -443,6 +478,19 @@ class SoftmaxGLMPosterior:
         out = np.empty((self.dim, self.dim))
         out[np.ix_(flat, flat)] = blocks.transpose(0, 2, 1, 3).reshape(self.dim, self.dim)
         return out
+
+
+def _outer_pairs(P: np.ndarray) -> np.ndarray:
+    """``P[:, j] * P[:, l]`` for j ≤ l (M, K(K + 1)/2), in the order of ``triu_indices``,
+    by K column slices (the same products as the gathered columns', without the gathers:
+    a third of Newton's Hessian at 26 classes), column-major as theirs (the same bits)."""
+    m, k = P.shape
+    out = np.empty((m, k * (k + 1) // 2), order="F")
+    at = 0
+    for j in range(k):
+        np.multiply(P[:, j : j + 1], P[:, j:], out=out[:, at : at + k - j])
+        at += k - j
+    return out
 
 
 def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
