@@ -59,8 +59,12 @@ def check(coef):
     return worst
 
 
-if __name__ == "__main__":
+def main() -> None:
     coef = fit()
     np.set_printoptions(precision=17, linewidth=100)
     print(repr(coef))
     print(f"largest error on the dense grid: {check(coef):.2g}")
+
+
+if __name__ == "__main__":
+    main()
