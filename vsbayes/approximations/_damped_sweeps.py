@@ -163,6 +163,35 @@ def damped_step(
 _SPLIT_SITES = 2**19
 
 
+def flat_concatenate(*arrays: np.ndarray) -> np.ndarray:
+    """``np.concatenate([a.ravel() for a in arrays])``, millions of values copied on slices
+    side by side (a copy: the same bits): the multinomial EP's sites, joined once a sweep,
+    were a serial pass of it."""
+    flats = [a.ravel() for a in arrays]
+    total = sum(f.size for f in flats)
+    if total < _SPLIT_SITES:
+        return np.concatenate(flats)
+    out = np.empty(total, dtype=np.result_type(*flats))
+    pieces, at = [], 0
+    for flat in flats:
+        for part in block_slices(flat.size, 1.0, None, _SPLIT_SITES // 2):
+            pieces.append((slice(at + part.start, at + part.stop), flat, part))
+        at += flat.size
+    map_blocks(lambda piece: out.__setitem__(piece[0], piece[1][piece[2]]), pieces)
+    return out
+
+
+def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a - b`` of two flat arrays, millions of values on slices side by side (the same
+    bits): Anderson's newest differences were a serial pass of a sweep."""
+    if a.size < _SPLIT_SITES:
+        return a - b
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=np.result_type(a, b))
+    parts = block_slices(a.size, 1.0, None, _SPLIT_SITES // 2)
+    map_blocks(lambda at: np.subtract(a[at], b[at], out=out[at]), parts)
+    return out
+
+
 class ArraySites:
     """The sites in one flat array in this process: the store of the in-memory EPs.
 
@@ -215,7 +244,7 @@ class ArraySites:
 
     def keep_best(self) -> None:
         # A copy: ``project`` may change the candidate in place.
-        self._best = self._damped.copy()
+        self._best = flat_concatenate(self._damped).reshape(self._damped.shape)
 
     def restore_best(self) -> None:
         self._damped = self._best
@@ -507,8 +536,8 @@ class Anderson:
         self._change = change
         long = residual.size >= _GRAM_LENGTH
         if self._last is not None:
-            self._d_res.append(residual - self._last[0])
-            self._d_img.append(image - self._last[1])
+            self._d_res.append(_difference(residual, self._last[0]))
+            self._d_img.append(_difference(image, self._last[1]))
             if long:
                 self._extend_gram()
             if len(self._d_res) > self.memory:

@@ -79,7 +79,7 @@ from ..models.latent import row_moments
 from ..models.softmax import MANY_CLASSES, SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
-from ._damped_sweeps import Anderson, ArraySites, damped_sweeps
+from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
@@ -418,7 +418,7 @@ def softmax_ep(
         new_lam, new_eta = _new_sites(
             model, contrast, post, *split(sites), power, rule, state, record=last
         )
-        return np.concatenate([new_lam.ravel(), new_eta.ravel()])
+        return flat_concatenate(new_lam, new_eta)
 
     def project(sites, extrapolated):
         # Log-concave factors give PSD sites at every EP update; an extrapolation may not.
@@ -430,7 +430,7 @@ def softmax_ep(
         return sites
 
     store = (_VerboseSites if verbose else ArraySites)(
-        np.concatenate([lam.ravel(), eta.ravel()]),
+        flat_concatenate(lam, eta),
         update,
         lambda sites: contrast.posterior(*split(sites)),
         project,

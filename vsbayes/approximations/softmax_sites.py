@@ -133,6 +133,13 @@ def _wide_rows(widest: np.ndarray) -> bool:
 def _largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
     """Each cavity's largest variance where it may exceed ``exact_above``, else an upper
     bound of it (at most ``exact_above``)."""
+    # On row slices side by side (each row's own numbers: the same bits): one serial pass
+    # over the (M, r, r) cavities was 3 % of a 26-class fit on two threads.
+    r = cav_cov.shape[1]
+    return _by_rows(lambda rows: _row_largest_variances(rows, exact_above), cav_cov, work=r**3)
+
+
+def _row_largest_variances(cav_cov: np.ndarray, exact_above: float) -> np.ndarray:
     # Gershgorin's bound (the largest absolute row sum) clears the narrow rows without an
     # eigendecomposition (26 classes × 5000 rows: all of them, 0.2 s).
     top = np.abs(cav_cov).sum(axis=2).max(axis=1)

@@ -319,12 +319,20 @@ class SoftmaxGLMPosterior:
         # classes × 5000 rows. The same bits as the full matrices' entries.
         first, second = triu_indices(self.n_classes)
         s = self.sample_weight[:, None]
-        pairs = _outer_pairs(P)
-        pairs *= s
-        np.negative(pairs, out=pairs)
         on_diagonal = np.flatnonzero(first == second)
-        pairs[:, on_diagonal] += s * P
+
+        def curvatures(rows: slice) -> np.ndarray:
+            pairs = _outer_pairs(P[rows])
+            pairs *= s[rows]
+            np.negative(pairs, out=pairs)
+            pairs[:, on_diagonal] += s[rows] * P[rows]
+            return pairs
+
         distinct = self.n_classes >= MANY_CLASSES
+        # Many classes: the curvatures formed in the Gram's own row blocks, side by side
+        # (the same products of each row): formed whole first, a serial fifth of a
+        # Hessian's time at 26 classes × 5000 rows.
+        pairs = curvatures if distinct else curvatures(slice(None))
         hess = self.to_layout(self._pair_gram(pairs, self.n_classes, distinct))
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
@@ -370,13 +378,17 @@ class SoftmaxGLMPosterior:
             return self._pair_gram(weights, r, distinct)
         return self._pair_gram(weights[:, first, second], r, distinct)
 
-    def _pair_gram(self, pairs: np.ndarray, r: int, distinct: bool = False) -> np.ndarray:
+    def _pair_gram(self, pairs, r: int, distinct: bool = False) -> np.ndarray:
         """:meth:`latent_gram` from the weights' upper triangles (M, r(r + 1)/2), row-major
-        (or, for :meth:`_outer_gram` with ``distinct``, the weights (M, r, r) themselves)."""
+        (or, for :meth:`_outer_gram` with ``distinct``, the weights (M, r, r) themselves, or
+        a function of a slice of rows giving their upper triangles)."""
         width = self.n_features + int(self.fit_intercept)
         first, second = triu_indices(r)
         sparse = sp.issparse(self.X)
-        if not sparse and width < len(first):
+        outer = not sparse and width < len(first)
+        if callable(pairs) and not (outer and distinct):  # only those blocks take a function
+            pairs = pairs(slice(None))
+        if outer:
             grams = self._outer_gram(pairs, width, distinct, r)
         else:
             grams = self._copies_gram(pairs, width, sparse)
@@ -408,18 +420,25 @@ class SoftmaxGLMPosterior:
 
         def block(rows: slice) -> np.ndarray:
             # Weights (M, r, r): their upper triangles, gathered here.
-            weights = pairs[rows] if pairs.ndim == 2 else pairs[rows][:, first, second]
+            if callable(pairs):
+                weights = pairs(rows)
+            else:
+                weights = pairs[rows] if pairs.ndim == 2 else pairs[rows][:, first, second]
             if products is not None:  # the same products, formed once
                 return weights.T @ products[rows]
             x = self.design_rows(rows)
             return weights.T @ (x[:, col_j] * x[:, col_l])
 
-        # Row blocks of 2²² multiply-adds at least, summed in order (sum_blocks: the same
-        # bits on any number of threads), side by side: the fit runs BLAS on one thread,
-        # and this product was a serial tenth of a 26-class fit.
+        # Row blocks summed in order (sum_blocks: the same bits on any number of threads),
+        # side by side: the fit runs BLAS on one thread, and this product was a serial
+        # tenth of a 26-class fit. Blocks of 2²² multiply-adds at least, and of an eighth
+        # of the product where that is more: a block's GEMM writes its whole output
+        # (pairs × w(w + 1)/2), and at 26 classes × 5000 rows the 64 blocks of 2²² took as
+        # long on two threads as on one (20 ms a Hessian), 8 blocks 10 ms.
         n_pairs = len(first)
         work = n_pairs * len(col_j)
-        slices = block_slices(self.n_observations, work, rows_per_block, 2**22)
+        least = max(2.0**22, self.n_observations * work / _GRAM_BLOCKS)
+        slices = block_slices(self.n_observations, work, rows_per_block, least)
         with single_blas_thread():
             out = sum_blocks(block, slices)
         grams = np.empty((n_pairs, width, width))
@@ -478,6 +497,12 @@ class SoftmaxGLMPosterior:
         out = np.empty((self.dim, self.dim))
         out[np.ix_(flat, flat)] = blocks.transpose(0, 2, 1, 3).reshape(self.dim, self.dim)
         return out
+
+
+#: Blocks of :meth:`SoftmaxGLMPosterior._outer_gram`'s product where each still has 2²²
+#: multiply-adds: enough to keep two threads busy under another process's load, few enough
+#: that each block's GEMM is not bound by writing its output.
+_GRAM_BLOCKS = 8
 
 
 def _outer_pairs(P: np.ndarray) -> np.ndarray:
