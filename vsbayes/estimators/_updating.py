@@ -430,16 +430,20 @@ class BayesianUpdating:
                     return None
                 fits.append(MethodFit(posterior, posterior.n_iter))
                 continue
-            route = {"strategy": "sites", "reason": ONE_ROW_REASON}
-            fits.append(
-                MethodFit(
-                    posterior, 1, **(route if self._posterior_method.records_strategy else {})
-                )
-            )
+            fits.append(self._row_fit(posterior, ONE_ROW_REASON))
+        self._report(fits)
+        return fits
+
+    def _row_fit(self, posterior, reason: str, n_iter: int = 1) -> MethodFit:
+        """A one-row call's fit, with its route where the method records one."""
+        route = {"strategy": "sites", "reason": reason}
+        records = self._posterior_method.records_strategy
+        return MethodFit(posterior, n_iter, **(route if records else {}))
+
+    def _report(self, fits) -> None:
         if self.verbose:
             for fit in fits:
                 print(f"{type(self).__name__}: {fit.posterior!r}")
-        return fits
 
     def _window_row_fits(self, X, problems, weights, carried, window, keep):
         """``(fits, window)`` of a one-row call in a stream (``buffer_size`` > 1, binary
@@ -495,15 +499,8 @@ class BayesianUpdating:
                 )
             else:
                 posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
-            route = {"strategy": "sites", "reason": WINDOW_ROW_REASON}
-            fits.append(
-                MethodFit(
-                    posterior, 1, **(route if self._posterior_method.records_strategy else {})
-                )
-            )
-        if self.verbose:
-            for fit in fits:
-                print(f"{type(self).__name__}: {fit.posterior!r}")
+            fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
+        self._report(fits)
         window = window.revisited(chosen, tau, nu).appended(
             row, signs, weight, new_sites, int(self.buffer_size)
         )
@@ -552,15 +549,9 @@ class BayesianUpdating:
             )
         except (EstimationError, NotPositiveDefiniteError):
             return None
-        route = {"strategy": "sites", "reason": ONE_SOFTMAX_ROW_REASON}
-        fit = MethodFit(
-            posterior,
-            posterior.n_iter,
-            **(route if self._posterior_method.records_strategy else {}),
-        )
-        if self.verbose:
-            print(f"{type(self).__name__}: {posterior!r}")
-        return [fit]
+        fits = [self._row_fit(posterior, ONE_SOFTMAX_ROW_REASON, posterior.n_iter)]
+        self._report(fits)
+        return fits
 
     def _partial_fit_classes(self, classes, first: bool) -> np.ndarray:
         """The classes of the stream, checked as ``SGDClassifier.partial_fit`` does."""
