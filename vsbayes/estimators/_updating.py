@@ -393,14 +393,7 @@ class BayesianUpdating:
         n_classes = problems[0][1]
         if n_classes is not None:
             return self._one_softmax_row(row, problems[0][0], n_classes, weight, rule, carried)
-        if self.fit_intercept:
-            row = np.append(row, 1.0)
-        p = row.size
-        check_memory(
-            8.0 * 3 * p * p,
-            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
-            "Use fewer features: the posterior's memory grows with their square.",
-        )
+        row = self._binary_row(row)
         link = get_link(self._link)
         fits = []
         for (labels, _), prior in zip(problems, carried, strict=True):
@@ -434,6 +427,19 @@ class BayesianUpdating:
         self._report(fits)
         return fits
 
+    def _binary_row(self, row: np.ndarray) -> np.ndarray:
+        """A binary one-row call's row with the intercept's 1, once the updated posterior's
+        memory is known to fit."""
+        if self.fit_intercept:
+            row = np.append(row, 1.0)
+        p = row.size
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        return row
+
     def _row_fit(self, posterior, reason: str, n_iter: int = 1) -> MethodFit:
         """A one-row call's fit, with its route where the method records one."""
         route = {"strategy": "sites", "reason": reason}
@@ -456,15 +462,8 @@ class BayesianUpdating:
         weight = float(weights[0])
         if rule is None or self.max_iter == 0 or (rule == "moments" and weight > 1.0):
             return None, None
-        row = X.toarray()[0] if sp.issparse(X) else np.asarray(X[0])
-        if self.fit_intercept:
-            row = np.append(row, 1.0)
+        row = self._binary_row(X.toarray()[0] if sp.issparse(X) else np.asarray(X[0]))
         p = row.size
-        check_memory(
-            8.0 * 3 * p * p,
-            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
-            "Use fewer features: the posterior's memory grows with their square.",
-        )
         if window is None or window.rows.shape[1] != p:
             window = _SiteWindow.empty(p, len(problems))
         window = window.forgotten(keep)
