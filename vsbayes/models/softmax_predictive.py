@@ -593,19 +593,15 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
 
 def logistic_normal_mean(a: np.ndarray, variance: np.ndarray) -> np.ndarray:
     """``E[σ(a + s Z)]`` for Z standard normal and ``s² = variance`` (broadcast), by the
-    Chebyshev table (absolute error ≤ 1e-5; see the module docstring), float64."""
-    a, variance = np.broadcast_arrays(np.asarray(a, float), np.asarray(variance, float))
-    total = variance + _LOGISTIC_VARIANCE
-    y = np.clip(a / np.sqrt(total), -_TABLE_Y_MAX, _TABLE_Y_MAX)
-    coefficients = _table_coefficients(_LOGISTIC_VARIANCE / total)
-    slope = np.einsum("...i,...i->...", coefficients, _chebyshev_terms(y))
-    return 1.0 / (1.0 + np.exp(-2.0 * y * slope))
-
-
-def _chebyshev_terms(y: np.ndarray) -> np.ndarray:
-    """The Chebyshev polynomials T_0..T_12 of ``2 (y / 9)² − 1``, last axis."""
-    u = 2.0 * (y / _TABLE_Y_MAX) ** 2 - 1.0
-    return np.polynomial.chebyshev.chebvander(u, _LOGISTIC_NORMAL_CHEBYSHEV.shape[0] - 1)
+    Chebyshev table (absolute error ≤ 1e-5; see the module docstring), in ``a``'s float
+    precision (the rule's own evaluation, float64 for any other input)."""
+    a, variance = np.broadcast_arrays(np.asarray(a), np.asarray(variance))
+    dtype = a.dtype if a.dtype == np.float32 else np.float64
+    total = (variance + _LOGISTIC_VARIANCE).ravel()
+    coefficients = _table_coefficients(_LOGISTIC_VARIANCE / total).astype(dtype)
+    inv_scale = (1.0 / np.sqrt(total)).astype(dtype)
+    flat = a.astype(dtype).ravel()
+    return _logistic_normal_at(flat, inv_scale, coefficients).reshape(a.shape)
 
 
 def _table_coefficients(r: np.ndarray) -> np.ndarray:
