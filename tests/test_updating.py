@@ -365,7 +365,8 @@ def test_one_multinomial_row_is_the_general_fit(
     the sites (1e-8, amplified by the inverses a site is made of: measured ~1e-9), or
     Laplace's."""
     X, y = iris
-    direct, general = cls(), cls()
+    # buffer_size=0: each row's own update (a stream's window also revisits earlier rows).
+    direct, general = cls(buffer_size=0), cls(buffer_size=0)
     if cls is vb.VSLogisticRegression:
         general.set_params(strategy="sites")
     general._one_row_rule = lambda: None
@@ -444,7 +445,7 @@ def test_one_multinomial_row_projects_its_site_as_ep(monkeypatch):
         # This row's cavity is narrow, where EP takes the tilted moments: both fits are
         # asked for the VS site fits, which wide cavities take.
         monkeypatch.setattr(module, "_wide_rows", lambda widest: True)
-    direct, general = vb.EPLogisticRegression(prior=earlier), vb.EPLogisticRegression(prior=earlier)
+    direct, general = (vb.EPLogisticRegression(prior=earlier, buffer_size=0) for _ in range(2))
     general._one_row_rule = lambda: None
     direct.partial_fit(X[69:70], y[69:70], classes=[0, 1, 2, 3])
     assert any(projected)  # the row's site was indefinite before its projection
@@ -619,7 +620,7 @@ def test_the_window_holds_the_sites_the_posterior_is_made_of(cls, decay, cancer)
     for i in range(30):
         model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1])
     window = model._stream_buffer
-    rows = window.signs[0, :, None] * window.rows
+    rows = window.labels[0, :, None] * window.rows
     precision = np.linalg.inv(cov) + (rows.T * window.tau[0]) @ rows
     shift = np.linalg.solve(cov, mean) + rows.T @ window.nu[0]
     posterior = _posterior(model)
@@ -683,6 +684,75 @@ def test_revisiting_every_site_reaches_the_batch_fit(cls, cancer, monkeypatch):
     batch = _posterior(cls().fit(X[:40], y[:40]))
     assert kl_divergence(batch, _posterior(streams[60])) < 1e-6  # measured 9e-12, 4e-9
     assert kl_divergence(batch, _posterior(streams[0])) > 1e-2
+
+
+def _softmax_site_precision(window, n_classes: int, fit_intercept: bool = True):
+    """Σ Aᵢᵀ Λᵢ Aᵢ and Σ Aᵢᵀ ηᵢ of a multinomial window's sites (A: a row's contrasts)."""
+    design = vb.estimators._updating._softmax_design(
+        window.rows, vb.models.softmax_predictive.centred_basis(n_classes), fit_intercept
+    )
+    precision = np.einsum("iap,iab,ibq->pq", design, window.tau[0], design)
+    return precision, np.einsum("iap,ia->p", design, window.nu[0])
+
+
+@pytest.mark.parametrize(
+    "cls, decay", [(vb.VSLogisticRegression, 0.95), (vb.LaplaceLogisticRegression, 1.0)]
+)
+def test_a_multinomial_window_holds_its_sites_and_is_bounded(cls, decay, iris):
+    """A multinomial stream of one-row calls keeps the last buffer_size rows' (K − 1)-
+    dimensional sites, each call a rank-(K − 1) update of the carried posterior: its
+    natural parameters are the prior's plus the window's sites (forgetting toward that
+    prior scales both alike) while every row is in the window; the window then holds
+    buffer_size rows, whatever the stream's length."""
+    X, y = iris
+    mean, cov = _correlated_prior(15, seed=5)
+    model = cls(prior=(mean, 0.3 * cov), decay=decay, buffer_size=20)
+    held = []
+    for i in range(26):
+        model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1, 2])
+        held.append(model._stream_buffer.n_rows)
+        if i == 19:
+            window = model._stream_buffer
+            assert window.tau.shape == (1, 20, 2, 2) and window.visited.min() > 1
+            sites, shift = _softmax_site_precision(window, 3)
+            precision = np.linalg.inv(0.3 * cov)
+            posterior = _posterior(model)
+            np.testing.assert_allclose(
+                np.linalg.inv(posterior.cov), precision + sites, rtol=1e-7, atol=1e-8
+            )
+            np.testing.assert_allclose(
+                np.linalg.solve(posterior.cov, posterior.mean),
+                precision @ mean + shift,
+                atol=1e-7,
+            )
+    assert held == list(range(1, 21)) + [20] * 6
+    if cls is vb.VSLogisticRegression:
+        assert model.strategy_reason_[0] == vb.estimators._updating.WINDOW_ROW_REASON
+    assert model._stream_buffer.tau.nbytes == window.tau.nbytes
+
+
+@pytest.mark.parametrize(
+    "cls, bound", [(vb.EPLogisticRegression, 1e-6), (vb.LaplaceLogisticRegression, 1e-10)]
+)
+def test_revisiting_every_multinomial_site_reaches_the_batch_fit(cls, bound, iris, monkeypatch):
+    """The multinomial window's revisits are the multinomial EP's site updates (Laplace:
+    Laplace propagation's in the contrasts): revisiting every row at each call takes the
+    stream to the batch fit of its rows under the same prior (measured KL 6e-8 for EP:
+    the rule's error, and 0), where the rows' own updates stay ~4e-3 nats away."""
+    X, y = iris
+    monkeypatch.setattr(vb.estimators._updating, "REVISITS", 40)
+    earlier = cls().fit(X[:30], y[:30])
+    streams = {}
+    for size in (0, 40):
+        streams[size] = stream = cls(prior=earlier, buffer_size=size)
+        for i in range(30, 60):
+            stream.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1, 2])
+        for _ in range(8):  # revisits only: the same row again, at weight ~0
+            stream.partial_fit(X[59:60], y[59:60], sample_weight=[1e-12])
+    assert isinstance(streams[40]._stream_buffer, vb.estimators._updating._SiteWindow)
+    batch = _posterior(cls(prior=earlier).fit(X[30:60], y[30:60]))
+    assert kl_divergence(batch, _posterior(streams[40])) < bound
+    assert kl_divergence(batch, _posterior(streams[0])) > 1e-3
 
 
 # --- Thompson sampling ------------------------------------------------------------------

@@ -51,6 +51,7 @@ __all__ = [
     "glm_laplace",
     "latent_softmax_mode",
     "row_laplace",
+    "softmax_mode_site_updates",
     "softmax_row_laplace",
 ]
 
@@ -492,6 +493,136 @@ def softmax_row_laplace(
         latent_log_norm=solver.model.log_norm,
         grad_norm=float(np.linalg.norm(latent.rows.T @ solver.grad)),
     )
+
+
+def _log_tilted(q, labels, power, cav_mean, cav_prec, g) -> np.ndarray:
+    """``s log softmax(Qg)[y] − (g − m)ᵀP(g − m)/2`` of each row (g: (m, r))."""
+    f = g @ q.T
+    top = f.max(axis=1)
+    log_softmax = f[np.arange(len(f)), labels] - top - np.log(np.exp(f - top[:, None]).sum(1))
+    centred = g - cav_mean
+    return power * log_softmax - 0.5 * np.einsum("ma,mab,mb->m", centred, cav_prec, centred)
+
+
+def _rows_of(args, rows):
+    """``(q, labels, power, cav_mean, cav_prec)`` at some rows (q is shared)."""
+    return (args[0], *(a[rows] for a in args[1:]))
+
+
+def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
+    """The gradient (m, r) and the likelihood's negative Hessian ``s Qᵀ(diag p − ppᵀ)Q``
+    (m, r, r) of each row's tilted log density at g (as :class:`SoftmaxRowCurvature`'s)."""
+    f = g @ q.T
+    p = np.exp(f - f.max(axis=1)[:, None])
+    p /= p.sum(axis=1)[:, None]
+    residual = -power[:, None] * p
+    residual[np.arange(len(p)), labels] += power
+    grad = residual @ q - np.einsum("mab,mb->ma", cav_prec, g - cav_mean)
+    curvature = -power[:, None, None] * (p[:, :, None] * p[:, None, :])
+    diagonal = np.arange(p.shape[1])
+    curvature[:, diagonal, diagonal] += power[:, None] * p
+    return grad, q.T @ curvature @ q
+
+
+def softmax_mode_site_updates(
+    q: np.ndarray,
+    labels: np.ndarray,
+    latent_mean: np.ndarray,
+    latent_cov: np.ndarray,
+    lam: np.ndarray,
+    eta: np.ndarray,
+    power: np.ndarray,
+    *,
+    tol: float = 1e-10,
+    max_iter: int = 50,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Laplace propagation's update of some multinomial rows' sites, all from one
+    posterior: each row's cavity (the posterior's marginal ``N(m_i, V_i)`` of its
+    contrasts without its site ``(Λ_i, η_i)``), the mode g* of its tilted density
+    ``softmax(Qg)[y]^s × cavity`` by Newton's method in the K − 1 contrasts (all rows at
+    once, Armijo-halved steps: the density is log-concave), and the new site, the
+    likelihood's curvature ``H = s Qᵀ(diag p − ppᵀ)Q`` at g* and ``(P + H) g* − h`` (the
+    Gaussian of the tilted density's mode and curvature over the cavity's): with a site of
+    zeros, :func:`softmax_row_laplace`'s update; at its fixed point over all sites, the
+    joint Laplace approximation.
+
+    Parameters
+    ----------
+    q, labels, latent_mean, latent_cov, lam, eta, power
+        As :func:`~vsbayes.approximations.softmax_ep.softmax_site_updates`'s.
+    tol : float, default=1e-10
+        Stop where half the Newton decrement (the log density's predicted rise) is within
+        ``tol`` or round-off, as :class:`NewtonLaplaceSolver`, after that final step.
+    max_iter : int, default=50
+        Most Newton steps.
+
+    Returns
+    -------
+    new_lam, new_eta : ndarray
+        The new sites (the current ones where ``found`` is False).
+    log_z : ndarray of shape (m,)
+        The Laplace approximation of log ∫ F^s × cavity over the normalized cavity (NaN
+        where not found).
+    found : ndarray of shape (m,)
+        Whether the row's cavity was proper and Newton's method converged.
+    """
+    m, r = latent_mean.shape
+    precision = np.linalg.inv(latent_cov)
+    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+    cav_prec = precision - lam
+    cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
+    try:
+        np.linalg.cholesky(cav_prec)
+        ok = np.ones(m, dtype=bool)
+    except np.linalg.LinAlgError:
+        ok = np.linalg.eigvalsh(cav_prec)[:, 0] > 0
+    cav_prec = np.where(ok[:, None, None], cav_prec, np.eye(r))
+    cav_lin = np.where(ok[:, None], cav_lin, 0.0)
+    cav_mean = np.linalg.solve(cav_prec, cav_lin[..., None])[..., 0]
+    labels = np.asarray(labels)
+    args = (q, labels, power, cav_mean, cav_prec)
+    # From the posterior's marginal mean: the tilted mode of a row whose site is at Laplace
+    # propagation's fixed point (a revisit's warm start), the cavity's of a new row.
+    g = np.where(ok[:, None], latent_mean, cav_mean)
+    value = _log_tilted(*args, g)
+    converged = np.zeros(m, dtype=bool)
+    for _ in range(max_iter):
+        grad, curvature = _softmax_expansion(*args, g)
+        step = np.linalg.solve(curvature + cav_prec, grad[..., None])[..., 0]
+        slope = np.einsum("ma,ma->m", grad, step)  # twice the Newton decrement
+        # As the solver's stop: half the decrement within tol (or round-off); the final
+        # step is taken whole.
+        round_off = _ROUND_OFF_ULPS * np.finfo(float).eps * np.abs(value)
+        converged = 0.5 * slope <= np.maximum(tol, round_off)
+        trial = g + step
+        searching = ~converged
+        if searching.any():
+            scale = np.ones(m)
+            trial_value = value.copy()
+            trial_value[searching] = _log_tilted(*_rows_of(args, searching), trial[searching])
+            for _ in range(40):  # Armijo: halve the steps that do not rise enough
+                short = searching & ~(trial_value >= value + 1e-4 * scale * slope)
+                if not short.any():
+                    break
+                scale[short] *= 0.5
+                trial[short] = g[short] + scale[short, None] * step[short]
+                trial_value[short] = _log_tilted(*_rows_of(args, short), trial[short])
+            value = trial_value
+        g = trial
+        if converged.all():
+            value = _log_tilted(*args, g)
+            break
+    found = ok & converged
+    grad, curvature = _softmax_expansion(*args, g)
+    hessian = curvature + cav_prec
+    new_lam = np.where(found[:, None, None], 0.5 * (curvature + np.swapaxes(curvature, 1, 2)), lam)
+    new_eta = np.where(found[:, None], np.einsum("mab,mb->ma", hessian, g) - cav_lin, eta)
+    # Laplace's log ∫ F^s N(g; m_c, P⁻¹): s log F(g*) − (g* − m_c)ᵀP(g* − m_c)/2 −
+    # log det(P⁻¹(P + H))/2.
+    _, log_det_hessian = np.linalg.slogdet(hessian)
+    _, log_det_prec = np.linalg.slogdet(cav_prec)
+    log_z = value - 0.5 * (log_det_hessian - log_det_prec)
+    return new_lam, new_eta, np.where(found, log_z, np.nan), found
 
 
 def curvature_for(model, form: str = "auto") -> Curvature:

@@ -474,6 +474,41 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     return log_z + log_norm, new_lam, new_eta, good
 
 
+def _narrow_tilted_sites(q, labels, cav_prec, cav_lin, power):
+    """:func:`_tilted_sites`' first pass on a few rows whose cavities are all narrow (the
+    largest variance at most the first of :data:`_WIDE_CAVITY`, by Gershgorin's bound),
+    below :func:`_many_classes`' dimensions, and proper: then every row takes level 0 of
+    the default rule on its cavity alone, and the same blocks and moment matching give
+    the same sites, without the rows' bookkeeping (``partial_fit``'s window of one-row
+    calls: a few rows a call, where that bookkeeping was most of the cost). Returns
+    ``(log Z over the normalized cavity, Λ, η)``, or None where some row is not such a
+    row, its tilted covariance is not proper, or the factor narrows its cavity much (the
+    general pass then takes them)."""
+    r = q.shape[1]
+    if _many_classes(r):
+        return None
+    try:
+        cav_cov = np.linalg.inv(cav_prec)
+        cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+        chol = np.linalg.cholesky(cav_cov)
+    except np.linalg.LinAlgError:
+        return None
+    if np.abs(cav_cov).sum(axis=2).max() > _WIDE_CAVITY[0]:
+        return None
+    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
+    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    z, log_w = _rule_nodes(None, r, 0)
+    log_z, expected, second, _, _ = _tilted_block(
+        q, labels, [(cav_mean, chol, None, log_det_half)], power, z, log_w
+    )
+    lam, eta, fine, narrowed = _row_matched(
+        q, labels, expected, second, power, cav_cov, cav_mean, cav_prec, chol
+    )
+    if not fine.all() or narrowed.any():
+        return None
+    return log_z, lam, eta
+
+
 def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out, single=False) -> None:
     """:func:`_tilted_block` on the rows ``rows[where]`` (``kernels``: of all of ``rows``)
     and the rule ``nodes`` (nodes, log-weights), in blocks run side by side, written into

@@ -72,6 +72,7 @@ accumulates too much precision (docs/decisions.md, "Streaming by moments").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from typing import NamedTuple
@@ -87,8 +88,16 @@ from .._blas import one_blas_thread
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import EPResult, assumed_density_row
-from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
-from ..approximations.softmax_ep import assumed_density_softmax_row
+from ..approximations.newton_laplace import (
+    row_laplace,
+    softmax_mode_site_updates,
+    softmax_row_laplace,
+)
+from ..approximations.softmax_ep import (
+    FITTED_CAVITY,
+    assumed_density_softmax_row,
+    softmax_site_updates,
+)
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
@@ -102,6 +111,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.links import get_link
 from ..models.priors import GaussianPrior
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS
+from ..models.softmax_predictive import centred_basis
 from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
 from ._methods import SOFTMAX_EP_MIN_TOL, MethodFit
 
@@ -286,9 +296,10 @@ class BayesianUpdating:
                 "partial_fit takes batches in memory; pass X.compute() (a dask array of "
                 "many rows is one fit: use fit with prior=the earlier posterior)."
             )
-        X, y = validate_data(
-            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first
-        )
+        if first or not _plain_batch(self, X, y):
+            X, y = validate_data(
+                self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first
+            )
         dtype = X.dtype  # the fitted coefficients keep it, as fit's
         X = X.astype(np.float64, copy=False)
         y_index = np.searchsorted(classes, y)
@@ -340,8 +351,10 @@ class BayesianUpdating:
         if keep < 1.0:
             carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
         fits = revised = None
-        if n_rows == 1 and buffer is None and size > 1 and problems[0][1] is None:
+        if n_rows == 1 and buffer is None and size > 1:
             fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
+            if fits is None and problems[0][1] is not None:  # its own row's update alone
+                fits = self._one_row_fits(X, problems, weights, carried)
         elif not refit:
             fits = self._one_row_fits(X, problems, weights, carried)
         if fits is not None:  # the method's class holds what _store asks of it
@@ -462,9 +475,16 @@ class BayesianUpdating:
         weight = float(weights[0])
         if rule is None or self.max_iter == 0 or (rule == "moments" and weight > 1.0):
             return None, None
-        row = self._binary_row(X.toarray()[0] if sp.issparse(X) else np.asarray(X[0]))
+        row = X.toarray()[0] if sp.issparse(X) else np.asarray(X[0])
+        n_classes = problems[0][1]
+        if n_classes is not None:
+            label = int(problems[0][0][0])
+            return self._window_softmax_row_fits(
+                row, label, n_classes, weight, rule, carried[0], window, keep
+            )
+        row = self._binary_row(row)
         p = row.size
-        if window is None or window.rows.shape[1] != p:
+        if window is None or not window.fits(p, None):
             window = _SiteWindow.empty(p, len(problems))
         window = window.forgotten(keep)
         chosen = window.least_recent(REVISITS)
@@ -477,7 +497,7 @@ class BayesianUpdating:
             # The new row (its site zero: its cavity is the carried prior) and the revisited
             # ones, in one step from the carried prior.
             signed = signs[j] * row
-            rows = window.signs[j, chosen, None] * window.rows[chosen]
+            rows = window.labels[j, chosen, None] * window.rows[chosen]
             mean, cov, new_tau, new_nu, log_z = _revisit(
                 prior.mean,
                 prior.cov,
@@ -502,6 +522,64 @@ class BayesianUpdating:
         self._report(fits)
         window = window.revisited(chosen, tau, nu).appended(
             row, signs, weight, new_sites, int(self.buffer_size)
+        )
+        return fits, window
+
+    def _window_softmax_row_fits(self, row, label, n_classes, weight, rule, prior, window, keep):
+        """:meth:`_window_row_fits` of a multinomial row: its (K − 1)-dimensional site and
+        those of the ``REVISITS`` rows of the window visited longest ago, by the
+        multinomial EP's site update (moments) or Laplace propagation in the contrasts
+        (mode), all from the ``carried`` prior, then one rank-(K − 1)(1 + REVISITS)
+        update of it (:func:`_softmax_revisit`)."""
+        p = prior.dim
+        check_memory(
+            8.0 * 3 * p * p,
+            f"the updated posterior of {p} coefficients (three {p} × {p} matrices)",
+            "Use fewer features: the posterior's memory grows with their square.",
+        )
+        r = n_classes - 1
+        if window is None or not window.fits(row.size, r):
+            window = _SiteWindow.empty(row.size, 1, r)
+        window = window.forgotten(keep)
+        chosen = window.least_recent(REVISITS)
+        q = _contrast_basis(n_classes)
+        revised = _softmax_revisit(
+            prior.mean,
+            prior.cov,
+            _softmax_design(np.vstack([row, window.rows[chosen]]), q, self.fit_intercept),
+            np.concatenate([[label], window.labels[0, chosen]]),
+            np.concatenate([np.zeros((1, r, r)), window.tau[0, chosen]]),
+            np.concatenate([np.zeros((1, r)), window.nu[0, chosen]]),
+            np.concatenate([[weight], window.powers[chosen]]),
+            q,
+            rule,
+            lambda: assumed_density_softmax_row(
+                prior.mean,
+                prior.cov,
+                row,
+                label,
+                n_classes,
+                weight,
+                fit_intercept=self.fit_intercept,
+                tol=max(1e-2 * self.tol, SOFTMAX_EP_MIN_TOL),  # the general EP's
+            ),
+        )
+        if revised is None:
+            return None, None  # the row's own update was not usable, or its cavity wide
+        mean, cov, tau, nu, log_z, cavity = revised
+        if rule == "mode":
+            norm = math.sqrt(float(row @ row) + float(self.fit_intercept))
+            posterior = _softmax_row_mode_result(
+                mean, cov, prior, q, label, weight, (tau[0], nu[0]), cavity, log_z, norm
+            )
+        else:
+            posterior = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
+        fits = [self._row_fit(posterior, WINDOW_ROW_REASON)]
+        self._report(fits)
+        window_tau, window_nu = window.tau.copy(), window.nu.copy()
+        window_tau[0, chosen], window_nu[0, chosen] = tau[1:], nu[1:]
+        window = window.revisited(chosen, window_tau, window_nu).appended(
+            row, np.array([label]), weight, (tau[:1], nu[:1]), int(self.buffer_size)
         )
         return fits, window
 
@@ -610,6 +688,29 @@ class BayesianUpdating:
         return ThompsonDraws(scores, coef, intercept)
 
 
+def _plain_batch(estimator, X, y) -> bool:
+    """Whether a later call's ``(X, y)`` are arrays that ``validate_data`` would pass as
+    they are: float64 or float32 rows of the fitted width, finite, without feature names
+    to check, and as many labels, 1-D, finite. Its checks cost a one-row call a fifth of
+    its time; anything else takes them (and their errors)."""
+    return (
+        type(X) is np.ndarray
+        and type(y) is np.ndarray
+        and X.ndim == 2
+        and y.ndim == 1
+        and 0 < X.shape[0] == y.shape[0]
+        and X.shape[1] == estimator.n_features_in_
+        and X.dtype in _PLAIN_DTYPES
+        and y.dtype.kind in "biufU"
+        and not hasattr(estimator, "feature_names_in_")
+        and bool(np.isfinite(X).all())
+        and (y.dtype.kind != "f" or bool(np.isfinite(y).all()))
+    )
+
+
+_PLAIN_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
 @dataclasses.dataclass(frozen=True)
 class _StreamBuffer:
     """``partial_fit``'s recent small batches (fewer than ``buffer_size`` rows in all) and
@@ -662,16 +763,18 @@ REVISITS = 4
 
 @dataclasses.dataclass(frozen=True)
 class _SiteWindow:
-    """The last ``buffer_size`` rows of a stream of one-row calls and their sites: each
-    row's Gaussian factor ``exp(ν t − τ t² / 2)`` in its signed latent ``t = ±[x, 1]·θ``,
-    per problem, as it stands in the posterior (forgetting included). Frozen: a call that
-    fails leaves the estimator's as it was."""
+    """The last ``buffer_size`` rows of a stream of one-row calls and their sites, as
+    they stand in the posterior (forgetting included): each row's Gaussian factor in its
+    r latent values, ``exp(νᵀt − tᵀτt / 2)`` — binary (r = 1, per problem): in its signed
+    latent ``t = ±[x, 1]·θ``, τ and ν scalars; multinomial (one problem): in its K − 1
+    contrasts ``t = Qᵀ(Θ x̃)``, τ of r × r. Frozen: a call that fails leaves the
+    estimator's as it was."""
 
-    rows: np.ndarray  #: (n, p): the rows, with the intercept's 1
-    signs: np.ndarray  #: (problems, n): each row's ±1 label per problem
+    rows: np.ndarray  #: (n, w): binary, the rows with the intercept's 1; else the features
+    labels: np.ndarray  #: (problems, n): binary, each row's ±1 label per problem; else its class
     powers: np.ndarray  #: (n,): each row's weight × decay**(rows after it)
-    tau: np.ndarray  #: (problems, n)
-    nu: np.ndarray  #: (problems, n)
+    tau: np.ndarray  #: (problems, n) binary; (1, n, r, r) multinomial
+    nu: np.ndarray  #: (problems, n) binary; (1, n, r) multinomial
     visited: np.ndarray  #: (n,): the call that last fitted each row's site
     calls: int = 0  #: one-row calls so far
 
@@ -680,15 +783,21 @@ class _SiteWindow:
         return self.rows.shape[0]
 
     @classmethod
-    def empty(cls, p: int, n_problems: int) -> _SiteWindow:
+    def empty(cls, width: int, n_problems: int, r: int | None = None) -> _SiteWindow:
+        """No rows yet, of ``width`` columns; sites of ``r`` dimensions (None: binary)."""
+        site = () if r is None else (r,)
         return cls(
-            np.empty((0, p)),
-            np.empty((n_problems, 0)),
+            np.empty((0, width)),
+            np.empty((n_problems, 0), dtype=float if r is None else np.intp),
             np.empty(0),
-            np.empty((n_problems, 0)),
-            np.empty((n_problems, 0)),
+            np.empty((n_problems, 0, *site, *site)),
+            np.empty((n_problems, 0, *site)),
             np.empty(0, dtype=np.int64),
         )
+
+    def fits(self, width: int, r: int | None) -> bool:
+        """Whether this window's rows and sites have this shape (else a new one starts)."""
+        return self.rows.shape[1] == width and self.nu.ndim == (2 if r is None else 3)
 
     def forgotten(self, keep: float) -> _SiteWindow:
         """Forgetting scales every factor of the posterior, the sites' too."""
@@ -708,14 +817,14 @@ class _SiteWindow:
         visited[chosen] = self.calls + 1
         return dataclasses.replace(self, tau=tau, nu=nu, visited=visited)
 
-    def appended(self, row, signs, weight: float, site, size: int) -> _SiteWindow:
+    def appended(self, row, labels, weight: float, site, size: int) -> _SiteWindow:
         """This window and the new row (its site ``site[0]`` = τ, ``site[1]`` = ν per
         problem), the oldest dropped beyond ``size`` rows: its site stays in the posterior
         as it is."""
         start = max(self.n_rows + 1 - size, 0)
         return _SiteWindow(
             np.concatenate([self.rows[start:], row[None, :]]),
-            np.concatenate([self.signs[:, start:], signs[:, None]], axis=1),
+            np.concatenate([self.labels[:, start:], labels[:, None]], axis=1),
             np.append(self.powers[start:], weight),
             np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1),
             np.concatenate([self.nu[:, start:], site[1][:, None]], axis=1),
@@ -803,6 +912,132 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
         mean = mean + gain * ((d_nu - d_tau * at) / denominator)
         cov = cov - (d_tau / denominator) * np.outer(gain, gain)
     return mean, cov, new_tau, new_nu, log_z
+
+
+@functools.lru_cache(maxsize=16)
+def _contrast_basis(n_classes: int) -> np.ndarray:
+    """:func:`centred_basis` of K classes, computed once (read-only)."""
+    q = centred_basis(n_classes)
+    q.setflags(write=False)
+    return q
+
+
+def _softmax_design(rows: np.ndarray, q: np.ndarray, fit_intercept: bool) -> np.ndarray:
+    """Each row's map A (r × p) of θ = ``[W.ravel(), b]`` to its contrasts ``Qᵀ(Θ x̃)``
+    (:meth:`BlockLatent.of_softmax_row`'s): (m, r, p)."""
+    m, d = rows.shape
+    k, r = q.shape
+    design = np.einsum("ka,id->iakd", q, rows).reshape(m, r, k * d)
+    if fit_intercept:
+        design = np.concatenate([design, np.broadcast_to(q.T, (m, r, k))], axis=2)
+    return design
+
+
+def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, own_update):
+    """The posterior N(mean, cov) with the multinomial rows' sites ``(lam, eta)`` (on their
+    contrasts ``design @ θ``, (m, r, p)) refitted, all from it (a parallel EP step on these
+    sites; a new row's site is zero, the first).
+
+    Each row's cavity and the site of its tilted density: ``rule`` "moments",
+    :func:`softmax_site_updates` (EP's), the new row's by ``own_update()``
+    (:func:`assumed_density_softmax_row`) where its site is not of its cavity alone; "mode",
+    :func:`softmax_mode_site_updates` (Laplace propagation). Then the posterior's precision
+    and linear term change by ``Σ Aᵢᵀ ΔΛᵢ Aᵢ`` and ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of
+    rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``,
+    with G = ΣAᵀ, V = AΣAᵀ, m = Aμ and D the block diagonal of the ΔΛᵢ: O(p² r m), no
+    p × p factorization. A revisited row whose site is not found keeps it; where the joint
+    update leaves the covariance indefinite (round-off against a decisive site), the
+    revisits are dropped. Returns ``(mean, cov, lam, eta, log_z, cavity)`` (``log_z``, the
+    new row's tilted normalizer; ``cavity``, its latent mean and covariance under the
+    prior), or None where the new row's own site is not usable or (moments) its cavity is
+    wide."""
+    m, r, p = design.shape
+    flat = design.reshape(m * r, p)
+    spread = cov @ flat.T  # G, (p, r m)
+    joint = flat @ spread  # V, (r m, r m)
+    joint = 0.5 * (joint + joint.T)
+    latent_mean = (flat @ mean).reshape(m, r)
+    rows = np.arange(m)
+    latent_cov = joint.reshape(m, r, m, r)[rows, :, rows, :]
+    if rule == "moments":
+        # A new row whose cavity is wide (the first rows under a vague prior) takes the
+        # VS fits in the multinomial EP, from a kernel at its Laplace approximation: its
+        # own update (:meth:`_one_row_fits`), not the window's.
+        cavity = latent_cov[0]
+        wide = np.abs(cavity).sum(axis=1).max() > FITTED_CAVITY  # Gershgorin's bound first
+        if wide and np.linalg.eigvalsh(cavity)[-1] > FITTED_CAVITY:
+            return None
+        new_lam, new_eta, log_z, found, settled = softmax_site_updates(
+            q, labels, latent_mean, latent_cov, lam, eta, powers
+        )
+        if found[0] and not settled[0]:
+            # Its site depends on the kernel (a factor that narrows its cavity much): EP's
+            # fixed point of the one site, as the row's own update iterates to it.
+            try:
+                own = own_update()
+            except (EstimationError, NotPositiveDefiniteError):
+                return None
+            new_lam[0], new_eta[0] = own.sites.precision[0], own.sites.linear[0]
+            log_z[0] = own.log_Z
+    else:
+        new_lam, new_eta, log_z, found = softmax_mode_site_updates(
+            q, labels, latent_mean, latent_cov, lam, eta, powers
+        )
+    if not found[0]:
+        return None
+    cavity = latent_mean[0], latent_cov[0]
+    for kept in (found, rows == 0):
+        d_lam = np.where(kept[:, None, None], new_lam - lam, 0.0)
+        d_eta = np.where(kept[:, None], new_eta - eta, 0.0)
+        blocks = np.zeros((m, r, m, r))
+        blocks[rows, :, rows, :] = d_lam
+        blocks = blocks.reshape(m * r, m * r)
+        system = np.eye(m * r) + blocks @ joint
+        rhs = np.column_stack([blocks, d_eta.ravel() - blocks @ latent_mean.ravel()])
+        try:
+            solved = np.linalg.solve(system, rhs)
+        except np.linalg.LinAlgError:
+            continue
+        updated = cov - spread @ solved[:, :-1] @ spread.T
+        updated = 0.5 * (updated + updated.T)
+        try:
+            np.linalg.cholesky(updated)
+        except np.linalg.LinAlgError:
+            continue
+        lam = np.where(kept[:, None, None], new_lam, lam)
+        eta = np.where(kept[:, None], new_eta, eta)
+        return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), cavity
+    return None
+
+
+def _softmax_row_mode_result(mean, cov, prior, q, label, weight, site, cavity, log_z, norm):
+    """A Laplace one-row call's posterior (after its revisits) with its own row's Laplace
+    fit as diagnostics (as :func:`_row_mode_result`, in the row's K − 1 contrasts): its
+    mode g* under the carried prior's marginal N(m, V), read off its site ``(Λ, η)``;
+    ``norm``: |x̃|, the row's with the intercept's 1."""
+    latent_mean, latent_cov = cavity
+    precision = np.linalg.inv(latent_cov)
+    mode = np.linalg.solve(precision + site[0], precision @ latent_mean + site[1])
+    f = q @ mode
+    shifted = np.exp(f - f.max())
+    log_softmax = float(f[label] - f.max() - np.log(shifted.sum()))
+    residual = -weight * shifted / shifted.sum()
+    residual[label] += weight
+    centred = mode - latent_mean
+    grad = q.T @ residual - precision @ centred
+    log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum())
+    at_mode = weight * log_softmax - 0.5 * float(centred @ precision @ centred)
+    at_mode -= 0.5 * (mean.size * math.log(2.0 * math.pi) + log_det)
+    return LaplaceResult(
+        mean,
+        cov,
+        log_z,
+        n_iter=1,
+        converged=True,
+        # |Aᵀ∇| with A = Qᵀ ⊗ x̃ᵀ (Q's columns orthonormal): |∇| |x̃|.
+        grad_norm=float(np.linalg.norm(grad)) * norm,
+        log_density_at_mode=at_mode,
+    )
 
 
 def _tilted_moments(link, mean, var, power):
