@@ -45,6 +45,7 @@ __all__ = [
     "ChunkedGLMCurvature",
     "Curvature",
     "GLMCurvature",
+    "ModeSites",
     "NewtonLaplaceSolver",
     "SoftmaxCurvature",
     "curvature_for",
@@ -495,13 +496,21 @@ def softmax_row_laplace(
     )
 
 
+def _log_softmax(q, labels, g) -> tuple[np.ndarray, np.ndarray]:
+    """``log softmax(Qg)[y]`` of each row (g: (m, r)), and the class probabilities."""
+    f = g @ q.T
+    f -= f.max(axis=1)[:, None]
+    p = np.exp(f)
+    total = p.sum(axis=1)
+    p /= total[:, None]
+    return f[np.arange(len(f)), labels] - np.log(total), p
+
+
 def _log_tilted(q, labels, power, cav_mean, cav_prec, g) -> np.ndarray:
     """``s log softmax(Qg)[y] − (g − m)ᵀP(g − m)/2`` of each row (g: (m, r))."""
-    f = g @ q.T
-    top = f.max(axis=1)
-    log_softmax = f[np.arange(len(f)), labels] - top - np.log(np.exp(f - top[:, None]).sum(1))
     centred = g - cav_mean
-    return power * log_softmax - 0.5 * np.einsum("ma,mab,mb->m", centred, cav_prec, centred)
+    quad = np.einsum("ma,mab,mb->m", centred, cav_prec, centred)
+    return power * _log_softmax(q, labels, g)[0] - 0.5 * quad
 
 
 def _rows_of(args, rows):
@@ -510,18 +519,19 @@ def _rows_of(args, rows):
 
 
 def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
-    """The gradient (m, r) and the likelihood's negative Hessian ``s Qᵀ(diag p − ppᵀ)Q``
-    (m, r, r) of each row's tilted log density at g (as :class:`SoftmaxRowCurvature`'s)."""
-    f = g @ q.T
-    p = np.exp(f - f.max(axis=1)[:, None])
-    p /= p.sum(axis=1)[:, None]
+    """The value (as :func:`_log_tilted`), gradient (m, r) and the likelihood's negative
+    Hessian ``s Qᵀ(diag p − ppᵀ)Q`` (m, r, r) of each row's tilted log density at g (as
+    :class:`SoftmaxRowCurvature`'s)."""
+    log_softmax, p = _log_softmax(q, labels, g)
     residual = -power[:, None] * p
     residual[np.arange(len(p)), labels] += power
-    grad = residual @ q - np.einsum("mab,mb->ma", cav_prec, g - cav_mean)
+    centred = g - cav_mean
+    shift = np.einsum("mab,mb->ma", cav_prec, centred)
+    value = power * log_softmax - 0.5 * np.einsum("ma,ma->m", centred, shift)
     curvature = -power[:, None, None] * (p[:, :, None] * p[:, None, :])
     diagonal = np.arange(p.shape[1])
     curvature[:, diagonal, diagonal] += power[:, None] * p
-    return grad, q.T @ curvature @ q
+    return value, residual @ q - shift, q.T @ curvature @ q
 
 
 def softmax_mode_site_updates(
@@ -535,7 +545,7 @@ def softmax_mode_site_updates(
     *,
     tol: float = 1e-10,
     max_iter: int = 50,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> ModeSites:
     """Laplace propagation's update of some multinomial rows' sites, all from one
     posterior: each row's cavity (the posterior's marginal ``N(m_i, V_i)`` of its
     contrasts without its site ``(Λ_i, η_i)``), the mode g* of its tilted density
@@ -558,13 +568,11 @@ def softmax_mode_site_updates(
 
     Returns
     -------
-    new_lam, new_eta : ndarray
-        The new sites (the current ones where ``found`` is False).
-    log_z : ndarray of shape (m,)
-        The Laplace approximation of log ∫ F^s × cavity over the normalized cavity (NaN
-        where not found).
-    found : ndarray of shape (m,)
-        Whether the row's cavity was proper and Newton's method converged.
+    ModeSites
+        The new sites (the current ones where not found), the Laplace approximations of
+        log ∫ F^s × cavity over the normalized cavities, whether each row's cavity was
+        proper and Newton's method converged, and the modes with the gradients and log
+        densities there.
     """
     m, r = latent_mean.shape
     precision = np.linalg.inv(latent_cov)
@@ -584,10 +592,11 @@ def softmax_mode_site_updates(
     # From the posterior's marginal mean: the tilted mode of a row whose site is at Laplace
     # propagation's fixed point (a revisit's warm start), the cavity's of a new row.
     g = np.where(ok[:, None], latent_mean, cav_mean)
-    value = _log_tilted(*args, g)
     converged = np.zeros(m, dtype=bool)
-    for _ in range(max_iter):
-        grad, curvature = _softmax_expansion(*args, g)
+    for step_count in range(max_iter + 1):
+        value, grad, curvature = _softmax_expansion(*args, g)
+        if converged.all() or step_count == max_iter:  # the mode's value and curvature
+            break
         step = np.linalg.solve(curvature + cav_prec, grad[..., None])[..., 0]
         slope = np.einsum("ma,ma->m", grad, step)  # twice the Newton decrement
         # As the solver's stop: half the decrement within tol (or round-off); the final
@@ -607,13 +616,8 @@ def softmax_mode_site_updates(
                 scale[short] *= 0.5
                 trial[short] = g[short] + scale[short, None] * step[short]
                 trial_value[short] = _log_tilted(*_rows_of(args, short), trial[short])
-            value = trial_value
         g = trial
-        if converged.all():
-            value = _log_tilted(*args, g)
-            break
     found = ok & converged
-    grad, curvature = _softmax_expansion(*args, g)
     hessian = curvature + cav_prec
     new_lam = np.where(found[:, None, None], 0.5 * (curvature + np.swapaxes(curvature, 1, 2)), lam)
     new_eta = np.where(found[:, None], np.einsum("mab,mb->ma", hessian, g) - cav_lin, eta)
@@ -622,7 +626,19 @@ def softmax_mode_site_updates(
     _, log_det_hessian = np.linalg.slogdet(hessian)
     _, log_det_prec = np.linalg.slogdet(cav_prec)
     log_z = value - 0.5 * (log_det_hessian - log_det_prec)
-    return new_lam, new_eta, np.where(found, log_z, np.nan), found
+    return ModeSites(new_lam, new_eta, np.where(found, log_z, np.nan), found, g, grad, value)
+
+
+class ModeSites(NamedTuple):
+    """:func:`softmax_mode_site_updates`' sites, and each row's tilted mode."""
+
+    lam: np.ndarray  #: (m, r, r): the new site precisions (the current where not found)
+    eta: np.ndarray  #: (m, r): their linear terms
+    log_z: np.ndarray  #: (m,): Laplace's log ∫ F^s × cavity, normalized cavity (NaN: not found)
+    found: np.ndarray  #: (m,): the cavity proper and Newton converged
+    mode: np.ndarray  #: (m, r): the tilted densities' modes g*
+    gradient: np.ndarray  #: (m, r): their log densities' gradients at g* (round-off)
+    log_density: np.ndarray  #: (m,): ``s log F(g*) − (g* − m_c)ᵀP(g* − m_c)/2``
 
 
 def curvature_for(model, form: str = "auto") -> Curvature:

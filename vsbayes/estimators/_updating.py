@@ -563,15 +563,14 @@ class BayesianUpdating:
                 fit_intercept=self.fit_intercept,
                 tol=max(1e-2 * self.tol, SOFTMAX_EP_MIN_TOL),  # the general EP's
             ),
+            self.tol,
         )
         if revised is None:
             return None, None  # the row's own update was not usable, or its cavity wide
-        mean, cov, tau, nu, log_z, cavity = revised
+        mean, cov, tau, nu, log_z, own = revised
         if rule == "mode":
             norm = math.sqrt(float(row @ row) + float(self.fit_intercept))
-            posterior = _softmax_row_mode_result(
-                mean, cov, prior, q, label, weight, (tau[0], nu[0]), cavity, log_z, norm
-            )
+            posterior = _softmax_row_mode_result(mean, cov, prior, own, log_z, norm)
         else:
             posterior = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
         fits = [self._row_fit(posterior, WINDOW_ROW_REASON)]
@@ -933,24 +932,25 @@ def _softmax_design(rows: np.ndarray, q: np.ndarray, fit_intercept: bool) -> np.
     return design
 
 
-def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, own_update):
+def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, own_update, tol):
     """The posterior N(mean, cov) with the multinomial rows' sites ``(lam, eta)`` (on their
     contrasts ``design @ θ``, (m, r, p)) refitted, all from it (a parallel EP step on these
     sites; a new row's site is zero, the first).
 
     Each row's cavity and the site of its tilted density: ``rule`` "moments",
     :func:`softmax_site_updates` (EP's), the new row's by ``own_update()``
-    (:func:`assumed_density_softmax_row`) where its site is not of its cavity alone; "mode",
-    :func:`softmax_mode_site_updates` (Laplace propagation). Then the posterior's precision
-    and linear term change by ``Σ Aᵢᵀ ΔΛᵢ Aᵢ`` and ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of
-    rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``,
+    (:func:`assumed_density_softmax_row`) where its site is not of its cavity alone;
+    "mode", :func:`softmax_mode_site_updates` (Laplace propagation, Newton's stop at
+    ``tol``). Then the posterior's precision and linear term change by ``Σ Aᵢᵀ ΔΛᵢ Aᵢ`` and
+    ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and
+    ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``,
     with G = ΣAᵀ, V = AΣAᵀ, m = Aμ and D the block diagonal of the ΔΛᵢ: O(p² r m), no
     p × p factorization. A revisited row whose site is not found keeps it; where the joint
     update leaves the covariance indefinite (round-off against a decisive site), the
-    revisits are dropped. Returns ``(mean, cov, lam, eta, log_z, cavity)`` (``log_z``, the
-    new row's tilted normalizer; ``cavity``, its latent mean and covariance under the
-    prior), or None where the new row's own site is not usable or (moments) its cavity is
-    wide."""
+    revisits are dropped. Returns ``(mean, cov, lam, eta, log_z, own)`` (``log_z``, the
+    new row's tilted normalizer; ``own``, mode: the :class:`ModeSites`, whose first row is
+    the new row's fit), or None where the new row's own site is not usable or (moments)
+    its cavity is wide."""
     m, r, p = design.shape
     flat = design.reshape(m * r, p)
     spread = cov @ flat.T  # G, (p, r m)
@@ -980,12 +980,14 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
             new_lam[0], new_eta[0] = own.sites.precision[0], own.sites.linear[0]
             log_z[0] = own.log_Z
     else:
-        new_lam, new_eta, log_z, found = softmax_mode_site_updates(
-            q, labels, latent_mean, latent_cov, lam, eta, powers
+        modes = softmax_mode_site_updates(
+            q, labels, latent_mean, latent_cov, lam, eta, powers, tol=tol
         )
+        new_lam, new_eta, log_z, found = modes[:4]
     if not found[0]:
         return None
-    cavity = latent_mean[0], latent_cov[0]
+    # The new row's own fit: its cavity (the prior's marginal), and (mode) its tilted mode.
+    own = (latent_mean[0], latent_cov[0]) if rule == "moments" else modes
     for kept in (found, rows == 0):
         d_lam = np.where(kept[:, None, None], new_lam - lam, 0.0)
         d_eta = np.where(kept[:, None], new_eta - eta, 0.0)
@@ -1006,28 +1008,18 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
             continue
         lam = np.where(kept[:, None, None], new_lam, lam)
         eta = np.where(kept[:, None], new_eta, eta)
-        return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), cavity
+        return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), own
     return None
 
 
-def _softmax_row_mode_result(mean, cov, prior, q, label, weight, site, cavity, log_z, norm):
+def _softmax_row_mode_result(mean, cov, prior, modes, log_z, norm):
     """A Laplace one-row call's posterior (after its revisits) with its own row's Laplace
     fit as diagnostics (as :func:`_row_mode_result`, in the row's K − 1 contrasts): its
-    mode g* under the carried prior's marginal N(m, V), read off its site ``(Λ, η)``;
-    ``norm``: |x̃|, the row's with the intercept's 1."""
-    latent_mean, latent_cov = cavity
-    precision = np.linalg.inv(latent_cov)
-    mode = np.linalg.solve(precision + site[0], precision @ latent_mean + site[1])
-    f = q @ mode
-    shifted = np.exp(f - f.max())
-    log_softmax = float(f[label] - f.max() - np.log(shifted.sum()))
-    residual = -weight * shifted / shifted.sum()
-    residual[label] += weight
-    centred = mode - latent_mean
-    grad = q.T @ residual - precision @ centred
+    tilted density's mode under the carried prior's marginal (``modes``, the
+    :class:`ModeSites` of the call, the row first); ``norm``: |x̃|, the row's with the
+    intercept's 1."""
     log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum())
-    at_mode = weight * log_softmax - 0.5 * float(centred @ precision @ centred)
-    at_mode -= 0.5 * (mean.size * math.log(2.0 * math.pi) + log_det)
+    at_mode = float(modes.log_density[0]) - 0.5 * (mean.size * math.log(2.0 * math.pi) + log_det)
     return LaplaceResult(
         mean,
         cov,
@@ -1035,7 +1027,7 @@ def _softmax_row_mode_result(mean, cov, prior, q, label, weight, site, cavity, l
         n_iter=1,
         converged=True,
         # |Aᵀ∇| with A = Qᵀ ⊗ x̃ᵀ (Q's columns orthonormal): |∇| |x̃|.
-        grad_norm=float(np.linalg.norm(grad)) * norm,
+        grad_norm=float(np.linalg.norm(modes.gradient[0])) * norm,
         log_density_at_mode=at_mode,
     )
 
