@@ -102,6 +102,7 @@ from .softmax_sites import (
     _OneRow,
     _positive_definite,
     _psd,
+    _row_symmetric_positive_definite,
     _RowState,
     _rule_size,
     _rules,
@@ -696,7 +697,10 @@ def softmax_site_updates(
     if narrow is not None:  # the usual case: the same sites, without the rows' levels
         log_z, site_lam, site_eta = narrow
         every = np.ones(m, dtype=bool)
-        return _psd(site_lam), site_eta, log_z, every, every
+        # (_psd's check, on these few rows without its row blocks: the same sites)
+        if not _row_symmetric_positive_definite(site_lam).all():
+            site_lam = _psd(site_lam)
+        return site_lam, site_eta, log_z, every, every
     ok = _positive_definite(cav_prec)
     state = _RowState(m)  # the tilted moments
     model = _OneRow(labels)

@@ -568,11 +568,14 @@ class BayesianUpdating:
         if revised is None:
             return None, None  # the row's own update was not usable, or its cavity wide
         mean, cov, tau, nu, log_z, own = revised
-        if rule == "mode":
-            norm = math.sqrt(float(row @ row) + float(self.fit_intercept))
-            posterior = _softmax_row_mode_result(mean, cov, prior, own, log_z, norm)
-        else:
-            posterior = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
+        try:  # (the covariance's factorization: its round-off checked)
+            if rule == "mode":
+                norm = math.sqrt(float(row @ row) + float(self.fit_intercept))
+                posterior = _softmax_row_mode_result(mean, cov, prior, own, log_z, norm)
+            else:
+                posterior = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
+        except NotPositiveDefiniteError:
+            return None, None
         fits = [self._row_fit(posterior, WINDOW_ROW_REASON)]
         self._report(fits)
         window_tau, window_nu = window.tau.copy(), window.nu.copy()
@@ -945,12 +948,12 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and
     ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``,
     with G = ΣAᵀ, V = AΣAᵀ, m = Aμ and D the block diagonal of the ΔΛᵢ: O(p² r m), no
-    p × p factorization. A revisited row whose site is not found keeps it; where the joint
-    update leaves the covariance indefinite (round-off against a decisive site), the
-    revisits are dropped. Returns ``(mean, cov, lam, eta, log_z, own)`` (``log_z``, the
-    new row's tilted normalizer; ``own``, mode: the :class:`ModeSites`, whose first row is
-    the new row's fit), or None where the new row's own site is not usable or (moments)
-    its cavity is wide."""
+    p × p factorization (the sites' precisions are PSD, so the updated precision is
+    positive definite but for round-off, which the posterior's own factorization
+    catches). A revisited row whose site is not found keeps it. Returns ``(mean, cov, lam,
+    eta, log_z, own)`` (``log_z``, the new row's tilted normalizer; ``own``, mode: the
+    :class:`ModeSites`, whose first row is the new row's fit), or None where the new row's
+    own site is not usable or (moments) its cavity is wide."""
     m, r, p = design.shape
     flat = design.reshape(m * r, p)
     spread = cov @ flat.T  # G, (p, r m)
@@ -988,28 +991,21 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
         return None
     # The new row's own fit: its cavity (the prior's marginal), and (mode) its tilted mode.
     own = (latent_mean[0], latent_cov[0]) if rule == "moments" else modes
-    for kept in (found, rows == 0):
-        d_lam = np.where(kept[:, None, None], new_lam - lam, 0.0)
-        d_eta = np.where(kept[:, None], new_eta - eta, 0.0)
-        blocks = np.zeros((m, r, m, r))
-        blocks[rows, :, rows, :] = d_lam
-        blocks = blocks.reshape(m * r, m * r)
-        system = np.eye(m * r) + blocks @ joint
-        rhs = np.column_stack([blocks, d_eta.ravel() - blocks @ latent_mean.ravel()])
-        try:
-            solved = np.linalg.solve(system, rhs)
-        except np.linalg.LinAlgError:
-            continue
-        updated = cov - spread @ solved[:, :-1] @ spread.T
-        updated = 0.5 * (updated + updated.T)
-        try:
-            np.linalg.cholesky(updated)
-        except np.linalg.LinAlgError:
-            continue
-        lam = np.where(kept[:, None, None], new_lam, lam)
-        eta = np.where(kept[:, None], new_eta, eta)
-        return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), own
-    return None
+    if not found.all():  # a revisited row whose site is not found keeps it
+        new_lam = np.where(found[:, None, None], new_lam, lam)
+        new_eta = np.where(found[:, None], new_eta, eta)
+    blocks = np.zeros((m, r, m, r))
+    blocks[rows, :, rows, :] = new_lam - lam
+    blocks = blocks.reshape(m * r, m * r)
+    system = np.eye(m * r) + blocks @ joint
+    rhs = np.column_stack([blocks, (new_eta - eta).ravel() - blocks @ latent_mean.ravel()])
+    try:
+        solved = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:  # round-off against a decisive site
+        return None
+    updated = cov - spread @ solved[:, :-1] @ spread.T
+    lam, eta = new_lam, new_eta
+    return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), own
 
 
 def _softmax_row_mode_result(mean, cov, prior, modes, log_z, norm):
