@@ -28,16 +28,22 @@ under the anchor, and the buffer empties. At each refit the posterior is therefo
 ADF in batches of (at least) W rows, between refits that of W-ADF followed by the small
 batches' ADF; memory: fewer than W rows; the call that refits costs a fit of its rows
 (D-078). A stream of one-row calls does not refit (a fit of W rows is many one-row
-updates' cost): each row's update is a Gaussian site in its latent ``t = ±[x, 1]·θ``, and
-the window keeps the last W rows with their sites; each call refits the sites of
-``REVISITS`` (4) rows of the window, those visited longest ago, under the posterior
-without them (EP's update for EP and VS; for Laplace, the mode and curvature of the
-same tilted density: Laplace propagation, whose fixed point is the joint Laplace
-approximation), all in one step from the posterior before the row. That is incremental
-EP over a sliding window: each row's site is refitted about 4 times while in the window,
-once just before it leaves, under a cavity holding the W − 1 rows after it; its cost is a
-few rank-one updates, bounded whatever the stream. A larger batch freezes the window
-(its sites stay in the posterior) and starts the buffer of batches.
+updates' cost): each row's update is a Gaussian site in its latent values — binary, its
+signed latent ``t = ±[x, 1]·θ``; multinomial, its K − 1 contrasts ``Qᵀ(Θ x̃)`` (the
+multinomial EP's sites, binary the K = 2 case) — and the window keeps the last W rows
+with their sites; each call refits the sites of ``REVISITS`` (4) rows of the window,
+those visited longest ago, under the posterior without them (EP's update for EP and VS:
+binary, the tilted moments; multinomial, the multinomial EP's site update, its tilted
+moments; for Laplace, the mode and curvature of the same tilted density: Laplace
+propagation, whose fixed point is the joint Laplace approximation), all in one step from
+the posterior before the row (multinomial: one Woodbury update of rank (K − 1)(1 +
+REVISITS)). That is incremental EP over a sliding window: each row's site is refitted
+about 4 times while in the window, once just before it leaves, under a cavity holding
+the W − 1 rows after it; its cost is a few rank-(K − 1) updates, O(p² K), bounded
+whatever the stream. A multinomial row whose cavity is wide (the first rows under a
+vague prior, where the multinomial EP takes VS site fits) takes its own update below and
+starts the buffer of batches instead. A larger batch freezes the window (its sites stay
+in the posterior) and starts the buffer of batches.
 
 ``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
 (precision and precision × mean) are mixed with the original prior's with weight
@@ -52,7 +58,9 @@ fits the row's likelihood to the power ``decay**k`` (power EP). The running evid
 refit replaces its small batches' terms by the evidence of their rows given the anchor
 (with ``decay`` < 1, of the rows' weighted likelihoods); revisits leave it ADF's.
 
-**One row** skips the general fit: prior × one factor
+**One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not
+take it; in the window, a new row's site is this update too, from its site of zeros, the
+multinomial one in one pass where its site is of its cavity alone): prior × one factor
 differs from the prior along the row only, so the posterior is a rank-one update of the
 prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
 row's latent (the general solver's iterates, in the one dimension they move in), EP's from
@@ -244,11 +252,13 @@ class BayesianUpdating:
         buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
-        batch of one row (Laplace, EP, VS) is a rank-one update of the prior, and refits
-        the sites of four of the last ``buffer_size`` rows under the posterior without them
-        (incremental EP over a sliding window; see the module docstring): no one-row call
-        refits the buffer, each costs about as much as ``SGDClassifier.partial_fit`` of
-        that row, so that a decision loop's calls stay within a bound.
+        batch of one row (Laplace, EP, VS; binary, one-vs-rest and multinomial) is a
+        rank-(K − 1) update of the prior (rank one but for the multinomial posterior), and
+        refits the sites of four of the last ``buffer_size`` rows under the posterior
+        without them (incremental EP over a sliding window; see the module docstring): no
+        one-row call refits the buffer, each costs about as much as
+        ``SGDClassifier.partial_fit`` of that row, so that a decision loop's calls stay
+        within a bound.
 
         Streams lose least by moment matching (EP, and VS, the default): the Laplace
         approximation of a batch expands its rows where the earlier estimates put them,
@@ -465,12 +475,12 @@ class BayesianUpdating:
                 print(f"{type(self).__name__}: {fit.posterior!r}")
 
     def _window_row_fits(self, X, problems, weights, carried, window, keep):
-        """``(fits, window)`` of a one-row call in a stream (``buffer_size`` > 1, binary
-        or one-vs-rest problems): the row's site joins the window of the last
-        ``buffer_size`` rows' sites and the ``REVISITS`` of them visited longest ago are
-        refitted, all from the ``carried`` prior, in one step (see the module docstring);
-        or ``(None, None)`` where the general fit is needed (as
-        :meth:`_one_row_fits`)."""
+        """``(fits, window)`` of a one-row call in a stream (``buffer_size`` > 1): the
+        row's site joins the window of the last ``buffer_size`` rows' sites and the
+        ``REVISITS`` of them visited longest ago are refitted, all from the ``carried``
+        prior, in one step (see the module docstring; multinomial:
+        :meth:`_window_softmax_row_fits`); or ``(None, None)`` where the general fit (or,
+        multinomial, the row's own update) is needed (as :meth:`_one_row_fits`)."""
         rule = self._one_row_rule()
         weight = float(weights[0])
         if rule is None or self.max_iter == 0 or (rule == "moments" and weight > 1.0):
