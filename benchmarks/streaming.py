@@ -22,7 +22,8 @@ Three measurements, in one process:
    row at a time, with and without the buffer, its log loss every 20 rows from row 100
    over the batch fit on the rows seen so far (binary datasets).
 2. **Update cost** (d = 20, ``make_classification``): one ``partial_fit`` of one row after
-   100, 1000 and 10 000 rows seen (300 successive rows, the methods interleaved, beside
+   100, 1000 and 10 000 rows seen, and of one row of 3 classes (the multinomial posterior)
+   after 1000 and 10 000 (300 successive rows, the methods interleaved, beside
    ``SGDClassifier.partial_fit`` of the same rows; target: every call ≤ 1 ms, no growth
    with the rows seen): the median, 99th percentile and largest wall time of the calls,
    their process CPU time, the calls over 1 ms and the mean; and one ``partial_fit`` of
@@ -315,72 +316,85 @@ def order_rows(splits: dict, quick: bool, n_orders: int) -> list[dict]:
     return rows
 
 
-def cost_rows(quick: bool) -> list[dict]:
-    """One-row updates after n rows seen, and 1000-row updates against fit."""
-    d, seen_levels = 20, (100, 1000, 10_000)
-    X, y = make_classification(12_000, d, n_informative=10, random_state=0)
+def one_row_costs(X, y, seen: int, repeats: int) -> list[dict]:
+    """``repeats`` successive one-row calls of each method after ``seen`` rows (in batches
+    of up to 1000), beside ``SGDClassifier.partial_fit`` of the same rows."""
+    classes = np.unique(y).tolist()
+    models = {}
+    for method, cls in METHODS.items():
+        models[method] = model = cls()
+        for start in range(0, seen, 1000):
+            stop = min(start + 1000, seen)
+            model.partial_fit(X[start:stop], y[start:stop], classes=classes)
+    # scikit-learn's incremental linear classifier, with the same checks of a batch: the
+    # reference of what validating one row costs on this machine now.
+    sgd = SGDClassifier(loss="log_loss", random_state=0)
+    sgd.partial_fit(X[:seen], y[:seen], classes=classes)
+    models["sgd"] = sgd
+    # Successive single rows, the methods interleaved (the machine's load hits each
+    # alike): each one update after about ``seen`` rows; wall and CPU time of the
+    # calling thread (the calls run on one BLAS thread: the process's time would add
+    # the BLAS pool's idle spinning).
+    times = {method: [] for method in models}
+    for k in range(seen, seen + repeats):
+        for method, model in models.items():
+            started, cpu = time.perf_counter(), time.thread_time()
+            model.partial_fit(X[k : k + 1], y[k : k + 1])
+            times[method].append((time.perf_counter() - started, time.thread_time() - cpu))
+    # The gauge's own spread: calls a shared machine's other jobs delay.
+    sgd_wall, sgd_cpu = np.array(times.pop("sgd")[1:]).T
+    sgd_seconds = float(np.median(sgd_wall))
     rows = []
+    for method, measured in times.items():
+        wall, cpu = np.array(measured[1:]).T
+        rows.append(
+            {
+                "part": "cost_one_row",
+                "method": method,
+                "rows_seen": seen,
+                "d": X.shape[1],
+                "n_classes": len(classes),
+                "buffer_size": models[method].buffer_size,
+                "n_calls": wall.size,
+                "seconds": float(np.median(wall)),
+                "p99_seconds": float(np.percentile(wall, 99)),
+                "max_seconds": float(wall.max()),
+                "cpu_seconds": float(np.median(cpu)),
+                "p99_cpu_seconds": float(np.percentile(cpu, 99)),
+                "max_cpu_seconds": float(cpu.max()),
+                "over_1ms": int((wall > 1e-3).sum()),
+                "mean_seconds": float(wall.mean()),
+                "sgd_seconds": sgd_seconds,
+                "sgd_p99_seconds": float(np.percentile(sgd_wall, 99)),
+                "sgd_over_1ms": int((sgd_wall > 1e-3).sum()),
+                "sgd_max_cpu_seconds": float(sgd_cpu.max()),
+            }
+        )
+        print(
+            f"{method}: one row of {len(classes)} classes after {seen} rows: median "
+            f"{1e3 * np.median(wall):.3f} ms, p99 {1e3 * np.percentile(wall, 99):.3f}, max "
+            f"{1e3 * wall.max():.3f} (CPU median {1e3 * np.median(cpu):.3f}, p99 "
+            f"{1e3 * np.percentile(cpu, 99):.3f}, max {1e3 * cpu.max():.3f}), "
+            f"{int((wall > 1e-3).sum())} of {wall.size} over 1 ms, mean "
+            f"{1e3 * wall.mean():.3f} ms (SGDClassifier {1e3 * sgd_seconds:.3f} ms, p99 "
+            f"{1e3 * np.percentile(sgd_wall, 99):.3f}, {int((sgd_wall > 1e-3).sum())} "
+            f"over 1 ms, CPU max {1e3 * sgd_cpu.max():.3f})",
+            flush=True,
+        )
+    return rows
+
+
+def cost_rows(quick: bool) -> list[dict]:
+    """One-row updates after n rows seen (binary, and multinomial with 3 classes), and
+    1000-row updates against fit."""
+    d = 20
     repeats = 50 if quick else 300
-    for seen in seen_levels:
-        models = {}
-        for method, cls in METHODS.items():
-            models[method] = model = cls()
-            for start in range(0, seen, 1000):
-                stop = min(start + 1000, seen)
-                model.partial_fit(X[start:stop], y[start:stop], classes=[0, 1])
-        # scikit-learn's incremental linear classifier, with the same checks of a batch: the
-        # reference of what validating one row costs on this machine now.
-        sgd = SGDClassifier(loss="log_loss", random_state=0)
-        sgd.partial_fit(X[:seen], y[:seen], classes=[0, 1])
-        models["sgd"] = sgd
-        # Successive single rows, the methods interleaved (the machine's load hits each
-        # alike): each one update after about ``seen`` rows; wall and CPU time of the
-        # calling thread (the calls run on one BLAS thread: the process's time would add
-        # the BLAS pool's idle spinning).
-        times = {method: [] for method in models}
-        for k in range(seen, seen + repeats):
-            for method, model in models.items():
-                started, cpu = time.perf_counter(), time.thread_time()
-                model.partial_fit(X[k : k + 1], y[k : k + 1])
-                times[method].append((time.perf_counter() - started, time.thread_time() - cpu))
-        # The gauge's own spread: calls a shared machine's other jobs delay.
-        sgd_wall, sgd_cpu = np.array(times.pop("sgd")[1:]).T
-        sgd_seconds = float(np.median(sgd_wall))
-        for method, measured in times.items():
-            wall, cpu = np.array(measured[1:]).T
-            rows.append(
-                {
-                    "part": "cost_one_row",
-                    "method": method,
-                    "rows_seen": seen,
-                    "d": d,
-                    "buffer_size": models[method].buffer_size,
-                    "n_calls": wall.size,
-                    "seconds": float(np.median(wall)),
-                    "p99_seconds": float(np.percentile(wall, 99)),
-                    "max_seconds": float(wall.max()),
-                    "cpu_seconds": float(np.median(cpu)),
-                    "p99_cpu_seconds": float(np.percentile(cpu, 99)),
-                    "max_cpu_seconds": float(cpu.max()),
-                    "over_1ms": int((wall > 1e-3).sum()),
-                    "mean_seconds": float(wall.mean()),
-                    "sgd_seconds": sgd_seconds,
-                    "sgd_p99_seconds": float(np.percentile(sgd_wall, 99)),
-                    "sgd_over_1ms": int((sgd_wall > 1e-3).sum()),
-                    "sgd_max_cpu_seconds": float(sgd_cpu.max()),
-                }
-            )
-            print(
-                f"{method}: one row after {seen} rows: median {1e3 * np.median(wall):.3f} ms, "
-                f"p99 {1e3 * np.percentile(wall, 99):.3f}, max {1e3 * wall.max():.3f} (CPU "
-                f"median {1e3 * np.median(cpu):.3f}, p99 {1e3 * np.percentile(cpu, 99):.3f}, "
-                f"max {1e3 * cpu.max():.3f}), "
-                f"{int((wall > 1e-3).sum())} of {wall.size} over 1 ms, mean "
-                f"{1e3 * wall.mean():.3f} ms (SGDClassifier {1e3 * sgd_seconds:.3f} ms, p99 "
-                f"{1e3 * np.percentile(sgd_wall, 99):.3f}, {int((sgd_wall > 1e-3).sum())} "
-                f"over 1 ms, CPU max {1e3 * sgd_cpu.max():.3f})",
-                flush=True,
-            )
+    rows = []
+    for n_classes, seen_levels in ((2, (100, 1000, 10_000)), (3, (1000, 10_000))):
+        X, y = make_classification(12_000, d, n_informative=10, n_classes=n_classes, random_state=0)
+        for seen in seen_levels:
+            rows += one_row_costs(X, y, seen, repeats)
+    X, y = make_classification(12_000, d, n_informative=10, random_state=0)
     for method, cls in METHODS.items():
         # 1000 rows: partial_fit on a posterior of 1000 earlier rows against fit, and LR.
         earlier = cls().fit(X[:1000], y[:1000])
@@ -563,7 +577,9 @@ def report(
     lines += [
         "One row: 300 successive rows, the methods interleaved, at the default "
         "`buffer_size=100` (each call: the row's update and the refit of the four sites of "
-        "the window's rows visited longest ago; no call refits the buffer). ms, p99 ms, max "
+        "the window's rows visited longest ago; no call refits the buffer), binary and "
+        "multinomial (3 classes: sites of 2 dimensions, each call a rank-2·5 update of the "
+        "posterior; the SGD gauge then fits 3 one-vs-rest problems). ms, p99 ms, max "
         "ms: the median, 99th percentile and largest wall time of the calls (the 1 ms "
         "target: every call); CPU ms: the median / 99th percentile / largest CPU time of "
         "the calling thread in a call (which a shared machine's other jobs inflate less "
@@ -587,7 +603,9 @@ def report(
     lines += ["|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(cost, key=lambda r: (list(METHODS).index(r["method"]), r["part"])):
         one_row = r["part"] == "cost_one_row"
-        what = "one row" if one_row else "1000 rows"
+        what = "1000 rows" if not one_row else "one row"
+        if r.get("n_classes", 2) > 2:
+            what += f", {r['n_classes']} classes"
         cpu = (
             f"{fmt(1e3 * r['cpu_seconds'])} / {fmt(1e3 * r['p99_cpu_seconds'])} / "
             f"{fmt(1e3 * r['max_cpu_seconds'])}"
@@ -674,17 +692,18 @@ def plot(accuracy, cost, curves, path: Path) -> None:
     ax.set_ylabel("held-out log loss, stream / batch")
     ax.legend(fontsize=5, ncol=3, loc="upper right")
     ax = axes[1]
-    for method in METHODS:
-        points = sorted(
-            (r["rows_seen"], 1e3 * r["seconds"])
-            for r in cost
-            if r["method"] == method and r["part"] == "cost_one_row"
-        )
-        line = ax.loglog(*zip(*points, strict=True), "o-", label=f"{method}: one row, median")[0]
+    one_rows = [r for r in cost if r["part"] == "cost_one_row"]
+    for method, n_classes in dict.fromkeys((r["method"], r.get("n_classes", 2)) for r in one_rows):
+        mine = [r for r in one_rows if (r["method"], r.get("n_classes", 2)) == (method, n_classes)]
+        name = method if n_classes == 2 else f"{method}, {n_classes} classes"
+        points = sorted((r["rows_seen"], 1e3 * r["seconds"]) for r in mine)
+        line = ax.loglog(
+            *zip(*points, strict=True),
+            "o-" if n_classes == 2 else "s-.",
+            label=f"{name}: one row, median",
+        )[0]
         slowest = sorted(
-            (r["rows_seen"], 1e3 * r["max_cpu_seconds"])
-            for r in cost
-            if r["method"] == method and r["part"] == "cost_one_row" and "max_cpu_seconds" in r
+            (r["rows_seen"], 1e3 * r["max_cpu_seconds"]) for r in mine if "max_cpu_seconds" in r
         )
         if slowest:
             ax.loglog(
@@ -692,16 +711,22 @@ def plot(accuracy, cost, curves, path: Path) -> None:
                 "v--",
                 color=line.get_color(),
                 mfc="none",
-                label=f"{method}: the slowest call (CPU)",
+                label=f"{name}: the slowest call (CPU)",
             )
-    gauge = sorted({(r["rows_seen"], 1e3 * r["sgd_seconds"]) for r in cost if "sgd_seconds" in r})
+    gauge = sorted(
+        {
+            (r["rows_seen"], 1e3 * r["sgd_seconds"])
+            for r in cost
+            if "sgd_seconds" in r and r.get("n_classes", 2) == 2
+        }
+    )
     if gauge:
         ax.loglog(*zip(*gauge, strict=True), "x:", color="gray", label="SGDClassifier")
     gauge_slowest = sorted(
         {
             (r["rows_seen"], 1e3 * r["sgd_max_cpu_seconds"])
             for r in cost
-            if "sgd_max_cpu_seconds" in r
+            if "sgd_max_cpu_seconds" in r and r.get("n_classes", 2) == 2
         }
     )
     if gauge_slowest:
