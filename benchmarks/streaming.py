@@ -578,7 +578,7 @@ def report(
         "One row: 300 successive rows, the methods interleaved, at the default "
         "`buffer_size=100` (each call: the row's update and the refit of the four sites of "
         "the window's rows visited longest ago; no call refits the buffer), binary and "
-        "multinomial (3 classes: sites of 2 dimensions, each call a rank-2·5 update of the "
+        "multinomial (3 classes: sites of 2 dimensions, each call one rank-10 update of the "
         "posterior; the SGD gauge then fits 3 one-vs-rest problems). ms, p99 ms, max "
         "ms: the median, 99th percentile and largest wall time of the calls (the 1 ms "
         "target: every call); CPU ms: the median / 99th percentile / largest CPU time of "
