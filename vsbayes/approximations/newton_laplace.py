@@ -506,22 +506,15 @@ def _log_softmax(q, labels, g) -> tuple[np.ndarray, np.ndarray]:
     return f[np.arange(len(f)), labels] - np.log(total), p
 
 
-def _log_tilted(q, labels, power, cav_mean, cav_prec, g) -> np.ndarray:
-    """``s log softmax(Qg)[y] − (g − m)ᵀP(g − m)/2`` of each row (g: (m, r))."""
-    centred = g - cav_mean
-    quad = np.einsum("ma,mab,mb->m", centred, cav_prec, centred)
-    return power * _log_softmax(q, labels, g)[0] - 0.5 * quad
-
-
 def _rows_of(args, rows):
     """``(q, labels, power, cav_mean, cav_prec)`` at some rows (q is shared)."""
     return (args[0], *(a[rows] for a in args[1:]))
 
 
 def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
-    """The value (as :func:`_log_tilted`), gradient (m, r) and the likelihood's negative
-    Hessian ``s Qᵀ(diag p − ppᵀ)Q`` (m, r, r) of each row's tilted log density at g (as
-    :class:`SoftmaxRowCurvature`'s)."""
+    """The value ``s log softmax(Qg)[y] − (g − m)ᵀP(g − m)/2``, the gradient (m, r) and the
+    likelihood's negative Hessian ``s Qᵀ(diag p − ppᵀ)Q`` (m, r, r) of each row's tilted
+    log density at g (as :class:`SoftmaxRowCurvature`'s)."""
     log_softmax, p = _log_softmax(q, labels, g)
     residual = -power[:, None] * p
     residual[np.arange(len(p)), labels] += power
@@ -592,31 +585,36 @@ def softmax_mode_site_updates(
     # From the posterior's marginal mean: the tilted mode of a row whose site is at Laplace
     # propagation's fixed point (a revisit's warm start), the cavity's of a new row.
     g = np.where(ok[:, None], latent_mean, cav_mean)
+    value, grad, curvature = _softmax_expansion(*args, g)
     converged = np.zeros(m, dtype=bool)
-    for step_count in range(max_iter + 1):
-        value, grad, curvature = _softmax_expansion(*args, g)
-        if converged.all() or step_count == max_iter:  # the mode's value and curvature
-            break
+    for _ in range(max_iter):
         step = np.linalg.solve(curvature + cav_prec, grad[..., None])[..., 0]
         slope = np.einsum("ma,ma->m", grad, step)  # twice the Newton decrement
         # As the solver's stop: half the decrement within tol (or round-off); the final
         # step is taken whole.
         round_off = _ROUND_OFF_ULPS * np.finfo(float).eps * np.abs(value)
         converged = 0.5 * slope <= np.maximum(tol, round_off)
+        # The expansion at the full step: Armijo's test, and the next iteration's (or, the
+        # final step, the mode's value and curvature).
         trial = g + step
-        searching = ~converged
-        if searching.any():
+        expansion = _softmax_expansion(*args, trial)
+        short = ~converged & ~(expansion[0] >= value + 1e-4 * slope)
+        if short.any():  # Armijo: halve the steps that do not rise enough
             scale = np.ones(m)
-            trial_value = value.copy()
-            trial_value[searching] = _log_tilted(*_rows_of(args, searching), trial[searching])
-            for _ in range(40):  # Armijo: halve the steps that do not rise enough
-                short = searching & ~(trial_value >= value + 1e-4 * scale * slope)
-                if not short.any():
-                    break
+            for _ in range(40):
                 scale[short] *= 0.5
                 trial[short] = g[short] + scale[short, None] * step[short]
-                trial_value[short] = _log_tilted(*_rows_of(args, short), trial[short])
+                for whole, part in zip(
+                    expansion, _softmax_expansion(*_rows_of(args, short), trial[short]), strict=True
+                ):
+                    whole[short] = part
+                short &= ~(expansion[0] >= value + 1e-4 * scale * slope)
+                if not short.any():
+                    break
         g = trial
+        value, grad, curvature = expansion
+        if converged.all():
+            break
     found = ok & converged
     hessian = curvature + cav_prec
     new_lam = np.where(found[:, None, None], 0.5 * (curvature + np.swapaxes(curvature, 1, 2)), lam)
