@@ -577,11 +577,11 @@ class BayesianUpdating:
         )
         if revised is None:
             return None, None  # the row's own update was not usable, or its cavity wide
-        mean, cov, tau, nu, log_z, own = revised
+        mean, cov, tau, nu, log_z, modes = revised
         try:  # (the covariance's factorization: its round-off checked)
             if rule == "mode":
                 norm = math.sqrt(float(row @ row) + float(self.fit_intercept))
-                posterior = _softmax_row_mode_result(mean, cov, prior, own, log_z, norm)
+                posterior = _softmax_row_mode_result(mean, cov, prior, modes, log_z, norm)
             else:
                 posterior = EPResult(mean, cov, log_z, n_iter=1, converged=True, site_change=0.0)
         except NotPositiveDefiniteError:
@@ -956,14 +956,14 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     "mode", :func:`softmax_mode_site_updates` (Laplace propagation, Newton's stop at
     ``tol``). Then the posterior's precision and linear term change by ``Σ Aᵢᵀ ΔΛᵢ Aᵢ`` and
     ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and
-    ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``,
-    with G = ΣAᵀ, V = AΣAᵀ, m = Aμ and D the block diagonal of the ΔΛᵢ: O(p² r m), no
-    p × p factorization (the sites' precisions are PSD, so the updated precision is
-    positive definite but for round-off, which the posterior's own factorization
-    catches). A revisited row whose site is not found keeps it. Returns ``(mean, cov, lam,
-    eta, log_z, own)`` (``log_z``, the new row's tilted normalizer; ``own``, mode: the
-    :class:`ModeSites`, whose first row is the new row's fit), or None where the new row's
-    own site is not usable or (moments) its cavity is wide."""
+    ``μ' = μ + G (I + D V)⁻¹ (Δη − D m)``, with G = ΣAᵀ, V = AΣAᵀ, m = Aμ and D the block
+    diagonal of the ΔΛᵢ: O(p² r m), no p × p factorization (the sites' precisions are
+    PSD, so the updated precision is positive definite but for round-off, which the
+    posterior's own factorization catches). A revisited row whose site is not found keeps
+    it. Returns ``(mean, cov, lam, eta, log_z, modes)`` (``log_z``, the new row's tilted
+    normalizer; ``modes``, mode: the :class:`ModeSites`, whose first row is the new row's
+    fit, else None), or None where the new row's own site is not usable or (moments) its
+    cavity is wide."""
     m, r, p = design.shape
     flat = design.reshape(m * r, p)
     spread = cov @ flat.T  # G, (p, r m)
@@ -987,11 +987,12 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
             # Its site depends on the kernel (a factor that narrows its cavity much): EP's
             # fixed point of the one site, as the row's own update iterates to it.
             try:
-                own = own_update()
+                alone = own_update()
             except (EstimationError, NotPositiveDefiniteError):
                 return None
-            new_lam[0], new_eta[0] = own.sites.precision[0], own.sites.linear[0]
-            log_z[0] = own.log_Z
+            new_lam[0], new_eta[0] = alone.sites.precision[0], alone.sites.linear[0]
+            log_z[0] = alone.log_Z
+        modes = None
     else:
         modes = softmax_mode_site_updates(
             q, labels, latent_mean, latent_cov, lam, eta, powers, tol=tol
@@ -999,8 +1000,6 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
         new_lam, new_eta, log_z, found = modes[:4]
     if not found[0]:
         return None
-    # The new row's own fit: its cavity (the prior's marginal), and (mode) its tilted mode.
-    own = (latent_mean[0], latent_cov[0]) if rule == "moments" else modes
     if not found.all():  # a revisited row whose site is not found keeps it
         new_lam = np.where(found[:, None, None], new_lam, lam)
         new_eta = np.where(found[:, None], new_eta, eta)
@@ -1014,8 +1013,7 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     except np.linalg.LinAlgError:  # round-off against a decisive site
         return None
     updated = cov - spread @ solved[:, :-1] @ spread.T
-    lam, eta = new_lam, new_eta
-    return mean + spread @ solved[:, -1], updated, lam, eta, float(log_z[0]), own
+    return mean + spread @ solved[:, -1], updated, new_lam, new_eta, float(log_z[0]), modes
 
 
 def _softmax_row_mode_result(mean, cov, prior, modes, log_z, norm):
