@@ -527,6 +527,18 @@ def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
     return value, residual @ q - shift, q.T @ curvature @ q
 
 
+class ModeSites(NamedTuple):
+    """:func:`softmax_mode_site_updates`' sites, and each row's tilted mode."""
+
+    lam: np.ndarray  #: (m, r, r): the new site precisions (the current where not found)
+    eta: np.ndarray  #: (m, r): their linear terms
+    log_z: np.ndarray  #: (m,): Laplace's log ∫ F^s × cavity, normalized cavity (NaN: not found)
+    found: np.ndarray  #: (m,): the cavity proper and Newton converged
+    mode: np.ndarray  #: (m, r): the tilted densities' modes g*
+    gradient: np.ndarray  #: (m, r): their log densities' gradients at g* (round-off)
+    log_density: np.ndarray  #: (m,): ``s log F(g*) − (g* − m_c)ᵀP(g* − m_c)/2``
+
+
 def softmax_mode_site_updates(
     q: np.ndarray,
     labels: np.ndarray,
@@ -625,18 +637,6 @@ def softmax_mode_site_updates(
     _, log_det_prec = np.linalg.slogdet(cav_prec)
     log_z = value - 0.5 * (log_det_hessian - log_det_prec)
     return ModeSites(new_lam, new_eta, np.where(found, log_z, np.nan), found, g, grad, value)
-
-
-class ModeSites(NamedTuple):
-    """:func:`softmax_mode_site_updates`' sites, and each row's tilted mode."""
-
-    lam: np.ndarray  #: (m, r, r): the new site precisions (the current where not found)
-    eta: np.ndarray  #: (m, r): their linear terms
-    log_z: np.ndarray  #: (m,): Laplace's log ∫ F^s × cavity, normalized cavity (NaN: not found)
-    found: np.ndarray  #: (m,): the cavity proper and Newton converged
-    mode: np.ndarray  #: (m, r): the tilted densities' modes g*
-    gradient: np.ndarray  #: (m, r): their log densities' gradients at g* (round-off)
-    log_density: np.ndarray  #: (m,): ``s log F(g*) − (g* − m_c)ᵀP(g* − m_c)/2``
 
 
 def curvature_for(model, form: str = "auto") -> Curvature:
