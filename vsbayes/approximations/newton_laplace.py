@@ -391,29 +391,34 @@ class SoftmaxRowCurvature(Curvature):
 
     final_step = True
 
-    def _probabilities(self, theta: np.ndarray) -> np.ndarray:
-        f = self.model.q @ theta
-        p = np.exp(f - f.max())
-        return p / p.sum()
+    def _expansion(self, theta: np.ndarray):
+        row = self.model
+        return _softmax_expansion(
+            row.q,
+            np.array([row.label]),
+            np.array([row.weight]),
+            row.mean[None],
+            row.precision[None],
+            theta[None],
+        )
 
     def expand(self, theta: np.ndarray) -> tuple[float, np.ndarray, _SmallHessian]:
-        row = self.model
-        p = self._probabilities(theta)
-        residual = -row.weight * p
-        residual[row.label] += row.weight
-        grad = row.q.T @ residual - row.precision @ (theta - row.mean)
-        curvature = row.weight * (np.diag(p) - np.outer(p, p))
-        hessian = row.q.T @ curvature @ row.q + row.precision
-        return self.log_density(theta), grad, _SmallHessian(0.5 * (hessian + hessian.T))
+        value, grad, curvature = self._expansion(theta)
+        hessian = curvature[0] + self.model.precision
+        return (
+            float(value[0]) - self.model.log_norm,
+            grad[0],
+            _SmallHessian(0.5 * (hessian + hessian.T)),
+        )
 
     def log_density(self, theta: np.ndarray) -> float:
         row = self.model
-        f = row.q @ theta
-        top = float(f.max())
-        log_softmax = float(f[row.label]) - top - math.log(float(np.exp(f - top).sum()))
+        log_softmax, _ = _log_softmax(row.q, np.array([row.label]), theta[None])
         centred = theta - row.mean
         return (
-            row.weight * log_softmax - 0.5 * float(centred @ row.precision @ centred) - row.log_norm
+            row.weight * float(log_softmax[0])
+            - 0.5 * float(centred @ row.precision @ centred)
+            - row.log_norm
         )
 
 
@@ -519,8 +524,8 @@ def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
     residual = -power[:, None] * p
     residual[np.arange(len(p)), labels] += power
     centred = g - cav_mean
-    shift = np.einsum("mab,mb->ma", cav_prec, centred)
-    value = power * log_softmax - 0.5 * np.einsum("ma,ma->m", centred, shift)
+    shift = (cav_prec @ centred[..., None])[..., 0]
+    value = power * log_softmax - 0.5 * (centred * shift).sum(axis=1)
     curvature = -power[:, None, None] * (p[:, :, None] * p[:, None, :])
     diagonal = np.arange(p.shape[1])
     curvature[:, diagonal, diagonal] += power[:, None] * p
