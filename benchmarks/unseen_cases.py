@@ -210,13 +210,27 @@ def reference_path(case: str, link: str) -> Path:
     return REFERENCE_DIR / f"unseen_{case}_{link}.npz"
 
 
-def load_reference(case: str, link: str):
-    """``(mean, cov, quantiles, diagnostics)`` of one cell's reference, or ``None``."""
+def load_reference(case: str, link: str, exact_shifts: bool = True):
+    """``(mean, cov, quantiles, diagnostics)`` of one cell's reference, or ``None``; a
+    multinomial cell's moments with the shift directions exact unless ``exact_shifts`` is
+    false (:func:`_exact_shifts`)."""
     path = reference_path(case, link)
     if not path.is_file():
         return None
     with np.load(path) as data:
-        return data["mean"], data["cov"], data["quantiles"], json.loads(str(data["diagnostics"]))
+        mean, cov = _exact_shifts(case, link, data["mean"], data["cov"], exact_shifts)
+        return mean, cov, data["quantiles"], json.loads(str(data["diagnostics"]))
+
+
+def _exact_shifts(case: str, link: str, mean, cov, exact: bool = True):
+    """A multinomial reference's moments with the shift directions' exact posterior (their
+    draws' moments are Monte Carlo error alone: ``nuts_softmax_reference.with_exact_shifts``);
+    others as they are."""
+    if link != "multinomial" or not exact:
+        return mean, cov
+    from nuts_softmax_reference import with_exact_shifts
+
+    return with_exact_shifts(*CASES[case][0](), mean, cov)
 
 
 def row_weights(case: str, y) -> np.ndarray | None:
@@ -320,7 +334,7 @@ def load_is(case: str, link: str):
     if not path.is_file():
         return None
     with np.load(path) as data:
-        return data["mean"], data["cov"], float(data["ess"])
+        return (*_exact_shifts(case, link, data["mean"], data["cov"]), float(data["ess"]))
 
 
 # --- measurements -------------------------------------------------------------------------
