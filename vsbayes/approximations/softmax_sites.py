@@ -984,40 +984,36 @@ def _row_positive_definite(matrices: np.ndarray) -> np.ndarray:
     return np.ones(len(matrices), dtype=bool)
 
 
-def _row_symmetric_positive_definite(matrices: np.ndarray) -> np.ndarray:
-    """:func:`_row_positive_definite` of the matrices' symmetric parts."""
-    symmetric = matrices + np.swapaxes(matrices, 1, 2)
-    symmetric *= 0.5
-    return _row_positive_definite(symmetric)
-
-
 def _psd(lam: np.ndarray) -> np.ndarray:
-    """Each symmetric matrix's projection on the positive semi-definite cone."""
-    # Symmetrized in the check's own row blocks (the same bits as one pass before it).
+    """Each symmetric matrix's projection on the positive semi-definite cone (``lam``
+    itself where every matrix is positive definite)."""
     r = lam.shape[1]
-    fine = _by_rows(_row_symmetric_positive_definite, lam, work=r**3 / 3, min_work=_CHECK_WORK)
-    if fine.all():
-        return lam
-    if _many_classes(r):
-        # The eigendecompositions on the rows the check failed alone (a few of the rows at
-        # 50 classes, where those of all rows took ~12 % of a sweep); the other rows keep
-        # their sites as they are, not their round-off reconstruction. Fewer classes keep
-        # their bits.
-        bad = np.flatnonzero(~fine)
-        lam = lam.copy()
-        lam[bad] = _psd_all(lam[bad])
-        return lam
-    return _psd_all(lam)
+    return _by_rows(_row_psd, lam, work=r**3 / 3, min_work=_CHECK_WORK)
 
 
-def _psd_all(lam: np.ndarray) -> np.ndarray:
-    """:func:`_psd` by the eigendecompositions of every matrix."""
+def _row_psd(lam: np.ndarray) -> np.ndarray:
+    # One batched Cholesky factorization clears the usual case of the many-class sweeps.
+    # Where it fails, the symmetric parts' eigendecompositions at once (no eigenvalues
+    # first: on digits' VS fits nearly every site comes out slightly indefinite, and the
+    # check's eigenvalues then doubled the projection's cost), and the rows with a
+    # non-positive eigenvalue rebuilt from them; the others keep their sites as they are,
+    # not their round-off reconstruction.
     symmetric = lam + np.swapaxes(lam, 1, 2)
     symmetric *= 0.5
-    eigval, eigvec = np.linalg.eigh(symmetric)
-    if eigval[:, 0].min() >= 0:
+    try:
+        np.linalg.cholesky(symmetric)
+    except np.linalg.LinAlgError:
+        pass
+    else:
         return lam
-    return (eigvec * np.maximum(eigval, 0.0)[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
+    eigval, eigvec = np.linalg.eigh(symmetric)
+    bad = np.flatnonzero(~(eigval[:, 0] > 0))
+    if eigval[bad, 0].min() >= 0:  # semi-definite: nothing to project
+        return lam
+    out = lam.copy()
+    vectors = eigvec[bad]
+    out[bad] = (vectors * np.maximum(eigval[bad], 0.0)[:, None, :]) @ np.swapaxes(vectors, 1, 2)
+    return out
 
 
 class _OneRow(NamedTuple):
