@@ -804,9 +804,9 @@ def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
             prec, lin, pw, label = cav_prec[sites], cav_lin[sites], power[sites], y[part]
 
             def log_target(t):
-                return pw[:, None] * _log_softmax_at(t, q, label) + _cavity_log(t, prec, lin)
+                return pw[:, None] * _log_softmax_at(t, q, label)
 
-            fits = fit_sites(log_target, mean[sites], chol[part], rule)
+            fits = fit_sites(log_target, mean[sites], chol[part], rule, gaussian_factor=(prec, lin))
             log_z[sites], fit_mean[sites], fit_cov[sites] = fits.log_Z, fits.mean, fits.cov
             good[sites] = fits.integrable
 
@@ -841,15 +841,6 @@ def _log_softmax_at(t: np.ndarray, q: np.ndarray, label: np.ndarray) -> np.ndarr
         total += f[:, j, :]
     chosen -= np.log(total) + top
     return chosen
-
-
-def _cavity_log(t: np.ndarray, prec: np.ndarray, lin: np.ndarray) -> np.ndarray:
-    """The unnormalized cavity's ``−tᵀPt/2 + hᵀt`` at the points t (m, P, r), as
-    ``(h − Pt/2)ᵀt``: one batched product."""
-    half = np.matmul(t, prec)
-    half *= -0.5
-    half += lin[:, None, :]
-    return np.einsum("mpa,mpa->mp", half, t)
 
 
 def _rules(rule: SamplingRule) -> list[SamplingRule]:
