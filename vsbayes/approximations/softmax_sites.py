@@ -984,11 +984,12 @@ def _psd(lam: np.ndarray) -> np.ndarray:
 
 def _row_psd(lam: np.ndarray) -> np.ndarray:
     # One batched Cholesky factorization clears the usual case of the many-class sweeps.
-    # Where it fails, the symmetric parts' eigendecompositions at once (no eigenvalues
-    # first: on digits' VS fits nearly every site comes out slightly indefinite, and the
-    # check's eigenvalues then doubled the projection's cost), and the rows with a
-    # non-positive eigenvalue rebuilt from them; the others keep their sites as they are,
-    # not their round-off reconstruction.
+    # Where it fails, the rows with a negative eigenvalue are rebuilt from their
+    # eigendecompositions, and the others keep their sites as they are (not their
+    # round-off reconstruction). From 17 classes on a few rows fail: their eigenvalues
+    # find them, and they alone are decomposed. With fewer, the VS fits' sites come out
+    # slightly indefinite on nearly every row (digits): the slice's eigendecompositions at
+    # once, without the eigenvalues first, which doubled the projection's cost.
     symmetric = lam + np.swapaxes(lam, 1, 2)
     symmetric *= 0.5
     try:
@@ -997,13 +998,17 @@ def _row_psd(lam: np.ndarray) -> np.ndarray:
         pass
     else:
         return lam
-    eigval, eigvec = np.linalg.eigh(symmetric)
-    bad = np.flatnonzero(~(eigval[:, 0] > 0))
-    if eigval[bad, 0].min() >= 0:  # semi-definite: nothing to project
+    if _many_classes(lam.shape[1]):
+        rows = np.flatnonzero(np.linalg.eigvalsh(symmetric)[:, 0] < 0)
+        eigval, eigvec = np.linalg.eigh(symmetric[rows])
+    else:
+        eigval, eigvec = np.linalg.eigh(symmetric)
+        rows = np.flatnonzero(eigval[:, 0] < 0)
+        eigval, eigvec = eigval[rows], eigvec[rows]
+    if not rows.size:
         return lam
     out = lam.copy()
-    vectors = eigvec[bad]
-    out[bad] = (vectors * np.maximum(eigval[bad], 0.0)[:, None, :]) @ np.swapaxes(vectors, 1, 2)
+    out[rows] = (eigvec * np.maximum(eigval, 0.0)[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
     return out
 
 
