@@ -456,19 +456,23 @@ def test_positive_definite_agrees_with_the_smallest_eigenvalue():
     assert np.linalg.eigvalsh(_psd(matrices)).min() > -1e-12
 
 
-def test_many_class_psd_projects_the_failing_rows_alone():
-    """From 17 classes on (r ≥ 16) the projection decomposes the rows the check failed
-    alone: those equal the projection of every row, the others are kept as they are."""
-    from vsbayes.approximations.softmax_sites import _psd, _psd_all
+@pytest.mark.parametrize("r", [4, 16])
+def test_psd_projects_the_failing_rows_alone(r):
+    """The projection rebuilds the rows with a negative eigenvalue from their own
+    eigendecompositions, and keeps the others as they are."""
+    from vsbayes.approximations.softmax_sites import _psd
 
     rng = np.random.default_rng(4)
-    a = rng.standard_normal((12, 16, 20))
+    a = rng.standard_normal((12, r, r + 4))
     matrices = a @ np.swapaxes(a, 1, 2)
-    matrices[::4] -= 40.0 * np.eye(16)
+    matrices[::4] -= 2.5 * r * np.eye(r)
     projected = _psd(matrices)
     bad = np.arange(12) % 4 == 0
+    assert (np.linalg.eigvalsh(matrices[bad])[:, 0] < 0).all()
     np.testing.assert_array_equal(projected[~bad], matrices[~bad])
-    np.testing.assert_array_equal(projected[bad], _psd_all(matrices[bad]))
+    eigval, eigvec = np.linalg.eigh(matrices[bad])
+    rebuilt = (eigvec * np.maximum(eigval, 0.0)[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
+    np.testing.assert_array_equal(projected[bad], rebuilt)
     assert np.linalg.eigvalsh(projected).min() > -1e-10
 
 

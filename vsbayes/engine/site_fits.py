@@ -73,6 +73,7 @@ def fit_sites(
     rule: SamplingRule,
     *,
     max_iter: int = 50,
+    gaussian_factor: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SiteFits:
     """Fit an unnormalized Gaussian to each of M targets by variational sampling.
 
@@ -89,6 +90,11 @@ def fit_sites(
         The rule for N(0, I_k); a deterministic one needs ``n_points(k)``.
     max_iter : int, default=50
         Maximum Newton iterations.
+    gaussian_factor : (ndarray of shape (M, k, k), ndarray of shape (M, k)), optional
+        ``(P_i, h_i)``: each target also has the factor ``exp(−tᵀP_i t/2 + h_iᵀt)`` (EP's
+        cavity), which ``log_target`` leaves out. It is a quadratic in the rule's frame
+        too, evaluated at the nodes as one product with the features (and, on a mirrored
+        rule, over half of them): a third of the cost of forming it at the points.
 
     Returns
     -------
@@ -109,18 +115,20 @@ def fit_sites(
     t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
     t += kernel_mean[:, None, :]
     log_ratio = np.asarray(log_target(t), dtype=float) - log_window  # log p̄ = log p/π
+    if gaussian_factor is not None:
+        log_ratio += shared.values(_factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol))
     # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p.
     shift = np.max(log_ratio, axis=1)
     shift = np.where(np.isfinite(shift), shift, 0.0)
     p_bar = flushed_exp(log_ratio - shift[:, None])
     wp = p_bar * weights  # (M, P)
-    target_moments = wp @ phi  # (M, n): Σ_j w_j p̄_ij φ_j
+    target_moments = shared.sums(wp)  # (M, n): Σ_j w_j p̄_ij φ_j
 
     def objective(sites, v):
         # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
         # too long overflows to an infinite objective, which the line search rejects.
         with np.errstate(over="ignore", invalid="ignore"):
-            wq = weights * flushed_exp(v @ phi.T - log_window)
+            wq = weights * flushed_exp(shared.values(v) - log_window)
         return wq.sum(axis=1) - np.einsum("mn,mn->m", target_moments[sites], v), wq
 
     everyone = np.arange(m)
@@ -150,7 +158,7 @@ def fit_sites(
         n_iter += 1
         wq = wq_all[active]
         mass = wq.sum(axis=1)
-        grad = wq @ phi - target_moments[active]
+        grad = shared.sums(wq) - target_moments[active]
         # Where q̄ is within _CHORD of its mean over the points (a kernel near the fit: EP's
         # sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is mass × gram to
         # within that fraction: such a site takes that shared matrix (a chord step,
@@ -171,7 +179,7 @@ def fit_sites(
             step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
         full = np.flatnonzero(~chord)
         if full.size:
-            upper = wq[full] @ shared.pairs()
+            upper = shared.hessian_upper(wq[full])
             hess = np.empty((full.size, phi.shape[1], phi.shape[1]))
             hess[:, first, second] = upper
             hess[:, second, first] = upper
@@ -228,12 +236,26 @@ def fit_sites(
     return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
 
 
+def _factor_in_frame(precision, linear, kernel_mean, kernel_chol) -> np.ndarray:
+    """Basis coordinates (M, n) of ``−tᵀPt/2 + hᵀt`` at ``t = μ + L z`` as a function of
+    z: ``c + aᵀz − zᵀBz/2`` with ``B = LᵀPL``, ``a = Lᵀ(h − Pμ)``, ``c = (h − Pμ/2)ᵀμ``."""
+    k = kernel_mean.shape[1]
+    chol_t = np.swapaxes(kernel_chol, 1, 2)
+    quadratic = chol_t @ precision @ kernel_chol
+    moved = linear - np.einsum("mab,mb->ma", precision, kernel_mean)
+    i, j = triu_indices(k)
+    v = np.empty((len(kernel_mean), 1 + k + len(i)))
+    v[:, 0] = np.einsum("ma,ma->m", linear + moved, kernel_mean) * 0.5
+    v[:, 1 : 1 + k] = np.einsum("mba,mb->ma", kernel_chol, moved)
+    v[:, 1 + k :] = quadratic[:, i, j]
+    return v
+
+
 class _RuleArrays:
     """What the fits on one rule in dimension k share: the nodes z and weights, the
     features φ (P, n), ``log_window`` (log N(z; 0, I)), the Gram matrix Σ_j w_j φ_j φ_jᵀ
     (the Hessian per unit of mass wherever q̄ is constant over the points) and, formed on
-    first need, the products of the Hessian's upper triangle (P, n(n + 1)/2: half the
-    work of n²)."""
+    first need, the distinct monomials of the Hessian's entries (:meth:`hessian_upper`)."""
 
     def __init__(self, rule: SamplingRule, k: int):
         self.z, log_w = rule.standard_normal(rule.n_points(k), k, None)
@@ -242,23 +264,116 @@ class _RuleArrays:
         self.log_window = -0.5 * np.einsum("pj,pj->p", self.z, self.z)
         self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
         self.gram = (self.phi * self.weights[:, None]).T @ self.phi
-        self._pairs = None
+        self._monomials = None
+        # A mirrored rule (SymmetricSobol: nodes z and −z, equal weights) halves the
+        # products over the nodes: a feature (or monomial) of even degree takes the same
+        # value at z and −z, one of odd degree the opposite.
+        half = len(self.z) // 2
+        self.mirrored = (
+            len(self.z) % 2 == 0
+            and np.array_equal(self.z[half:], -self.z[:half])
+            and np.array_equal(self.weights[half:], self.weights[:half])
+        )
+        self.odd = np.zeros(self.phi.shape[1], dtype=bool)
+        self.odd[1 : 1 + k] = True  # the features 1, z_a, multiples of z_a z_b
+        self._half_phi = (self.phi[:half, ~self.odd], self.phi[:half, self.odd])
 
-    def pairs(self) -> np.ndarray:
-        if self._pairs is not None:
-            return self._pairs
-        first, second = triu_indices(self.phi.shape[1])
-        pairs = self.phi[:, first] * self.phi[:, second]
-        if pairs.nbytes <= _PAIRS_BYTES:  # kept (digits' 1024 nodes in 9 dims: 12.6 MB)
-            self._pairs = pairs
-        return pairs
+    def values(self, v: np.ndarray) -> np.ndarray:
+        """``v @ φᵀ`` (m, P): the fitted log-densities' quadratic forms at the nodes."""
+        if not self.mirrored:
+            return v @ self.phi.T
+        even, odd = self._half_phi
+        at_even = v[:, ~self.odd] @ even.T
+        at_odd = v[:, self.odd] @ odd.T
+        return np.concatenate([at_even + at_odd, at_even - at_odd], axis=1)
+
+    def sums(self, weights: np.ndarray) -> np.ndarray:
+        """``weights @ φ`` (m, n) for weights (m, P) on the nodes."""
+        if not self.mirrored:
+            return weights @ self.phi
+        total, difference = self._folded(weights)
+        even, odd = self._half_phi
+        out = np.empty((len(weights), self.phi.shape[1]))
+        out[:, ~self.odd] = total @ even
+        out[:, self.odd] = difference @ odd
+        return out
+
+    def _folded(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The weights at z plus, and minus, those at −z, on the first half of the nodes."""
+        half = weights.shape[1] // 2
+        front, back = weights[:, :half], weights[:, half:]
+        return front + back, front - back
+
+    def hessian_upper(self, wq: np.ndarray) -> np.ndarray:
+        """The upper triangles (m, n(n + 1)/2) of the Hessians ``Σ_j wq_ij φ_j φ_jᵀ``.
+
+        The features are 1, z_a and multiples of z_a z_b, so the n(n + 1)/2 entries of φφᵀ
+        are multiples (by powers of two) of the (k + 4)!/(k! 4!) monomials of degree at
+        most 4 in z (715 against 1540 at k = 9): the product runs over those, and each entry
+        is its monomial's sum scaled exactly; the same sums as the entries' own products'
+        to round-off, in a half of the work (a quarter of the digits' EP sweeps)."""
+        monomials, column, scale = self._monomial_arrays()
+        if self.mirrored:
+            total, difference = self._folded(wq)
+            even, odd = monomials
+            sums = np.concatenate([total @ even, difference @ odd], axis=1)
+        else:
+            sums = wq @ monomials
+        upper = sums[:, column]
+        upper *= scale
+        return upper
+
+    def _monomial_arrays(self):
+        if self._monomials is not None:
+            return self._monomials
+        n, k = self.phi.shape[1], self.z.shape[1]
+        # Each feature's exponents of z and coefficient (FullFamily: 1, z_a, −z_a²/2, −z_a z_b).
+        exponents = np.zeros((n, k), dtype=int)
+        exponents[1 : 1 + k] = np.eye(k, dtype=int)
+        i, j = triu_indices(k)
+        np.add.at(exponents, (1 + k + np.arange(len(i)), i), 1)
+        np.add.at(exponents, (1 + k + np.arange(len(i)), j), 1)
+        coefficient = np.ones(n)
+        coefficient[1 + k :] = np.where(i == j, -0.5, -1.0)
+        first, second = triu_indices(n)
+        # A monomial's column is the product of the first pair of features that gives it.
+        found: dict[tuple, int] = {}
+        column = np.empty(len(first), dtype=int)
+        leaders = []
+        for at, key in enumerate(map(tuple, exponents[first] + exponents[second])):
+            if key not in found:
+                found[key] = len(leaders)
+                leaders.append(at)
+            column[at] = found[key]
+        leaders = np.array(leaders)
+        pair_coefficient = coefficient[first] * coefficient[second]
+        scale = pair_coefficient / pair_coefficient[leaders][column]  # powers of two: exact
+        if self.mirrored:
+            # Even monomials first, then odd, on the first half of the nodes.
+            odd = (exponents[first[leaders]] + exponents[second[leaders]]).sum(axis=1) % 2 == 1
+            order = np.concatenate([np.flatnonzero(~odd), np.flatnonzero(odd)])
+            position = np.empty(len(order), dtype=int)
+            position[order] = np.arange(len(order))
+            column = position[column]
+            half = len(self.z) // 2
+            monomials = tuple(
+                self.phi[:half, first[leaders[part]]] * self.phi[:half, second[leaders[part]]]
+                for part in (~odd, odd)
+            )
+        else:
+            monomials = self.phi[:, first[leaders]] * self.phi[:, second[leaders]]
+        arrays = (monomials, column, scale)
+        nbytes = sum(m.nbytes for m in monomials) if self.mirrored else monomials.nbytes
+        if nbytes <= _MONOMIAL_BYTES:  # kept (digits' 1024 nodes in 9 dims: 5.9 MB)
+            self._monomials = arrays
+        return arrays
 
 
 # A deterministic rule's arrays are kept for its next fits (EP refits every site at every
 # sweep, in blocks): the few most recent (rule, dimension) pairs.
 _SHARED: dict = {}
 _SHARED_MAX = 4
-_PAIRS_BYTES = 2**25
+_MONOMIAL_BYTES = 2**25
 
 
 def _rule_arrays(rule: SamplingRule, k: int) -> _RuleArrays:
@@ -326,6 +441,17 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     if matrices.shape[1] == 1:
         eigval, eigvec = matrices[:, 0], None
     else:
+        if rcond == 0.0:
+            # Every matrix positive definite (the fits' usual case): one batched Cholesky
+            # factorization for the log-determinants and LU inverses, a third of the
+            # eigendecompositions' time at k = 9.
+            try:
+                lower = np.linalg.cholesky(matrices)
+            except np.linalg.LinAlgError:
+                pass
+            else:
+                log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+                return np.linalg.inv(matrices), log_det, np.ones(len(matrices), dtype=bool)
         eigval, eigvec = np.linalg.eigh(matrices)
     definite = eigval.min(axis=1) > rcond * np.maximum(eigval.max(axis=1), 0.0)
     definite &= eigval.min(axis=1) > 0
@@ -333,7 +459,7 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     if eigvec is None:
         inverse = (1.0 / eigval)[:, :, None]
     else:
-        inverse = np.einsum("mab,mb,mcb->mac", eigvec, 1.0 / eigval, eigvec)
+        inverse = (eigvec / eigval[:, None, :]) @ np.swapaxes(eigvec, 1, 2)
     return inverse, np.log(eigval).sum(axis=1), definite
 
 
@@ -348,7 +474,7 @@ def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter, failed) -> Sit
     log_det_chol = np.log(np.abs(np.diagonal(kernel_chol, axis1=1, axis2=2))).sum(axis=1)
     log_Z = log_Z + 0.5 * k * math.log(2.0 * math.pi) + log_det_chol
     mean = kernel_mean + np.einsum("mab,mb->ma", kernel_chol, mean_z)
-    cov = np.einsum("mab,mbc,mdc->mad", kernel_chol, cov_z, kernel_chol)
+    cov = kernel_chol @ cov_z @ np.swapaxes(kernel_chol, 1, 2)  # (einsum's 3 operands: 20×)
     nan = ~integrable
     log_Z[nan] = np.nan
     mean[nan] = np.nan

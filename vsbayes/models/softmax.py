@@ -460,8 +460,12 @@ class SoftmaxGLMPosterior:
                     gram = (x.T @ x.multiply(pairs[rows, j][:, None]).tocsr()).toarray()
                     flat[:, j * width : (j + 1) * width] += gram
             else:
-                copies = (x[:, None, :] * pairs[rows, :, None]).reshape(x.shape[0], -1)
-                flat += x.T @ copies  # one GEMM
+                # Written row-major: the product's own layout follows the pairs' (column-
+                # major from _outer_pairs), and its reshape then copied the copies once more
+                # (as long as forming them). The same products, the same bits.
+                copies = np.empty((x.shape[0], n_pairs, width))
+                np.multiply(x[:, None, :], pairs[rows, :, None], out=copies)
+                flat += x.T @ copies.reshape(x.shape[0], -1)  # one GEMM
         return flat.reshape(width, n_pairs, width).transpose(1, 0, 2)
 
     def latent_transpose(self, residual: np.ndarray) -> np.ndarray:
