@@ -102,7 +102,7 @@ from .softmax_sites import (
     _OneRow,
     _positive_definite,
     _psd,
-    _row_symmetric_positive_definite,
+    _row_psd,
     _RowState,
     _rule_size,
     _rules,
@@ -697,9 +697,7 @@ def softmax_site_updates(
     if narrow is not None:  # the usual case: the same sites, without the rows' levels
         log_z, site_lam, site_eta = narrow
         every = np.ones(m, dtype=bool)
-        # (_psd's check, on these few rows without its row blocks: the same sites)
-        if not _row_symmetric_positive_definite(site_lam).all():
-            site_lam = _psd(site_lam)
+        site_lam = _row_psd(site_lam)  # _psd's, on these few rows without its row blocks
         return site_lam, site_eta, log_z, every, every
     ok = _positive_definite(cav_prec)
     state = _RowState(m)  # the tilted moments
