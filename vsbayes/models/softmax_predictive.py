@@ -911,10 +911,9 @@ def centred_softmax_predictive_log_proba(
     overflowed = ~(np.isfinite(spread) & np.isfinite(mean).all(axis=1))
     if overflowed.any():
         raise ValueError(
-            f"The latent values of {overflowed.sum()} row(s) (first: row "
-            f"{np.flatnonzero(overflowed)[0]}) overflow float64: their features are too "
-            f"large (~1e154 or more) for a multinomial predictive. Rescale X, e.g. with "
-            f"sklearn.preprocessing.StandardScaler in a pipeline."
+            f"The latent values of {overflowed.sum()} row(s) overflow float64: their "
+            f"features are too large (~1e154 or more) for a multinomial predictive. Rescale "
+            f"X, e.g. with sklearn.preprocessing.StandardScaler in a pipeline."
         )
     huge = spread > _LIMIT_SPREAD
     if huge.any():
