@@ -94,10 +94,30 @@ def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
     budget_only = budget_only._new_posterior_method()
     with_target = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=1e-3)
     with_target = with_target._new_posterior_method()
-    affordable = int(memory_limit() // budget_only.planned_bytes(5, 1))
+    affordable = int(memory_limit() // budget_only.grown_bytes_per_point(5))
     assert affordable > 64 * 100
     assert budget_only.engine_options(5, 100)["max_samples"] == affordable
     assert with_target.engine_options(5, 100)["max_samples"] == 64 * 100
+
+
+def test_points_grown_to_the_memory_limit_stay_within_it(data):
+    # A budget alone grows the points to what memory holds: the cap must count what the
+    # rounds really hold per point (the pool, the next round's reserved arrays), not the
+    # fixed-N fit's plan, or a long budget ends in numpy's MemoryError or the OOM killer
+    # (6 times the limit when it did not).
+    import tracemalloc
+
+    X, y = data
+    estimator = vsbayes.VSLogisticRegression(strategy="global", time_budget=1e6, random_state=0)
+    tracemalloc.start()
+    try:
+        with vsbayes.config_context(memory_limit=1e7):
+            estimator.fit(X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert estimator.stop_reason_.tolist() == ["max_samples"]
+    assert peak <= 1e7
 
 
 def test_a_time_budget_plans_its_last_round_to_fill_it():

@@ -198,6 +198,11 @@ def error_cases(tmp_path):
     ragged.write_text("x,z,y\n1,2,a\n3,b\n")
     binary = tmp_path / "binary.csv"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01")
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text("x;z;y\n1;2;a\n3;4;b\n")
+    label_first = write_csv(
+        tmp_path / "first.csv", ["y", "x", "z"], [["1", "1", "0.5"], ["0", "2", "1"]]
+    )
     return {
         "missing file": (["fit", str(tmp_path / "nope.csv")], 1),
         "directory": (["fit", str(tmp_path)], 1),
@@ -214,6 +219,10 @@ def error_cases(tmp_path):
         "unknown method": (["fit", "--method", "mcmc"], 2),
         "vb probit": (["fit", "--method", "vb", "--link", "probit"], 2),
         "target-kl not vs": (["fit", "--method", "laplace", "--target-kl", "0.1"], 2),
+        "strategy not vs": (["fit", "--method", "bmc", "--strategy", "sites"], 2),
+        "n_samples not sampled": (["fit", "--method", "ep", "--n-samples", "100"], 2),
+        "semicolons": (["fit", str(semicolons)], 1),
+        "continuous target": (["fit", label_first], 1),
         "negative budget": (["fit", "--budget", "-1"], 2),
         "target without data": (["compare", "--target", "y"], 2),
         "no command": ([], 2),
@@ -236,6 +245,10 @@ CASES = [
     "unknown method",
     "vb probit",
     "target-kl not vs",
+    "strategy not vs",
+    "n_samples not sampled",
+    "semicolons",
+    "continuous target",
     "negative budget",
     "target without data",
     "no command",
@@ -260,6 +273,10 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("one class", ["one class"]),
         ("compare multiclass", ["binary", "3 classes", "multinomial posterior"]),
         ("vb probit", ["logistic only"]),
+        ("strategy not vs", ["--strategy", "--method vs"]),
+        ("n_samples not sampled", ["--n-samples", "draws no points"]),
+        ("semicolons", ["';'", "comma-separated"]),
+        ("continuous target", ["'z'", "continuous", "--target"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:

@@ -10,7 +10,7 @@ from sklearn.datasets import load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
 from vsbayes import LaplaceLogisticRegression, VSLogisticRegression
-from vsbayes.exceptions import ConvergenceWarning, NotPositiveDefiniteError
+from vsbayes.exceptions import ConvergenceWarning, NotPositiveDefiniteError, PSISWarning
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +24,16 @@ def test_sparsify_densify_round_trip(Estimator, binary):
     X, y = binary
     est = Estimator(random_state=0).fit(X, y)
     dense_coef, proba = est.coef_.copy(), est.predict_proba(X)
+    table, (lower, _) = est.summary(), est.predict_proba_interval(X[:3])
+    warnings.simplefilter("ignore", PSISWarning)  # (Laplace's k̂ here; pytest restores)
+    elpd = est.loo(X, y, n_draws=200).elpd_loo
     assert est.sparsify() is est and sp.issparse(est.coef_)
     np.testing.assert_array_equal(est.coef_.toarray(), dense_coef)
     np.testing.assert_array_equal(est.predict_proba(X), proba)
+    # The posterior's summaries read a sparsified coef_ as the dense one.
+    np.testing.assert_array_equal(est.summary()["mean"], table["mean"])
+    np.testing.assert_array_equal(est.predict_proba_interval(X[:3])[0], lower)
+    assert est.loo(X, y, n_draws=200).elpd_loo == elpd
     assert est.densify() is est and isinstance(est.coef_, np.ndarray)
     np.testing.assert_array_equal(est.coef_, dense_coef)
 

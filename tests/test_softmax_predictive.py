@@ -14,6 +14,7 @@ from vsbayes.models.softmax_predictive import (
     TOLERANCE,
     TRAPEZOID_LEVELS,
     centred_basis,
+    centred_softmax_predictive_log_proba,
     gauss_hermite_nodes,
     softmax_predictive_log_proba,
     stroud_nodes,
@@ -225,6 +226,21 @@ def test_probabilities_sum_to_one_and_repeat_exactly(k):
     np.testing.assert_allclose(
         softmax_predictive_log_proba(mean[3:4], cov[3:4]), log_p[3:4], rtol=1e-12, atol=1e-12
     )
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_rows_of_huge_scale_take_the_limit_and_overflow_is_named(k):
+    # Scaling a row's latent mean by s and covariance by s² converges to a limit as s
+    # grows (the softmax's unit width vanishes beside them); at s = 1e20 and 1e40 (features
+    # ~1e35 gave NaN) the predictive is that limit, as at s = 1e14 within the rule's error.
+    mean, cov = _rows(k, [0.5, 5.0], seed=7)
+    limit = np.exp(softmax_predictive_log_proba(1e14 * mean, 1e28 * cov))
+    for scale in (1e20, 1e40):
+        far = np.exp(softmax_predictive_log_proba(scale * mean, scale**2 * cov))
+        np.testing.assert_allclose(far, limit, atol=TOLERANCE)
+    overflowed = np.full((len(mean), k - 1, k - 1), np.inf)  # (latents of features ~1e160)
+    with pytest.raises(ValueError, match=r"overflow float64.*Rescale X"):
+        centred_softmax_predictive_log_proba(mean, overflowed)
 
 
 def test_tiny_probabilities_of_the_narrow_rule_stay_finite():

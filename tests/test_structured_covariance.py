@@ -19,7 +19,7 @@ from vsbayes.approximations.structured_laplace import (
     _lowrank_structure,
     choose_covariance,
 )
-from vsbayes.exceptions import MemoryLimitError
+from vsbayes.exceptions import ConvergenceWarning, MemoryLimitError
 from vsbayes.gaussian import CentredStructuredCovariance, StructuredCovariance
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.latent import IndependentLatents, StructuredLatents
@@ -384,6 +384,22 @@ def test_auto_structures_the_multinomial_posterior_beyond_the_dense_size(
         pytest.raises(MemoryLimitError, match="multinomial posterior"),
     ):
         vsbayes.VSLogisticRegression().fit(X, y)
+
+
+def test_many_class_memory_check_counts_the_intercepts_solves():
+    # 20 classes × 30 features on 40 rows: the intercepts' K solves over all 620
+    # parameters (about 11 p K floats, measured) outweigh the diagonal structure's own
+    # subspace, so a limit the diagonal alone would fit refuses before any work, naming
+    # them; without intercepts the same limit fits.
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 30)), np.arange(40) % 20
+    with vsbayes.config_context(memory_limit=1e6):
+        with pytest.raises(MemoryLimitError, match=r"intercepts.*fit_intercept=False"):
+            vsbayes.LaplaceLogisticRegression().fit(X, y)
+        fit = vsbayes.LaplaceLogisticRegression(fit_intercept=False, max_iter=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            assert fit.fit(X, y).covariance_structure_ in ("lowrank", "diagonal")
 
 
 # --- What a user reaches from a structured fit --------------------------------------------

@@ -154,6 +154,23 @@ def test_bad_n_draws_is_named(binary, n_draws):
             call()
 
 
+def test_unfitted_estimator_says_fit_first(binary):
+    from sklearn.exceptions import NotFittedError
+
+    X, y, _ = binary
+    model = EPLogisticRegression()
+    for call in (
+        model.summary,
+        lambda: model.predict_proba_interval(X[:3]),
+        lambda: model.sample_proba(X[:3], 5),
+        lambda: model.sample_y(X[:3], 5),
+        lambda: model.loo(X, y),
+        lambda: model.to_inference_data(X, y),
+    ):
+        with pytest.raises(NotFittedError, match="not fitted yet"):
+            call()
+
+
 def test_wrong_width_is_named(binary):
     X, y, model = binary
     for call in (

@@ -255,19 +255,37 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
     # Structured: the subspace iteration's bases (p and M K entries per vector, with the
     # products' temporaries) and the rows' probabilities, beside the squared rows' copy.
     vectors = rank + 1 + _OVERSAMPLES
+
+    def structured(rank: int, vectors: int, intercepts: bool = model.fit_intercept) -> float:
+        subspace = 3.0 * (p + 2 * m * k) * vectors + 6.0 * m * k
+        if not intercepts:
+            return 8.0 * subspace + 3.0 * held
+        # Then the intercepts' contrasts: K conjugate-gradient solves at once, about 11
+        # vectors over θ per class with the products' (M, K, K) latents, beside the
+        # structure (measured: 10-10.5 p K at 8-50 classes), whose factor gains K columns.
+        intercepts = 11.0 * p * k + m * k * k + p * (rank + 2)
+        return 8.0 * max(subspace, intercepts) + 3.0 * held
+
     need = {
         "dense": 8.0 * (3.0 * p * p + m * (3 * k * k + 4 * k)) + 2.0 * held,
-        "lowrank": 8.0 * (3.0 * (p + 2 * m * k) * vectors + 6.0 * m * k) + 3.0 * held,
+        "lowrank": structured(rank, vectors),
+        "diagonal": structured(0, 1 + _OVERSAMPLES),
     }
-    need["diagonal"] = 8.0 * (3.0 * (p + 2 * m * k) * (1 + _OVERSAMPLES) + 6.0 * m * k)
-    need["diagonal"] += 3.0 * held
     fits = {s: need[s] <= limit for s in need}
     name = f"{estimator_name} " if estimator_name else ""
     sizes = f"{p} parameters: {k} classes × {width}, {m} rows"
 
     def refuse(structure: str) -> MemoryLimitError:
         alternative = next((s for s in need if fits[s]), None)
-        return _refusal(f"{name}multinomial posterior", structure, sizes, need, limit, alternative)
+        error = _refusal(f"{name}multinomial posterior", structure, sizes, need, limit, alternative)
+        without = structured(0, 1 + _OVERSAMPLES, intercepts=False)
+        if alternative is None and model.fit_intercept and without <= limit:
+            error.args = (
+                f"{error.args[0]} Most of it is for the intercepts (K solves over all "
+                f"{p} parameters): without them (fit_intercept=False, on centred features) "
+                f"the diagonal structure would need about {format_bytes(without)}.",
+            )
+        return error
 
     if asked == "dual":
         raise ValueError(

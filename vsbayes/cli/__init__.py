@@ -18,7 +18,7 @@ from .._version import __version__
 from ..exceptions import EstimationError
 from .compare import run_compare
 from .fit import run_fit
-from .methods import LINKS, METHODS
+from .methods import LINKS, METHODS, SAMPLING
 from .summary import Console
 
 __all__ = ["main"]
@@ -215,8 +215,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(
             args.command, "--target needs a DATA file (the embedded data have their own)"
         )
-    if args.command == "fit" and args.method != "vs" and (args.target_kl or args.budget):
-        return _usage_error("fit", "--target-kl and --budget are options of --method vs")
+    if args.command == "fit" and args.method != "vs":
+        given = [
+            option
+            for option, value in (
+                ("--strategy", args.strategy != "auto"),
+                ("--target-kl", args.target_kl is not None),
+                ("--budget", args.budget is not None),
+            )
+            if value
+        ]
+        if given:  # refused rather than ignored: the fit would not be the one asked for
+            verb = "is an option" if len(given) == 1 else "are options"
+            return _usage_error("fit", f"{' and '.join(given)} {verb} of --method vs only")
+    if args.command == "fit" and args.method not in SAMPLING and args.n_samples != "auto":
+        return _usage_error(
+            "fit", f"--n-samples: --method {args.method} draws no points (vs, is and bmc do)"
+        )
     if args.command == "fit" and args.method == "vb" and args.link == "probit":
         return _usage_error(
             "fit",

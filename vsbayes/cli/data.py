@@ -153,11 +153,26 @@ def load_csv(path: str | Path, target: str | None = None) -> Dataset:
             f"{name}: no column named {target!r} for --target; the columns are {_shorten(header)}."
         )
     if len(header) < 2:
-        raise ValueError(f"{name}: need at least one feature column besides the target.")
+        delimiter = next((d for d in (";", "\t", "|") if d in header[0]), None)
+        hint = (
+            f" (the header reads as one column holding {delimiter!r}: write the file "
+            f"comma-separated)"
+            if delimiter
+            else ""
+        )
+        raise ValueError(f"{name}: need at least one feature column besides the target{hint}.")
     feature_index = [j for j in range(len(header)) if j != target_index]
     feature_names = [header[j] for j in feature_index]
     X = _numeric_features(name, rows, lines, feature_index, feature_names)
     y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
+    fractional = y[y != np.round(y)] if y.dtype.kind == "f" else y[:0]
+    if fractional.size:  # a measurement, not labels: most often the wrong column
+        default = " (the last column, by default)" if target is None else ""
+        raise ValueError(
+            f"{name}: the target column {header[target_index]!r}{default} holds continuous "
+            f"values (e.g. {float(fractional[0]):g}), not class labels; name the label "
+            f"column with --target."
+        )
     return Dataset(
         source=name,
         X=_standardize(X),

@@ -947,7 +947,7 @@ class BayesianGLMClassifier(
 
     def _is_multinomial(self) -> bool:
         """Whether the fit is one joint multinomial posterior (else binary or one-vs-rest)."""
-        return len(self.coef_) > 1 and self.sigma_.ndim == 2
+        return self.coef_.shape[0] > 1 and self.sigma_.ndim == 2  # (coef_ may be sparsified)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -151,7 +151,9 @@ class PosteriorPrediction:
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
 
     def _in_memory(self, X, method: str):
-        """X, refused with a remedy when it is a dask collection."""
+        """X for a method reading the fitted posterior: NotFittedError before ``fit``,
+        refused with a remedy when it is a dask collection."""
+        check_is_fitted(self)
         if is_dask(X):
             raise ValueError(
                 f"{method} needs X in memory; got a dask collection. Pass X.compute() (or "
@@ -323,6 +325,7 @@ class PosteriorPrediction:
             ``route`` (``strategy_``, or None), ``predicted_error`` (``kl_error_``, or
             None), ``laplace_fallback`` and ``multinomial``.
         """
+        check_is_fitted(self)
         return _summaries.coefficient_table(self, level)
 
     def predict_proba_interval(self, X, level=0.95, *, n_draws=4096, random_state=None):

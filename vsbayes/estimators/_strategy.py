@@ -577,7 +577,7 @@ class VSMethod(SamplingMethod):
             return options
         # Added rounds: as many points as fit in memory, and with a target at most 64 times
         # n_samples (a budget alone is the user's own limit on them).
-        affordable = int(memory_limit() // self.planned_bytes(dim, 1))
+        affordable = int(memory_limit() // self.grown_bytes_per_point(dim))
         cap = affordable if target_kl is None else min(64 * n_samples, affordable)
         options.update(target_kl=target_kl, max_samples=max(n_samples, cap))
         if self.time_budget is not None:  # what is left of it for this fit

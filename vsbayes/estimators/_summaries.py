@@ -876,7 +876,8 @@ class _PosteriorDraws:
 
     def __init__(self, estimator, data: _Training, n_draws: int, rng):
         # θ in the fit's layout: [w, b] of the binary problem, [W.ravel(), b] multinomial.
-        parts = [np.ravel(estimator.coef_)]
+        coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
+        parts = [np.ravel(coef)]
         if estimator.fit_intercept:
             parts.append(np.ravel(estimator.intercept_))
         mean = np.concatenate(parts).astype(float)

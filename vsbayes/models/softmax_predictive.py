@@ -867,6 +867,11 @@ def softmax_predictive_log_proba(
     return centred_softmax_predictive_log_proba(mean, q.T @ cov @ q, tol=tol, max_bytes=max_bytes)
 
 
+#: The trace of a row's centred latent covariance beyond which the predictive is taken at
+#: this scale (see :func:`centred_softmax_predictive_log_proba`).
+_LIMIT_SPREAD = 1e24
+
+
 def centred_softmax_predictive_log_proba(
     mean: np.ndarray,
     centred_cov: np.ndarray,
@@ -903,6 +908,25 @@ def centred_softmax_predictive_log_proba(
     q = centred_basis(k)
     reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
     spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
+    overflowed = ~(np.isfinite(spread) & np.isfinite(mean).all(axis=1))
+    if overflowed.any():
+        raise ValueError(
+            f"The latent values of {overflowed.sum()} row(s) overflow float64: their "
+            f"features are too large (~1e154 or more) for a multinomial predictive. Rescale "
+            f"X, e.g. with sklearn.preprocessing.StandardScaler in a pipeline."
+        )
+    huge = spread > _LIMIT_SPREAD
+    if huge.any():
+        # Past a latent sd of 1e12 the softmax's own unit width is below round-off beside
+        # it: the predictive is its limit as the row's scale grows (the probabilities of
+        # each class's latent being the largest), which this scale still gives to ~1e-12.
+        # The rows are brought to it, mean and covariance alike, so that the rules'
+        # products stay finite (rows of features ~1e35 gave NaN).
+        shrink = np.sqrt(spread[huge] / _LIMIT_SPREAD)
+        mean, reduced, spread = mean.copy(), reduced.copy(), spread.copy()
+        mean[huge] /= shrink[:, None]
+        reduced[huge] /= (shrink**2)[:, None, None]
+        spread[huge] = _LIMIT_SPREAD
     root = _roots(reduced)
     factor = q @ root  # (n, K, K-1)
     centred = mean - mean.mean(axis=1, keepdims=True)
