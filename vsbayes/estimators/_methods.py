@@ -181,8 +181,10 @@ def softmax_ep_posterior(
     quadrature's own fixed point (measured on iris, wine, 20 classes and 2000 rows of 3 to
     20 classes: the posteriors at 10⁻⁴ and 10⁻⁸ within 6·10⁻⁷ nats of each other, in about
     half the sweeps). There it also stops where one sweep moves the posterior by at most
-    :data:`SOFTMAX_EP_POSTERIOR_TOL` nats. ``verbose`` ≥ 1 prints the route, its size and
-    one line per sweep.
+    :data:`SOFTMAX_EP_POSTERIOR_TOL` nats, or by at most
+    :data:`SOFTMAX_EP_POSTERIOR_SHARE` of its KL divergence from Laplace's where that is
+    more (far-from-Gaussian posteriors, whose EP error is large). ``verbose`` ≥ 1 prints
+    the route, its size and one line per sweep.
     """
     _, sweep_work = softmax_ep_cost(model)
     small = sweep_work < SOFTMAX_EP_SMALL_SWEEP
