@@ -71,6 +71,45 @@ def test_a_posterior_stop_returns_the_first_candidate_within_it():
     np.testing.assert_array_equal(run.posterior, store.sites)  # the candidate's posterior
 
 
+def test_a_relative_posterior_stop_scales_with_the_move_from_the_start():
+    """With posterior_share, the stop is at the larger of posterior_tol and that share of
+    the posterior's divergence from the start, tested from a site change of 100 × tol on:
+    fewer sweeps than the absolute stop alone where the posterior moved far; the candidate
+    returned."""
+    target = np.array([1.0, -2.0, 30.0])
+    calls = []
+
+    def divergence(post, candidate):
+        calls.append((post.copy(), candidate.copy()))
+        return float(np.sum((candidate - post) ** 2))
+
+    def update(post, sites):
+        return target + 0.5 * (sites - target)
+
+    options = {"damping": 0.85, "tol": 1e-6, "max_iter": 1000, "memory": 0}
+    absolute = damped_sweeps(
+        _store(update, np.zeros(3)), **options, posterior_tol=1e-8, divergence=divergence
+    )
+    calls.clear()
+    store = _store(update, np.zeros(3))
+    share = 1e-6  # of a move of ~905 from the start: ~9e-4, far above posterior_tol
+    run = damped_sweeps(
+        store,
+        **options,
+        posterior_tol=1e-8,
+        divergence=divergence,
+        posterior_share=share,
+    )
+    assert run.converged and run.n_iter < absolute.n_iter
+    assert run.change > 10 * 1e-6  # stopped in the wider band, by the relative stop
+    # The calls on (start, post) have the start, zeros, first; the rest test the steps.
+    steps = [(post, candidate) for post, candidate in calls if post.any()]
+    post, candidate = steps[-1]
+    moved = float(np.sum(post**2))  # divergence(start = 0, post)
+    assert np.sum((candidate - post) ** 2) <= share * moved * 0.85**2
+    np.testing.assert_array_equal(run.posterior, store.sites)
+
+
 def test_anderson_on_long_vectors_mixes_as_the_svd_does(monkeypatch):
     """Anderson's least squares from the differences' Gram matrix (the long vectors' path,
     taken here from 2000 entries) give the SVD's mixed points where the differences are

@@ -73,6 +73,13 @@ _GRAM_RCOND = 1e-12
 # computed only for sweeps whose site change is within this factor of tol: farther from
 # a fixed point the posterior moves by far more, and the extra factorization is wasted.
 _POSTERIOR_GATE = 10.0
+# With a relative posterior stop (damped_sweeps' posterior_share), the candidate is also
+# tested where the site change is within this factor of tol, once the posterior has moved
+# far enough from the start for that stop to be above posterior_tol: where the sites'
+# quadrature noise keeps their changes up (the VS site fits of wide rows), the posterior
+# settles sweeps before the sites do, and the one factorization a test costs is small
+# against such a sweep.
+_RELATIVE_GATE = 100.0
 
 
 class SweepResult(NamedTuple):
@@ -275,6 +282,7 @@ def damped_sweeps(
     as_gaussian: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
     posterior_tol: float | None = None,
     divergence: Callable[[Any, Any], float] | None = None,
+    posterior_share: float | None = None,
 ) -> SweepResult:
     """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``,
     or (with ``posterior_tol``) until one sweep moves the posterior by at most
@@ -302,6 +310,11 @@ def damped_sweeps(
         fixed point), with the candidate's posterior from the store's
         ``candidate_posterior()`` (:class:`ArraySites`). The candidate is returned, as at
         ``tol``.
+    posterior_share : float, optional
+        With ``posterior_tol``: the stop is at ``max(posterior_tol, posterior_share ×
+        divergence(start, post))`` nats instead, the posterior's move from the one the
+        sweeps started from scaling it, and it is tested from a site change of
+        100 × ``tol`` on where that share is above ``posterior_tol``.
 
     Stalled sweeps (10 sweeps without progress) keep their best sites (with a
     ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
@@ -321,7 +334,7 @@ def damped_sweeps(
         a change above ``max(√tol, 1e-3)`` or whose posterior still moves.
     """
     with stage("expectation propagation", "EP sweep", max_iter) as steps:
-        stop = None if posterior_tol is None else (posterior_tol, divergence)
+        stop = None if posterior_tol is None else (posterior_tol, divergence, posterior_share)
         run = _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop)
         if steps is not None:
             steps.result(_state(as_gaussian, run.posterior))
@@ -335,9 +348,10 @@ def _state(as_gaussian, post):
 
 def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> SweepResult:
     """:func:`damped_sweeps`, each sweep reported to ``steps`` (None: to nobody); ``stop``:
-    ``(posterior_tol, divergence)`` or None."""
+    ``(posterior_tol, divergence, posterior_share)`` or None."""
     anderson = Anderson(memory)
     post = store.posterior()
+    start = post if stop is not None and stop[2] is not None else None
     converged, at_floor, change, n_iter = False, False, math.inf, 0
     best, best_change, stalled = math.inf, math.inf, 0
     tested = math.inf  # the best change whose sites were last tested for _settled
@@ -354,9 +368,10 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
         n_iter += 1
         change = store.sweep(post, damping)
         settled = None  # the candidate's posterior, where it moved the posterior little
-        if stop is not None and tol < change <= _POSTERIOR_GATE * tol:
+        limit = _posterior_limit(stop, start, post, change, tol)
+        if limit is not None:
             candidate = store.candidate_posterior()
-            if stop[1](post, candidate) <= stop[0] * damping**2:
+            if stop[1](post, candidate) <= limit * damping**2:
                 settled = candidate
             del candidate  # not held while the next posterior is formed
         if change <= tol or settled is not None:
@@ -440,6 +455,21 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
     elif not (converged or at_floor):
         _warn_unconverged(n_iter, max_iter, change, tol)
     return SweepResult(post, n_iter, converged, change)
+
+
+def _posterior_limit(stop, start, post, change: float, tol: float) -> float | None:
+    """The undamped posterior move (nats) at which this sweep stops, or None where the
+    candidate is not tested: ``posterior_tol`` within 10 × tol, the larger
+    ``posterior_share × divergence(start, post)`` within 100 × tol."""
+    if stop is None or change <= tol or change > _RELATIVE_GATE * tol:
+        return None
+    posterior_tol, divergence, share = stop
+    limit = posterior_tol
+    if start is not None:
+        limit = max(limit, share * divergence(start, post))
+    if change > _POSTERIOR_GATE * tol and limit <= posterior_tol:
+        return None
+    return limit
 
 
 def _settled(store: SiteStore) -> bool:

@@ -313,6 +313,7 @@ def softmax_ep(
     verbose: int = 0,
     start_sites: EPSites | None = None,
     posterior_tol: float | None = None,
+    posterior_share: float | None = None,
 ) -> EPResult:
     """EP approximation of the multinomial logistic posterior.
 
@@ -363,6 +364,12 @@ def softmax_ep(
         divergence of the current posterior from the damped sweep's, over damping²): the
         sites may still move by more than ``tol`` where that no longer changes the
         posterior. None: the site change alone.
+    posterior_share : float, optional
+        With ``posterior_tol``: stop at ``max(posterior_tol, posterior_share × KL(start ‖
+        current))`` nats instead (the KL divergence of the current posterior from the
+        first, the start's), tested from a site change of 100 × ``tol`` on where that
+        share is the larger: a stop relative to how far the posterior is from Gaussian
+        at the mode, which scales EP's own error.
 
     Returns
     -------
@@ -450,6 +457,7 @@ def softmax_ep(
         as_gaussian=lambda post: contrast.to_theta(post[0], post[1]),
         posterior_tol=posterior_tol,
         divergence=_posterior_kl,
+        posterior_share=posterior_share,
     )
     post, (lam, eta) = run.posterior, split(store.sites)
     if run.converged and last.get("evidence") is not None:

@@ -74,6 +74,7 @@ def fit_sites(
     *,
     max_iter: int = 50,
     gaussian_factor: tuple[np.ndarray, np.ndarray] | None = None,
+    chord_tol: float | None = None,
 ) -> SiteFits:
     """Fit an unnormalized Gaussian to each of M targets by variational sampling.
 
@@ -95,6 +96,12 @@ def fit_sites(
         cavity), which ``log_target`` leaves out. It is a quadratic in the rule's frame
         too, evaluated at the nodes as one product with the features (and, on a mirrored
         rule, over half of them): a third of the cost of forming it at the points.
+    chord_tol : float, optional
+        Decrement per unit of fitted mass at which a site on chord steps stops (at most
+        ``1e-14``, where Newton's steps stop). None: at ``1e-28 / spread²``, the chord
+        steps' linear convergence (rate ``spread`` ≤ 0.1) taken to Newton's ~1e-14; a
+        looser one stops where the last step is ~√chord_tol relative and leaves about
+        ``spread`` times that.
 
     Returns
     -------
@@ -201,6 +208,8 @@ def fit_sites(
         # spread ≤ _CHORD, a few more of its cheap steps).
         with np.errstate(divide="ignore"):
             limit = np.where(chord, np.minimum(_TOL, _TOL**2 / spread**2), _TOL)
+        if chord_tol is not None:
+            limit = np.where(chord, chord_tol, limit)
         # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
         # round-off is larger): the step is taken as is, as Newton's last one.
         resolved = decrement <= _TOL * mass
