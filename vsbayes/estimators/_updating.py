@@ -102,7 +102,6 @@ from ..approximations.newton_laplace import (
     softmax_row_laplace,
 )
 from ..approximations.softmax_ep import (
-    FITTED_CAVITY,
     assumed_density_softmax_row,
     softmax_site_updates,
 )
@@ -973,25 +972,18 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     rows = np.arange(m)
     latent_cov = joint.reshape(m, r, m, r)[rows, :, rows, :]
     if rule == "moments":
-        # A new row whose cavity is wide (the first rows under a vague prior) takes the
-        # VS fits in the multinomial EP, from a kernel at its Laplace approximation: its
-        # own update (:meth:`_one_row_fits`), not the window's.
-        cavity = latent_cov[0]
-        wide = np.abs(cavity).sum(axis=1).max() > FITTED_CAVITY  # Gershgorin's bound first
-        if wide and np.linalg.eigvalsh(cavity)[-1] > FITTED_CAVITY:
-            return None
-        new_lam, new_eta, log_z, found, settled = softmax_site_updates(
+        new_lam, new_eta, log_z, found = softmax_site_updates(
             q, labels, latent_mean, latent_cov, lam, eta, powers
         )
-        if found[0] and not settled[0]:
-            # Its site depends on the kernel (a factor that narrows its cavity much): EP's
-            # fixed point of the one site, as the row's own update iterates to it.
+        if not found[0]:
+            # Its tilted moments improper even on the finest rule (a factor nearly a step
+            # over a wide cavity, many classes): its own update's site (VS fits there).
             try:
                 alone = own_update()
             except (EstimationError, NotPositiveDefiniteError):
                 return None
             new_lam[0], new_eta[0] = alone.sites.precision[0], alone.sites.linear[0]
-            log_z[0] = alone.log_Z
+            log_z[0], found[0] = alone.log_Z, True
         modes = None
     else:
         modes = softmax_mode_site_updates(
