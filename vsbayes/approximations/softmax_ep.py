@@ -84,7 +84,7 @@ from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
 from .laplace_error import softmax_row_skewness
-from .newton_laplace import latent_softmax_mode
+from .newton_laplace import latent_softmax_mode, softmax_mode_site_updates
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     _LOG_2PI,
@@ -687,8 +687,18 @@ def softmax_site_updates(
     cav_prec = precision - lam
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
     fresh = ~(lam.any(axis=(1, 2)) | eta.any(axis=1))
+    labels = np.asarray(labels)
+
+    def laplace_kernels(rows):
+        # Newton's method in the contrasts (the tilted mode to 1e-10 of its log density).
+        modes = softmax_mode_site_updates(
+            q, labels[rows], latent_mean[rows], latent_cov[rows], lam[rows], eta[rows], power[rows]
+        )
+        cov = np.linalg.inv(cav_prec[rows] + modes.lam)
+        return modes.mode, 0.5 * (cov + np.swapaxes(cov, 1, 2)), modes.found
+
     log_z, site_lam, site_eta, found = _few_tilted_sites(
-        q, np.asarray(labels), latent_mean, latent_cov, cav_prec, cav_lin, power, fresh
+        q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, fresh, laplace_kernels
     )
     # (_psd's check, on these few rows without its row blocks: the same sites)
     if not _row_symmetric_positive_definite(site_lam).all():

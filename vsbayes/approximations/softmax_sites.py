@@ -483,7 +483,9 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
 _TAIL_NODES = 32
 
 
-def _few_tilted_sites(q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, power, fresh):
+def _few_tilted_sites(
+    q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, power, fresh, laplace_kernels
+):
     """:func:`_tilted_sites` on a few rows, whatever their cavities, without a sweep's
     bookkeeping of the rows' states (``partial_fit``'s window of one-row calls: a few rows
     a call, where that bookkeeping was most of the cost), the rows that go direct taken
@@ -499,10 +501,11 @@ def _few_tilted_sites(q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, pow
     of its contrasts, as in a sweep) and its cavity (:func:`_direct`). A sweep takes such
     a row's Stein site and goes direct from the next sweep on; here the direct site comes
     in the same call. A ``fresh`` row (a site of zeros: its posterior marginal is its
-    cavity, no kernel of its own) takes the Gaussian of its Stein moments as the kernel
-    where proper (the second pass of
-    :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row`). No coarse
-    level (many classes: level 0's own nodes).
+    cavity, no kernel near its tilted density) and a row deep in its cavity's tail take
+    the Laplace approximation of their tilted density as the kernel instead
+    (``laplace_kernels(rows)`` → their means, covariances and whether found, as
+    :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
+    fits). No coarse level (many classes: level 0's own nodes).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
@@ -527,6 +530,9 @@ def _few_tilted_sites(q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, pow
     level = np.minimum((top > _WIDE_CAVITY[0]).astype(int) + (top > _WIDE_CAVITY[1]), highest)
     log_z, lam, eta = np.full(m, np.nan), np.zeros((m, r, r)), np.zeros((m, r))
     found, direct, done = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool), ~ok
+    # Rows without a kernel near their tilted density: their own (a site of zeros) or one
+    # deep in a wide cavity's tail.
+    laplace = fresh.copy()
     kernel_mean, kernel_cov = kernel_mean.copy(), kernel_cov.copy()
     for at in range(highest + 1):
         rows = np.flatnonzero(~done & ~direct & (level == at))
@@ -549,37 +555,29 @@ def _few_tilted_sites(q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, pow
                 chol[pick],
             )
             if at:
-                narrowed |= fine & (row_z < math.log(_TAIL_NODES / len(nodes[0])))
+                tail = row_z < math.log(_TAIL_NODES / len(nodes[0]))
+                laplace[rows[tail]] = True
+                narrowed |= fine & tail
             settled = fine & ~narrowed
             if settled.all() and rows.size == m:  # the usual case: every row, at once
                 return row_z, row_lam, row_eta, settled
             take = rows[settled]
             lam[take], eta[take], log_z[take] = row_lam[settled], row_eta[settled], row_z[settled]
             found[take] = done[take] = True
-            new = narrowed & fresh[rows]
-            if new.any():  # the Gaussian of its Stein moments: cavity × site
-                t_cov = np.linalg.inv(cav_prec[rows[new]] + row_lam[new])
-                kernel_cov[rows[new]] = 0.5 * (t_cov + np.swapaxes(t_cov, 1, 2))
-                kernel_mean[rows[new]] = np.einsum(
-                    "mab,mb->ma", t_cov, cav_lin[rows[new]] + row_eta[new]
-                )
             direct[rows[narrowed]] = True
             if at == highest:  # improper on the finest level too: the nodes' own moments
                 direct[rows[~fine]] = True
             level[rows[~settled]] = min(at + 1, highest)
         rows = np.flatnonzero(~done & direct & (level == at))
         if rows.size:
+            near = rows[laplace[rows]]
+            if near.size:  # the tilted density's Laplace approximation, where found
+                mean, cov, fitted = laplace_kernels(near)
+                kernel_mean[near[fitted]], kernel_cov[near[fitted]] = mean[fitted], cov[fitted]
+                laplace[near] = False
             cavities = (cav_prec, cav_lin, cav_mean, chol, log_det_half)
-            _direct_pass(
-                q,
-                labels,
-                (kernel_mean, kernel_cov),
-                cavities,
-                power,
-                rows,
-                at,
-                (log_z, lam, eta, found),
-            )
+            out = (log_z, lam, eta, found)
+            _direct_pass(q, labels, (kernel_mean, kernel_cov), cavities, power, rows, at, out)
             done[rows[found[rows]]] = True
             if at == highest:
                 done[rows] = True
