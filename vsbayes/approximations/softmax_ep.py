@@ -89,7 +89,6 @@ from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     _LOG_2PI,
     _SINGLE_TOL,
-    _WIDE_CAVITY,
     MAX_FITTED_CLASSES,
     _by_rows,
     _cavities,
@@ -112,7 +111,6 @@ from .softmax_sites import (
 )
 
 __all__ = [
-    "FITTED_CAVITY",
     "MAX_FITTED_CLASSES",
     "assumed_density_softmax_row",
     "check_softmax_ep_size",
@@ -629,12 +627,6 @@ def assumed_density_softmax_row(
     log_evidence = float(log_z[0]) - 0.5 * (float(latent.mean @ cav_lin) + log_det + r * _LOG_2PI)
     result = EPResult(mean, cov, log_evidence, n_iter=n_iter, converged=True, site_change=change)
     return result.with_sites(EPSites(site_lam[None], site_eta[None], "contrast"))
-
-
-#: A cavity whose largest variance exceeds this is wide: ``sites="auto"`` takes the VS
-#: fits where a tenth of the rows' are (:func:`_wide_rows`), and
-#: :func:`assumed_density_softmax_row` for its row.
-FITTED_CAVITY = _WIDE_CAVITY[-1]
 
 
 def softmax_site_updates(
