@@ -678,7 +678,6 @@ def softmax_site_updates(
     precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
     cav_prec = precision - lam
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
-    fresh = ~(lam.any(axis=(1, 2)) | eta.any(axis=1))
     labels = np.asarray(labels)
 
     def laplace_kernels(rows):
@@ -690,7 +689,7 @@ def softmax_site_updates(
         return modes.mode, 0.5 * (cov + np.swapaxes(cov, 1, 2)), modes.found
 
     log_z, site_lam, site_eta, found = _few_tilted_sites(
-        q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, fresh, laplace_kernels
+        q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, (lam, eta), laplace_kernels
     )
     # (_psd's check, on these few rows without its row blocks: the same sites)
     if not _row_symmetric_positive_definite(site_lam).all():

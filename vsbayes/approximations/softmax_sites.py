@@ -484,7 +484,7 @@ _TAIL_NODES = 32
 
 
 def _few_tilted_sites(
-    q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, power, fresh, laplace_kernels
+    q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, power, sites, laplace_kernels
 ):
     """:func:`_tilted_sites` on a few rows, whatever their cavities, without a sweep's
     bookkeeping of the rows' states (``partial_fit``'s window of one-row calls: a few rows
@@ -500,23 +500,23 @@ def _few_tilted_sites(
     up: its tilted moments on the even mixture of its ``kernel`` (the posterior's marginal
     of its contrasts, as in a sweep) and its cavity (:func:`_direct`). A sweep takes such
     a row's Stein site and goes direct from the next sweep on; here the direct site comes
-    in the same call. A ``fresh`` row (a site of zeros: its posterior marginal is its
-    cavity, no kernel near its tilted density) and a row deep in its cavity's tail take
-    the Laplace approximation of their tilted density as the kernel instead
-    (``laplace_kernels(rows)`` → their means, covariances and whether found, as
+    in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
+    marginal is its cavity, no kernel near its tilted density) and a row deep in its
+    cavity's tail take the Laplace approximation of their tilted density as the kernel
+    instead (``laplace_kernels(rows)`` → their means, covariances and whether found, as
     :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
     fits). No coarse level (many classes: level 0's own nodes).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
     m, r = kernel_mean.shape
-    eye = np.eye(r)
     cav_cov = np.linalg.inv(cav_prec)
     cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
     try:
         chol = np.linalg.cholesky(cav_cov)
         ok = np.ones(m, dtype=bool)
     except np.linalg.LinAlgError:
+        eye = np.eye(r)
         ok = np.isfinite(cav_cov).all(axis=(1, 2))
         ok[ok] = np.linalg.eigvalsh(cav_cov[ok])[:, 0] > 0
         cav_cov = np.where(ok[:, None, None], cav_cov, eye)
@@ -526,41 +526,52 @@ def _few_tilted_sites(
     cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
     log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
     top = _row_largest_variances(cav_cov, _WIDE_CAVITY[0])
+
+    def stein(pick, at):  # the tilted expectations on the cavities' nodes, Stein's match
+        cavity = (cav_mean[pick], chol[pick], None, log_det_half[pick])
+        row_z, expected, second, _, _ = _tilted_block(
+            q, labels[pick], [cavity], power[pick], *_rule_nodes(None, r, at)
+        )
+        matched = _row_matched(
+            q,
+            labels[pick],
+            expected,
+            second,
+            power[pick],
+            cav_cov[pick],
+            cav_mean[pick],
+            cav_prec[pick],
+            chol[pick],
+        )
+        return row_z, *matched
+
+    narrow = bool(ok.all()) and top.max() <= _WIDE_CAVITY[0]
+    if narrow:  # the usual case: every row on level 0, at once
+        first = stein(slice(None), 0)
+        if (first[3] & ~first[4]).all():
+            return first[:4]
     highest = _n_levels(None) - 1
     level = np.minimum((top > _WIDE_CAVITY[0]).astype(int) + (top > _WIDE_CAVITY[1]), highest)
     log_z, lam, eta = np.full(m, np.nan), np.zeros((m, r, r)), np.zeros((m, r))
     found, direct, done = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool), ~ok
     # Rows without a kernel near their tilted density: their own (a site of zeros) or one
     # deep in a wide cavity's tail.
-    laplace = fresh.copy()
+    laplace = ~(sites[0].any(axis=(1, 2)) | sites[1].any(axis=1))
     kernel_mean, kernel_cov = kernel_mean.copy(), kernel_cov.copy()
     for at in range(highest + 1):
         rows = np.flatnonzero(~done & ~direct & (level == at))
         if rows.size:
-            pick = slice(None) if rows.size == m else rows  # (all rows: views, no copies)
-            nodes = _rule_nodes(None, r, at)
-            cavity = (cav_mean[pick], chol[pick], None, log_det_half[pick])
-            row_z, expected, second, _, _ = _tilted_block(
-                q, labels[pick], [cavity], power[pick], *nodes
-            )
-            row_lam, row_eta, fine, narrowed = _row_matched(
-                q,
-                labels[pick],
-                expected,
-                second,
-                power[pick],
-                cav_cov[pick],
-                cav_mean[pick],
-                cav_prec[pick],
-                chol[pick],
-            )
+            if narrow and at == 0:
+                row_z, row_lam, row_eta, fine, narrowed = first
+            else:  # (all rows: views of them, no copies)
+                pick = slice(None) if rows.size == m else rows
+                row_z, row_lam, row_eta, fine, narrowed = stein(pick, at)
             if at:
-                tail = row_z < math.log(_TAIL_NODES / len(nodes[0]))
+                nodes = _rule_size(None, r) << (2 * at)
+                tail = row_z < math.log(_TAIL_NODES / nodes)
                 laplace[rows[tail]] = True
                 narrowed |= fine & tail
             settled = fine & ~narrowed
-            if settled.all() and rows.size == m:  # the usual case: every row, at once
-                return row_z, row_lam, row_eta, settled
             take = rows[settled]
             lam[take], eta[take], log_z[take] = row_lam[settled], row_eta[settled], row_z[settled]
             found[take] = done[take] = True
