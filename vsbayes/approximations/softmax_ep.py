@@ -643,14 +643,16 @@ def softmax_site_updates(
     ``(Λ_i, η_i)``), then :func:`softmax_ep`'s site of its tilted density ``F^s × cavity``
     by the tilted moments on the default rule: its levels for wide cavities, and, for
     the rows the factor narrows much or whose tilted mass is deep in a wide cavity's tail,
-    the nodes' own moments on the mixture of the cavity and the posterior's marginal (a new
-    row's: its Stein moments' Gaussian), taken at once where a sweep takes them from the
-    next sweep on (:func:`_few_tilted_sites`); projected on the PSD cone. Not the VS fits,
-    which ``sites="auto"`` takes where the cavities are wide: their kernel must be near
-    each row's tilted density, which a new row's posterior marginal, its cavity, is not
-    there (a stream's first rows under the vague intercept prior). A site of zeros makes
-    its row's update assumed-density filtering's (the first pass of
-    :func:`assumed_density_softmax_row`'s moments, the second where it goes direct).
+    the nodes' own moments on the mixture of the cavity and the posterior's marginal (for
+    a new row and a row in the tail, the Laplace approximation of its tilted density:
+    :func:`softmax_mode_site_updates`' Newton in the contrasts), taken at once where a
+    sweep takes them from the next sweep on (:func:`_few_tilted_sites`); projected on the
+    PSD cone. Not the VS fits, which ``sites="auto"`` takes where the cavities are wide:
+    their kernel must be near each row's tilted density, and they settle only by iterating
+    (a stream's first rows under the vague intercept prior). A site of zeros makes its
+    row's update assumed-density filtering's (:func:`assumed_density_softmax_row`'s first
+    pass where the factor does not narrow its cavity much; else one pass of the nodes'
+    own moments, where that update iterates to its fixed point).
 
     Parameters
     ----------
