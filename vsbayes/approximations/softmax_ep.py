@@ -84,19 +84,18 @@ from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
 from .laplace_error import softmax_row_skewness
-from .newton_laplace import latent_softmax_mode
+from .newton_laplace import latent_softmax_mode, softmax_mode_site_updates
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     _LOG_2PI,
     _SINGLE_TOL,
-    _WIDE_CAVITY,
     MAX_FITTED_CLASSES,
     _by_rows,
     _cavities,
+    _few_tilted_sites,
     _laplace_sites,
     _many_classes,
     _n_levels,
-    _narrow_tilted_sites,
     _new_sites,
     _node_bytes,
     _OneRow,
@@ -112,7 +111,6 @@ from .softmax_sites import (
 )
 
 __all__ = [
-    "FITTED_CAVITY",
     "MAX_FITTED_CLASSES",
     "assumed_density_softmax_row",
     "check_softmax_ep_size",
@@ -639,12 +637,6 @@ def assumed_density_softmax_row(
     return result.with_sites(EPSites(site_lam[None], site_eta[None], "contrast"))
 
 
-#: A cavity whose largest variance exceeds this is wide: ``sites="auto"`` takes the VS
-#: fits where a tenth of the rows' are (:func:`_wide_rows`), and
-#: :func:`assumed_density_softmax_row` for its row.
-FITTED_CAVITY = _WIDE_CAVITY[-1]
-
-
 def softmax_site_updates(
     q: np.ndarray,
     labels: np.ndarray,
@@ -653,19 +645,22 @@ def softmax_site_updates(
     lam: np.ndarray,
     eta: np.ndarray,
     power: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One undamped EP update of some rows' sites, all from one posterior: each row's
     cavity (the posterior's marginal of its contrasts ``N(m_i, V_i)`` without its site
     ``(Λ_i, η_i)``), then :func:`softmax_ep`'s site of its tilted density ``F^s × cavity``
-    (``_sites`` by the tilted moments on the default rule, on these rows; the posterior's
-    marginal the kernel of the rows the factor narrows much, as in a sweep), projected on
-    the PSD cone. (Not the VS fits, which ``sites="auto"`` takes where the cavities are
-    wide: their kernel must be near each row's tilted density, which a new row's
-    posterior marginal, its cavity, is not there; :func:`assumed_density_softmax_row`
-    starts it at the row's Laplace approximation and iterates.) A row whose tilted
-    moments come out improper is tried again on the finer rule level or the nodes' own
-    moments the pass moved it to (as :func:`_log_evidence` does). A site of zeros makes
-    its row's update assumed-density filtering's first pass.
+    by the tilted moments on the default rule: its levels for wide cavities, and, for
+    the rows the factor narrows much or whose tilted mass is deep in a wide cavity's tail,
+    the nodes' own moments on the mixture of the cavity and the posterior's marginal (for
+    a new row and a row in the tail, the Laplace approximation of its tilted density:
+    :func:`softmax_mode_site_updates`' Newton in the contrasts), taken at once where a
+    sweep takes them from the next sweep on (:func:`_few_tilted_sites`); projected on the
+    PSD cone. Not the VS fits, which ``sites="auto"`` takes where the cavities are wide:
+    their kernel must be near each row's tilted density, and they settle only by iterating
+    (a stream's first rows under the vague intercept prior). A site of zeros makes its
+    row's update assumed-density filtering's (:func:`assumed_density_softmax_row`'s first
+    pass where the factor does not narrow its cavity much; else one pass of the nodes'
+    own moments, where that update iterates to its fixed point).
 
     Parameters
     ----------
@@ -688,44 +683,29 @@ def softmax_site_updates(
         log ∫ F^s × cavity over the normalized cavity (NaN where not found).
     found : ndarray of shape (m,)
         Whether the row's cavity and tilted density were proper.
-    settled : ndarray of shape (m,)
-        Whether the row's site is of its cavity alone (tilted moments the factor does not
-        narrow much): then it does not depend on the posterior it came from, and for a
-        site of zeros it is assumed-density filtering's fixed point; else (the rows a
-        sweep sends to the nodes' own moments from the next sweep on) it is a sweep's
-        step toward it.
     """
-    m, r = latent_mean.shape
     precision = np.linalg.inv(latent_cov)
     precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
     cav_prec = precision - lam
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
     labels = np.asarray(labels)
-    narrow = _narrow_tilted_sites(q, labels, cav_prec, cav_lin, power)
-    if narrow is not None:  # the usual case: the same sites, without the rows' levels
-        log_z, site_lam, site_eta = narrow
-        every = np.ones(m, dtype=bool)
-        site_lam = _row_psd(site_lam)  # _psd's, on these few rows without its row blocks
-        return site_lam, site_eta, log_z, every, every
-    ok = _positive_definite(cav_prec)
-    state = _RowState(m)  # the tilted moments
-    model = _OneRow(labels)
-    for _ in range(_n_levels(None)):
-        log_z, site_lam, site_eta, good = _sites(
-            model, q, latent_mean, latent_cov, cav_prec, cav_lin, power, None, state, ok
+
+    def laplace_kernels(rows):
+        # Newton's method in the contrasts (the tilted mode to 1e-10 of its log density).
+        modes = softmax_mode_site_updates(
+            q, labels[rows], latent_mean[rows], latent_cov[rows], lam[rows], eta[rows], power[rows]
         )
-        if (ok & good).all() or state.rules is not None:
-            break
-    found = ok & good
-    new_lam = np.where(found[:, None, None], _psd(site_lam), lam)
-    new_eta = np.where(found[:, None], site_eta, eta)
-    # Over the normalized cavity: the site's log Z is over exp(−gᵀPg/2 + hᵀg).
-    cav_cov = np.linalg.inv(np.where(found[:, None, None], cav_prec, np.eye(r)))
-    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
-    _, log_det = np.linalg.slogdet(cav_cov)
-    log_norm = 0.5 * (np.einsum("ma,ma->m", cav_lin, cav_mean) + log_det + r * _LOG_2PI)
-    settled = found & ~state.direct
-    return new_lam, new_eta, np.where(found, log_z - log_norm, np.nan), found, settled
+        cov = np.linalg.inv(cav_prec[rows] + modes.lam)
+        return modes.mode, 0.5 * (cov + np.swapaxes(cov, 1, 2)), modes.found
+
+    log_z, site_lam, site_eta, found = _few_tilted_sites(
+        q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, (lam, eta), laplace_kernels
+    )
+    site_lam = _row_psd(site_lam)  # _psd's, on these few rows without its row blocks
+    if not found.all():
+        site_lam = np.where(found[:, None, None], site_lam, lam)
+        site_eta = np.where(found[:, None], site_eta, eta)
+    return site_lam, site_eta, log_z, found
 
 
 #: Passes mixed by Anderson's acceleration in :func:`assumed_density_softmax_row`.

@@ -481,39 +481,146 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     return log_z + log_norm, new_lam, new_eta, good
 
 
-def _narrow_tilted_sites(q, labels, cav_prec, cav_lin, power):
-    """:func:`_tilted_sites`' first pass on a few rows whose cavities are all narrow (the
-    largest variance at most the first of :data:`_WIDE_CAVITY`, by Gershgorin's bound),
-    below :func:`_many_classes`' dimensions, and proper: then every row takes level 0 of
-    the default rule on its cavity alone, and the same blocks and moment matching give
-    the same sites, without the rows' bookkeeping (``partial_fit``'s window of one-row
-    calls: a few rows a call, where that bookkeeping was most of the cost). Returns
-    ``(log Z over the normalized cavity, Λ, η)``, or None where some row is not such a
-    row, its tilted covariance is not proper, or the factor narrows its cavity much (the
-    general pass then takes them)."""
-    r = q.shape[1]
-    if _many_classes(r):
-        return None
+#: A row whose cavity is wide (a rule level above 0) and whose tilted mass there would hold
+#: fewer than this many of the rule's nodes (log ∫ F^s × cavity below log(this / nodes):
+#: a row deep in its cavity's tail) goes direct in :func:`_few_tilted_sites`: Stein's
+#: expectations would be those of the few nodes nearest its class's region (on a stream's
+#: first rows under the vague intercept prior, a revisit's site came out nearly zero, and
+#: the posterior ran off by thousands of standard deviations).
+_TAIL_NODES = 32
+
+
+def _few_tilted_sites(
+    q, labels, kernel_mean, kernel_cov, cav_prec, cav_lin, power, sites, laplace_kernels
+):
+    """:func:`_tilted_sites` on a few rows, whatever their cavities, without a sweep's
+    bookkeeping of the rows' states (``partial_fit``'s window of one-row calls: a few rows
+    a call, where that bookkeeping was most of the cost), the rows that go direct taken
+    on their nodes' own moments at once.
+
+    A sweep's rules on the default rule: each row's level from its cavity's largest
+    variance (:data:`_WIDE_CAVITY`); the tilted expectations on the cavity's nodes and
+    Stein's moment matching (:func:`_row_matched`); a row whose tilted covariance comes
+    out improper done again a level up (on the finest level, it goes direct); a row the
+    factor narrows by more than :data:`_DIRECT` of a variance, or (wide cavities) whose
+    tilted mass is deep in its cavity's tail (:data:`_TAIL_NODES`), goes direct a level
+    up: its tilted moments on the even mixture of its ``kernel`` (the posterior's marginal
+    of its contrasts, as in a sweep) and its cavity (:func:`_direct`). A sweep takes such
+    a row's Stein site and goes direct from the next sweep on; here the direct site comes
+    in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
+    marginal is its cavity, no kernel near its tilted density) and a row deep in its
+    cavity's tail take the Laplace approximation of their tilted density as the kernel
+    instead (``laplace_kernels(rows)`` → their means, covariances and whether found, as
+    :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
+    fits). No coarse level (many classes: level 0's own nodes).
+
+    Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
+    and the tilted covariance are proper (elsewhere NaN and zeros)."""
+    m, r = kernel_mean.shape
+    cav_cov = np.linalg.inv(cav_prec)
+    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
     try:
-        cav_cov = np.linalg.inv(cav_prec)
-        cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
         chol = np.linalg.cholesky(cav_cov)
+        ok = np.ones(m, dtype=bool)
     except np.linalg.LinAlgError:
-        return None
-    if np.abs(cav_cov).sum(axis=2).max() > _WIDE_CAVITY[0]:
-        return None
+        eye = np.eye(r)
+        ok = np.isfinite(cav_cov).all(axis=(1, 2))
+        ok[ok] = np.linalg.eigvalsh(cav_cov[ok])[:, 0] > 0
+        cav_cov = np.where(ok[:, None, None], cav_cov, eye)
+        cav_prec = np.where(ok[:, None, None], cav_prec, eye)
+        cav_lin = np.where(ok[:, None], cav_lin, 0.0)
+        chol = np.linalg.cholesky(cav_cov)
     cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
     log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
-    z, log_w = _rule_nodes(None, r, 0)
-    log_z, expected, second, _, _ = _tilted_block(
-        q, labels, [(cav_mean, chol, None, log_det_half)], power, z, log_w
+    top = _row_largest_variances(cav_cov, _WIDE_CAVITY[0])
+
+    def stein(pick, at):  # the tilted expectations on the cavities' nodes, Stein's match
+        cavity = (cav_mean[pick], chol[pick], None, log_det_half[pick])
+        row_z, expected, second, _, _ = _tilted_block(
+            q, labels[pick], [cavity], power[pick], *_rule_nodes(None, r, at)
+        )
+        matched = _row_matched(
+            q,
+            labels[pick],
+            expected,
+            second,
+            power[pick],
+            cav_cov[pick],
+            cav_mean[pick],
+            cav_prec[pick],
+            chol[pick],
+        )
+        return row_z, *matched
+
+    narrow = bool(ok.all()) and top.max() <= _WIDE_CAVITY[0]
+    if narrow:  # the usual case: every row on level 0, at once
+        first = stein(slice(None), 0)
+        if (first[3] & ~first[4]).all():
+            return first[:4]
+    highest = _n_levels(None) - 1
+    level = np.minimum((top > _WIDE_CAVITY[0]).astype(int) + (top > _WIDE_CAVITY[1]), highest)
+    log_z, lam, eta = np.full(m, np.nan), np.zeros((m, r, r)), np.zeros((m, r))
+    found, direct, done = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool), ~ok
+    # Rows without a kernel near their tilted density: their own (a site of zeros) or one
+    # deep in a wide cavity's tail.
+    laplace = ~(sites[0].any(axis=(1, 2)) | sites[1].any(axis=1))
+    kernel_mean, kernel_cov = kernel_mean.copy(), kernel_cov.copy()
+    for at in range(highest + 1):
+        rows = np.flatnonzero(~done & ~direct & (level == at))
+        if rows.size:
+            if narrow and at == 0:
+                row_z, row_lam, row_eta, fine, narrowed = first
+            else:  # (all rows: views of them, no copies)
+                pick = slice(None) if rows.size == m else rows
+                row_z, row_lam, row_eta, fine, narrowed = stein(pick, at)
+            if at:
+                nodes = _rule_size(None, r) << (2 * at)
+                tail = row_z < math.log(_TAIL_NODES / nodes)
+                laplace[rows[tail]] = True
+                narrowed |= fine & tail
+            settled = fine & ~narrowed
+            take = rows[settled]
+            lam[take], eta[take], log_z[take] = row_lam[settled], row_eta[settled], row_z[settled]
+            found[take] = done[take] = True
+            direct[rows[narrowed]] = True
+            if at == highest:  # improper on the finest level too: the nodes' own moments
+                direct[rows[~fine]] = True
+            level[rows[~settled]] = min(at + 1, highest)
+        rows = np.flatnonzero(~done & direct & (level == at))
+        if rows.size:
+            near = rows[laplace[rows]]
+            if near.size:  # the tilted density's Laplace approximation, where found
+                mean, cov, fitted = laplace_kernels(near)
+                kernel_mean[near[fitted]], kernel_cov[near[fitted]] = mean[fitted], cov[fitted]
+                laplace[near] = False
+            cavities = (cav_prec, cav_lin, cav_mean, chol, log_det_half)
+            out = (log_z, lam, eta, found)
+            _direct_pass(q, labels, (kernel_mean, kernel_cov), cavities, power, rows, at, out)
+            done[rows[found[rows]]] = True
+            if at == highest:
+                done[rows] = True
+            level[rows[~found[rows]]] = min(at + 1, highest)
+    return log_z, lam, eta, found
+
+
+def _direct_pass(q, labels, kernels, cavities, power, rows, level, out) -> None:
+    """:func:`_few_tilted_sites`' direct pass on ``rows`` at rule ``level``: the tilted
+    moments on the even mixture of each row's kernel (``kernels``: the means and
+    covariances of all rows) and cavity (``cavities``: precisions, linear terms, means,
+    lower Cholesky factors and log |L| of all rows), written into ``out`` =
+    ``(log Z, Λ, η, found)`` at the rows whose site is proper."""
+    log_z, lam, eta, found = out
+    cav_prec, cav_lin, cav_mean, chol, log_det_half = (x[rows] for x in cavities)
+    mean, cov = (x[rows] for x in kernels)
+    root = np.linalg.cholesky(cov)  # (posterior marginals, proper tilted Gaussians)
+    kernel = (mean, root, np.linalg.inv(root), np.log(np.diagonal(root, axis1=1, axis2=2)).sum(1))
+    cavity = (cav_mean, chol, np.linalg.inv(chol), log_det_half)
+    row_z, _, _, t_mean, t_cov = _tilted_block(
+        q, labels[rows], [kernel, cavity], power[rows], *_rule_nodes(None, q.shape[1], level)
     )
-    lam, eta, fine, narrowed = _row_matched(
-        q, labels, expected, second, power, cav_cov, cav_mean, cav_prec, chol
-    )
-    if not fine.all() or narrowed.any():
-        return None
-    return log_z, lam, eta
+    row_lam, row_eta, fine = _direct(t_mean, t_cov, cav_prec, cav_lin)
+    at = rows[fine]
+    lam[at], eta[at], log_z[at], found[at] = row_lam[fine], row_eta[fine], row_z[fine], True
 
 
 def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out, single=False) -> None:

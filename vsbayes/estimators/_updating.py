@@ -40,10 +40,14 @@ the posterior before the row (multinomial: one Woodbury update of rank (K − 1)
 REVISITS)). That is incremental EP over a sliding window: each row's site is refitted
 about 4 times while in the window, once just before it leaves, under a cavity holding
 the W − 1 rows after it; its cost is a few rank-(K − 1) updates, O(p² K), bounded
-whatever the stream. A multinomial row whose cavity is wide (the first rows under a
-vague prior, where the multinomial EP takes VS site fits) takes its own update below and
-starts the buffer of batches instead. A larger batch freezes the window (its sites stay
-in the posterior) and starts the buffer of batches.
+whatever the stream. The window starts at a stream's first row, the multinomial too: a
+multinomial row whose cavity is wide (the first rows under a vague prior) takes the
+tilted moments' finer rule levels, and where the factor narrows its cavity much or its
+tilted mass is deep in a wide cavity's tail, the moments of the nodes on the mixture of
+its cavity and a kernel near its tilted density (its posterior marginal, or for a new row
+and a row in the tail the tilted density's Laplace approximation), in the same call. A
+larger batch freezes the window (its sites stay in the posterior) and starts the buffer
+of batches.
 
 ``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
 (precision and precision × mean) are mixed with the original prior's with weight
@@ -60,7 +64,9 @@ refit replaces its small batches' terms by the evidence of their rows given the 
 
 **One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not
 take it; in the window, a new row's site is this update too, from its site of zeros, the
-multinomial one in one pass where its site is of its cavity alone): prior × one factor
+multinomial one in one pass where its site is of its cavity alone, else one pass of its
+nodes' own moments on a kernel at its tilted mode, by the tilted moments at any cavity
+width where this update takes VS fits for wide ones): prior × one factor
 differs from the prior along the row only, so the posterior is a rank-one update of the
 prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
 row's latent (the general solver's iterates, in the one dimension they move in), EP's from
@@ -102,7 +108,6 @@ from ..approximations.newton_laplace import (
     softmax_row_laplace,
 )
 from ..approximations.softmax_ep import (
-    FITTED_CAVITY,
     assumed_density_softmax_row,
     softmax_site_updates,
 )
@@ -576,7 +581,7 @@ class BayesianUpdating:
             self.tol,
         )
         if revised is None:
-            return None, None  # the row's own update was not usable, or its cavity wide
+            return None, None  # the row's own update was not usable
         mean, cov, tau, nu, log_z, modes = revised
         try:  # (the covariance's factorization: its round-off checked)
             if rule == "mode":
@@ -951,8 +956,8 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     sites; a new row's site is zero, the first).
 
     Each row's cavity and the site of its tilted density: ``rule`` "moments",
-    :func:`softmax_site_updates` (EP's), the new row's by ``own_update()``
-    (:func:`assumed_density_softmax_row`) where its site is not of its cavity alone;
+    :func:`softmax_site_updates` (EP's; the new row's by ``own_update()``,
+    :func:`assumed_density_softmax_row`, where its tilted moments are not proper);
     "mode", :func:`softmax_mode_site_updates` (Laplace propagation, Newton's stop at
     ``tol``). Then the posterior's precision and linear term change by ``Σ Aᵢᵀ ΔΛᵢ Aᵢ`` and
     ``Σ Aᵢᵀ Δηᵢ`` in one Woodbury update of rank r·m, ``Σ' = Σ − G (I + D V)⁻¹ D Gᵀ`` and
@@ -962,8 +967,7 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     posterior's own factorization catches). A revisited row whose site is not found keeps
     it. Returns ``(mean, cov, lam, eta, log_z, modes)`` (``log_z``, the new row's tilted
     normalizer; ``modes``, mode: the :class:`ModeSites`, whose first row is the new row's
-    fit, else None), or None where the new row's own site is not usable or (moments) its
-    cavity is wide."""
+    fit, else None), or None where the new row's own site is not usable."""
     m, r, p = design.shape
     flat = design.reshape(m * r, p)
     spread = cov @ flat.T  # G, (p, r m)
@@ -973,25 +977,18 @@ def _softmax_revisit(mean, cov, design, labels, lam, eta, powers, q, rule: str, 
     rows = np.arange(m)
     latent_cov = joint.reshape(m, r, m, r)[rows, :, rows, :]
     if rule == "moments":
-        # A new row whose cavity is wide (the first rows under a vague prior) takes the
-        # VS fits in the multinomial EP, from a kernel at its Laplace approximation: its
-        # own update (:meth:`_one_row_fits`), not the window's.
-        cavity = latent_cov[0]
-        wide = np.abs(cavity).sum(axis=1).max() > FITTED_CAVITY  # Gershgorin's bound first
-        if wide and np.linalg.eigvalsh(cavity)[-1] > FITTED_CAVITY:
-            return None
-        new_lam, new_eta, log_z, found, settled = softmax_site_updates(
+        new_lam, new_eta, log_z, found = softmax_site_updates(
             q, labels, latent_mean, latent_cov, lam, eta, powers
         )
-        if found[0] and not settled[0]:
-            # Its site depends on the kernel (a factor that narrows its cavity much): EP's
-            # fixed point of the one site, as the row's own update iterates to it.
+        if not found[0]:
+            # Its tilted moments improper even on the finest rule (a factor nearly a step
+            # over a wide cavity, many classes): its own update's site (VS fits there).
             try:
                 alone = own_update()
             except (EstimationError, NotPositiveDefiniteError):
                 return None
             new_lam[0], new_eta[0] = alone.sites.precision[0], alone.sites.linear[0]
-            log_z[0] = alone.log_Z
+            log_z[0], found[0] = alone.log_Z, True
         modes = None
     else:
         modes = softmax_mode_site_updates(
