@@ -338,7 +338,10 @@ def _mixture_nodes(kernels, workspace):
     b = kernels[0][0].shape[0]
     g = np.empty((b, r, 2 * n))
     half_norms = 0.5 * np.einsum("ap,ap->p", lifted[:r], lifted[:r])
-    log_other = np.empty((b, 2 * n))  # −|the other kernel's whitened node|²/2
+    # d = log N₁ − log N₂ at each node (the kernels' log densities; the shared −(r/2) log 2π
+    # cancels): at a kernel's own nodes, −|z|²/2 − log |L|; at the other's, minus half the
+    # squared norm of the node whitened by it.
+    d = np.empty((b, 2 * n))
     for j, (mean, chol, _, _) in enumerate(kernels):
         other_mean, _, other_inv, _ = kernels[1 - j]
         nodes = slice(j * n, (j + 1) * n)
@@ -348,19 +351,17 @@ def _mixture_nodes(kernels, workspace):
         mapped[:, :, :r] = np.matmul(other_inv, chol)
         mapped[:, :, r] = np.einsum("bij,bj->bi", other_inv, mean - other_mean)
         white = np.matmul(mapped.reshape(b * r, r + 1), lifted).reshape(b, r, n)
-        log_other[:, nodes] = -0.5 * np.einsum("bip,bip->bp", white, white)
-    # log N of each kernel at all nodes, up to the shared −(r/2) log 2π: its own nodes
-    # whiten to z.
-    first = np.concatenate([-half_norms - kernels[0][3][:, None], log_other[:, n:]], axis=1)
-    second = np.concatenate([log_other[:, :n], -half_norms - kernels[1][3][:, None]], axis=1)
-    first[:, n:] -= kernels[0][3][:, None]
-    second[:, :n] -= kernels[1][3][:, None]
-    # second − log(e^first + e^second) = −log(1 + e^d), d = first − second, without
-    # np.logaddexp (several times the time of the exponential it takes).
-    d = first - second
-    spread = np.abs(d)
-    np.negative(spread, out=spread)
-    log_share = np.log1p(_floored_exp(spread))
+        # (own − other) at the first kernel's nodes, (other − own) at the second's
+        sign = 1.0 if j == 0 else -1.0
+        np.einsum("bip,bip->bp", white, white, out=d[:, nodes])
+        d[:, nodes] -= 2.0 * half_norms
+        d[:, nodes] *= 0.5 * sign
+    d += (kernels[1][3] - kernels[0][3])[:, None]
+    # log N₂ − log(N₁ + N₂) = −log(1 + e^d), without np.logaddexp (several times the time
+    # of the exponential it takes).
+    log_share = np.abs(d)
+    np.negative(log_share, out=log_share)
+    log_share = np.log1p(_floored_exp(log_share))
     log_share += np.maximum(d, 0.0)
     np.negative(log_share, out=log_share)
     return g, log_share
@@ -433,7 +434,9 @@ def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
         return shift + np.log(mass), expected, second, None, None
     g_mean = np.matmul(g, weight[:, :, None])[..., 0]  # (b, r)
     g -= g_mean[:, :, None]
-    g_cov = np.matmul(g * weight[:, None, :], np.ascontiguousarray(np.swapaxes(g, 1, 2)))
+    # Over few dimensions the transposed view's product (no BLAS) beats copying it.
+    g_t = np.swapaxes(g, 1, 2) if r <= 8 else np.ascontiguousarray(np.swapaxes(g, 1, 2))
+    g_cov = np.matmul(g * weight[:, None, :], g_t)
     return shift + np.log(mass), expected, second, g_mean, g_cov
 
 
