@@ -587,6 +587,7 @@ def softmax_mode_site_updates(
     *,
     tol: float = 1e-10,
     max_iter: int = 50,
+    start: np.ndarray | None = None,
 ) -> ModeSites:
     """Laplace propagation's update of some multinomial rows' sites, all from one
     posterior: each row's cavity (the posterior's marginal ``N(m_i, V_i)`` of its
@@ -607,6 +608,11 @@ def softmax_mode_site_updates(
         ``tol`` or round-off, as :class:`NewtonLaplaceSolver`, after that final step.
     max_iter : int, default=50
         Most Newton steps.
+    start : ndarray of shape (m, r), optional
+        Newton's starting points (a row's with a non-finite entry, or all without it:
+        the posterior's marginal mean). Any start reaches the same mode (the density is
+        log-concave); one near it saves the steps from a wide cavity's mean, most of which
+        Armijo's test halves.
 
     Returns
     -------
@@ -634,6 +640,9 @@ def softmax_mode_site_updates(
     # From the posterior's marginal mean: the tilted mode of a row whose site is at Laplace
     # propagation's fixed point (a revisit's warm start), the cavity's of a new row.
     g = np.where(ok[:, None], latent_mean, cav_mean)
+    if start is not None:
+        given = ok & np.isfinite(start).all(axis=1)
+        g = np.where(given[:, None], start, g)
     value, grad, curvature = _softmax_expansion(*args, g)
     converged = np.zeros(m, dtype=bool)
     for _ in range(max_iter):

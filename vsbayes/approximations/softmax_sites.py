@@ -564,9 +564,10 @@ def _few_tilted_sites(
     in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
     marginal is its cavity, no kernel near its tilted density) and a row deep in its
     cavity's tail take the Laplace approximation of their tilted density as the kernel
-    instead (``laplace_kernels(rows)`` → their means, covariances and whether found, as
-    :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
-    fits). No coarse level (many classes: level 0's own nodes).
+    instead (``laplace_kernels(rows, start)`` → their means, covariances and whether found,
+    as :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
+    fits; Newton's method started at the rows' Stein tilted means, where a wide level
+    computed them). No coarse level (many classes: level 0's own nodes).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
@@ -604,9 +605,15 @@ def _few_tilted_sites(
             cav_prec[pick],
             chol[pick],
         )
+        if not narrow:  # Stein's tilted mean: Newton's start for a Laplace kernel
+            residual = -power[pick, None] * expected
+            residual[np.arange(len(expected)), labels[pick]] += power[pick]
+            gradient = residual @ q
+            start[pick] = cav_mean[pick] + np.einsum("mab,mb->ma", cav_cov[pick], gradient)
         return row_z, *matched
 
     narrow = bool(ok.all()) and top.max() <= _WIDE_CAVITY[0]
+    start = np.full((m, r), np.nan)
     if narrow:  # the usual case: every row on level 0, at once
         first = stein(slice(None), 0)
         if (first[3] & ~first[4]).all():
@@ -644,7 +651,7 @@ def _few_tilted_sites(
         if rows.size:
             near = rows[laplace[rows]]
             if near.size:  # the tilted density's Laplace approximation, where found
-                mean, cov, fitted = laplace_kernels(near)
+                mean, cov, fitted = laplace_kernels(near, start[near])
                 kernel_mean[near[fitted]], kernel_cov[near[fitted]] = mean[fitted], cov[fitted]
                 laplace[near] = False
             cavities = (cav_prec, cav_lin, cav_mean, chol, log_det_half)
