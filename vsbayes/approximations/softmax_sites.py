@@ -331,7 +331,7 @@ def _mixture_nodes(kernels, workspace):
     ``L'⁻¹(m + L z − m')`` are affine maps of the unit nodes, one GEMM each on the nodes
     with a unit coordinate (a kernel's own nodes whiten to ``z``): the batched products
     of (b, 2P, r) nodes with r × r matrices they replace were most of a two-kernel block
-    at few dimensions (5 rows of 3 classes on 2 × 2048 nodes: 1.8 → 0.5 ms), the same
+    at few dimensions (5 rows of 3 classes on 2 × 2048 nodes: 1.8 → 0.9 ms), the same
     moments to round-off."""
     lifted = workspace.lifted()
     r, n = lifted.shape[0] - 1, lifted.shape[1]
