@@ -244,16 +244,6 @@ def _node_bytes(k: int, r: int) -> float:
     return 8.0 * (3 * k + 3 * r + 6)
 
 
-def _log_normal(g, mean, chol_inv, log_det_half):
-    """log N(g; mean, L Lᵀ) at the nodes g (b, P, r), given L⁻¹ and log |L|."""
-    # Contiguous operands: NumPy's batched matmul of a transposed view skips BLAS (100×).
-    white = np.matmul(g - mean[:, None, :], np.ascontiguousarray(np.swapaxes(chol_inv, 1, 2)))
-    r = g.shape[2]
-    return (
-        -0.5 * np.einsum("bpa,bpa->bp", white, white) - (log_det_half + 0.5 * r * _LOG_2PI)[:, None]
-    )
-
-
 class _Workspace:
     """One thread's buffers for :func:`_tilted_block` on one rule's nodes ``z``: the nodes
     with a unit coordinate (r + 1, P), formed once, and two buffers of the (b, K, nodes)
