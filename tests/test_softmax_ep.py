@@ -536,3 +536,43 @@ def test_estimators_posterior_stop_is_wider_from_seventeen_classes(k, factor, mo
     methods.softmax_ep_posterior(model, laplace, tol=1e-10)
     assert seen["posterior_tol"] == pytest.approx(factor * 1e-7, rel=1e-12)
     assert seen["posterior_share"] == pytest.approx(1e-6, rel=1e-12)
+
+
+def test_two_kernel_tilted_block_is_the_mixtures_importance_sampling():
+    """The tilted block on the even mixture of a narrow kernel and a wide cavity (nodes by
+    GEMMs of the unit nodes, floored exponentials) gives the self-normalized estimates
+    written out node by node, to round-off."""
+    k, r, b, n = 3, 2, 4, 256
+    rng = np.random.default_rng(7)
+    q = centred_basis(k)
+    z = symmetric_sobol_nodes(r, n, 0)
+    log_w = np.full(n, -np.log(n))
+
+    def kernel(scale):
+        root = np.linalg.cholesky(np.eye(r) * scale**2 + 0.3 * scale**2)[None].repeat(b, 0)
+        mean = scale * rng.standard_normal((b, r))
+        return mean, root, np.linalg.inv(root), np.log(np.diagonal(root, axis1=1, axis2=2)).sum(1)
+
+    kernels = [kernel(0.5), kernel(60.0)]  # wide: latent differences in the hundreds
+    labels, power = rng.integers(0, k, b), np.array([1.0, 0.5, 1.0, 0.8])
+    log_z, expected, second, t_mean, t_cov = sites_module._tilted_block(
+        q, labels, kernels, power, z, log_w
+    )
+    for i in range(b):
+        g = np.concatenate([kernels[j][0][i] + z @ kernels[j][1][i].T for j in (0, 1)])
+        log_n = [
+            -0.5 * (((g - mean[i]) @ inv[i].T) ** 2).sum(1) - half[i]
+            for mean, _, inv, half in kernels
+        ]
+        log_p = log_softmax(g @ q.T, axis=1)
+        log_ratio = power[i] * log_p[:, labels[i]] + log_n[1] - np.logaddexp(*log_n)
+        log_ratio += np.concatenate([log_w, log_w])
+        weight = np.exp(log_ratio - logsumexp(log_ratio))
+        p = np.exp(log_p)
+        mean = weight @ g
+        np.testing.assert_allclose(log_z[i], logsumexp(log_ratio), rtol=1e-12)
+        np.testing.assert_allclose(expected[i], weight @ p, rtol=1e-10, atol=1e-300)
+        np.testing.assert_allclose(second[i], (p * weight[:, None]).T @ p, rtol=1e-10, atol=1e-300)
+        np.testing.assert_allclose(t_mean[i], mean, rtol=1e-10, atol=1e-12)
+        centred = g - mean
+        np.testing.assert_allclose(t_cov[i], (centred * weight[:, None]).T @ centred, rtol=1e-9)

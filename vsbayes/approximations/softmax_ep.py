@@ -690,10 +690,17 @@ def softmax_site_updates(
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
     labels = np.asarray(labels)
 
-    def laplace_kernels(rows):
+    def laplace_kernels(rows, start):
         # Newton's method in the contrasts (the tilted mode to 1e-10 of its log density).
         modes = softmax_mode_site_updates(
-            q, labels[rows], latent_mean[rows], latent_cov[rows], lam[rows], eta[rows], power[rows]
+            q,
+            labels[rows],
+            latent_mean[rows],
+            latent_cov[rows],
+            lam[rows],
+            eta[rows],
+            power[rows],
+            start=start,
         )
         cov = np.linalg.inv(cav_prec[rows] + modes.lam)
         return modes.mode, 0.5 * (cov + np.swapaxes(cov, 1, 2)), modes.found
