@@ -306,7 +306,7 @@ def multinomial_problem(case: str):
 def contrast_reference(case: str, X, y, mean, cov) -> dict | None:
     """The contrasts' importance-sampling reference (cached in ``REFERENCE_DIR``), or None
     for classes20."""
-    from _ground_truth import ground_truth
+    from _ground_truth import ground_truth, save_ground_truth
     from _high_dim_cases import REFERENCE_DIR
     from nuts_softmax_reference import model_of
 
@@ -321,14 +321,7 @@ def contrast_reference(case: str, X, y, mean, cov) -> dict | None:
         basis = contrasts.basis
         start = Gaussian(basis.T @ mean, basis.T @ cov @ basis)
         truth = ground_truth(contrasts.log_density, start, IS_DRAWS[case], seed=0)
-        np.savez_compressed(
-            path,
-            mean=np.asarray(truth["mean"]),
-            cov=np.asarray(truth["cov"]),
-            ess=truth["ess"],
-            draws=truth["draws"],
-            seconds=truth["seconds"],
-        )
+        save_ground_truth(path, truth)
         print(f"{case}: contrasts' IS reference, ESS {truth['ess']:.0f}", flush=True)
     with np.load(path) as data:
         return {"mean": data["mean"], "cov": data["cov"], "ess": float(data["ess"])}

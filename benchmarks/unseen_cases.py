@@ -292,7 +292,7 @@ def run_is_checks(args) -> None:
     Student-t proposal refined once; consistent whatever the start): an independent
     reference whose Monte Carlo error is far below NUTS's where the posterior is nearly
     Gaussian (ESS ~ the draws), and so resolves the small errors NUTS's noise floor hides."""
-    from _ground_truth import ground_truth
+    from _ground_truth import ground_truth, save_ground_truth
 
     from vsbayes import Gaussian
 
@@ -317,14 +317,7 @@ def run_is_checks(args) -> None:
                 return log_posterior(A, link, theta, weights)
 
         truth = ground_truth(log_target, Gaussian(*reference[:2]), args.is_check, seed=0)
-        np.savez_compressed(
-            is_path(case, link),
-            mean=np.asarray(truth["mean"]),
-            cov=np.asarray(truth["cov"]),
-            ess=truth["ess"],
-            draws=truth["draws"],
-            seconds=truth["seconds"],
-        )
+        save_ground_truth(is_path(case, link), truth)
         print(f"{case}/{link}: IS ESS {truth['ess']:.0f} in {truth['seconds']:.0f} s", flush=True)
 
 
