@@ -22,8 +22,9 @@ Three measurements, in one process:
    row at a time, with and without the buffer, its log loss every 20 rows from row 100
    over the batch fit on the rows seen so far (binary datasets).
 2. **Update cost** (d = 20, ``make_classification``): one ``partial_fit`` of one row after
-   100, 1000 and 10 000 rows seen, and of one row of 3 classes (the multinomial posterior)
-   after 1000 and 10 000 (300 successive rows, the methods interleaved, beside
+   0 (a stream from its first row; its first call left out, as every run's), 100, 1000 and
+   10 000 rows seen, and of one row of 3 classes (the multinomial posterior) after 0, 1000
+   and 10 000 (300 successive rows, the methods interleaved, beside
    ``SGDClassifier.partial_fit`` of the same rows; target: every call ≤ 1 ms, no growth
    with the rows seen): the median, 99th percentile and largest wall time of the calls,
    their process CPU time, the calls over 1 ms and the mean; and one ``partial_fit`` of
@@ -329,7 +330,8 @@ def one_row_costs(X, y, seen: int, repeats: int) -> list[dict]:
     # scikit-learn's incremental linear classifier, with the same checks of a batch: the
     # reference of what validating one row costs on this machine now.
     sgd = SGDClassifier(loss="log_loss", random_state=0)
-    sgd.partial_fit(X[:seen], y[:seen], classes=classes)
+    if seen:
+        sgd.partial_fit(X[:seen], y[:seen], classes=classes)
     models["sgd"] = sgd
     # Successive single rows, the methods interleaved (the machine's load hits each
     # alike): each one update after about ``seen`` rows; wall and CPU time of the
@@ -338,8 +340,11 @@ def one_row_costs(X, y, seen: int, repeats: int) -> list[dict]:
     times = {method: [] for method in models}
     for k in range(seen, seen + repeats):
         for method, model in models.items():
+            # From the first row (seen = 0), the first call names the classes (and is
+            # left out of the figures below, as every first call).
+            first = {"classes": classes} if k == 0 else {}
             started, cpu = time.perf_counter(), time.thread_time()
-            model.partial_fit(X[k : k + 1], y[k : k + 1])
+            model.partial_fit(X[k : k + 1], y[k : k + 1], **first)
             times[method].append((time.perf_counter() - started, time.thread_time() - cpu))
     # The gauge's own spread: calls a shared machine's other jobs delay.
     sgd_wall, sgd_cpu = np.array(times.pop("sgd")[1:]).T
@@ -390,7 +395,8 @@ def cost_rows(quick: bool) -> list[dict]:
     d = 20
     repeats = 50 if quick else 300
     rows = []
-    for n_classes, seen_levels in ((2, (100, 1000, 10_000)), (3, (1000, 10_000))):
+    # 0: a stream of one-row calls from its first row (the default prior's wide cavities).
+    for n_classes, seen_levels in ((2, (0, 100, 1000, 10_000)), (3, (0, 1000, 10_000))):
         X, y = make_classification(12_000, d, n_informative=10, n_classes=n_classes, random_state=0)
         for seen in seen_levels:
             rows += one_row_costs(X, y, seen, repeats)
@@ -604,6 +610,8 @@ def report(
     for r in sorted(cost, key=lambda r: (list(METHODS).index(r["method"]), r["part"])):
         one_row = r["part"] == "cost_one_row"
         what = "1000 rows" if not one_row else "one row"
+        if one_row and r["rows_seen"] == 0:
+            what += " from the first row"
         if r.get("n_classes", 2) > 2:
             what += f", {r['n_classes']} classes"
         cpu = (
@@ -697,7 +705,7 @@ def plot(accuracy, cost, curves, path: Path) -> None:
         mine = [r for r in one_rows if (r["method"], r.get("n_classes", 2)) == (method, n_classes)]
         name = method if n_classes == 2 else f"{method}, {n_classes} classes"
         points = sorted((r["rows_seen"], 1e3 * r["seconds"]) for r in mine)
-        line = ax.loglog(
+        line = ax.plot(
             *zip(*points, strict=True),
             "o-" if n_classes == 2 else "s-.",
             label=f"{name}: one row, median",
@@ -706,7 +714,7 @@ def plot(accuracy, cost, curves, path: Path) -> None:
             (r["rows_seen"], 1e3 * r["max_cpu_seconds"]) for r in mine if "max_cpu_seconds" in r
         )
         if slowest:
-            ax.loglog(
+            ax.plot(
                 *zip(*slowest, strict=True),
                 "v--",
                 color=line.get_color(),
@@ -721,7 +729,7 @@ def plot(accuracy, cost, curves, path: Path) -> None:
         }
     )
     if gauge:
-        ax.loglog(*zip(*gauge, strict=True), "x:", color="gray", label="SGDClassifier")
+        ax.plot(*zip(*gauge, strict=True), "x:", color="gray", label="SGDClassifier")
     gauge_slowest = sorted(
         {
             (r["rows_seen"], 1e3 * r["sgd_max_cpu_seconds"])
@@ -730,7 +738,7 @@ def plot(accuracy, cost, curves, path: Path) -> None:
         }
     )
     if gauge_slowest:
-        ax.loglog(
+        ax.plot(
             *zip(*gauge_slowest, strict=True),
             "v:",
             color="gray",
@@ -738,6 +746,8 @@ def plot(accuracy, cost, curves, path: Path) -> None:
             label="SGDClassifier: the slowest call (CPU)",
         )
     ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_xscale("symlog", linthresh=100)  # 0 rows seen: a stream from its first row
+    ax.set_yscale("log")
     ax.set_xlabel("rows seen before")
     ax.set_ylabel("partial_fit of one row (ms), d = 20")
     ax.legend(fontsize=7)
