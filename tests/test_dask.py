@@ -126,6 +126,20 @@ def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(client, data, 
     )
 
 
+def test_auto_over_chunks_takes_ep_where_the_global_fit_costs_more():
+    # Skewed (Laplace not enough) and not data-rich: in memory "auto" keeps EP's sites; over
+    # chunks it took the global fit whatever its work (hours at 4000 × 300, 1.5 s by EP).
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 6))
+    y = (X @ rng.normal(0.0, 3.0, 6) + rng.logistic(size=120) > 0).astype(int)
+    local = VSLogisticRegression(random_state=0).fit(X, y)
+    chunked = VSLogisticRegression(random_state=0).fit(*as_dask(X, y, chunk=50))
+    assert chunked.strategy_.tolist() == local.strategy_.tolist() == ["sites"]
+    assert "EP over the chunks" in chunked.strategy_reason_[0]
+    np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=EP_RTOL)
+    np.testing.assert_allclose(chunked.sigma_, local.sigma_, rtol=EP_RTOL, atol=1e-12)
+
+
 def test_prediction_on_a_dask_array_is_lazy_and_equal(client, data):
     X, y, _ = data
     Xd, _ = as_dask(X, y)

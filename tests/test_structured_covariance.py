@@ -385,6 +385,15 @@ def test_auto_structures_the_multinomial_posterior_beyond_the_dense_size(
     ):
         vsbayes.VSLogisticRegression().fit(X, y)
 
+    # partial_fit carries a dense posterior: refused before its prior's p × p precision is
+    # formed (at 100,005 parameters that was NumPy's MemoryError), naming fit's route.
+    def no_precision(self):
+        raise AssertionError("the p × p prior precision was formed")
+
+    monkeypatch.setattr(vsbayes.models.priors.GaussianPrior, "precision", property(no_precision))
+    with pytest.raises(ValueError, match=r"A fit under a prior .* fit all the rows at once"):
+        vsbayes.VSLogisticRegression().partial_fit(X, y, classes=np.unique(y))
+
 
 def test_many_class_memory_check_counts_the_intercepts_solves():
     # 20 classes × 30 features on 40 rows: the intercepts' K solves over all 620
@@ -507,6 +516,39 @@ def test_loo_draws_from_the_structure(loo_fits, problem, monkeypatch):
     # differences up to 0.13 and 0.65 nats over 3 seeds, of ~87 and ~149).
     assert result.method == "psis" and result.posterior_pareto_k < 0.7
     assert result.elpd_loo == pytest.approx(reference.elpd_loo, abs=1.5)
+
+
+@pytest.mark.filterwarnings("ignore::vsbayes.exceptions.PSISWarning")  # (random labels)
+def test_loo_holds_one_copy_of_the_draws_beside_their_products():
+    # Many parameters, few rows: the draws θ (S × p) dominate leave-one-out's memory. Drawn
+    # all at once, z, θ and the structure's products held 3.2 θ (NumPy's MemoryError at
+    # 4000 draws of 100,001 parameters, under an estimate of one θ); in blocks of draws,
+    # θ and the rows' products' copy of it (2.07 θ measured).
+    import tracemalloc
+
+    import sklearn
+
+    rng = np.random.default_rng(3)
+    X = sp.random(30, 4000, density=0.05, random_state=4, format="csr")
+    y = rng.random(30) < 0.5
+    with vsbayes.config_context(covariance="dual"):
+        fit = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    draws, theta_bytes = 200, 200 * 4001 * 8
+    with sklearn.config_context(working_memory=16):
+        tracemalloc.start()
+        try:
+            result = fit.loo(X, y, n_draws=draws, random_state=0)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert np.isfinite(result.elpd_loo)
+    assert peak < 2.5 * theta_bytes
+    # The estimate counts both copies, and the refusal says how many draws fit.
+    with (
+        vsbayes.config_context(memory_limit=1.5 * theta_bytes),
+        pytest.raises(MemoryLimitError, match=r"200 posterior draws.*at most about 1\d\d fit"),
+    ):
+        fit.loo(X, y, n_draws=draws, random_state=0)
 
 
 @pytest.fixture(scope="module")

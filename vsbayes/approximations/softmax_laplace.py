@@ -34,7 +34,7 @@ from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
 from .newton_laplace import NewtonLaplaceSolver, SoftmaxCurvature
 
-__all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_size", "softmax_laplace"]
+__all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_dims", "check_softmax_size", "softmax_laplace"]
 
 #: The most parameters K(d + 1) of a dense multinomial posterior: a p × p factorization
 #: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens.
@@ -44,30 +44,50 @@ MAX_SOFTMAX_PARAMS = 10_000
 def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
     """Raise before Newton's method if its p × p matrices would take hours to factorize
     (ValueError, p above :data:`MAX_SOFTMAX_PARAMS`) or would not fit (MemoryLimitError)."""
-    p = model.dim
+    check_softmax_dims(
+        model.n_classes, model.n_features + int(model.fit_intercept), model.n_observations
+    )
+
+
+def check_softmax_dims(
+    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False
+) -> None:
+    """:func:`check_softmax_size` from the problem's dimensions, before its model exists:
+    ``per_class`` parameters (features and intercept) per class, ``n_rows`` rows.
+    ``under_prior``: a fit under a general Gaussian prior (``prior=``, or ``partial_fit``'s
+    carried posterior), which the structured covariance does not take, and whose dense
+    prior precision and carried covariance are two more p × p matrices."""
+    p, k, m = n_classes * per_class, n_classes, n_rows
+    structured = (
+        "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
+        "covariance, which the structured one does not replace: fit all the rows at once "
+        "with fit and no prior= (a structured covariance beyond this size); "
+        if under_prior
+        else "Use a structured covariance, the default beyond this size "
+        "(vsbayes.config_context(covariance='lowrank') or 'auto'); "
+    )
     if p > MAX_SOFTMAX_PARAMS:
         raise ValueError(
-            f"The multinomial posterior has {p} parameters ({model.n_classes} classes × "
-            f"{model.n_features + int(model.fit_intercept)}), above the {MAX_SOFTMAX_PARAMS} "
-            f"its dense {p} × {p} Newton and expectation-propagation steps allow: each "
-            f"factorization takes {p**3 / 3:.2g} multiply-adds, and a fit makes tens. Use a "
-            f"structured covariance, the default beyond this size "
-            f"(vsbayes.config_context(covariance='lowrank') or 'auto'); or reduce "
-            f"the number of features (e.g. sklearn.feature_selection.SelectKBest or "
+            f"The multinomial posterior has {p} parameters ({k} classes × {per_class}), "
+            f"above the {MAX_SOFTMAX_PARAMS} its dense {p} × {p} Newton and "
+            f"expectation-propagation steps allow: each factorization takes {p**3 / 3:.2g} "
+            f"multiply-adds, and a fit makes tens. {structured}or reduce the number of "
+            f"features (e.g. sklearn.feature_selection.SelectKBest or "
             f"sklearn.decomposition.TruncatedSVD in the pipeline), or fit one-vs-rest binary "
             f"posteriors with sklearn.multiclass.OneVsRestClassifier, whose factorizations "
             f"are of min(features, rows) only."
         )
-    m, k = model.n_observations, model.n_classes
     # Beside the p × p matrices: the rows' K × K curvatures' distinct entries (three arrays
     # of M K(K + 1)/2 while the Hessian is assembled, counted as M K² each: the guard's
     # margin), their probabilities, and the Gram blocks' rows.
     rows = 8.0 * m * (3 * k * k + 4 * k)
+    matrices = 5 if under_prior else 3
     check_memory(
-        3 * 8.0 * p * p + rows + block_bytes(),
+        matrices * 8.0 * p * p + rows + block_bytes(),
         f"the {p} × {p} Hessian, Cholesky factor and covariance of the multinomial posterior "
-        f"({model.n_classes} classes × {model.n_features + int(model.fit_intercept)} "
-        f"parameters), with the {m} rows' {k} × {k} curvatures",
+        f"({k} classes × {per_class} parameters)"
+        + (", its prior's precision and carried covariance," if under_prior else "")
+        + f" with the {m} rows' {k} × {k} curvatures",
         f"Reduce the number of features or rows (each {p} × {p} matrix takes "
         f"{format_bytes(8.0 * p * p)}), or fit one-vs-rest binary posteriors with "
         f"sklearn.multiclass.OneVsRestClassifier, which need matrices of the features' size "

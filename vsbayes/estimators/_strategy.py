@@ -324,18 +324,28 @@ class VSMethod(SamplingMethod):
 
     def _chunked(self, model, laplace, rng) -> MethodFit:
         """Rows in dask chunks (big data): "auto" takes the global fit from the Laplace
-        kernel, as for data-rich problems in memory, without EP's fit to compare with (a
-        dozen passes over the chunks); "sites" and "global" as in memory."""
-        if self.strategy == "sites":
-            return _chose("sites", "strategy='sites'", ep_posterior(model, laplace, tol=self.tol))
+        kernel where it is cheaper than EP's expected sweeps, as for data-rich problems in
+        memory, without EP's fit to compare with (a dozen passes over the chunks), else EP
+        over the chunks, as the rows in memory would; "sites" and "global" as in memory."""
+        if self.verbose:
+            self._say_planned_work(model)
+        cheaper = self._global_is_cheaper(model) if self.strategy == "auto" else None
+        if self.strategy == "sites" or (self.strategy == "auto" and cheaper is None):
+            # The global fit's N ~ 8n points, n ~ p²/2, each a pass over the rows: at
+            # 4000 × 300 hours where EP's sweeps take seconds.
+            reason = (
+                "strategy='sites'"
+                if self.strategy == "sites"
+                else "strategy='auto' with rows in dask chunks: EP over the chunks (the "
+                "global fit from the Laplace kernel would cost more than EP's expected "
+                "sweeps)"
+            )
+            return _chose("sites", reason, ep_posterior(model, laplace, tol=self.tol))
         self.check_memory(model, self.total_samples(model.dim))
         if self.strategy == "global":
             fit = self._global_fit(model, self.sampling_kernel(model, laplace), rng)
             return _chose("global", "strategy='global'", fit)
-        reason = (
-            "strategy='auto' with rows in dask chunks: the global fit from the Laplace "
-            "kernel (big data; no EP fit to compare it with)"
-        )
+        reason = f"strategy='auto' with rows in dask chunks: the global fit ({cheaper})"
         return _chose("global", reason, self._global_fit(model, laplace, rng, default_target=True))
 
     def _multinomial(self, model, laplace, rng, laplace_error=None) -> MethodFit:

@@ -46,7 +46,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from .._blas import one_blas_thread
-from .._memory import block_length, check_memory
+from .._memory import block_length, check_memory, memory_limit
 from .._random import as_generator, reproducible_generator
 from .._sums import logsumexp
 from .._warnings import warn
@@ -837,11 +837,11 @@ def _softmax_log_predictive(mean, cov, label, weights) -> np.ndarray:
     return out
 
 
-def _log_prior(estimator, data: _Training, theta: np.ndarray, n_problems: int, d: int):
-    """``log p(θ)`` up to a constant at each draw (rows of ``theta``): the prior the fit
-    used — ``prior=`` a Gaussian (binary), a shrinkage prior's on the coefficients
-    (``penalty="l1"``/``"elasticnet"`` or a prior object; binary), else N(0, C) (the flat
-    prior's, or liblinear's intercept) as ``fit`` made it."""
+def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
+    """``log p(θ)`` up to a constant, as a function of a block of draws (rows of θ, each of
+    ``size`` entries): the prior the fit used — ``prior=`` a Gaussian (binary), a shrinkage
+    prior's on the coefficients (``penalty="l1"``/``"elasticnet"`` or a prior object;
+    binary), else N(0, C) (the flat prior's, or liblinear's intercept) as ``fit`` made it."""
     factor = getattr(estimator, "_coefficient_factor_", None)
     given = getattr(estimator, "prior", None) is not None and factor is None
     if (given or factor is not None) and n_problems != 1:
@@ -851,21 +851,29 @@ def _log_prior(estimator, data: _Training, theta: np.ndarray, n_problems: int, d
         )
     if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (one binary problem)
         prior = estimator._problem_priors(d, [(None, None)], estimator.classes_)[0]
-        white = scipy.linalg.solve_triangular(
-            prior.lower, (theta - prior.mean).T, lower=True, check_finite=False
-        )
-        return -0.5 * (white * white).sum(axis=0)
+
+        def log_density(theta: np.ndarray) -> np.ndarray:
+            white = scipy.linalg.solve_triangular(
+                prior.lower, (theta - prior.mean).T, lower=True, check_finite=False
+            )
+            return -0.5 * (white * white).sum(axis=0)
+
+        return log_density
     priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
-    prior_var = np.empty(theta.shape[1])  # θ: every problem's (or class's) d, then intercepts
+    prior_var = np.empty(size)  # θ: every problem's (or class's) d, then intercepts
     prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)
     prior_var[n_problems * d :] = priors["intercept_prior_var"] or 1.0
     if factor is None:
-        return -0.5 * (theta * theta) @ (1.0 / prior_var)
-    # The coefficients' shrinkage prior, the intercept's N(0, 10⁶) (or none).
-    intercept = theta[:, d:]
-    return factor.log_density(theta[:, :d]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
-        1.0 / prior_var[d:]
-    )
+        return lambda theta: -0.5 * (theta * theta) @ (1.0 / prior_var)
+
+    def shrinkage_log_density(theta: np.ndarray) -> np.ndarray:
+        # The coefficients' shrinkage prior, the intercept's N(0, 10⁶) (or none).
+        intercept = theta[:, d:]
+        return factor.log_density(theta[:, :d]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
+            1.0 / prior_var[d:]
+        )
+
+    return shrinkage_log_density
 
 
 class _PosteriorDraws:
@@ -883,24 +891,49 @@ class _PosteriorDraws:
         mean = np.concatenate(parts).astype(float)
         n_problems, d = np.shape(estimator.coef_)
         n = len(data.weights)
+        # Held at once: the draws θ (S × p), the coefficients' copy that each block of
+        # rows' product takes (sparse rows, or several classes: a BLAS operand of the
+        # strided draws' coefficients), and a block of rows' log-likelihoods (S × 8 rows
+        # at most); each block of draws' own temporaries (the structure's products, the
+        # prior's squares) within one block's memory.
+        per_draw = 8.0 * (2 * mean.size + 8 * min(n, block_length(8.0 * n_draws)))
+        fits = max(int(memory_limit() // per_draw), 0)
         check_memory(
-            8.0 * n_draws * (mean.size + 8 * min(n, block_length(8.0 * n_draws))),
-            f"{n_draws} posterior draws and their log-likelihoods",
-            "Pass a smaller n_draws.",
+            n_draws * per_draw,
+            f"{n_draws} posterior draws of {mean.size} parameters and their log-likelihoods",
+            f"Pass a smaller n_draws (at most about {fits} fit)."
+            if fits >= 100
+            else "Use fewer features: even the 100 draws leave-one-out needs do not fit.",
         )
         sigma = estimator.sigma_
         if isinstance(sigma, StructuredCovariance):  # θ = μ + Σ^½ z, no p × p matrix
-            z = rng.standard_normal((n_draws, mean.size))
-            theta = mean + sigma.sample_normal(z)
+            width, spread = mean.size, sigma.sample_normal
         else:
             values, vectors = scipy.linalg.eigh(np.asarray(sigma, dtype=float))
             keep = values > values.max() * 1e-14
-            z = rng.standard_normal((n_draws, int(keep.sum())))
-            theta = mean + (z * np.sqrt(values[keep])) @ vectors[:, keep].T
+            root, basis = np.sqrt(values[keep]), vectors[:, keep].T
+            width = int(keep.sum())
+
+            def spread(z: np.ndarray) -> np.ndarray:
+                return (z * root) @ basis
+
+        log_prior_of = _log_prior(estimator, data, n_problems, d, mean.size)
+        theta = np.empty((n_draws, mean.size))
         # Both maps are linear in z with a fixed Jacobian: log q up to a constant (the
         # weights are normalized).
-        log_q = -0.5 * (z * z).sum(axis=1)
-        log_prior = _log_prior(estimator, data, theta, n_problems, d)
+        log_q, log_prior = np.empty(n_draws), np.empty(n_draws)
+        # In blocks of draws, so that z and the products stay within one block beside θ
+        # (the whole z and its products at once took four copies of θ: NumPy's
+        # MemoryError at 4000 draws of 100,001 parameters); the generator fills row
+        # after row, so the draws do not depend on the blocks.
+        step = block_length(8.0 * 4 * (mean.size + width))
+        for start in range(0, n_draws, step):
+            stop = min(start + step, n_draws)
+            z = rng.standard_normal((stop - start, width))
+            block = theta[start:stop]
+            np.add(mean, spread(z), out=block)
+            log_q[start:stop] = -0.5 * (z * z).sum(axis=1)
+            log_prior[start:stop] = log_prior_of(block)
         self.coef = theta[:, : n_problems * d].reshape(n_draws, n_problems, d)
         self.intercept = (
             theta[:, n_problems * d :]

@@ -111,6 +111,7 @@ from ..approximations.softmax_ep import (
     assumed_density_softmax_row,
     softmax_site_updates,
 )
+from ..approximations.softmax_laplace import check_softmax_dims
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
@@ -1120,6 +1121,11 @@ def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior
     d = X.shape[1]
     whitened = n_classes is None and not prior.diagonal
     if n_classes is not None:  # multinomial: the model's full prior precision
+        # Sized before the p × p precision is formed (numpy's MemoryError at 100,005
+        # parameters): the structured covariance takes the default prior only.
+        check_softmax_dims(
+            n_classes, d + int(estimator.fit_intercept), X.shape[0], under_prior=True
+        )
         priors = {
             "prior_var": 1.0,
             "intercept_prior_var": 1.0 if estimator.fit_intercept else None,

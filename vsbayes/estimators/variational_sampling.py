@@ -267,9 +267,9 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
         the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
         the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
-        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
-        the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
-        whose N its work limit sets. ``None``: never a target.
+        ``strategy_reason_``, rows in memory or in dask chunks) — and no target
+        (``n_samples`` points) for the others: ``strategy="global"``, and the global fit
+        "auto" compares with EP's, whose N its work limit sets. ``None``: never a target.
     time_budget : float or None, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
         (without it, each doubling the points, up to as many as fit in memory, the last
@@ -554,9 +554,9 @@ class VSProbitRegression(VariationalSamplingClassifier):
         :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
         the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
         the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
-        ``strategy_reason_``) and dask input — and no target (``n_samples`` points) for
-        the others: ``strategy="global"``, and the global fit "auto" compares with EP's,
-        whose N its work limit sets. ``None``: never a target.
+        ``strategy_reason_``, rows in memory or in dask chunks) — and no target
+        (``n_samples`` points) for the others: ``strategy="global"``, and the global fit
+        "auto" compares with EP's, whose N its work limit sets. ``None``: never a target.
     time_budget : float or None, default=None
         Seconds for the whole ``fit``: the global fit adds rounds, as for ``target_kl``
         (without it, each doubling the points, up to as many as fit in memory, the last
