@@ -481,7 +481,7 @@ def markdown(rows: list[dict], info: dict) -> str:
         f"{covered} of the {len(predicted)} cells that predict one (the others keep EP "
         f"unsampled: NaN); {sum(r['warnings'] for r in rows)} warnings; fit time "
         f"{min(r['time_ratio_lr'] for r in rows):.1f}-{max(r['time_ratio_lr'] for r in rows):.1f}"
-        f" × LogisticRegression's (loaded machine).",
+        f" × LogisticRegression's (the load average: the machine line).",
         "",
     ]
     for r in rows:
