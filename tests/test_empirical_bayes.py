@@ -337,3 +337,22 @@ def test_ard_step_maximizes_a_gaussian_evidence(n_classes):
             assert gain[j] == pytest.approx(-best.fun - at_infinity, rel=1e-6, abs=1e-9)
         else:  # the evidence is largest at α = ∞: the feature is out
             assert optimum[j] == np.inf and gain[j] == 0.0
+
+
+def test_warns_when_the_compared_evidences_are_estimates(monkeypatch):
+    """A structured posterior with estimated marginals has an estimated evidence (low by
+    an error growing with C): choosing C among them warns and says so in a fitted
+    attribute; the exact structures' evidences (here "dual") do not."""
+    import vsbayes.approximations.structured_laplace as structured
+
+    rng = np.random.default_rng(3)
+    X = sp.random(60, 80, density=0.1, random_state=rng, format="csr")
+    y = np.asarray(X @ rng.normal(0.0, 3.0, 80)).ravel() + rng.logistic(size=60) > 0
+    eb = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=[0.1, 1.0, 10.0])
+    with vsbayes.config_context(covariance="dual"), warnings.catch_warnings():
+        warnings.simplefilter("error", vsbayes.exceptions.UnreliableFitWarning)
+        assert not eb.fit(X, y).evidence_is_estimate_
+    monkeypatch.setattr(structured, "EXACT_DIAGONAL_MAX_ROWS", 0)  # as over 4096 rows
+    estimated = vsbayes.config_context(covariance="lowrank", covariance_rank=2)
+    with estimated, pytest.warns(vsbayes.exceptions.UnreliableFitWarning, match="estimated log"):
+        assert eb.fit(X, y).evidence_is_estimate_

@@ -340,11 +340,26 @@ class StructuredLaplaceResult(StructuredGaussian):
         this factor of the exact Laplace covariance's: 1 for "dual" (exact), ``1 + λ_{r+1}``
         for the estimated diagonal, NaN where there is no such bound (the exact diagonal
         with its rank-r part: marginals exact, see ``error``).
+    evidence_exact : bool
+        Whether ``log_Z`` is the exact Laplace evidence ("dual", or the exact marginals'
+        M × M factorization) or has an estimated ``log det(I + E)``, biased low by an
+        amount that grows with the prior variance: not comparable across C.
     """
 
-    def __init__(self, mean, covariance, log_Z, error, *, error_factor: float, **diagnostics):
+    def __init__(
+        self,
+        mean,
+        covariance,
+        log_Z,
+        error,
+        *,
+        error_factor: float,
+        evidence_exact: bool,
+        **diagnostics,
+    ):
         super().__init__(mean, covariance, log_Z, error)
         self.error_factor = float(error_factor)
+        self.evidence_exact = bool(evidence_exact)
         self.n_iter = int(diagnostics["n_iter"])
         self.converged = bool(diagnostics["converged"])
         self.grad_norm = float(diagnostics["grad_norm"])
@@ -497,6 +512,7 @@ class StructuredNewtonSolver(NewtonLaplaceSolver):
             log_Z,
             error,
             error_factor=factor,
+            evidence_exact=self.choice.structure == "dual" or self.choice.exact_diagonal,
             n_iter=self.n_iter,
             converged=self.converged or self.stalled,
             grad_norm=float(np.linalg.norm(self.grad)),

@@ -45,7 +45,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._warnings import warn
-from ..exceptions import ConvergenceWarning
+from ..approximations import structured_laplace
+from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _summaries
@@ -95,6 +96,13 @@ def _prior_variance(prior, C: float) -> float:
 def _total_evidence(estimator) -> float:
     """The fitted model's log evidence: one number, summed over one-vs-rest problems."""
     return float(np.sum(estimator.log_marginal_likelihood_value_))
+
+
+def _evidence_is_estimate(estimator) -> bool:
+    """Whether the fitted model's log evidence is an estimate: a structured posterior's
+    with estimated marginals, whose ``log det`` term is biased low by an amount growing
+    with C (the dense, "dual" and exact-marginal structures' evidences are exact)."""
+    return any(not getattr(g, "evidence_exact", True) for g in estimator.posteriors_)
 
 
 def _delegate(name: str, summary: str, returns: str):
@@ -200,6 +208,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         The features in the model (all with ``scales="shared"``).
     n_features_selected_ : int
         How many.
+    evidence_is_estimate_ : bool
+        Whether some of the evidences compared were estimates, not the exact Laplace
+        evidence: those of a structured posterior with estimated marginal variances
+        (binary problems over 4096 rows, or over the memory limit; multinomial ones whose
+        dense covariance is not formed; see ``estimator_.covariance_reason_``). Their
+        error grows with C and biases the choice toward small C; an
+        :class:`~vsbayes.exceptions.UnreliableFitWarning` says so.
     ard_log_evidence_ : ndarray of shape (n_steps,)
         With ``scales="ard"``: Laplace's log evidence at each step (empty otherwise).
     n_iter_ : int
@@ -372,6 +387,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         if not ard and params.get("penalty") in ("l1", "elasticnet"):
             bracket.update(penalty=params["penalty"], l1_ratio=params.get("l1_ratio"))
         fits = {}
+        estimated = []  # the C values whose evidence was an estimate
 
         def fit_at(c):
             if c not in fits:
@@ -383,6 +399,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                     )
                     estimator = clone(base).set_params(prior=scaled)
                 fits[c] = estimator.fit(X, y, sample_weight)
+                if _evidence_is_estimate(fits[c]):
+                    estimated.append(c)
             return fits[c]
 
         def grid_evidence(c):
@@ -391,6 +409,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                     warnings.simplefilter("ignore")
                     return _total_evidence(fit_at(c))
             fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
+            if _evidence_is_estimate(fit):
+                estimated.append(c)
             return _total_evidence(fit)
 
         self.Cs_ = grid
@@ -405,6 +425,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         if ard:
             self.C_ = float(grid[best])
             self._fit_ard(base, link, shared, X, y, sample_weight)
+            self._record_estimated_evidence(estimated)
             self.refined_Cs_ = np.empty(0)
             self.refined_log_evidence_ = np.empty(0)
             self.classes_ = self.estimator_.classes_
@@ -440,7 +461,28 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self.n_features_selected_ = d
         self.ard_log_evidence_ = np.empty(0)
         self.n_iter_ = len(refined)
+        self._record_estimated_evidence(estimated)
         return self
+
+    def _record_estimated_evidence(self, estimated: list) -> None:
+        """``evidence_is_estimate_``, and a warning where C was chosen among estimated
+        evidences: their log-determinant estimate is low by an error that grows with C
+        (measured in docs/decisions.md: from 0.3 nats at C = 0.01 to 220 at C = 100), so
+        that the maximum moves toward small C."""
+        self.evidence_is_estimate_ = bool(estimated)
+        if not estimated:
+            return
+        values = ", ".join(f"{c:.3g}" for c in sorted(set(estimated)))
+        warn(
+            f"C_ = {self.C_:.4g} was chosen among estimated log evidences (at C = "
+            f"{values}): the posterior's covariance is structured with estimated marginal "
+            f"variances (see estimator_.covariance_reason_), whose evidence is biased low "
+            f"by an error that grows with C, so that the choice leans toward small C. "
+            f"Choose C by cross-validation (GridSearchCV, LogisticRegressionCV) instead, "
+            f"or by the evidence on a subsample where it is exact (binary: at most "
+            f"{structured_laplace.EXACT_DIAGONAL_MAX_ROWS} rows).",
+            UnreliableFitWarning,
+        )
 
     # --- automatic relevance determination ------------------------------------------------
 
