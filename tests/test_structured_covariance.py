@@ -589,3 +589,45 @@ def test_a_structured_posterior_is_carried_where_it_fits_and_refused_clearly(
         pytest.raises(MemoryLimitError, match=r"A fit under a prior .* has the dense"),
     ):
         copy.deepcopy(diagonal).partial_fit(X[:5], (y == 0)[:5])
+
+
+@pytest.mark.parametrize("problem", ["binary", "multinomial"])
+def test_reads_of_a_structured_posterior_reuse_their_first_call(
+    problem, fits, multinomial_fits, multinomial_data, data, monkeypatch
+):
+    import pickle
+
+    from sklearn.base import clone
+
+    fit = fits["lowrank"] if problem == "binary" else multinomial_fits["low"]
+    rows = data[2] if problem == "binary" else multinomial_data[2]
+    first = fit.sample_coef(3, random_state=0), fit.summary(), fit.sigma_.diagonal()
+    first_proba = fit.sample_proba(rows[:5], 3, random_state=1)
+    # A fresh copy of the covariance computes once, then reads what it kept.
+    sigma = pickle.loads(pickle.dumps(fit.sigma_))  # arrays writable again: not mutated
+    factor = sigma.factor.copy()
+    calls = []
+    qr = np.linalg.qr
+    monkeypatch.setattr(np.linalg, "qr", lambda a, *args: calls.append(a.shape) or qr(a, *args))
+    z = np.random.default_rng(2).standard_normal((3, sigma.shape[0]))
+    once = sigma.sample_normal(z), sigma.log_det(), sigma.diagonal()
+    n_bases = len(calls)
+    assert n_bases == (1 if problem == "binary" else 2)  # (+ the shift directions' basis)
+    twice = sigma.sample_normal(z), sigma.log_det(), sigma.diagonal()
+    assert len(calls) == n_bases
+    for a, b in zip(once, twice, strict=True):
+        np.testing.assert_array_equal(a, b)
+    twice[2][:] = -1.0  # each call's own array
+    np.testing.assert_array_equal(sigma.diagonal(), once[2])
+    np.testing.assert_array_equal(sigma.factor, factor)
+    assert "_reads" not in pickle.loads(pickle.dumps(sigma)).__dict__
+    # The estimator's reads: the same draws for the same seed, the same table, no new basis.
+    calls.clear()
+    coef, intercept = fit.sample_coef(3, random_state=0)
+    np.testing.assert_array_equal(coef, first[0][0])
+    np.testing.assert_array_equal(intercept, first[0][1])
+    np.testing.assert_array_equal(fit.sample_proba(rows[:5], 3, random_state=1), first_proba)
+    assert fit.summary().equals(first[1])
+    np.testing.assert_array_equal(fit.sigma_.diagonal(), first[2])
+    assert calls == []
+    assert clone(fit).get_params() == fit.get_params()

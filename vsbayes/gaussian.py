@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
-from ._memory import check_memory
+from ._memory import block_length, check_memory
 from ._random import as_generator
 from .exceptions import NotPositiveDefiniteError
 
@@ -391,8 +391,32 @@ class StructuredCovariance:
         return self.factor.shape[1]
 
     def diagonal(self) -> np.ndarray:
-        """The marginal variances ``diag(Σ)``, shape (p,), in O(p r²)."""
-        return self.diagonal_part + np.einsum("ij,jk,ik->i", self.factor, self.core, self.factor)
+        """The marginal variances ``diag(Σ)``, shape (p,), in O(p r²) on the first call (a
+        new array each call)."""
+        return self._once(
+            "diagonal", lambda: self.diagonal_part + _quadratic_rows(self.factor, self.core)
+        ).copy()
+
+    # What every read of the posterior needs (the marginal variances, the square root's
+    # orthonormal basis) is computed once per covariance, on first use: the covariance is
+    # immutable (its arrays read-only), and a basis is a QR of a p × r matrix, as costly
+    # as a large share of the fit at text scale. Not pickled: recomputed after loading.
+
+    def _once(self, name: str, compute):
+        """``compute()``, computed on the first call for ``name`` and kept."""
+        reads = self.__dict__.setdefault("_reads", {})
+        if name not in reads:
+            value = compute()
+            for array in value if isinstance(value, tuple) else (value,):
+                if isinstance(array, np.ndarray):
+                    _readonly(array)
+            reads[name] = value
+        return reads[name]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_reads", None)
+        return state
 
     def dot(self, v) -> np.ndarray:
         """``Σ v`` for ``v`` of shape (p,) or (p, k)."""
@@ -442,7 +466,10 @@ class StructuredCovariance:
         """``(δ^½, Q, M)`` with ``Σ = δ^½ (I + Q M Qᵀ) δ^½``, Q orthonormal (p × q) and M
         diagonal (as a vector) > −1: the thin QR of ``δ^{-½}U`` and the eigenvalues of
         ``R K Rᵀ``. Then ``Σ^½ = δ^½ (I + Q (√(1+M) − 1) Qᵀ)`` and
-        ``log det Σ = Σ log δ + Σ log(1 + M)``, in O(p r²)."""
+        ``log det Σ = Σ log δ + Σ log(1 + M)``, in O(p r²) on the first call (kept)."""
+        return self._once("unit_root", self._compute_unit_root)
+
+    def _compute_unit_root(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         root = np.sqrt(self.diagonal_part)
         if self.rank == 0:
             return root, np.zeros((root.size, 0)), np.zeros(0)
@@ -560,26 +587,42 @@ class CentredStructuredCovariance(StructuredCovariance):
     # --- what users read ---------------------------------------------------------------------
 
     def contrast_variances(self) -> np.ndarray:
-        """The centred coefficients' variances ``diag(Π Σ Π)`` (p,), in O(p r²): per
-        column ``δ_k (1 − 2/K) + Σ_l δ_l / K²`` plus U's centred rows through K."""
+        """The centred coefficients' variances ``diag(Π Σ Π)`` (p,), in O(p r²) on the first
+        call (a new array each call): per column ``δ_k (1 − 2/K) + Σ_l δ_l / K²`` plus U's
+        centred rows through K."""
+        return self._once("contrast_variances", self._compute_contrast_variances).copy()
+
+    def _compute_contrast_variances(self) -> np.ndarray:
         k = self.n_classes
         out = np.empty((1, self.shape[0]))
+        rank = self.rank
         parts = zip(
             self._blocks(out),
             self._blocks(self.diagonal_part[None]),
-            self._blocks(np.ascontiguousarray(self.factor.T)),  # (r, K, width) each
+            self._blocks(self.factor.T),  # (r, K, width) views
             strict=True,
         )
+        # Blocks of columns: U's K rows of each, centred, through K by one GEMM.
+        step = block_length(8.0 * 3 * k * max(rank, 1))
         for target, delta, rows in parts:
             delta = delta[0]
             target[0] = delta * (1.0 - 2.0 / k) + delta.sum(axis=0) / k**2
-            centred = rows - rows.mean(axis=1, keepdims=True)
-            target[0] += np.einsum("rkj,rs,skj->kj", centred, self.core, centred)
+            for start in range(0, rows.shape[2], step):
+                columns = slice(start, start + step)
+                # A copy always (a whole block's view is contiguous: U itself).
+                block = np.array(rows[:, :, columns].transpose(1, 2, 0), order="C")
+                block -= block.mean(axis=0)  # (K, b, r): the classes centred
+                width = block.shape[1]
+                quadratic = _quadratic_rows(block.reshape(k * width, rank), self.core)
+                target[0][:, columns] += quadratic.reshape(k, width)
         return out[0]
 
     def diagonal(self) -> np.ndarray:
-        """The marginal variances: the contrasts' plus the shift's ``c_j / K``."""
-        return self.contrast_variances() + self.shift_var / self.n_classes
+        """The marginal variances: the contrasts' plus the shift's ``c_j / K`` (a new array
+        each call)."""
+        return self._once(
+            "diagonal", lambda: self.contrast_variances() + self.shift_var / self.n_classes
+        ).copy()
 
     def dot(self, v) -> np.ndarray:
         """``Σ v`` for ``v`` of shape (p,) or (p, n)."""
@@ -620,11 +663,16 @@ class CentredStructuredCovariance(StructuredCovariance):
             self.structure,
         )
 
-    def _shift_precision(self, root, basis, values):
+    def _shift_precision(self):
         """``(a, O, μ)`` with ``Nᵀ Σ_base⁻¹ N = a^½ (I + O diag(μ) Oᵀ) a^½`` (O orthonormal,
         μ > −1), from the base's ``Σ_base = δ^½ (I + Q M Qᵀ) δ^½``: its inverse is
         ``δ^{-½} (I − Q diag(M / (1 + M)) Qᵀ) δ^{-½}``, and N's columns have disjoint
-        supports, so ``Nᵀ δ⁻¹ N = diag(a)`` (a_j the classes' mean of 1/δ)."""
+        supports, so ``Nᵀ δ⁻¹ N = diag(a)`` (a_j the classes' mean of 1/δ). Computed on the
+        first call (kept)."""
+        return self._once("shift_precision", self._compute_shift_precision)
+
+    def _compute_shift_precision(self):
+        root, basis, values = self._unit_root()
         a = self._columns((1.0 / root**2)[None])[0] / math.sqrt(self.n_classes)
         if basis.shape[1] == 0:
             return a, np.zeros((a.size, 0)), np.zeros(0)
@@ -638,8 +686,8 @@ class CentredStructuredCovariance(StructuredCovariance):
         """``log det Σ = log det Σ_base + log det(Nᵀ Σ_base⁻¹ N) + Σ_j log c_j`` (the
         contrasts' block is ``Π Σ_base Π``, of determinant ``det Σ_base det(Nᵀ Σ_base⁻¹ N)``
         on their subspace), in O(p r²)."""
-        root, basis, values = self._unit_root()
-        a, _, mu = self._shift_precision(root, basis, values)
+        root, _, values = self._unit_root()
+        a, _, mu = self._shift_precision()
         shift = float(np.log(a).sum() + np.log1p(mu).sum() + np.log(self._column_shift).sum())
         return self._root_log_det(root, values) + shift
 
@@ -653,7 +701,7 @@ class CentredStructuredCovariance(StructuredCovariance):
         projected = z @ basis
         draws = (z + (projected * (np.sqrt(1.0 + values) - 1.0)) @ basis.T) * root
         self._centre(draws)
-        a, rotation, mu = self._shift_precision(root, basis, values)
+        a, rotation, mu = self._shift_precision()
         # Bᵀ z = Gᵀ Nᵀ R⁻ᵀ z, with R⁻ᵀ = δ^{-½} (I + Q ((1+M)^{-½} − 1) Qᵀ) and
         # Gᵀ = (I + O ((1+μ)^{-½} − 1) Oᵀ) a^{-½}.
         inverse = (z + (projected * (1.0 / np.sqrt(1.0 + values) - 1.0)) @ basis.T) / root
@@ -661,6 +709,23 @@ class CentredStructuredCovariance(StructuredCovariance):
         shift += ((shift @ rotation) * (1.0 / np.sqrt(1.0 + mu) - 1.0)) @ rotation.T
         draws += self._spread(shift * np.sqrt(self._column_shift)) / math.sqrt(self.n_classes)
         return draws
+
+
+def _quadratic_rows(rows: np.ndarray, core: np.ndarray) -> np.ndarray:
+    """``diag(A K Aᵀ)`` for A (n, r) and K (r, r): blocks of rows, each one GEMM, so that the
+    temporaries stay within the block size."""
+    n, rank = rows.shape
+    out = np.empty(n)
+    if rank == 0:
+        out[:] = 0.0
+        return out
+    step = block_length(8.0 * 2 * rank)
+    for start in range(0, n, step):
+        block = rows[start : start + step]
+        product = block @ core
+        product *= block
+        out[start : start + step] = product.sum(axis=1)
+    return out
 
 
 class StructuredGaussian(Gaussian):

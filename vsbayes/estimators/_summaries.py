@@ -318,24 +318,30 @@ def marginals_table(
         name: np.broadcast_to(np.asarray(values), (len(per_problem), len(per_problem[0][1])))
         for name, values in columns.items()
     }
-    records = []
-    for k, (label, mean, sd) in enumerate(per_problem):
-        row_names = [*names, INTERCEPT_LABEL][: len(mean)]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # A coefficient fixed at 0 (a pruned feature's point-mass prior) has no sign.
-            sign = np.where(sd > 0, ndtr(np.abs(mean) / sd), np.where(mean == 0, np.nan, 1.0))
-        for j, name in enumerate(row_names):
-            extra = tuple(block[k, j].item() for block in blocks.values())
-            low, high = mean[j] - z * sd[j], mean[j] + z * sd[j]
-            records.append((label, name, mean[j], sd[j], low, high, sign[j], *extra))
+    # Whole columns at once (a text-scale table has 10⁵–10⁶ rows): arrays, not records.
+    labels, row_names = [], []
+    for label, mean, _ in per_problem:
+        labels += [label] * len(mean)
+        row_names += [*names, INTERCEPT_LABEL][: len(mean)]
+    mean = np.concatenate([m for _, m, _ in per_problem])
+    sd = np.concatenate([spread for _, _, spread in per_problem])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A coefficient fixed at 0 (a pruned feature's point-mass prior) has no sign.
+        sign = np.where(sd > 0, ndtr(np.abs(mean) / sd), np.where(mean == 0, np.nan, 1.0))
+    values = [mean, sd, mean - z * sd, mean + z * sd, sign]
+    values += [
+        np.concatenate([block[k, : len(m)] for k, (_, m, _) in enumerate(per_problem)])
+        for block in blocks.values()
+    ]
     names_of_columns = ["class", "coefficient", "mean", "sd", lower_name, upper_name, "P(sign)"]
     names_of_columns += list(blocks)
     try:
         import pandas as pd
     except ImportError:
+        records = list(zip(labels, row_names, *(v.tolist() for v in values), strict=True))
         kinds = ["f8"] * 5 + [block.dtype.str for block in blocks.values()]
         return _structured_table(records, names_of_columns, multiclass, attrs, kinds)
-    frame = pd.DataFrame.from_records(records, columns=names_of_columns)
+    frame = pd.DataFrame(dict(zip(names_of_columns, [labels, row_names, *values], strict=True)))
     frame = frame.set_index(["class", "coefficient"] if multiclass else "coefficient")
     if not multiclass:
         frame = frame.drop(columns="class")

@@ -663,8 +663,12 @@ class StructuredJointLatents(_RowChunks):
         fitted = diagonal.shape[0] > k * d
         self.base = diagonal[k * d :] if fitted else np.zeros(k)
         self.offset = factor[k * d :] if fitted else np.zeros((k, rank))  # (K, r)
-        spread = factor[: k * d].reshape(k, d, rank).transpose(1, 0, 2).reshape(d, k * rank)
-        self.side = np.ascontiguousarray(np.hstack([spread, coef.T]))
+        # Written in place: the (d, K (r + 1)) matrix is as large as U, not copied twice.
+        self.side = np.empty((d, k * (rank + 1)))
+        self.side[:, : k * rank].reshape(d, k, rank)[...] = (
+            factor[: k * d].reshape(k, d, rank).transpose(1, 0, 2)
+        )
+        self.side[:, k * rank :] = coef.T
         self.rank = rank
         threads = blas_thread_count()
         self.budget = block_bytes() / threads
