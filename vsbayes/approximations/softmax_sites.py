@@ -557,7 +557,8 @@ def _few_tilted_sites(
     in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
     marginal is its cavity, no kernel near its tilted density) and a row deep in its
     cavity's tail take the Laplace approximation of their tilted density as the kernel
-    instead (``laplace_kernels(rows, start)`` → their means, covariances and whether found,
+    instead (``laplace_kernels(rows, start, cavities)``, the rows' cavities' precisions,
+    linear terms and means given → their means, covariances and whether found,
     as :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
     fits; Newton's method started at the rows' Stein tilted means, where a wide level
     computed them). No coarse level (many classes: level 0's own nodes).
@@ -644,7 +645,9 @@ def _few_tilted_sites(
         if rows.size:
             near = rows[laplace[rows]]
             if near.size:  # the tilted density's Laplace approximation, where found
-                mean, cov, fitted = laplace_kernels(near, start[near])
+                mean, cov, fitted = laplace_kernels(
+                    near, start[near], (cav_prec[near], cav_lin[near], cav_mean[near])
+                )
                 kernel_mean[near[fitted]], kernel_cov[near[fitted]] = mean[fitted], cov[fitted]
                 laplace[near] = False
             cavities = (cav_prec, cav_lin, cav_mean, chol, log_det_half)
