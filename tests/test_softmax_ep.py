@@ -558,6 +558,7 @@ def test_two_kernel_tilted_block_is_the_mixtures_importance_sampling():
     log_z, expected, second, t_mean, t_cov = sites_module._tilted_block(
         q, labels, kernels, power, z, log_w
     )
+    assert expected is None and second is None  # the mixture's rows go direct
     for i in range(b):
         g = np.concatenate([kernels[j][0][i] + z @ kernels[j][1][i].T for j in (0, 1)])
         log_n = [
@@ -568,11 +569,8 @@ def test_two_kernel_tilted_block_is_the_mixtures_importance_sampling():
         log_ratio = power[i] * log_p[:, labels[i]] + log_n[1] - np.logaddexp(*log_n)
         log_ratio += np.concatenate([log_w, log_w])
         weight = np.exp(log_ratio - logsumexp(log_ratio))
-        p = np.exp(log_p)
         mean = weight @ g
         np.testing.assert_allclose(log_z[i], logsumexp(log_ratio), rtol=1e-12)
-        np.testing.assert_allclose(expected[i], weight @ p, rtol=1e-10, atol=1e-300)
-        np.testing.assert_allclose(second[i], (p * weight[:, None]).T @ p, rtol=1e-10, atol=1e-300)
         np.testing.assert_allclose(t_mean[i], mean, rtol=1e-10, atol=1e-12)
         centred = g - mean
         np.testing.assert_allclose(t_cov[i], (centred * weight[:, None]).T @ centred, rtol=1e-9)

@@ -588,6 +588,7 @@ def softmax_mode_site_updates(
     tol: float = 1e-10,
     max_iter: int = 50,
     start: np.ndarray | None = None,
+    cavities: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> ModeSites:
     """Laplace propagation's update of some multinomial rows' sites, all from one
     posterior: each row's cavity (the posterior's marginal ``N(m_i, V_i)`` of its
@@ -613,6 +614,10 @@ def softmax_mode_site_updates(
         the posterior's marginal mean). Any start reaches the same mode (the density is
         log-concave); one near it saves the steps from a wide cavity's mean, most of which
         Armijo's test halves.
+    cavities : tuple of ndarray, optional
+        The rows' cavities' precisions, linear terms and means, all proper, where the
+        caller has them (:func:`~vsbayes.approximations.softmax_sites._few_tilted_sites`):
+        not formed again from the latent moments and sites.
 
     Returns
     -------
@@ -623,18 +628,22 @@ def softmax_mode_site_updates(
         densities there.
     """
     m, r = latent_mean.shape
-    precision = np.linalg.inv(latent_cov)
-    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
-    cav_prec = precision - lam
-    cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
-    try:
-        np.linalg.cholesky(cav_prec)
+    if cavities is None:
+        precision = np.linalg.inv(latent_cov)
+        precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+        cav_prec = precision - lam
+        cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
+        try:
+            np.linalg.cholesky(cav_prec)
+            ok = np.ones(m, dtype=bool)
+        except np.linalg.LinAlgError:
+            ok = np.linalg.eigvalsh(cav_prec)[:, 0] > 0
+        cav_prec = np.where(ok[:, None, None], cav_prec, np.eye(r))
+        cav_lin = np.where(ok[:, None], cav_lin, 0.0)
+        cav_mean = np.linalg.solve(cav_prec, cav_lin[..., None])[..., 0]
+    else:
+        cav_prec, cav_lin, cav_mean = cavities
         ok = np.ones(m, dtype=bool)
-    except np.linalg.LinAlgError:
-        ok = np.linalg.eigvalsh(cav_prec)[:, 0] > 0
-    cav_prec = np.where(ok[:, None, None], cav_prec, np.eye(r))
-    cav_lin = np.where(ok[:, None], cav_lin, 0.0)
-    cav_mean = np.linalg.solve(cav_prec, cav_lin[..., None])[..., 0]
     labels = np.asarray(labels)
     args = (q, labels, power, cav_mean, cav_prec)
     # From the posterior's marginal mean: the tilted mode of a row whose site is at Laplace

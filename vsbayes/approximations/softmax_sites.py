@@ -359,9 +359,10 @@ def _mixture_nodes(kernels, workspace):
 
 def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
     """Tilted expectations of one block of rows on the nodes ``z``: ``log E[F^s]`` over the
-    cavity, E[p] (b, K) and E[p pᵀ] (b, K, K) under the tilted density ``F^s × cavity``,
-    ``p`` the softmax of the latent values, and (with two kernels) the tilted mean and
-    covariance of g.
+    cavity, and under the tilted density ``F^s × cavity`` either (one kernel) E[p] (b, K)
+    and E[p pᵀ] (b, K, K), ``p`` the softmax of the latent values, or (two kernels) the
+    tilted mean and covariance of g: ``(log E[F^s], E[p], E[p pᵀ], mean, covariance)``, the
+    ones not formed None.
 
     Self-normalized quadrature. ``kernels`` holds ``(mean, L, L⁻¹, log |L|)`` of the cavity
     alone, whose nodes' weights are ``F^s ≤ 1``; or of the posterior's latent marginal (near
@@ -410,6 +411,15 @@ def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
     weight = _floored_exp(log_ratio - shift[:, None])
     mass = weight.sum(axis=1)
     weight /= mass[:, None]
+    if len(kernels) > 1:
+        # The mixture's rows take the nodes' own tilted moments (_direct), never Stein's
+        # expectations of p: not formed (a sixth of the block at 3 classes).
+        g_mean = np.matmul(g, weight[:, :, None])[..., 0]  # (b, r)
+        g -= g_mean[:, :, None]
+        # Over few dimensions the transposed view's product (no BLAS) beats copying it.
+        g_t = np.swapaxes(g, 1, 2) if r <= 8 else np.ascontiguousarray(np.swapaxes(g, 1, 2))
+        g_cov = np.matmul(g * weight[:, None, :], g_t)
+        return shift + np.log(mass), None, None, g_mean, g_cov
     # p = f / total at each node: the division goes into the nodes' weights (b × nodes)
     # instead of the (b, K, nodes) values.
     # (In float32 values, the weights are rounded to them for the two products alone.)
@@ -420,14 +430,7 @@ def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
     np.multiply(f, per_total[:, None, :], out=scaled)
     second = np.matmul(scaled, np.swapaxes(f, 1, 2))  # E[p pᵀ]
     expected, second = expected.astype(float, copy=False), second.astype(float, copy=False)
-    if len(kernels) == 1:
-        return shift + np.log(mass), expected, second, None, None
-    g_mean = np.matmul(g, weight[:, :, None])[..., 0]  # (b, r)
-    g -= g_mean[:, :, None]
-    # Over few dimensions the transposed view's product (no BLAS) beats copying it.
-    g_t = np.swapaxes(g, 1, 2) if r <= 8 else np.ascontiguousarray(np.swapaxes(g, 1, 2))
-    g_cov = np.matmul(g * weight[:, None, :], g_t)
-    return shift + np.log(mass), expected, second, g_mean, g_cov
+    return shift + np.log(mass), expected, second, None, None
 
 
 def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments):
@@ -554,7 +557,8 @@ def _few_tilted_sites(
     in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
     marginal is its cavity, no kernel near its tilted density) and a row deep in its
     cavity's tail take the Laplace approximation of their tilted density as the kernel
-    instead (``laplace_kernels(rows, start)`` → their means, covariances and whether found,
+    instead (``laplace_kernels(rows, start, cavities)``, the rows' cavities' precisions,
+    linear terms and means given → their means, covariances and whether found,
     as :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
     fits; Newton's method started at the rows' Stein tilted means, where a wide level
     computed them). No coarse level (many classes: level 0's own nodes).
@@ -641,7 +645,9 @@ def _few_tilted_sites(
         if rows.size:
             near = rows[laplace[rows]]
             if near.size:  # the tilted density's Laplace approximation, where found
-                mean, cov, fitted = laplace_kernels(near, start[near])
+                mean, cov, fitted = laplace_kernels(
+                    near, start[near], (cav_prec[near], cav_lin[near], cav_mean[near])
+                )
                 kernel_mean[near[fitted]], kernel_cov[near[fitted]] = mean[fitted], cov[fitted]
                 laplace[near] = False
             cavities = (cav_prec, cav_lin, cav_mean, chol, log_det_half)
@@ -700,8 +706,10 @@ def _tilted_blocks(q, labels, power, rows, where, kernels, nodes, out, single=Fa
             log_w,
             local.workspace,
         )
-        log_z[sites], expected[sites], second[sites] = result[:3]
-        if result[3] is not None:
+        log_z[sites] = result[0]
+        if result[3] is None:
+            expected[sites], second[sites] = result[1:3]
+        else:
             g_mean[sites], g_cov[sites] = result[3:]
 
     n_nodes = len(z) * len(kernels)

@@ -66,6 +66,7 @@ def _mode(link, mean, var, power, iterations=80):
     lo, hi = mean.copy(), mean + var * power * slope0
     # One Newton step from the mean (inside the bracket: ψ'' ≤ -1/v).
     t = mean + var * power * slope0 / (1.0 + var * power * curvature0)
+    last = np.zeros_like(t)  # each site's previous step
     for _ in range(iterations):
         slope, curvature = link.derivatives(t)
         grad = power * slope - (t - mean) / var
@@ -76,7 +77,15 @@ def _mode(link, mean, var, power, iterations=80):
         # A round-off step at the root may leave the bracket (t is one of its ends): taken,
         # lest bisection move a converged site away.
         inside = ((newton > lo) & (newton < hi)) | (np.abs(newton - t) <= 1e-11 * (1.0 + np.abs(t)))
+        # A step back across the mode, not half the one before, bisects: over a wide
+        # cavity, Newton can swing between the two flanks of the link's bend (steps
+        # of ±10.7 on a cavity of variance 15), each swing inside the bracket and
+        # shrinking it by little (75 iterations for one site of a one-row call).
+        step = newton - t
+        swinging = (step * last < 0) & (np.abs(step) > 0.5 * np.abs(last))
+        inside &= ~swinging
         t_new = np.where(inside, newton, 0.5 * (lo + hi))
+        last = t_new - t
         done = np.all(np.abs(t_new - t) <= 1e-13 * (1.0 + np.abs(t)))
         t = t_new
         if done:
