@@ -571,24 +571,33 @@ def test_a_structured_posterior_is_carried_where_it_fits_and_refused_clearly(
     updated = vsbayes.LaplaceLogisticRegression(prior=binary_fits["dual"]).fit(X, y == 0)
     assert updated.covariance_structure_ == "dense"
     limit = 30_000.0  # the structures fit; their dense 25 × 25 (75 × 75) forms do not
-    for fit, labels in ((binary_fits["dual"], y == 0), (multinomial_fits["full"], y)):
-        for carry in (
-            lambda fit=fit, labels=labels: copy.deepcopy(fit).partial_fit(X[:5], labels[:5]),
-            lambda fit=fit, labels=labels: vsbayes.LaplaceLogisticRegression(prior=fit).fit(
-                X, labels
-            ),
+    carries = [
+        lambda: vsbayes.LaplaceLogisticRegression(prior=binary_fits["dual"]).fit(X, y == 0),
+        lambda: copy.deepcopy(multinomial_fits["full"]).partial_fit(X[:5], y[:5]),
+        lambda: vsbayes.LaplaceLogisticRegression(prior=multinomial_fits["full"]).fit(X, y),
+    ]
+    for carry in carries:
+        with (
+            vsbayes.config_context(memory_limit=limit),
+            pytest.raises(MemoryLimitError, match=r"partial_fit, prior=.*structured"),
         ):
-            with (
-                vsbayes.config_context(memory_limit=limit),
-                pytest.raises(MemoryLimitError, match=r"partial_fit, prior=.*structured"),
-            ):
-                carry()
-    # A fit under a prior has the dense covariance: its refusal says so.
-    with (
-        vsbayes.config_context(memory_limit=10_000.0),
-        pytest.raises(MemoryLimitError, match=r"A fit under a prior .* has the dense"),
-    ):
-        copy.deepcopy(diagonal).partial_fit(X[:5], (y == 0)[:5])
+            carry()
+    # partial_fit carries a binary structured posterior as its diagonal, never p × p: the
+    # fit of the batch under that diagonal prior, whatever the memory limit.
+    posterior = binary_fits["dual"].posteriors_[0]
+    diagonal_prior = (posterior.mean, posterior.covariance.diagonal())
+    with vsbayes.config_context(memory_limit=limit):
+        streamed = copy.deepcopy(binary_fits["dual"]).partial_fit(X[:5], (y == 0)[:5])
+        reference = vsbayes.LaplaceLogisticRegression(prior=diagonal_prior, tol=1e-12)
+        reference.fit(X[:5], (y == 0)[:5])
+    np.testing.assert_array_equal(streamed.coef_, reference.coef_)
+    assert "as its diagonal" not in reference.covariance_reason_
+    # Below the dense covariance's memory, a binary batch under a diagonal prior takes a
+    # structure, as fit does.
+    with vsbayes.config_context(memory_limit=10_000.0):
+        streamed = copy.deepcopy(diagonal).partial_fit(X[:5], (y == 0)[:5])
+    assert streamed.covariance_structure_ == "dual"
+    assert "as its diagonal" in streamed.covariance_reason_
 
 
 @pytest.mark.parametrize("problem", ["binary", "multinomial"])

@@ -400,9 +400,10 @@ def check_posterior_memory(model, estimator_name: str = "", *, under_prior: bool
     held = held or float(getattr(design, "nbytes", 0))
     name = f"{estimator_name} " if estimator_name else ""
     structured = (
-        "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
-        "covariance; the structured ones take the default prior only: fit all the rows at "
-        "once with fit and no prior= instead."
+        "A fit under a correlated prior (prior= a full covariance or a dense posterior), or "
+        "of one-vs-rest problems, has the dense covariance; a diagonal prior (variances) of "
+        "a binary problem takes the structured one, as partial_fit's carried structured "
+        "posterior does: pass prior=(mean, variances), or fit all the rows at once."
         if under_prior
         else "With two classes, a structured covariance avoids it: "
         "vsbayes.config_context(covariance='auto') (the default) or 'lowrank'."

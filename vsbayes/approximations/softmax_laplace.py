@@ -61,7 +61,9 @@ def check_softmax_dims(
     structured = (
         "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
         "covariance, which the structured one does not replace: fit all the rows at once "
-        "with fit and no prior= (a structured covariance beyond this size); "
+        "with fit and no prior= (a structured covariance beyond this size), stream "
+        "one-vs-rest binary posteriors (OneVsRestClassifier(...).partial_fit: each binary "
+        "one carries a structured covariance as its diagonal), "
         if under_prior
         else "Use a structured covariance, the default beyond this size "
         "(vsbayes.config_context(covariance='lowrank') or 'auto'); "

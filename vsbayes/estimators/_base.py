@@ -682,6 +682,7 @@ class BayesianGLMClassifier(
         index=0,
         observer=None,
         pending=None,
+        binary: bool | None = None,
     ) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
         else the multinomial one of ``n_classes`` with class indices ``labels`` (in
@@ -690,7 +691,8 @@ class BayesianGLMClassifier(
         :class:`~vsbayes.models.priors.GaussianPrior` that replaces ``priors``) from its
         mean. An ``observer`` (:class:`~vsbayes.estimators._callbacks.FitObserver`) sees the
         problem (number ``index``; ``pending(k)``: problem ``k``'s prior fit) and its
-        stages."""
+        stages. ``binary``: whether this is the one problem of two classes (None: from
+        ``classes_``), which alone of the binary problems takes a structured covariance."""
         chunked = is_dask_array(X)
         n_jobs = self.n_jobs
         if prior is not None:
@@ -738,13 +740,19 @@ class BayesianGLMClassifier(
                 if self.max_iter == 0:
                     fit = MethodFit.prior(self._prior_of(model, prior))
                 else:
-                    plain = (  # a diagonal Gaussian prior, rows in memory
+                    # A diagonal Gaussian prior (the default, or a given one of one binary
+                    # problem: the model's own N(μ₀, diag(v₀)), which the structured
+                    # covariance takes as it is), rows in memory.
+                    diagonal = prior is None or (n_classes is None and prior.diagonal)
+                    plain = (
                         not chunked
-                        and prior is None
+                        and diagonal
                         and getattr(model, "coefficient_prior", None) is None
                         and getattr(model, "prior_precision", None) is None
                     )
-                    if plain and (n_classes is not None or len(self.classes_) == 2):
+                    if binary is None:
+                        binary = len(self.classes_) == 2
+                    if plain and (n_classes is not None or binary):
                         # The covariance's structure, from the problem's size and the memory
                         # limit, before the first Newton step (it refuses what none fits).
                         choice = choose_covariance(model, type(self).__name__)

@@ -112,9 +112,10 @@ from ..approximations.softmax_ep import (
     softmax_site_updates,
 )
 from ..approximations.softmax_laplace import check_softmax_dims
+from ..approximations.structured_laplace import choose_covariance
 from ..engine import LaplaceResult
-from ..exceptions import EstimationError, NotPositiveDefiniteError
-from ..gaussian import Gaussian
+from ..exceptions import EstimationError, MemoryLimitError, NotPositiveDefiniteError
+from ..gaussian import Gaussian, StructuredGaussian
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -354,9 +355,8 @@ class BayesianUpdating:
         if first:
             before, evidence_before = originals, np.asarray(0.0)
         else:
-            before = [
-                GaussianPrior.from_gaussian(g, name="carried posterior") for g in self.posteriors_
-            ]
+            binary = problems[0][1] is None
+            before = [_carried_prior(g, binary) for g in self.posteriors_]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
         batch = X, y_index, weights
         carried = before
@@ -367,21 +367,29 @@ class BayesianUpdating:
         if keep < 1.0:
             carried = [c.forgotten(keep, o) for c, o in zip(carried, originals, strict=True)]
         fits = revised = None
-        if n_rows == 1 and buffer is None and size > 1:
+        # A structured posterior (too many coefficients for the dense one) takes every
+        # batch, one row too, by the structured fit: the one-row rules and the window's
+        # sites update a dense p × p covariance.
+        structured = _structured_stream(self, X, problems, weights, carried)
+        if not structured and n_rows == 1 and buffer is None and size > 1:
             fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
             if fits is None and problems[0][1] is not None:  # its own row's update alone
                 fits = self._one_row_fits(X, problems, weights, carried)
-        elif not refit:
+        elif not (structured or refit):
             fits = self._one_row_fits(X, problems, weights, carried)
         if fits is not None:  # the method's class holds what _store asks of it
             method = self._posterior_method
         else:
             method = self._new_posterior_method()
             rng = self._random_generator()
+            binary = len(classes) == 2  # (classes_ is set below, once all went well)
             fits = [
-                self._fit_problem(method, X, *problem, weights, rng, None, None, prior)
+                self._fit_problem(
+                    method, X, *problem, weights, rng, None, None, prior, binary=binary
+                )
                 for problem, prior in zip(problems, carried, strict=True)
             ]
+            fits = [_carried_note(fit) for fit in fits]
         # A small batch joins the buffer (begun with the posterior before it as the anchor);
         # a refit, or a batch of buffer_size rows or more, leaves it empty.
         if revised is not None:
@@ -1052,6 +1060,59 @@ def _tilted_moments(link, mean, var, power):
         rest = ~narrow
         moments[:, rest] = link.tilted_moments(mean[rest], var[rest], power[rest], method="fast")
     return moments
+
+
+#: What a structured posterior's ``covariance_reason_`` adds in a stream.
+CARRIED_DIAGONAL_NOTE = (
+    "; partial_fit carries it to the next batch as its diagonal (the mean and marginal "
+    "variances: assumed-density filtering with a factorized Gaussian, the "
+    "Kullback-Leibler projection onto diagonal Gaussians; the correlations are dropped)"
+)
+
+
+def _carried_prior(posterior: Gaussian, binary: bool) -> GaussianPrior:
+    """The prior of the next batch from a problem's posterior: a dense one as it is; a
+    ``binary`` structured one (its covariance never p × p) projected onto the diagonal
+    Gaussians, N(mean, diag(marginal variances)) — the moments that assumed-density
+    filtering keeps under a factorized family — which the next batch's structured fit
+    takes as the model's own prior (docs/decisions.md, D-116). A multinomial fit under a
+    prior has the dense covariance (its full prior precision): a structured multinomial
+    posterior is made dense where that fits, else refused, naming what to do."""
+    if binary and isinstance(posterior, StructuredGaussian):
+        return GaussianPrior(
+            posterior.mean, posterior.covariance.diagonal(), name="carried posterior"
+        )
+    return GaussianPrior.from_gaussian(posterior, name="carried posterior")
+
+
+def _carried_note(fit: MethodFit) -> MethodFit:
+    """A stream's fit with its structured covariance's carriage in its reason."""
+    if fit.covariance in (None, "dense") or not isinstance(fit.posterior, StructuredGaussian):
+        return fit
+    return dataclasses.replace(
+        fit, covariance_reason=f"{fit.covariance_reason}{CARRIED_DIAGONAL_NOTE}"
+    )
+
+
+def _structured_stream(estimator, X, problems, weights, carried) -> bool:
+    """Whether a batch of one binary problem under the diagonal ``carried`` prior takes a
+    structured covariance (:func:`choose_covariance` of its model, which sizes it first:
+    refused with a :class:`~vsbayes._memory.MemoryLimitError` where no structure fits)."""
+    if len(problems) != 1 or problems[0][1] is not None or not carried[0].diagonal:
+        return False
+    if estimator.max_iter == 0:
+        return False
+    labels = problems[0][0]
+    model, _ = problem_model(estimator, X, labels, None, weights, carried[0])
+    try:
+        choice = choose_covariance(model, type(estimator).__name__)
+    except MemoryLimitError as error:
+        raise MemoryLimitError(
+            f"{error} partial_fit: the batch's rows are part of it (its "
+            f"{X.shape[0]} rows): smaller batches need less; the carried posterior is left "
+            f"as it was."
+        ) from None
+    return choice.structure != "dense"
 
 
 def _prior_specs(estimator, prior, classes: np.ndarray) -> list:

@@ -136,9 +136,10 @@ class GaussianPrior:
                 f"the dense {p} × {p} covariance of the {name} and its Cholesky factor, "
                 f"which a fit under a correlated prior (partial_fit, prior=) holds (the "
                 f"posterior's sigma_ is a {covariance.structure} structured covariance)",
-                "A structured posterior is carried into another fit only where its dense "
-                "covariance fits (a fit under a prior has the dense covariance): fit all "
-                "the rows at once with fit instead, or raise the memory_limit of "
+                "A correlated structured posterior is carried into another fit only where "
+                "its dense covariance fits: fit all the rows at once with fit instead, "
+                "pass a binary one's diagonal (prior=(mean, marginal variances), as "
+                "partial_fit carries it), or raise the memory_limit of "
                 "vsbayes.config_context.",
             )
         prior._cov = np.array(gaussian.cov)
@@ -199,6 +200,11 @@ class GaussianPrior:
         """
         if keep >= 1.0:
             return self
+        if self.diagonal and original.diagonal:  # elementwise: never a p × p matrix
+            precision = keep / self.variances + (1.0 - keep) / original.variances
+            linear = keep * (self.mean / self.variances)
+            linear += (1.0 - keep) * (original.mean / original.variances)
+            return GaussianPrior(linear / precision, 1.0 / precision, name=self.name)
         precision = keep * self.precision + (1.0 - keep) * original.precision
         linear = keep * (self.precision @ self.mean)
         linear += (1.0 - keep) * (original.precision @ original.mean)
