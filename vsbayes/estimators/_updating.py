@@ -49,6 +49,17 @@ and a row in the tail the tilted density's Laplace approximation), in the same c
 larger batch freezes the window (its sites stay in the posterior) and starts the buffer
 of batches.
 
+**Structured posteriors** (text scale: more coefficients than the dense p × p covariance
+allows, :func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary):
+a batch under a diagonal prior N(μ, diag(v)) is the model's own prior, which the
+structured Laplace fit takes as ``fit`` does; the carried structured posterior is
+projected onto the diagonal Gaussians (its mean and marginal variances: ADF with a
+factorized Gaussian, the KL projection; its correlations dropped), so that memory is the
+batch's and O(p), never p × p. One-row calls take the same structured fit (its "dual"
+form over one row) and join the buffer, refitted every ``buffer_size`` rows: the window's
+sites update a dense covariance. ``decay`` mixes the two diagonals' natural parameters,
+elementwise (docs/decisions.md, D-116).
+
 ``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
 (precision and precision × mean) are mixed with the original prior's with weight
 ``decay**n``, so a row seen k rows ago weighs ``decay**k`` and the effective memory is
@@ -275,6 +286,14 @@ class BayesianUpdating:
         VS's streams in batches of 1, 10 and 100 rows were within 1 % of its batch fit's
         log loss on breast cancer, the paper's four data sets and a 4-class problem
         (``benchmarks/results/streaming.md``; without it, up to 4 % worse).
+
+        Where the dense posterior does not fit (text scale: see ``covariance_structure_``),
+        a binary stream fits each batch, one row too, by the structured Laplace route under
+        the diagonal of the posterior before it (mean and marginal variances; the
+        correlations are dropped, ``covariance_reason_`` says so): memory O(p) between
+        calls, never p × p (``benchmarks/results/sparse_streaming.md``). A multinomial
+        posterior under a prior is dense: beyond its size, stream one-vs-rest
+        (``sklearn.multiclass.OneVsRestClassifier(...).partial_fit``).
 
         Parameters
         ----------
