@@ -582,22 +582,27 @@ def test_a_structured_posterior_is_carried_where_it_fits_and_refused_clearly(
             pytest.raises(MemoryLimitError, match=r"partial_fit, prior=.*structured"),
         ):
             carry()
-    # partial_fit carries a binary structured posterior as its diagonal, never p × p: the
-    # fit of the batch under that diagonal prior, whatever the memory limit.
+    # partial_fit carries a binary structured posterior as its projection in O(p) (mean,
+    # marginal variances, the intercept's covariances), never p × p: the fit of the batch
+    # under that prior, whatever the memory limit.
     posterior = binary_fits["dual"].posteriors_[0]
-    diagonal_prior = (posterior.mean, posterior.covariance.diagonal())
+    unit = np.zeros(posterior.dim)
+    unit[-1] = 1.0
+    projection = vsbayes.models.priors.GaussianPrior.arrowhead(
+        posterior.mean, posterior.covariance.diagonal(), posterior.covariance.dot(unit)[:-1]
+    )
     with vsbayes.config_context(memory_limit=limit):
         streamed = copy.deepcopy(binary_fits["dual"]).partial_fit(X[:5], (y == 0)[:5])
-        reference = vsbayes.LaplaceLogisticRegression(prior=diagonal_prior, tol=1e-12)
+        reference = vsbayes.LaplaceLogisticRegression(prior=projection, tol=1e-12)
         reference.fit(X[:5], (y == 0)[:5])
     np.testing.assert_array_equal(streamed.coef_, reference.coef_)
-    assert "as its diagonal" not in reference.covariance_reason_
+    assert "given the intercept" not in reference.covariance_reason_
     # Below the dense covariance's memory, a binary batch under a diagonal prior takes a
     # structure, as fit does.
     with vsbayes.config_context(memory_limit=10_000.0):
         streamed = copy.deepcopy(diagonal).partial_fit(X[:5], (y == 0)[:5])
     assert streamed.covariance_structure_ == "dual"
-    assert "as its diagonal" in streamed.covariance_reason_
+    assert "given the intercept" in streamed.covariance_reason_
 
 
 @pytest.mark.parametrize("problem", ["binary", "multinomial"])

@@ -723,12 +723,12 @@ class BayesianGLMClassifier(
             multinomial in scikit-learn's representative; a structured one (an observer's
             view of a Newton iterate) as the structured fit stores it: already centred,
             never densified, its structure recorded."""
+            if prior is not None:
+                fit = finish(fit)
             if isinstance(fit.posterior, StructuredGaussian):
                 return dataclasses.replace(
                     fit, covariance=choice.structure, covariance_reason=choice.reason
                 )
-            if prior is not None:
-                fit = finish(fit)
             if n_classes is not None:
                 fit = dataclasses.replace(fit, posterior=model.centred(fit.posterior))
             return fit
@@ -742,8 +742,11 @@ class BayesianGLMClassifier(
                 else:
                     # A diagonal Gaussian prior (the default, or a given one of one binary
                     # problem: the model's own N(μ₀, diag(v₀)), which the structured
-                    # covariance takes as it is), rows in memory.
-                    diagonal = prior is None or (n_classes is None and prior.diagonal)
+                    # covariance takes as it is; an arrowhead one is diagonal in the
+                    # model's coordinates), rows in memory.
+                    diagonal = prior is None or (
+                        n_classes is None and (prior.diagonal or prior.hub is not None)
+                    )
                     plain = (
                         not chunked
                         and diagonal
@@ -759,6 +762,8 @@ class BayesianGLMClassifier(
                     structured = choice.structure != "dense"
                     if structured:
                         fit = self._structured_fit(method, model, choice, start)
+                        if prior is not None:  # in θ's coordinates (an arrowhead prior's)
+                            fit = finish(fit)
                     else:
                         if n_classes is None:  # sized before the first Newton step
                             check_posterior_memory(

@@ -123,10 +123,10 @@ from ..approximations.softmax_ep import (
     softmax_site_updates,
 )
 from ..approximations.softmax_laplace import check_softmax_dims
-from ..approximations.structured_laplace import choose_covariance
+from ..approximations.structured_laplace import StructuredLaplaceResult, choose_covariance
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, MemoryLimitError, NotPositiveDefiniteError
-from ..gaussian import Gaussian, StructuredGaussian
+from ..gaussian import Gaussian, StructuredCovariance, StructuredGaussian
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -375,7 +375,7 @@ class BayesianUpdating:
             before, evidence_before = originals, np.asarray(0.0)
         else:
             binary = problems[0][1] is None
-            before = [_carried_prior(g, binary) for g in self.posteriors_]
+            before = [_carried_prior(g, binary, self.fit_intercept) for g in self.posteriors_]
             evidence_before = np.asarray(self.log_marginal_likelihood_value_)
         batch = X, y_index, weights
         carried = before
@@ -1083,24 +1083,35 @@ def _tilted_moments(link, mean, var, power):
 
 #: What a structured posterior's ``covariance_reason_`` adds in a stream.
 CARRIED_DIAGONAL_NOTE = (
-    "; partial_fit carries it to the next batch as its diagonal (the mean and marginal "
-    "variances: assumed-density filtering with a factorized Gaussian, the "
-    "Kullback-Leibler projection onto diagonal Gaussians; the correlations are dropped)"
+    "; partial_fit carries it to the next batch with the coefficients independent given "
+    "the intercept (the mean, the marginal variances and the intercept's covariances: "
+    "assumed-density filtering, the Kullback-Leibler projection onto that family; the "
+    "correlations between coefficients are dropped)"
 )
 
 
-def _carried_prior(posterior: Gaussian, binary: bool) -> GaussianPrior:
+def _carried_prior(posterior: Gaussian, binary: bool, fit_intercept: bool) -> GaussianPrior:
     """The prior of the next batch from a problem's posterior: a dense one as it is; a
-    ``binary`` structured one (its covariance never p × p) projected onto the diagonal
-    Gaussians, N(mean, diag(marginal variances)) — the moments that assumed-density
-    filtering keeps under a factorized family — which the next batch's structured fit
-    takes as the model's own prior (docs/decisions.md, D-116). A multinomial fit under a
-    prior has the dense covariance (its full prior precision): a structured multinomial
-    posterior is made dense where that fits, else refused, naming what to do."""
+    ``binary`` structured one (its covariance never p × p) projected onto the Gaussians
+    whose coefficients are independent given the intercept (an arrowhead precision; the
+    diagonal ones without an intercept): its mean, marginal variances and the intercept's
+    covariances with the coefficients — the moments that assumed-density filtering keeps
+    under that family, its KL projection — held in O(p), which the next batch's structured
+    fit takes as a diagonal prior in its own coordinates (:func:`_hub_design`;
+    docs/decisions.md, D-116). The intercept, shared by every row, is correlated with
+    every coefficient: a diagonal carried batch after batch over-counts it (its sd fell to
+    0.35× the batch fit's). A multinomial fit under a prior has the dense covariance (its
+    full prior precision): a structured multinomial posterior is made dense where that
+    fits, else refused, naming what to do."""
     if binary and isinstance(posterior, StructuredGaussian):
-        return GaussianPrior(
-            posterior.mean, posterior.covariance.diagonal(), name="carried posterior"
-        )
+        covariance = posterior.covariance
+        variances = covariance.diagonal()
+        if not fit_intercept:
+            return GaussianPrior(posterior.mean, variances, name="carried posterior")
+        unit = np.zeros(posterior.dim)
+        unit[-1] = 1.0
+        hub = covariance.dot(unit)[:-1]
+        return GaussianPrior.arrowhead(posterior.mean, variances, hub, name="carried posterior")
     return GaussianPrior.from_gaussian(posterior, name="carried posterior")
 
 
@@ -1117,7 +1128,10 @@ def _structured_stream(estimator, X, problems, weights, carried) -> bool:
     """Whether a batch of one binary problem under the diagonal ``carried`` prior takes a
     structured covariance (:func:`choose_covariance` of its model, which sizes it first:
     refused with a :class:`~vsbayes._memory.MemoryLimitError` where no structure fits)."""
-    if len(problems) != 1 or problems[0][1] is not None or not carried[0].diagonal:
+    prior = carried[0]
+    if len(problems) != 1 or problems[0][1] is not None:
+        return False
+    if not (prior.diagonal or prior.hub is not None):
         return False
     if estimator.max_iter == 0:
         return False
@@ -1199,7 +1213,10 @@ def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior
     n_jobs = getattr(estimator, "n_jobs", None)  # the sampling estimators' parameter
     in_memory = {} if chunked else {"n_jobs": n_jobs}
     d = X.shape[1]
-    whitened = n_classes is None and not prior.diagonal
+    # An arrowhead prior (partial_fit's carried structured posterior) in its own
+    # coordinates, rows in memory: θ' = (θ_rest − c θ_b, θ_b) has a diagonal prior.
+    hub = n_classes is None and prior.hub is not None and not chunked
+    whitened = n_classes is None and not prior.diagonal and not hub
     if n_classes is not None:  # multinomial: the model's full prior precision
         # Sized before the p × p precision is formed (numpy's MemoryError at 100,005
         # parameters): the structured covariance takes the default prior only.
@@ -1212,6 +1229,8 @@ def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior
             "prior_mean": prior.mean,
             "prior_precision": prior.precision,
         }
+    elif hub:
+        X, priors = _hub_design(X, prior)
     elif not whitened:
         priors = {
             "prior_var": prior.variances[:d],
@@ -1234,6 +1253,8 @@ def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior
         model = ChunkedSoftmaxPosterior(X, labels, weights, n_classes, **priors)
     else:
         model = SoftmaxGLMPosterior(X, labels, weights, n_classes, **in_memory, **priors)
+    if hub:
+        return model, functools.partial(_from_hub_coordinates, slope=prior.slope)
     if not whitened:
         return model, _identity
     return model, lambda fit: dataclasses.replace(fit, posterior=prior.unwhiten(fit.posterior))
@@ -1241,6 +1262,74 @@ def problem_model(estimator, X, labels, n_classes, weights, prior: GaussianPrior
 
 def _identity(fit):
     return fit
+
+
+def _hub_design(X, prior: GaussianPrior):
+    """``(design, model priors)`` of a binary problem under an arrowhead ``prior`` in the
+    coordinates ``θ' = (θ_rest − c θ_b, θ_b)`` (``c``: the prior's slope), where the prior
+    is diagonal: the latent value ``x·θ_rest + θ_b = x·θ'_rest + (1 + x·c) θ_b``, so the
+    design is ``[X, 1 + X c]`` without a separate intercept, and the prior N((μ_rest −
+    c μ_b, μ_b), diag(conditional variances, s)). Sparse rows stay sparse (one dense
+    column more)."""
+    slope = prior.slope
+    column = 1.0 + np.asarray(X @ slope, dtype=float).ravel()
+    if sp.issparse(X):
+        design = sp.hstack([X, sp.csr_matrix(column[:, None])], format="csr")
+    else:
+        design = np.column_stack([X, column])
+    priors = {
+        "prior_var": np.append(prior.conditional_variances, prior.variances[-1]),
+        "intercept_prior_var": None,
+        "prior_mean": np.append(prior.mean[:-1] - slope * prior.mean[-1], prior.mean[-1]),
+    }
+    return design, priors
+
+
+def _from_hub_coordinates(fit, slope: np.ndarray):
+    """A fit in the coordinates of :func:`_hub_design` mapped back to θ = T θ', ``T = I +
+    g e_bᵀ`` (``g = (c, 0)``): the mean ``m + g m_b``; the covariance ``S + g S_bᵀ + S_b gᵀ
+    + S_bb g gᵀ`` — for a structured ``diag(δ) + U K Uᵀ``, the factor ``[U + g U_b, g, e_b]``
+    with the core ``K ⊕ δ_b [[1, 1], [1, 0]]`` (rank + 2, the diagonal unchanged). T's
+    determinant is 1: the evidence is unchanged, and a structure's stated error (a bound on
+    the variance of every linear combination) holds as it is."""
+    posterior = fit.posterior
+    g = np.append(slope, 0.0)
+    mean = np.asarray(posterior.mean) + g * float(posterior.mean[-1])
+    if not isinstance(posterior, StructuredGaussian):
+        cov = np.asarray(posterior.cov)
+        last = cov[-1]
+        cov = cov + np.outer(g, last) + np.outer(last, g) + last[-1] * np.outer(g, g)
+        return dataclasses.replace(fit, posterior=posterior.with_moments(mean, 0.5 * (cov + cov.T)))
+    covariance = posterior.covariance
+    factor = covariance.factor
+    unit = np.zeros(g.size)
+    unit[-1] = 1.0
+    rank = covariance.rank
+    core = np.zeros((rank + 2, rank + 2))
+    core[:rank, :rank] = covariance.core
+    core[rank:, rank:] = covariance.diagonal_part[-1] * np.array([[1.0, 1.0], [1.0, 0.0]])
+    mapped = StructuredCovariance(
+        covariance.diagonal_part,
+        np.column_stack([factor + np.outer(g, factor[-1]), g, unit]),
+        core,
+        covariance.structure,
+    )
+    if isinstance(posterior, StructuredLaplaceResult):
+        result = StructuredLaplaceResult(
+            mean,
+            mapped,
+            posterior.log_Z,
+            posterior.error,
+            error_factor=posterior.error_factor,
+            evidence_exact=posterior.evidence_exact,
+            n_iter=posterior.n_iter,
+            converged=posterior.converged,
+            grad_norm=posterior.grad_norm,
+            log_density_at_mode=posterior.log_density_at_mode,
+        )
+    else:
+        result = StructuredGaussian(mean, mapped, posterior.log_Z, posterior.error)
+    return dataclasses.replace(fit, posterior=result)
 
 
 def _whitened_design(X, lower: np.ndarray, fit_intercept: bool):

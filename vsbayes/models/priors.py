@@ -33,6 +33,11 @@ SYMMETRY_TOLERANCE = 1e-8
 class GaussianPrior:
     """A checked Gaussian prior ``N(mean, cov)``.
 
+    Besides a diagonal or a full covariance, it may be an *arrowhead* one
+    (:meth:`arrowhead`, arrowhead precision): the other parameters independent given the
+    last one (the intercept), each with its own covariance with it — what ``partial_fit``
+    carries of a structured binary posterior, held in O(p).
+
     Parameters
     ----------
     mean : array-like of shape (p,)
@@ -51,6 +56,10 @@ class GaussianPrior:
         shape, not symmetric, or not positive definite; both or neither of ``cov`` and
         ``precision``.
     """
+
+    #: The covariances of the other parameters with the last one (the intercept) of an
+    #: arrowhead prior (:meth:`arrowhead`); None otherwise.
+    hub = None
 
     def __init__(self, mean, cov=None, precision=None, *, name: str = "prior"):
         self.name = name
@@ -147,6 +156,35 @@ class GaussianPrior:
         prior.__dict__["lower"] = np.array(gaussian.chol)
         return prior
 
+    @classmethod
+    def arrowhead(cls, mean, variances, hub, *, name: str = "prior") -> GaussianPrior:
+        """The prior of marginal ``variances`` and covariances ``hub`` of the other
+        parameters with the last one, under which the others are independent given the
+        last (its precision is an arrowhead matrix): ``θ_j = c_j θ_b + u_j`` with ``c =
+        hub / variances[-1]`` and ``u`` independent of ``θ_b``, of the conditional
+        variances ``variances[:-1] − hub · c`` (floored at 1e-12 of the marginal ones:
+        round-off where the last parameter determines one nearly). Held in O(p)."""
+        prior = cls(mean, variances, name=name)
+        hub = np.asarray(hub, dtype=float)
+        if hub.shape != (prior.dim - 1,) or not np.isfinite(hub).all():
+            raise ValueError(
+                f"The {name}'s covariances with its last parameter must be a finite vector "
+                f"of {prior.dim - 1}; got shape {hub.shape}."
+            )
+        prior.hub = hub
+        return prior
+
+    @property
+    def slope(self) -> np.ndarray:
+        """An arrowhead prior's ``c``: the regression of the other parameters on the last."""
+        return self.hub / self.variances[-1]
+
+    @property
+    def conditional_variances(self) -> np.ndarray:
+        """An arrowhead prior's variances of the other parameters given the last."""
+        marginal = self.variances[:-1]
+        return np.maximum(marginal - self.hub * self.slope, 1e-12 * marginal)
+
     @property
     def dim(self) -> int:
         """Length p of the parameter vector."""
@@ -155,24 +193,28 @@ class GaussianPrior:
     @property
     def diagonal(self) -> bool:
         """Whether the covariance is diagonal (then no whitening is needed)."""
-        return self._cov is None
+        return self._cov is None and self.hub is None
 
     @property
     def cov(self) -> np.ndarray:
         """The covariance (p, p)."""
+        if self.hub is not None:  # diag(v) + c cᵀ s among the others, c s with the last
+            cov = np.diag(np.append(self.conditional_variances, 0.0))
+            cov[:-1, :-1] += np.outer(self.slope, self.hub)
+            cov[:-1, -1] = cov[-1, :-1] = self.hub
+            cov[-1, -1] = self.variances[-1]
+            return cov
         return np.diag(self.variances) if self._cov is None else self._cov
 
     @cached_property
     def lower(self) -> np.ndarray:
         """Lower Cholesky factor L of the covariance, ``Σ₀ = L Lᵀ``."""
-        return (
-            np.diag(np.sqrt(self.variances)) if self._cov is None else np.linalg.cholesky(self._cov)
-        )
+        return np.diag(np.sqrt(self.variances)) if self.diagonal else np.linalg.cholesky(self.cov)
 
     @cached_property
     def precision(self) -> np.ndarray:
         """The inverse covariance (p, p)."""
-        if self._cov is None:
+        if self.diagonal:
             return np.diag(1.0 / self.variances)
         inverse = np.linalg.inv(self.lower)
         out = inverse.T @ inverse
@@ -205,6 +247,8 @@ class GaussianPrior:
             linear = keep * (self.mean / self.variances)
             linear += (1.0 - keep) * (original.mean / original.variances)
             return GaussianPrior(linear / precision, 1.0 / precision, name=self.name)
+        if self.hub is not None and original.diagonal:
+            return self._arrowhead_forgotten(keep, original)
         precision = keep * self.precision + (1.0 - keep) * original.precision
         linear = keep * (self.precision @ self.mean)
         linear += (1.0 - keep) * (original.precision @ original.mean)
@@ -212,8 +256,35 @@ class GaussianPrior:
         mean = np.linalg.solve(lower.T, np.linalg.solve(lower, linear))
         return GaussianPrior(mean, precision=precision, name=self.name)
 
+    def _arrowhead_forgotten(self, keep: float, original: GaussianPrior) -> GaussianPrior:
+        """:meth:`forgotten` of an arrowhead prior toward a diagonal one, in O(p): the
+        precision of an arrowhead covariance is an arrowhead matrix, ``[[diag(1/v), −c/v],
+        [−(c/v)ᵀ, 1/s + Σ c²/v]]`` (v the conditional variances, s the last parameter's
+        variance), and so is its mixture with a diagonal one; its inverse's moments come
+        back by the same formulas."""
+        v, c, s = self.conditional_variances, self.slope, self.variances[-1]
+        mean_rest, mean_last = self.mean[:-1], self.mean[-1]
+        lam0, mean0 = 1.0 / original.variances, original.mean
+        # The mixed natural parameters: the diagonal a, the last row h, its corner q, and
+        # the linear term (Λμ: of this prior, (μ_rest − c μ_last)/v and its last entry).
+        a = keep / v + (1.0 - keep) * lam0[:-1]
+        h = -keep * c / v
+        q = keep * (1.0 / s + float(c @ (c / v))) + (1.0 - keep) * lam0[-1]
+        residual = (mean_rest - c * mean_last) / v
+        linear_rest = keep * residual + (1.0 - keep) * lam0[:-1] * mean0[:-1]
+        linear_last = keep * (mean_last / s - float(c @ residual)) + (1.0 - keep) * (
+            lam0[-1] * mean0[-1]
+        )
+        # Inverted: the last parameter's marginal precision q − Σ h²/a, the others given it.
+        var_last = 1.0 / (q - float(h @ (h / a)))
+        mean_last = var_last * (linear_last - float(h @ (linear_rest / a)))
+        slope = -h / a
+        mean = np.append((linear_rest - h * mean_last) / a, mean_last)
+        variances = np.append(1.0 / a + slope**2 * var_last, var_last)
+        return GaussianPrior.arrowhead(mean, variances, slope * var_last, name=self.name)
+
     def __repr__(self) -> str:
-        kind = "diagonal" if self.diagonal else "full"
+        kind = "diagonal" if self.diagonal else "arrowhead" if self.hub is not None else "full"
         return f"GaussianPrior(dim={self.dim}, {kind} covariance)"
 
 
