@@ -403,7 +403,8 @@ def check_posterior_memory(model, estimator_name: str = "", *, under_prior: bool
         "A fit under a correlated prior (prior= a full covariance or a dense posterior), or "
         "of one-vs-rest problems, has the dense covariance; a diagonal prior (variances) of "
         "a binary problem takes the structured one, as partial_fit's carried structured "
-        "posterior does: pass prior=(mean, variances), or fit all the rows at once."
+        "posterior does: pass prior=(mean, variances), stream with partial_fit, or fit "
+        "all the rows at once."
         if under_prior
         else "With two classes, a structured covariance avoids it: "
         "vsbayes.config_context(covariance='auto') (the default) or 'lowrank'."

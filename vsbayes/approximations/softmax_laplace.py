@@ -63,7 +63,7 @@ def check_softmax_dims(
         "covariance, which the structured one does not replace: fit all the rows at once "
         "with fit and no prior= (a structured covariance beyond this size), stream "
         "one-vs-rest binary posteriors (OneVsRestClassifier(...).partial_fit: each binary "
-        "one carries a structured covariance as its diagonal), "
+        "one carries a structured covariance in O(p)), "
         if under_prior
         else "Use a structured covariance, the default beyond this size "
         "(vsbayes.config_context(covariance='lowrank') or 'auto'); "

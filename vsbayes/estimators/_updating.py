@@ -53,12 +53,15 @@ of batches.
 allows, :func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary):
 a batch under a diagonal prior N(μ, diag(v)) is the model's own prior, which the
 structured Laplace fit takes as ``fit`` does; the carried structured posterior is
-projected onto the diagonal Gaussians (its mean and marginal variances: ADF with a
-factorized Gaussian, the KL projection; its correlations dropped), so that memory is the
-batch's and O(p), never p × p. One-row calls take the same structured fit (its "dual"
-form over one row) and join the buffer, refitted every ``buffer_size`` rows: the window's
-sites update a dense covariance. ``decay`` mixes the two diagonals' natural parameters,
-elementwise (docs/decisions.md, D-116).
+projected onto the Gaussians whose coefficients are independent given the intercept (its
+mean, marginal variances and the intercept's covariances: ADF's KL projection onto that
+family; the correlations between coefficients dropped; without an intercept, the
+diagonal), held in O(p), never p × p. Such a prior is diagonal in the coordinates
+``(θ_rest − c θ_b, θ_b)``, whose design is ``[X, 1 + X c]`` (:func:`_hub_design`): the
+batch's structured fit there, mapped back. One-row calls take the same structured fit
+(its "dual" form over one row) and join the buffer, refitted every ``buffer_size`` rows:
+the window's sites update a dense covariance. ``decay`` mixes natural parameters as for
+any prior, in O(p) (docs/decisions.md, D-116).
 
 ``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
 (precision and precision × mean) are mixed with the original prior's with weight
@@ -289,9 +292,10 @@ class BayesianUpdating:
 
         Where the dense posterior does not fit (text scale: see ``covariance_structure_``),
         a binary stream fits each batch, one row too, by the structured Laplace route under
-        the diagonal of the posterior before it (mean and marginal variances; the
-        correlations are dropped, ``covariance_reason_`` says so): memory O(p) between
-        calls, never p × p (``benchmarks/results/sparse_streaming.md``). A multinomial
+        the projection of the posterior before it (mean, marginal variances and the
+        intercept's covariances; the correlations between coefficients are dropped,
+        ``covariance_reason_`` says so): memory O(p) between calls, never p × p
+        (``benchmarks/results/sparse_streaming.md``). A multinomial
         posterior under a prior is dense: beyond its size, stream one-vs-rest
         (``sklearn.multiclass.OneVsRestClassifier(...).partial_fit``).
 

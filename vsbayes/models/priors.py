@@ -147,9 +147,9 @@ class GaussianPrior:
                 f"posterior's sigma_ is a {covariance.structure} structured covariance)",
                 "A correlated structured posterior is carried into another fit only where "
                 "its dense covariance fits: fit all the rows at once with fit instead, "
-                "pass a binary one's diagonal (prior=(mean, marginal variances), as "
-                "partial_fit carries it), or raise the memory_limit of "
-                "vsbayes.config_context.",
+                "pass a binary one's diagonal (prior=(mean, marginal variances)), stream "
+                "with partial_fit (which carries it in O(p)), or raise the memory_limit "
+                "of vsbayes.config_context.",
             )
         prior._cov = np.array(gaussian.cov)
         prior.variances = np.diag(prior._cov).copy()
