@@ -1086,7 +1086,7 @@ def _tilted_moments(link, mean, var, power):
 
 
 #: What a structured posterior's ``covariance_reason_`` adds in a stream.
-CARRIED_DIAGONAL_NOTE = (
+CARRIED_PROJECTION_NOTE = (
     "; partial_fit carries it to the next batch with the coefficients independent given "
     "the intercept (the mean, the marginal variances and the intercept's covariances: "
     "assumed-density filtering, the Kullback-Leibler projection onto that family; the "
@@ -1115,6 +1115,8 @@ def _carried_prior(posterior: Gaussian, binary: bool, fit_intercept: bool) -> Ga
         unit = np.zeros(posterior.dim)
         unit[-1] = 1.0
         hub = covariance.dot(unit)[:-1]
+        if not hub.any():  # the "diagonal" structure: no correlations to keep
+            return GaussianPrior(posterior.mean, variances, name="carried posterior")
         return GaussianPrior.arrowhead(posterior.mean, variances, hub, name="carried posterior")
     return GaussianPrior.from_gaussian(posterior, name="carried posterior")
 
@@ -1124,14 +1126,15 @@ def _carried_note(fit: MethodFit) -> MethodFit:
     if fit.covariance in (None, "dense") or not isinstance(fit.posterior, StructuredGaussian):
         return fit
     return dataclasses.replace(
-        fit, covariance_reason=f"{fit.covariance_reason}{CARRIED_DIAGONAL_NOTE}"
+        fit, covariance_reason=f"{fit.covariance_reason}{CARRIED_PROJECTION_NOTE}"
     )
 
 
 def _structured_stream(estimator, X, problems, weights, carried) -> bool:
-    """Whether a batch of one binary problem under the diagonal ``carried`` prior takes a
-    structured covariance (:func:`choose_covariance` of its model, which sizes it first:
-    refused with a :class:`~vsbayes._memory.MemoryLimitError` where no structure fits)."""
+    """Whether a batch of one binary problem under the diagonal or arrowhead ``carried``
+    prior takes a structured covariance (:func:`choose_covariance` of its model, which
+    sizes it first: refused with a :class:`~vsbayes._memory.MemoryLimitError` where no
+    structure fits)."""
     prior = carried[0]
     if len(problems) != 1 or problems[0][1] is not None:
         return False
