@@ -592,6 +592,22 @@ def test_a_structured_posterior_is_carried_where_it_fits_and_refused_clearly(
 
 
 @pytest.mark.parametrize("problem", ["binary", "multinomial"])
+def test_the_basis_of_draws_is_sized_before_it_is_formed(problem, fits, multinomial_fits):
+    import pickle
+
+    fit = fits["lowrank"] if problem == "binary" else multinomial_fits["low"]
+    sigma = pickle.loads(pickle.dumps(fit.sigma_))  # nothing kept yet
+    z = np.zeros((1, sigma.shape[0]))
+    # Its two p × r arrays (the factored copy and the kept basis) exceed the limit.
+    with vsbayes.config_context(memory_limit=1.5 * sigma.factor.nbytes):
+        variances = sigma.diagonal()  # (needs no basis)
+        with pytest.raises(MemoryLimitError, match=r"orthonormal basis .* lowrank .*rank="):
+            sigma.sample_normal(z)
+    np.testing.assert_array_equal(variances, fit.sigma_.diagonal())
+    assert np.all(np.isfinite(sigma.sample_normal(z)))
+
+
+@pytest.mark.parametrize("problem", ["binary", "multinomial"])
 def test_reads_of_a_structured_posterior_reuse_their_first_call(
     problem, fits, multinomial_fits, multinomial_data, data, monkeypatch
 ):
@@ -607,8 +623,10 @@ def test_reads_of_a_structured_posterior_reuse_their_first_call(
     sigma = pickle.loads(pickle.dumps(fit.sigma_))  # arrays writable again: not mutated
     factor = sigma.factor.copy()
     calls = []
-    qr = np.linalg.qr
-    monkeypatch.setattr(np.linalg, "qr", lambda a, *args: calls.append(a.shape) or qr(a, *args))
+    qr = vsbayes.gaussian.thin_qr
+    monkeypatch.setattr(
+        vsbayes.gaussian, "thin_qr", lambda a, **kw: calls.append(a.shape) or qr(a, **kw)
+    )
     z = np.random.default_rng(2).standard_normal((3, sigma.shape[0]))
     once = sigma.sample_normal(z), sigma.log_det(), sigma.diagonal()
     n_bases = len(calls)
