@@ -209,7 +209,12 @@ _QR_TOL = 1e-12
 
 @pytest.mark.parametrize(
     "case, householder",
-    [("columns scaled 1 to 1e6", False), ("condition 1e10", True), ("a zero column", True)],
+    [
+        ("columns scaled 1 to 1e6", False),  # CholeskyQR2
+        ("condition 1e10", False),  # shifted CholeskyQR3
+        ("condition 1e18", True),
+        ("a zero column", True),
+    ],
 )
 def test_thin_qr_is_orthonormal_and_reconstructs(rng, monkeypatch, case, householder):
     from vsbayes._linalg import thin_qr
@@ -217,8 +222,8 @@ def test_thin_qr_is_orthonormal_and_reconstructs(rng, monkeypatch, case, househo
     n, k = 3000, 20
     if case == "columns scaled 1 to 1e6":  # well conditioned once equilibrated
         a = rng.standard_normal((n, k)) * np.logspace(0.0, 6.0, k)
-    elif case == "condition 1e10":  # beyond CholeskyQR2's κ ≲ u^{-1/2}
-        a = _matrix_of_condition(rng, n, k, 1e10)
+    elif case.startswith("condition"):  # beyond CholeskyQR2's κ ≲ u^{-1/2}
+        a = _matrix_of_condition(rng, n, k, float(case.split()[1]))
     else:
         a = rng.standard_normal((n, k))
         a[:, 3] = 0.0
@@ -252,6 +257,7 @@ def test_thin_qr_in_place_and_by_blocks_on_any_threads(rng, monkeypatch):
     q_in_place, r_in_place = linalg.thin_qr(b, overwrite_a=True)
     assert np.shares_memory(q_in_place, b)
     np.testing.assert_array_equal(q_in_place, q)
+    np.testing.assert_array_equal(r_in_place, r)
     # Blocks of 36-row work: 11 blocks, the same bits on one thread or two.
     monkeypatch.setattr(linalg, "_MIN_BLOCK_WORK", 36 * 36)
     results = []

@@ -21,12 +21,23 @@ The Gram matrix is equilibrated before its Cholesky (columns scaled to unit norm
 errors of Cholesky and of the triangular solves do not grow with the columns' scaling
 (van der Sluis; Higham 2002, §10.1 and §8.2), so the condition that matters is that of
 the scaled matrix — the bases of a subspace iteration have columns of very different
-norms but nearly orthogonal. **Fallback**: where the first Cholesky fails, or the
-estimated condition of the scaled ``R₁`` exceeds :data:`CONDITION_LIMIT` (10⁷, an order
-under ``u^{-½}``, so that ``Q₁``'s loss of orthogonality ``κ² u ≈ 10⁻²`` leaves the
-second pass well inside its range), the matrix is factored by Householder instead; and
-should ``Q₁`` still be far from orthonormal (``‖Q₁ᵀQ₁ − I‖_F > ½``, read from the
-second Gram matrix at no cost), ``Q₁`` is factored by Householder (``R = R' R₁``).
+norms but nearly orthogonal.
+
+**Beyond CholeskyQR2's range**: where the first Cholesky fails, or the estimated
+condition of the scaled ``R₁`` exceeds :data:`CONDITION_LIMIT` (10⁷, an order under
+``u^{-½}``, so that ``Q₁``'s loss of orthogonality ``κ² u ≈ 10⁻²`` leaves the second pass
+well inside its range), **shifted CholeskyQR3** (Fukaya, Kannan, Nakatsukasa, Zhang &
+Yamamoto 2020, SIAM J. Sci. Comput. 42, A477): the first Cholesky of ``AᵀA + sI``,
+``s = 11 (n k + k (k + 1)) u ‖A‖₂²``, gives a ``Q₁`` of condition ``O(u^{-½})`` for any
+``κ(A) ≲ u⁻¹``, and CholeskyQR2 on it an orthonormal Q with a residual at round-off: one
+pass more. Seen in the multinomial subspace iteration, whose first image of a random
+block is dominated by the intercepts' contrasts (curvature ~10⁹ in prior-whitened units
+against ~1 for the rest). **Householder fallback** (``np.linalg.qr``, n k² work and
+LAPACK's copies): a zero column, a Cholesky that fails even shifted, or a ``Q`` still far
+from orthonormal before the last pass (``‖QᵀQ − I‖_F > ½``, read from that pass's Gram
+matrix at no cost; then ``Q`` is factored and ``R = R' R_j … R_1``) — seen only beyond
+``κ(A) ≈ 10¹⁴``, where Householder's Q is orthonormal but spans A's columns to no better
+than ``u κ(A)``.
 
 Memory: the Gram matrices are k × k and the triangular solves run in place, in blocks of
 rows, so that nothing beyond the matrix and k × k arrays is allocated (the Householder
@@ -48,12 +59,13 @@ from ._blas import block_slices, map_blocks, one_blas_thread, sum_blocks
 __all__ = ["CONDITION_LIMIT", "thin_qr"]
 
 #: Above this estimated condition number of the column-scaled first Cholesky factor,
-#: :func:`thin_qr` leaves CholeskyQR2 for Householder (module docstring).
+#: :func:`thin_qr` leaves CholeskyQR2 for shifted CholeskyQR3 (module docstring).
 CONDITION_LIMIT = 1e7
 # Rows per block: enough multiply-adds that a block is worth a thread's hand-off and
 # BLAS runs at speed on it (k² per row in both; OpenBLAS's TRSM on 3900 × 66 blocks took
 # 3.4× the time of 20,000-row ones).
 _MIN_BLOCK_WORK = 2**26
+_UNIT_ROUNDOFF = np.finfo(float).eps / 2.0
 
 
 @one_blas_thread
@@ -62,9 +74,9 @@ def thin_qr(a, *, overwrite_a: bool = False) -> tuple[np.ndarray, np.ndarray]:
 
     Q (n × k) has orthonormal columns and R (k × k) is upper triangular with a positive
     diagonal (the unique such factorization of a full-rank A; NumPy's Householder R may
-    have either sign). Where A is too ill-conditioned for CholeskyQR2, or not tall, it is
-    factored by Householder (``np.linalg.qr``), its signs fixed the same way (module
-    docstring).
+    have either sign). Where A is too ill-conditioned for CholeskyQR2, by shifted
+    CholeskyQR3; beyond that, or where A is not tall, by Householder (``np.linalg.qr``),
+    its signs fixed the same way (module docstring).
 
     Parameters
     ----------
@@ -89,15 +101,27 @@ def thin_qr(a, *, overwrite_a: bool = False) -> tuple[np.ndarray, np.ndarray]:
     first = _first_factor(a)
     if first is None:
         return _householder(a)
-    _solve_in_place(a, first)
-    gram = _gram(a)
-    distance = np.linalg.norm(gram - np.eye(k))
-    second = _cholesky(gram) if distance <= 0.5 else None
-    if second is None:  # (not seen below the condition limit; kept for safety)
-        q, r = _householder(a)
-        return q, r @ first
-    _solve_in_place(a, second)
-    return a, second @ first
+    factor, passes = first
+    factors = [factor]
+    _solve_in_place(a, factor)
+    for remaining in range(passes - 1, 0, -1):
+        gram = _gram(a)
+        # Before the last pass Q must be nearly orthonormal already (module docstring).
+        near = remaining > 1 or np.linalg.norm(gram - np.eye(k)) <= 0.5
+        factor = _cholesky(gram) if near else None
+        if factor is None:  # (not seen below the condition limits; kept for safety)
+            q, r = _householder(a)
+            return q, _product(r, factors)
+        _solve_in_place(a, factor)
+        factors.append(factor)
+    return a, _product(factors.pop(), factors)
+
+
+def _product(last: np.ndarray, factors: list[np.ndarray]) -> np.ndarray:
+    """``last R_j … R_1`` for ``factors`` ``[R_1, …, R_j]``."""
+    for factor in reversed(factors):
+        last = last @ factor
+    return last
 
 
 def _gram(a: np.ndarray) -> np.ndarray:
@@ -115,23 +139,32 @@ def _cholesky(gram: np.ndarray) -> np.ndarray | None:
         return None
 
 
-def _first_factor(a: np.ndarray) -> np.ndarray | None:
-    """``R₁`` with ``R₁ᵀR₁ = AᵀA``, from the equilibrated Gram matrix, or None where its
-    Cholesky fails or its condition estimate exceeds :data:`CONDITION_LIMIT`."""
+def _first_factor(a: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """``(R₁, passes)``: ``R₁`` with ``R₁ᵀR₁ = AᵀA`` from the equilibrated Gram matrix and
+    2 passes in all (CholeskyQR2); where its Cholesky fails or its condition estimate
+    exceeds :data:`CONDITION_LIMIT`, from the shifted Gram matrix and 3 passes (shifted
+    CholeskyQR3); None where even that fails, or A has a zero column."""
     gram = _gram(a)
     norms = np.sqrt(np.diagonal(gram)).copy()
     if not np.all(np.isfinite(norms)) or not np.all(norms > 0.0):
         return None  # a zero column: rank-deficient
     gram /= norms[:, None]
     gram /= norms[None, :]
-    factor = _cholesky(gram)
+    factor, passes = _cholesky(gram), 2
+    if factor is not None:
+        rcond, info = dtrcon(factor, norm="1", uplo="U", diag="N")
+        if info != 0 or not rcond * CONDITION_LIMIT >= 1.0:
+            factor = None
     if factor is None:
-        return None
-    rcond, info = dtrcon(factor, norm="1", uplo="U", diag="N")
-    if info != 0 or not rcond * CONDITION_LIMIT >= 1.0:
-        return None
+        n, k = a.shape
+        # Fukaya et al.'s shift 11 (n k + k (k + 1)) u ‖Â‖₂², with ‖Â‖₂² ≤ ‖Â‖_F² = k.
+        shift = 11.0 * (n * k + k * (k + 1)) * _UNIT_ROUNDOFF * k
+        gram[np.diag_indices(k)] += shift
+        factor, passes = _cholesky(gram), 3
+        if factor is None:
+            return None
     factor *= norms[None, :]  # R₁ = R̂ D: the columns' norms back
-    return factor
+    return factor, passes
 
 
 def _solve_in_place(a: np.ndarray, upper: np.ndarray) -> None:
