@@ -649,3 +649,23 @@ def test_reads_of_a_structured_posterior_reuse_their_first_call(
     np.testing.assert_array_equal(fit.sigma_.diagonal(), first[2])
     assert calls == []
     assert clone(fit).get_params() == fit.get_params()
+
+
+def test_the_structured_softmax_fit_sizes_its_bases_and_solves_first():
+    # The in-fit guards use choose_covariance's formulas (never stricter than the choice
+    # made before any work); with a limit below them each names what it would allocate.
+    from vsbayes.approximations import structured_softmax as module
+    from vsbayes.models.softmax import SoftmaxGLMPosterior
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 8)), np.arange(30) % 3
+    model = SoftmaxGLMPosterior(X, y, np.ones(30), 3, prior_var=1.0, intercept_prior_var=1e2)
+    theta = np.zeros(model.dim)
+    data = module._SoftmaxDataTerm(model, model.probabilities(theta)[1])
+    small = vsbayes.config_context(memory_limit=1000.0)
+    with small, pytest.raises(MemoryLimitError, match=r"subspace iteration's 27 × 13 bases"):
+        module._softmax_lowrank_structure(model, data, 2)
+    covariance = module._softmax_lowrank_structure(model, data, 2)[0]
+    small = vsbayes.config_context(memory_limit=1000.0)
+    with small, pytest.raises(MemoryLimitError, match=r"intercept contrasts.*fit_intercept=False"):
+        module._with_exact_intercepts(model, covariance, data, 2)

@@ -229,7 +229,7 @@ class _StructuredSoftmaxSolver(StructuredNewtonSolver):
         rank = choice.rank if choice.structure == "lowrank" else 0
         covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
         if model.fit_intercept:
-            covariance = _with_exact_intercepts(model, covariance, data)
+            covariance = _with_exact_intercepts(model, covariance, data, rank)
             error += "; the intercepts' contrasts exact (K conjugate-gradient solves)"
         return theta, covariance, half_log_det, error, factor
 
@@ -331,7 +331,7 @@ def _block_solve(data: _SoftmaxDataTerm, rhs: np.ndarray, preconditioner, rtol: 
     return solution
 
 
-def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data):
+def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data, rank: int):
     """``covariance`` with the intercepts' contrasts made exact: their K × K covariance
     ``C = Π H⁻¹ Π`` (Π centring the intercepts) by K conjugate-gradient solves, and the
     intercepts' rows and columns transformed by ``T = A + 11ᵀ/K``, ``A = C^½ C̃^{+½}`` (C̃
@@ -348,7 +348,7 @@ def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data)
     k, d = model.n_classes, model.n_features
     p = model.dim
     check_memory(
-        softmax_intercept_bytes(p, model.n_observations, k, covariance.rank),
+        softmax_intercept_bytes(p, model.n_observations, k, rank),  # as choose_covariance's
         f"the exact intercept contrasts of the {covariance.structure} multinomial posterior "
         f"({k} conjugate-gradient solves over its {p} parameters)",
         _STRUCTURE_REMEDY + " Without intercepts (fit_intercept=False, on centred features) "
