@@ -158,7 +158,7 @@ def _first_factor(a: np.ndarray) -> tuple[np.ndarray, int] | None:
     if factor is None:
         n, k = a.shape
         # Fukaya et al.'s shift 11 (n k + k (k + 1)) u ‖Â‖₂², with ‖Â‖₂² ≤ ‖Â‖_F² = k (a
-        # larger shift is as valid up to ‖Â‖₂² / 100 ≥ 1/100: n k² ≲ 10¹⁰).
+        # larger shift is as valid up to ‖Â‖₂² / 100 ≥ 1/100: n k² ≲ 8·10¹²).
         shift = 11.0 * (n * k + k * (k + 1)) * _UNIT_ROUNDOFF * k
         gram[np.diag_indices(k)] += shift
         factor, passes = _cholesky(gram), 3
