@@ -182,3 +182,88 @@ def test_excess_kl_in_log_domain():
         warnings.simplefilter("error")
         assert excess_kl(a, Gaussian([0.0], [[1.0]], log_Z=6000.0)) == math.inf
         assert math.isfinite(excess_kl(a, Gaussian([0.0], [[1.0]], log_Z=-5000.0)))
+
+
+# --- thin QR (CholeskyQR2, Householder fallback) ----------------------------------------------
+
+
+def _matrix_of_condition(rng, n, k, condition):
+    """An n × k matrix with singular values log-spaced from 1 to 1/condition and random
+    singular vectors (column scaling cannot improve it)."""
+    left, _ = np.linalg.qr(rng.standard_normal((n, k)))
+    right, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    return (left * np.logspace(0.0, -np.log10(condition), k)) @ right.T
+
+
+def _householder_calls(monkeypatch):
+    calls = []
+    qr = np.linalg.qr
+    monkeypatch.setattr(np.linalg, "qr", lambda a, *args: calls.append(a.shape) or qr(a, *args))
+    return calls
+
+
+# Round-off of a length-n inner product grows as √n u (u = 1.1e-16): ~6e-15 at n = 3000 for
+# the orthogonality and the reconstruction, either method; 1e-12 leaves a factor ~150.
+_QR_TOL = 1e-12
+
+
+@pytest.mark.parametrize(
+    "case, householder",
+    [
+        ("columns scaled 1 to 1e6", False),  # CholeskyQR2
+        ("condition 1e10", False),  # shifted CholeskyQR3
+        ("condition 1e18", True),
+        ("a zero column", True),
+    ],
+)
+def test_thin_qr_is_orthonormal_and_reconstructs(rng, monkeypatch, case, householder):
+    from vsbayes._linalg import thin_qr
+
+    n, k = 3000, 20
+    if case == "columns scaled 1 to 1e6":  # well conditioned once equilibrated
+        a = rng.standard_normal((n, k)) * np.logspace(0.0, 6.0, k)
+    elif case.startswith("condition"):  # beyond CholeskyQR2's κ ≲ u^{-1/2}
+        a = _matrix_of_condition(rng, n, k, float(case.split()[1]))
+    else:
+        a = rng.standard_normal((n, k))
+        a[:, 3] = 0.0
+    original = a.copy()
+    calls = _householder_calls(monkeypatch)
+    q, r = thin_qr(a)
+    assert (len(calls) == 1) is householder
+    np.testing.assert_array_equal(a, original)  # not overwritten unless asked
+    assert q.shape == (n, k) and r.shape == (k, k)
+    np.testing.assert_array_equal(r, np.triu(r))
+    assert np.all(np.diagonal(r) >= 0.0)
+    assert np.abs(q.T @ q - np.eye(k)).max() < _QR_TOL
+    assert np.abs(q @ r - a).max() < _QR_TOL * np.abs(a).max()
+    if case == "columns scaled 1 to 1e6":  # Householder's, its signs fixed, to round-off
+        q_ref, r_ref = np.linalg.qr(a)
+        signs = np.sign(np.diagonal(r_ref))
+        np.testing.assert_allclose(q, q_ref * signs, rtol=0, atol=_QR_TOL)
+        # R's entries relative to their column's norm (the columns span 1 to 1e6).
+        column_norms = np.linalg.norm(a, axis=0)
+        assert np.abs((r - r_ref * signs[:, None]) / column_norms).max() < _QR_TOL
+
+
+def test_thin_qr_in_place_and_by_blocks_on_any_threads(rng, monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    import vsbayes._linalg as linalg
+
+    a = rng.standard_normal((400, 6))
+    q, r = linalg.thin_qr(a)
+    b = a.copy()
+    q_in_place, r_in_place = linalg.thin_qr(b, overwrite_a=True)
+    assert np.shares_memory(q_in_place, b)
+    np.testing.assert_array_equal(q_in_place, q)
+    np.testing.assert_array_equal(r_in_place, r)
+    # Blocks of 36-row work: 11 blocks, the same bits on one thread or two.
+    monkeypatch.setattr(linalg, "_MIN_BLOCK_WORK", 36 * 36)
+    results = []
+    for threads in (1, 2):
+        with threadpool_limits(threads):
+            results.append(linalg.thin_qr(a))
+    for one, two in zip(*results, strict=True):
+        np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(results[0][0], q, rtol=0, atol=_QR_TOL)

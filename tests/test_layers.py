@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vsbayes"
 LAYERS = {
     "vsbayes._blas": 0,
     "vsbayes._indices": 0,
+    "vsbayes._linalg": 0,
     "vsbayes._memory": 0,
     "vsbayes._random": 0,
     "vsbayes._version": 0,

@@ -606,6 +606,22 @@ def test_a_structured_posterior_is_carried_where_it_fits_and_refused_clearly(
 
 
 @pytest.mark.parametrize("problem", ["binary", "multinomial"])
+def test_the_basis_of_draws_is_sized_before_it_is_formed(problem, fits, multinomial_fits):
+    import pickle
+
+    fit = fits["lowrank"] if problem == "binary" else multinomial_fits["low"]
+    sigma = pickle.loads(pickle.dumps(fit.sigma_))  # nothing kept yet
+    z = np.zeros((1, sigma.shape[0]))
+    # Its two p × r arrays (the factored copy and the kept basis) exceed the limit.
+    with vsbayes.config_context(memory_limit=1.5 * sigma.factor.nbytes):
+        variances = sigma.diagonal()  # (needs no basis)
+        with pytest.raises(MemoryLimitError, match=r"orthonormal basis .* lowrank .*rank="):
+            sigma.sample_normal(z)
+    np.testing.assert_array_equal(variances, fit.sigma_.diagonal())
+    assert np.all(np.isfinite(sigma.sample_normal(z)))
+
+
+@pytest.mark.parametrize("problem", ["binary", "multinomial"])
 def test_reads_of_a_structured_posterior_reuse_their_first_call(
     problem, fits, multinomial_fits, multinomial_data, data, monkeypatch
 ):
@@ -621,8 +637,10 @@ def test_reads_of_a_structured_posterior_reuse_their_first_call(
     sigma = pickle.loads(pickle.dumps(fit.sigma_))  # arrays writable again: not mutated
     factor = sigma.factor.copy()
     calls = []
-    qr = np.linalg.qr
-    monkeypatch.setattr(np.linalg, "qr", lambda a, *args: calls.append(a.shape) or qr(a, *args))
+    qr = vsbayes.gaussian.thin_qr
+    monkeypatch.setattr(
+        vsbayes.gaussian, "thin_qr", lambda a, **kw: calls.append(a.shape) or qr(a, **kw)
+    )
     z = np.random.default_rng(2).standard_normal((3, sigma.shape[0]))
     once = sigma.sample_normal(z), sigma.log_det(), sigma.diagonal()
     n_bases = len(calls)
@@ -645,3 +663,23 @@ def test_reads_of_a_structured_posterior_reuse_their_first_call(
     np.testing.assert_array_equal(fit.sigma_.diagonal(), first[2])
     assert calls == []
     assert clone(fit).get_params() == fit.get_params()
+
+
+def test_the_structured_softmax_fit_sizes_its_bases_and_solves_first():
+    # The in-fit guards use choose_covariance's formulas (never stricter than the choice
+    # made before any work); with a limit below them each names what it would allocate.
+    from vsbayes.approximations import structured_softmax as module
+    from vsbayes.models.softmax import SoftmaxGLMPosterior
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 8)), np.arange(30) % 3
+    model = SoftmaxGLMPosterior(X, y, np.ones(30), 3, prior_var=1.0, intercept_prior_var=1e2)
+    theta = np.zeros(model.dim)
+    data = module._SoftmaxDataTerm(model, model.probabilities(theta)[1])
+    small = vsbayes.config_context(memory_limit=1000.0)
+    with small, pytest.raises(MemoryLimitError, match=r"subspace iteration's 27 × 13 bases"):
+        module._softmax_lowrank_structure(model, data, 2)
+    covariance = module._softmax_lowrank_structure(model, data, 2)[0]
+    small = vsbayes.config_context(memory_limit=1000.0)
+    with small, pytest.raises(MemoryLimitError, match=r"intercept contrasts.*fit_intercept=False"):
+        module._with_exact_intercepts(model, covariance, data, 2)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
+from ._linalg import thin_qr
 from ._memory import block_length, check_memory
 from ._random import as_generator
 from .exceptions import NotPositiveDefiniteError
@@ -473,12 +474,29 @@ class StructuredCovariance:
         root = np.sqrt(self.diagonal_part)
         if self.rank == 0:
             return root, np.zeros((root.size, 0)), np.zeros(0)
-        ortho, upper = np.linalg.qr(self.factor / root[:, None])
+        # δ^{-½}U, factored in place into Q, and the kept basis Q V: two p × r arrays.
+        self._check_basis_memory(2.0 * 8.0 * self.factor.size, f"{root.size} × {self.rank}")
+        ortho, upper = thin_qr(self.factor / root[:, None], overwrite_a=True)
         inner = upper @ self.core @ upper.T
         values, vectors = np.linalg.eigh(0.5 * (inner + inner.T))
         # Σ is positive definite, so 1 + M > 0; round-off only can take it below.
         values = np.maximum(values, -1.0 + 1e-15)
         return root, ortho @ vectors, values
+
+    def _check_basis_memory(self, nbytes: float, shape: str, which: str = "") -> None:
+        """:func:`~vsbayes._memory.check_memory` for an orthonormal basis that the draws
+        and ``log det Σ`` read (computed once and kept beside the factor)."""
+        part = f"{which} part of " if which else ""
+        check_memory(
+            nbytes,
+            f"the {shape} orthonormal basis of the {part}the {self.structure} structured "
+            f"posterior covariance (diagonal plus rank {self.rank}), for its draws and "
+            f"log-determinant",
+            "The marginal variances (sigma_.diagonal()), the rows' latent variances and "
+            "predict_proba do not need it. Refit with a smaller rank "
+            "(vsbayes.config_context(covariance_rank=...), or covariance='diagonal'), or "
+            "raise the memory_limit of vsbayes.config_context.",
+        )
 
     def log_det(self) -> float:
         """``log det Σ`` in O(p r²)."""
@@ -676,8 +694,12 @@ class CentredStructuredCovariance(StructuredCovariance):
         a = self._columns((1.0 / root**2)[None])[0] / math.sqrt(self.n_classes)
         if basis.shape[1] == 0:
             return a, np.zeros((a.size, 0)), np.zeros(0)
+        # δ^{-½}Q and its transposed copy (p × r each), then the columns' sums, their
+        # basis and its rotation (width × r each).
+        nbytes = 8.0 * basis.shape[1] * (2 * root.size + 3 * a.size)
+        self._check_basis_memory(nbytes, f"{a.size} × {basis.shape[1]}", "shift directions'")
         spread = self._columns(np.ascontiguousarray((basis / root[:, None]).T)).T  # Nᵀ δ^{-½} Q
-        ortho, upper = np.linalg.qr(spread / np.sqrt(a)[:, None])
+        ortho, upper = thin_qr(spread / np.sqrt(a)[:, None], overwrite_a=True)
         inner = -(upper * (values / (1.0 + values))) @ upper.T
         mu, rotation = np.linalg.eigh(0.5 * (inner + inner.T))
         return a, ortho @ rotation, np.maximum(mu, -1.0 + 1e-15)

@@ -242,6 +242,22 @@ def softmax_rank(rank: int, n_classes: int, fit_intercept: bool) -> int:
     return rank + (n_classes - 1 if fit_intercept and rank > 0 else 0)
 
 
+def softmax_subspace_bytes(p: int, m: int, k: int, vectors: int) -> float:
+    """Bytes of the multinomial structure's subspace iteration over ``vectors`` vectors:
+    four p-long arrays per vector at once (the basis, the products' whitened copy, the
+    coefficients in the rows' layout and the result) and the rows' M × K latent values
+    (counted six times: the products' temporaries)."""
+    return 8.0 * (4.0 * p + 6.0 * m * k) * vectors
+
+
+def softmax_intercept_bytes(p: int, m: int, k: int, rank: int) -> float:
+    """Bytes of the multinomial structure's exact intercept contrasts: K conjugate-gradient
+    solves at once, about 11 vectors over θ per class with the products' (M, K, K)
+    latents (measured: 10-10.5 p K at 8-50 classes), beside the structure, whose factor
+    gains K columns."""
+    return 8.0 * (11.0 * p * k + m * k * k + p * (rank + 2))
+
+
 def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str):
     """:func:`choose_covariance` of a multinomial posterior (see there)."""
     from .softmax_laplace import MAX_SOFTMAX_PARAMS  # (the module's: tests lower it)
@@ -252,19 +268,15 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
     held = _held_bytes(model.X)
     limit = _memory.memory_limit()
     # Dense: as check_softmax_size (three p × p matrices, the rows' K × K curvatures).
-    # Structured: the subspace iteration's bases (p and M K entries per vector, with the
-    # products' temporaries) and the rows' probabilities, beside the squared rows' copy.
+    # Structured: the subspace iteration's bases and the rows' probabilities, then the
+    # intercepts' solves, beside the squared rows' copy.
     vectors = rank + 1 + _OVERSAMPLES
 
     def structured(rank: int, vectors: int, intercepts: bool = model.fit_intercept) -> float:
-        subspace = 3.0 * (p + 2 * m * k) * vectors + 6.0 * m * k
+        subspace = softmax_subspace_bytes(p, m, k, vectors) + 8.0 * 6.0 * m * k
         if not intercepts:
-            return 8.0 * subspace + 3.0 * held
-        # Then the intercepts' contrasts: K conjugate-gradient solves at once, about 11
-        # vectors over θ per class with the products' (M, K, K) latents, beside the
-        # structure (measured: 10-10.5 p K at 8-50 classes), whose factor gains K columns.
-        intercepts = 11.0 * p * k + m * k * k + p * (rank + 2)
-        return 8.0 * max(subspace, intercepts) + 3.0 * held
+            return subspace + 3.0 * held
+        return max(subspace, softmax_intercept_bytes(p, m, k, rank)) + 3.0 * held
 
     need = {
         "dense": 8.0 * (3.0 * p * p + m * (3 * k * k + 4 * k)) + 2.0 * held,

@@ -50,6 +50,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 
+from .._linalg import thin_qr
+from .._memory import check_memory
 from ..gaussian import CentredStructuredCovariance
 from .newton_laplace import SoftmaxCurvature
 from .structured_laplace import (
@@ -59,9 +61,17 @@ from .structured_laplace import (
     StructuredLaplaceResult,
     StructuredNewtonSolver,
     complement_covariance,
+    softmax_intercept_bytes,
+    softmax_subspace_bytes,
 )
 
 __all__ = ["structured_softmax_laplace"]
+
+_STRUCTURE_REMEDY = (
+    "Use a smaller rank (vsbayes.config_context(covariance_rank=...)) or "
+    "covariance='diagonal', fewer features (feature selection, hashing to fewer columns), "
+    "or raise the memory_limit of vsbayes.config_context."
+)
 
 
 class _SoftmaxDataTerm:
@@ -219,7 +229,7 @@ class _StructuredSoftmaxSolver(StructuredNewtonSolver):
         rank = choice.rank if choice.structure == "lowrank" else 0
         covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
         if model.fit_intercept:
-            covariance = _with_exact_intercepts(model, covariance, data)
+            covariance = _with_exact_intercepts(model, covariance, data, rank)
             error += "; the intercepts' contrasts exact (K conjugate-gradient solves)"
         return theta, covariance, half_log_det, error, factor
 
@@ -228,7 +238,8 @@ def leading_eigenpairs(product, dim: int, count: int, seed: int = 0):
     """The ``count`` leading eigenpairs of a positive semi-definite operator given by its
     products with blocks of vectors (``product(V)`` for V (dim, L)): randomized subspace
     iteration with :data:`_OVERSAMPLES` extra vectors and :data:`_POWER_ITERATIONS`
-    steps, the block re-orthonormalized at each (Halko et al. 2011, Alg. 4.4).
+    steps, the block re-orthonormalized at each (Halko et al. 2011, Alg. 4.4) by
+    :func:`~vsbayes._linalg.thin_qr` (in place: no second dim × width array).
 
     Returns
     -------
@@ -239,9 +250,9 @@ def leading_eigenpairs(product, dim: int, count: int, seed: int = 0):
     """
     width = min(count + _OVERSAMPLES, dim)
     basis = np.random.default_rng(seed).standard_normal((dim, width))
-    basis, _ = np.linalg.qr(basis)
+    basis, _ = thin_qr(basis, overwrite_a=True)
     for _ in range(_POWER_ITERATIONS):
-        basis, _ = np.linalg.qr(product(basis))
+        basis, _ = thin_qr(product(basis), overwrite_a=True)
     image = product(basis)
     inner = basis.T @ image
     values, rotation = np.linalg.eigh(0.5 * (inner + inner.T))
@@ -253,8 +264,16 @@ def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
     """``(covariance, ½ log det H, error, factor)`` of the "lowrank" (rank ≥ 1) or
     "diagonal" (rank 0) structure of the multinomial posterior (module docstring)."""
     p = model.dim
+    count = min(rank + 1, p)
+    width = min(count + _OVERSAMPLES, p)
+    check_memory(
+        softmax_subspace_bytes(p, model.n_observations, model.n_classes, width),
+        f"the subspace iteration's {p} × {width} bases of the "
+        f"{'lowrank' if rank else 'diagonal'} multinomial posterior",
+        _STRUCTURE_REMEDY,
+    )
     column_norms = model.prior_var * data.diagonal()  # diag(GᵀG)
-    values, vectors = leading_eigenpairs(data.gram_product, p, min(rank + 1, p))
+    values, vectors = leading_eigenpairs(data.gram_product, p, count)
     basis, lam = vectors[:, :rank], values[:rank]
     left_out = float(values[rank]) if values.size > rank else 0.0
     # The shift directions n_j (each column's classes summed) are the data term's null
@@ -312,7 +331,7 @@ def _block_solve(data: _SoftmaxDataTerm, rhs: np.ndarray, preconditioner, rtol: 
     return solution
 
 
-def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data):
+def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data, rank: int):
     """``covariance`` with the intercepts' contrasts made exact: their K × K covariance
     ``C = Π H⁻¹ Π`` (Π centring the intercepts) by K conjugate-gradient solves, and the
     intercepts' rows and columns transformed by ``T = A + 11ᵀ/K``, ``A = C^½ C̃^{+½}`` (C̃
@@ -327,9 +346,17 @@ def _with_exact_intercepts(model, covariance: CentredStructuredCovariance, data)
     the leading ones, which the estimated diagonal S gets wrong (20 classes × 200
     features: the intercept contrasts' sds 6–26 % low)."""
     k, d = model.n_classes, model.n_features
+    p = model.dim
+    check_memory(
+        softmax_intercept_bytes(p, model.n_observations, k, rank),  # as choose_covariance's
+        f"the exact intercept contrasts of the {covariance.structure} multinomial posterior "
+        f"({k} conjugate-gradient solves over its {p} parameters)",
+        _STRUCTURE_REMEDY + " Without intercepts (fit_intercept=False, on centred features) "
+        "these solves are not needed.",
+    )
     rows = k * d + np.arange(k)
     centring = np.eye(k) - 1.0 / k
-    rhs = np.zeros((model.dim, k))
+    rhs = np.zeros((p, k))
     rhs[rows] = centring
     # Preconditioned by the structure itself, within its stated factor of H⁻¹ in every
     # direction: 12 iterations against the diagonal's 81 (20 classes × 10,000 features).
