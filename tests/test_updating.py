@@ -738,14 +738,14 @@ def test_a_multinomial_stream_first_row_is_the_direct_update(cls, iris):
     evidence and (Laplace) its mode's diagnostics too: to round-off (measured 2e-16) on
     narrow cavities (the site update's short route) and wider ones (its general pass);
     within the quadrature's error where the factor narrows the cavity much (one pass of
-    the nodes' own moments on a kernel at the tilted mode, on the window's finest rule of
-    2 × 512 nodes, against the own update's fixed point: KL 3e-4) and, EP, on a wide one
-    (the tilted moments against the own update's VS fits: KL 8e-4). Every case starts the
-    window."""
+    the nodes' own moments on a kernel near the tilted density, on the window's finest
+    rule of 2 × 512 nodes, against the own update's fixed point: KL 2e-4) and, EP, on a
+    wide one (the tilted moments against the own update's VS fits: KL 8e-4). Every case
+    starts the window."""
     X, y = iris
     mean, cov = _correlated_prior(15, seed=2)
-    # Bounds on the KL and on log Z's difference (measured 3.1e-4, 9.1e-4; 8.3e-4, 1.9e-3;
-    # on 2 × 2048 nodes the first was 9e-6, 1.4e-4).
+    # Bounds on the KL and on log Z's difference (measured 2.1e-4, 2.1e-3; 7.8e-4, 4.1e-3;
+    # on 2 × 2048 nodes with a Laplace kernel the first was 9e-6, 1.4e-4).
     cases = ((0.3, 0, None), (1.0, 1, None), (3.0, 0, (1e-3, 3e-3)), (3.0, 1, (3e-3, 5e-3)))
     for scale, k, bound in cases:
         prior = (mean, scale * cov)

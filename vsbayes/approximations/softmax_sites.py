@@ -566,13 +566,16 @@ def _few_tilted_sites(
     of its contrasts, as in a sweep) and its cavity (:func:`_direct`). A sweep takes such
     a row's Stein site and goes direct from the next sweep on; here the direct site comes
     in the same call. A new row (its site in ``sites`` = (Λ, η) of zeros: its posterior
-    marginal is its cavity, no kernel near its tilted density) and a row deep in its
-    cavity's tail take the Laplace approximation of their tilted density as the kernel
-    instead (``laplace_kernels(rows, start, cavities)``, the rows' cavities' precisions,
+    marginal is its cavity, no kernel near its tilted density) takes Stein's tilted
+    Gaussian as its kernel where that is proper and not from the tail; it and a row deep
+    in its cavity's tail otherwise take the Laplace approximation of their tilted density
+    (``laplace_kernels(rows, start, cavities)``, the rows' cavities' precisions,
     linear terms and means given → their means, covariances and whether found,
     as :func:`~vsbayes.approximations.softmax_ep.assumed_density_softmax_row` starts its VS
     fits; Newton's method started at the rows' Stein tilted means, where a wide level
-    computed them). No coarse level (many classes: level 0's own nodes).
+    computed them). A revisited row whose site already narrows its wide cavity by more
+    than :data:`_DIRECT` goes direct at once, without the Stein pass. The finest level is
+    :data:`_FEW_ROWS_FINEST`. No coarse level (many classes: level 0's own nodes).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
@@ -658,6 +661,16 @@ def _few_tilted_sites(
                 laplace[rows[tail]] = True
                 narrowed |= fine & tail
             settled = fine & ~narrowed
+            # A new row that goes direct with a proper Stein site (not in the tail) takes
+            # that tilted Gaussian as its kernel, without Newton's iterations to its mode.
+            own = rows[fine & ~tail] if at else rows[fine]
+            own = own[laplace[own] & np.isfinite(start[own]).all(axis=1)]
+            if own.size:
+                at_own = np.searchsorted(rows, own)
+                cov = np.linalg.inv(cav_prec[own] + row_lam[at_own])
+                kernel_mean[own] = start[own]
+                kernel_cov[own] = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+                laplace[own] = False
             take = rows[settled]
             lam[take], eta[take], log_z[take] = row_lam[settled], row_eta[settled], row_z[settled]
             found[take] = done[take] = True
