@@ -663,13 +663,16 @@ def _few_tilted_sites(
             settled = fine & ~narrowed
             # A new row that goes direct with a proper Stein site (not in the tail) takes
             # that tilted Gaussian as its kernel, without Newton's iterations to its mode.
-            own = rows[fine & ~tail] if at else rows[fine]
+            # (A kernel whose covariance round-off left indefinite takes Newton's instead.)
+            own = rows[narrowed & ~tail] if at else rows[narrowed]
             own = own[laplace[own] & np.isfinite(start[own]).all(axis=1)]
             if own.size:
-                at_own = np.searchsorted(rows, own)
-                cov = np.linalg.inv(cav_prec[own] + row_lam[at_own])
-                kernel_mean[own] = start[own]
-                kernel_cov[own] = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+                cov = np.linalg.inv(cav_prec[own] + row_lam[np.searchsorted(rows, own)])
+                cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+                proper = np.isfinite(cov).all(axis=(1, 2))
+                proper[proper] = _row_positive_definite(cov[proper])
+                own, cov = own[proper], cov[proper]
+                kernel_mean[own], kernel_cov[own] = start[own], cov
                 laplace[own] = False
             take = rows[settled]
             lam[take], eta[take], log_z[take] = row_lam[settled], row_eta[settled], row_z[settled]
