@@ -537,16 +537,20 @@ _HALVINGS = 40
 
 
 def _halve_steps(args, g, step, value, slope, short, trial, expansion) -> None:
-    """Armijo's backtracking of the rows ``short``: each takes the first of the steps
-    ``2⁻ᵏ step`` (k = 1, ..., :data:`_HALVINGS`) that rises by at least 10⁻⁴ of its
-    predicted rise, or the last, written into ``trial`` and ``expansion`` (their values,
-    gradients and curvatures) at those rows.
+    """A line search of the rows ``short`` over the halved steps ``2⁻ᵏ step`` (k = 1,
+    ..., :data:`_HALVINGS`): each takes, of those that rise by at least 10⁻⁴ of their
+    predicted rise (Armijo's test), the one of the highest log density, or the last,
+    written into ``trial`` and ``expansion`` (their values, gradients and curvatures) at
+    those rows.
 
     All halvings of all rows are expanded at once, (rows × 40) points of K − 1 dimensions:
     over a wide cavity the Newton step overshoots the tilted mode by orders of magnitude
     (the likelihood nearly linear there, the cavity's precision tiny) and took 10-20
     halvings in turn, each a round of numpy calls on a few points that cost about as much
-    as all of them. The same steps as halving in turn (the first that passes)."""
+    as all of them. Of the passing points, the first (Armijo's backtracking) landed as far
+    beyond the mode again, the next Newton step halved that distance, and a stream's first
+    rows under the vague intercept prior took 11-14 Newton steps; the best of them is
+    within a factor 2 of the step to the mode along the line: 6-10 steps."""
     rows = np.flatnonzero(short)
     scales = 0.5 ** np.arange(1, _HALVINGS + 1)
     points = g[rows, None, :] + scales[None, :, None] * step[rows, None, :]
@@ -557,7 +561,8 @@ def _halve_steps(args, g, step, value, slope, short, trial, expansion) -> None:
     )
     values = values.reshape(n, _HALVINGS)
     rises = values >= value[rows, None] + 1e-4 * scales[None, :] * slope[rows, None]
-    first = np.where(rises.any(axis=1), rises.argmax(axis=1), _HALVINGS - 1)
+    best = np.where(rises, values, -np.inf).argmax(axis=1)
+    first = np.where(rises.any(axis=1), best, _HALVINGS - 1)
     taken = np.arange(n) * _HALVINGS + first
     trial[rows] = points[np.arange(n), first]
     for whole, part in zip(expansion, (values.ravel(), grads, curvatures), strict=True):

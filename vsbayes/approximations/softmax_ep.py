@@ -657,10 +657,11 @@ def softmax_site_updates(
     """One undamped EP update of some rows' sites, all from one posterior: each row's
     cavity (the posterior's marginal of its contrasts ``N(m_i, V_i)`` without its site
     ``(Λ_i, η_i)``), then :func:`softmax_ep`'s site of its tilted density ``F^s × cavity``
-    by the tilted moments on the default rule: its levels for wide cavities, and, for
-    the rows the factor narrows much or whose tilted mass is deep in a wide cavity's tail,
-    the nodes' own moments on the mixture of the cavity and the posterior's marginal (for
-    a new row and a row in the tail, the Laplace approximation of its tilted density:
+    by the tilted moments on the default rule: its levels 0 and 1 for wide cavities, and,
+    for the rows the factor narrows much or whose tilted mass is deep in a wide cavity's
+    tail, the nodes' own moments on the mixture of the cavity and the posterior's marginal
+    (for a new row its Stein tilted Gaussian where proper; else, and for a row in the
+    tail, the Laplace approximation of its tilted density:
     :func:`softmax_mode_site_updates`' Newton in the contrasts), taken at once where a
     sweep takes them from the next sweep on (:func:`_few_tilted_sites`); projected on the
     PSD cone. Not the VS fits, which ``sites="auto"`` takes where the cavities are wide:

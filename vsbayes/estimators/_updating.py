@@ -44,8 +44,9 @@ whatever the stream. The window starts at a stream's first row, the multinomial 
 multinomial row whose cavity is wide (the first rows under a vague prior) takes the
 tilted moments' finer rule levels, and where the factor narrows its cavity much or its
 tilted mass is deep in a wide cavity's tail, the moments of the nodes on the mixture of
-its cavity and a kernel near its tilted density (its posterior marginal, or for a new row
-and a row in the tail the tilted density's Laplace approximation), in the same call. A
+its cavity and a kernel near its tilted density (its posterior marginal; for a new row its
+Stein tilted Gaussian where proper, else, and for a row in the tail, the tilted density's
+Laplace approximation), in the same call. A
 larger batch freezes the window (its sites stay in the posterior) and starts the buffer
 of batches.
 
