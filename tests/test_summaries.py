@@ -291,7 +291,7 @@ def test_ep_loo_refits_its_influential_rows(binary):
 
 
 def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
-    from vsbayes.estimators import _summaries
+    from vsbayes.estimators import _leave_one_out
     from vsbayes.exceptions import EstimationError
 
     X, y, model = binary
@@ -300,7 +300,7 @@ def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     def stalled(*args, **kwargs):
         raise EstimationError("stalled")
 
-    monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
+    monkeypatch.setattr(_leave_one_out, "refit_without_rows", stalled)
     refitted = model.loo(X, y, random_state=0, refit_above=0.3)
     rows = np.flatnonzero(warm.refitted)
     assert rows.size

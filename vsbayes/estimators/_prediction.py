@@ -25,7 +25,7 @@ from .._random import as_generator
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
-from . import _summaries
+from . import _arviz_export, _leave_one_out, _summaries
 from ._dask_input import check_prediction_input, chunkwise_prediction
 
 __all__ = ["PosteriorPrediction"]
@@ -293,7 +293,7 @@ class PosteriorPrediction:
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
         return predictive.sample(n_draws, as_generator(random_state))
 
-    # --- the posterior as people use it (vsbayes.estimators._summaries) -----------------
+    # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 
     def summary(self, level=0.95):
         """The posterior of every coefficient and intercept, one row each.
@@ -452,7 +452,7 @@ class PosteriorPrediction:
             docstring lists them all).
         """
         X = self._in_memory(X, "loo")
-        return _summaries.leave_one_out(
+        return _leave_one_out.leave_one_out(
             self, X, y, sample_weight, n_draws, random_state, refit_above
         )
 
@@ -493,7 +493,7 @@ class PosteriorPrediction:
         """
         if X is not None:
             X = self._in_memory(X, "to_inference_data")
-        return _summaries.to_inference_data(self, X, y, sample_weight, n_draws, random_state)
+        return _arviz_export.to_inference_data(self, X, y, sample_weight, n_draws, random_state)
 
 
 def _covariance(sigma):
