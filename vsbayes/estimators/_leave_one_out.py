@@ -583,14 +583,20 @@ class _PosteriorDraws:
         f = _latent_draws(self.data.X[rows], self.coef, self.intercept)  # (S, K or 1, r)
         index, weights = self.data.index[rows], self.data.weights[rows]
         if self.multinomial:
-            chosen = f[:, index, np.arange(len(index))]
-            log_p = chosen - logsumexp(f, axis=1)
+            # log softmax(f)_y = −log(1 + Σ_{j≠y} exp(f_j − f_y)), to full relative precision
+            # where y is near certain: the difference f_y − logsumexp(f) leaves there only
+            # round-off of f's size (or exactly 0) for a term of size exp(f_j − f_y).
+            columns = np.arange(len(index))
+            f -= f[:, index, columns][:, None, :]
+            f[:, index, columns] = -np.inf
+            log_p = -np.logaddexp(0.0, logsumexp(f, axis=1))
         else:
             f = f[:, 0]
             f *= np.where(index == 1, 1.0, -1.0)
             # To 1e-7 per row (the logistic link's float32 soft part): far below the
-            # sampling error of S draws; the export's values are exact (ArviZ's own
-            # smoothing divides by their spread, which float32 rounds to 0 on easy rows).
+            # sampling error of S draws; the export's values are exact in the log domain
+            # (float32 rounds a near-certain row's to 0 in every draw, and ArviZ's own
+            # smoothing then finds a flat tail).
             log_cdf = self.link.log_cdf if self.exact else self.link.fast_log_cdf
             log_p = log_cdf(f, out=f)
         return np.where(weights > 0, weights * log_p, 0.0)

@@ -460,7 +460,14 @@ class PosteriorPrediction:
         self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
     ):
         """The posterior as ArviZ data (``arviz_base``'s DataTree), for ``az.summary``,
-        ``az.plot_forest``, ``az.loo`` and ``az.compare``.
+        ``az.plot_forest``, leave-one-out and ``az.compare``.
+
+        The draws are the Gaussian approximation's: ArviZ's leave-one-out for them is
+        ``arviz_stats.loo_approximate_posterior(tree, log_p=tree["sample_stats"]["lp"],
+        log_q=tree["sample_stats"]["log_q"])``, which reweights them to the posterior as
+        :meth:`loo` does. ``arviz_stats.loo`` takes them for exact posterior draws, and
+        returns NaN for a row predicted with near certainty (its Pareto fit loses the
+        row's weights, equal to within ~1e-9, to round-off).
 
         Needs the optional extra: ``pip install 'vsbayes[arviz]'``.
 
@@ -484,7 +491,11 @@ class PosteriorPrediction:
         xarray.DataTree
             Group ``posterior`` with ``coef`` (dims ``class``, ``feature``) and
             ``intercept`` (``class``; for two classes the one class ``classes_[1]``;
-            multinomial: centred), and the fit's method, evidence and route as attributes.
+            multinomial: centred), and the fit's method, evidence and route as attributes;
+            with ``X`` and ``y``, ``log_likelihood`` (float64, exact in the log domain),
+            ``observed_data`` and ``sample_stats`` with ``lp`` (``log p(y | θ) + log p(θ)``)
+            and ``log_q`` (the approximation's log density), each up to a constant, per
+            draw (not for a structured, text-scale posterior).
 
         Raises
         ------
