@@ -583,13 +583,16 @@ class _PosteriorDraws:
         f = _latent_draws(self.data.X[rows], self.coef, self.intercept)  # (S, K or 1, r)
         index, weights = self.data.index[rows], self.data.weights[rows]
         if self.multinomial:
-            # log softmax(f)_y = −log(1 + Σ_{j≠y} exp(f_j − f_y)), to full relative precision
-            # where y is near certain: the difference f_y − logsumexp(f) leaves there only
-            # round-off of f's size (or exactly 0) for a term of size exp(f_j − f_y).
+            # log softmax(f)_y = g − log(e^g + r), with g = f_y − m ≤ 0 and r the other
+            # classes' Σ exp(f_j − m) (m the largest f), taken as g − log1p(expm1(g) + r):
+            # exact in relative terms where y is near certain (g = 0, a term of r's size),
+            # where f_y − logsumexp(f) leaves round-off of f's size or exactly 0.
             columns = np.arange(len(index))
-            f -= f[:, index, columns][:, None, :]
-            f[:, index, columns] = -np.inf
-            log_p = -np.logaddexp(0.0, logsumexp(f, axis=1))
+            f -= f.max(axis=1, keepdims=True)
+            gap = f[:, index, columns]
+            np.exp(f, out=f)
+            f[:, index, columns] = 0.0
+            log_p = gap - np.log1p(np.expm1(gap) + f.sum(axis=1))
         else:
             f = f[:, 0]
             f *= np.where(index == 1, 1.0, -1.0)
