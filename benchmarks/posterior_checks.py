@@ -77,7 +77,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vsbayes import EPLogisticRegression, LaplaceLogisticRegression, VSLogisticRegression
 from vsbayes._sums import logsumexp
-from vsbayes.estimators._summaries import _PosteriorDraws, _training_data
+from vsbayes.estimators._leave_one_out import _PosteriorDraws, _training_data
 
 LEVEL = 0.9
 # Draws of each refit reweighted to the exact leave-one-out posterior (the reference's

@@ -291,7 +291,7 @@ def test_ep_loo_refits_its_influential_rows(binary):
 
 
 def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
-    from vsbayes.estimators import _summaries
+    from vsbayes.estimators import _leave_one_out
     from vsbayes.exceptions import EstimationError
 
     X, y, model = binary
@@ -300,7 +300,7 @@ def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     def stalled(*args, **kwargs):
         raise EstimationError("stalled")
 
-    monkeypatch.setattr(_summaries, "refit_without_rows", stalled)
+    monkeypatch.setattr(_leave_one_out, "refit_without_rows", stalled)
     refitted = model.loo(X, y, random_state=0, refit_above=0.3)
     rows = np.flatnonzero(warm.refitted)
     assert rows.size
@@ -479,6 +479,52 @@ def test_inference_data_for_arviz(multinomial):
     ours = model.loo(X, y, random_state=0)
     # ArviZ's PSIS of EP's draws against EP's cavities: MC error of 2000 draws.
     assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_inference_data_near_certain_rows(n_classes):
+    """Rows predicted with near certainty keep exact log-likelihoods, and ArviZ's
+    leave-one-out of the approximation's draws (``lp``, ``log_q``) is finite on them and
+    agrees with ``loo()``."""
+    pytest.importorskip("arviz_base")
+    loo_approximate_posterior = pytest.importorskip("arviz_stats").loo_approximate_posterior
+    # Rows far out on their own class's side, beside data that determine the posterior.
+    X, y = binary_data() if n_classes == 2 else three_class_data()
+    if n_classes == 2:
+        centres, labels = np.array([[1.0, -0.5], [-1.0, 0.5]]), np.array([1, 0])
+    else:
+        centres, labels = np.eye(3)[:, :2] - 0.4, np.arange(3)
+    far = np.repeat(np.arange(len(centres)), 4)
+    X = np.vstack([X, 80.0 * centres[far] / np.linalg.norm(centres[far], axis=1)[:, None]])
+    y = np.concatenate([y, labels[far]])
+    model = LaplaceLogisticRegression().fit(X, y)
+    tree = model.to_inference_data(X, y, n_draws=1000, random_state=0)
+    log_lik = tree["log_likelihood"]["y"].values[0]  # (draws, rows)
+    # Independently: log p(y | θ) = −log1p(Σ_{j≠y} exp(f_j − f_y)) from the exported draws.
+    coef = tree["posterior"]["coef"].values[0]
+    intercept = tree["posterior"]["intercept"].values[0]
+    f = np.einsum("skd,nd->snk", coef, X) + intercept[:, None, :]
+    if n_classes == 2:
+        gaps = -np.where(y == 1, 1.0, -1.0) * f[..., 0]
+        expected = -np.log1p(np.exp(gaps))
+    else:
+        observed = np.arange(3) == y[:, None]  # (rows, classes)
+        gaps = f - f[:, observed][:, :, None]
+        expected = -np.log1p(np.where(observed, 0.0, np.exp(gaps)).sum(axis=2))
+    # Rows whose probability is above 1 − 3e-7 in every draw.
+    nearest = gaps if n_classes == 2 else np.sort(gaps, axis=2)[..., -2]
+    certain = nearest.max(axis=0) < -15.0
+    assert certain.sum() >= 4
+    near = log_lik[:, certain]
+    assert np.all(near < 0.0) and np.all(near > -1e-6)
+    np.testing.assert_allclose(near, expected[:, certain], rtol=1e-10)
+    stats = tree["sample_stats"]
+    theirs = loo_approximate_posterior(
+        tree, log_p=stats["lp"], log_q=stats["log_q"], pointwise=True
+    )
+    assert np.all(np.isfinite(theirs.elpd_i.values)) and np.all(np.isfinite(theirs.pareto_k.values))
+    ours = model.loo(X, y, n_draws=1000, random_state=0)
+    assert abs(float(theirs.elpd) - ours.elpd_loo) < ours.se
 
 
 # --- every estimator ------------------------------------------------------------------------

@@ -5,8 +5,8 @@ registry :data:`METHODS` (method → traits and class per link) are derived from
 """
 
 from ._base import INTERCEPT_PRIOR_VAR, BayesianGLMClassifier
+from ._leave_one_out import LeaveOneOut
 from ._registry import LINKS, Method, methods_of
-from ._summaries import LeaveOneOut
 from .bayesian_monte_carlo import BMCLogisticRegression, BMCProbitRegression
 from .empirical_bayes import EmpiricalBayesClassifier
 from .expectation_propagation import EPLogisticRegression, EPProbitRegression

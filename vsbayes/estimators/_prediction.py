@@ -25,7 +25,7 @@ from .._random import as_generator
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
-from . import _summaries
+from . import _arviz_export, _leave_one_out, _summaries
 from ._dask_input import check_prediction_input, chunkwise_prediction
 
 __all__ = ["PosteriorPrediction"]
@@ -293,7 +293,7 @@ class PosteriorPrediction:
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
         return predictive.sample(n_draws, as_generator(random_state))
 
-    # --- the posterior as people use it (vsbayes.estimators._summaries) -----------------
+    # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 
     def summary(self, level=0.95):
         """The posterior of every coefficient and intercept, one row each.
@@ -452,7 +452,7 @@ class PosteriorPrediction:
             docstring lists them all).
         """
         X = self._in_memory(X, "loo")
-        return _summaries.leave_one_out(
+        return _leave_one_out.leave_one_out(
             self, X, y, sample_weight, n_draws, random_state, refit_above
         )
 
@@ -460,7 +460,14 @@ class PosteriorPrediction:
         self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
     ):
         """The posterior as ArviZ data (``arviz_base``'s DataTree), for ``az.summary``,
-        ``az.plot_forest``, ``az.loo`` and ``az.compare``.
+        ``az.plot_forest``, leave-one-out and ``az.compare``.
+
+        The draws are the Gaussian approximation's: ArviZ's leave-one-out for them is
+        ``arviz_stats.loo_approximate_posterior(tree, log_p=tree["sample_stats"]["lp"],
+        log_q=tree["sample_stats"]["log_q"])``, which reweights them to the posterior as
+        :meth:`loo` does. ``arviz_stats.loo`` takes them for exact posterior draws, and
+        returns NaN for a row predicted with near certainty (its Pareto fit loses the
+        row's weights, equal to within ~1e-9, to round-off).
 
         Needs the optional extra: ``pip install 'vsbayes[arviz]'``.
 
@@ -484,7 +491,11 @@ class PosteriorPrediction:
         xarray.DataTree
             Group ``posterior`` with ``coef`` (dims ``class``, ``feature``) and
             ``intercept`` (``class``; for two classes the one class ``classes_[1]``;
-            multinomial: centred), and the fit's method, evidence and route as attributes.
+            multinomial: centred), and the fit's method, evidence and route as attributes;
+            with ``X`` and ``y``, ``log_likelihood`` (float64, exact in the log domain),
+            ``observed_data`` and ``sample_stats`` with ``lp`` (``log p(y | θ) + log p(θ)``)
+            and ``log_q`` (the approximation's log density), each up to a constant, per
+            draw (not for a structured, text-scale posterior).
 
         Raises
         ------
@@ -493,7 +504,7 @@ class PosteriorPrediction:
         """
         if X is not None:
             X = self._in_memory(X, "to_inference_data")
-        return _summaries.to_inference_data(self, X, y, sample_weight, n_draws, random_state)
+        return _arviz_export.to_inference_data(self, X, y, sample_weight, n_draws, random_state)
 
 
 def _covariance(sigma):

@@ -1,0 +1,118 @@
+"""The ArviZ export of a fitted estimator: its posterior draws, their pointwise
+log-likelihood and the fit's diagnostics as ArviZ's DataTree.
+
+The estimators reach it through
+:meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`.
+
+**Draws of the approximation.** The draws are the Gaussian approximation q's, not the exact
+posterior's. With the training data the export carries, per draw, ``sample_stats.lp``
+(``log p(y | θ) + log p(θ)``, the target up to a constant) and ``sample_stats.log_q`` (q's
+log density), which is what ArviZ's leave-one-out of an approximate posterior needs
+(``arviz_stats.loo_approximate_posterior``; Magnusson et al. 2019): it reweights the draws
+to the posterior, as :func:`~vsbayes.estimators._leave_one_out.leave_one_out`'s PSIS route
+does. ``arviz_stats.loo`` takes the draws for exact posterior draws and smooths ``1 /
+p(y_i | θ)`` alone; on a row predicted with near certainty those weights are equal to
+within ~1e-9 and ArviZ's Pareto fit, which subtracts their exponentials, finds its tail
+flat in float64 and returns NaN for the row (the exported log-likelihoods are exact).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._random import reproducible_generator
+from ..gaussian import StructuredGaussian
+from ..models.links import get_link
+from ._leave_one_out import _log_prior, _PosteriorDraws, _training_data
+from ._summaries import _feature_names, _summary_attrs, check_n_draws
+
+__all__ = ["to_inference_data"]
+
+# --- ArviZ --------------------------------------------------------------------------------
+
+
+def to_inference_data(
+    estimator, X, y, sample_weight, n_draws: int, random_state, feature_names=None
+):
+    """ArviZ's DataTree of a fitted estimator (see
+    :meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`)."""
+    n_draws = check_n_draws(n_draws)
+    try:
+        import arviz_base
+    except ImportError as error:
+        raise ImportError(
+            "to_inference_data needs ArviZ (arviz-base): pip install 'vsbayes[arviz]'."
+        ) from error
+    check_is_fitted(estimator)
+    names = _feature_names(estimator, feature_names)
+    rng = reproducible_generator(random_state)
+    coef, intercept = estimator._predictive().sample(n_draws, rng)
+    raw = coef, intercept
+    multiclass = len(estimator.classes_) > 2
+    classes = [str(c) for c in estimator.classes_]
+    if estimator._is_multinomial():  # the identified (centred) coefficients
+        coef = coef - coef.mean(axis=1, keepdims=True)
+        intercept = intercept - intercept.mean(axis=1, keepdims=True)
+    posterior = {"coef": coef[None], "intercept": intercept[None]}
+    dims = {"coef": ["class", "feature"], "intercept": ["class"]}
+    coords = {"feature": names, "class": classes if multiclass else [classes[1]]}
+    if not estimator.fit_intercept:
+        del posterior["intercept"], dims["intercept"]
+    groups = {"posterior": posterior}
+    attrs = {"inference_library": "vsbayes"}
+    for key, value in _summary_attrs(estimator, 0.95).items():
+        if key == "route" and value is not None:
+            attrs[key] = ", ".join(value)
+        elif isinstance(value, str | bool | float | int):
+            attrs[key] = value
+        elif value is not None and np.size(value) == 1:
+            attrs[key] = np.ravel(value)[0].item()
+    for name, value in getattr(estimator.posteriors_[0], "diagnostics", dict)().items():
+        if isinstance(value, bool | int | float | str | np.generic):
+            attrs[name] = value.item() if isinstance(value, np.generic) else value
+    if X is not None and y is not None:
+        data = _training_data(estimator, X, y, sample_weight)
+        if len(estimator.classes_) > 2 and not estimator._is_multinomial():
+            raise ValueError(
+                "log_likelihood needs a joint model of the labels; a one-vs-rest fit has "
+                "none. Pass X=None, y=None for the posterior alone."
+            )
+        draws = _Draws(estimator, data, coef, intercept)
+        log_likelihood = [draws.row_log_likelihood(rows) for rows in draws.blocks()]
+        log_likelihood = np.concatenate(log_likelihood, axis=1)
+        groups["log_likelihood"] = {"y": log_likelihood[None]}
+        groups["observed_data"] = {"y": np.asarray(y)}
+        densities = _log_densities(estimator, data, *raw, log_likelihood.sum(axis=1))
+        if densities is not None:
+            groups["sample_stats"] = {"lp": densities[0][None], "log_q": densities[1][None]}
+        dims["y"] = ["obs_id"]
+        coords["obs_id"] = np.arange(len(data.weights))
+    tree = arviz_base.from_dict(groups, coords=coords, dims=dims, attrs={"posterior": attrs})
+    return tree
+
+
+def _log_densities(estimator, data, coef, intercept, log_likelihood):
+    """``(lp, log_q)`` at each draw: the target ``log p(y | θ) + log p(θ)`` and the
+    approximation's log density, each up to a constant; None for a structured (text-scale)
+    posterior, whose density would need the dense p × p factor."""
+    (posterior,) = estimator.posteriors_
+    if isinstance(posterior, StructuredGaussian):
+        return None
+    n_draws, n_problems, d = coef.shape
+    # θ in the posterior's layout: [w, b] of the binary problem, [W.ravel(), b] multinomial
+    # (the raw draws: the prior is not invariant to the classes' common shift).
+    theta = np.concatenate([coef.reshape(n_draws, -1), intercept], axis=1)[:, : posterior.dim]
+    log_prior = _log_prior(estimator, data, n_problems, d, posterior.dim)(theta)
+    return log_likelihood + log_prior, posterior.logpdf(theta)
+
+
+class _Draws(_PosteriorDraws):
+    """Given draws of the coefficients: their rows' log-likelihoods (for the export)."""
+
+    exact = True
+
+    def __init__(self, estimator, data, coef, intercept):
+        self.link = get_link(estimator._link)
+        self.data, self.coef, self.intercept = data, coef, intercept
+        self.multinomial = estimator._is_multinomial()
