@@ -137,9 +137,11 @@ class Gaussian:
         d = self.dim
         if cov.shape != (d, d):
             raise ValueError(f"cov must have shape ({d}, {d}) to match mean, got {cov.shape}.")
-        if not np.isfinite(cov).all():
+        # (Both extremes are finite exactly when every entry is: NaN propagates to them.)
+        top, bottom = float(cov.max(initial=0.0)), float(cov.min(initial=0.0))
+        if not (math.isfinite(top) and math.isfinite(bottom)):
             raise ValueError("mean, cov and log_Z must be finite.")
-        largest = max(cov.max(initial=0.0), -cov.min(initial=0.0))
+        largest = max(top, -bottom)
         asymmetry = _symmetrize(cov)
         if asymmetry > 1e-8 * largest:
             raise NotPositiveDefiniteError(
