@@ -57,6 +57,14 @@ def _symmetrize(matrix: np.ndarray, block_entries: int = 2**22) -> float:
     5,000-dimensional covariance is 200 MB, and each whole-matrix temporary as much again."""
     d = matrix.shape[0]
     step = max(1, block_entries // max(d, 1))
+    if d <= step:  # one block (most covariances): the loop's slicing is most of its cost
+        transposed = matrix.T
+        difference = matrix - transposed
+        np.abs(difference, out=difference)
+        average = matrix + transposed
+        average *= 0.5
+        matrix[...] = average  # (exactly symmetric: a + b = b + a)
+        return float(difference.max(initial=0.0))
     asymmetry = 0.0
     for start in range(0, d, step):
         rows = slice(start, min(start + step, d))
@@ -129,9 +137,11 @@ class Gaussian:
         d = self.dim
         if cov.shape != (d, d):
             raise ValueError(f"cov must have shape ({d}, {d}) to match mean, got {cov.shape}.")
-        if not np.isfinite(cov).all():
+        # (Both extremes are finite exactly when every entry is: NaN propagates to them.)
+        top, bottom = float(cov.max(initial=0.0)), float(cov.min(initial=0.0))
+        if not (math.isfinite(top) and math.isfinite(bottom)):
             raise ValueError("mean, cov and log_Z must be finite.")
-        largest = max(cov.max(initial=0.0), -cov.min(initial=0.0))
+        largest = max(top, -bottom)
         asymmetry = _symmetrize(cov)
         if asymmetry > 1e-8 * largest:
             raise NotPositiveDefiniteError(

@@ -324,7 +324,15 @@ class BayesianUpdating:
             a label outside them, a changed number of features, a bad prior or ``decay``.
             The carried posterior is left as it was.
         """
-        self._check_params()
+        # Parameters of immutable scalar types, as they were when last found valid, are not
+        # checked again (a stream's one-row calls, where the checks were ~3 % of a call).
+        # The type is compared too (1 == 1.0 == True); others are checked every call.
+        params = tuple((type(v), v) for v in map(self.__getattribute__, self._constraints))
+        if not all(kind in _SCALAR_TYPES for kind, _ in params):
+            params = None
+        if params is None or params != vars(self).get("_checked_params"):
+            self._check_params()
+            self._checked_params = params
         if self._flat_prior() and self.prior is None:
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
@@ -538,7 +546,8 @@ class BayesianUpdating:
         chosen = window.least_recent(REVISITS)
         signs = np.array([labels[0] for labels, _ in problems])
         link = get_link(self._link)
-        tau, nu = window.tau.copy(), window.nu.copy()
+        revised_tau = np.empty((len(problems), chosen.size))
+        revised_nu = np.empty((len(problems), chosen.size))
         new_sites = np.zeros((2, len(problems)))
         fits = []
         for j, prior in enumerate(carried):
@@ -559,7 +568,7 @@ class BayesianUpdating:
             if not np.isfinite(log_z[0]):
                 return None, None  # the row's own update was not usable: the general fit
             new_sites[:, j] = new_tau[0], new_nu[0]
-            tau[j, chosen], nu[j, chosen] = new_tau[1:], new_nu[1:]
+            revised_tau[j], revised_nu[j] = new_tau[1:], new_nu[1:]
             if rule == "mode":
                 posterior = _row_mode_result(
                     mean, cov, prior, signed, weight, new_sites[:, j], log_z[0], link
@@ -568,8 +577,8 @@ class BayesianUpdating:
                 posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
             fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
         self._report(fits)
-        window = window.revisited(chosen, tau, nu).appended(
-            row, signs, weight, new_sites, int(self.buffer_size)
+        window = window.stepped(
+            chosen, (revised_tau, revised_nu), row, signs, weight, new_sites, int(self.buffer_size)
         )
         return fits, window
 
@@ -626,10 +635,14 @@ class BayesianUpdating:
             return None, None
         fits = [self._row_fit(posterior, WINDOW_ROW_REASON)]
         self._report(fits)
-        window_tau, window_nu = window.tau.copy(), window.nu.copy()
-        window_tau[0, chosen], window_nu[0, chosen] = tau[1:], nu[1:]
-        window = window.revisited(chosen, window_tau, window_nu).appended(
-            row, np.array([label]), weight, (tau[:1], nu[:1]), int(self.buffer_size)
+        window = window.stepped(
+            chosen,
+            (tau[None, 1:], nu[None, 1:]),
+            row,
+            np.array([label]),
+            weight,
+            (tau[:1], nu[:1]),
+            int(self.buffer_size),
         )
         return fits, window
 
@@ -759,6 +772,8 @@ def _plain_batch(estimator, X, y) -> bool:
 
 
 _PLAIN_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+#: Parameter values whose check ``partial_fit`` remembers: immutable, compared by value.
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None), np.float64, np.int64, np.bool_})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -862,24 +877,28 @@ class _SiteWindow:
         order = np.argsort(self.visited, kind="stable")
         return np.sort(order[:count])
 
-    def revisited(self, chosen: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> _SiteWindow:
-        visited = self.visited.copy()
-        visited[chosen] = self.calls + 1
-        return dataclasses.replace(self, tau=tau, nu=nu, visited=visited)
-
-    def appended(self, row, labels, weight: float, site, size: int) -> _SiteWindow:
-        """This window and the new row (its site ``site[0]`` = τ, ``site[1]`` = ν per
-        problem), the oldest dropped beyond ``size`` rows: its site stays in the posterior
-        as it is."""
+    def stepped(self, chosen, revised, row, labels, weight: float, site, size: int) -> _SiteWindow:
+        """This window after a call: the ``chosen`` rows' sites ``revised`` = (τ, ν) (per
+        problem, in ``chosen``'s order), then the new row (its site ``site[0]`` = τ,
+        ``site[1]`` = ν per problem) appended and the oldest dropped beyond ``size`` rows:
+        its site stays in the posterior as it is (revised, if it was chosen). Each array
+        built once (a one-row call's fixed cost is mostly such small steps)."""
         start = max(self.n_rows + 1 - size, 0)
+        calls = self.calls + 1
+        tau = np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1)
+        nu = np.concatenate([self.nu[:, start:], site[1][:, None]], axis=1)
+        visited = np.append(self.visited[start:], calls)
+        kept = chosen >= start  # (a dropped row's revision is in the posterior only)
+        at = chosen[kept] - start
+        tau[:, at], nu[:, at], visited[at] = revised[0][:, kept], revised[1][:, kept], calls
         return _SiteWindow(
             np.concatenate([self.rows[start:], row[None, :]]),
             np.concatenate([self.labels[:, start:], labels[:, None]], axis=1),
             np.append(self.powers[start:], weight),
-            np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1),
-            np.concatenate([self.nu[:, start:], site[1][:, None]], axis=1),
-            np.append(self.visited[start:], self.calls + 1),
-            self.calls + 1,
+            tau,
+            nu,
+            visited,
+            calls,
         )
 
 
@@ -977,9 +996,13 @@ def _softmax_design(rows: np.ndarray, q: np.ndarray, fit_intercept: bool) -> np.
     (:meth:`BlockLatent.of_softmax_row`'s): (m, r, p)."""
     m, d = rows.shape
     k, r = q.shape
-    design = np.einsum("ka,id->iakd", q, rows).reshape(m, r, k * d)
+    # The products written into place (one allocation: a one-row call's fixed cost is
+    # mostly such small steps): A[i, a, (k, j)] = Q[k, a] x_ij, then the intercepts' Qᵀ.
+    design = np.empty((m, r, k * d + (k if fit_intercept else 0)))
+    products = design[:, :, : k * d].reshape(m, r, k, d)  # (a view: the last axis split)
+    np.multiply(q.T[None, :, :, None], rows[:, None, None, :], out=products)
     if fit_intercept:
-        design = np.concatenate([design, np.broadcast_to(q.T, (m, r, k))], axis=2)
+        design[:, :, k * d :] = q.T
     return design
 
 
