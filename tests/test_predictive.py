@@ -483,3 +483,68 @@ def test_prediction_follows_the_blas_thread_limit():
         coef, intercept, sigma = random_posterior(rng, 1, 4)
         est = posterior_estimator(vsbayes.VSProbitRegression, coef, intercept, sigma)
         assert est._predictive().latent(rng.normal(size=(10, 4))).threads == 1
+
+
+@pytest.fixture(scope="module")
+def small_fits():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 3))
+    binary = vsbayes.LaplaceLogisticRegression().fit(X, (X[:, 0] > 0).astype(int))
+    three = vsbayes.LaplaceLogisticRegression().fit(X, np.digitize(X[:, 1], [-0.4, 0.4]))
+    return X[:10], [binary, three]
+
+
+def small_reads(est, X):
+    """Every read of a fitted posterior, small, with fixed seeds."""
+    return {
+        "predict_proba": est.predict_proba(X),
+        "predict_log_proba": est.predict_log_proba(X),
+        "decision_function": est.decision_function(X),
+        "latent_mean_and_variance": est.latent_mean_and_variance(X),
+        "sample_coef": est.sample_coef(3, random_state=0),
+        "thompson_sample": tuple(est.thompson_sample(X, 2, random_state=0)),
+        "predict_proba_interval": est.predict_proba_interval(X, n_draws=64, random_state=0),
+        "sample_proba": est.sample_proba(X, 5, random_state=0),
+        "sample_y": est.sample_y(X, 5, random_state=0),
+        "summary": np.asarray(est.summary()[["mean", "sd"]]),
+    }
+
+
+def test_small_reads_run_on_one_blas_thread(small_fits, monkeypatch):
+    # Out of a fit, a small read runs on one BLAS thread (a second one stalls its
+    # factorizations under load), with the same bits; a large one keeps BLAS's threads.
+    from vsbayes import _blas
+    from vsbayes.estimators import _prediction, _summaries
+
+    X, fits = small_fits
+    with threadpool_limits(2, user_api="blas"):
+        if blas_thread_count() < 2:
+            pytest.skip("BLAS runs one thread here")
+        seen = []
+
+        def spy(function):
+            def wrapper(*args, **kwargs):
+                seen.append(blas_thread_count())
+                return function(*args, **kwargs)
+
+            return wrapper
+
+        monkeypatch.setattr(_prediction, "fitted_predictive", spy(_prediction.fitted_predictive))
+        monkeypatch.setattr(_summaries, "coefficient_table", spy(_summaries.coefficient_table))
+        small = _blas.SMALL_WORK
+        for est in fits:
+            monkeypatch.setattr(_blas, "SMALL_WORK", small)
+            seen.clear()
+            with_policy = small_reads(est, X)
+            assert len(seen) >= len(with_policy) and set(seen) == {1}
+            monkeypatch.setattr(_blas, "SMALL_WORK", 0.0)  # every read "large"
+            seen.clear()
+            without = small_reads(est, X)
+            assert len(seen) >= len(without) and set(seen) == {2}
+            for name, value in with_policy.items():
+                if isinstance(value, tuple):
+                    pairs = zip(value, without[name], strict=True)
+                else:
+                    pairs = [(value, without[name])]
+                for a, b in pairs:
+                    assert np.array_equal(a, b), name

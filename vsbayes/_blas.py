@@ -32,10 +32,12 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 __all__ = [
+    "SMALL_WORK",
     "blas_thread_count",
     "block_slices",
     "map_blocks",
     "one_blas_thread",
+    "one_blas_thread_below",
     "single_blas_thread",
     "sum_blocks",
     "worker_threads",
@@ -132,6 +134,40 @@ def one_blas_thread(func: Callable[..., R]) -> Callable[..., R]:
             return func(*args, **kwargs)
 
     return wrapper
+
+
+#: Multiply-adds below which :func:`one_blas_thread_below` runs a call on one BLAS thread:
+#: the work that :func:`block_slices` deems worth a thread's hand-off (about 1 to 2 ms on one
+#: thread of the 2-core machine the docstring's figures come from).
+SMALL_WORK = 2.0**22
+
+
+def one_blas_thread_below(
+    work: Callable[..., float],
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorator: run the function inside :func:`single_blas_thread` when
+    ``work(*args, **kwargs)``, its estimated multiply-adds, is below :data:`SMALL_WORK`;
+    otherwise at BLAS's threads as they are.
+
+    ``work`` takes the function's own arguments. Where it raises (arguments the function
+    itself will refuse), the call runs on one thread and the function raises its own error.
+    """
+
+    def decorate(func: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            try:
+                small = work(*args, **kwargs) < SMALL_WORK
+            except Exception:  # invalid arguments: the function's own error says what
+                small = True
+            if not small:
+                return func(*args, **kwargs)
+            with single_blas_thread():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def worker_threads() -> int:

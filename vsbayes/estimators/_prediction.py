@@ -5,11 +5,16 @@ posterior(s) these methods read (``coef_``, ``intercept_``, ``sigma_``, ``classe
 methods validate X and ask the fitted predictive
 (:func:`~vsbayes.models.fitted_predictive.fitted_predictive`: binary, one-vs-rest or
 multinomial, one interface); a dask X is mapped over its row chunks.
+
+Every read runs under :func:`~vsbayes._blas.one_blas_thread_below` with the estimate of its
+work :func:`read_work`: on one BLAS thread when it is small (a few rows, a few draws, a
+summary), where a second BLAS thread stalls the factorizations and solves under load.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 
 import numpy as np
@@ -21,6 +26,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from .._blas import one_blas_thread_below
 from .._random import as_generator
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
@@ -28,7 +34,36 @@ from ..models.fitted_predictive import FittedPredictive, fitted_predictive
 from . import _arviz_export, _leave_one_out, _summaries
 from ._dask_input import check_prediction_input, chunkwise_prediction
 
-__all__ = ["PosteriorPrediction"]
+__all__ = ["PosteriorPrediction", "read_work", "row_count"]
+
+
+def read_work(estimator, n_rows: float = 0, n_draws: float = 0) -> float:
+    """Multiply-adds of a read of the fitted posterior, an upper estimate for
+    :func:`~vsbayes._blas.one_blas_thread_below`: factoring the covariance(s), each row's
+    latent moments, each coefficient draw, and each draw's scores at the rows (0 before
+    ``fit``: the method raises its NotFittedError)."""
+    sigma = getattr(estimator, "sigma_", None)
+    if sigma is None:
+        return 0.0
+    if isinstance(sigma, StructuredCovariance):
+        p, rank = sigma.factor.shape
+        setup, per_row = p * rank * rank + rank**3, p * (rank + 1)
+    else:
+        size = sigma.shape[-1]
+        n_covariances = sigma.shape[0] if sigma.ndim == 3 else 1
+        setup, per_row = n_covariances * size**3 / 3, n_covariances * size**2
+    n_params = math.prod(estimator.coef_.shape) + np.size(estimator.intercept_)
+    return setup + (n_rows + n_draws) * per_row + n_rows * n_draws * n_params
+
+
+def row_count(X) -> int:
+    """Rows of X before validation (an array's, a sparse matrix's, a frame's, a list's)."""
+    shape = getattr(X, "shape", None)
+    return int(shape[0]) if shape is not None else len(X)
+
+
+# The reads' BLAS policy, by the work their arguments ask for.
+_rows_read = one_blas_thread_below(lambda self, X: read_work(self, row_count(X)))
 
 
 def _dask_chunkwise(shape):
@@ -80,9 +115,24 @@ def _label_shape(estimator):
     return None, estimator.classes_.dtype
 
 
+def _draws_work(self, X, n_draws=1000, *, random_state=None) -> float:
+    return read_work(self, row_count(X), n_draws)
+
+
+def _interval_work(self, X, level=0.95, *, n_draws=4096, random_state=None) -> float:
+    n_rows, n_classes = row_count(X), len(self.classes_)
+    latent_draws = 0 if n_classes == 2 else n_rows * n_draws * n_classes**2
+    return read_work(self, n_rows) + latent_draws
+
+
+def _export_work(self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None):
+    return read_work(self, 0 if X is None else row_count(X), n_draws)
+
+
 class PosteriorPrediction:
     """The prediction methods of the Bayesian GLM classifiers (see the module docstring)."""
 
+    @_rows_read
     def latent_mean_and_variance(self, X):
         """Posterior mean and variance of the latent value ``f = x·w + b`` at each row of X.
 
@@ -162,6 +212,7 @@ class PosteriorPrediction:
         return X
 
     @_dask_chunkwise(_per_class)
+    @_rows_read
     def predict_log_proba(self, X):
         """Log of :meth:`predict_proba`, computed in the log domain.
 
@@ -180,6 +231,7 @@ class PosteriorPrediction:
         return log_proba.astype(_output_dtype(self), copy=False)
 
     @_dask_chunkwise(_per_class)
+    @_rows_read
     def predict_proba(self, X):
         """Posterior predictive class probabilities.
 
@@ -215,6 +267,7 @@ class PosteriorPrediction:
         return proba.astype(_output_dtype(self), copy=False)
 
     @_dask_chunkwise(_decision_shape)
+    @_rows_read
     def decision_function(self, X):
         """Logit of the predictive probability of each one-vs-rest problem.
 
@@ -273,6 +326,7 @@ class PosteriorPrediction:
         index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
         return self.classes_[index]
 
+    @one_blas_thread_below(lambda self, n_draws, random_state=None: read_work(self, 0, n_draws))
     def sample_coef(self, n_draws: int, random_state=None):
         """Draw coefficients and intercepts from the (Gaussian) posterior.
 
@@ -295,6 +349,7 @@ class PosteriorPrediction:
 
     # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 
+    @one_blas_thread_below(lambda self, level=0.95: read_work(self))
     def summary(self, level=0.95):
         """The posterior of every coefficient and intercept, one row each.
 
@@ -328,6 +383,7 @@ class PosteriorPrediction:
         check_is_fitted(self)
         return _summaries.coefficient_table(self, level)
 
+    @one_blas_thread_below(_interval_work)
     def predict_proba_interval(self, X, level=0.95, *, n_draws=4096, random_state=None):
         """Equal-tailed credible interval of each row's class probabilities.
 
@@ -362,6 +418,7 @@ class PosteriorPrediction:
         bounds = _summaries.proba_interval(self, X, level, n_draws, random_state)
         return tuple(bound.astype(dtype, copy=False) for bound in bounds)
 
+    @one_blas_thread_below(_draws_work)
     def sample_proba(self, X, n_draws=1000, *, random_state=None):
         """Class probabilities of X under draws of the coefficients from the posterior.
 
@@ -383,6 +440,7 @@ class PosteriorPrediction:
         draws = _summaries.sample_proba(self, X, n_draws, random_state)
         return draws.astype(_output_dtype(self), copy=False)  # predict_proba's
 
+    @one_blas_thread_below(_draws_work)
     def sample_y(self, X, n_draws=1000, *, random_state=None):
         """Labels of X drawn from the posterior predictive distribution.
 
@@ -456,6 +514,7 @@ class PosteriorPrediction:
             self, X, y, sample_weight, n_draws, random_state, refit_above
         )
 
+    @one_blas_thread_below(_export_work)
     def to_inference_data(
         self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
     ):

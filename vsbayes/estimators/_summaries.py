@@ -336,21 +336,24 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     upper = np.empty_like(lower)
     latent = predictive.latent(X)
     multinomial = estimator._is_multinomial()
-    rows_per_block = block_length(8.0 * 3 * n_draws * n_classes)
-    for chunk in latent.chunks:
-        for start in range(chunk.start, chunk.stop, rows_per_block):
-            rows = slice(start, min(start + rows_per_block, chunk.stop))
-            mean, second = latent(rows)
-            draws = rng.standard_normal((n_draws, mean.shape[0], n_classes))
-            if multinomial:  # one joint Gaussian of the K latent values per row
-                factor = _psd_root(second)  # (r, K, K)
-                f = mean + np.einsum("rab,srb->sra", factor, draws)
-                proba = np.exp(log_softmax(f, axis=2))
-            else:  # independent problems, probabilities normalized
-                f = mean + np.sqrt(second) * draws
-                proba = np.exp(predictive.link.log_cdf(f))
-                proba /= proba.sum(axis=2, keepdims=True)
-            lower[rows], upper[rows] = np.quantile(proba, tails, axis=0)
+    # Blocks of rows set by the memory alone, not the latent's chunks (which follow the BLAS
+    # threads): each row gets the same draws whatever the threads. Per row: the draws'
+    # temporaries, and at most a K² · p product of the latent moments.
+    width = estimator.coef_.shape[1] + 1
+    rows_per_block = block_length(8.0 * (3 * n_draws * n_classes + n_classes**2 * width))
+    for start in range(0, X.shape[0], rows_per_block):
+        rows = slice(start, min(start + rows_per_block, X.shape[0]))
+        mean, second = latent(rows)
+        draws = rng.standard_normal((n_draws, mean.shape[0], n_classes))
+        if multinomial:  # one joint Gaussian of the K latent values per row
+            factor = _psd_root(second)  # (r, K, K)
+            f = mean + np.einsum("rab,srb->sra", factor, draws)
+            proba = np.exp(log_softmax(f, axis=2))
+        else:  # independent problems, probabilities normalized
+            f = mean + np.sqrt(second) * draws
+            proba = np.exp(predictive.link.log_cdf(f))
+            proba /= proba.sum(axis=2, keepdims=True)
+        lower[rows], upper[rows] = np.quantile(proba, tails, axis=0)
     return lower, upper
 
 

@@ -113,7 +113,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._blas import one_blas_thread
+from .._blas import one_blas_thread, one_blas_thread_below
 from .._memory import check_memory, format_bytes
 from .._random import as_generator
 from ..approximations.expectation_propagation import EPResult, assumed_density_row
@@ -144,6 +144,7 @@ from ..models.shrinkage_priors import SHRINKAGE_PRIORS
 from ..models.softmax_predictive import centred_basis
 from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
 from ._methods import SOFTMAX_EP_MIN_TOL, MethodFit
+from ._prediction import read_work, row_count
 
 __all__ = [
     "ONE_ROW_REASON",
@@ -713,6 +714,9 @@ class BayesianUpdating:
 
     # --- Thompson sampling -------------------------------------------------------------
 
+    @one_blas_thread_below(
+        lambda self, X, n_draws=1, random_state=None: read_work(self, row_count(X), n_draws)
+    )
     def thompson_sample(self, X, n_draws: int = 1, random_state=None) -> ThompsonDraws:
         """Draw coefficients from the posterior and score candidate rows with them, in one
         call (Thompson sampling: act on the draw's best row or class).
