@@ -342,11 +342,8 @@ class BayesianUpdating:
                 "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
             )
         first = not hasattr(self, "posteriors_")
-        if (
-            not first
-            and self.decay == 1
-            and self.prior is not vars(self).get("_fitted_prior", self.prior)
-        ):
+        fitted_prior = vars(self).get("_fitted_prior", self.prior)
+        if not first and self.decay == 1 and not _same_prior(self.prior, fitted_prior):
             raise ValueError(
                 "prior was changed (set_params or assignment) after the posterior was fitted: "
                 "partial_fit continues from the earlier batches' posterior and reads prior "
@@ -774,6 +771,23 @@ class BayesianUpdating:
         if scores.shape[-1] == 1:
             scores = scores[..., 0]
         return ThompsonDraws(scores, coef, intercept)
+
+
+def _same_prior(given, fitted) -> bool:
+    """Whether ``prior`` is the one of the last fit: the same object, or equal values (a
+    tuple of the same arrays given again)."""
+    if given is fitted:
+        return True
+    if type(given) is not type(fitted):
+        return False
+    if isinstance(given, tuple | list):
+        return len(given) == len(fitted) and all(map(_same_prior, given, fitted))
+    if isinstance(given, np.ndarray):
+        return given.shape == fitted.shape and np.array_equal(given, fitted)
+    try:
+        return bool(given == fitted)
+    except (TypeError, ValueError):  # (an array's elementwise ==)
+        return False
 
 
 def _plain_batch(estimator, X, y) -> bool:
