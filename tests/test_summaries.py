@@ -7,9 +7,10 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from scipy.special import logsumexp
+from scipy.special import expit, logsumexp
 from scipy.stats import norm
 
+from vsbayes import config_context
 from vsbayes.estimators import (
     INTERCEPT_PRIOR_VAR,
     EPLogisticRegression,
@@ -552,3 +553,29 @@ def test_every_estimator_summarizes_and_predicts_intervals(estimator_class):
         lower, upper = model.predict_proba_interval(X[:3], n_draws=200, random_state=0)
         assert lower.shape == (3, len(model.classes_)) and np.all(lower <= upper)
         assert model.sample_proba(X[:3], 2, random_state=0).shape == (2, 3, len(model.classes_))
+
+
+@pytest.mark.filterwarnings("ignore:EPLogisticRegression. with:UserWarning")  # (structured)
+def test_unreliable_psis_names_a_remedy_that_applies():
+    """Leave-one-out by importance sampling that warns names what gives its terms without
+    it: EP's cavities, but not to an EP estimator (it told EPLogisticRegression to use
+    EPLogisticRegression): a stream's are refitted by fit, and a structured posterior has
+    no sites at all (held-out rows instead)."""
+    rng = np.random.default_rng(0)
+    X = sp.random(80, 300, density=0.03, format="csr", random_state=1)
+    X.data = rng.exponential(1.0, X.nnz)
+    truth = np.zeros(300)
+    truth[:20] = rng.normal(0, 3, 20)
+    y = (rng.random(80) < expit(X @ truth)).astype(int)
+    with config_context(covariance="dual"):
+        structured = EPLogisticRegression().fit(X, y)
+    with pytest.warns(PSISWarning, match=r"structured .*cross_val_score") as record:
+        structured.loo(X, y, n_draws=200, random_state=0)
+    X = rng.standard_normal((40, 6))
+    y = (X[:, 0] + 0.2 * rng.standard_normal(40) > 0).astype(int)
+    stream = EPLogisticRegression(C=100.0)
+    for start in range(0, 40, 10):
+        stream.partial_fit(X[start : start + 10], y[start : start + 10], classes=[0, 1])
+    with pytest.warns(PSISWarning, match=r"Fit EPLogisticRegression on these rows") as more:
+        stream.loo(X, y, random_state=0)
+    assert not any("Use EPLogisticRegression" in str(w.message) for w in [*record, *more])

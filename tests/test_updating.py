@@ -501,6 +501,63 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     model.partial_fit(X[50:51], y[50:51])  # one row, one class: fine under the prior
 
 
+def test_a_prior_changed_mid_stream_is_refused_where_it_would_be_ignored():
+    """After the first batch, partial_fit continues from the posterior and reads prior only
+    as what forgetting nears: a prior set (or an invalid one) mid-stream under decay=1
+    would be ignored, so it is refused; set back, the stream continues."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    given = (np.zeros(4), np.full(4, 2.0))
+    model = vb.EPLogisticRegression(prior=given)
+    for i in range(3):
+        model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1])
+    for prior in ("nonsense", (np.zeros(7), np.ones(7)), None):
+        model.set_params(prior=prior)
+        with pytest.raises(ValueError, match=r"prior was changed .* would be ignored"):
+            model.partial_fit(X[3:4], y[3:4])
+    model.set_params(prior=tuple(np.array(a) for a in given))  # the same values: fine
+    model.partial_fit(X[3:4], y[3:4])
+    model.set_params(prior=(np.zeros(7), np.ones(7)), decay=0.9)  # read: checked
+    with pytest.raises(ValueError, match="prior has 7 parameters"):
+        model.partial_fit(X[4:5], y[4:5])
+
+
+@pytest.mark.parametrize("cls", [vb.EPLogisticRegression, vb.LaplaceLogisticRegression])
+def test_a_batch_of_zero_weight_leaves_the_stream_as_it_was(cls):
+    """A batch whose weights (sample_weight × class_weight) are all zero has likelihood 1:
+    the posterior, window and evidence stay as they were (a one-row EP call failed inside
+    its site update before); a stream cannot start with one."""
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match=r"first batch's weights .* all zero"):
+        cls().partial_fit(X[:2], y[:2], classes=[0, 1], sample_weight=[0.0, 0.0])
+    model = cls(class_weight={0: 0.0, 1: 1.0})
+    for i in (1, 0, 3):  # (a first row of class 1: of weight 1)
+        model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1])
+    kept = model.posteriors_[0], model._stream_buffer, model.log_marginal_likelihood_value_
+    model.partial_fit(X[5:6], y[5:6])  # class 0: weight 0
+    model.partial_fit(X[2:5], y[2:5], sample_weight=[0.0, 0.0, 0.0])
+    assert (model.posteriors_[0], model._stream_buffer) == kept[:2]
+    assert model.log_marginal_likelihood_value_ == kept[2]
+
+
+def test_a_forced_structure_that_a_fit_does_not_take_is_refused():
+    """vsbayes.config_context(covariance=...) forcing a structured covariance on a fit that
+    keeps the dense one (multinomial under a prior or streamed, one-vs-rest of more than
+    two classes) is refused, naming the one-vs-rest estimator that takes it."""
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(12, 3)), np.arange(12) % 3
+    refused = r"asks for a structured covariance, which .* does not take"
+    with vb.config_context(covariance="lowrank"):
+        with pytest.raises(ValueError, match=refused + r".*OneVsRestClassifier"):
+            vb.EPLogisticRegression().partial_fit(X[:1], y[:1], classes=[0, 1, 2])
+        with pytest.raises(ValueError, match=refused + r".*OneVsRestClassifier"):
+            vb.LaplaceLogisticRegression(prior=(np.zeros(12), np.ones(12))).fit(X, y)
+        with pytest.raises(ValueError, match=refused + r".*OneVsRestClassifier"):
+            vb.LaplaceProbitRegression().fit(X, y)
+        assert vb.LaplaceLogisticRegression().fit(X, y).covariance_structure_ == "lowrank"
+
+
 def test_decay_forgets_a_drifted_past(cancer):
     """After the labels flip, a forgetting stream follows the new relation."""
     X, y = cancer

@@ -64,7 +64,7 @@ from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
-from ._updating import BayesianUpdating, problem_model
+from ._updating import BayesianUpdating, problem_model, refuse_forced_structure
 
 __all__ = [
     "DEFAULT_SEED",
@@ -586,7 +586,9 @@ class BayesianGLMClassifier(
 
     #: The one check of sample and class weights, shared with partial_fit
     #: (estimators/_updating.py).
-    _checked_sample_weight = staticmethod(lambda weights, n: _validate_sample_weight(weights, n))
+    _checked_sample_weight = staticmethod(
+        lambda weights, n, allow_zero=False: _validate_sample_weight(weights, n, allow_zero)
+    )
     _checked_class_weights = staticmethod(
         lambda per_class, given: _checked_class_weights(per_class, given)
     )
@@ -759,6 +761,11 @@ class BayesianGLMClassifier(
                         # The covariance's structure, from the problem's size and the memory
                         # limit, before the first Newton step (it refuses what none fits).
                         choice = choose_covariance(model, type(self).__name__)
+                    if choice is _DENSE:  # no structure was chosen: none is taken here
+                        refuse_forced_structure(
+                            type(self).__name__,
+                            *_why_dense(chunked, prior, n_classes, binary),
+                        )
                     structured = choice.structure != "dense"
                     if structured:
                         fit = self._structured_fit(method, model, choice, start)
@@ -940,6 +947,7 @@ class BayesianGLMClassifier(
         self.covariance_reason_ = reasons[0] if binary else reasons
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
+        self._fitted_prior = self.prior  # (partial_fit refuses a later change it would ignore)
         if method.falls_back:
             self.laplace_fallback_ = np.array([f.fell_back for f in fits])
         if method.records_strategy:
@@ -992,8 +1000,37 @@ class BayesianGLMClassifier(
 _DENSE = CovarianceChoice("dense", "")
 
 
-def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
-    """One finite, non-negative float64 weight per row, not all zero (``None`` → ones).
+def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tuple[str, str]:
+    """``(what, remedy)`` of a fit that keeps the dense covariance (see
+    :meth:`BayesianGLMClassifier._fit_problem`), for :func:`refuse_forced_structure`."""
+    if chunked:
+        return "fit over dask chunks", "Fit rows in memory to take it."
+    if prior is not None and n_classes is not None:
+        return (
+            "multinomial fit under a prior (prior=, or partial_fit's carried posterior)",
+            "Fit all the rows with fit and no prior=, or stream one-vs-rest binary "
+            "posteriors (sklearn.multiclass.OneVsRestClassifier(...).partial_fit), which take it.",
+        )
+    if prior is not None:
+        return (
+            "fit under a prior with correlated coefficients (a full covariance matrix)",
+            "Give the prior as (mean, variances) to take it.",
+        )
+    if n_classes is None and not binary:
+        return (
+            "one-vs-rest fit of more than two classes",
+            "Fit sklearn.multiclass.OneVsRestClassifier(estimator), whose binary fits take it.",
+        )
+    return (
+        "fit under a shrinkage prior (penalty='l1' or 'elasticnet', or a Laplace, Student-t "
+        "or horseshoe prior)",
+        "Use the Gaussian prior (penalty='l2') to take it.",
+    )
+
+
+def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = False) -> np.ndarray:
+    """One finite, non-negative float64 weight per row, not all zero unless
+    ``allow_zero`` (``None`` → ones).
 
     scikit-learn has no public check for this: its ``_check_sample_weight`` is private and
     changed across the versions we support (keywords in 1.6; all-zero weights pass on 1.6,
@@ -1012,7 +1049,7 @@ def _validate_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
             f"shape ({n_samples},)."
         )
     check_non_negative(weights, "sample_weight")
-    if not np.any(weights > 0):
+    if not (allow_zero or np.any(weights > 0)):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return weights
 

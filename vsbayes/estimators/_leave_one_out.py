@@ -43,7 +43,7 @@ from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
-from ..gaussian import StructuredCovariance
+from ..gaussian import StructuredCovariance, StructuredGaussian
 from ..models.glm import BinaryGLMPosterior
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
@@ -200,6 +200,21 @@ def _training_data(estimator, X, y, sample_weight) -> _Training:
 
 
 @one_blas_thread  # as the fits: a second BLAS thread stalls the small products under load
+def _psis_remedy(estimator) -> str:
+    """What gives leave-one-out terms without importance sampling, for an estimator whose
+    terms came from it: EP's cavities, where EP can keep a site per row."""
+    if isinstance(estimator.posteriors_[0], StructuredGaussian):
+        return (
+            "A structured (text-scale) posterior keeps no per-row sites, EP's neither: "
+            "score held-out rows instead (sklearn.model_selection.cross_val_score with "
+            "scoring='neg_log_loss')."
+        )
+    ep = "EPProbitRegression" if estimator._link == "probit" else "EPLogisticRegression"
+    if type(estimator).__name__ == ep:  # no sites of these rows: a stream's, or other rows
+        return f"Fit {ep} on these rows (fit, not partial_fit): its cavities give the terms."
+    return f"Use {ep}, whose leave-one-out comes from its cavities."
+
+
 def leave_one_out(
     estimator, X, y, sample_weight, n_draws: int, random_state, refit_above="auto"
 ) -> LeaveOneOut:
@@ -260,8 +275,7 @@ def leave_one_out(
                 f"The Gaussian approximation of {type(estimator).__name__} is too far from "
                 f"the posterior for importance sampling to correct it (Pareto k̂ = "
                 f"{draws.posterior_pareto_k:.2f} > {PARETO_K_THRESHOLD}): every "
-                f"leave-one-out term is unreliable. Use EPLogisticRegression, whose "
-                f"leave-one-out comes from its cavities.",
+                f"leave-one-out term is unreliable. {_psis_remedy(estimator)}",
                 PSISWarning,
             )
         elif bad.size:
@@ -269,8 +283,8 @@ def leave_one_out(
             warn(
                 f"{bad.size} of {len(pareto_k)} leave-one-out terms have a Pareto k̂ above "
                 f"{PARETO_K_THRESHOLD} (rows {shown}): their importance-sampling estimates "
-                f"are unreliable. Refit without those rows for exact terms, or use "
-                f"EPLogisticRegression, whose leave-one-out needs no importance sampling.",
+                f"are unreliable. Refit without those rows for exact terms. "
+                f"{_psis_remedy(estimator)}",
                 PSISWarning,
             )
     n = len(pointwise)

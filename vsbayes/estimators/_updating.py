@@ -114,7 +114,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._blas import one_blas_thread, one_blas_thread_below
-from .._memory import check_memory, format_bytes
+from .._memory import check_memory, format_bytes, get_config
 from .._random import as_generator
 from ..approximations.expectation_propagation import EPResult, assumed_density_row
 from ..approximations.newton_laplace import (
@@ -311,7 +311,8 @@ class BayesianUpdating:
             Every class of the stream: required at the first call, and if given later, the
             same ones.
         sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights (likelihood exponents).
+            Non-negative weights (likelihood exponents). A later batch whose weights (times
+            ``class_weight``) are all zero changes nothing.
 
         Returns
         -------
@@ -322,8 +323,10 @@ class BayesianUpdating:
         ------
         ValueError
             Naming what is wrong: no ``classes`` at the first call, other classes later,
-            a label outside them, a changed number of features, a bad prior or ``decay``.
-            The carried posterior is left as it was.
+            a label outside them, a changed number of features, a bad prior or ``decay``,
+            ``prior`` changed after the first batch with ``decay=1`` (it would be ignored),
+            a structured covariance forced by ``vsbayes.config_context`` on a stream that
+            keeps the dense one. The carried posterior is left as it was.
         """
         # Parameters of immutable scalar types, as they were when last found valid, are not
         # checked again (a stream's one-row calls, where the checks were ~3 % of a call).
@@ -340,6 +343,15 @@ class BayesianUpdating:
                 "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
             )
         first = not hasattr(self, "posteriors_")
+        fitted_prior = vars(self).get("_fitted_prior", self.prior)
+        if not first and self.decay == 1 and not _same_prior(self.prior, fitted_prior):
+            raise ValueError(
+                "prior was changed (set_params or assignment) after the posterior was fitted: "
+                "partial_fit continues from the earlier batches' posterior and reads prior "
+                "only at a stream's first batch (and with decay < 1, as what forgetting "
+                "nears), so the new prior would be ignored. To start over under it, call fit "
+                "or partial_fit a clone (sklearn.base.clone); to continue, set prior back."
+            )
         classes = self._partial_fit_classes(classes, first)
         if is_dask(X):
             raise ValueError(
@@ -360,7 +372,7 @@ class BayesianUpdating:
                 f"{classes.tolist()} given at the first call to partial_fit; all classes "
                 f"must be declared then."
             )
-        weights = self._checked_sample_weight(sample_weight, X.shape[0])
+        weights = self._checked_sample_weight(sample_weight, X.shape[0], allow_zero=True)
         if self.class_weight is not None:
             if isinstance(self.class_weight, str):
                 raise ValueError(
@@ -369,6 +381,14 @@ class BayesianUpdating:
                 )
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
             weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
+        if not weights.any():  # (sample_weight × class_weight) a batch without information
+            if first:
+                raise ValueError(
+                    "The first batch's weights (sample_weight times class_weight) are all "
+                    "zero: its posterior would be the prior alone. Start the stream with a "
+                    "batch of positive weight."
+                )
+            return self  # its likelihood is 1: the posterior, buffer and evidence as they were
         problems = self._problems(y_index, len(classes))
         n_rows = X.shape[0]
         buffer = None if first else vars(self).get("_stream_buffer")
@@ -404,6 +424,8 @@ class BayesianUpdating:
         # batch, one row too, by the structured fit: the one-row rules and the window's
         # sites update a dense p × p covariance.
         structured = _structured_stream(self, X, problems, weights, carried)
+        if not structured and self.max_iter != 0:
+            refuse_forced_structure(type(self).__name__, *_why_dense_stream(problems))
         if not structured and n_rows == 1 and buffer is None and size > 1:
             fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
             if fits is None and problems[0][1] is not None:  # its own row's update alone
@@ -753,6 +775,23 @@ class BayesianUpdating:
         if scores.shape[-1] == 1:
             scores = scores[..., 0]
         return ThompsonDraws(scores, coef, intercept)
+
+
+def _same_prior(given, fitted) -> bool:
+    """Whether ``prior`` is the one of the last fit: the same object, or equal values (a
+    tuple of the same arrays given again)."""
+    if given is fitted:
+        return True
+    if type(given) is not type(fitted):
+        return False
+    if isinstance(given, tuple | list):
+        return len(given) == len(fitted) and all(map(_same_prior, given, fitted))
+    if isinstance(given, np.ndarray):
+        return given.shape == fitted.shape and np.array_equal(given, fitted)
+    try:
+        return bool(given == fitted)
+    except (TypeError, ValueError):  # (an array's elementwise ==)
+        return False
 
 
 def _plain_batch(estimator, X, y) -> bool:
@@ -1155,6 +1194,41 @@ def _carried_note(fit: MethodFit) -> MethodFit:
         return fit
     return dataclasses.replace(
         fit, covariance_reason=f"{fit.covariance_reason}{CARRIED_PROJECTION_NOTE}"
+    )
+
+
+def refuse_forced_structure(estimator_name: str, what: str, remedy: str) -> None:
+    """Raise a ValueError where ``vsbayes.config_context(covariance=...)`` asks for a
+    structured covariance that ``what`` (a fit or stream that keeps the dense p × p
+    covariance) does not take: an option that does not apply is refused, not ignored."""
+    asked = get_config()["covariance"]
+    if asked in ("auto", "dense"):
+        return
+    raise ValueError(
+        f"vsbayes.config_context(covariance={asked!r}) asks for a structured covariance, "
+        f"which {estimator_name}'s {what} does not take (it keeps the dense covariance). "
+        f"{remedy} Or use covariance='auto' (or 'dense')."
+    )
+
+
+def _why_dense_stream(problems) -> tuple[str, str]:
+    """``(what, remedy)`` of a stream that keeps the dense covariance, for
+    :func:`refuse_forced_structure`."""
+    if problems[0][1] is not None:
+        return (
+            "multinomial stream (its posterior under a prior is dense)",
+            "Stream one-vs-rest binary posteriors "
+            "(sklearn.multiclass.OneVsRestClassifier(...).partial_fit), which take it.",
+        )
+    if len(problems) > 1:
+        return (
+            f"one-vs-rest stream of {len(problems)} classes",
+            "Stream sklearn.multiclass.OneVsRestClassifier(estimator), whose binary "
+            "streams take it.",
+        )
+    return (
+        "stream begun with the dense covariance (its carried posterior is dense)",
+        "Start the stream (fit or its first partial_fit) under the structure.",
     )
 
 
