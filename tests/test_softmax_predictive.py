@@ -245,7 +245,7 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     centred = mean - mean.mean(axis=1, keepdims=True)
     # Every row to the last level (a tol that small takes another rule through the public
     # functions).
-    average = sp_module._adaptive_average(q @ root, root, centred, 1e-12, 2**24)
+    average = sp_module._adaptive_average(q @ root, root, centred, 1e-12, 2**24)[0]
     lead = sp_module._leader_conditioning(root, centred)
     union = sp_module._replicate_averages(
         *(x.astype(np.float32) for x in (q @ root, centred)),

@@ -717,9 +717,10 @@ def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     return out
 
 
-def _adaptive_average(factor, root, centred, tol, max_bytes) -> np.ndarray:
+def _adaptive_average(factor, root, centred, tol, max_bytes, levels=_LEVELS):
     """The K ≥ 4 rule (module docstring): (n, K) averages, refined row by row on nested
-    nodes (each level's averages pooled with the levels' before it)."""
+    nodes (each level's averages pooled with the levels' before it) up to ``levels``
+    levels, and each row's three estimated standard errors on its last level (n,)."""
     n, k, dim = factor.shape
     factor32 = factor.astype(np.float32)
     centred32 = centred.astype(np.float32)
@@ -728,9 +729,10 @@ def _adaptive_average(factor, root, centred, tol, max_bytes) -> np.ndarray:
         for x in _leader_conditioning(root, centred)
     )
     out = np.empty((n, k))
+    estimated = np.empty(n)
     todo = np.arange(n)
     replicates, summed = None, 0
-    for level in range(_LEVELS):
+    for level in range(levels):
         z = replicate_nodes(dim, level)
         whole = todo.size == n
         added = _replicate_averages(
@@ -747,14 +749,15 @@ def _adaptive_average(factor, root, centred, tol, max_bytes) -> np.ndarray:
             replicates = (summed * replicates + new * added) / (summed + new)
         summed += new
         out[todo] = replicates.mean(axis=1)
-        if level + 1 == _LEVELS:
-            break
         error = 3.0 * replicates.std(axis=1, ddof=1).max(axis=1) / math.sqrt(REPLICATES)
+        estimated[todo] = error
+        if level + 1 == levels:
+            break
         refined = error > tol
         todo, replicates = todo[refined], replicates[refined]
         if not todo.size:
             break
-    return out
+    return out, estimated
 
 
 #: (nodes per axis, largest λ) of the trapezoid rules of one class's log predictive (three
@@ -976,11 +979,19 @@ def centred_softmax_predictive_log_proba(
         wide = np.flatnonzero(~done)
         factor, centred = factor[wide], centred[wide]
         if tol < ORTHANT_BELOW:
-            average = gumbel_orthant_proba(
-                centred, q @ reduced[wide] @ q.T, tol=tol, max_bytes=max_bytes
-            )[0]
+            # The QMC rule's first level where it meets tol (rows just wider than the narrow
+            # rules', where the Gumbel coordinates' steps would slow the orthant rule);
+            # the Gumbel–orthant rule on the others.
+            average, estimated = _adaptive_average(
+                factor, root[wide], centred, tol, max_bytes, levels=1
+            )
+            rest = np.flatnonzero(estimated > tol)
+            if rest.size:
+                average[rest] = gumbel_orthant_proba(
+                    centred[rest], q @ reduced[wide[rest]] @ q.T, tol=tol, max_bytes=max_bytes
+                )[0]
         else:
-            average = _adaptive_average(factor, root[wide], centred, tol, max_bytes)
+            average = _adaptive_average(factor, root[wide], centred, tol, max_bytes)[0]
         with np.errstate(divide="ignore"):
             logs = np.log(average)
         tiny = np.flatnonzero(average.min(axis=1) < _LINEAR_FLOOR)
