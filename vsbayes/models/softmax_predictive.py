@@ -160,6 +160,31 @@ tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes 
 (``Qᵀ S Q``, ``Q L``) into single tall products with an inner dimension of K: slower here
 than NumPy's batched products (OpenBLAS, 1e5 rows, K = 4: 0.44 s against 0.02 s).
 
+**The Gumbel–orthant rule** (:func:`gumbel_orthant_proba`; the wide rows when ``tol`` is
+below :data:`ORTHANT_BELOW`, 2e-4). The softmax is the law of the argmax under Gumbel noise,
+``softmax_k(f) = P(argmax_j (f_j + G_j) = k)`` for independent standard Gumbel G_j, so
+``p_k = E_G[P(f_k − f_j > G_j − G_k for all j ≠ k)]`` with f Gaussian: given G, an orthant
+probability of the K − 1 Gaussian differences ``d_j = f_k − f_j`` (mean ``m_k − m_j``,
+covariance from S). Genz's sequential conditioning integrates it one difference at a time
+(Cholesky factor of the differences' covariance, most constrained first): the product of
+K − 1 normal probabilities ``Φ(c_i)``, each bound c_i depending on the earlier
+differences drawn from their truncated normals, ``Φ⁻¹(u_i Φ(c_i))``. Per class a node is
+2K − 2 uniforms (K Gumbel, K − 2 for the chain), 8 scrambled Sobol replicates, nested
+levels of 512 · 4^l points each (8 × 512 to 8 × 131,072), a row stopping where three
+standard errors are below ``tol``. The integrand is smooth in every coordinate where the
+differences are wide against the Gumbel noise (standard deviation 1.28): no step is left
+for QMC to resolve, and on digits its largest error falls as N^-0.9 (against references
+on 2^24 nodes of the conditioned rule, which differ from each other by ≤ 3.8e-5): 8.6e-4,
+1.8e-4 and 8.9e-5 on 4,096, 16,384 and 65,536 nodes (99 %: 7.2e-4, 1.7e-4, 8.6e-5), where
+the conditioned QMC average errs by 4.2e-3, 1.4e-3 and 7.0e-4 (4.7e-4 on 262,144). It
+costs K (K − 1) normal probabilities and K (K − 2) quantiles a node (scipy's, ~11 ns each,
+float64): some 250 times the QMC rule's node on ten classes, so that it is the cheaper of
+the two only at tolerances the QMC rule cannot reach (1e-4 on every digits row would take
+it ~6e7 nodes, extrapolating its rate N^-0.3 beyond 65,536). Where a difference is narrow
+(``Var(f_k − f_j)`` small against the Gumbel noise) the integrand is a step in the Gumbel
+coordinates (a zero-variance row: 1.8e-3 on 16,384 nodes); such rows stop at the QMC rule's
+first level, whose estimated error there is below ``tol``.
+
 The QMC rule's node sums run in float32 in the linear domain (the other classes'
 exponentials shifted by their largest latent value unless no latent value can overflow
 or all underflow, the leader's logit from its latent value, never from an exponential,
