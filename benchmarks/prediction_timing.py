@@ -426,6 +426,8 @@ def plot(rows, accuracy, path):
 MULTINOMIAL_TARGETS = {"ratio": 10.0, "error": 1e-4}
 # Nodes of the references: the Gumbel–orthant rule's fourth level (8 × 32,768).
 REFERENCE_NODES = 2**18
+# Nodes of the narrow rows' references (QMC averages of the softmax).
+PLAIN_REFERENCE_NODES = 2**20
 
 
 def multinomial_problems():
@@ -554,12 +556,41 @@ def rule_of_rows(cov):
 
 
 def reference_proba(mean, cov, n_nodes, seed):
-    """``E[softmax(f)]`` row by row by the Gumbel–orthant rule on ``n_nodes`` nodes (8
-    replicates; a power of 4 times 4096), scrambled from ``seed``: on digits rows its error
-    falls as N^-0.9, where the QMC average of the softmax on 2^20 nodes erred by up to
-    1.8e-4 (D-114)."""
-    levels = 1 + round(math.log(n_nodes / (_softmax.REPLICATES * 512), 4))
-    return _softmax.gumbel_orthant_proba(mean, cov, levels=levels, seed=seed)[0]
+    """``E[softmax(f)]`` row by row: the rows the QMC rule takes (wide) by the Gumbel–orthant
+    rule on ``n_nodes`` nodes (8 replicates; a power of 4 times 4096), scrambled from
+    ``seed`` (on digits rows its error falls as N^-0.9, where the QMC average of the softmax
+    on 2^20 nodes erred by up to 1.8e-4, D-114); the narrower rows, where a narrow
+    difference of latents makes the orthant rule's integrand a step in its Gumbel
+    coordinates, by that average on ``PLAIN_REFERENCE_NODES`` symmetric scrambled Sobol
+    nodes (accurate to ~1e-9 there)."""
+    out = np.empty(mean.shape)
+    wide = rule_of_rows(cov) == "QMC"
+    if wide.any():
+        levels = 1 + round(math.log(n_nodes / (_softmax.REPLICATES * 512), 4))
+        out[wide] = _softmax.gumbel_orthant_proba(mean[wide], cov[wide], levels=levels, seed=seed)[
+            0
+        ]
+    if not wide.all():
+        out[~wide] = qmc_softmax_reference(mean[~wide], cov[~wide], PLAIN_REFERENCE_NODES, seed)
+    return out
+
+
+def qmc_softmax_reference(mean, cov, n_nodes, seed):
+    """``E[softmax(f)]`` row by row on ``n_nodes`` symmetric scrambled Sobol nodes."""
+    k = mean.shape[1]
+    q = _softmax.centred_basis(k)
+    z = _softmax.symmetric_sobol_nodes(k - 1, n_nodes, seed)
+    out = np.zeros((len(mean), k))
+    for i, (m, c) in enumerate(zip(mean, cov, strict=True)):
+        factor = q @ np.linalg.cholesky(q.T @ c @ q)
+        m = m - m.mean()
+        for start in range(0, n_nodes, 2**17):
+            f = z[start : start + 2**17] @ factor.T + m
+            f -= f.max(axis=1, keepdims=True)
+            np.exp(f, out=f)
+            f /= f.sum(axis=1, keepdims=True)
+            out[i] += f.sum(axis=0)
+    return out / n_nodes
 
 
 def orthant_convergence(mean, cov, rows, reference, lr_seconds_per_row):
@@ -731,9 +762,12 @@ def multinomial_markdown(rows, shares, info, args):
         "over the classes, on rows sampled evenly in the rank of their latent spread, against "
         "references on "
         f"{rows[0].get('reference_nodes', REFERENCE_NODES):,} nodes of the Gumbel–orthant rule "
-        "(`gumbel_orthant_proba`; the last column: two such references on other scramblings "
-        "differ by this much on 20 of the rows; QMC averages of the softmax on 2^20 nodes, the "
-        "references before, differed by up to 2.2e-4 on digits)."
+        "(`gumbel_orthant_proba`) for the rows the QMC rule takes, and QMC averages of the "
+        f"softmax on {PLAIN_REFERENCE_NODES:,} symmetric scrambled Sobol nodes for the narrower "
+        "rows, where the orthant rule's integrand is a step in its Gumbel coordinates (the "
+        "last column: two such references on other scramblings differ by this much on 20 of "
+        "the rows; on digits, QMC averages of the softmax on 2^20 nodes, the references "
+        "before, differed by up to 2.2e-4)."
         + (" **Quick run (smoke test sizes).**" if args.quick else ""),
         "",
         machine_line(info) + " Load average (1 min) of the shared machine: "
