@@ -1084,25 +1084,24 @@ def _orthant_replicates(centred, cov, u, max_bytes) -> np.ndarray:
     Gumbel–orthant integrand of every class (module docstring): (n, REPLICATES, K)."""
     n, k = centred.shape
     replicates, n_u, _ = u.shape
-    setups = [_orthant_class_setup(centred, cov, c) for c in range(k)]
+    gumbel = -np.log(-np.log(u[:, :, :k]))  # (REPLICATES, n_u, K)
     out = np.empty((n, replicates, k))
     # Per row and node: the chain's K − 2 conditioned values, the bound, the product and
-    # a temporary, float64; one replicate at a time.
-    blocks = _row_blocks(n, 8.0 * n_u * (k + 2), n_u * k, max_bytes)
-    for r in range(replicates):
-        gumbel = -np.log(-np.log(u[r, :, :k]))  # (n_u, K)
-        for c, (mu, root, order) in enumerate(setups):
-            for rows in blocks:
-                m = rows.stop - rows.start
+    # a temporary, float64, one replicate at a time; per row and class, its setup.
+    for rows in _row_blocks(n, 8.0 * (n_u * (k + 2) + k * k), n_u * k, max_bytes):
+        m = rows.stop - rows.start
+        for c in range(k):
+            mu, root, order = _orthant_class_setup(centred[rows], cov[rows], c)
+            for r in range(replicates):
                 # P(f_c − f_j > G_j − G_c for all j ≠ c | G): with the differences'
                 # Cholesky factor, one conditioned standard normal at a time (Genz).
                 y = np.empty((k - 2, m, n_u))
                 product = np.ones((m, n_u))
                 for i in range(k - 1):
-                    bound = mu[rows, i][:, None] + gumbel[:, c] - gumbel[:, order[rows, i]].T
+                    bound = mu[:, i][:, None] + gumbel[r, :, c] - gumbel[r][:, order[:, i]].T
                     if i:
-                        bound -= np.einsum("ml,lmn->mn", root[rows, i, :i], y[:i])
-                    bound /= root[rows, i, i][:, None]
+                        bound -= np.einsum("ml,lmn->mn", root[:, i, :i], y[:i])
+                    bound /= root[:, i, i][:, None]
                     share = ndtr(bound)
                     product *= share
                     if i < k - 2:
