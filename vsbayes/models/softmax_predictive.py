@@ -178,9 +178,9 @@ on 2^24 nodes of the conditioned rule, which differ from each other by ≤ 3.8e-
 1.8e-4 and 8.9e-5 on 4,096, 16,384 and 65,536 nodes (99 %: 7.2e-4, 1.7e-4, 8.6e-5), where
 the conditioned QMC average errs by 4.2e-3, 1.4e-3 and 7.0e-4 (4.7e-4 on 262,144). It
 costs K (K − 1) normal probabilities and K (K − 2) quantiles a node (scipy's, ~11 ns each,
-float64): some 250 times the QMC rule's node on ten classes, so that it is the cheaper of
+float64): 100 to 250 times the QMC rule's node on ten classes, so that it is the cheaper of
 the two only at tolerances the QMC rule cannot reach (1e-4 on every digits row would take
-it ~6e7 nodes, extrapolating its rate N^-0.3 beyond 65,536). Where a difference is narrow
+it 2e7 to 6e7 nodes, extrapolating its rate N^-0.3 to N^-0.37). Where a difference is narrow
 (``Var(f_k − f_j)`` small against the Gumbel noise) the integrand is a step in the Gumbel
 coordinates (a zero-variance row: 1.8e-3 on 16,384 nodes); such rows stop at the QMC rule's
 first level, whose estimated error there is below ``tol``.
@@ -885,7 +885,7 @@ def softmax_predictive_log_proba(
         standard errors are below ``tol`` on every class, or it has 65,536 nodes. Below
         2e-4 (:data:`ORTHANT_BELOW`) the wide rows take the Gumbel–orthant rule instead,
         refined the same way up to 262,144 nodes: accurate to ~1e-4 on 65,536 nodes
-        where the default rule errs by 7e-4, at some 250 times its cost. Unused for the
+        where the default rule errs by 7e-4, at 100 to 250 times its cost. Unused for the
         rows of K ≤ 3 classes whose centred latent variances are ≤ 60, whose rule is
         accurate to far better.
     max_bytes : float, optional
