@@ -35,13 +35,16 @@ from them) and on make_classification 4000 × 8 with 4 classes, against
 time the faster of its default-thread and one-thread medians), with one pass of the latent
 moments alone (the floor of any rule on exact moments), the share of rows per rule, and
 the largest and 99th-percentile absolute errors on 200 rows stratified by latent spread
-against 2^20-node references (cached under ``results/cache``; two references on other
-scramblings compared on 20 rows). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
+against references (cached under ``results/cache``; two references on other scramblings
+compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
+of the softmax on 2^20 nodes for the narrower (D-114); and the error against nodes of the
+QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Targets: ≤ 10 × LR on the 1e5
+digits rows, error ≤ 1e-4.
 
 Usage: python benchmarks/prediction_timing.py [--rounds 7] [--part all] [--out DIR]
        python benchmarks/prediction_timing.py --quick --out /tmp/bench_out   (smoke test:
        1e5 rows, d = 20 and sparse 1e5 × 1,000 only; multinomial: 1e4 resampled digits
-       rows, one round, references on 40 rows with 2^16 nodes)
+       rows, one round, references on 40 rows with 2^14 orthant nodes)
        python benchmarks/prediction_timing.py --part multinomial   (the multinomial part)
 Writes DIR/prediction_timing.{csv,json,md,png} (binary) and
 DIR/prediction_timing_multinomial.{csv,json,md,png}; DIR defaults to benchmarks/results.
