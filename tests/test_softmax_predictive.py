@@ -16,6 +16,7 @@ from vsbayes.models.softmax_predictive import (
     centred_basis,
     centred_softmax_predictive_log_proba,
     gauss_hermite_nodes,
+    gumbel_orthant_proba,
     softmax_predictive_log_proba,
     stroud_nodes,
     symmetric_sobol_nodes,
@@ -123,6 +124,46 @@ def test_wide_ten_class_rows_meet_the_adaptive_tolerance():
     np.testing.assert_allclose(np.exp(log_p), reference, atol=TOLERANCE + 3e-4)
 
 
+def test_gumbel_orthant_rule_is_unbiased_within_its_stated_error():
+    # softmax_k(f) = P(argmax(f + G) = k) for Gumbel G: given G, an orthant probability of
+    # the Gaussian differences, so the rule has no error but its nodes'. Three classes up to
+    # λ = 39, where the trapezoid rule is exact to ~1e-5 (the test above); four classes
+    # against a 30³ Gauss–Hermite rule (exact to ~1e-5 at trace 2), narrow enough that the
+    # Gumbel coordinates' steps show; ten wide classes against the QMC rule (its ``tol``).
+    rng = np.random.default_rng(5)
+    q = centred_basis(3)
+    a = rng.standard_normal((4, 2, 2))
+    reduced = a @ np.swapaxes(a, 1, 2)
+    reduced *= (np.array([0.5, 4.0, 15.0, 39.0]) / np.linalg.eigvalsh(reduced)[:, -1])[
+        :, None, None
+    ]
+    mean3, cov3 = 2.0 * rng.standard_normal((4, 3)), q @ reduced @ q.T
+    mean4, cov4 = _rows(4, [1.0, 2.0], seed=4)
+    mean10, cov10 = _rows(10, [40.0, 400.0], seed=6)
+    # Wide in every direction as the digits rows are (centred eigenvalues ≥ 4 there): a
+    # difference f_k − f_j of small variance makes the Gumbel coordinates' integrand a
+    # step, and the rule needs more nodes.
+    cov10 += 5.0 * (np.eye(10) - 0.1)
+    cases = [
+        (mean3, cov3, np.exp(softmax_predictive_log_proba(mean3, cov3)), 2e-5),
+        (mean4, cov4, _reference(mean4, cov4, *gauss_hermite_nodes(3, 30)), NARROW_ERROR),
+        (mean10, cov10, np.exp(softmax_predictive_log_proba(mean10, cov10)), TOLERANCE),
+    ]
+    for mean, cov, reference, reference_error in cases:
+        proba, error, nodes = gumbel_orthant_proba(mean, cov, levels=2)
+        assert (nodes == 16384).all()
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+        assert (np.abs(proba - reference).max(axis=1) <= error + reference_error).all()
+    # Below ORTHANT_BELOW the wide rows take it, refined until their estimated error is
+    # below tol (or they reach its last level): the same values on the nodes they took.
+    mean, cov = _rows(4, [5.0, 20.0], seed=7)
+    cov += 2.0 * (np.eye(4) - 0.25)
+    log_p = softmax_predictive_log_proba(mean, cov, tol=1e-4)
+    proba, error, nodes = gumbel_orthant_proba(mean, cov, tol=1e-4)
+    np.testing.assert_allclose(np.exp(log_p), proba, atol=1e-12)
+    assert (error <= 1e-4).all() and (nodes > 4096).any()
+
+
 def test_logistic_normal_table_within_its_error():
     # E[σ(a + s Z)] against trapezoid sums on 4001 normal nodes, from the logistic alone
     # (s = 0) to wider than the table (s = 100, which takes s = 60's row); float64 and the
@@ -199,10 +240,12 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
             np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
         )
     mean, cov = _rows(10, [30.0, 300.0], seed=7)
-    log_p = softmax_predictive_log_proba(mean, cov, tol=1e-12)  # every row to the last level
     q = centred_basis(10)
     root = np.linalg.cholesky(q.T @ cov @ q)
     centred = mean - mean.mean(axis=1, keepdims=True)
+    # Every row to the last level (a tol that small takes another rule through the public
+    # functions).
+    average = sp_module._adaptive_average(q @ root, root, centred, 1e-12, 2**24)[0]
     lead = sp_module._leader_conditioning(root, centred)
     union = sp_module._replicate_averages(
         *(x.astype(np.float32) for x in (q @ root, centred)),
@@ -210,7 +253,7 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
         np.dstack(levels[1:]),
         2**24,
     )
-    np.testing.assert_allclose(np.exp(log_p), union.mean(axis=1), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(average, union.mean(axis=1), rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("k", [3, 4, 10])
