@@ -37,7 +37,7 @@ moments alone (the floor of any rule on exact moments), the share of rows per ru
 the largest and 99th-percentile absolute errors on 200 rows stratified by latent spread
 against references (cached under ``results/cache``; two references on other scramblings
 compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
-of the softmax on 2^20 nodes for the narrower (D-114); and the error against nodes of the
+of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
 QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Targets: ≤ 10 × LR on the 1e5
 digits rows, error ≤ 1e-4.
 
@@ -562,7 +562,7 @@ def reference_proba(mean, cov, n_nodes, seed):
     """``E[softmax(f)]`` row by row: the rows the QMC rule takes (wide) by the Gumbel–orthant
     rule on ``n_nodes`` nodes (8 replicates; a power of 4 times 4096), scrambled from
     ``seed`` (on digits rows its error falls as N^-0.9, where the QMC average of the softmax
-    on 2^20 nodes erred by up to 1.8e-4, D-114); the narrower rows, where a narrow
+    on 2^20 nodes erred by up to 1.8e-4, D-117); the narrower rows, where a narrow
     difference of latents makes the orthant rule's integrand a step in its Gumbel
     coordinates, by that average on ``PLAIN_REFERENCE_NODES`` symmetric scrambled Sobol
     nodes (accurate to ~1e-9 there)."""

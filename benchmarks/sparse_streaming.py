@@ -4,7 +4,7 @@ Where the dense p × p posterior does not fit (here p > 4096: the structured cov
 ``choose_covariance``), ``partial_fit`` fits each batch by the structured Laplace route
 and carries the posterior's projection onto the Gaussians whose coefficients are
 independent given the intercept (mean, marginal variances, the intercept's covariances:
-assumed-density filtering, docs/decisions.md D-116). The projection drops the
+assumed-density filtering, docs/decisions.md D-112). The projection drops the
 correlations between the coefficients; this measures what that costs against the batch
 fit of the same rows (the structured fit ``fit`` takes):
 

@@ -62,7 +62,7 @@ diagonal), held in O(p), never p × p. Such a prior is diagonal in the coordinat
 batch's structured fit there, mapped back. One-row calls take the same structured fit
 (its "dual" form over one row) and join the buffer, refitted every ``buffer_size`` rows:
 the window's sites update a dense covariance. ``decay`` mixes natural parameters as for
-any prior, in O(p) (docs/decisions.md, D-116).
+any prior, in O(p) (docs/decisions.md, D-112).
 
 ``decay`` forgets: before a batch of n rows the carried posterior's natural parameters
 (precision and precision × mean) are mixed with the original prior's with weight
@@ -1169,7 +1169,7 @@ def _carried_prior(posterior: Gaussian, binary: bool, fit_intercept: bool) -> Ga
     covariances with the coefficients — the moments that assumed-density filtering keeps
     under that family, its KL projection — held in O(p), which the next batch's structured
     fit takes as a diagonal prior in its own coordinates (:func:`_hub_design`;
-    docs/decisions.md, D-116). The intercept, shared by every row, is correlated with
+    docs/decisions.md, D-112). The intercept, shared by every row, is correlated with
     every coefficient: a diagonal carried batch after batch over-counts it (its sd fell to
     0.35× the batch fit's). A multinomial fit under a prior has the dense covariance (its
     full prior precision): a structured multinomial posterior is made dense where that
