@@ -343,7 +343,7 @@ class BayesianUpdating:
                 "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
             )
         first = not hasattr(self, "posteriors_")
-        fitted_prior = vars(self).get("_fitted_prior", self.prior)
+        fitted_prior = vars(self).get("_fitted_prior_", self.prior)
         if not first and self.decay == 1 and not _same_prior(self.prior, fitted_prior):
             raise ValueError(
                 "prior was changed (set_params or assignment) after the posterior was fitted: "
