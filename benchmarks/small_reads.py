@@ -25,6 +25,8 @@ and ``.md``. The machine is shared: the load average is in the machine line.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import time
 import warnings
 
@@ -150,15 +152,51 @@ def measure_large(repeats: int) -> dict:
     return _row("1e6 × 20", "predict_proba 1e6 rows", repeats, times)
 
 
+def plot(rows: list[dict], path) -> None:
+    """Median ms per call in each setting, one bar group a call (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['case']}: {r['call']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.2))
+    height = 0.27
+    for i, setting in enumerate(SETTINGS):
+        ax.barh(
+            np.arange(len(rows)) + (i - 1) * height,
+            [float(r[f"{setting}_median_ms"]) for r in rows],
+            height=height,
+            label=setting.replace("_", " "),
+        )
+    ax.set_yticks(np.arange(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("median ms per call")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--large-repeats", type=int, default=9)
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw the PNG from the committed CSV"
+    )
     args = parser.parse_args()
+    if args.replot:
+        with open(RESULTS / "small_reads.csv", newline="") as f:
+            plot(list(csv.DictReader(f)), RESULTS / "small_reads.png")
+        return
     rows = measure(args.repeats)
     rows.append(measure_large(args.large_repeats))
     info = machine()
     write_csv(RESULTS / "small_reads.csv", rows)
+    (RESULTS / "small_reads.json").write_text(json.dumps({"machine": info, "rows": rows}))
+    plot(rows, RESULTS / "small_reads.png")
     lines = [
         "# Small reads: BLAS's default threads (before) against the one-thread rule (after)",
         "",

@@ -185,6 +185,33 @@ def report(rows: list[dict], out: Path, info: dict) -> None:
     (out / "sparse_streaming.md").write_text("\n".join(lines))
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Per case, against the batch's rows: the held-out log loss and the intercept's sd
+    of the stream over the batch fit's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        batches = [r["batch_rows"] for r in mine]
+        axes[0].plot(batches, [r["log_loss_ratio"] for r in mine], "o-", label=case)
+        axes[1].plot(batches, [r["intercept_sd_ratio"] for r in mine], "o-", label=case)
+    axes[0].axhline(1.01, color="tab:red", lw=0.8, label="1 % target")
+    axes[0].set_ylabel("held-out log loss, stream / fit")
+    axes[1].axhline(1.0, color="grey", lw=0.8)
+    axes[1].set_ylabel("intercept sd, stream / fit")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("rows per partial_fit batch")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -203,6 +230,7 @@ def main() -> None:
     write_csv(out / "sparse_streaming.csv", rows)
     (out / "sparse_streaming.json").write_text(json.dumps({"machine": info, "rows": rows}))
     report(rows, out, info)
+    plot(rows, out / "sparse_streaming.png")
     print((out / "sparse_streaming.md").read_text())
 
 
