@@ -161,8 +161,8 @@ def report(rows: list[dict], out: Path, info: dict) -> None:
         "the last batch against `VSLogisticRegression().fit` of the same rows (both the "
         "structured Laplace posterior); held-out: 2000 rows. Log loss ratio: stream / fit. "
         "sd ratio: the streamed marginal sds of the coefficients over the batch fit's (5 %, "
-        "50 %, 95 % quantiles, and the extremes), and the intercept's. Times in seconds on "
-        "a shared, loaded machine.",
+        "50 %, 95 % quantiles, and the extremes), and the intercept's. Times in seconds (the "
+        "machine line below gives the load).",
         "",
         "| data | batch | log loss stream / fit (ratio) | LR | max Δp | sd ratio min / q05 / "
         "median / q95 / max | intercept sd ratio | s per batch | stream s | fit s | LR s | "
