@@ -1042,6 +1042,13 @@ def test_an_arrowhead_prior_is_the_dense_one(text_like):
     assert structured.log_marginal_likelihood_value_ == pytest.approx(
         dense.log_marginal_likelihood_value_, abs=1e-6
     )
+    # Its log density in O(p), the dense prior's (a diagonal one's too), up to round-off.
+    rows = np.random.default_rng(0).normal(carried.mean, 1.0, (3, carried.dim))
+    full = GaussianPrior(carried.mean, carried.cov)
+    np.testing.assert_allclose(carried.log_density(rows), full.log_density(rows), rtol=1e-9)
+    diagonal = GaussianPrior(carried.mean, carried.variances)
+    expected = -0.5 * ((rows - carried.mean) ** 2 / carried.variances).sum(axis=1)
+    np.testing.assert_allclose(diagonal.log_density(rows), expected, rtol=1e-12)
     original = GaussianPrior(np.zeros(carried.dim), np.full(carried.dim, 2.0))
     forgotten = carried.forgotten(0.7, original)
     reference = GaussianPrior(carried.mean, carried.cov).forgotten(0.7, original)

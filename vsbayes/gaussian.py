@@ -524,6 +524,26 @@ class StructuredCovariance:
         spread = z + ((z @ basis) * (np.sqrt(1.0 + values) - 1.0)) @ basis.T
         return spread * root
 
+    def inverse_quadratic(self, rows) -> np.ndarray:
+        """``xᵀ Σ⁻¹ x`` for each of ``rows`` x (n, p), in O(n p r), never a p × p matrix.
+
+        From the square root of :meth:`sample_normal`, ``Σ = δ^½ (I + Q M Qᵀ) δ^½``:
+        ``Σ⁻¹ = δ^{-½} (I − Q diag(M / (1 + M)) Qᵀ) δ^{-½}`` (Woodbury's identity), so
+        ``xᵀ Σ⁻¹ x = |y|² − Σ_k M_k / (1 + M_k) (Qᵀ y)_k²`` with ``y = δ^{-½} x``. For a
+        draw ``x = Σ^½ z`` it is ``|z|²``. In blocks of rows (a block's ``y``)."""
+        rows = np.asarray(rows, dtype=float)
+        root, basis, values = self._unit_root()
+        shrink = values / (1.0 + values)
+        out = np.empty(rows.shape[0])
+        step = block_length(8.0 * (rows.shape[1] + basis.shape[1]))
+        for start in range(0, rows.shape[0], step):
+            white = rows[start : start + step] / root
+            projected = white @ basis
+            out[start : start + step] = (
+                np.einsum("ij,ij->i", white, white) - (projected * projected) @ shrink
+            )
+        return out
+
 
 class CentredStructuredCovariance(StructuredCovariance):
     """A multinomial posterior's structured covariance: the classes' contrasts from a
@@ -742,6 +762,39 @@ class CentredStructuredCovariance(StructuredCovariance):
         draws += self._spread(shift * np.sqrt(self._column_shift)) / math.sqrt(self.n_classes)
         return draws
 
+    def inverse_quadratic(self, rows) -> np.ndarray:
+        """``xᵀ Σ⁻¹ x`` for each of ``rows`` x (n, p), in O(n p r), never a p × p matrix.
+
+        Σ is ``Π Σ_base Π`` on the contrasts plus ``N diag(c) Nᵀ`` on the shift directions
+        (N's columns orthonormal, ``Π = I − N Nᵀ``), so ``xᵀ Σ⁻¹ x = uᵀ G u + Σ_j
+        (Nᵀx)_j² / c_j`` with ``u = Π x`` and G the inverse of ``Π Σ_base Π`` on the
+        contrasts, ``G = Σ_base⁻¹ − Σ_base⁻¹ N A⁻¹ Nᵀ Σ_base⁻¹`` (``A = Nᵀ Σ_base⁻¹ N``: G
+        annihilates N and ``G Σ_base Π = Π``); Σ_base⁻¹ by Woodbury's identity from the
+        base's square root, A⁻¹ from :meth:`_shift_precision`'s. For a draw ``x = L z``
+        (:meth:`sample_normal`) it is ``|z|²``. In blocks of rows (a block's three p-wide
+        temporaries)."""
+        rows = np.asarray(rows, dtype=float)
+        root, basis, values = self._unit_root()
+        a, rotation, mu = self._shift_precision()
+        shrink, shift_shrink = values / (1.0 + values), mu / (1.0 + mu)
+        out = np.empty(rows.shape[0])
+        step = block_length(8.0 * 3 * (rows.shape[1] + basis.shape[1]))
+        for start in range(0, rows.shape[0], step):
+            block = rows[start : start + step]
+            shift = self._columns(block)  # Nᵀ x
+            white = self._centre(np.array(block, order="C")) / root  # δ^{-½} u
+            projected = white @ basis
+            quadratic = np.einsum("ij,ij->i", white, white) - (projected * projected) @ shrink
+            # Σ_base⁻¹ u = δ^{-½} (y − Q diag(M / (1 + M)) Qᵀ y), then a^{-½} Nᵀ of it.
+            white -= (projected * shrink) @ basis.T
+            white /= root
+            solved = self._columns(white) / np.sqrt(a)
+            turned = solved @ rotation
+            quadratic -= np.einsum("ij,ij->i", solved, solved) - (turned * turned) @ shift_shrink
+            quadratic += (shift * shift) @ (1.0 / self._column_shift)
+            out[start : start + step] = quadratic
+        return out
+
 
 def _quadratic_rows(rows: np.ndarray, core: np.ndarray) -> np.ndarray:
     """``diag(A K Aᵀ)`` for A (n, r) and K (r, r): blocks of rows, each one GEMM, so that the
@@ -804,6 +857,27 @@ class StructuredGaussian(Gaussian):
         rng = as_generator(random_state)
         z = rng.standard_normal((int(n_samples), self.dim))
         return self.mean + self.covariance.sample_normal(z)
+
+    def logpdf(self, x) -> np.ndarray:
+        """Log of the normalized density N(x; mean, Σ) at points x of shape (N, p) or (p,),
+        in O(N p r) from the structure (:meth:`StructuredCovariance.inverse_quadratic`,
+        :meth:`StructuredCovariance.log_det`), never a p × p matrix.
+
+        It is the density of the Gaussian that :meth:`sample` draws from. Where the
+        structure's marginal variances are estimates ("lowrank" and "diagonal" on many
+        rows), that Gaussian is not the exact Laplace approximation (its variances are
+        within the stated ``error``): this is its density, which is what reweighting its
+        draws to another distribution (importance sampling) needs.
+        """
+        x = np.asarray(x, dtype=float)
+        rows = x.reshape(-1, self.dim)
+        quadratic = np.empty(rows.shape[0])
+        step = block_length(8.0 * self.dim)  # each block's difference from the mean
+        for start in range(0, rows.shape[0], step):
+            difference = rows[start : start + step] - self.mean
+            quadratic[start : start + step] = self.covariance.inverse_quadratic(difference)
+        out = -0.5 * quadratic - 0.5 * (self.dim * _LOG_2PI + self.log_det_cov)
+        return out.reshape(x.shape[:-1])
 
     def scale_cov(self, factor: float) -> StructuredGaussian:
         return StructuredGaussian(self.mean, self.covariance.scaled(factor), self.log_Z, self.error)

@@ -10,10 +10,12 @@ posterior's. With the training data the export carries, per draw, ``sample_stats
 log density), which is what ArviZ's leave-one-out of an approximate posterior needs
 (``arviz_stats.loo_approximate_posterior``; Magnusson et al. 2019): it reweights the draws
 to the posterior, as :func:`~vsbayes.estimators._leave_one_out.leave_one_out`'s PSIS route
-does. ``arviz_stats.loo`` takes the draws for exact posterior draws and smooths ``1 /
-p(y_i | θ)`` alone; on a row predicted with near certainty those weights are equal to
-within ~1e-9 and ArviZ's Pareto fit, which subtracts their exponentials, finds its tail
-flat in float64 and returns NaN for the row (the exported log-likelihoods are exact).
+does; a structured (text-scale) posterior's ``log_q`` from its factors, in O(p r) per draw
+(:meth:`~vsbayes.gaussian.StructuredGaussian.logpdf`). ``arviz_stats.loo`` takes the
+draws for exact posterior draws and smooths ``1 / p(y_i | θ)`` alone; on a row predicted
+with near certainty those weights are equal to within ~1e-9 and ArviZ's Pareto fit, which
+subtracts their exponentials, finds its tail flat in float64 and returns NaN for the row
+(the exported log-likelihoods are exact).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from .._memory import block_length, check_memory, memory_limit
 from .._random import reproducible_generator
-from ..gaussian import StructuredGaussian
 from ..models.links import get_link
 from ._leave_one_out import _log_prior, _PosteriorDraws, _training_data
 from ._summaries import _feature_names, _summary_attrs, check_n_draws
@@ -46,6 +48,17 @@ def to_inference_data(
         ) from error
     check_is_fitted(estimator)
     names = _feature_names(estimator, feature_names)
+    # Held at once: the draws as drawn (and their spread's temporary), the exported
+    # (centred) copy, and with the data each row's log-likelihood at each draw.
+    p = int(np.prod(np.shape(estimator.coef_))) + np.size(estimator.intercept_)
+    n_rows = 0 if X is None or y is None else X.shape[0]
+    per_draw = 8.0 * (3 * p + n_rows)
+    check_memory(
+        n_draws * per_draw,
+        f"{n_draws} posterior draws of {p} parameters"
+        + (f" and their log-likelihoods at {n_rows} rows" if n_rows else ""),
+        f"Pass a smaller n_draws (about {int(memory_limit() // per_draw)} fit).",
+    )
     rng = reproducible_generator(random_state)
     coef, intercept = estimator._predictive().sample(n_draws, rng)
     raw = coef, intercept
@@ -83,9 +96,8 @@ def to_inference_data(
         log_likelihood = np.concatenate(log_likelihood, axis=1)
         groups["log_likelihood"] = {"y": log_likelihood[None]}
         groups["observed_data"] = {"y": np.asarray(y)}
-        densities = _log_densities(estimator, data, *raw, log_likelihood.sum(axis=1))
-        if densities is not None:
-            groups["sample_stats"] = {"lp": densities[0][None], "log_q": densities[1][None]}
+        lp, log_q = _log_densities(estimator, data, *raw, log_likelihood.sum(axis=1))
+        groups["sample_stats"] = {"lp": lp[None], "log_q": log_q[None]}
         dims["y"] = ["obs_id"]
         coords["obs_id"] = np.arange(len(data.weights))
     tree = arviz_base.from_dict(groups, coords=coords, dims=dims, attrs={"posterior": attrs})
@@ -94,17 +106,28 @@ def to_inference_data(
 
 def _log_densities(estimator, data, coef, intercept, log_likelihood):
     """``(lp, log_q)`` at each draw: the target ``log p(y | θ) + log p(θ)`` and the
-    approximation's log density, each up to a constant; None for a structured (text-scale)
-    posterior, whose density would need the dense p × p factor."""
+    approximation's log density, each up to a constant.
+
+    A structured (text-scale) posterior's ``log_q`` comes from its factors in O(p r) per
+    draw (:meth:`~vsbayes.gaussian.StructuredGaussian.logpdf`): the density of the Gaussian
+    the draws come from — with estimated marginal variances, that Gaussian and not the
+    exact Laplace approximation it stands for, which is what reweighting its draws needs.
+    In blocks of draws: θ in the posterior's layout is a block's copy of the draws."""
     (posterior,) = estimator.posteriors_
-    if isinstance(posterior, StructuredGaussian):
-        return None
     n_draws, n_problems, d = coef.shape
-    # θ in the posterior's layout: [w, b] of the binary problem, [W.ravel(), b] multinomial
-    # (the raw draws: the prior is not invariant to the classes' common shift).
-    theta = np.concatenate([coef.reshape(n_draws, -1), intercept], axis=1)[:, : posterior.dim]
-    log_prior = _log_prior(estimator, data, n_problems, d, posterior.dim)(theta)
-    return log_likelihood + log_prior, posterior.logpdf(theta)
+    log_prior_of = _log_prior(estimator, data, n_problems, d, posterior.dim)
+    lp, log_q = np.empty(n_draws), np.empty(n_draws)
+    # θ, its difference from the mean and the prior's squares: a few copies of a block.
+    step = block_length(8.0 * 4 * (n_problems * (d + 1)))
+    for start in range(0, n_draws, step):
+        draws = slice(start, min(start + step, n_draws))
+        # [w, b] of the binary problem, [W.ravel(), b] multinomial (the raw draws: the
+        # prior is not invariant to the classes' common shift).
+        parts = [coef[draws].reshape(-1, n_problems * d), intercept[draws]]
+        theta = np.concatenate(parts, axis=1)[:, : posterior.dim]
+        lp[draws] = log_likelihood[draws] + log_prior_of(theta)
+        log_q[draws] = posterior.logpdf(theta)
+    return lp, log_q
 
 
 class _Draws(_PosteriorDraws):

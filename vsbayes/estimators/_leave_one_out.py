@@ -471,15 +471,7 @@ def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
             "default prior N(0, C) only, not under a prior=: fit with C instead."
         )
     if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (one binary problem)
-        prior = estimator._problem_priors(d, [(None, None)], estimator.classes_)[0]
-
-        def log_density(theta: np.ndarray) -> np.ndarray:
-            white = scipy.linalg.solve_triangular(
-                prior.lower, (theta - prior.mean).T, lower=True, check_finite=False
-            )
-            return -0.5 * (white * white).sum(axis=0)
-
-        return log_density
+        return estimator._problem_priors(d, [(None, None)], estimator.classes_)[0].log_density
     priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
     prior_var = np.empty(size)  # θ: every problem's (or class's) d, then intercepts
     prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)

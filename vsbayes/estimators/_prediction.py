@@ -554,12 +554,18 @@ class PosteriorPrediction:
             with ``X`` and ``y``, ``log_likelihood`` (float64, exact in the log domain),
             ``observed_data`` and ``sample_stats`` with ``lp`` (``log p(y | θ) + log p(θ)``)
             and ``log_q`` (the approximation's log density), each up to a constant, per
-            draw (not for a structured, text-scale posterior).
+            draw. A structured (text-scale) posterior's ``log_q`` comes from its factors,
+            never a p × p matrix: it is the density of the Gaussian the draws come from
+            (with estimated marginal variances, that Gaussian's, within its stated error
+            of the exact Laplace approximation), which is what reweighting them needs.
 
         Raises
         ------
         ImportError
             Without ArviZ (the ``arviz`` extra).
+        MemoryLimitError
+            If the draws (and their log-likelihoods at the rows) would not fit the memory
+            limit; the message says how many would.
         """
         if X is not None:
             X = self._in_memory(X, "to_inference_data")

@@ -224,6 +224,24 @@ class GaussianPrior:
         """``L⁻¹ μ₀``: the prior mean of the whitened parameters z (``θ = L z``)."""
         return solve_triangular(self.lower, self.mean, lower=True, check_finite=False)
 
+    def log_density(self, theta: np.ndarray) -> np.ndarray:
+        """``log N(θ; μ₀, Σ₀)`` up to a constant (``−½ (θ − μ₀)ᵀ Σ₀⁻¹ (θ − μ₀)``) at each
+        of the rows θ (n, p): a diagonal or arrowhead prior's in O(n p), never a p × p
+        matrix (an arrowhead's: the last parameter's marginal density times the others'
+        given it, ``θ_j − μ_j − c_j (θ_b − μ_b)`` of the conditional variances); a full
+        one's by its Cholesky factor."""
+        centred = np.asarray(theta, dtype=float) - self.mean
+        if self.diagonal:
+            return -0.5 * (centred * centred) @ (1.0 / self.variances)
+        if self.hub is not None:
+            last = centred[:, -1]
+            rest = centred[:, :-1] - last[:, None] * self.slope
+            return -0.5 * ((rest * rest) @ (1.0 / self.conditional_variances)) - 0.5 * (
+                last * last / self.variances[-1]
+            )
+        white = solve_triangular(self.lower, centred.T, lower=True, check_finite=False)
+        return -0.5 * (white * white).sum(axis=0)
+
     def unwhiten(self, posterior: Gaussian) -> Gaussian:
         """The posterior of θ = L z from that of z: ``N(L m, L S Lᵀ)``, ``log_Z`` and the
         diagnostics kept (the evidence does not change; see the module docstring)."""
