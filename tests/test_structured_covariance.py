@@ -623,6 +623,13 @@ def test_the_export_of_a_structured_posterior_has_its_densities(export_fits, pro
     )
     log_likelihood = tree["log_likelihood"]["y"].values[0].sum(axis=1)
     np.testing.assert_allclose(stats["lp"].values[0], log_likelihood + log_prior, rtol=1e-12)
+    # The draws are sized before they are made: 40 draws fit, 4000 do not.
+    per_draw = 8.0 * (3 * posterior.dim + X.shape[0])
+    with (
+        vsbayes.config_context(memory_limit=100 * per_draw),
+        pytest.raises(MemoryLimitError, match=r"4000 posterior draws.*about 100 fit"),
+    ):
+        fit.to_inference_data(X, labels, n_draws=4000)
 
 
 @pytest.mark.filterwarnings("ignore::vsbayes.exceptions.PSISWarning")  # (a row or two)

@@ -782,7 +782,8 @@ class CentredStructuredCovariance(StructuredCovariance):
         for start in range(0, rows.shape[0], step):
             block = rows[start : start + step]
             shift = self._columns(block)  # Nᵀ x
-            white = self._centre(np.array(block, order="C")) / root  # δ^{-½} u
+            white = self._centre(np.array(block, order="C"))
+            white /= root  # δ^{-½} u
             projected = white @ basis
             quadratic = np.einsum("ij,ij->i", white, white) - (projected * projected) @ shrink
             # Σ_base⁻¹ u = δ^{-½} (y − Q diag(M / (1 + M)) Qᵀ y), then a^{-½} Nᵀ of it.
@@ -877,7 +878,7 @@ class StructuredGaussian(Gaussian):
             difference = rows[start : start + step] - self.mean
             quadratic[start : start + step] = self.covariance.inverse_quadratic(difference)
         out = -0.5 * quadratic - 0.5 * (self.dim * _LOG_2PI + self.log_det_cov)
-        return out.reshape(x.shape[:-1])
+        return out.reshape(x.shape[:-1])[()]  # (a scalar for one point, as Gaussian's)
 
     def scale_cov(self, factor: float) -> StructuredGaussian:
         return StructuredGaussian(self.mean, self.covariance.scaled(factor), self.log_Z, self.error)
