@@ -35,7 +35,8 @@ with their sites; each call refits the sites of ``REVISITS`` (4) rows of the win
 those visited longest ago, under the posterior without them (EP's update for EP and VS:
 binary, the tilted moments; multinomial, the multinomial EP's site update, its tilted
 moments; for Laplace, the mode and curvature of the same tilted density: Laplace
-propagation, whose fixed point is the joint Laplace approximation), all in one step from
+propagation, whose fixed point is the joint Laplace approximation; for VB, the bound's
+site at the row's optimal ξ under the cavity), all in one step from
 the posterior before the row (multinomial: one Woodbury update of rank (K − 1)(1 +
 REVISITS)). That is incremental EP over a sliding window: each row's site is refitted
 about 4 times while in the window, once just before it leaves, under a cavity holding
@@ -91,9 +92,15 @@ every VS route estimates. The multinomial row's likelihood sees its K − 1 cont
 only: EP and VS take the multinomial EP's site of their (K − 1)-dimensional tilted
 density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's fixed
 point (the general sweep's update of the one site, repeated until it settles), Laplace
-Newton's method in the contrasts, each followed by a rank-(K − 1) update. The method's
-``one_row`` says which; each is the general fit's posterior to its tolerance
-(tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
+Newton's method in the contrasts, each followed by a rank-(K − 1) update. VB's (binary
+and one-vs-rest) is the Jaakkola–Jordan bound's optimum for the row: the bound of one row
+is a Gaussian site in its latent, its optimal ξ the root of a scalar equation, solved to
+round-off (the general fit's updates, on one row, iterate that equation and converge
+slowly where the prior is vague along the row: thousands of updates under the default
+intercept's N(0, 10⁶)); a window revisit re-optimizes a row's ξ under its cavity, a
+coordinate ascent on the bound of the window's rows, whose fixed point is the batch VB
+fit. The method's ``one_row`` says which; each is the general fit's posterior to its
+tolerance (tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
 batch at its own mode takes the rows' curvature where the early estimates put them and
 accumulates too much precision (docs/decisions.md, "Streaming by moments").
 """
@@ -128,6 +135,11 @@ from ..approximations.softmax_ep import (
 )
 from ..approximations.softmax_laplace import check_softmax_dims
 from ..approximations.structured_laplace import StructuredLaplaceResult, choose_covariance
+from ..approximations.variational_bayes import (
+    VBResult,
+    jaakkola_jordan_latent,
+    jaakkola_jordan_row,
+)
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, MemoryLimitError, NotPositiveDefiniteError
 from ..gaussian import Gaussian, StructuredCovariance, StructuredGaussian
@@ -275,7 +287,7 @@ class BayesianUpdating:
         buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
-        batch of one row (Laplace, EP, VS; binary, one-vs-rest and multinomial) is a
+        batch of one row (Laplace, EP, VS, VB; binary, one-vs-rest and multinomial) is a
         rank-(K − 1) update of the prior (rank one but for the multinomial posterior), and
         refits the sites of four of the last ``buffer_size`` rows under the posterior
         without them (incremental EP over a sliding window; see the module docstring): no
@@ -466,7 +478,7 @@ class BayesianUpdating:
 
     def _one_row_rule(self) -> str | None:
         """How a one-row batch updates the prior directly: the method's ``one_row``
-        ("mode", "moments") or None (the general fit)."""
+        ("mode", "moments", "bound") or None (the general fit)."""
         return self._posterior_method.one_row
 
     def _one_row_fits(self, X, problems, weights, carried) -> list[MethodFit] | None:
@@ -492,6 +504,10 @@ class BayesianUpdating:
             signed = labels[0] * row
             # An updated covariance that round-off left indefinite (a vague prior against
             # a decisive row) goes to the general fit too, which says what to change.
+            if rule == "bound":  # (at the optimum: it cannot fail to converge)
+                posterior = jaakkola_jordan_row(prior.mean, prior.cov, prior.lower, signed, weight)
+                fits.append(MethodFit(posterior, posterior.n_iter))
+                continue
             try:
                 if rule == "mode":
                     posterior = row_laplace(
@@ -596,6 +612,10 @@ class BayesianUpdating:
                 posterior = _row_mode_result(
                     mean, cov, prior, signed, weight, new_sites[:, j], log_z[0], link
                 )
+            elif rule == "bound":  # the row's ξ, under the carried prior (its cavity)
+                spread = prior.lower.T @ signed
+                xi = jaakkola_jordan_latent(float(signed @ prior.mean), spread @ spread, weight)[3]
+                posterior = VBResult(mean, cov, log_z[0], n_iter=1, converged=True, xi=np.r_[xi])
             else:
                 posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
             fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
@@ -992,7 +1012,10 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
     cavity_var = 1.0 / cavity_precision[usable]
     cavity_mean = cavity_var * (latent_mean[usable] / latent_var[usable] - nu[usable])
     power = powers[usable]
-    if rule == "mode":
+    if rule == "bound":  # (the logistic link's; each row's at its optimal ξ)
+        optima = map(jaakkola_jordan_latent, cavity_mean, cavity_var, power)
+        normalizer, tilted_mean, tilted_var, _ = map(np.array, zip(*optima, strict=True))
+    elif rule == "mode":
         tilted_mean, width = tilted_mode(link, cavity_mean, cavity_var, power)
         tilted_var = width * width
         # The Laplace evidence s log F(t*) − (t* − m)² / (2v) − ½ log(1 + s h(t*) v).
