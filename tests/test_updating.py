@@ -559,6 +559,43 @@ def test_a_prior_changed_mid_stream_is_refused_where_it_would_be_ignored():
         model.partial_fit(X[4:5], y[4:5])
 
 
+@pytest.mark.parametrize("cls", [vb.LaplaceLogisticRegression, vb.VBLogisticRegression])
+def test_fit_intercept_changed_mid_stream_is_refused(cls):
+    """The carried posterior's parameter vector has the intercept it was fitted with: a
+    later set_params(fit_intercept=...) failed inside a one-row update (a shape mismatch
+    in matmul) or, on larger batches, was taken silently; it is refused, naming it."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    model = cls().partial_fit(X[:2], y[:2], classes=[0, 1])
+    model.set_params(fit_intercept=False)
+    for rows in (slice(2, 3), slice(2, 5)):
+        with pytest.raises(ValueError, match="fit_intercept was changed to False"):
+            model.partial_fit(X[rows], y[rows])
+    model.set_params(fit_intercept=True).partial_fit(X[2:3], y[2:3])  # set back: fine
+
+
+@pytest.mark.parametrize("buffer_size", [0, 100])
+@pytest.mark.parametrize("cls", [vb.VBLogisticRegression, vb.LaplaceLogisticRegression])
+def test_an_all_zero_row_without_intercept_streams(cls, buffer_size, recwarn):
+    """An all-zero row without the intercept has a constant factor F(0)^s: its latent
+    variance is zero, which the one-row updates divided by (VB raised a ValueError,
+    Laplace a ZeroDivisionError, the window's revisit warned). VB's row leaves the
+    posterior as it was, its bound exact at ξ = 0 (log evidence − s log 2)."""
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    X[[0, 3]] = 0.0
+    model = cls(fit_intercept=False, buffer_size=buffer_size)
+    for i in range(6):
+        before = None if i == 0 else (model.coef_.copy(), model.log_marginal_likelihood_value_)
+        model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1], sample_weight=[1.5])
+        if i == 3 and buffer_size == 0 and cls is vb.VBLogisticRegression:
+            np.testing.assert_array_equal(model.coef_, before[0])
+            evidence = model.log_marginal_likelihood_value_
+            assert evidence == pytest.approx(before[1] - 1.5 * np.log(2.0), rel=1e-12)
+    assert np.isfinite(model.coef_).all() and np.isfinite(model.sigma_).all()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 @pytest.mark.parametrize("cls", [vb.EPLogisticRegression, vb.LaplaceLogisticRegression])
 def test_a_batch_of_zero_weight_leaves_the_stream_as_it_was(cls):
     """A batch whose weights (sample_weight × class_weight) are all zero has likelihood 1:

@@ -215,6 +215,13 @@ def jaakkola_jordan_row(
         the row's ξ; one iteration, converged.
     """
     latent = RowLatent.of(prior_mean, prior_lower, row)
+    if not latent.var > 0.0:
+        # An all-zero row (no intercept): its factor σ(aᵀθ)^s = 2^(−s) does not depend on
+        # θ, so the posterior is the prior and the bound, at ξ = 0, is exact.
+        log_bound = weight * float(log_expit(latent.mean))
+        xi = np.array([abs(latent.mean)])
+        mean, cov = prior_mean.copy(), prior_cov.copy()
+        return VBResult(mean, cov, log_bound, n_iter=1, converged=True, xi=xi)
     log_bound, new_mean, new_var, xi = jaakkola_jordan_latent(latent.mean, latent.var, weight)
     mean, cov = latent.conditioned(prior_mean, prior_cov, new_mean, new_var)
     return VBResult(mean, cov, log_bound, n_iter=1, converged=True, xi=np.array([xi]))

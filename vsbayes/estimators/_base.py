@@ -948,6 +948,7 @@ class BayesianGLMClassifier(
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
         self._fitted_prior_ = self.prior  # (partial_fit refuses a later change it would ignore)
+        self._fitted_intercept_ = self.fit_intercept  # (partial_fit's parameter vector)
         if method.falls_back:
             self.laplace_fallback_ = np.array([f.fell_back for f in fits])
         if method.records_strategy:

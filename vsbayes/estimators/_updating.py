@@ -336,7 +336,8 @@ class BayesianUpdating:
         ValueError
             Naming what is wrong: no ``classes`` at the first call, other classes later,
             a label outside them, a changed number of features, a bad prior or ``decay``,
-            ``prior`` changed after the first batch with ``decay=1`` (it would be ignored),
+            ``prior`` changed after the first batch with ``decay=1`` (it would be ignored)
+            or ``fit_intercept`` changed after it,
             a structured covariance forced by ``vsbayes.config_context`` on a stream that
             keeps the dense one. The carried posterior is left as it was.
         """
@@ -363,6 +364,15 @@ class BayesianUpdating:
                 "only at a stream's first batch (and with decay < 1, as what forgetting "
                 "nears), so the new prior would be ignored. To start over under it, call fit "
                 "or partial_fit a clone (sklearn.base.clone); to continue, set prior back."
+            )
+        fitted_intercept = vars(self).get("_fitted_intercept_", self.fit_intercept)
+        if not first and self.fit_intercept != fitted_intercept:
+            raise ValueError(
+                f"fit_intercept was changed to {self.fit_intercept!r} after the posterior was "
+                f"fitted with fit_intercept={fitted_intercept!r}: partial_fit continues from "
+                f"that posterior, whose parameter vector has "
+                f"{'an' if fitted_intercept else 'no'} intercept. To start over, call fit or "
+                f"partial_fit a clone (sklearn.base.clone); to continue, set it back."
             )
         classes = self._partial_fit_classes(classes, first)
         if is_dask(X):
@@ -498,6 +508,10 @@ class BayesianUpdating:
         if n_classes is not None:
             return self._one_softmax_row(row, problems[0][0], n_classes, weight, rule, carried)
         row = self._binary_row(row)
+        if rule != "bound" and not row.any():
+            # An all-zero row (no intercept) has no latent variance for the direct
+            # updates to divide by; its factor is constant, which the general fit takes.
+            return None
         link = get_link(self._link)
         fits = []
         for (labels, _), prior in zip(problems, carried, strict=True):
@@ -1003,7 +1017,8 @@ def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
     gains = cov @ rows.T  # (p, r): Σa
     latent_mean = rows @ mean
     latent_var = np.einsum("rp,pr->r", rows, gains)
-    cavity_precision = 1.0 / latent_var - tau
+    with np.errstate(divide="ignore"):  # an all-zero row (no intercept): not usable below
+        cavity_precision = 1.0 / latent_var - tau
     usable = (latent_var > 0.0) & (cavity_precision > 0.0)
     log_z = np.full(rows.shape[0], np.nan)
     new_tau, new_nu = tau.copy(), nu.copy()
