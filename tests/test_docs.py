@@ -83,3 +83,47 @@ def test_docs_build_without_warnings(docs_build):
     done, scratch = docs_build
     assert done.returncode == 0, done.stderr[-4000:]
     assert (scratch / "doctrees" / "api.doctree").is_file()
+
+
+# The Python blocks of the pages users copy from run as written, in order, each page's blocks
+# sharing one namespace as a reader's session would (README.md's: tests/test_readme.py;
+# developer.md's: tests/test_fit_path.py). A block that cannot run as written says so on its
+# first line, where the reader sees it: "# (sketch: ...)" where it stands for the reader's
+# own data or cluster, "# (slow: ...)" where it takes seconds; those are skipped, by name.
+RUN_PAGES = ("guide.md", "estimators.md", "posterior.md", "differences.md")
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+NOT_RUN = re.compile(r"# \((sketch|slow):[^)]*\)")
+
+
+def _page_blocks(page):
+    return PYTHON_BLOCK.findall((DOCS / page).read_text())
+
+
+@pytest.fixture(scope="module")
+def page_sessions():
+    """Per page, the namespace its blocks ran in and the indices of the blocks run."""
+    return {page: ({}, set()) for page in RUN_PAGES}
+
+
+@pytest.mark.parametrize(
+    ("page", "index"),
+    [(page, index) for page in RUN_PAGES for index in range(len(_page_blocks(page)))],
+    ids=lambda value: str(value),
+)
+def test_page_code_runs_as_written(page, index, page_sessions):
+    blocks = _page_blocks(page)
+    marker = NOT_RUN.match(blocks[index])
+    if marker:
+        pytest.skip(f"{page}, block {index + 1}: marked {marker.group(0)}")
+    namespace, done = page_sessions[page]
+    for earlier in range(index + 1):  # the blocks before it too, when it is run alone
+        if earlier not in done and not NOT_RUN.match(blocks[earlier]):
+            done.add(earlier)
+            exec(compile(blocks[earlier], f"{DOCS / page}, block {earlier + 1}", "exec"), namespace)
+
+
+def test_every_page_with_python_blocks_is_run():
+    """A page that gains Python blocks is added to RUN_PAGES (or to this list, with why)."""
+    run_elsewhere = {"developer.md"}  # tests/test_fit_path.py runs its one block
+    with_blocks = {page.name for page in DOCS.glob("*.md") if _page_blocks(page.name)}
+    assert with_blocks - set(RUN_PAGES) - run_elsewhere == set()
