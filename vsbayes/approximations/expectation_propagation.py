@@ -31,6 +31,7 @@ from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
+from ..models.latent import InformativeRows
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
@@ -43,6 +44,7 @@ __all__ = [
     "EPSites",
     "assumed_density_row",
     "expectation_propagation",
+    "with_constant_rows",
 ]
 
 
@@ -104,6 +106,26 @@ class EPSites:
     precision: np.ndarray
     linear: np.ndarray
     space: str
+
+
+def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResult:
+    """EP's ``result`` on the informative rows of a posterior, as EP on all its rows: the
+    constant rows' sites are fixed at zero (an all-zero row's latent is 0 under every
+    Gaussian, its factor ``F(0)^s`` a constant: no site is ever updated there, no cavity
+    formed), and the evidence is multiplied by their factors."""
+    sites = result.sites
+    if sites is not None:
+        constant = informative.constant
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            out = np.zeros((constant.size, *values.shape[1:]))
+            out[~constant] = values
+            return out
+
+        sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
+    log_z = result.log_Z + informative.log_likelihood
+    moved = EPResult(result.mean, result.cov, log_z, **result.diagnostics())
+    return moved.with_sites(sites, result.prior_cavities)
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
@@ -204,6 +226,14 @@ def expectation_propagation(
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    if model.rows_in_memory:  # (the chunks keep their constant rows apart themselves)
+        informative = model.informative_rows()
+        if informative.constant.any():
+            options = {"damping": damping, "tol": tol, "max_iter": max_iter, "start": start}
+            result = expectation_propagation(
+                informative.model, site_fit=site_fit, memory=memory, **options
+            )
+            return with_constant_rows(result, informative)
     if start is None:
         start = glm_laplace(model).mean
     rows = _BinaryRows(site_fit)
