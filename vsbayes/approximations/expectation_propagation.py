@@ -17,6 +17,11 @@ slow positive mode and, undamped, an oscillating one); Anderson acceleration (Wa
 2011) mixes the last few sweeps to cancel both, dividing the sweeps by 2-3 (the loop, shared
 with the multinomial EP: :mod:`~vsbayes.approximations._damped_sweeps`). The log evidence
 is EP's estimate at the fixed point.
+
+A row whose latent value is 0 under every θ (all zeros, no intercept: an empty document)
+has the constant factor ``F(0)^s`` and a latent variance of 0, which no cavity can divide
+by: EP runs on the other rows, and :func:`with_constant_rows` gives such a row the site
+zero and multiplies the evidence by its factor (the models' ``informative_rows()``).
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class EPSites:
     binary (``space="signed"``), ``u = t_i = y_i (x_i·w + b)``, shapes (M,) and (M,);
     multinomial (``space="contrast"``), ``u = g_i = Qᵀ f_i`` with Q the orthonormal
     contrast basis (:func:`~vsbayes.models.softmax_predictive.centred_basis`), shapes
-    (M, K−1, K−1) and (M, K−1).
+    (M, K−1, K−1) and (M, K−1). A constant row's (all zeros, no intercept) site is zero
+    (:func:`with_constant_rows`).
     """
 
     precision: np.ndarray
