@@ -126,6 +126,32 @@ def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(client, data, 
     )
 
 
+@pytest.mark.parametrize(
+    "estimator", [EPLogisticRegression, EPProbitRegression], ids=lambda c: c.__name__
+)
+def test_chunked_ep_keeps_zero_rows_apart(estimator):
+    """All-zero rows without an intercept (a whole chunk of them, too) have a constant
+    factor F(0)^s: each chunk's EP runs on its other rows (a chunk of none, on no rows),
+    the fixed point of the rows without them; the evidence is theirs times 2^(−Σ s)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3))
+    zero = np.zeros(60, dtype=bool)
+    zero[::4], zero[40:50] = True, True  # the chunk of rows 40-49 is all zeros
+    X[zero] = 0.0
+    y = (X[:, 0] + rng.normal(size=60) > 0).astype(int)
+    weights = rng.uniform(0.2, 2.5, size=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        chunked = estimator(fit_intercept=False).fit(*as_dask(X, y, weights, chunk=10))
+    local = estimator(fit_intercept=False).fit(X[~zero], y[~zero], sample_weight=weights[~zero])
+    np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=EP_RTOL)
+    np.testing.assert_allclose(chunked.sigma_, local.sigma_, rtol=EP_RTOL, atol=1e-12)
+    constant = -np.log(2.0) * weights[zero].sum()
+    assert chunked.log_marginal_likelihood_value_ == pytest.approx(
+        local.log_marginal_likelihood_value_ + constant, rel=1e-10
+    )
+
+
 def test_auto_over_chunks_takes_ep_where_the_global_fit_costs_more():
     # Skewed (Laplace not enough) and not data-rich: in memory "auto" keeps EP's sites; over
     # chunks it took the global fit whatever its work (hours at 4000 × 300, 1.5 s by EP).

@@ -575,25 +575,41 @@ def test_fit_intercept_changed_mid_stream_is_refused(cls):
 
 
 @pytest.mark.parametrize("buffer_size", [0, 100])
-@pytest.mark.parametrize("cls", [vb.VBLogisticRegression, vb.LaplaceLogisticRegression])
-def test_an_all_zero_row_without_intercept_streams(cls, buffer_size, recwarn):
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        vb.VBLogisticRegression,
+        vb.LaplaceLogisticRegression,
+        vb.EPLogisticRegression,
+        vb.VSLogisticRegression,
+    ],
+)
+def test_an_all_zero_row_without_intercept_streams(cls, n_classes, buffer_size, recwarn):
     """An all-zero row without the intercept has a constant factor F(0)^s: its latent
     variance is zero, which the one-row updates divided by (VB raised a ValueError,
-    Laplace a ZeroDivisionError, the window's revisit warned). VB's row leaves the
-    posterior as it was, its bound exact at ξ = 0 (log evidence − s log 2)."""
+    Laplace a ZeroDivisionError, the window's revisit warned; the multinomial window
+    raised a LinAlgError) and so did the general fit's EP, which such a row is handed to
+    (RuntimeWarnings, a Laplace fallback). VB's row leaves the posterior as it was, its
+    bound exact at ξ = 0 (log evidence − s log 2)."""
     rng = np.random.default_rng(2)
     X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    if n_classes == 3:
+        y = np.array([0, 1, 2, 1, 2, 0])
     X[[0, 3]] = 0.0
     model = cls(fit_intercept=False, buffer_size=buffer_size)
     for i in range(6):
         before = None if i == 0 else (model.coef_.copy(), model.log_marginal_likelihood_value_)
-        model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1], sample_weight=[1.5])
-        if i == 3 and buffer_size == 0 and cls is vb.VBLogisticRegression:
+        model.partial_fit(
+            X[i : i + 1], y[i : i + 1], classes=np.arange(n_classes), sample_weight=[1.5]
+        )
+        if i == 3 and buffer_size == 0 and n_classes == 2 and cls is vb.VBLogisticRegression:
             np.testing.assert_array_equal(model.coef_, before[0])
             evidence = model.log_marginal_likelihood_value_
             assert evidence == pytest.approx(before[1] - 1.5 * np.log(2.0), rel=1e-12)
     assert np.isfinite(model.coef_).all() and np.isfinite(model.sigma_).all()
-    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    caught = (RuntimeWarning, vb.exceptions.UnreliableFitWarning)
+    assert not [w for w in recwarn if issubclass(w.category, caught)]
 
 
 @pytest.mark.parametrize("cls", [vb.EPLogisticRegression, vb.LaplaceLogisticRegression])

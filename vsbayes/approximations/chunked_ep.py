@@ -123,11 +123,16 @@ class ChunkedSites:
 
 
 def _start_sites(chunk, rows: RowSites, theta: np.ndarray):
-    """The sites EP starts from (current, candidate and best), and their sums."""
-    t = np.asarray(chunk.design @ theta).ravel()
-    chunk.ep_sites = rows.start(chunk.link, t, chunk.sample_weight)
+    """The sites EP starts from (current, candidate and best), and their sums. They are
+    the sites of the chunk's informative rows (``chunk.ep_rows``): a constant row (all
+    zeros, no intercept) keeps a site of zeros, never updated, and only its factor in the
+    evidence (:func:`~vsbayes.approximations.expectation_propagation.with_constant_rows`)."""
+    chunk.ep_constant = chunk.informative_rows()
+    informative = chunk.ep_rows = chunk.ep_constant.model
+    t = np.asarray(informative.design @ theta).ravel()
+    chunk.ep_sites = rows.start(informative.link, t, informative.sample_weight)
     chunk.ep_candidate = chunk.ep_best = chunk.ep_sites
-    return _site_sums(chunk, chunk.ep_sites)
+    return _site_sums(informative, chunk.ep_sites)
 
 
 def _move(chunk, moves: list[str]) -> None:
@@ -151,10 +156,12 @@ def _sweep_sites(chunk, rows: RowSites, moves, mean, cov, damping: float):
     """The damped sweep from the current sites, kept as the candidate: its sums and its
     largest relative change."""
     _move(chunk, moves)
-    sites = chunk.ep_sites
-    new, _ = rows.update(chunk.link, *_marginals(chunk, mean, cov), sites, chunk.sample_weight)
+    sites, informative = chunk.ep_sites, chunk.ep_rows
+    new, _ = rows.update(
+        informative.link, *_marginals(informative, mean, cov), sites, informative.sample_weight
+    )
     chunk.ep_candidate, _, _, change = damped_step(sites, new, damping)
-    return (*_site_sums(chunk, chunk.ep_candidate), change)
+    return (*_site_sums(informative, chunk.ep_candidate), change)
 
 
 def _site_sums(chunk, sites: np.ndarray):
@@ -164,6 +171,13 @@ def _site_sums(chunk, sites: np.ndarray):
 
 def _site_normalizers(chunk, rows: RowSites, moves, mean, cov):
     _move(chunk, moves)
-    return rows.normalizers(
-        chunk.link, *_marginals(chunk, mean, cov), chunk.ep_sites, chunk.sample_weight
+    informative = chunk.ep_rows
+    total, improper = rows.normalizers(
+        informative.link,
+        *_marginals(informative, mean, cov),
+        chunk.ep_sites,
+        informative.sample_weight,
     )
+    if chunk.ep_constant.constant.any():  # (their factors; else the same bits as before)
+        total += chunk.ep_constant.log_likelihood
+    return total, improper

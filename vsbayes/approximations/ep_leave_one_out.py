@@ -185,6 +185,11 @@ def refit_without_rows(
     m, p = design.shape
     if len(sites.precision) != m:
         raise ValueError(f"sites has {len(sites.precision)} rows; the model has {m}.")
+    options = {"damping": damping, "tol": tol, "max_iter": max_iter, "memory": memory}
+    informative = model.informative_rows()
+    if informative.constant.any():
+        options["site_fit"] = site_fit
+        return _informative_refits(refit_without_rows, informative, sites, rows, options)
     if hasattr(design, "toarray"):
         check_memory(8.0 * m * p, f"the dense {m} × {p} design of the refits", "")
         design = design.toarray()
@@ -203,6 +208,25 @@ def refit_without_rows(
             model, design, sites, rows[part], damping, tol, max_iter, site_fit, memory
         )
     return LeftOutMarginals(mean, var, n_iter)
+
+
+def _informative_refits(refit, informative, sites: EPSites, rows, options) -> LeftOutMarginals:
+    """``refit`` of a model with constant rows (all zeros, no intercept), on its informative
+    rows: a constant row's site is 0 (:func:`~vsbayes.approximations.expectation_propagation.
+    with_constant_rows`), so that the refits' EP is that of the other rows alone, and
+    leaving a constant row out leaves the fit as it was, its latent 0: mean and variance 0,
+    no sweep."""
+    kept = ~informative.constant
+    index = np.cumsum(kept) - 1  # each row's place among the informative ones
+    left_constant = informative.constant[rows]
+    reduced = EPSites(sites.precision[kept], sites.linear[kept], sites.space)
+    inner = refit(informative.model, reduced, index[rows[~left_constant]], **options)
+    out = []
+    for values in (inner.mean, inner.var, inner.n_iter):
+        full = np.zeros((rows.size, *values.shape[1:]), dtype=values.dtype)
+        full[~left_constant] = values
+        out.append(full)
+    return LeftOutMarginals(*out)
 
 
 def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, memory):
@@ -392,6 +416,11 @@ def refit_softmax_without_rows(
     m, k, d = model.n_observations, model.n_classes, model.n_features
     if len(sites.precision) != m:
         raise ValueError(f"sites has {len(sites.precision)} rows; the model has {m}.")
+    informative = model.informative_rows()
+    if informative.constant.any():
+        options = {"damping": damping, "tol": tol, "max_iter": max_iter, "memory": memory}
+        options["linear_within"] = linear_within
+        return _informative_refits(refit_softmax_without_rows, informative, sites, rows, options)
     design = model.X
     if hasattr(design, "toarray"):
         check_memory(8.0 * m * d, f"the dense {m} × {d} design of the refits", "")

@@ -17,6 +17,11 @@ slow positive mode and, undamped, an oscillating one); Anderson acceleration (Wa
 2011) mixes the last few sweeps to cancel both, dividing the sweeps by 2-3 (the loop, shared
 with the multinomial EP: :mod:`~vsbayes.approximations._damped_sweeps`). The log evidence
 is EP's estimate at the fixed point.
+
+A row whose latent value is 0 under every θ (all zeros, no intercept: an empty document)
+has the constant factor ``F(0)^s`` and a latent variance of 0, which no cavity can divide
+by: EP runs on the other rows, and :func:`with_constant_rows` gives such a row the site
+zero and multiplies the evidence by its factor (the models' ``informative_rows()``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
+from ..models.latent import InformativeRows
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
@@ -43,6 +49,7 @@ __all__ = [
     "EPSites",
     "assumed_density_row",
     "expectation_propagation",
+    "with_constant_rows",
 ]
 
 
@@ -98,12 +105,33 @@ class EPSites:
     binary (``space="signed"``), ``u = t_i = y_i (x_i·w + b)``, shapes (M,) and (M,);
     multinomial (``space="contrast"``), ``u = g_i = Qᵀ f_i`` with Q the orthonormal
     contrast basis (:func:`~vsbayes.models.softmax_predictive.centred_basis`), shapes
-    (M, K−1, K−1) and (M, K−1).
+    (M, K−1, K−1) and (M, K−1). A constant row's (all zeros, no intercept) site is zero
+    (:func:`with_constant_rows`).
     """
 
     precision: np.ndarray
     linear: np.ndarray
     space: str
+
+
+def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResult:
+    """EP's ``result`` on the informative rows of a posterior, as EP on all its rows: the
+    constant rows' sites are fixed at zero (an all-zero row's latent is 0 under every
+    Gaussian, its factor ``F(0)^s`` a constant: no site is ever updated there, no cavity
+    formed), and the evidence is multiplied by their factors."""
+    sites = result.sites
+    if sites is not None:
+        constant = informative.constant
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            out = np.zeros((constant.size, *values.shape[1:]))
+            out[~constant] = values
+            return out
+
+        sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
+    log_z = result.log_Z + informative.log_likelihood
+    moved = EPResult(result.mean, result.cov, log_z, **result.diagnostics())
+    return moved.with_sites(sites, result.prior_cavities)
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
@@ -204,6 +232,14 @@ def expectation_propagation(
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    if model.rows_in_memory:  # (the chunks keep their constant rows apart themselves)
+        informative = model.informative_rows()
+        if informative.constant.any():
+            options = {"damping": damping, "tol": tol, "max_iter": max_iter, "start": start}
+            result = expectation_propagation(
+                informative.model, site_fit=site_fit, memory=memory, **options
+            )
+            return with_constant_rows(result, informative)
     if start is None:
         start = glm_laplace(model).mean
     rows = _BinaryRows(site_fit)

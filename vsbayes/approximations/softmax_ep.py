@@ -82,7 +82,13 @@ from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
-from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
+from .expectation_propagation import (
+    DEFAULT_DAMPING,
+    EPResult,
+    EPSites,
+    _split_weights,
+    with_constant_rows,
+)
 from .laplace_error import softmax_row_skewness
 from .newton_laplace import latent_softmax_mode, softmax_mode_site_updates
 from .softmax_laplace import check_softmax_size, softmax_laplace
@@ -389,6 +395,30 @@ def softmax_ep(
     """
     if not 0 < damping <= 1:
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    informative = model.informative_rows()
+    if informative.constant.any():
+        # All-zero rows without intercepts: their factor K^(−s) is a constant, their
+        # latent 0 under every Gaussian (no cavity): EP of the other rows, their sites 0.
+        if start_sites is not None:
+            kept = ~informative.constant
+            start_sites = EPSites(
+                start_sites.precision[kept], start_sites.linear[kept], start_sites.space
+            )
+        result = softmax_ep(
+            informative.model,
+            damping=damping,
+            tol=tol,
+            max_iter=max_iter,
+            start=start,
+            rule=rule,
+            memory=memory,
+            sites=sites,
+            verbose=verbose,
+            start_sites=start_sites,
+            posterior_tol=posterior_tol,
+            posterior_share=posterior_share,
+        )
+        return with_constant_rows(result, informative)
     method = _method(model, sites)
     check_softmax_ep_size(model, sites=method, rule=rule, memory=memory)
     if verbose:

@@ -45,6 +45,7 @@ from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
 from ..models.glm import BinaryGLMPosterior
+from ..models.latent import constant_rows
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax import SoftmaxGLMPosterior
@@ -391,19 +392,29 @@ def _ep_cavity_terms(estimator, data: _Training, sites, positive):
     X, weights = data.X[positive], data.weights[positive]
     n = len(data.weights)
     loo, lppd = np.zeros(n), np.zeros(n)
+    # An all-zero row without an intercept: its latent is 0 under every Gaussian and its
+    # site 0 (with_constant_rows), so that its cavity is the posterior's point mass at 0
+    # and both its terms are its constant factor's log (s log F(0); −s log K). Its
+    # variance is set to 1 only to keep it out of the cavities' arithmetic.
+    constant = np.zeros(X.shape[0], bool) if estimator.fit_intercept else constant_rows(X)
     if sites.space == "signed":  # binary: t_i = y_i f_i
         link = predictive.link
         sign = np.where(data.index[positive] == 1, 1.0, -1.0)
         f_mean, f_var = predictive.latent_mean_and_variance(X)
         t_mean = sign * f_mean
+        if constant.any():
+            f_var = np.where(constant, 1.0, f_var)
         cav_prec = 1.0 / f_var - sites.precision
         cav_lin = t_mean / f_var - sites.linear
         proper = cav_prec > 0
         cav_var = 1.0 / np.where(proper, cav_prec, 1.0)
         cav_mean = cav_lin * cav_var
-        terms = _binary_log_predictive(link, cav_mean, cav_var, weights)
-        loo[positive] = np.where(proper, terms, np.nan)
-        lppd[positive] = _binary_log_predictive(link, t_mean, f_var, weights)
+        terms = np.where(proper, _binary_log_predictive(link, cav_mean, cav_var, weights), np.nan)
+        fitted = _binary_log_predictive(link, t_mean, f_var, weights)
+        if constant.any():
+            factor = weights[constant] * float(link.log_cdf(np.zeros(1))[0])
+            terms[constant], fitted[constant] = factor, factor
+        loo[positive], lppd[positive] = terms, fitted
         return loo, lppd
     # Multinomial: sites on g_i = Qᵀ f_i; the cavity's f = Q g (centred: softmax ignores
     # the common shift).
@@ -416,6 +427,9 @@ def _ep_cavity_terms(estimator, data: _Training, sites, positive):
         f_mean, f_cov = latent(rows)
         g_mean = f_mean @ q
         g_cov = np.einsum("ka,rkl,lb->rab", q, f_cov, q)
+        fixed = constant[rows]
+        if fixed.any():
+            g_cov[fixed] = np.eye(k - 1)
         g_prec = np.linalg.inv(g_cov)
         cav_prec = g_prec - sites.precision[rows]
         cav_lin = np.einsum("rab,rb->ra", g_prec, g_mean) - sites.linear[rows]
@@ -428,6 +442,9 @@ def _ep_cavity_terms(estimator, data: _Training, sites, positive):
         )
         out_loo[rows] = np.where(proper, term, np.nan)
         out_lppd[rows] = _softmax_log_predictive(f_mean, f_cov, label[rows], weights[rows])
+    if constant.any():
+        factor = -math.log(k) * weights[constant]
+        out_loo[constant], out_lppd[constant] = factor, factor
     loo[positive], lppd[positive] = out_loo, out_lppd
     return loo, lppd
 

@@ -587,6 +587,11 @@ class BayesianUpdating:
         row = X.toarray()[0] if sp.issparse(X) else np.asarray(X[0])
         n_classes = problems[0][1]
         if n_classes is not None:
+            if not (self.fit_intercept or row.any()):
+                # An all-zero row without intercepts: its contrasts have variance 0 (no
+                # cavity to update a site from) and its factor K^(−s) is constant, which
+                # the general fit takes (as a binary one's, whose update is not usable).
+                return None, None
             label = int(problems[0][0][0])
             return self._window_softmax_row_fits(
                 row, label, n_classes, weight, rule, carried[0], window, keep

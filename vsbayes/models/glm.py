@@ -10,6 +10,7 @@ with labels ``y_i = ±1`` and weights ``s_i ≥ 0``. Its integral is the model e
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 
@@ -22,6 +23,7 @@ from .._blas import block_slices, map_blocks, single_blas_thread, sum_blocks
 from .._indices import triu_indices
 from .._memory import block_bytes
 from .._sums import CompensatedSum
+from .latent import InformativeRows, constant_rows
 from .links import Link, get_link
 
 __all__ = [
@@ -136,6 +138,21 @@ class BinaryGLMPosterior:
         sparse)."""
         design = self.design
         return int(design.nnz) if sp.issparse(design) else int(design.size)
+
+    def informative_rows(self) -> InformativeRows:
+        """The rows whose factor depends on θ, apart from the constant ones (all-zero rows
+        without an intercept, whose factor is ``F(0)^{s_i}``): see
+        :class:`~vsbayes.models.latent.InformativeRows`."""
+        if self.fit_intercept:
+            return InformativeRows(self, np.zeros(self.n_observations, dtype=bool), np.zeros(0))
+        constant = constant_rows(self.design)
+        if not constant.any():
+            return InformativeRows(self, constant, np.zeros(0))
+        log_factors = self.sample_weight[constant] * float(self.link.log_cdf(np.zeros(1))[0])
+        informative = copy.copy(self)
+        informative.design = self.design[~constant]
+        informative.sample_weight = self.sample_weight[~constant]
+        return InformativeRows(informative, constant, log_factors)
 
     # --- many parameter vectors: the log-density the sampling fitters call -------------
 

@@ -38,6 +38,7 @@ each row's non-zero pairs instead (one gather for both uses): ``k(k + 1)/2`` ter
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -48,9 +49,11 @@ from .._memory import block_bytes, block_length, check_memory
 
 __all__ = [
     "IndependentLatents",
+    "InformativeRows",
     "JointLatents",
     "StructuredJointLatents",
     "StructuredLatents",
+    "constant_rows",
     "row_moments",
     "row_variances",
 ]
@@ -65,6 +68,56 @@ _GATHER_COST = 8
 _PAIR_BYTES = 96
 # Pairs per chunk at most, whatever the memory allows (the cache bound of the gather).
 _CACHE_PAIRS = 2**20
+
+
+# --- Rows whose latent values are 0 under every θ ------------------------------------------
+
+
+def constant_rows(design) -> np.ndarray:
+    """Which rows of a design (dense, or sparse with its stored zeros counted as zeros) have
+    no non-zero entry, shape (M,): their latent values are 0 under every θ (all-zero
+    features without an intercept, e.g. empty documents), so their likelihood factor is a
+    constant."""
+    if sp.issparse(design):
+        # (Duplicate entries summed first: a row of 1 and −1 at one feature is a zero row.)
+        return _summed_duplicates(design.tocsr()).count_nonzero(axis=1) == 0
+    design = np.asarray(design)
+    out = np.empty(design.shape[0], dtype=bool)
+    step = block_length(design.shape[1])  # a block's boolean temporary: one byte an entry
+    for start in range(0, design.shape[0], step):
+        block = design[start : start + step]
+        out[start : start + step] = ~block.any(axis=1)
+    return out
+
+
+class InformativeRows(NamedTuple):
+    """A posterior's rows split by whether their likelihood factor depends on θ
+    (``informative_rows()`` of :class:`~vsbayes.models.BinaryGLMPosterior` and
+    :class:`~vsbayes.models.SoftmaxGLMPosterior`).
+
+    A row whose latent values are 0 under every θ (:func:`constant_rows`) has the factor
+    ``F(0)^{s_i}`` (binary; ``K^{−s_i}`` multinomial): it carries no information, and its
+    variance-0 latent has no cavity for expectation propagation to divide by. The
+    approximations fit ``model`` and multiply the evidence by that constant.
+
+    Attributes
+    ----------
+    model : posterior
+        The posterior of the other rows: the model itself where every row is informative.
+    constant : ndarray of shape (M,)
+        Which of the model's rows are constant.
+    log_factors : ndarray of shape (number of constant rows,)
+        Their ``s_i log F(0)`` (``−s_i log K``).
+    """
+
+    model: Any
+    constant: np.ndarray
+    log_factors: np.ndarray
+
+    @property
+    def log_likelihood(self) -> float:
+        """``Σ_i s_i log F(0)`` over the constant rows."""
+        return float(self.log_factors.sum())
 
 
 # --- Sparse rows: the non-zero pairs ------------------------------------------------------

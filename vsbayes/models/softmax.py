@@ -26,6 +26,7 @@ the shift: the predictive (:mod:`vsbayes.models.softmax_predictive`) removes it 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -37,6 +38,7 @@ from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 from ..gaussian import Gaussian, lower_cholesky
 from .glm import add_prior, coefficient_prior_variances, diagonal_log_prior, prior_mean_vector
+from .latent import InformativeRows, constant_rows
 
 __all__ = ["SoftmaxGLMPosterior"]
 
@@ -162,6 +164,22 @@ class SoftmaxGLMPosterior:
     def n_observations(self) -> int:
         """Number of observations with positive weight."""
         return self.X.shape[0]
+
+    def informative_rows(self) -> InformativeRows:
+        """The rows whose factor depends on θ, apart from the constant ones (all-zero rows
+        without intercepts, whose factor is ``K^{−s_i}``): see
+        :class:`~vsbayes.models.latent.InformativeRows`."""
+        if self.fit_intercept:
+            return InformativeRows(self, np.zeros(self.n_observations, dtype=bool), np.zeros(0))
+        constant = constant_rows(self.X)
+        if not constant.any():
+            return InformativeRows(self, constant, np.zeros(0))
+        informative = copy.copy(self)
+        informative.X, informative.y = self.X[~constant], self.y[~constant]
+        informative.sample_weight = self.sample_weight[~constant]
+        informative._products = None
+        log_factors = -math.log(self.n_classes) * self.sample_weight[constant]
+        return InformativeRows(informative, constant, log_factors)
 
     def centred(self, posterior: Gaussian) -> Gaussian:
         """``posterior`` in scikit-learn's representative: ``Σ_k w_k = 0``, ``Σ_k b_k = 0``.
