@@ -106,6 +106,8 @@ from .softmax_sites import (
     _rule_size,
     _rules,
     _sites,
+    _three_class_inverses,
+    _three_class_positive,
     _whitened_norms,
     _wide_rows,
 )
@@ -693,8 +695,10 @@ def softmax_site_updates(
     found : ndarray of shape (m,)
         Whether the row's cavity and tilted density were proper.
     """
-    precision = np.linalg.inv(latent_cov)
-    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+    precision = _three_class_inverses(latent_cov) if q.shape[1] == 2 else None
+    if precision is None:
+        precision = np.linalg.inv(latent_cov)
+        precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
     cav_prec = precision - lam
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
     labels = np.asarray(labels)
@@ -719,7 +723,10 @@ def softmax_site_updates(
     log_z, site_lam, site_eta, found = _few_tilted_sites(
         q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, (lam, eta), laplace_kernels
     )
-    site_lam = _row_psd(site_lam)  # _psd's, on these few rows without its row blocks
+    # _psd's, on these few rows without its row blocks (three classes: the sites themselves
+    # where each is positive definite, as its Cholesky test finds, tested on Python floats)
+    if q.shape[1] != 2 or not _three_class_positive(site_lam):
+        site_lam = _row_psd(site_lam)
     if not found.all():
         site_lam = np.where(found[:, None, None], site_lam, lam)
         site_eta = np.where(found[:, None], site_eta, eta)
