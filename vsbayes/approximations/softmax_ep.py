@@ -84,7 +84,11 @@ from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, EPSites, _split_weights
 from .laplace_error import softmax_row_skewness
-from .newton_laplace import latent_softmax_mode, softmax_mode_site_updates
+from .newton_laplace import (
+    _three_class_kernels,
+    latent_softmax_mode,
+    softmax_mode_site_updates,
+)
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     _LOG_2PI,
@@ -705,6 +709,12 @@ def softmax_site_updates(
 
     def laplace_kernels(rows, start, cavities):
         # Newton's method in the contrasts (the tilted mode to _KERNEL_TOL of its log density).
+        if q.shape[1] == 2:  # (three classes: its rows' Newton and kernels on Python floats)
+            three = _three_class_kernels(
+                q, labels[rows], power[rows], cavities, latent_mean[rows], start, _KERNEL_TOL
+            )
+            if three is not None:
+                return three
         modes = softmax_mode_site_updates(
             q,
             labels[rows],
