@@ -196,3 +196,13 @@ def test_three_class_mode_sites_are_the_arrays_newton():
         # Laplace's evidence (the 2 × 2 determinants written out against LAPACK's)
         log_dets = np.linalg.slogdet(arrays[3] + cav_prec)[1] - np.linalg.slogdet(cav_prec)[1]
         np.testing.assert_allclose(ours.log_z, arrays[1] - 0.5 * log_dets, rtol=1e-9, atol=1e-9)
+        # The EP kernels' shortcut: the same modes, and (P + H)⁻¹ at them
+        cav_lin = np.einsum("mab,mb->ma", cav_prec, cav_mean)
+        no_start = np.full((m, 2), np.nan)
+        modes, covs, found = module._three_class_kernels(
+            q, labels, power, (cav_prec, cav_lin, cav_mean), mean, no_start, 1e-12
+        )
+        assert found.all()
+        np.testing.assert_allclose(modes, ours.mode, rtol=1e-8, atol=1e-8 * np.sqrt(scales.max()))
+        kernel_covs = np.linalg.inv(cav_prec + ours.lam)
+        np.testing.assert_allclose(covs, kernel_covs, rtol=1e-7, atol=1e-9 * scales.max())
