@@ -625,6 +625,10 @@ def softmax_mode_site_updates(
         caller has them (:func:`~vsbayes.approximations.softmax_sites._few_tilted_sites`):
         not formed again from the latent moments and sites.
 
+    At three classes (K − 1 = 2) and up to :data:`_SCALAR_ROWS` rows (a one-row call's
+    window) each row's Newton runs on Python floats (:func:`_three_class_row_mode`: the
+    same iteration to round-off, each row stopping at its own convergence).
+
     Returns
     -------
     ModeSites

@@ -575,7 +575,11 @@ def _few_tilted_sites(
     fits; Newton's method started at the rows' Stein tilted means, where a wide level
     computed them). A revisited row whose site already narrows its wide cavity by more
     than :data:`_DIRECT` goes direct at once, without the Stein pass. The finest level is
-    :data:`_FEW_ROWS_FINEST`. No coarse level (many classes: level 0's own nodes).
+    :data:`_FEW_ROWS_FINEST`. No coarse level (many classes: level 0's own nodes). At three
+    classes the rows' 2 × 2 algebra around the tilted blocks (the cavities' moments and
+    factors, Stein's match, the direct sites) runs row by row on Python floats
+    (``_three_class_*``: the same math to round-off; numpy's per-call cost on a handful of
+    2 × 2 matrices was most of a call's site update).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
