@@ -574,3 +574,67 @@ def test_two_kernel_tilted_block_is_the_mixtures_importance_sampling():
         np.testing.assert_allclose(t_mean[i], mean, rtol=1e-10, atol=1e-12)
         centred = g - mean
         np.testing.assert_allclose(t_cov[i], (centred * weight[:, None]).T @ centred, rtol=1e-9)
+
+
+def _spd_2x2(rng, m, scales):
+    """Random symmetric positive definite 2 × 2 matrices of spreads ``scales``."""
+    a = rng.standard_normal((m, 2, 2))
+    return (a @ np.swapaxes(a, 1, 2) + 0.05 * np.eye(2)) * scales[:, None, None]
+
+
+def test_three_class_closed_forms_are_the_general_numpy_code():
+    """The one-row path's 2 × 2 closed forms on Python floats (three classes) against the
+    general numpy code they stand for, to round-off, on random SPD matrices of spreads
+    10⁻¹-10³ (a stream's first rows' cavities): the cavities' moments and factors, Stein's
+    match (the same proper / narrowed decisions), the direct sites, the inverses and the
+    positive-definiteness test."""
+    rng = np.random.default_rng(0)
+    q = centred_basis(3)
+    close = {"rtol": 1e-12, "atol": 1e-12}
+    for _ in range(60):
+        m = int(rng.integers(1, 7))
+        scales = 10.0 ** rng.uniform(-1, 3, m)
+        cov_in = _spd_2x2(rng, m, scales)
+        prec = np.linalg.inv(cov_in)
+        prec = 0.5 * (prec + np.swapaxes(prec, 1, 2))
+        lin = 3.0 * rng.standard_normal((m, 2))
+        cov, chol, mean, log_det_half, top = sites_module._three_class_cavities(prec, lin)
+        general = np.linalg.inv(prec)
+        general = 0.5 * (general + np.swapaxes(general, 1, 2))
+        lower = np.linalg.cholesky(general)
+        scale = np.abs(general).max()
+        np.testing.assert_allclose(cov, general, rtol=1e-12, atol=1e-12 * scale)
+        np.testing.assert_allclose(chol, lower, rtol=1e-12, atol=1e-12 * np.sqrt(scale))
+        np.testing.assert_allclose(mean, np.einsum("mab,mb->ma", general, lin), **close)
+        diagonal = np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+        np.testing.assert_allclose(log_det_half, diagonal, **close)
+        np.testing.assert_allclose(top, np.linalg.eigvalsh(general)[:, -1], rtol=1e-12)
+        inverses = sites_module._three_class_inverses(cov_in)
+        np.testing.assert_allclose(inverses, prec, rtol=1e-12, atol=1e-12 * np.abs(prec).max())
+        roots, root_inverses, log_dets = sites_module._three_class_factors(cov_in)
+        np.testing.assert_allclose(roots, np.linalg.cholesky(cov_in), **close)
+        np.testing.assert_allclose(root_inverses, np.linalg.inv(roots), **close)
+        diagonal = np.log(np.diagonal(np.linalg.cholesky(cov_in), axis1=1, axis2=2)).sum(axis=1)
+        np.testing.assert_allclose(log_dets, diagonal, **close)
+        assert sites_module._three_class_positive(cov_in)
+        assert not sites_module._three_class_positive(cov_in - 2.0 * np.eye(2) * scales.max())
+        # Stein's match from tilted expectations of p (a random discrete tilted density)
+        p = rng.dirichlet(np.full(3, 0.5), size=(m, 64))
+        w = rng.dirichlet(np.ones(64), size=m)
+        expected = np.einsum("mn,mnk->mk", w, p)
+        second = np.einsum("mn,mnk,mnl->mkl", w, p, p)
+        labels, power = rng.integers(0, 3, m), rng.uniform(0.3, 1.0, m)
+        args = (q, labels, expected, second, power, general, mean, prec, lower)
+        lam, eta, fine, narrowed = sites_module._three_class_matched(*args)
+        lam_ref, eta_ref, fine_ref, narrowed_ref = sites_module._row_matched(*args)
+        assert np.array_equal(fine, fine_ref) and np.array_equal(narrowed, narrowed_ref)
+        np.testing.assert_allclose(lam, lam_ref, rtol=1e-12, atol=1e-12 * np.abs(lam_ref).max())
+        np.testing.assert_allclose(eta, eta_ref, rtol=1e-12, atol=1e-12 * np.abs(eta_ref).max())
+        t_cov = _spd_2x2(rng, m, scales)
+        t_cov[0] = [[1.0, 2.0], [2.0, 1.0]]  # indefinite: not proper
+        t_mean = rng.standard_normal((m, 2))
+        direct = sites_module._three_class_direct(t_mean, t_cov, prec, lin)
+        reference = sites_module._direct(t_mean, t_cov, prec, lin)
+        assert np.array_equal(direct[2], reference[2]) and not direct[2][0]
+        for ours, theirs in zip(direct[:2], reference[:2], strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12 * np.abs(theirs).max())

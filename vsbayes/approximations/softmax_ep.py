@@ -90,7 +90,11 @@ from .expectation_propagation import (
     with_constant_rows,
 )
 from .laplace_error import softmax_row_skewness
-from .newton_laplace import latent_softmax_mode, softmax_mode_site_updates
+from .newton_laplace import (
+    _three_class_kernels,
+    latent_softmax_mode,
+    softmax_mode_site_updates,
+)
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     _LOG_2PI,
@@ -112,6 +116,8 @@ from .softmax_sites import (
     _rule_size,
     _rules,
     _sites,
+    _three_class_inverses,
+    _three_class_positive,
     _whitened_norms,
     _wide_rows,
 )
@@ -723,14 +729,22 @@ def softmax_site_updates(
     found : ndarray of shape (m,)
         Whether the row's cavity and tilted density were proper.
     """
-    precision = np.linalg.inv(latent_cov)
-    precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
+    precision = _three_class_inverses(latent_cov) if q.shape[1] == 2 else None
+    if precision is None:
+        precision = np.linalg.inv(latent_cov)
+        precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
     cav_prec = precision - lam
     cav_lin = np.einsum("mab,mb->ma", precision, latent_mean) - eta
     labels = np.asarray(labels)
 
     def laplace_kernels(rows, start, cavities):
         # Newton's method in the contrasts (the tilted mode to _KERNEL_TOL of its log density).
+        if q.shape[1] == 2:  # (three classes: its rows' Newton and kernels on Python floats)
+            three = _three_class_kernels(
+                q, labels[rows], power[rows], cavities, latent_mean[rows], start, _KERNEL_TOL
+            )
+            if three is not None:
+                return three
         modes = softmax_mode_site_updates(
             q,
             labels[rows],
@@ -749,7 +763,10 @@ def softmax_site_updates(
     log_z, site_lam, site_eta, found = _few_tilted_sites(
         q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, (lam, eta), laplace_kernels
     )
-    site_lam = _row_psd(site_lam)  # _psd's, on these few rows without its row blocks
+    # _psd's, on these few rows without its row blocks (three classes: the sites themselves
+    # where each is positive definite, as its Cholesky test finds, tested on Python floats)
+    if q.shape[1] != 2 or not _three_class_positive(site_lam):
+        site_lam = _row_psd(site_lam)
     if not found.all():
         site_lam = np.where(found[:, None, None], site_lam, lam)
         site_eta = np.where(found[:, None], site_eta, eta)

@@ -575,34 +575,45 @@ def _few_tilted_sites(
     fits; Newton's method started at the rows' Stein tilted means, where a wide level
     computed them). A revisited row whose site already narrows its wide cavity by more
     than :data:`_DIRECT` goes direct at once, without the Stein pass. The finest level is
-    :data:`_FEW_ROWS_FINEST`. No coarse level (many classes: level 0's own nodes).
+    :data:`_FEW_ROWS_FINEST`. No coarse level (many classes: level 0's own nodes). At three
+    classes the rows' 2 × 2 algebra around the tilted blocks (the cavities' moments and
+    factors, Stein's match, the direct sites) runs row by row on Python floats
+    (``_three_class_*``: the same math to round-off; numpy's per-call cost on a handful of
+    2 × 2 matrices was most of a call's site update).
 
     Returns ``(log Z over the normalized cavity, Λ, η, found)``, found where the cavity
     and the tilted covariance are proper (elsewhere NaN and zeros)."""
     m, r = kernel_mean.shape
-    cav_cov = np.linalg.inv(cav_prec)
-    cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
-    try:
-        chol = np.linalg.cholesky(cav_cov)
+    three = _three_class_cavities(cav_prec, cav_lin) if r == 2 else None
+    if three is not None:  # (every cavity proper)
+        cav_cov, chol, cav_mean, log_det_half, top = three
         ok = np.ones(m, dtype=bool)
-    except np.linalg.LinAlgError:
-        eye = np.eye(r)
-        ok = np.isfinite(cav_cov).all(axis=(1, 2))
-        ok[ok] = np.linalg.eigvalsh(cav_cov[ok])[:, 0] > 0
-        cav_cov = np.where(ok[:, None, None], cav_cov, eye)
-        cav_prec = np.where(ok[:, None, None], cav_prec, eye)
-        cav_lin = np.where(ok[:, None], cav_lin, 0.0)
-        chol = np.linalg.cholesky(cav_cov)
-    cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
-    log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
-    top = _row_largest_variances(cav_cov, _WIDE_CAVITY[0])
+    else:
+        cav_cov = np.linalg.inv(cav_prec)
+        cav_cov = 0.5 * (cav_cov + np.swapaxes(cav_cov, 1, 2))
+        try:
+            chol = np.linalg.cholesky(cav_cov)
+            ok = np.ones(m, dtype=bool)
+        except np.linalg.LinAlgError:
+            eye = np.eye(r)
+            ok = np.isfinite(cav_cov).all(axis=(1, 2))
+            ok[ok] = np.linalg.eigvalsh(cav_cov[ok])[:, 0] > 0
+            cav_cov = np.where(ok[:, None, None], cav_cov, eye)
+            cav_prec = np.where(ok[:, None, None], cav_prec, eye)
+            cav_lin = np.where(ok[:, None], cav_lin, 0.0)
+            chol = np.linalg.cholesky(cav_cov)
+        cav_mean = np.einsum("mab,mb->ma", cav_cov, cav_lin)
+        log_det_half = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        # (levels from the largest variances; the exact ones of three classes above, the
+        # same levels: a row's bound decides only where it is at most the first threshold)
+        top = _row_largest_variances(cav_cov, _WIDE_CAVITY[0])
 
     def stein(pick, at):  # the tilted expectations on the cavities' nodes, Stein's match
         cavity = (cav_mean[pick], chol[pick], None, log_det_half[pick])
         row_z, expected, second, _, _ = _tilted_block(
             q, labels[pick], [cavity], power[pick], *_rule_nodes(None, r, at)
         )
-        matched = _row_matched(
+        matched = (_three_class_matched if r == 2 else _row_matched)(
             q,
             labels[pick],
             expected,
@@ -641,7 +652,12 @@ def _few_tilted_sites(
     if wide.any():
         lower = chol[wide]
         white = np.swapaxes(lower, 1, 2) @ sites[0][wide] @ lower
-        predicted[wide] = np.linalg.eigvalsh(white)[:, -1] > 1.0  # (most are: no Cholesky)
+        if r == 2:  # its closed form (LAPACK's eigenvalues ~7 µs a call on a few rows)
+            half = 0.5 * (white[:, 0, 0] - white[:, 1, 1])
+            largest = 0.5 * (white[:, 0, 0] + white[:, 1, 1]) + np.hypot(half, white[:, 1, 0])
+        else:
+            largest = np.linalg.eigvalsh(white)[:, -1]
+        predicted[wide] = largest > 1.0  # (most are: no Cholesky)
     log_z, lam, eta = np.full(m, np.nan), np.zeros((m, r, r)), np.zeros((m, r))
     found, direct, done = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool), ~ok
     direct[predicted] = True
@@ -709,13 +725,28 @@ def _direct_pass(q, labels, kernels, cavities, power, rows, level, out) -> None:
     log_z, lam, eta, found = out
     cav_prec, cav_lin, cav_mean, chol, log_det_half = (x[rows] for x in cavities)
     mean, cov = (x[rows] for x in kernels)
-    root = np.linalg.cholesky(cov)  # (posterior marginals, proper tilted Gaussians)
-    kernel = (mean, root, np.linalg.inv(root), np.log(np.diagonal(root, axis1=1, axis2=2)).sum(1))
-    cavity = (cav_mean, chol, np.linalg.inv(chol), log_det_half)
+    r = q.shape[1]
+    three = _three_class_factors(cov) if r == 2 else None
+    if three is not None:
+        root, root_inv, root_log_det = three
+        cavity_inv = np.array(
+            [
+                ((1.0 / l00, 0.0), (-l10 / (l00 * l11), 1.0 / l11))
+                for (l00, _), (l10, l11) in chol.tolist()
+            ]
+        ).reshape(-1, 2, 2)
+    else:
+        root = np.linalg.cholesky(cov)  # (posterior marginals, proper tilted Gaussians)
+        root_inv = np.linalg.inv(root)
+        root_log_det = np.log(np.diagonal(root, axis1=1, axis2=2)).sum(1)
+        cavity_inv = np.linalg.inv(chol)
+    kernel = (mean, root, root_inv, root_log_det)
+    cavity = (cav_mean, chol, cavity_inv, log_det_half)
     row_z, _, _, t_mean, t_cov = _tilted_block(
-        q, labels[rows], [kernel, cavity], power[rows], *_rule_nodes(None, q.shape[1], level)
+        q, labels[rows], [kernel, cavity], power[rows], *_rule_nodes(None, r, level)
     )
-    row_lam, row_eta, fine = _direct(t_mean, t_cov, cav_prec, cav_lin)
+    direct = _three_class_direct if r == 2 else _direct
+    row_lam, row_eta, fine = direct(t_mean, t_cov, cav_prec, cav_lin)
     at = rows[fine]
     lam[at], eta[at], log_z[at], found[at] = row_lam[fine], row_eta[fine], row_z[fine], True
 
@@ -1011,6 +1042,191 @@ def _row_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, cho
     if not every:
         eta = np.where(fine[:, None], eta, 0.0)
     return lam, eta, fine, fine & ~settled
+
+
+def _three_class_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_prec, chol):
+    """:func:`_row_matched` at three classes (K − 1 = 2), row by row on Python floats: the
+    same match, its 2 × 2 products, positive-definiteness tests (a Cholesky factorization's
+    pivots) and solve written out. A one-row call's Stein match is of 1-6 rows, on which
+    numpy's per-call cost (~30 steps of 1-9 µs) made it ~80 µs whatever the rows; the
+    sweeps keep :func:`_row_matched` (their bits). Round-off apart, the same sites."""
+    q00, q01, q10, q11, q20, q21 = q.ravel().tolist()
+    lam_out, eta_out, fine_out, narrowed_out = [], [], [], []
+    for label, s, e, sec, cov, mean, prec, low in zip(
+        y.tolist(),
+        power.tolist(),
+        expected.tolist(),
+        second.tolist(),
+        cav_cov.tolist(),
+        cav_mean.tolist(),
+        cav_prec.tolist(),
+        chol.tolist(),
+        strict=True,
+    ):
+        e0, e1, e2 = e
+        # H = s diag(E p) − (s + s²) E[p pᵀ] + s² E p E pᵀ in the contrasts, Qᵀ H Q, from
+        # the symmetric second moments' Q-products; γ = s (e_y − E p) in the contrasts.
+        (s00, s01, s02), (_, s11, s12), (_, _, s22) = sec
+        a00 = s00 * q00 + s01 * q10 + s02 * q20  # (E[p pᵀ] Q), rows by class
+        a01 = s00 * q01 + s01 * q11 + s02 * q21
+        a10 = s01 * q00 + s11 * q10 + s12 * q20
+        a11 = s01 * q01 + s11 * q11 + s12 * q21
+        a20 = s02 * q00 + s12 * q10 + s22 * q20
+        a21 = s02 * q01 + s12 * q11 + s22 * q21
+        m00 = q00 * a00 + q10 * a10 + q20 * a20  # Qᵀ E[p pᵀ] Q
+        m01 = q00 * a01 + q10 * a11 + q20 * a21
+        m10 = q01 * a00 + q11 * a10 + q21 * a20
+        m11 = q01 * a01 + q11 * a11 + q21 * a21
+        d00 = e0 * q00 * q00 + e1 * q10 * q10 + e2 * q20 * q20  # Qᵀ diag(E p) Q
+        d01 = e0 * q00 * q01 + e1 * q10 * q11 + e2 * q20 * q21
+        d11 = e0 * q01 * q01 + e1 * q11 * q11 + e2 * q21 * q21
+        u0, u1 = e0 * q00 + e1 * q10 + e2 * q20, e0 * q01 + e1 * q11 + e2 * q21  # Qᵀ E p
+        both, square = s + s * s, s * s
+        h00 = s * d00 - both * m00 + square * u0 * u0
+        h01 = s * d01 - both * 0.5 * (m01 + m10) + square * u0 * u1
+        h11 = s * d11 - both * m11 + square * u1 * u1
+        grad0, grad1 = -s * u0, -s * u1
+        grad0 += s * (q00, q10, q20)[label]
+        grad1 += s * (q01, q11, q21)[label]
+        # Lᵀ H L (the cavity's factor L lower): its Frobenius norm bounds λ_max.
+        (l00, _), (l10, l11) = low
+        w00 = l00 * (h00 * l00 + h01 * l10) + l10 * (h01 * l00 + h11 * l10)
+        w01 = l00 * (h01 * l11) + l10 * (h11 * l11)
+        w11 = l11 * h11 * l11
+        settled = w00 * w00 + 2.0 * w01 * w01 + w11 * w11 < _DIRECT**2
+        if not settled:
+            settled = _positive_2x2(_DIRECT - w00, -w01, _DIRECT - w11)
+        (p00, p01), (p10, p11) = prec
+        fine = settled or _positive_2x2(p00 - h00, 0.5 * (p01 + p10) - h01, p11 - h11)
+        if not fine:
+            lam_out.append(((0.0, 0.0), (0.0, 0.0)))
+            eta_out.append((0.0, 0.0))
+            fine_out.append(False)
+            narrowed_out.append(False)
+            continue
+        # Λ = (I − H Σ)⁻¹ H, symmetrized; η = γ + Λ μ_t, μ_t = μ + Σ γ.
+        (c00, c01), (c10, c11) = cov
+        b00, b01 = 1.0 - (h00 * c00 + h01 * c10), -(h00 * c01 + h01 * c11)
+        b10, b11 = -(h01 * c00 + h11 * c10), 1.0 - (h01 * c01 + h11 * c11)
+        det = b00 * b11 - b01 * b10
+        x00, x01 = (b11 * h00 - b01 * h01) / det, (b11 * h01 - b01 * h11) / det
+        x10, x11 = (b00 * h01 - b10 * h00) / det, (b00 * h11 - b10 * h01) / det
+        x01 = x10 = 0.5 * (x01 + x10)
+        t0 = mean[0] + c00 * grad0 + c01 * grad1
+        t1 = mean[1] + c10 * grad0 + c11 * grad1
+        lam_out.append(((x00, x01), (x10, x11)))
+        eta_out.append((grad0 + x00 * t0 + x01 * t1, grad1 + x10 * t0 + x11 * t1))
+        fine_out.append(True)
+        narrowed_out.append(not settled)
+    return (
+        np.array(lam_out).reshape(-1, 2, 2),
+        np.array(eta_out).reshape(-1, 2),
+        np.array(fine_out, dtype=bool),
+        np.array(narrowed_out, dtype=bool),
+    )
+
+
+def _three_class_direct(t_mean, t_cov, cav_prec, cav_lin):
+    """:func:`_direct` at three classes (K − 1 = 2), row by row on Python floats: the
+    tilted covariance's inverse by its adjugate where it is positive definite (its trace
+    and determinant positive), instead of an eigendecomposition. Round-off apart, the same
+    sites."""
+    lam_out, eta_out, fine_out = [], [], []
+    for (m0, m1), ((c00, _), (c10, c11)), ((p00, p01), (p10, p11)), (h0, h1) in zip(
+        t_mean.tolist(), t_cov.tolist(), cav_prec.tolist(), cav_lin.tolist(), strict=True
+    ):
+        det = c00 * c11 - c10 * c10
+        if not (c00 + c11 > 0.0 and det > 0.0):
+            lam_out.append(((0.0, 0.0), (0.0, 0.0)))
+            eta_out.append((0.0, 0.0))
+            fine_out.append(False)
+            continue
+        t00, t01, t11 = c11 / det, -c10 / det, c00 / det
+        lam_out.append(((t00 - p00, t01 - p01), (t01 - p10, t11 - p11)))
+        eta_out.append((t00 * m0 + t01 * m1 - h0, t01 * m0 + t11 * m1 - h1))
+        fine_out.append(True)
+    return (
+        np.array(lam_out).reshape(-1, 2, 2),
+        np.array(eta_out).reshape(-1, 2),
+        np.array(fine_out, dtype=bool),
+    )
+
+
+def _three_class_factors(cov):
+    """Lower Cholesky factors (m, 2, 2) of symmetric 2 × 2 matrices (their lower
+    triangles), their inverses and log |L|, on Python floats; None where one is not
+    positive definite or not finite (numpy's factorization decides there)."""
+    roots, inverses, log_dets = [], [], []
+    for (c00, _), (c10, c11) in cov.tolist():
+        if not c00 > 0.0:
+            return None
+        l00 = math.sqrt(c00)
+        l10 = c10 / l00
+        pivot = c11 - l10 * l10
+        if not (pivot > 0.0 and math.isfinite(pivot + l10)):
+            return None
+        l11 = math.sqrt(pivot)
+        roots.append(((l00, 0.0), (l10, l11)))
+        inverses.append(((1.0 / l00, 0.0), (-l10 / (l00 * l11), 1.0 / l11)))
+        log_dets.append(math.log(l00) + math.log(l11))
+    return np.array(roots), np.array(inverses), np.array(log_dets)
+
+
+def _three_class_cavities(cav_prec, cav_lin):
+    """:func:`_few_tilted_sites`' cavity moments at three classes (K − 1 = 2), row by row
+    on Python floats: the covariances (the precisions' inverses by their adjugates,
+    symmetric), their lower Cholesky factors, the means, log |L| and the largest
+    variances (closed-form eigenvalues); None where a cavity is not positive definite or
+    not finite (numpy's path sorts those out). A handful of rows, where the eight numpy
+    steps this replaces cost ~40 µs whatever the rows."""
+    covs, roots, means, log_dets, tops = [], [], [], [], []
+    for ((p00, p01), (p10, p11)), (h0, h1) in zip(cav_prec.tolist(), cav_lin.tolist(), strict=True):
+        det = p00 * p11 - p01 * p10
+        c00, c11 = p11 / det, p00 / det
+        c01 = -0.5 * (p01 + p10) / det
+        if not c00 > 0.0:
+            return None
+        l00 = math.sqrt(c00)
+        l10 = c01 / l00
+        pivot = c11 - l10 * l10
+        if not (pivot > 0.0 and math.isfinite(pivot + l10 + h0 + h1)):
+            return None
+        l11 = math.sqrt(pivot)
+        covs.append(((c00, c01), (c01, c11)))
+        roots.append(((l00, 0.0), (l10, l11)))
+        means.append((c00 * h0 + c01 * h1, c01 * h0 + c11 * h1))
+        log_dets.append(math.log(l00) + math.log(l11))
+        half = 0.5 * (c00 - c11)
+        tops.append(0.5 * (c00 + c11) + math.sqrt(half * half + c01 * c01))
+    return tuple(np.array(x) for x in (covs, roots, means, log_dets, tops))
+
+
+def _three_class_inverses(matrices):
+    """Inverses of symmetric 2 × 2 matrices (m, 2, 2) by their adjugates, exactly
+    symmetric (the off-diagonal entries' mean), on Python floats; None where one is
+    singular or not finite (numpy's inverse decides there)."""
+    out = []
+    for (a00, a01), (a10, a11) in matrices.tolist():
+        det = a00 * a11 - a01 * a10
+        if not (det != 0.0 and math.isfinite(det)):
+            return None
+        off = -0.5 * (a01 + a10) / det
+        out.append(((a11 / det, off), (off, a00 / det)))
+    return np.array(out).reshape(-1, 2, 2)
+
+
+def _three_class_positive(matrices) -> bool:
+    """Whether every 2 × 2 matrix (m, 2, 2) is positive definite, by its symmetric part's
+    Cholesky pivots on Python floats (:func:`_row_psd`'s test)."""
+    return all(
+        _positive_2x2(a00, 0.5 * (a01 + a10), a11) for (a00, a01), (a10, a11) in matrices.tolist()
+    )
+
+
+def _positive_2x2(a00: float, a01: float, a11: float) -> bool:
+    """Whether the symmetric 2 × 2 matrix is positive definite: its Cholesky factorization's
+    pivots (NaN fails, as LAPACK's)."""
+    return a00 > 0.0 and a11 - a01 * a01 / a00 > 0.0
 
 
 def _direct(t_mean, t_cov, cav_prec, cav_lin):
