@@ -554,6 +554,8 @@ class BayesianGLMClassifier(
         if self.solver == "liblinear":
             intercept = float(self.C) * float(self.intercept_scaling) ** 2
         prior_var = float(self.C)
+        if self.prior is not None and np.isinf(prior_var):
+            prior_var = 1.0  # a given prior replaces C, which is then unused (even np.inf)
         if flat:
             squares = X.multiply(X) if sp.issparse(X) else X * X
             curvature = np.asarray(squares.T @ weights).ravel() / 4.0
