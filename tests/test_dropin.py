@@ -190,6 +190,10 @@ def test_float32_in_float32_out(binary):
     est = VSLogisticRegression().fit(X.astype(np.float32), y)
     assert est.coef_.dtype == est.intercept_.dtype == np.float32
     assert est.predict_proba(X[:3].astype(np.float32)).dtype == np.float32
+    # A float64 X promotes, as LogisticRegression's X @ coef_.T does.
+    for read in (est.predict_proba, est.decision_function, est.predict_log_proba):
+        assert read(X[:3]).dtype == np.float64
+    assert est.sample_proba(X[:3], n_draws=2).dtype == np.float64
     liblinear = LaplaceLogisticRegression(solver="liblinear").fit(X.astype(np.float32), y)
     assert liblinear.coef_.dtype == np.float64  # as LogisticRegression's liblinear
 
