@@ -183,6 +183,15 @@ def test_flat_prior_refuses_separable_and_collinear_data(binary):
     y_noisy = (X[:, 0] + np.random.default_rng(0).normal(0, 2, len(y)) > 0).astype(int)
     with pytest.raises(ValueError, match="rank"):
         LaplaceLogisticRegression(penalty=None).fit(collinear, y_noisy)
+    # A column on a scale 10⁻⁸ of the others is no zero one: the flat prior's posterior is
+    # proper, and the fit is the unscaled one's, reparametrized.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    y = (X @ [1.0, -1.0, 0.5] + rng.logistic(size=60) > 0).astype(int)
+    scale = np.array([1e-8, 1.0, 1.0])
+    unscaled = LaplaceLogisticRegression(penalty=None).fit(X, y)
+    scaled = LaplaceLogisticRegression(penalty=None).fit(X * scale, y)
+    np.testing.assert_allclose(scaled.coef_ * scale, unscaled.coef_, rtol=1e-8)
 
 
 def test_float32_in_float32_out(binary):
