@@ -44,7 +44,7 @@ from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
-from ..models.glm import BinaryGLMPosterior
+from ..models.glm import BinaryGLMPosterior, fast_log_cdf_suffices
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax import SoftmaxGLMPosterior
@@ -618,7 +618,9 @@ class _PosteriorDraws:
             # sampling error of S draws; the export's values are exact in the log domain
             # (float32 rounds a near-certain row's to 0 in every draw, and ArviZ's own
             # smoothing then finds a flat tail).
-            log_cdf = self.link.log_cdf if self.exact else self.link.fast_log_cdf
+            # (Exact too where the weights would multiply its error beyond that.)
+            fast = not self.exact and fast_log_cdf_suffices(weights)
+            log_cdf = self.link.fast_log_cdf if fast else self.link.log_cdf
             log_p = log_cdf(f, out=f)
         return np.where(weights > 0, weights * log_p, 0.0)
 
