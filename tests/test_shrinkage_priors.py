@@ -257,6 +257,11 @@ def test_l1_mode_of_an_unscaled_column_is_liblinears(binary):
         l1_ratio=1.0, solver="liblinear", fit_intercept=False, tol=1e-12, max_iter=100_000
     ).fit(X, y)
     np.testing.assert_allclose(est.coef_, lr.coef_, rtol=1e-4, atol=1e-6 * np.abs(lr.coef_).max())
+    # The covariance is the inverse Hessian at the mode (no stand-in: the column is no
+    # singular direction): the likelihood's curvature, and 1/(2C²) at the kinks.
+    p = 1.0 / (1.0 + np.exp(-X @ est.coef_[0]))
+    hessian = (X * (p * (1 - p))[:, None]).T @ X + np.diag(np.where(est.coef_[0] == 0, 0.5, 0))
+    np.testing.assert_allclose(est.sigma_ @ hessian, np.eye(4), atol=1e-6)
 
 
 def test_a_shrinkage_prior_leaves_c_unused_even_infinite(binary):

@@ -36,9 +36,10 @@ from ..gaussian import lower_cholesky
 
 __all__ = ["mode_prior_curvature", "shrinkage_laplace"]
 
-# A squared Cholesky pivot of the Laplace precision below this fraction of its largest diagonal
-# entry is taken as singular (a covariance then has a condition number beyond 1e10, which its
-# float64 inverse does not keep positive definite at exact collinearity).
+# A squared Cholesky pivot of the Laplace precision below this fraction of its diagonal entry
+# (the share of that coordinate's curvature the earlier ones leave: invariant to the columns'
+# scales) is taken as singular: the covariance's float64 inverse is then not kept positive
+# definite at exact collinearity.
 _SINGULAR_PIVOT = 1e-10
 
 # A relative ridge on the reduced quadratic of each step, so that its Cholesky factor exists
@@ -189,7 +190,7 @@ def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarra
     precision[diagonal] += prior_curvature
     try:
         lower = np.linalg.cholesky(precision)
-        if np.min(np.diag(lower)) ** 2 > _SINGULAR_PIVOT * np.max(np.diag(precision)):
+        if np.min(np.diag(lower) ** 2 / np.diag(precision)) > _SINGULAR_PIVOT:
             return lower, prior_curvature
     except np.linalg.LinAlgError:
         pass
