@@ -67,6 +67,18 @@ def test_predict_proba_lr_is_linear_classifiers_formula(binary, iris):
     np.testing.assert_allclose(proba, [[1 / 3, 1 / 3, 1 / 3], [2 / 3, 1 / 3, 0.0]], rtol=1e-12)
 
 
+@pytest.mark.parametrize("data", ["binary", "iris"])
+def test_rows_beyond_float64_are_refused_not_halved(data, request):
+    # Features ~1e155 overflow the latent variance: a binary predictive of an infinite
+    # variance was 1/2 for every such row, silently (with NumPy's overflow warnings).
+    X, y = request.getfixturevalue(data)
+    model = LaplaceLogisticRegression().fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"overflow float64.*Rescale X"):
+            model.predict_proba(X[:3] * 1e155)
+
+
 def test_two_default_fits_are_identical(binary):
     X, y = binary
     first, second = VSLogisticRegression().fit(X, y), VSLogisticRegression().fit(X, y)
