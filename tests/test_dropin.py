@@ -77,6 +77,9 @@ def test_rows_beyond_float64_are_refused_not_halved(data, request):
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"overflow float64.*Rescale X"):
             model.predict_proba(X[:3] * 1e155)
+        # Fitted on them, refused at once (the routes failed on their own internals).
+        with pytest.raises(ValueError, match=r"squares overflow float64.*Rescale X"):
+            LaplaceLogisticRegression().fit(X * 1e155, y)
 
 
 def test_two_default_fits_are_identical(binary):

@@ -624,6 +624,7 @@ class BayesianGLMClassifier(
         X, y = _validate_training_data(self, X, y)
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
+        _refuse_overflowing_features(X)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         self._check_n_classes()
@@ -1066,6 +1067,22 @@ def _checked_class_weights(per_class: np.ndarray, class_weight) -> np.ndarray:
             f"{class_weight!r}."
         )
     return per_class
+
+
+def _refuse_overflowing_features(X) -> None:
+    """A ValueError with the remedy where a value of X squared overflows float64 (~1e154):
+    the likelihood's curvature cannot be formed, and every route failed further on with
+    messages about its own internals."""
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
+        return
+    largest = max(float(values.max()), -float(values.min()))  # (no |X| temporary)
+    if not np.isfinite(largest * largest):
+        raise ValueError(
+            f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
+            f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
+            f"sklearn.preprocessing.StandardScaler in a pipeline."
+        )
 
 
 def _validate_training_data(estimator, X, y):
