@@ -67,6 +67,21 @@ def test_predict_proba_lr_is_linear_classifiers_formula(binary, iris):
     np.testing.assert_allclose(proba, [[1 / 3, 1 / 3, 1 / 3], [2 / 3, 1 / 3, 0.0]], rtol=1e-12)
 
 
+@pytest.mark.parametrize("data", ["binary", "iris"])
+def test_rows_beyond_float64_are_refused_not_halved(data, request):
+    # Features ~1e155 overflow the latent variance: a binary predictive of an infinite
+    # variance was 1/2 for every such row, silently (with NumPy's overflow warnings).
+    X, y = request.getfixturevalue(data)
+    model = LaplaceLogisticRegression().fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"overflow float64.*Rescale X"):
+            model.predict_proba(X[:3] * 1e155)
+        # Fitted on them, refused at once (the routes failed on their own internals).
+        with pytest.raises(ValueError, match=r"squares overflow float64.*Rescale X"):
+            LaplaceLogisticRegression().fit(X * 1e155, y)
+
+
 def test_two_default_fits_are_identical(binary):
     X, y = binary
     first, second = VSLogisticRegression().fit(X, y), VSLogisticRegression().fit(X, y)
@@ -183,6 +198,15 @@ def test_flat_prior_refuses_separable_and_collinear_data(binary):
     y_noisy = (X[:, 0] + np.random.default_rng(0).normal(0, 2, len(y)) > 0).astype(int)
     with pytest.raises(ValueError, match="rank"):
         LaplaceLogisticRegression(penalty=None).fit(collinear, y_noisy)
+    # A column on a scale 10⁻⁸ of the others is no zero one: the flat prior's posterior is
+    # proper, and the fit is the unscaled one's, reparametrized.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    y = (X @ [1.0, -1.0, 0.5] + rng.logistic(size=60) > 0).astype(int)
+    scale = np.array([1e-8, 1.0, 1.0])
+    unscaled = LaplaceLogisticRegression(penalty=None).fit(X, y)
+    scaled = LaplaceLogisticRegression(penalty=None).fit(X * scale, y)
+    np.testing.assert_allclose(scaled.coef_ * scale, unscaled.coef_, rtol=1e-8)
 
 
 def test_float32_in_float32_out(binary):
@@ -190,6 +214,10 @@ def test_float32_in_float32_out(binary):
     est = VSLogisticRegression().fit(X.astype(np.float32), y)
     assert est.coef_.dtype == est.intercept_.dtype == np.float32
     assert est.predict_proba(X[:3].astype(np.float32)).dtype == np.float32
+    # A float64 X promotes, as LogisticRegression's X @ coef_.T does.
+    for read in (est.predict_proba, est.decision_function, est.predict_log_proba):
+        assert read(X[:3]).dtype == np.float64
+    assert est.sample_proba(X[:3], n_draws=2).dtype == np.float64
     liblinear = LaplaceLogisticRegression(solver="liblinear").fit(X.astype(np.float32), y)
     assert liblinear.coef_.dtype == np.float64  # as LogisticRegression's liblinear
 

@@ -5,7 +5,9 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
 from sklearn.datasets import load_iris
+from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import log_loss
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -53,6 +55,11 @@ def test_without_refinement_the_grid_maximum(data):
     model.fit(X, y)
     assert model.Cs_[np.argmax(model.log_evidence_)] == model.C_
     assert model.refined_Cs_.tolist() == [model.C_]
+    # A column-vector y: scikit-learn's one DataConversionWarning, not one per fit.
+    with pytest.warns(DataConversionWarning) as caught:
+        column = clone(model).fit(X, y[:, None])
+    assert len(caught) == 1
+    assert column.C_ == model.C_
 
 
 @pytest.mark.parametrize(

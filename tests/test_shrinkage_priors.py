@@ -23,7 +23,7 @@ from vsbayes.approximations.expectation_propagation import (
     _BinaryRows,
     _sweeps_with_prior_sites,
 )
-from vsbayes.exceptions import UnreliableFitWarning
+from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.shrinkage_priors import elastic_net_factor
 
@@ -226,6 +226,50 @@ def test_ep_estimator_posterior_mean_is_not_sparse(binary):
     same = EPLogisticRegression(prior=LaplacePrior(scale=0.1)).fit(X, y)
     np.testing.assert_allclose(same.coef_, ep.coef_, rtol=1e-10)
     assert ep.summary() is not None
+
+
+def test_duplicated_columns_under_l1_give_a_proper_posterior():
+    # Both copies non-zero at the L1 mode: the likelihood and Σ|θ_j| are flat along their
+    # difference, so the Hessian is singular; the prior's variance stands in there.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    y = (X @ rng.normal(size=3) + rng.logistic(size=30) > 0).astype(int)
+    X = np.hstack([X, X[:, :1]])
+    laplace = LaplaceLogisticRegression(l1_ratio=1.0).fit(X, y)
+    ep = EPLogisticRegression(l1_ratio=1.0).fit(X, y)
+    for est in (laplace, ep):
+        assert np.all(np.linalg.eigvalsh(est.sigma_) > 0)
+        assert np.isfinite(est.log_marginal_likelihood_value_)
+    assert not ep.laplace_fallback_[0]
+    # EP's posterior is symmetric in the two copies, as the exact posterior is.
+    np.testing.assert_allclose(ep.coef_[0, 0], ep.coef_[0, 3], rtol=1e-6)
+
+
+def test_l1_mode_of_an_unscaled_column_is_liblinears(binary):
+    # A column 10⁶ times the others: the steps' ridge, a share of the mean curvature, would
+    # dwarf the others' curvature and stall Newton (100 iterations, not converged).
+    X, y = binary
+    X = X[:, :4] * [1e6, 1.0, 1.0, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = LaplaceLogisticRegression(l1_ratio=1.0, fit_intercept=False, tol=1e-12).fit(X, y)
+    lr = LogisticRegression(
+        l1_ratio=1.0, solver="liblinear", fit_intercept=False, tol=1e-12, max_iter=100_000
+    ).fit(X, y)
+    np.testing.assert_allclose(est.coef_, lr.coef_, rtol=1e-4, atol=1e-6 * np.abs(lr.coef_).max())
+    # The covariance is the inverse Hessian at the mode (no stand-in: the column is no
+    # singular direction): the likelihood's curvature, and 1/(2C²) at the kinks.
+    p = 1.0 / (1.0 + np.exp(-X @ est.coef_[0]))
+    hessian = (X * (p * (1 - p))[:, None]).T @ X + np.diag(np.where(est.coef_[0] == 0, 0.5, 0))
+    np.testing.assert_allclose(est.sigma_ @ hessian, np.eye(4), atol=1e-6)
+
+
+def test_a_shrinkage_prior_leaves_c_unused_even_infinite(binary):
+    X, y = binary
+    prior = StudentTPrior(3.0, 0.5)
+    inf = LaplaceLogisticRegression(prior=prior, C=np.inf).fit(X, y)
+    one = LaplaceLogisticRegression(prior=prior).fit(X, y)
+    np.testing.assert_array_equal(inf.coef_, one.coef_)
 
 
 @pytest.mark.parametrize(

@@ -291,6 +291,24 @@ def test_ep_loo_refits_its_influential_rows(binary):
     np.testing.assert_allclose(framed.pointwise, result.pointwise, rtol=1e-12)
 
 
+def test_a_refitted_row_alone_in_its_class_scores_minus_infinity():
+    # Under a shrinkage prior EP's influential rows are refitted by the estimator; without
+    # the only row of its class no refit exists (one class), and no posterior gives it any
+    # probability: its term is -inf, the standard error inf, without a RuntimeWarning.
+    from vsbayes import LaplacePrior
+
+    X, y = binary_data(n=12)
+    y[:] = 0
+    y[3] = 1
+    model = EPLogisticRegression(prior=LaplacePrior()).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = model.loo(X, y, random_state=0, refit_above=0.0)
+    assert result.refitted[3] and result.pointwise[3] == -np.inf
+    assert np.isfinite(np.delete(result.pointwise, 3)).all()
+    assert result.elpd_loo == -np.inf and result.se == np.inf and np.isfinite(result.waic_se)
+
+
 def test_ep_loo_refits_the_estimator_where_warm_ep_fails(binary, monkeypatch):
     from vsbayes.estimators import _leave_one_out
     from vsbayes.exceptions import EstimationError

@@ -42,6 +42,7 @@ from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
 from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
+from .shrinkage_mode import mode_prior_curvature
 
 __all__ = [
     "DEFAULT_DAMPING",
@@ -448,7 +449,7 @@ def _sweeps_with_prior_sites(
     base_precision = 1.0 / model.prior_var[:d]
     theta = start[:d]
     _, smooth_grad, _ = factor.smooth_part(theta)
-    prior_tau = factor.mode_curvature(theta) - base_precision
+    prior_tau = mode_prior_curvature(model, start) - base_precision
     if nonnegative:
         prior_tau = np.maximum(prior_tau, 0.0)
     # The expansion of log r = log p + θ²/(2 base) at θ: ν = (log r)' + τ θ.

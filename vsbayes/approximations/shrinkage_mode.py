@@ -34,13 +34,21 @@ from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 
-__all__ = ["shrinkage_laplace"]
+__all__ = ["mode_prior_curvature", "shrinkage_laplace"]
+
+# A squared Cholesky pivot of the Laplace precision below this fraction of its diagonal entry
+# (the share of that coordinate's curvature the earlier ones leave: invariant to the columns'
+# scales) is taken as singular: the covariance's float64 inverse is then not kept positive
+# definite at exact collinearity.
+_SINGULAR_PIVOT = 1e-10
 
 # A relative ridge on the reduced quadratic of each step, so that its Cholesky factor exists
 # where the likelihood leaves a direction flat (more features than rows under a pure L1
 # prior); it changes the steps' path, not the fixed point they converge to.
 _RIDGE = 1e-10
 _LASSO_TOL = 1e-12
+# At most this share of a coefficient's own curvature in the ridge.
+_RIDGE_SHARE = 1e-3
 
 
 def shrinkage_laplace(
@@ -133,11 +141,10 @@ def shrinkage_laplace(
     _, prior_grad, _ = factor.smooth_part(theta[:d])
     grad[:d] += prior_grad - lam * np.sign(theta[:d])
     precision = model.weighted_gram(model.sample_weight * curvature)
-    precision[np.diag_indices(d)] += factor.mode_curvature(theta[:d])
     if p > d:
         grad[d] -= theta[d] / model.prior_var[d]
         precision[d, d] += 1.0 / model.prior_var[d]
-    lower = lower_cholesky(precision, "negative Hessian of the log-posterior at the mode")
+    lower, _ = _with_prior_curvature(precision, factor, theta[:d])
     inverse = np.linalg.inv(lower)
     cov = inverse.T @ inverse
     half_log_det = float(np.log(np.diag(lower)).sum())
@@ -151,6 +158,45 @@ def shrinkage_laplace(
         grad_norm=float(np.linalg.norm(grad)),
         log_density_at_mode=value,
     )
+
+
+def mode_prior_curvature(model, theta: np.ndarray) -> np.ndarray:
+    """The prior's curvature per coefficient in the Laplace approximation at the mode
+    ``theta`` of ``model`` (its ``coefficient_prior``): what :func:`shrinkage_laplace`
+    adds to the likelihood's, and EP's prior sites start from."""
+    t = np.asarray(model.design @ theta).ravel()
+    _, curvature = model.link.derivatives(t)
+    precision = model.weighted_gram(model.sample_weight * curvature)
+    d = model.n_features
+    if theta.size > d:
+        precision[d, d] += 1.0 / model.prior_var[d]
+    return _with_prior_curvature(precision, model.coefficient_prior, theta[:d])[1]
+
+
+def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarray):
+    """``(lower, prior_curvature)``: the Cholesky factor of ``precision`` (the likelihood's
+    and the intercept prior's, updated in place) plus the prior's curvature at the mode's
+    ``coefficients``, and that curvature (``factor.mode_curvature``).
+
+    Exactly collinear columns whose coefficients are all non-zero at an L1 mode leave the
+    likelihood and Σ|θ_j| both flat along their difference (the mode is not unique): the
+    Hessian is singular although the posterior is proper, and its factorization fails or
+    has a pivot at round-off, whose inverse no covariance in float64 holds. There, as at a
+    kink, the prior's own variance stands in for its curvature (only there, so that every
+    other fit is unchanged)."""
+    d = coefficients.size
+    prior_curvature = factor.mode_curvature(coefficients)
+    diagonal = np.diag_indices(d)
+    precision[diagonal] += prior_curvature
+    try:
+        lower = np.linalg.cholesky(precision)
+        if np.min(np.diag(lower) ** 2 / np.diag(precision)) > _SINGULAR_PIVOT:
+            return lower, prior_curvature
+    except np.linalg.LinAlgError:
+        pass
+    stand_in = np.maximum(prior_curvature, 1.0 / factor.start_var)
+    precision[diagonal] += stand_in - prior_curvature
+    return lower_cholesky(precision, "negative Hessian of the log-posterior at the mode"), stand_in
 
 
 def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
@@ -169,7 +215,13 @@ def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
         h_wb, h_bb = hess[:d, d], hess[d, d]
         h_ww = h_ww - np.outer(h_wb, h_wb) / h_bb
         g_w -= h_wb * grad[d] / h_bb
-    h_ww = h_ww + _RIDGE * max(float(np.trace(h_ww)) / max(d, 1), 1e-300) * np.eye(d)
+    ridge = _RIDGE * max(float(np.trace(h_ww)) / max(d, 1), 1e-300)
+    diagonal = np.diag(h_ww)
+    if np.any(diagonal < ridge / _RIDGE_SHARE):
+        # A column on a far smaller scale than the others (X's columns unscaled): the ridge
+        # would dwarf its curvature, and the steps would crawl; there it is a share of its own.
+        ridge = np.where(diagonal > 0, np.minimum(ridge, _RIDGE_SHARE * diagonal), ridge)
+    h_ww = h_ww + np.diag(np.broadcast_to(ridge, (d,)))
     lower = lower_cholesky(h_ww, "the proximal Newton step's quadratic")
     # ½‖R z - y‖² = ½ zᵀH̃z - (g̃ + H̃θ)ᵀz + const with H̃ = RᵀR, R = Lᵀ.
     y = np.linalg.solve(lower, g_w + h_ww @ theta[:d])

@@ -554,6 +554,8 @@ class BayesianGLMClassifier(
         if self.solver == "liblinear":
             intercept = float(self.C) * float(self.intercept_scaling) ** 2
         prior_var = float(self.C)
+        if self.prior is not None and np.isinf(prior_var):
+            prior_var = 1.0  # a given prior replaces C, which is then unused (even np.inf)
         if flat:
             squares = X.multiply(X) if sp.issparse(X) else X * X
             curvature = np.asarray(squares.T @ weights).ravel() / 4.0
@@ -622,6 +624,7 @@ class BayesianGLMClassifier(
         X, y = _validate_training_data(self, X, y)
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
+        _refuse_overflowing_features(X)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         self._check_n_classes()
@@ -1064,6 +1067,22 @@ def _checked_class_weights(per_class: np.ndarray, class_weight) -> np.ndarray:
             f"{class_weight!r}."
         )
     return per_class
+
+
+def _refuse_overflowing_features(X) -> None:
+    """A ValueError with the remedy where a value of X squared overflows float64 (~1e154):
+    the likelihood's curvature cannot be formed, and every route failed further on with
+    messages about its own internals."""
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
+        return
+    largest = max(float(values.max()), -float(values.min()))  # (no |X| temporary)
+    if not np.isfinite(largest * largest):
+        raise ValueError(
+            f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
+            f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
+            f"sklearn.preprocessing.StandardScaler in a pipeline."
+        )
 
 
 def _validate_training_data(estimator, X, y):

@@ -44,7 +44,7 @@ from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
-from ..models.glm import BinaryGLMPosterior
+from ..models.glm import BinaryGLMPosterior, fast_log_cdf_suffices
 from ..models.latent import constant_rows
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
@@ -107,9 +107,11 @@ class LeaveOneOut:
     Attributes
     ----------
     elpd_loo : float
-        ``Σ_i log p(y_i | y_−i)`` (each row's likelihood factor with its weight).
+        ``Σ_i log p(y_i | y_−i)`` (each row's likelihood factor with its weight); -inf
+        where a refitted row was the only one of its class (no other row gives that class
+        any probability).
     se : float
-        Its standard error, ``√(n Var_i(pointwise))``.
+        Its standard error, ``√(n Var_i(pointwise))`` (inf with a -inf term).
     p_loo : float
         Effective number of parameters, ``lppd − elpd_loo``.
     pointwise : ndarray of shape (n_samples,)
@@ -288,24 +290,31 @@ def leave_one_out(
                 f"{_psis_remedy(estimator)}",
                 PSISWarning,
             )
-    n = len(pointwise)
     waic = draws.lppd - draws.p_waic_terms
     return LeaveOneOut(
         elpd_loo=float(pointwise.sum()),
-        se=float(math.sqrt(n * pointwise.var())),
+        se=_standard_error(pointwise),
         p_loo=float(lppd.sum() - pointwise.sum()),
         pointwise=pointwise,
         pareto_k=pareto_k,
         method=method,
         lppd=float(lppd.sum()),
         elpd_waic=float(waic.sum()),
-        waic_se=float(math.sqrt(n * waic.var())),
+        waic_se=_standard_error(waic),
         p_waic=float(draws.p_waic_terms.sum()),
         pointwise_waic=waic,
         posterior_pareto_k=draws.posterior_pareto_k,
         n_draws=n_draws,
         refitted=refitted,
     )
+
+
+def _standard_error(pointwise: np.ndarray) -> float:
+    """The standard error of a sum of ``pointwise`` terms; infinite where a term is -inf
+    (a row whose class left with it), whose spread has no finite value."""
+    if not np.all(np.isfinite(pointwise)):
+        return math.inf
+    return float(math.sqrt(len(pointwise) * pointwise.var()))
 
 
 def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.ndarray:
@@ -322,6 +331,12 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
     for j, i in enumerate(rows):
         keep[i] = False
         kept = np.flatnonzero(keep)
+        if not np.any((data.index[kept] == data.index[i]) & (data.weights[kept] > 0)):
+            # The row's class left with it: no refit (of one class, it would be refused)
+            # gives that class any probability.
+            keep[i] = True
+            out[j] = -np.inf
+            continue
         with warnings.catch_warnings():
             # The estimator's own warnings were shown by its fit; n refits repeat them.
             warnings.simplefilter("ignore")
@@ -331,9 +346,6 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
                 None if weights is None else weights[kept],
             )
         keep[i] = True
-        if len(refit.classes_) != len(estimator.classes_):  # the row's class left with it
-            out[j] = -np.inf
-            continue
         predictive, x = refit._predictive(), data.X[i : i + 1]
         label, weight = data.index[i : i + 1], data.weights[i : i + 1]
         if refit._is_multinomial():
@@ -623,7 +635,9 @@ class _PosteriorDraws:
             # sampling error of S draws; the export's values are exact in the log domain
             # (float32 rounds a near-certain row's to 0 in every draw, and ArviZ's own
             # smoothing then finds a flat tail).
-            log_cdf = self.link.log_cdf if self.exact else self.link.fast_log_cdf
+            # (Exact too where the weights would multiply its error beyond that.)
+            fast = not self.exact and fast_log_cdf_suffices(weights)
+            log_cdf = self.link.fast_log_cdf if fast else self.link.log_cdf
             log_p = log_cdf(f, out=f)
         return np.where(weights > 0, weights * log_p, 0.0)
 

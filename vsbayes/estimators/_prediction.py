@@ -68,7 +68,7 @@ _rows_read = one_blas_thread_below(lambda self, X: read_work(self, row_count(X))
 
 def _dask_chunkwise(shape):
     """Decorate a prediction method so that a dask X gives a lazy dask array, the method
-    mapped over X's row chunks; ``shape(estimator)`` gives ``(n_columns or None, dtype)``."""
+    mapped over X's row chunks; ``shape(estimator, X)`` gives ``(n_columns or None, dtype)``."""
 
     def decorate(method):
         @functools.wraps(method)
@@ -78,9 +78,10 @@ def _dask_chunkwise(shape):
             check_is_fitted(self)
             # A DataFrame's names are checked here; its blocks get them back (no warning).
             names = getattr(self, "feature_names_in_", None) if is_dask_frame(X) else None
+            n_columns, dtype = shape(self, X)
             X = check_prediction_input(self, X)
-            n_columns, dtype = shape(self)
-            predict = functools.partial(_predict_block, self, method.__name__, names)
+            # (The blocks reach the method as float64: the output takes X's dtype here.)
+            predict = functools.partial(_predict_block, self, method.__name__, names, dtype)
             return chunkwise_prediction(predict, X, n_columns, dtype)
 
         return chunkwise
@@ -88,30 +89,37 @@ def _dask_chunkwise(shape):
     return decorate
 
 
-def _predict_block(estimator, name: str, names, block):
+def _predict_block(estimator, name: str, names, dtype, block):
     if names is not None:
         import pandas as pd  # a dask DataFrame's blocks were pandas frames
 
         block = pd.DataFrame(block, columns=names, copy=False)
-    return getattr(estimator, name)(block)
+    return getattr(estimator, name)(block).astype(dtype, copy=False)
 
 
-def _per_class(estimator):
-    return len(estimator.classes_), _output_dtype(estimator)
+def _per_class(estimator, X):
+    return len(estimator.classes_), _output_dtype(estimator, X)
 
 
-def _decision_shape(estimator):
+def _decision_shape(estimator, X):
     n_classes = len(estimator.classes_)
-    return (None if n_classes == 2 else n_classes), _output_dtype(estimator)
+    return (None if n_classes == 2 else n_classes), _output_dtype(estimator, X)
 
 
-def _output_dtype(estimator) -> np.dtype:
+def _output_dtype(estimator, X) -> np.dtype:
     """float32 where the fit's X was float32 (``coef_`` keeps its dtype, as scikit-learn's
-    linear models do), else float64: the computation itself is always in float64."""
-    return np.dtype(np.float32) if estimator.coef_.dtype == np.float32 else np.dtype(np.float64)
+    linear models do) and so is this X, else float64: LogisticRegression's ``X @ coef_.T``
+    promotes a float64 X. The computation itself is always in float64."""
+    if estimator.coef_.dtype != np.float32:
+        return np.dtype(np.float64)
+    dtype = getattr(X, "dtype", None)
+    if dtype is None and hasattr(X, "dtypes"):  # a DataFrame: one dtype for all its columns
+        dtypes = set(X.dtypes)
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
 
 
-def _label_shape(estimator):
+def _label_shape(estimator, X):
     return None, estimator.classes_.dtype
 
 
@@ -148,8 +156,8 @@ class PosteriorPrediction:
             common shift, along which the posterior is its prior).
         """
         predictive = self._predictive()
+        dtype = _output_dtype(self, X)
         mean, var = predictive.latent_mean_and_variance(self._validate_prediction_data(X))
-        dtype = _output_dtype(self)
         return mean.astype(dtype, copy=False), var.astype(dtype, copy=False)
 
     def _predictive(self) -> FittedPredictive:
@@ -226,9 +234,9 @@ class PosteriorPrediction:
         -------
         ndarray of shape (n_samples, n_classes)
         """
-        predictive = self._predictive()
+        predictive, dtype = self._predictive(), _output_dtype(self, X)
         log_proba = predictive.log_proba(self._validate_prediction_data(X))
-        return log_proba.astype(_output_dtype(self), copy=False)
+        return log_proba.astype(dtype, copy=False)
 
     @_dask_chunkwise(_per_class)
     @_rows_read
@@ -262,9 +270,9 @@ class PosteriorPrediction:
             Columns in the order of ``classes_``.
         """
         # exp of predict_log_proba, taken chunk by chunk.
-        predictive = self._predictive()
+        predictive, dtype = self._predictive(), _output_dtype(self, X)
         proba = predictive.log_proba(self._validate_prediction_data(X), np.exp)
-        return proba.astype(_output_dtype(self), copy=False)
+        return proba.astype(dtype, copy=False)
 
     @_dask_chunkwise(_decision_shape)
     @_rows_read
@@ -285,9 +293,9 @@ class PosteriorPrediction:
         -------
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
-        predictive = self._predictive()
+        predictive, dtype = self._predictive(), _output_dtype(self, X)
         scores = predictive.decision_function(self._validate_prediction_data(X))
-        return scores.astype(_output_dtype(self), copy=False)
+        return scores.astype(dtype, copy=False)
 
     def _predict_proba_lr(self, X):
         """The logistic of :meth:`decision_function`, normalized over the classes.
@@ -414,7 +422,7 @@ class PosteriorPrediction:
             Columns in the order of ``classes_``.
         """
         X = self._in_memory(X, "predict_proba_interval")
-        dtype = _output_dtype(self)  # predict_proba's
+        dtype = _output_dtype(self, X)  # predict_proba's
         bounds = _summaries.proba_interval(self, X, level, n_draws, random_state)
         return tuple(bound.astype(dtype, copy=False) for bound in bounds)
 
@@ -438,7 +446,7 @@ class PosteriorPrediction:
         """
         X = self._in_memory(X, "sample_proba")
         draws = _summaries.sample_proba(self, X, n_draws, random_state)
-        return draws.astype(_output_dtype(self), copy=False)  # predict_proba's
+        return draws.astype(_output_dtype(self, X), copy=False)  # predict_proba's
 
     @one_blas_thread_below(_draws_work)
     def sample_y(self, X, n_draws=1000, *, random_state=None):

@@ -42,7 +42,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.feature_selection import SelectorMixin
 from sklearn.utils import check_scalar
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .._warnings import warn
 from ..approximations import structured_laplace
@@ -344,6 +344,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 f"estimator must be a vsbayes classifier with a C parameter (e.g. "
                 f"VSLogisticRegression()); got {base!r}."
             )
+        if not is_dask(y) and len(getattr(y, "shape", ())) == 2:  # warned here, not by each fit
+            y = column_or_1d(y, warn=True)
         grid = self._grid()
         check_scalar(self.refine, "refine", (bool, np.bool_))
         self._check_ard_params(base)

@@ -129,7 +129,17 @@ class OneVsRestPredictive(FittedPredictive):
         out = np.empty((X.shape[0], width))
 
         def work(rows):
-            result = combine(*predictive(*latent(rows)))
+            with np.errstate(over="ignore"):  # refused below, with a remedy
+                mean, var = latent(rows)
+            overflowed = ~(np.isfinite(var) & np.isfinite(mean)).all(axis=1)
+            if overflowed.any():
+                # An infinite variance would give every such row probability 1/2.
+                raise ValueError(
+                    f"The latent values of {overflowed.sum()} row(s) overflow float64: "
+                    f"their features are too large (~1e154 or more) for a predictive. "
+                    f"Rescale X, e.g. with sklearn.preprocessing.StandardScaler in a pipeline."
+                )
+            result = combine(*predictive(mean, var))
             if isinstance(result, tuple):  # columns
                 for column, values in enumerate(result):
                     out[rows, column] = values[:, 0]
@@ -210,9 +220,9 @@ class MultinomialPredictive(FittedPredictive):
         out = np.empty((X.shape[0], len(self.coef)))
 
         def work(rows):
-            log_p = centred_softmax_predictive_log_proba(
-                *latent.centred(rows), max_bytes=latent.budget
-            )
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the rule
+                moments = latent.centred(rows)
+            log_p = centred_softmax_predictive_log_proba(*moments, max_bytes=latent.budget)
             out[rows] = transform(log_p)
 
         latent.run(work)

@@ -31,12 +31,18 @@ __all__ = [
     "add_prior",
     "coefficient_prior_variances",
     "diagonal_log_prior",
+    "fast_log_cdf_suffices",
     "prior_mean_vector",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 # Entries of a likelihood block: the GEMM's output is still in cache for the link's pass.
 _BLOCK_ENTRIES = 2**18
+# The links' fast log F errs by up to this per row (the logistic's float32 soft part); a row
+# of weight s by s times it. Where the rows' errors, in quadrature, could exceed
+# _FAST_LIKELIHOOD_NOISE nats (weights of 10⁴ and more: counts as weights), log F is exact.
+_FAST_LOG_CDF_ERROR = 1e-7
+_FAST_LIKELIHOOD_NOISE = 1e-3
 
 
 class BinaryGLMPosterior:
@@ -174,7 +180,9 @@ class BinaryGLMPosterior:
         may use, on one BLAS thread each (:mod:`vsbayes._blas`). The blocks depend on
         neither, so the result is the same, to the last bit, for any ``n_jobs``. ``log F``
         is the link's ``fast_log_cdf``: to 1e-7 per observation for the logistic link
-        (float32 where exactness buys nothing: the sampling fits' error is far larger).
+        (float32 where exactness buys nothing: the sampling fits' error is far larger),
+        and its exact ``log_cdf`` where the weights would multiply that beyond 1e-3 nats
+        (:func:`fast_log_cdf_suffices`).
         """
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
         n, m = theta.shape[0], self.n_observations
@@ -188,8 +196,9 @@ class BinaryGLMPosterior:
             for j in range(0, m, block_m)
         ]
         # Each task gets only its slices, so that a distributed backend ships no more.
+        exact = not fast_log_cdf_suffices(self.sample_weight)
         args = [
-            (self.design[cols], self.sample_weight[cols], theta[rows], self.link)
+            (self.design[cols], self.sample_weight[cols], theta[rows], self.link, exact)
             for rows, cols in tasks
         ]
         if self._workers() > 1 and len(tasks) > 1:
@@ -314,8 +323,18 @@ def prior_mean_vector(prior_mean, dim: int) -> np.ndarray:
     return mean
 
 
-def _block_log_likelihood(design, weights, theta, link) -> np.ndarray:
-    """``Σ_i s_i log F(a_i·θ)`` over one block of rows ``a_i`` for each row of ``theta``."""
+def fast_log_cdf_suffices(weights: np.ndarray) -> bool:
+    """Whether the link's ``fast_log_cdf`` (1e-7 per row) is exact enough for rows of these
+    ``weights``: its errors times the weights, in quadrature, within 1e-3 nats (far below a
+    sampling fit's error). Weights of 10⁸ (counts as weights) made it 10 nats a row, and
+    importance sampling's weights noise."""
+    weights = np.asarray(weights, dtype=float)
+    return _FAST_LOG_CDF_ERROR * math.sqrt(float(weights @ weights)) <= _FAST_LIKELIHOOD_NOISE
+
+
+def _block_log_likelihood(design, weights, theta, link, exact=False) -> np.ndarray:
+    """``Σ_i s_i log F(a_i·θ)`` over one block of rows ``a_i`` for each row of ``theta``
+    (``exact``: the link's float64 ``log_cdf``, else its ``fast_log_cdf``)."""
     shape = (design.shape[0], theta.shape[0])
     latent, scratch = _block_buffers(shape[0] * shape[1])
     if sp.issparse(design):
@@ -323,7 +342,10 @@ def _block_log_likelihood(design, weights, theta, link) -> np.ndarray:
     else:
         # y_i f_i, shape (m_block, n_block): one GEMM, into this thread's buffer.
         t = np.matmul(design, theta.T, out=latent[: shape[0] * shape[1]].reshape(shape))
-    link.fast_log_cdf(t, out=t, scratch=scratch)
+    if exact:
+        link.log_cdf(t, out=t)
+    else:
+        link.fast_log_cdf(t, out=t, scratch=scratch)
     return weights @ t
 
 

@@ -40,6 +40,7 @@ def check_flat_prior_is_proper(X, y_index, sample_weight, n_classes: int, fit_in
         rows = (
             sp.hstack([rows, ones], format="csr") if sp.issparse(rows) else np.hstack([rows, ones])
         )
+    rows = _unit_columns(rows)
     m, p = rows.shape
     remedy = (
         "Use a proper prior instead: penalty='l2' with a finite C (the evidence-based C of "
@@ -73,6 +74,19 @@ def check_flat_prior_is_proper(X, y_index, sample_weight, n_classes: int, fit_in
             "separated (or quasi-separated) by a hyperplane, so the likelihood grows without "
             f"bound along it and no maximum-likelihood estimate exists. {remedy}"
         )
+
+
+def _unit_columns(rows):
+    """``rows`` with each non-zero column scaled to unit norm: neither the rank nor
+    separation depends on the columns' scales, and the numerical tests (a rank of the Gram
+    matrix, whose condition number is the design's squared; the program's box of
+    coefficients) would take a column on a scale 10⁻⁸ of the others for a zero one."""
+    if sp.issparse(rows):
+        norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=0)).ravel())
+        scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+        return (rows @ sp.diags(scale)).tocsr()
+    norms = np.linalg.norm(rows, axis=0)
+    return rows * np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
 
 
 def _column_rank(rows) -> int:

@@ -941,8 +941,9 @@ def centred_softmax_predictive_log_proba(
     mean = np.asarray(mean, dtype=float)
     k = mean.shape[1]
     q = centred_basis(k)
-    reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
-    spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
+    with np.errstate(over="ignore"):  # rows at float64's limit: refused just below
+        reduced = 0.5 * (centred_cov + np.swapaxes(centred_cov, 1, 2))
+        spread = np.einsum("nii->n", reduced)  # the trace: ≥ the largest variance
     overflowed = ~(np.isfinite(spread) & np.isfinite(mean).all(axis=1))
     if overflowed.any():
         raise ValueError(
