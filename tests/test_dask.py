@@ -331,12 +331,26 @@ def test_unknown_chunk_sizes_and_the_local_scheduler(data):
         (lambda X, y: (X[:, 0], y), "2-dimensional"),
         (lambda X, y: (X, y * 0), "only one class"),
         (lambda X, y: (X.astype(str), y), "real numbers"),
+        # (a NaN label was cast to int by type_of_target: a RuntimeWarning first)
+        (lambda X, y: (X, da.where(y > 0, np.nan, 0.0)), "y contains NaN"),
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_invalid_dask_input_raises_a_value_error(data, change, match):
     X, y, _ = data
     with pytest.raises(ValueError, match=match):
         LaplaceLogisticRegression().fit(*change(*as_dask(X, y)))
+
+
+def test_float32_chunks_keep_their_dtype_as_in_memory():
+    X, y = tiny_binary(4)
+    X = X.astype(np.float32)
+    local = LaplaceLogisticRegression().fit(X, y)
+    Xd, yd = as_dask(X, y, chunk=20)
+    chunked = LaplaceLogisticRegression().fit(Xd, yd)
+    assert chunked.coef_.dtype == chunked.intercept_.dtype == local.coef_.dtype == np.float32
+    np.testing.assert_array_equal(chunked.coef_, local.coef_)  # rounded to float32 alike
+    assert chunked.predict_proba(Xd).dtype == local.predict_proba(X).dtype == np.float32
 
 
 def test_negative_weights_and_wrong_features_are_named(data):

@@ -341,12 +341,11 @@ class BayesianGLMClassifier(
                     "prior gives a proper posterior is checked on them. Use a finite C, or "
                     "pass X.compute() if the data fit in memory."
                 )
-            X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
-            dtype = np.dtype(X.dtype)
+            X, y_index, weights, dtype = self._dask_fit_data(X, y, sample_weight)
         else:
             X, y_index, weights, dtype = self._fit_data(X, y, sample_weight)
-            if self.solver == "liblinear":  # as LogisticRegression: liblinear is float64
-                dtype = np.dtype(np.float64)
+        if self.solver == "liblinear":  # as LogisticRegression: liblinear is float64
+            dtype = np.dtype(np.float64)
         n_classes = len(self.classes_)
         if self.solver == "liblinear" and n_classes > 2:
             raise ValueError(
@@ -633,9 +632,10 @@ class BayesianGLMClassifier(
         return X, y_index, weights, dtype
 
     def _dask_fit_data(self, X, y, sample_weight):
-        """``(X, y_index, weights)`` of a dask X, all lazy and chunked alike (checked where
-        the chunks are); sets ``classes_``."""
-        X, self.classes_, y_index, weights, counts, weighted = validate_dask_fit_data(
+        """``(X, y_index, weights, dtype)`` of a dask X, the first three lazy and chunked
+        alike (checked where the chunks are), ``dtype`` as :meth:`_fit_data`'s; sets
+        ``classes_``."""
+        X, self.classes_, y_index, weights, counts, weighted, dtype = validate_dask_fit_data(
             self, X, y, sample_weight
         )
         self._check_n_classes()
@@ -650,7 +650,7 @@ class BayesianGLMClassifier(
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
         self._check_weighted_classes(weighted)
-        return X, y_index, weights
+        return X, y_index, weights, dtype
 
     def _check_n_classes(self) -> None:
         if len(self.classes_) < 2:
