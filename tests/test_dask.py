@@ -176,6 +176,30 @@ def test_prediction_on_a_dask_array_is_lazy_and_equal(client, data):
         expected = getattr(model, name)(X)
         assert lazy.shape == expected.shape and lazy.dtype == expected.dtype, name
         np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, err_msg=name)
+    # The latent moments too (they computed the whole dask array into memory).
+    for lazy, expected in zip(
+        model.latent_mean_and_variance(Xd), model.latent_mean_and_variance(X), strict=True
+    ):
+        assert isinstance(lazy, da.Array) and lazy.shape == expected.shape
+        np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("thompson_sample", ()),  # (it computed the whole dask array into memory)
+        ("sample_proba", ()),
+        ("predict_proba_interval", ()),
+        ("loo", ("y",)),
+        ("to_inference_data", ()),
+    ],
+)
+def test_reads_needing_rows_in_memory_refuse_dask_input(name, args):
+    X, y = tiny_binary(5, n=40)
+    model = LaplaceLogisticRegression().fit(X, y)
+    Xd, yd = as_dask(X, y, chunk=20)
+    with pytest.raises(ValueError, match=f"{name} needs X in memory.*X.compute()"):
+        getattr(model, name)(Xd, *(yd for _ in args))
 
 
 def test_three_classes_one_vs_rest_and_balanced_weights(client):

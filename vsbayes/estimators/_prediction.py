@@ -75,10 +75,7 @@ def _dask_chunkwise(shape):
         def chunkwise(self, X):
             if not is_dask(X):
                 return method(self, X)
-            check_is_fitted(self)
-            # A DataFrame's names are checked here; its blocks get them back (no warning).
-            names = getattr(self, "feature_names_in_", None) if is_dask_frame(X) else None
-            X = check_prediction_input(self, X)
+            X, names = _checked_dask_rows(self, X)
             n_columns, dtype = shape(self)
             predict = functools.partial(_predict_block, self, method.__name__, names)
             return chunkwise_prediction(predict, X, n_columns, dtype)
@@ -88,12 +85,39 @@ def _dask_chunkwise(shape):
     return decorate
 
 
+def _checked_dask_rows(estimator, X):
+    """``(X, names)``: a dask X checked for prediction (as a dask array), and the fitted
+    feature names its blocks get back if it was a DataFrame (else None)."""
+    check_is_fitted(estimator)
+    # A DataFrame's names are checked here; its blocks get them back (no warning).
+    names = getattr(estimator, "feature_names_in_", None) if is_dask_frame(X) else None
+    return check_prediction_input(estimator, X), names
+
+
 def _predict_block(estimator, name: str, names, block):
     if names is not None:
         import pandas as pd  # a dask DataFrame's blocks were pandas frames
 
         block = pd.DataFrame(block, columns=names, copy=False)
     return getattr(estimator, name)(block)
+
+
+def _dask_latent_moments(estimator, X):
+    """``latent_mean_and_variance`` of a dask X: two lazy dask arrays, from one map over
+    its row chunks (each block's means and variances side by side)."""
+    X, names = _checked_dask_rows(estimator, X)
+    n_classes = len(estimator.classes_)
+    columns = 1 if n_classes == 2 else n_classes
+    block = functools.partial(_latent_block, estimator, names)
+    both = chunkwise_prediction(block, X, 2 * columns, _output_dtype(estimator))
+    if n_classes == 2:
+        return both[:, 0], both[:, 1]
+    return both[:, :columns], both[:, columns:]
+
+
+def _latent_block(estimator, names, block):
+    mean, var = _predict_block(estimator, "latent_mean_and_variance", names, block)
+    return np.hstack([mean.reshape(len(mean), -1), var.reshape(len(var), -1)])
 
 
 def _per_class(estimator):
@@ -132,13 +156,14 @@ def _export_work(self, X=None, y=None, sample_weight=None, *, n_draws=1000, rand
 class PosteriorPrediction:
     """The prediction methods of the Bayesian GLM classifiers (see the module docstring)."""
 
-    @_rows_read
     def latent_mean_and_variance(self, X):
         """Posterior mean and variance of the latent value ``f = x·w + b`` at each row of X.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives two lazy dask arrays, computed chunk by
+            chunk.
 
         Returns
         -------
@@ -147,6 +172,12 @@ class PosteriorPrediction:
             of the centred latent value ``f_k − mean_l f_l`` (the softmax is invariant to a
             common shift, along which the posterior is its prior).
         """
+        if is_dask(X):
+            return _dask_latent_moments(self, X)
+        return self._latent_mean_and_variance(X)
+
+    @_rows_read
+    def _latent_mean_and_variance(self, X):
         predictive = self._predictive()
         mean, var = predictive.latent_mean_and_variance(self._validate_prediction_data(X))
         dtype = _output_dtype(self)
