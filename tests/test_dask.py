@@ -377,6 +377,24 @@ def test_float32_chunks_keep_their_dtype_as_in_memory():
     assert chunked.predict_proba(Xd).dtype == local.predict_proba(X).dtype == np.float32
 
 
+def test_ard_prediction_on_a_dask_array_is_lazy_and_equal():
+    # The selected columns are taken lazily (the whole array was computed into memory).
+    from vsbayes import EmpiricalBayesClassifier
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(80, 5))
+    y = (X[:, 0] - X[:, 1] + rng.logistic(size=80) > 0).astype(int)
+    model = EmpiricalBayesClassifier(LaplaceLogisticRegression(), scales="ard").fit(X, y)
+    assert not model.support_.all()
+    Xd, _ = as_dask(X, y, chunk=20)
+    for name in ("predict_proba", "decision_function", "predict"):
+        lazy = getattr(model, name)(Xd)
+        assert isinstance(lazy, da.Array), name
+        np.testing.assert_array_equal(lazy.compute(), getattr(model, name)(X), err_msg=name)
+    with pytest.raises(ValueError, match="expecting 5 features"):
+        model.predict(Xd[:, :4])
+
+
 def test_negative_weights_and_wrong_features_are_named(data):
     X, y, weights = data
     Xd, yd, wd = as_dask(X, y, -weights)
