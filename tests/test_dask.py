@@ -366,6 +366,20 @@ def test_invalid_dask_input_raises_a_value_error(data, change, match):
         LaplaceLogisticRegression().fit(*change(*as_dask(X, y)))
 
 
+def test_prediction_over_a_chunk_a_filter_emptied():
+    # The in-memory methods refuse a block of no rows ("Found array with 0 sample(s)").
+    X, y = tiny_binary(7, n=60)
+    model = LaplaceLogisticRegression().fit(X, y)
+    keep = np.arange(60) // 20 != 1
+    Xd, _ = as_dask(X, y, chunk=20)
+    Xd = Xd[da.from_array(keep, chunks=20)]
+    for name in ("predict_proba", "decision_function", "predict"):
+        lazy, expected = getattr(model, name)(Xd), getattr(model, name)(X[keep])
+        np.testing.assert_array_equal(lazy.compute(), expected, err_msg=name)
+    _, lazy = model.latent_mean_and_variance(Xd)
+    np.testing.assert_array_equal(lazy.compute(), model.latent_mean_and_variance(X[keep])[1])
+
+
 def test_float32_chunks_keep_their_dtype_as_in_memory():
     X, y = tiny_binary(4)
     X = X.astype(np.float32)

@@ -9,6 +9,7 @@ lazy dask array.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -194,6 +195,13 @@ def balanced_class_weight(counts: np.ndarray) -> np.ndarray:
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):
     """``method`` mapped over the row chunks of a checked dask X: a lazy dask array of
     shape (M,) when ``n_columns`` is None, else (M, n_columns)."""
+    block = functools.partial(_predicted_block, method, n_columns, dtype)
     if n_columns is None:
-        return X.map_blocks(method, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
-    return X.map_blocks(method, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)
+        return X.map_blocks(block, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
+    return X.map_blocks(block, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)
+
+
+def _predicted_block(method, n_columns: int | None, dtype, block):
+    if block.shape[0] == 0:  # a chunk a filter emptied: the in-memory methods refuse no rows
+        return np.empty((0,) if n_columns is None else (0, n_columns), dtype=dtype)
+    return method(block)
