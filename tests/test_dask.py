@@ -333,6 +333,29 @@ def test_a_chunk_without_rows_adds_nothing(n_classes, empty):
         )
 
 
+def test_feature_names_mismatch_is_warned_of_once():
+    # As scikit-learn does, once: it came from every chunk (and on a cluster, from the
+    # workers, where it was lost).
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe", reason="dask DataFrames need pandas and pyarrow")
+    X, y = tiny_binary(8, n=60)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    named = LaplaceLogisticRegression().fit(frame, y)
+    unnamed = LaplaceLogisticRegression().fit(X, y)
+    Xd, _ = as_dask(X, y, chunk=20)
+    parts = dd.from_pandas(frame, npartitions=3)
+    for model, given, in_memory, message in [
+        (named, Xd, frame, "X does not have valid feature names, but {} was fitted with"),
+        (unnamed, parts, X, "X has feature names, but {} was fitted without"),
+    ]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            proba = model.predict_proba(given).compute()
+        expected = message.format("LaplaceLogisticRegression") + " feature names"
+        assert [str(w.message) for w in caught] == [expected]
+        np.testing.assert_array_equal(proba, model.predict_proba(in_memory))
+
+
 def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
     assert _active_client() is None

@@ -28,6 +28,7 @@ from sklearn.utils.validation import (
 
 from .._blas import one_blas_thread_below
 from .._random import as_generator
+from .._warnings import warn
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
@@ -87,11 +88,22 @@ def _dask_chunkwise(shape):
 
 def _checked_dask_rows(estimator, X):
     """``(X, names)``: a dask X checked for prediction (as a dask array), and the fitted
-    feature names its blocks get back if it was a DataFrame (else None)."""
+    feature names its blocks get (None if the fit had none). A DataFrame's names are
+    checked here, and named input to an unnamed fit (or the reverse) is warned of here,
+    once, as scikit-learn does: not by every block."""
     check_is_fitted(estimator)
-    # A DataFrame's names are checked here; its blocks get them back (no warning).
-    names = getattr(estimator, "feature_names_in_", None) if is_dask_frame(X) else None
-    return check_prediction_input(estimator, X), names
+    fitted = getattr(estimator, "feature_names_in_", None)
+    columns = getattr(X, "columns", None) if is_dask_frame(X) else None
+    named = columns is not None and all(isinstance(c, str) for c in columns)
+    model = type(estimator).__name__
+    if fitted is not None and not named:
+        warn(
+            f"X does not have valid feature names, but {model} was fitted with feature names",
+            UserWarning,
+        )
+    elif fitted is None and named:
+        warn(f"X has feature names, but {model} was fitted without feature names", UserWarning)
+    return check_prediction_input(estimator, X), fitted
 
 
 def _predict_block(estimator, name: str, names, block):
