@@ -356,6 +356,21 @@ def test_feature_names_mismatch_is_warned_of_once():
         np.testing.assert_array_equal(proba, model.predict_proba(in_memory))
 
 
+def test_the_chunks_results_are_sized_before_newton():
+    # Each pass gathers a p × p result per chunk before their sum: 16 such matrices here,
+    # beyond the limit, where the in-memory fit's 6 fit (the dask fit allocated them all).
+    from vsbayes import config_context
+    from vsbayes.exceptions import MemoryLimitError
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(40, 200))
+    y = (X[:, 0] + rng.logistic(size=40) > 0).astype(int)
+    with config_context(memory_limit=3 * 2**20):
+        LaplaceLogisticRegression().fit(X, y)
+        with pytest.raises(MemoryLimitError, match=r"over 8 dask chunks.*larger dask chunks"):
+            LaplaceLogisticRegression().fit(*as_dask(X, y, chunk=5))
+
+
 def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
     assert _active_client() is None

@@ -180,19 +180,24 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
     address-space limit, a fit sized by the three copies alone ended in NumPy's
     MemoryError near the limit.
     """
-    design = getattr(model, "design", None)
-    if design is None:  # rows in dask chunks: checked per step
-        return
     p = model.dim
     copies = float(getattr(method, "peak_covariances", 10.0))
+    chunks, fewer_chunks = "", ""
+    if getattr(model, "design", None) is None:  # rows in dask chunks
+        # A pass gathers one p × p result per chunk before their (compensated) sum.
+        n_chunks = model.chunks.n_chunks
+        copies += n_chunks + 2
+        chunks = f", {n_chunks + 2} of them the sum of a pass over {n_chunks} dask chunks"
+        fewer_chunks = ", or fewer, larger dask chunks (X.rechunk), each of which sends one"
     check_memory(
         8.0 * copies * p * p,
         f"the {estimator_name} posterior of {p} coefficients (its method holds about "
-        f"{copies:g} {p} × {p} matrices, {format_bytes(8.0 * p * p)} each, at its peak)",
+        f"{copies:g} {p} × {p} matrices, {format_bytes(8.0 * p * p)} each, at its peak"
+        f"{chunks})",
         "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
         "TruncatedSVD / random projection of X), or LaplaceLogisticRegression, which holds "
-        "the fewest such matrices: the posterior's memory grows with the square of the "
-        "number of features.",
+        f"the fewest such matrices{fewer_chunks}: the posterior's memory grows with the "
+        "square of the number of features.",
     )
 
 
