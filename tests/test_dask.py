@@ -356,16 +356,21 @@ def test_feature_names_mismatch_is_warned_of_once():
         np.testing.assert_array_equal(proba, model.predict_proba(in_memory))
 
 
-def test_the_chunks_results_are_sized_before_newton():
-    # Each pass gathers a p × p result per chunk before their sum: 16 such matrices here,
-    # beyond the limit, where the in-memory fit's 6 fit (the dask fit allocated them all).
+@pytest.mark.parametrize(("n_classes", "n_features"), [(2, 200), (3, 60)])
+def test_the_chunks_results_are_sized_before_newton(n_classes, n_features):
+    # Each pass gathers a p × p result per chunk before their sum: 8 + 2 more matrices
+    # than in memory. With them the fit is beyond the limit that the in-memory one is
+    # within: refused before Newton's first step (it allocated them all).
+    import sklearn
+
     from vsbayes import config_context
     from vsbayes.exceptions import MemoryLimitError
 
     rng = np.random.default_rng(9)
-    X = rng.normal(size=(40, 200))
-    y = (X[:, 0] + rng.logistic(size=40) > 0).astype(int)
-    with config_context(memory_limit=3 * 2**20):
+    X = rng.normal(size=(40, n_features))
+    y = np.argmax(X[:, :n_classes] + rng.gumbel(size=(40, n_classes)), axis=1)
+    # (blocks of 256 KiB: the multinomial guard counts one)
+    with sklearn.config_context(working_memory=1), config_context(memory_limit=3 * 2**20):
         LaplaceLogisticRegression().fit(X, y)
         with pytest.raises(MemoryLimitError, match=r"over 8 dask chunks.*larger dask chunks"):
             LaplaceLogisticRegression().fit(*as_dask(X, y, chunk=5))
