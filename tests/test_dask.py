@@ -176,6 +176,30 @@ def test_prediction_on_a_dask_array_is_lazy_and_equal(client, data):
         expected = getattr(model, name)(X)
         assert lazy.shape == expected.shape and lazy.dtype == expected.dtype, name
         np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, err_msg=name)
+    # The latent moments too (they computed the whole dask array into memory).
+    for lazy, expected in zip(
+        model.latent_mean_and_variance(Xd), model.latent_mean_and_variance(X), strict=True
+    ):
+        assert isinstance(lazy, da.Array) and lazy.shape == expected.shape
+        np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("thompson_sample", ()),  # (it computed the whole dask array into memory)
+        ("sample_proba", ()),
+        ("predict_proba_interval", ()),
+        ("loo", ("y",)),
+        ("to_inference_data", ()),
+    ],
+)
+def test_reads_needing_rows_in_memory_refuse_dask_input(name, args):
+    X, y = tiny_binary(5, n=40)
+    model = LaplaceLogisticRegression().fit(X, y)
+    Xd, yd = as_dask(X, y, chunk=20)
+    with pytest.raises(ValueError, match=f"{name} needs X in memory.*X.compute()"):
+        getattr(model, name)(Xd, *(yd for _ in args))
 
 
 def test_three_classes_one_vs_rest_and_balanced_weights(client):
@@ -263,6 +287,95 @@ def test_dask_dataframes_are_taken_with_their_column_names(client, data):
         chunked.predict_proba(parts[["b", "a", "c", "d"]])
 
 
+def tiny_binary(seed, n=80):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = (X @ np.array([1.0, -0.5, 0.25]) + rng.logistic(size=n) > 0).astype(int)
+    return X, y
+
+
+# Fits where Newton's line search over the chunks, comparing float32 log F terms with the
+# exact value, stalled short of the mode (5e-5 to 2e-4 relative off); it compares exact
+# values now, as in memory.
+@pytest.mark.parametrize(("seed", "C"), [(0, 10.0), (1, 10**0.5), (2, 1.0)])
+def test_chunked_newton_reaches_the_in_memory_mode(seed, C):
+    X, y = tiny_binary(seed)
+    local = LaplaceLogisticRegression(C=C).fit(X, y)
+    chunked = LaplaceLogisticRegression(C=C).fit(*as_dask(X, y, chunk=20))
+    assert_same_posterior(local, chunked)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize("empty", ["masked out", "zero weights"])
+def test_a_chunk_without_rows_adds_nothing(n_classes, empty):
+    # A boolean mask can leave a chunk with no rows, and zero weights a chunk with none
+    # to fit: the likelihood's blocks over no rows were a range() of step 0.
+    X, y = tiny_binary(3, n=90)
+    if n_classes == 3:
+        y = y + (X[:, 1] > 0.5)
+    weights = np.ones(90)
+    keep = np.arange(90) // 30 != 1
+    Xd, yd, wd = as_dask(X, y, weights, chunk=30)
+    if empty == "masked out":
+        mask = da.from_array(keep, chunks=30)
+        Xd, yd, wd = Xd[mask], yd[mask], wd[mask]
+    else:
+        wd = da.from_array(np.where(keep, 1.0, 0.0), chunks=30)
+    estimator = ISLogisticRegression(kernel="laplace", n_samples=200, random_state=0)
+    chunked = estimator.__sklearn_clone__().fit(Xd, yd, sample_weight=wd)
+    local = estimator.__sklearn_clone__().fit(X[keep], y[keep])
+    np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=RTOL)
+    if n_classes == 2:
+        np.testing.assert_allclose(chunked.sigma_, local.sigma_, rtol=RTOL, atol=1e-14)
+    else:  # (the covariance along the classes' common shift: see the multinomial test)
+        np.testing.assert_allclose(
+            chunked.predict_proba(X), local.predict_proba(X), rtol=1e-7, atol=1e-10
+        )
+
+
+def test_feature_names_mismatch_is_warned_of_once():
+    # As scikit-learn does, once: it came from every chunk (and on a cluster, from the
+    # workers, where it was lost).
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe", reason="dask DataFrames need pandas and pyarrow")
+    X, y = tiny_binary(8, n=60)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    named = LaplaceLogisticRegression().fit(frame, y)
+    unnamed = LaplaceLogisticRegression().fit(X, y)
+    Xd, _ = as_dask(X, y, chunk=20)
+    parts = dd.from_pandas(frame, npartitions=3)
+    for model, given, in_memory, message in [
+        (named, Xd, frame, "X does not have valid feature names, but {} was fitted with"),
+        (unnamed, parts, X, "X has feature names, but {} was fitted without"),
+    ]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            proba = model.predict_proba(given).compute()
+        expected = message.format("LaplaceLogisticRegression") + " feature names"
+        assert [str(w.message) for w in caught] == [expected]
+        np.testing.assert_array_equal(proba, model.predict_proba(in_memory))
+
+
+@pytest.mark.parametrize(("n_classes", "n_features"), [(2, 200), (3, 60)])
+def test_the_chunks_results_are_sized_before_newton(n_classes, n_features):
+    # Each pass gathers a p × p result per chunk before their sum: 8 + 2 more matrices
+    # than in memory. With them the fit is beyond the limit that the in-memory one is
+    # within: refused before Newton's first step (it allocated them all).
+    import sklearn
+
+    from vsbayes import config_context
+    from vsbayes.exceptions import MemoryLimitError
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(40, n_features))
+    y = np.argmax(X[:, :n_classes] + rng.gumbel(size=(40, n_classes)), axis=1)
+    # (blocks of 256 KiB: the multinomial guard counts one)
+    with sklearn.config_context(working_memory=1), config_context(memory_limit=3 * 2**20):
+        LaplaceLogisticRegression().fit(X, y)
+        with pytest.raises(MemoryLimitError, match=r"over 8 dask chunks.*larger dask chunks"):
+            LaplaceLogisticRegression().fit(*as_dask(X, y, chunk=5))
+
+
 def test_unknown_chunk_sizes_and_the_local_scheduler(data):
     # No client: dask's local scheduler; a boolean mask leaves the row chunks unknown.
     assert _active_client() is None
@@ -285,12 +398,58 @@ def test_unknown_chunk_sizes_and_the_local_scheduler(data):
         (lambda X, y: (X[:, 0], y), "2-dimensional"),
         (lambda X, y: (X, y * 0), "only one class"),
         (lambda X, y: (X.astype(str), y), "real numbers"),
+        # (a NaN label was cast to int by type_of_target: a RuntimeWarning first)
+        (lambda X, y: (X, da.where(y > 0, np.nan, 0.0)), "y contains NaN"),
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_invalid_dask_input_raises_a_value_error(data, change, match):
     X, y, _ = data
     with pytest.raises(ValueError, match=match):
         LaplaceLogisticRegression().fit(*change(*as_dask(X, y)))
+
+
+def test_prediction_over_a_chunk_a_filter_emptied():
+    # The in-memory methods refuse a block of no rows ("Found array with 0 sample(s)").
+    X, y = tiny_binary(7, n=60)
+    model = LaplaceLogisticRegression().fit(X, y)
+    keep = np.arange(60) // 20 != 1
+    Xd, _ = as_dask(X, y, chunk=20)
+    Xd = Xd[da.from_array(keep, chunks=20)]
+    for name in ("predict_proba", "decision_function", "predict"):
+        lazy, expected = getattr(model, name)(Xd), getattr(model, name)(X[keep])
+        np.testing.assert_array_equal(lazy.compute(), expected, err_msg=name)
+    _, lazy = model.latent_mean_and_variance(Xd)
+    np.testing.assert_array_equal(lazy.compute(), model.latent_mean_and_variance(X[keep])[1])
+
+
+def test_float32_chunks_keep_their_dtype_as_in_memory():
+    X, y = tiny_binary(4)
+    X = X.astype(np.float32)
+    local = LaplaceLogisticRegression().fit(X, y)
+    Xd, yd = as_dask(X, y, chunk=20)
+    chunked = LaplaceLogisticRegression().fit(Xd, yd)
+    assert chunked.coef_.dtype == chunked.intercept_.dtype == local.coef_.dtype == np.float32
+    np.testing.assert_array_equal(chunked.coef_, local.coef_)  # rounded to float32 alike
+    assert chunked.predict_proba(Xd).dtype == local.predict_proba(X).dtype == np.float32
+
+
+def test_ard_prediction_on_a_dask_array_is_lazy_and_equal():
+    # The selected columns are taken lazily (the whole array was computed into memory).
+    from vsbayes import EmpiricalBayesClassifier
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(80, 5))
+    y = (X[:, 0] - X[:, 1] + rng.logistic(size=80) > 0).astype(int)
+    model = EmpiricalBayesClassifier(LaplaceLogisticRegression(), scales="ard").fit(X, y)
+    assert not model.support_.all()
+    Xd, _ = as_dask(X, y, chunk=20)
+    for name in ("predict_proba", "decision_function", "predict"):
+        lazy = getattr(model, name)(Xd)
+        assert isinstance(lazy, da.Array), name
+        np.testing.assert_array_equal(lazy.compute(), getattr(model, name)(X), err_msg=name)
+    with pytest.raises(ValueError, match="expecting 5 features"):
+        model.predict(Xd[:, :4])
 
 
 def test_negative_weights_and_wrong_features_are_named(data):

@@ -190,9 +190,9 @@ class ChunkedGLMCurvature(_DenseCurvature):
     in one pass over the chunks, the Hessian factorized in primal form."""
 
     def log_density(self, theta: np.ndarray) -> float:
-        # One pass over the chunks, float32 logistic terms as GLMCurvature's (the chunks
-        # offer no exact log-likelihood at one point short of the whole Hessian).
-        return float(self.model.log_density(theta[None])[0])
+        # One pass over the chunks, exact as GLMCurvature's (float32 logistic terms stalled
+        # the line search short of the mode: 1e-4 relative off the in-memory fit).
+        return self.model.log_density_at(theta)
 
     def _not_positive_definite(self, precision: np.ndarray) -> NotPositiveDefiniteError:
         return _elongated(np.diag(precision))

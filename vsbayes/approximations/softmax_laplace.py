@@ -44,19 +44,25 @@ MAX_SOFTMAX_PARAMS = 10_000
 def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
     """Raise before Newton's method if its p × p matrices would take hours to factorize
     (ValueError, p above :data:`MAX_SOFTMAX_PARAMS`) or would not fit (MemoryLimitError)."""
+    chunks = getattr(model, "chunks", None)  # rows in dask chunks
     check_softmax_dims(
-        model.n_classes, model.n_features + int(model.fit_intercept), model.n_observations
+        model.n_classes,
+        model.n_features + int(model.fit_intercept),
+        model.n_observations,
+        n_chunks=0 if chunks is None else chunks.n_chunks,
     )
 
 
 def check_softmax_dims(
-    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False
+    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False, n_chunks: int = 0
 ) -> None:
     """:func:`check_softmax_size` from the problem's dimensions, before its model exists:
     ``per_class`` parameters (features and intercept) per class, ``n_rows`` rows.
     ``under_prior``: a fit under a general Gaussian prior (``prior=``, or ``partial_fit``'s
     carried posterior), which the structured covariance does not take, and whose dense
-    prior precision and carried covariance are two more p × p matrices."""
+    prior precision and carried covariance are two more p × p matrices. ``n_chunks``: the
+    dask chunks of the rows, each pass over which gathers one p × p Hessian per chunk
+    before their (compensated) sum, two more."""
     p, k, m = n_classes * per_class, n_classes, n_rows
     structured = (
         "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
@@ -83,17 +89,20 @@ def check_softmax_dims(
     # of M K(K + 1)/2 while the Hessian is assembled, counted as M K² each: the guard's
     # margin), their probabilities, and the Gram blocks' rows.
     rows = 8.0 * m * (3 * k * k + 4 * k)
-    matrices = 5 if under_prior else 3
+    matrices = (5 if under_prior else 3) + (n_chunks + 2 if n_chunks else 0)
     check_memory(
         matrices * 8.0 * p * p + rows + block_bytes(),
         f"the {p} × {p} Hessian, Cholesky factor and covariance of the multinomial posterior "
         f"({k} classes × {per_class} parameters)"
         + (", its prior's precision and carried covariance," if under_prior else "")
+        + (f", the sum of a pass over {n_chunks} dask chunks," if n_chunks else "")
         + f" with the {m} rows' {k} × {k} curvatures",
         f"Reduce the number of features or rows (each {p} × {p} matrix takes "
-        f"{format_bytes(8.0 * p * p)}), or fit one-vs-rest binary posteriors with "
-        f"sklearn.multiclass.OneVsRestClassifier, which need matrices of the features' size "
-        f"only.",
+        f"{format_bytes(8.0 * p * p)})"
+        + (", or use fewer, larger dask chunks (X.rechunk)" if n_chunks else "")
+        + ", or fit one-vs-rest binary posteriors with "
+        "sklearn.multiclass.OneVsRestClassifier, which need matrices of the features' size "
+        "only.",
     )
 
 

@@ -180,19 +180,24 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
     address-space limit, a fit sized by the three copies alone ended in NumPy's
     MemoryError near the limit.
     """
-    design = getattr(model, "design", None)
-    if design is None:  # rows in dask chunks: checked per step
-        return
     p = model.dim
     copies = float(getattr(method, "peak_covariances", 10.0))
+    chunks, fewer_chunks = "", ""
+    if getattr(model, "design", None) is None:  # rows in dask chunks
+        # A pass gathers one p × p result per chunk before their (compensated) sum.
+        n_chunks = model.chunks.n_chunks
+        copies += n_chunks + 2
+        chunks = f", {n_chunks + 2} of them the sum of a pass over {n_chunks} dask chunks"
+        fewer_chunks = ", or fewer, larger dask chunks (X.rechunk), each of which sends one"
     check_memory(
         8.0 * copies * p * p,
         f"the {estimator_name} posterior of {p} coefficients (its method holds about "
-        f"{copies:g} {p} × {p} matrices, {format_bytes(8.0 * p * p)} each, at its peak)",
+        f"{copies:g} {p} × {p} matrices, {format_bytes(8.0 * p * p)} each, at its peak"
+        f"{chunks})",
         "Use fewer features (feature selection, e.g. sklearn.feature_selection, or a "
         "TruncatedSVD / random projection of X), or LaplaceLogisticRegression, which holds "
-        "the fewest such matrices: the posterior's memory grows with the square of the "
-        "number of features.",
+        f"the fewest such matrices{fewer_chunks}: the posterior's memory grows with the "
+        "square of the number of features.",
     )
 
 
@@ -341,12 +346,11 @@ class BayesianGLMClassifier(
                     "prior gives a proper posterior is checked on them. Use a finite C, or "
                     "pass X.compute() if the data fit in memory."
                 )
-            X, y_index, weights = self._dask_fit_data(X, y, sample_weight)
-            dtype = np.dtype(X.dtype)
+            X, y_index, weights, dtype = self._dask_fit_data(X, y, sample_weight)
         else:
             X, y_index, weights, dtype = self._fit_data(X, y, sample_weight)
-            if self.solver == "liblinear":  # as LogisticRegression: liblinear is float64
-                dtype = np.dtype(np.float64)
+        if self.solver == "liblinear":  # as LogisticRegression: liblinear is float64
+            dtype = np.dtype(np.float64)
         n_classes = len(self.classes_)
         if self.solver == "liblinear" and n_classes > 2:
             raise ValueError(
@@ -636,9 +640,10 @@ class BayesianGLMClassifier(
         return X, y_index, weights, dtype
 
     def _dask_fit_data(self, X, y, sample_weight):
-        """``(X, y_index, weights)`` of a dask X, all lazy and chunked alike (checked where
-        the chunks are); sets ``classes_``."""
-        X, self.classes_, y_index, weights, counts, weighted = validate_dask_fit_data(
+        """``(X, y_index, weights, dtype)`` of a dask X, the first three lazy and chunked
+        alike (checked where the chunks are), ``dtype`` as :meth:`_fit_data`'s; sets
+        ``classes_``."""
+        X, self.classes_, y_index, weights, counts, weighted, dtype = validate_dask_fit_data(
             self, X, y, sample_weight
         )
         self._check_n_classes()
@@ -653,7 +658,7 @@ class BayesianGLMClassifier(
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
         self._check_weighted_classes(weighted)
-        return X, y_index, weights
+        return X, y_index, weights, dtype
 
     def _check_n_classes(self) -> None:
         if len(self.classes_) < 2:

@@ -9,6 +9,7 @@ lazy dask array.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -102,18 +103,20 @@ def check_prediction_input(estimator, X):
 
 
 def validate_dask_fit_data(estimator, X, y, sample_weight):
-    """``(X, classes, y_index, weights, counts, weighted_counts)`` for a dask X, checked
-    where the chunks are.
+    """``(X, classes, y_index, weights, counts, weighted_counts, dtype)`` for a dask X,
+    checked where the chunks are.
 
     ``X`` comes back as float64 with one column chunk, ``y_index`` (class indices) and
     ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``,
     ``counts`` (rows per class) and ``weighted_counts`` (their total sample weight) are
-    small ndarrays.
+    small ndarrays; ``dtype`` is the input's, float32 or float64, as in memory (the fitted
+    coefficients keep it).
     """
     import dask
     import dask.array as da
 
     X, names = _as_array(X)
+    dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
     X = _check_dask_X(estimator, X)
     estimator.n_features_in_ = X.shape[1]
     if names is not None and all(isinstance(n, str) for n in names):
@@ -143,6 +146,9 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     )
     if not x_finite:
         raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
+    if classes.dtype.kind == "f" and not np.isfinite(classes).all():
+        # (before type_of_target, whose cast of NaN to int warns)
+        raise ValueError("Input y contains NaN or infinity; drop those rows first.")
     target = type_of_target(classes)
     if target not in ("binary", "multiclass") and not (
         target == "continuous" and np.all(np.equal(np.mod(classes, 1), 0))
@@ -164,7 +170,7 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
         counts, weighted_counts = dask.compute(counts, da.bincount(y_index, weights, minlength=k))
     if not np.any(weighted_counts > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
-    return X, classes, y_index, weights, counts, weighted_counts
+    return X, classes, y_index, weights, counts, weighted_counts, dtype
 
 
 def _class_index(block, classes):
@@ -189,6 +195,13 @@ def balanced_class_weight(counts: np.ndarray) -> np.ndarray:
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):
     """``method`` mapped over the row chunks of a checked dask X: a lazy dask array of
     shape (M,) when ``n_columns`` is None, else (M, n_columns)."""
+    block = functools.partial(_predicted_block, method, n_columns, dtype)
     if n_columns is None:
-        return X.map_blocks(method, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
-    return X.map_blocks(method, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)
+        return X.map_blocks(block, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
+    return X.map_blocks(block, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)
+
+
+def _predicted_block(method, n_columns: int | None, dtype, block):
+    if block.shape[0] == 0:  # a chunk a filter emptied: the in-memory methods refuse no rows
+        return np.empty((0,) if n_columns is None else (0, n_columns), dtype=dtype)
+    return method(block)

@@ -28,6 +28,7 @@ from sklearn.utils.validation import (
 
 from .._blas import one_blas_thread_below
 from .._random import as_generator
+from .._warnings import warn
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
@@ -75,26 +76,68 @@ def _dask_chunkwise(shape):
         def chunkwise(self, X):
             if not is_dask(X):
                 return method(self, X)
-            check_is_fitted(self)
-            # A DataFrame's names are checked here; its blocks get them back (no warning).
-            names = getattr(self, "feature_names_in_", None) if is_dask_frame(X) else None
+            checked, names = _checked_dask_rows(self, X)
+            # The output takes the dtype of X as given (a float32 fit read on float32 X).
             n_columns, dtype = shape(self, X)
-            X = check_prediction_input(self, X)
-            # (The blocks reach the method as float64: the output takes X's dtype here.)
             predict = functools.partial(_predict_block, self, method.__name__, names, dtype)
-            return chunkwise_prediction(predict, X, n_columns, dtype)
+            return chunkwise_prediction(predict, checked, n_columns, dtype)
 
         return chunkwise
 
     return decorate
 
 
-def _predict_block(estimator, name: str, names, dtype, block):
-    if names is not None:
-        import pandas as pd  # a dask DataFrame's blocks were pandas frames
+def _checked_dask_rows(estimator, X):
+    """``(X, names)``: a dask X checked for prediction (as a dask array), and the fitted
+    feature names its blocks get (None if the fit had none). A DataFrame's names are
+    checked here, and named input to an unnamed fit (or the reverse) is warned of here,
+    once, as scikit-learn does: not by every block."""
+    check_is_fitted(estimator)
+    fitted = getattr(estimator, "feature_names_in_", None)
+    columns = getattr(X, "columns", None) if is_dask_frame(X) else None
+    named = columns is not None and all(isinstance(c, str) for c in columns)
+    model = type(estimator).__name__
+    if fitted is not None and not named:
+        warn(
+            f"X does not have valid feature names, but {model} was fitted with feature names",
+            UserWarning,
+        )
+    elif fitted is None and named:
+        warn(f"X has feature names, but {model} was fitted without feature names", UserWarning)
+    return check_prediction_input(estimator, X), fitted
 
-        block = pd.DataFrame(block, columns=names, copy=False)
-    return getattr(estimator, name)(block).astype(dtype, copy=False)
+
+def _named_block(block, names):
+    """A block of a dask DataFrame given back its fitted feature names (None: as is)."""
+    if names is None:
+        return block
+    import pandas as pd  # a dask DataFrame's blocks were pandas frames
+
+    return pd.DataFrame(block, columns=names, copy=False)
+
+
+def _predict_block(estimator, name: str, names, dtype, block):
+    return getattr(estimator, name)(_named_block(block, names)).astype(dtype, copy=False)
+
+
+def _dask_latent_moments(estimator, X):
+    """``latent_mean_and_variance`` of a dask X: two lazy dask arrays, from one map over
+    its row chunks (each block's means and variances side by side)."""
+    checked, names = _checked_dask_rows(estimator, X)
+    n_classes = len(estimator.classes_)
+    columns = 1 if n_classes == 2 else n_classes
+    dtype = _output_dtype(estimator, X)
+    block = functools.partial(_latent_block, estimator, names, dtype)
+    both = chunkwise_prediction(block, checked, 2 * columns, dtype)
+    if n_classes == 2:
+        return both[:, 0], both[:, 1]
+    return both[:, :columns], both[:, columns:]
+
+
+def _latent_block(estimator, names, dtype, block):
+    mean, var = estimator.latent_mean_and_variance(_named_block(block, names))
+    both = np.hstack([mean.reshape(len(mean), -1), var.reshape(len(var), -1)])
+    return both.astype(dtype, copy=False)
 
 
 def _per_class(estimator, X):
@@ -140,13 +183,14 @@ def _export_work(self, X=None, y=None, sample_weight=None, *, n_draws=1000, rand
 class PosteriorPrediction:
     """The prediction methods of the Bayesian GLM classifiers (see the module docstring)."""
 
-    @_rows_read
     def latent_mean_and_variance(self, X):
         """Posterior mean and variance of the latent value ``f = x·w + b`` at each row of X.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array} of shape (n_samples, n_features)
+            A dask array (chunked by rows) gives two lazy dask arrays, computed chunk by
+            chunk.
 
         Returns
         -------
@@ -155,6 +199,12 @@ class PosteriorPrediction:
             of the centred latent value ``f_k − mean_l f_l`` (the softmax is invariant to a
             common shift, along which the posterior is its prior).
         """
+        if is_dask(X):
+            return _dask_latent_moments(self, X)
+        return self._latent_mean_and_variance(X)
+
+    @_rows_read
+    def _latent_mean_and_variance(self, X):
         predictive = self._predictive()
         dtype = _output_dtype(self, X)
         mean, var = predictive.latent_mean_and_variance(self._validate_prediction_data(X))

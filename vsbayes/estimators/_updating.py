@@ -118,7 +118,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from .._blas import one_blas_thread, one_blas_thread_below
 from .._memory import check_memory, format_bytes, get_config
@@ -797,7 +797,7 @@ class BayesianUpdating:
             ``(scores, coef, intercept)``: the latent scores (n_draws, n_rows), or
             (n_draws, n_rows, n_classes) beyond two classes, and the draws.
         """
-        check_is_fitted(self)
+        X = self._in_memory(X, "thompson_sample")
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         n_scores = len(self.coef_) if len(self.classes_) > 2 else 1

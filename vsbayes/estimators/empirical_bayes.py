@@ -51,6 +51,7 @@ from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _summaries
 from ._base import INTERCEPT_PRIOR_VAR
+from ._dask_input import check_prediction_input
 from ._registry import LINKS
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
 from .variational_sampling import VSLogisticRegression
@@ -557,6 +558,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """X as the fitted estimator takes it: as given (one C), or its selected columns."""
         if self.ard_log_evidence_.size == 0:  # fitted with one C: the estimator saw X
             return X
+        if is_dask(X):  # its columns selected lazily: the estimator maps over its chunks
+            return check_prediction_input(self, X)[:, self.support_]
         X = validate_data(
             self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], reset=False
         )

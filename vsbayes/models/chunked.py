@@ -105,6 +105,14 @@ class ChunkedPosterior(_Chunked):
         build = _ChunkSpec(_Chunk, (template.link,), priors)
         self._setup(template, build, [X, y, sample_weight], ("link",))
 
+    def log_density_at(self, theta: np.ndarray) -> float:
+        """``log p(θ)`` at one point with the exact (float64) ``log F``, in one pass: what
+        Newton's line search compares with :meth:`value_gradient_hessian`'s value (the
+        float32 terms of :meth:`log_density` would decide it near the mode)."""
+        theta = np.asarray(theta, dtype=float)
+        value = self.chunks.sum("log_likelihood_at", theta)
+        return float(value) + float(self.log_prior(theta[None])[0])
+
 
 class ChunkedSoftmaxPosterior(_Chunked):
     """Multinomial logistic posterior over the row chunks of dask arrays.
@@ -177,6 +185,10 @@ class _Chunk(BinaryGLMPosterior):
 
     def sizes(self) -> tuple[int, int]:
         return self.n_observations, self.n_design_entries
+
+    def log_likelihood_at(self, theta: np.ndarray) -> float:
+        t = np.asarray(self.design @ theta).ravel()
+        return float(self.sample_weight @ self.link.log_cdf(t))
 
     def __sizeof__(self) -> int:
         # What dask's scheduler weighs (through sys.getsizeof) before moving a chunk.

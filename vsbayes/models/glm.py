@@ -189,7 +189,7 @@ class BinaryGLMPosterior:
         # Two float64 arrays per block: the latent values and one temporary of log F.
         entries = max(1, min(self.max_bytes // 16, _BLOCK_ENTRIES))
         block_n = min(n, max(512, entries // max(m, 1)))
-        block_m = min(m, max(1, entries // block_n))
+        block_m = max(1, min(m, entries // block_n))  # (a dask chunk may hold no rows)
         tasks = [
             (slice(i, min(i + block_n, n)), slice(j, min(j + block_m, m)))
             for i in range(0, n, block_n)

@@ -268,7 +268,7 @@ class SoftmaxGLMPosterior:
         # block's temporaries stay cache-sized (see LIKELIHOOD_BLOCK_BYTES).
         entries = max(1, min(self.max_bytes, LIKELIHOOD_BLOCK_BYTES) // (16 * k))
         block_n = min(n, max(256, entries // max(m, 1)))
-        block_m = min(m, max(1, entries // block_n))
+        block_m = max(1, min(m, entries // block_n))  # (a dask chunk may hold no rows)
         tasks = [
             (slice(i, min(i + block_n, n)), slice(j, min(j + block_m, m)))
             for i in range(0, n, block_n)
