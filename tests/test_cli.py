@@ -65,8 +65,9 @@ def test_fit_verbose_shows_the_details(capsys):
 
 def test_fit_plot_writes_the_forest_and_calibration_png(capsys, tmp_path, small_csv):
     plot = tmp_path / "fit.png"
-    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--plot", str(plot))
-    status, out, _ = run(capsys, *argv)
+    # A name without a suffix: matplotlib adds .png, and the output names that file.
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--plot")
+    status, out, _ = run(capsys, *argv, str(tmp_path / "fit"))
     assert status == 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot:              {plot}" in out
 
@@ -194,6 +195,7 @@ def error_cases(tmp_path):
     missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
+    out_png = str(tmp_path / "o.png")
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("x,z,y\n1,2,a\n3,b\n")
     binary = tmp_path / "binary.csv"
@@ -226,6 +228,13 @@ def error_cases(tmp_path):
         "negative budget": (["fit", "--budget", "-1"], 2),
         "target without data": (["compare", "--target", "y"], 2),
         "no command": ([], 2),
+        # The outputs are checked before the fit: nothing printed, no time spent.
+        "json is the data file": (["fit", good_path, "--json", good_path], 1),
+        "json folder missing": (["fit", good_path, "--json", str(tmp_path / "no" / "o.json")], 1),
+        "json is a folder": (["fit", good_path, "--json", str(tmp_path)], 1),
+        "plot format": (["fit", good_path, "--plot", str(tmp_path / "plot.txt")], 1),
+        "compare plot took the data": (["compare", "--plot", good_path, "--budget", "0.01"], 1),
+        "json and plot the same": (["fit", good_path, "--json", out_png, "--plot", out_png], 1),
     }
 
 
@@ -252,6 +261,12 @@ CASES = [
     "negative budget",
     "target without data",
     "no command",
+    "json is the data file",
+    "json folder missing",
+    "json is a folder",
+    "plot format",
+    "compare plot took the data",
+    "json and plot the same",
 ]
 
 
@@ -277,6 +292,10 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("n_samples not sampled", ["--n-samples", "draws no points"]),
         ("semicolons", ["';'", "comma-separated"]),
         ("continuous target", ["'z'", "continuous", "--target"]),
+        ("json is the data file", ["--json", "the data file"]),
+        ("json folder missing", ["--json", "no folder"]),
+        ("plot format", ["--plot", ".txt", ".png"]),
+        ("compare plot took the data", ["good.csv --plot", "put the data file first"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:

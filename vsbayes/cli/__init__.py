@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from .._version import __version__
@@ -19,7 +20,8 @@ from ..exceptions import EstimationError
 from .compare import run_compare
 from .fit import run_fit
 from .methods import LINKS, METHODS, SAMPLING
-from .summary import Console
+from .plots import plot_file
+from .summary import Console, check_output_path
 
 __all__ = ["main"]
 
@@ -239,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     console = Console(verbose=args.verbose)
     try:
+        _check_outputs(args)
         return args.handler(args, console)
     except (ValueError, OSError, EstimationError) as error:
         print(f"vsbayes: error: {_one_line(error)}", file=sys.stderr)
@@ -246,6 +249,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vsbayes: error: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The files --json and --plot will write, checked before the fit rather than after it
+    (``args.plot`` becomes the name the plot is written to)."""
+    if args.plot:
+        try:
+            args.plot = plot_file(args.plot)
+        except ValueError as error:
+            if args.command == "compare" and args.data is None:
+                # compare's --plot takes an optional name: it took the data file's.
+                raise ValueError(
+                    f"{error} (--plot takes an optional file name, so it took {args.plot}: "
+                    f"put the data file first, vsbayes compare {args.plot} --plot)"
+                ) from None
+            raise
+    data = args.data if args.data is not None and Path(args.data).is_file() else None
+    outputs = [(option, path) for option, path in (("--json", args.json), ("--plot", args.plot))]
+    outputs = [(option, path) for option, path in outputs if path]
+    for option, path in outputs:
+        check_output_path(path, option, data)
+    if len(outputs) == 2 and Path(args.json).resolve() == Path(args.plot).resolve():
+        raise ValueError(f"--json and --plot name the same file, {args.json}; name two files.")
 
 
 def _usage_error(command: str, message: str) -> int:
