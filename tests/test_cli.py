@@ -196,6 +196,10 @@ def error_cases(tmp_path):
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
     out_png = str(tmp_path / "o.png")
+    headerless = tmp_path / "headerless.csv"  # as the UCI files: the first row is data
+    headerless.write_text("1,0,1,g\n1,0,0.25,b\n0,1,0.75,g\n")
+    unknown_marker = tmp_path / "question.csv"
+    unknown_marker.write_text("x,z,y\n1,2,a\n?,1,b\n")
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("x,z,y\n1,2,a\n3,b\n")
     binary = tmp_path / "binary.csv"
@@ -235,6 +239,10 @@ def error_cases(tmp_path):
         "plot format": (["fit", good_path, "--plot", str(tmp_path / "plot.txt")], 1),
         "compare plot took the data": (["compare", "--plot", good_path, "--budget", "0.01"], 1),
         "json and plot the same": (["fit", good_path, "--json", out_png, "--plot", out_png], 1),
+        "headerless file": (["fit", str(headerless)], 1),
+        "no-header target number": (["fit", str(headerless), "--no-header", "--target", "5"], 1),
+        "no-header without data": (["fit", "--no-header"], 2),
+        "missing-value marker": (["fit", str(unknown_marker)], 1),
     }
 
 
@@ -267,6 +275,10 @@ CASES = [
     "plot format",
     "compare plot took the data",
     "json and plot the same",
+    "headerless file",
+    "no-header target number",
+    "no-header without data",
+    "missing-value marker",
 ]
 
 
@@ -296,10 +308,37 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("json folder missing", ["--json", "no folder"]),
         ("plot format", ["--plot", ".txt", ".png"]),
         ("compare plot took the data", ["good.csv --plot", "put the data file first"]),
+        ("headerless file", ["reads as data", "--no-header"]),
+        ("no-header target number", ["no column number '5'", "'1', '2', '3', '4'"]),
+        ("missing-value marker", ["line 3", "missing value ('?')", "'x'"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:
             assert word in err, (case, err)
+
+
+def test_fit_no_header_numbers_the_columns(capsys, tmp_path):
+    # A headerless file: every row is data, the columns are numbered from 1.
+    rows = ["0.5,1,g", "0.25,0,b", "0.75,1,b", "0.1,0,g"]
+    path = tmp_path / "uci.data"
+    path.write_text("\n".join(rows) + "\n")
+    status, out, err = run(capsys, "fit", str(path), "--no-header", "--method", "laplace")
+    assert status == 0 and err == ""
+    assert "4 rows, 2 features" in out and "target:    3; classes b (2), g (2)" in out
+    path.write_text("\n".join(row[:-2] for row in rows) + "\n")  # the label in column 2
+    status, out, _ = run(capsys, "fit", str(path), "--no-header", "--target", "2", "--method", "ep")
+    assert status == 0 and "target:    2; classes 0 (2), 1 (2)" in out
+
+
+def test_fit_warns_when_the_header_row_reads_as_data(capsys, tmp_path):
+    data = [["5", "3", "a"], ["1", "2", "b"], ["2", "2", "a"], ["3", "1", "b"]]
+    distinct = write_csv(tmp_path / "distinct.csv", data[0], data[1:])
+    status, _, err = run(capsys, "fit", distinct, "--method", "laplace")
+    assert status == 0 and "warning: " in err and "pass --no-header" in err
+    # pandas' column numbers are a header: no warning.
+    numbered = write_csv(tmp_path / "numbered.csv", ["0", "1", "y"], data)
+    status, _, err = run(capsys, "fit", numbered, "--method", "laplace")
+    assert status == 0 and err == ""
 
 
 def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small_csv):

@@ -79,11 +79,20 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
         "data",
         nargs="?",
         metavar="DATA.csv",
-        help="CSV file with a header row; numeric features (standardized before fitting) "
-        "and a label column. Default: scikit-learn's bundled breast-cancer data.",
+        help="CSV file with a header row (or see --no-header); numeric features "
+        "(standardized before fitting) and a label column. Default: scikit-learn's bundled "
+        "breast-cancer data.",
     )
     parser.add_argument(
-        "--target", metavar="COL", help="name of the label column (default: the last column)"
+        "--target",
+        metavar="COL",
+        help="name of the label column, or its number from 1 with --no-header (default: the "
+        "last column)",
+    )
+    parser.add_argument(
+        "--no-header",
+        action="store_true",
+        help="the file has no header row: every row is data, the columns are numbered 1, 2, …",
     )
     parser.add_argument("--link", choices=LINKS, default="logistic", help="default: logistic")
     parser.add_argument(
@@ -217,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(
             args.command, "--target needs a DATA file (the embedded data have their own)"
         )
+    if args.no_header and args.data is None:
+        return _usage_error(args.command, "--no-header needs a DATA file")
     if args.command == "fit" and args.method != "vs":
         given = [
             option

@@ -82,7 +82,9 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     int
         0 (errors raise ValueError, OSError or EstimationError).
     """
-    data = load_dataset(args.data, args.target)
+    data = load_dataset(args.data, args.target, header=not args.no_header)
+    for text in data.warnings:
+        console.warn(text)
     if len(data.classes) != 2:
         raise ValueError(
             f"compare needs a binary target; {data.target_name!r} has {len(data.classes)} "
