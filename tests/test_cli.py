@@ -402,6 +402,41 @@ def test_compare_without_matplotlib_prints_the_table_and_says_so(
     assert 'pip install "vsbayes[plot]"' in err
 
 
+def test_help_examples_work_as_written(capsys, tmp_path, monkeypatch):
+    # Every example of the --help texts parses; those on small files run (the data.csv of
+    # the examples: label column y; uci.data: no header row, the label in column 2).
+    import shlex
+
+    from vsbayes.cli import EXAMPLES, _build_parser
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 2))
+    labels = np.where(X @ [1.0, -1.0] + rng.logistic(size=40) > 0, "yes", "no")
+    rows = [[f"{a:.4f}", f"{b:.4f}", c] for (a, b), c in zip(X, labels, strict=True)]
+    write_csv(tmp_path / "data.csv", ["x1", "x2", "y"], rows)
+    (tmp_path / "uci.data").write_text("".join(f"{a},{c == 'yes':d},{b}\n" for a, b, c in rows))
+    monkeypatch.chdir(tmp_path)
+    examples = [
+        shlex.split(line, comments=True)[1:]
+        for text in EXAMPLES.values()
+        for line in text.splitlines()[1:]
+    ]
+    assert len(examples) == 11
+    parser = _build_parser()
+    for argv in examples:
+        # Parsed only: the breast-cancer data (fitted by the tests above) and compare's
+        # plot (a second of drawing; test_compare_prints_every_method_... draws it).
+        if not {"data.csv", "uci.data", "--help"} & set(argv) or argv[-1] == "--plot":
+            parser.parse_args(argv)
+            continue
+        if argv[0] == "compare":
+            argv += ["--budget", "0.01"]
+        status, out, err = run(capsys, *argv)
+        assert status == 0 and out and "error" not in err, (argv, err)
+    assert (tmp_path / "fit.png").exists()
+    assert json.loads((tmp_path / "compare.json").read_text())["settings"]["link"] == "probit"
+
+
 def test_version(capsys):
     status, out, _ = run(capsys, "--version")
     assert status == 0 and out.startswith("vsbayes ")

@@ -26,6 +26,34 @@ from .summary import Console, check_output_path
 __all__ = ["main"]
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's wrapping, except for text laid out in lines (the examples)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+#: The examples of each command's --help (tests/test_cli.py runs them as written).
+EXAMPLES = {
+    "vsbayes": """examples:
+  vsbayes fit                        # the posterior on the bundled breast-cancer data
+  vsbayes fit data.csv --target y    # on your data; label column y
+  vsbayes fit --help                 # every option of a command""",
+    "fit": """examples:
+  vsbayes fit                                  # breast-cancer data, variational sampling
+  vsbayes fit data.csv --target y              # your data: label column y
+  vsbayes fit data.csv --method ep --link probit --json fit.json
+  vsbayes fit data.csv --strategy global --target-kl 0.01 --plot fit.png
+  vsbayes fit uci.data --no-header --target 2  # no header row: columns numbered from 1""",
+    "compare": """examples:
+  vsbayes compare --budget 0.5                  # breast-cancer data
+  vsbayes compare data.csv --target y --plot    # plot to vsbayes_compare.png
+  vsbayes compare data.csv --link probit --json compare.json""",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line, ``vsbayes: error: …``.
 
@@ -103,7 +131,11 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
         help="prior variance of the coefficients, N(0, C I) (default: 1.0)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
-    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON to OUT")
+    parser.add_argument(
+        "--json",
+        metavar="OUT",
+        help="also write the summary as JSON to OUT (replaced if it exists)",
+    )
     parser.add_argument(
         "--verbose",
         action="store_true",
@@ -115,6 +147,8 @@ def _build_parser() -> _Parser:
     parser = _Parser(
         prog="vsbayes",
         description="Bayesian logistic and probit regression by variational sampling.",
+        epilog=EXAMPLES["vsbayes"],
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"vsbayes {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare}")
@@ -125,7 +159,10 @@ def _build_parser() -> _Parser:
         description="Fit a Bayesian GLM classifier and print the posterior mean, sd, 95% "
         "interval and probability of the sign of every coefficient, which computation ran "
         "and how accurate it is, and the log evidence. More than two classes: the "
-        "multinomial posterior (logistic link), one-vs-rest (probit).",
+        "multinomial posterior with the logistic link (vs, laplace, is, ep), else one "
+        "binary posterior per class (one-vs-rest).",
+        epilog=EXAMPLES["fit"],
+        formatter_class=_HelpFormatter,
     )
     _add_common(
         fit,
@@ -172,7 +209,7 @@ def _build_parser() -> _Parser:
         "--plot",
         metavar="OUT.png",
         help="also write a forest plot of the coefficients' intervals and a calibration plot "
-        "of the predicted probabilities to OUT.png (needs matplotlib)",
+        "of the predicted probabilities to OUT.png (replaced if it exists; needs matplotlib)",
     )
     fit.set_defaults(handler=run_fit)
 
@@ -182,6 +219,8 @@ def _build_parser() -> _Parser:
         description="Fit every method on a binary problem and measure its excess KL to a "
         "reference posterior (expectation propagation reweighted to the exact posterior by "
         "importance sampling); print a table, and with --plot draw error against time.",
+        epilog=EXAMPLES["compare"],
+        formatter_class=_HelpFormatter,
     )
     _add_common(compare)
     compare.add_argument(
@@ -198,7 +237,7 @@ def _build_parser() -> _Parser:
         const="vsbayes_compare.png",
         metavar="OUT.png",
         help="also plot error against time to OUT.png (default name: vsbayes_compare.png; "
-        "needs matplotlib)",
+        "replaced if it exists; needs matplotlib)",
     )
     compare.set_defaults(handler=run_compare)
     return parser

@@ -89,7 +89,8 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(
             f"compare needs a binary target; {data.target_name!r} has {len(data.classes)} "
             f"classes. Use vsbayes fit, which fits them all (the multinomial posterior with "
-            f"the logistic link, one-vs-rest with probit), or pick a two-class target."
+            f"the logistic link, one-vs-rest with probit), or name a two-class column with "
+            f"--target."
         )
     n_params = data.X.shape[1] + 1
     n = n_family_params(n_params)
