@@ -198,6 +198,7 @@ def error_cases(tmp_path):
     out_png = str(tmp_path / "o.png")
     headerless = tmp_path / "headerless.csv"  # as the UCI files: the first row is data
     headerless.write_text("1,0,1,g\n1,0,0.25,b\n0,1,0.75,g\n")
+    identifier = write_csv(tmp_path / "id.csv", ["x", "id"], [[i % 2, i] for i in range(12)])
     unknown_marker = tmp_path / "question.csv"
     unknown_marker.write_text("x,z,y\n1,2,a\n?,1,b\n")
     ragged = tmp_path / "ragged.csv"
@@ -243,6 +244,7 @@ def error_cases(tmp_path):
         "no-header target number": (["fit", str(headerless), "--no-header", "--target", "5"], 1),
         "no-header without data": (["fit", "--no-header"], 2),
         "missing-value marker": (["fit", str(unknown_marker)], 1),
+        "identifier target": (["fit", identifier], 1),
     }
 
 
@@ -279,6 +281,7 @@ CASES = [
     "no-header target number",
     "no-header without data",
     "missing-value marker",
+    "identifier target",
 ]
 
 
@@ -311,6 +314,7 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("headerless file", ["reads as data", "--no-header"]),
         ("no-header target number", ["no column number '5'", "'1', '2', '3', '4'"]),
         ("missing-value marker", ["line 3", "missing value ('?')", "'x'"]),
+        ("identifier target", ["'id'", "12 distinct values in 12 rows", "--target"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:
@@ -339,6 +343,10 @@ def test_fit_warns_when_the_header_row_reads_as_data(capsys, tmp_path):
     numbered = write_csv(tmp_path / "numbered.csv", ["0", "1", "y"], data)
     status, _, err = run(capsys, "fit", numbered, "--method", "laplace")
     assert status == 0 and err == ""
+    # A missing-value marker among the labels is a class of its own: said so.
+    marker = write_csv(tmp_path / "marker.csv", ["0", "1", "y"], [*data, ["1", "1", "NA"]])
+    status, _, err = run(capsys, "fit", marker, "--method", "laplace")
+    assert status == 0 and "1 row of the target column 'y' read 'NA'" in err
 
 
 def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small_csv):

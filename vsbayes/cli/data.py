@@ -177,26 +177,42 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
     X = _numeric_features(name, rows, lines, feature_index, feature_names)
     y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
     fractional = y[y != np.round(y)] if y.dtype.kind == "f" else y[:0]
+    default = " (the last column, by default)" if target is None else ""
     if fractional.size:  # a measurement, not labels: most often the wrong column
-        default = " (the last column, by default)" if target is None else ""
         raise ValueError(
             f"{name}: the target column {header[target_index]!r}{default} holds continuous "
             f"values (e.g. {float(fractional[0]):g}), not class labels; name the label "
             f"column with --target."
         )
-    notes = ()
-    if given_header and _reads_as_data(header):
-        notes = (
-            f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
-            f"no header row, pass --no-header (its first row was taken as the column names).",
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) > _FEW_CLASSES and 2 * len(classes) > len(y):
+        # An identifier or a count, not labels: its fit (one class per row or so) would
+        # run for minutes to mean nothing (200 rows: over 2 minutes).
+        raise ValueError(
+            f"{name}: the target column {header[target_index]!r}{default} has "
+            f"{len(classes)} distinct values in {len(y)} rows, too many to be class labels "
+            f"(an identifier?); name the label column with --target."
         )
+    notes = []
+    if given_header and _reads_as_data(header):
+        notes.append(
+            f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
+            f"no header row, pass --no-header (its first row was taken as the column names)."
+        )
+    for label, count in zip(classes, counts, strict=True):
+        if str(label).lower() in _MISSING:
+            notes.append(
+                f"{name}: {count} row{'s' if count > 1 else ''} of the target column "
+                f"{header[target_index]!r} read {str(label)!r}, fitted as a class of its own; "
+                f"if that marks a missing label, drop those rows."
+            )
     return Dataset(
         source=name,
         X=_standardize(X),
         y=y,
         feature_names=feature_names,
         target_name=header[target_index],
-        warnings=notes,
+        warnings=tuple(notes),
     )
 
 
@@ -273,6 +289,9 @@ def _no_header_hint(header: list[str]) -> str:
     return " (the header row reads as data: if the file has no header row, pass --no-header)"
 
 
+#: Up to this many classes, a target with about one row per class is let through (a toy
+#: problem fits in a moment); beyond, it is refused as an identifier.
+_FEW_CLASSES = 10
 #: Cells that mean a missing value in common exports (R, pandas, the UCI repository).
 _MISSING = frozenset({"na", "n/a", "nan", "?", "null", "none"})
 
