@@ -199,6 +199,11 @@ def error_cases(tmp_path):
     headerless = tmp_path / "headerless.csv"  # as the UCI files: the first row is data
     headerless.write_text("1,0,1,g\n1,0,0.25,b\n0,1,0.75,g\n")
     identifier = write_csv(tmp_path / "id.csv", ["x", "id"], [[i % 2, i] for i in range(12)])
+    huge = write_csv(
+        tmp_path / "huge.csv", ["x", "z", "y"], [["1e300", "0", "a"], ["-1e300", "1", "b"]]
+    )
+    trailing_comma = tmp_path / "comma.csv"
+    trailing_comma.write_text("x,z,y,\n1,2,a,\n2,1,b,\n")
     unknown_marker = tmp_path / "question.csv"
     unknown_marker.write_text("x,z,y\n1,2,a\n?,1,b\n")
     ragged = tmp_path / "ragged.csv"
@@ -245,6 +250,9 @@ def error_cases(tmp_path):
         "no-header without data": (["fit", "--no-header"], 2),
         "missing-value marker": (["fit", str(unknown_marker)], 1),
         "identifier target": (["fit", identifier], 1),
+        "huge feature": (["fit", huge], 1),
+        "trailing comma": (["fit", str(trailing_comma)], 1),
+        "unknown option": (["fit", good_path, "--random-state", "0"], 2),
     }
 
 
@@ -282,6 +290,9 @@ CASES = [
     "no-header without data",
     "missing-value marker",
     "identifier target",
+    "huge feature",
+    "trailing comma",
+    "unknown option",
 ]
 
 
@@ -315,6 +326,9 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("no-header target number", ["no column number '5'", "'1', '2', '3', '4'"]),
         ("missing-value marker", ["line 3", "missing value ('?')", "'x'"]),
         ("identifier target", ["'id'", "12 distinct values in 12 rows", "--target"]),
+        ("huge feature", ["'x'", "too large to standardize", "rescale"]),
+        ("trailing comma", ["column 4", "a comma at the end of each line"]),
+        ("unknown option", ["--random-state 0", "see vsbayes fit --help"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:

@@ -257,9 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         Exit status: 0 on success, 1 for data or fitting errors, 2 for usage errors.
     """
     try:
-        args = _build_parser().parse_args(argv)
+        # Known arguments first: an unknown option is then told against its command's
+        # --help, not the top level's.
+        args, unknown = _build_parser().parse_known_args(argv)
     except SystemExit as exit_:  # usage errors, --help and --version
         return exit_.code if isinstance(exit_.code, int) else 2
+    if unknown:
+        return _usage_error(args.command, f"unrecognized arguments: {' '.join(unknown)}")
     # Option combinations argparse cannot check: usage errors too.
     if args.target is not None and args.data is None:
         return _usage_error(

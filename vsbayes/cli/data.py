@@ -208,7 +208,7 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
             )
     return Dataset(
         source=name,
-        X=_standardize(X),
+        X=_standardize(X, name, feature_names),
         y=y,
         feature_names=feature_names,
         target_name=header[target_index],
@@ -256,7 +256,13 @@ def _check_header(path: Path, header: list[str]) -> str:
     """Reject unnamed and duplicated columns; return the file's display name."""
     for j, column in enumerate(header):
         if not column:
-            hint = " (a saved index? write the file with index=False)" if j == 0 else ""
+            hint = (
+                " (a saved index? write the file with index=False)"
+                if j == 0
+                else " (a comma at the end of each line?)"
+                if j == len(header) - 1
+                else ""
+            )
             raise ValueError(f"{path}: column {j + 1} of the header has no name{hint}.")
     seen: set[str] = set()
     for column in header:
@@ -356,8 +362,18 @@ def _labels(name: str, values: list[str], lines: list[int], column: str) -> np.n
     return labels
 
 
-def _standardize(X: np.ndarray) -> np.ndarray:
-    return StandardScaler().fit_transform(X)
+def _standardize(X: np.ndarray, name: str = "", feature_names: Sequence[str] = ()) -> np.ndarray:
+    """Columns to mean 0 and sd 1; a ValueError naming a column too large for it."""
+    with np.errstate(over="ignore", invalid="ignore"):  # said below, in one line
+        scaler = StandardScaler().fit(X)
+    finite = np.isfinite(scaler.var_)  # (scikit-learn would leave such a column unscaled)
+    if not finite.all():
+        j = int(np.argmin(finite))
+        raise ValueError(
+            f"{name}: column {feature_names[j]!r} holds values too large to standardize "
+            f"(up to {np.abs(X[:, j]).max():g}: their squares overflow); rescale it."
+        )
+    return scaler.transform(X)
 
 
 def _shorten(names: Sequence[str], limit: int = 8) -> str:
