@@ -459,6 +459,30 @@ def test_help_examples_work_as_written(capsys, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "compare.json").read_text())["settings"]["link"] == "probit"
 
 
+def test_compare_refuses_a_reference_beyond_the_memory(capsys, small_csv):
+    import vsbayes
+
+    # 512n draws of 4 parameters (n = 15) take about 1.2 MB; numpy's MemoryError was a
+    # traceback on wide data (500 features: 1 TB).
+    with vsbayes.config_context(memory_limit=2**20):
+        status, out, err = run(capsys, "compare", small_csv, "--target", "outcome")
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert "the reference's 7680 importance draws over 4 parameters" in err
+
+
+def test_memory_error_is_one_line(capsys, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 121. GiB for an array")
+
+    monkeypatch.setattr("vsbayes.cli.fit.load_dataset", out_of_memory)
+    status, out, err = run(capsys, "fit")
+    assert (
+        status == 1
+        and out == ""
+        and err == "vsbayes: error: Unable to allocate 121. GiB for an array\n"
+    )
+
+
 def test_version(capsys):
     status, out, _ = run(capsys, "--version")
     assert status == 0 and out.startswith("vsbayes ")

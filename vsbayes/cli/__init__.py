@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_outputs(args)
         return args.handler(args, console)
-    except (ValueError, OSError, EstimationError) as error:
+    except (ValueError, OSError, EstimationError, MemoryError) as error:
         print(f"vsbayes: error: {_one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
