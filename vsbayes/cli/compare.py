@@ -315,6 +315,7 @@ def _summary(data: Dataset, args, n: int, reference: Reference, rows, plot) -> d
         },
         "results": results,
         "plot": None if plot is None else str(plot),
+        "warnings": list(data.warnings),
     }
 
 

@@ -157,7 +157,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
         "training_accuracy": float(estimator.score(data.X, data.y)),
         "seconds": fit.seconds,
         "plot": None,
-        "warnings": fit.warnings,
+        "warnings": [*data.warnings, *fit.warnings],
     }
 
 
