@@ -147,21 +147,22 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
     ValueError
         With a one-line message naming the problem: not text, no header or data rows,
         ragged rows, unnamed or duplicated columns, unknown target, non-numeric or
-        missing values, fewer than two classes.
+        missing or too large values, fewer than two classes or about one per row (an
+        identifier).
     """
     path = Path(path)
-    given_header = header
-    header, rows, lines = _read_rows(path, given_header)
+    has_header = header
+    header, rows, lines = _read_rows(path, has_header)
     name = _check_header(path, header)
     if target is None:
         target_index = len(header) - 1
     elif target in header:
         target_index = header.index(target)
     else:
-        what = "number" if not given_header else "named"
+        what = "named" if has_header else "number"
         raise ValueError(
             f"{name}: no column {what} {target!r} for --target; the columns are "
-            f"{_shorten(header)}{_no_header_hint(header) if given_header else ''}."
+            f"{_shorten(header)}{_no_header_hint(header) if has_header else ''}."
         )
     if len(header) < 2:
         delimiter = next((d for d in (";", "\t", "|") if d in header[0]), None)
@@ -194,7 +195,7 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
             f"(an identifier?); name the label column with --target."
         )
     notes = []
-    if given_header and _reads_as_data(header):
+    if has_header and _reads_as_data(header):
         notes.append(
             f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
             f"no header row, pass --no-header (its first row was taken as the column names)."
