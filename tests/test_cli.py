@@ -65,8 +65,9 @@ def test_fit_verbose_shows_the_details(capsys):
 
 def test_fit_plot_writes_the_forest_and_calibration_png(capsys, tmp_path, small_csv):
     plot = tmp_path / "fit.png"
-    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--plot", str(plot))
-    status, out, _ = run(capsys, *argv)
+    # A name without a suffix: matplotlib adds .png, and the output names that file.
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "laplace", "--plot")
+    status, out, _ = run(capsys, *argv, str(tmp_path / "fit"))
     assert status == 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot:              {plot}" in out
 
@@ -194,6 +195,17 @@ def error_cases(tmp_path):
     missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
+    out_png = str(tmp_path / "o.png")
+    headerless = tmp_path / "headerless.csv"  # as the UCI files: the first row is data
+    headerless.write_text("1,0,1,g\n1,0,0.25,b\n0,1,0.75,g\n")
+    identifier = write_csv(tmp_path / "id.csv", ["x", "id"], [[i % 2, i] for i in range(12)])
+    huge = write_csv(
+        tmp_path / "huge.csv", ["x", "z", "y"], [["1e300", "0", "a"], ["-1e300", "1", "b"]]
+    )
+    trailing_comma = tmp_path / "comma.csv"
+    trailing_comma.write_text("x,z,y,\n1,2,a,\n2,1,b,\n")
+    unknown_marker = tmp_path / "question.csv"
+    unknown_marker.write_text("x,z,y\n1,2,a\n?,1,b\n")
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("x,z,y\n1,2,a\n3,b\n")
     binary = tmp_path / "binary.csv"
@@ -226,6 +238,21 @@ def error_cases(tmp_path):
         "negative budget": (["fit", "--budget", "-1"], 2),
         "target without data": (["compare", "--target", "y"], 2),
         "no command": ([], 2),
+        # The outputs are checked before the fit: nothing printed, no time spent.
+        "json is the data file": (["fit", good_path, "--json", good_path], 1),
+        "json folder missing": (["fit", good_path, "--json", str(tmp_path / "no" / "o.json")], 1),
+        "json is a folder": (["fit", good_path, "--json", str(tmp_path)], 1),
+        "plot format": (["fit", good_path, "--plot", str(tmp_path / "plot.txt")], 1),
+        "compare plot took the data": (["compare", "--plot", good_path, "--budget", "0.01"], 1),
+        "json and plot the same": (["fit", good_path, "--json", out_png, "--plot", out_png], 1),
+        "headerless file": (["fit", str(headerless)], 1),
+        "no-header target number": (["fit", str(headerless), "--no-header", "--target", "5"], 1),
+        "no-header without data": (["fit", "--no-header"], 2),
+        "missing-value marker": (["fit", str(unknown_marker)], 1),
+        "identifier target": (["fit", identifier], 1),
+        "huge feature": (["fit", huge], 1),
+        "trailing comma": (["fit", str(trailing_comma)], 1),
+        "unknown option": (["fit", good_path, "--random-state", "0"], 2),
     }
 
 
@@ -252,6 +279,20 @@ CASES = [
     "negative budget",
     "target without data",
     "no command",
+    "json is the data file",
+    "json folder missing",
+    "json is a folder",
+    "plot format",
+    "compare plot took the data",
+    "json and plot the same",
+    "headerless file",
+    "no-header target number",
+    "no-header without data",
+    "missing-value marker",
+    "identifier target",
+    "huge feature",
+    "trailing comma",
+    "unknown option",
 ]
 
 
@@ -277,10 +318,49 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("n_samples not sampled", ["--n-samples", "draws no points"]),
         ("semicolons", ["';'", "comma-separated"]),
         ("continuous target", ["'z'", "continuous", "--target"]),
+        ("json is the data file", ["--json", "the data file"]),
+        ("json folder missing", ["--json", "no folder"]),
+        ("plot format", ["--plot", ".txt", ".png"]),
+        ("compare plot took the data", ["good.csv --plot", "put the data file first"]),
+        ("headerless file", ["reads as data", "--no-header"]),
+        ("no-header target number", ["no column number '5'", "'1', '2', '3', '4'"]),
+        ("missing-value marker", ["line 3", "missing value ('?')", "'x'"]),
+        ("identifier target", ["'id'", "12 distinct values in 12 rows", "--target"]),
+        ("huge feature", ["'x'", "too large to standardize", "rescale"]),
+        ("trailing comma", ["column 4", "a comma at the end of each line"]),
+        ("unknown option", ["--random-state 0", "see vsbayes fit --help"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:
             assert word in err, (case, err)
+
+
+def test_fit_no_header_numbers_the_columns(capsys, tmp_path):
+    # A headerless file: every row is data, the columns are numbered from 1.
+    rows = ["0.5,1,g", "0.25,0,b", "0.75,1,b", "0.1,0,g"]
+    path = tmp_path / "uci.data"
+    path.write_text("\n".join(rows) + "\n")
+    status, out, err = run(capsys, "fit", str(path), "--no-header", "--method", "laplace")
+    assert status == 0 and err == ""
+    assert "4 rows, 2 features" in out and "target:    3; classes b (2), g (2)" in out
+    path.write_text("\n".join(row[:-2] for row in rows) + "\n")  # the label in column 2
+    status, out, _ = run(capsys, "fit", str(path), "--no-header", "--target", "2", "--method", "ep")
+    assert status == 0 and "target:    2; classes 0 (2), 1 (2)" in out
+
+
+def test_fit_warns_when_the_header_row_reads_as_data(capsys, tmp_path):
+    data = [["5", "3", "a"], ["1", "2", "b"], ["2", "2", "a"], ["3", "1", "b"]]
+    distinct = write_csv(tmp_path / "distinct.csv", data[0], data[1:])
+    status, _, err = run(capsys, "fit", distinct, "--method", "laplace")
+    assert status == 0 and "warning: " in err and "pass --no-header" in err
+    # pandas' column numbers are a header: no warning.
+    numbered = write_csv(tmp_path / "numbered.csv", ["0", "1", "y"], data)
+    status, _, err = run(capsys, "fit", numbered, "--method", "laplace")
+    assert status == 0 and err == ""
+    # A missing-value marker among the labels is a class of its own: said so.
+    marker = write_csv(tmp_path / "marker.csv", ["0", "1", "y"], [*data, ["1", "1", "NA"]])
+    status, _, err = run(capsys, "fit", marker, "--method", "laplace")
+    assert status == 0 and "1 row of the target column 'y' read 'NA'" in err
 
 
 def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small_csv):
@@ -342,6 +422,65 @@ def test_compare_without_matplotlib_prints_the_table_and_says_so(
     assert not plot.exists()
     assert "excess KL" in out and "bmc" in out and "\nvb" not in out  # VB: logistic only
     assert 'pip install "vsbayes[plot]"' in err
+
+
+def test_help_examples_work_as_written(capsys, tmp_path, monkeypatch):
+    # Every example of the --help texts parses; those on small files run (the data.csv of
+    # the examples: label column y; uci.data: no header row, the label in column 2).
+    import shlex
+
+    from vsbayes.cli import EXAMPLES, _build_parser
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 2))
+    labels = np.where(X @ [1.0, -1.0] + rng.logistic(size=40) > 0, "yes", "no")
+    rows = [[f"{a:.4f}", f"{b:.4f}", c] for (a, b), c in zip(X, labels, strict=True)]
+    write_csv(tmp_path / "data.csv", ["x1", "x2", "y"], rows)
+    (tmp_path / "uci.data").write_text("".join(f"{a},{c == 'yes':d},{b}\n" for a, b, c in rows))
+    monkeypatch.chdir(tmp_path)
+    examples = [
+        shlex.split(line, comments=True)[1:]
+        for text in EXAMPLES.values()
+        for line in text.splitlines()[1:]
+    ]
+    assert len(examples) == 11
+    parser = _build_parser()
+    for argv in examples:
+        # Parsed only: the breast-cancer data (fitted by the tests above) and compare's
+        # plot (a second of drawing; test_compare_prints_every_method_... draws it).
+        if not {"data.csv", "uci.data", "--help"} & set(argv) or argv[-1] == "--plot":
+            parser.parse_args(argv)
+            continue
+        if argv[0] == "compare":
+            argv += ["--budget", "0.01"]
+        status, out, err = run(capsys, *argv)
+        assert status == 0 and out and "error" not in err, (argv, err)
+    assert (tmp_path / "fit.png").exists()
+    assert json.loads((tmp_path / "compare.json").read_text())["settings"]["link"] == "probit"
+
+
+def test_compare_refuses_a_reference_beyond_the_memory(capsys, small_csv):
+    import vsbayes
+
+    # 512n draws of 4 parameters (n = 15) take about 1.2 MB; numpy's MemoryError was a
+    # traceback on wide data (500 features: 1 TB).
+    with vsbayes.config_context(memory_limit=2**20):
+        status, out, err = run(capsys, "compare", small_csv, "--target", "outcome")
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert "the reference's 7680 importance draws over 4 parameters" in err
+
+
+def test_memory_error_is_one_line(capsys, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 121. GiB for an array")
+
+    monkeypatch.setattr("vsbayes.cli.fit.load_dataset", out_of_memory)
+    status, out, err = run(capsys, "fit")
+    assert (
+        status == 1
+        and out == ""
+        and err == "vsbayes: error: Unable to allocate 121. GiB for an array\n"
+    )
 
 
 def test_version(capsys):

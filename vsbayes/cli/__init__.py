@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from .._version import __version__
@@ -19,9 +20,38 @@ from ..exceptions import EstimationError
 from .compare import run_compare
 from .fit import run_fit
 from .methods import LINKS, METHODS, SAMPLING
-from .summary import Console
+from .plots import plot_file
+from .summary import Console, check_output_path
 
 __all__ = ["main"]
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's wrapping, except for text laid out in lines (the examples)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+#: The examples of each command's --help (tests/test_cli.py runs them as written).
+EXAMPLES = {
+    "vsbayes": """examples:
+  vsbayes fit                        # the posterior on the bundled breast-cancer data
+  vsbayes fit data.csv --target y    # on your data; label column y
+  vsbayes fit --help                 # every option of a command""",
+    "fit": """examples:
+  vsbayes fit                                  # breast-cancer data, variational sampling
+  vsbayes fit data.csv --target y              # your data: label column y
+  vsbayes fit data.csv --method ep --link probit --json fit.json
+  vsbayes fit data.csv --strategy global --target-kl 0.01 --plot fit.png
+  vsbayes fit uci.data --no-header --target 2  # no header row: columns numbered from 1""",
+    "compare": """examples:
+  vsbayes compare --budget 0.5                  # breast-cancer data
+  vsbayes compare data.csv --target y --plot    # plot to vsbayes_compare.png
+  vsbayes compare data.csv --link probit --json compare.json""",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,11 +107,20 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
         "data",
         nargs="?",
         metavar="DATA.csv",
-        help="CSV file with a header row; numeric features (standardized before fitting) "
-        "and a label column. Default: scikit-learn's bundled breast-cancer data.",
+        help="CSV file with a header row (or see --no-header); numeric features "
+        "(standardized before fitting) and a label column. Default: scikit-learn's bundled "
+        "breast-cancer data.",
     )
     parser.add_argument(
-        "--target", metavar="COL", help="name of the label column (default: the last column)"
+        "--target",
+        metavar="COL",
+        help="name of the label column, or its number from 1 with --no-header (default: the "
+        "last column)",
+    )
+    parser.add_argument(
+        "--no-header",
+        action="store_true",
+        help="the file has no header row: every row is data, the columns are numbered 1, 2, …",
     )
     parser.add_argument("--link", choices=LINKS, default="logistic", help="default: logistic")
     parser.add_argument(
@@ -92,7 +131,11 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
         help="prior variance of the coefficients, N(0, C I) (default: 1.0)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
-    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON to OUT")
+    parser.add_argument(
+        "--json",
+        metavar="OUT",
+        help="also write the summary as JSON to OUT (replaced if it exists)",
+    )
     parser.add_argument(
         "--verbose",
         action="store_true",
@@ -104,6 +147,8 @@ def _build_parser() -> _Parser:
     parser = _Parser(
         prog="vsbayes",
         description="Bayesian logistic and probit regression by variational sampling.",
+        epilog=EXAMPLES["vsbayes"],
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"vsbayes {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare}")
@@ -114,7 +159,10 @@ def _build_parser() -> _Parser:
         description="Fit a Bayesian GLM classifier and print the posterior mean, sd, 95% "
         "interval and probability of the sign of every coefficient, which computation ran "
         "and how accurate it is, and the log evidence. More than two classes: the "
-        "multinomial posterior (logistic link), one-vs-rest (probit).",
+        "multinomial posterior with the logistic link (vs, laplace, is, ep), else one "
+        "binary posterior per class (one-vs-rest).",
+        epilog=EXAMPLES["fit"],
+        formatter_class=_HelpFormatter,
     )
     _add_common(
         fit,
@@ -161,7 +209,7 @@ def _build_parser() -> _Parser:
         "--plot",
         metavar="OUT.png",
         help="also write a forest plot of the coefficients' intervals and a calibration plot "
-        "of the predicted probabilities to OUT.png (needs matplotlib)",
+        "of the predicted probabilities to OUT.png (replaced if it exists; needs matplotlib)",
     )
     fit.set_defaults(handler=run_fit)
 
@@ -171,6 +219,8 @@ def _build_parser() -> _Parser:
         description="Fit every method on a binary problem and measure its excess KL to a "
         "reference posterior (expectation propagation reweighted to the exact posterior by "
         "importance sampling); print a table, and with --plot draw error against time.",
+        epilog=EXAMPLES["compare"],
+        formatter_class=_HelpFormatter,
     )
     _add_common(compare)
     compare.add_argument(
@@ -187,7 +237,7 @@ def _build_parser() -> _Parser:
         const="vsbayes_compare.png",
         metavar="OUT.png",
         help="also plot error against time to OUT.png (default name: vsbayes_compare.png; "
-        "needs matplotlib)",
+        "replaced if it exists; needs matplotlib)",
     )
     compare.set_defaults(handler=run_compare)
     return parser
@@ -207,14 +257,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         Exit status: 0 on success, 1 for data or fitting errors, 2 for usage errors.
     """
     try:
-        args = _build_parser().parse_args(argv)
+        # Known arguments first: an unknown option is then told against its command's
+        # --help, not the top level's.
+        args, unknown = _build_parser().parse_known_args(argv)
     except SystemExit as exit_:  # usage errors, --help and --version
         return exit_.code if isinstance(exit_.code, int) else 2
+    if unknown:
+        return _usage_error(args.command, f"unrecognized arguments: {' '.join(unknown)}")
     # Option combinations argparse cannot check: usage errors too.
     if args.target is not None and args.data is None:
         return _usage_error(
             args.command, "--target needs a DATA file (the embedded data have their own)"
         )
+    if args.no_header and args.data is None:
+        return _usage_error(args.command, "--no-header needs a DATA file")
     if args.command == "fit" and args.method != "vs":
         given = [
             option
@@ -239,13 +295,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     console = Console(verbose=args.verbose)
     try:
+        _check_outputs(args)
         return args.handler(args, console)
-    except (ValueError, OSError, EstimationError) as error:
+    except (ValueError, OSError, EstimationError, MemoryError) as error:
         print(f"vsbayes: error: {_one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("vsbayes: error: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The files --json and --plot will write, checked before the fit rather than after it
+    (``args.plot`` becomes the name the plot is written to)."""
+    if args.plot:
+        try:
+            args.plot = plot_file(args.plot)
+        except ValueError as error:
+            if args.command == "compare" and args.data is None:
+                # compare's --plot takes an optional name: it took the data file's.
+                raise ValueError(
+                    f"{error} (--plot takes an optional file name, so it took {args.plot}: "
+                    f"put the data file first, vsbayes compare {args.plot} --plot)"
+                ) from None
+            raise
+    data = args.data if args.data is not None and Path(args.data).is_file() else None
+    outputs = [(option, path) for option, path in (("--json", args.json), ("--plot", args.plot))]
+    outputs = [(option, path) for option, path in outputs if path]
+    for option, path in outputs:
+        check_output_path(path, option, data)
+    if len(outputs) == 2 and Path(args.json).resolve() == Path(args.plot).resolve():
+        raise ValueError(f"--json and --plot name the same file, {args.json}; name two files.")
 
 
 def _usage_error(command: str, message: str) -> int:

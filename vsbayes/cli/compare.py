@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._memory import check_memory
 from ..engine import n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..estimators import INTERCEPT_PRIOR_VAR
@@ -82,12 +83,15 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     int
         0 (errors raise ValueError, OSError or EstimationError).
     """
-    data = load_dataset(args.data, args.target)
+    data = load_dataset(args.data, args.target, header=not args.no_header)
+    for text in data.warnings:
+        console.warn(text)
     if len(data.classes) != 2:
         raise ValueError(
             f"compare needs a binary target; {data.target_name!r} has {len(data.classes)} "
             f"classes. Use vsbayes fit, which fits them all (the multinomial posterior with "
-            f"the logistic link, one-vs-rest with probit), or pick a two-class target."
+            f"the logistic link, one-vs-rest with probit), or name a two-class column with "
+            f"--target."
         )
     n_params = data.X.shape[1] + 1
     n = n_family_params(n_params)
@@ -132,6 +136,15 @@ class Reference:
 def _reference(data: Dataset, args, n: int, console: Console):
     """The reference every method is compared with (see the module docstring)."""
     n_draws = REFERENCE_FACTOR * n
+    # reference_posterior holds about five arrays of n_draws points at once (measured: 2.4
+    # GB at 60 features); beyond a few dozen features they outgrow the memory (500: 1 TB).
+    n_params = data.X.shape[1] + 1
+    check_memory(
+        5 * 8.0 * n_draws * n_params,
+        f"the reference's {n_draws} importance draws over {n_params} parameters",
+        f"compare draws {REFERENCE_FACTOR}n points, n = (p+1)(p+2)/2 for p parameters: compare "
+        f"fewer features, or fit them with vsbayes fit.",
+    )
     console.progress(f"compare: reference: EP, then {n_draws} importance draws")
     start = time.perf_counter()
     ep = timed_fit(make_estimator("ep", args.link, C=args.C, seed=args.seed), data.X, data.y)
@@ -302,6 +315,7 @@ def _summary(data: Dataset, args, n: int, reference: Reference, rows, plot) -> d
         },
         "results": results,
         "plot": None if plot is None else str(plot),
+        "warnings": list(data.warnings),
     }
 
 

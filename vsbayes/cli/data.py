@@ -37,6 +37,8 @@ class Dataset:
         One name per column of X.
     target_name : str
         Name of the label column.
+    warnings : tuple of str
+        What the command should warn about the file (e.g. a header row that reads as data).
     """
 
     source: str
@@ -44,6 +46,7 @@ class Dataset:
     y: np.ndarray
     feature_names: list[str]
     target_name: str
+    warnings: tuple[str, ...] = ()
 
     @property
     def classes(self) -> np.ndarray:
@@ -68,15 +71,17 @@ class Dataset:
         return [(label.item(), int(n)) for label, n in zip(classes, counts, strict=True)]
 
 
-def load_dataset(path: str | None, target: str | None = None) -> Dataset:
+def load_dataset(path: str | None, target: str | None = None, header: bool = True) -> Dataset:
     """The data set of a command: the CSV file at ``path``, else the embedded one.
 
     Parameters
     ----------
     path : str or None
-        CSV file with a header row; None for scikit-learn's bundled breast-cancer data.
+        CSV file; None for scikit-learn's bundled breast-cancer data.
     target : str or None, default=None
         Name of the label column (default: the last column). Only with ``path``.
+    header : bool, default=True
+        Whether the file's first row names the columns (else they are numbered from 1).
 
     Returns
     -------
@@ -93,7 +98,7 @@ def load_dataset(path: str | None, target: str | None = None) -> Dataset:
         if target is not None:
             raise ValueError("a target column needs a DATA file; the embedded data have one.")
         return load_breast_cancer_data()
-    return load_csv(path, target)
+    return load_csv(path, target, header)
 
 
 def load_breast_cancer_data() -> Dataset:
@@ -116,7 +121,7 @@ def load_breast_cancer_data() -> Dataset:
     )
 
 
-def load_csv(path: str | Path, target: str | None = None) -> Dataset:
+def load_csv(path: str | Path, target: str | None = None, header: bool = True) -> Dataset:
     """Read a CSV file: a header row of column names, then one row per observation.
 
     Parameters
@@ -126,6 +131,9 @@ def load_csv(path: str | Path, target: str | None = None) -> Dataset:
         skipped; cells are stripped of surrounding spaces.
     target : str or None, default=None
         Name of the label column; default the last column. Labels may be text or numbers.
+    header : bool, default=True
+        Whether the first row names the columns; False: every row is data and the
+        columns are named by their numbers, ``"1"``, ``"2"``, … (so is ``target``).
 
     Returns
     -------
@@ -139,18 +147,22 @@ def load_csv(path: str | Path, target: str | None = None) -> Dataset:
     ValueError
         With a one-line message naming the problem: not text, no header or data rows,
         ragged rows, unnamed or duplicated columns, unknown target, non-numeric or
-        missing values, fewer than two classes.
+        missing or too large values, fewer than two classes or about one per row (an
+        identifier).
     """
     path = Path(path)
-    header, rows, lines = _read_rows(path)
+    has_header = header
+    header, rows, lines = _read_rows(path, has_header)
     name = _check_header(path, header)
     if target is None:
         target_index = len(header) - 1
     elif target in header:
         target_index = header.index(target)
     else:
+        what = "named" if has_header else "number"
         raise ValueError(
-            f"{name}: no column named {target!r} for --target; the columns are {_shorten(header)}."
+            f"{name}: no column {what} {target!r} for --target; the columns are "
+            f"{_shorten(header)}{_no_header_hint(header) if has_header else ''}."
         )
     if len(header) < 2:
         delimiter = next((d for d in (";", "\t", "|") if d in header[0]), None)
@@ -166,24 +178,48 @@ def load_csv(path: str | Path, target: str | None = None) -> Dataset:
     X = _numeric_features(name, rows, lines, feature_index, feature_names)
     y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
     fractional = y[y != np.round(y)] if y.dtype.kind == "f" else y[:0]
+    default = " (the last column, by default)" if target is None else ""
     if fractional.size:  # a measurement, not labels: most often the wrong column
-        default = " (the last column, by default)" if target is None else ""
         raise ValueError(
             f"{name}: the target column {header[target_index]!r}{default} holds continuous "
             f"values (e.g. {float(fractional[0]):g}), not class labels; name the label "
             f"column with --target."
         )
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) > _FEW_CLASSES and 2 * len(classes) > len(y):
+        # An identifier or a count, not labels: its fit (one class per row or so) would
+        # run for minutes to mean nothing (200 rows: over 2 minutes).
+        raise ValueError(
+            f"{name}: the target column {header[target_index]!r}{default} has "
+            f"{len(classes)} distinct values in {len(y)} rows, too many to be class labels "
+            f"(an identifier?); name the label column with --target."
+        )
+    notes = []
+    if has_header and _reads_as_data(header):
+        notes.append(
+            f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
+            f"no header row, pass --no-header (its first row was taken as the column names)."
+        )
+    for label, count in zip(classes, counts, strict=True):
+        if str(label).lower() in _MISSING:
+            notes.append(
+                f"{name}: {count} row{'s' if count > 1 else ''} of the target column "
+                f"{header[target_index]!r} read {str(label)!r}, fitted as a class of its own; "
+                f"if that marks a missing label, drop those rows."
+            )
     return Dataset(
         source=name,
-        X=_standardize(X),
+        X=_standardize(X, name, feature_names),
         y=y,
         feature_names=feature_names,
         target_name=header[target_index],
+        warnings=tuple(notes),
     )
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """Header, data rows and their line numbers; blank lines dropped."""
+def _read_rows(path: Path, header: bool = True) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, data rows and their line numbers; blank lines dropped. Without a header
+    row, the columns are named by their numbers from 1."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as file:
             reader = csv.reader(file)
@@ -200,32 +236,71 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
         # One line whatever the platform's wording: "cannot read <path>: <reason>".
         raise OSError(f"cannot read {path}: {error.strerror or error}") from None
     if not records:
-        raise ValueError(f"{path}: the file is empty; expected a header row and data rows.")
-    header = records[0][0]
-    rows = [row for row, _ in records[1:]]
-    lines = [line for _, line in records[1:]]
+        expected = "a header row and data rows" if header else "data rows"
+        raise ValueError(f"{path}: the file is empty; expected {expected}.")
+    names = records[0][0] if header else [str(j + 1) for j in range(len(records[0][0]))]
+    data = records[1:] if header else records
+    rows = [row for row, _ in data]
+    lines = [line for _, line in data]
     if not rows:
         raise ValueError(f"{path}: no data rows after the header.")
     for row, line in zip(rows, lines, strict=True):
-        if len(row) != len(header):
+        if len(row) != len(names):
+            reference = "the header has" if header else "the first row has"
             raise ValueError(
-                f"{path}, line {line}: {len(row)} fields, but the header has {len(header)}."
+                f"{path}, line {line}: {len(row)} fields, but {reference} {len(names)}."
             )
-    return header, rows, lines
+    return names, rows, lines
 
 
 def _check_header(path: Path, header: list[str]) -> str:
     """Reject unnamed and duplicated columns; return the file's display name."""
     for j, column in enumerate(header):
         if not column:
-            hint = " (a saved index? write the file with index=False)" if j == 0 else ""
+            hint = (
+                " (a saved index? write the file with index=False)"
+                if j == 0
+                else " (a comma at the end of each line?)"
+                if j == len(header) - 1
+                else ""
+            )
             raise ValueError(f"{path}: column {j + 1} of the header has no name{hint}.")
     seen: set[str] = set()
     for column in header:
         if column in seen:
-            raise ValueError(f"{path}: the header names column {column!r} twice.")
+            raise ValueError(
+                f"{path}: the header names column {column!r} twice{_no_header_hint(header)}."
+            )
         seen.add(column)
     return str(path)
+
+
+def _reads_as_data(header: list[str]) -> bool:
+    """Whether a header row looks like a row of data: numbers in every cell but at most one
+    (a text label), other than the column numbers pandas writes (0, 1, 2, … or 1, 2, …)."""
+    numbers = []
+    for cell in header:
+        try:
+            numbers.append(float(cell))
+        except ValueError:
+            continue
+    if len(numbers) < 2 or len(numbers) < len(header) - 1:
+        return False
+    return numbers not in (list(range(len(numbers))), list(range(1, len(numbers) + 1)))
+
+
+def _no_header_hint(header: list[str]) -> str:
+    """A hint for an error about a header row that reads as data."""
+    if not _reads_as_data(header):
+        return ""
+    return " (the header row reads as data: if the file has no header row, pass --no-header)"
+
+
+#: Up to this many classes, a target with about one row per class is let through (a toy
+#: problem fits in a moment); beyond, it is refused as an identifier.
+_FEW_CLASSES = 10
+#: Cells that mean a missing value in common exports (R, pandas, the UCI repository).
+_MISSING = frozenset({"na", "n/a", "nan", "?", "null", "none"})
 
 
 def _numeric_features(
@@ -245,10 +320,10 @@ def _numeric_features(
         return X
     for row, line in zip(cells, lines, strict=True):
         for value, column in zip(row, names, strict=True):
-            if not value:
+            if not value or value.lower() in _MISSING:
                 raise ValueError(
-                    f"{name}, line {line}: missing value in column {column!r}; the features "
-                    f"must be complete (drop or impute the row)."
+                    f"{name}, line {line}: missing value{f' ({value!r})' if value else ''} in "
+                    f"column {column!r}; the features must be complete (drop or impute the row)."
                 )
             try:
                 number = float(value)
@@ -288,8 +363,18 @@ def _labels(name: str, values: list[str], lines: list[int], column: str) -> np.n
     return labels
 
 
-def _standardize(X: np.ndarray) -> np.ndarray:
-    return StandardScaler().fit_transform(X)
+def _standardize(X: np.ndarray, name: str = "", feature_names: Sequence[str] = ()) -> np.ndarray:
+    """Columns to mean 0 and sd 1; a ValueError naming a column too large for it."""
+    with np.errstate(over="ignore", invalid="ignore"):  # said below, in one line
+        scaler = StandardScaler().fit(X)
+    finite = np.isfinite(scaler.var_)  # (scikit-learn would leave such a column unscaled)
+    if not finite.all():
+        j = int(np.argmin(finite))
+        raise ValueError(
+            f"{name}: column {feature_names[j]!r} holds values too large to standardize "
+            f"(up to {np.abs(X[:, j]).max():g}: their squares overflow); rescale it."
+        )
+    return scaler.transform(X)
 
 
 def _shorten(names: Sequence[str], limit: int = 8) -> str:

@@ -40,7 +40,9 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     int
         0 (errors raise ValueError, OSError or EstimationError).
     """
-    data = load_dataset(args.data, args.target)
+    data = load_dataset(args.data, args.target, header=not args.no_header)
+    for text in data.warnings:
+        console.warn(text)
     options = {}
     if args.method == "vs":
         options = {"strategy": args.strategy, "time_budget": args.budget}
@@ -155,7 +157,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
         "training_accuracy": float(estimator.score(data.X, data.y)),
         "seconds": fit.seconds,
         "plot": None,
-        "warnings": fit.warnings,
+        "warnings": [*data.warnings, *fit.warnings],
     }
 
 

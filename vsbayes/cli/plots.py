@@ -15,7 +15,7 @@ import numpy as np
 from .data import Dataset
 from .summary import coefficient_summary
 
-__all__ = ["PLOT_HINT", "new_figure", "write_fit_plot"]
+__all__ = ["PLOT_HINT", "new_figure", "plot_file", "write_fit_plot"]
 
 PLOT_HINT = 'pip install "vsbayes[plot]"'
 # Bins of predicted probability in the calibration plot.
@@ -34,6 +34,39 @@ def new_figure(width: float, height: float):
     figure = matplotlib.figure.Figure(figsize=(width, height), layout="constrained")
     matplotlib.backends.backend_agg.FigureCanvasAgg(figure)
     return figure
+
+
+def plot_file(path: str, option: str = "--plot") -> str:
+    """The file a plot named ``path`` goes to, checked before any fitting.
+
+    matplotlib reads the format from the suffix only when saving, after the fit: a name
+    such as ``data.csv`` (e.g. ``compare --plot data.csv``, where the optional value took
+    the data file) would fail only then. To a name without a suffix it adds ``.png``.
+
+    Returns
+    -------
+    str
+        ``path``, with ``.png`` added when it has no suffix.
+
+    Raises
+    ------
+    ValueError
+        If the suffix names a format matplotlib has no writer for (not checked without
+        matplotlib: no plot is written then, and the command says so).
+    """
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return f"{path}.png"
+    try:
+        import matplotlib.backends.backend_agg
+    except ImportError:
+        return path
+    if suffix not in matplotlib.backends.backend_agg.FigureCanvasAgg.get_supported_filetypes():
+        raise ValueError(
+            f"{option} {path}: matplotlib cannot write .{suffix} files; name a .png, .pdf "
+            f"or .svg file."
+        )
+    return path
 
 
 def write_fit_plot(path: str | Path, estimator, data: Dataset) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from ..gaussian import Gaussian
 __all__ = [
     "Coefficient",
     "Console",
+    "check_output_path",
     "coefficient_summary",
     "diagnostics",
     "format_diagnostics",
@@ -142,6 +144,38 @@ def write_json(path: str | Path, document: dict) -> None:
         Path(path).write_text(text + "\n", encoding="utf-8")
     except OSError as error:
         raise OSError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def check_output_path(path: str | Path, option: str, data: str | Path | None = None) -> None:
+    """Refuse, before any fitting, an output file that cannot be written or would destroy
+    the data: the outputs are written after the fit, which ``compare`` may run for minutes.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file an option writes.
+    option : str
+        The option's name, for the message (``--json``, ``--plot``).
+    data : str or Path, optional
+        The command's data file, which an output must not overwrite.
+
+    Raises
+    ------
+    OSError
+        If the folder does not exist or cannot be written, or ``path`` is a folder.
+    ValueError
+        If ``path`` is the data file.
+    """
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise OSError(f"{option} {path}: is a folder; name a file.")
+    if not folder.is_dir():
+        raise OSError(f"{option} {path}: no folder {str(folder)!r} to write it in.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OSError(f"{option} {path}: the folder {str(folder)!r} is not writable.")
+    if data is not None and target.exists() and os.path.samefile(target, data):
+        raise ValueError(f"{option} {path}: that is the data file; name another file.")
 
 
 def format_number(value, digits: int = 4) -> str:
