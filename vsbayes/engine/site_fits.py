@@ -75,6 +75,8 @@ def fit_sites(
     max_iter: int = 50,
     gaussian_factor: tuple[np.ndarray, np.ndarray] | None = None,
     chord_tol: float | None = None,
+    chord_spread: float = _CHORD,
+    affine: bool = False,
 ) -> SiteFits:
     """Fit an unnormalized Gaussian to each of M targets by variational sampling.
 
@@ -102,6 +104,16 @@ def fit_sites(
         steps' linear convergence (rate ``spread`` ≤ 0.1) taken to Newton's ~1e-14; a
         looser one stops where the last step is ~√chord_tol relative and leaves about
         ``spread`` times that.
+    chord_spread : float, default=0.1
+        Largest relative spread of the fit over the kernel at the points (``q̄`` about its
+        mean) at which a site takes a chord step (the rule's shared Gram matrix as its
+        Hessian) instead of forming its own: the chord steps contract the error by at most
+        that spread each (below 1: they converge, to the same optimum).
+    affine : bool, default=False
+        Call ``log_target(kernel_mean, kernel_chol, z, mirrored)`` instead, with the rule's
+        standard nodes ``z`` (P, k) (``mirrored``: its second half is the first's
+        negatives): the target then evaluates at the points ``t_ij = μ_i + L_i z_j`` itself,
+        without forming them (e.g. a linear map of them as ``Aμ_i + (A L_i) z_j``).
 
     Returns
     -------
@@ -119,9 +131,13 @@ def fit_sites(
         shared.log_window,
     )
     family = FullFamily(z)
-    t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
-    t += kernel_mean[:, None, :]
-    log_ratio = np.asarray(log_target(t), dtype=float) - log_window  # log p̄ = log p/π
+    if affine:
+        log_p = log_target(kernel_mean, kernel_chol, z, shared.mirrored)
+    else:
+        t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
+        t += kernel_mean[:, None, :]
+        log_p = log_target(t)
+    log_ratio = np.asarray(log_p, dtype=float) - log_window  # log p̄ = log p/π
     if gaussian_factor is not None:
         log_ratio += shared.values(_factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol))
     # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p.
@@ -166,19 +182,19 @@ def fit_sites(
         wq = wq_all[active]
         mass = wq.sum(axis=1)
         grad = shared.sums(wq) - target_moments[active]
-        # Where q̄ is within _CHORD of its mean over the points (a kernel near the fit: EP's
-        # sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is mass × gram to
-        # within that fraction: such a site takes that shared matrix (a chord step,
-        # converging linearly at a rate below _CHORD, and exactly Newton's where q̄ is
-        # constant, as at the start), and only the others form their own, n²/2 products per
-        # point. The optimum, where the gradient vanishes, is the same.
+        # Where q̄ is within chord_spread of its mean over the points (a kernel near the
+        # fit: EP's sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is
+        # mass × gram to within that fraction: such a site takes that shared matrix (a chord
+        # step, converging linearly at a rate below that spread, and exactly Newton's where
+        # q̄ is constant, as at the start), and only the others form their own, n²/2
+        # products per point. The optimum, where the gradient vanishes, is the same.
         # One-dimensional sites (binary EP) stay with Newton: their Hessians cost nothing,
         # and a chord step's slower convergence costs target evaluations (measured on
         # breast cancer: EP-logistic 34 → 48 ms with chord steps).
         if k > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
                 spread = np.abs(wq / weights - mass[:, None]).max(axis=1) / mass
-            chord = spread <= _CHORD
+            chord = spread <= chord_spread
         else:
             spread, chord = np.ones_like(mass), np.zeros(mass.shape, dtype=bool)
         step = np.empty_like(grad)
@@ -205,7 +221,7 @@ def fit_sites(
         # Within the quadratic region Newton's full step leaves round-off only: those sites
         # stop. A chord step also converges linearly, leaving about spread × the step: it
         # stops once that is as small too, at a decrement of at most _TOL² / spread² (with
-        # spread ≤ _CHORD, a few more of its cheap steps).
+        # spread ≤ chord_spread, a few more of its cheap steps).
         with np.errstate(divide="ignore"):
             limit = np.where(chord, np.minimum(_TOL, _TOL**2 / spread**2), _TOL)
         if chord_tol is not None:
