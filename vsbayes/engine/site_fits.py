@@ -164,7 +164,7 @@ def fit_sites(
     # At the kernel q̄ is the sampled mass at every node: no exponentials.
     wq_all = weights * np.exp(v[:, :1] + 0.5 * k * math.log(2.0 * math.pi))
     value = wq_all.sum(axis=1) - np.einsum("mn,mn->m", target_moments, v)
-    matched = _moment_start(wp, z, k, family.n_params)
+    matched = _moment_start(wp, shared, k, family.n_params)
     if matched is not None:
         matched_value, matched_wq = objective(everyone, matched)
         better = matched_value < value
@@ -290,6 +290,7 @@ class _RuleArrays:
         self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
         self.gram = (self.phi * self.weights[:, None]).T @ self.phi
         self._monomials = None
+        self._squares = None  # the nodes and their outer products (moment_sums)
         # A mirrored rule (SymmetricSobol: nodes z and −z, equal weights) halves the
         # products over the nodes: a feature (or monomial) of even degree takes the same
         # value at z and −z, one of odd degree the opposite.
@@ -322,6 +323,20 @@ class _RuleArrays:
         out[:, ~self.odd] = total @ even
         out[:, self.odd] = difference @ odd
         return out
+
+    def moment_sums(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``weights @ z`` (m, k) and ``weights @ [z zᵀ]`` (m, k·k) for weights (m, P): on a
+        mirrored rule, the folded weights against the first half of the nodes (z odd, z zᵀ
+        even), half the products."""
+        if self._squares is None:
+            nodes = self.z[: len(self.z) // 2] if self.mirrored else self.z
+            k = nodes.shape[1]
+            self._squares = (nodes, (nodes[:, :, None] * nodes[:, None, :]).reshape(-1, k * k))
+        nodes, squares = self._squares
+        if not self.mirrored:
+            return weights @ nodes, weights @ squares
+        total, difference = self._folded(weights)
+        return difference @ nodes, total @ squares
 
     def _folded(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The weights at z plus, and minus, those at −z, on the first half of the nodes."""
@@ -422,13 +437,14 @@ def _kernel_start(wp: np.ndarray, k: int, n_params: int) -> np.ndarray:
     return v
 
 
-def _moment_start(wp: np.ndarray, z: np.ndarray, k: int, n_params: int) -> np.ndarray | None:
+def _moment_start(wp: np.ndarray, shared: _RuleArrays, k: int, n_params: int) -> np.ndarray | None:
     """Basis coordinates of the Gaussian with each site's moments of p̄ on the rule (where
     they are a proper Gaussian's; the kernel's elsewhere), or None if none is."""
     mass = wp.sum(axis=1)
+    first, second = shared.moment_sums(wp)
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = (wp @ z) / mass[:, None]
-        second = (wp @ (z[:, :, None] * z[:, None, :]).reshape(len(z), k * k)) / mass[:, None]
+        mean = first / mass[:, None]
+        second = second / mass[:, None]
     cov = second.reshape(-1, k, k) - mean[:, :, None] * mean[:, None, :]
     proper = np.isfinite(cov).all(axis=(1, 2)) & np.isfinite(mean).all(axis=1) & (mass > 0)
     cov[~proper] = np.eye(k)
