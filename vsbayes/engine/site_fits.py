@@ -8,11 +8,12 @@ fit — of its own target, on a rule mapped through its own Gaussian kernel
 ``π_i = N(μ_i, L_i L_iᵀ)``: points ``t_ij = μ_i + L_i z_j``. Since every site uses the same
 standard nodes ``z_j``, the feature matrix Φ (P points × n parameters) is shared, and the
 M Newton problems are solved together as BLAS products and batched n×n solves, with no
-loop over sites. A site whose fit is within 10 % of its kernel at every point (at the
-start, and at every sweep near EP's fixed point) takes the rule's shared Gram matrix as
-its Hessian (a chord step: exact Newton where the fit equals the kernel, linear
-convergence at a rate below 0.1 otherwise), so that it needs no n × n matrix of its own;
-a deterministic rule's nodes, features and Gram matrix are kept for its next fits.
+loop over sites. A site whose fit is within 10 % (``chord_spread``) of its kernel at every
+point (at the start, and at every sweep near EP's fixed point) takes the rule's shared Gram
+matrix as its Hessian (a chord step: exact Newton where the fit equals the kernel, linear
+convergence at a rate below that spread otherwise), so that it needs no n × n matrix of
+its own; a deterministic rule's nodes, features and Gram matrix are kept for its next
+fits.
 
 With a deterministic rule (e.g. :class:`~vsbayes.sampling.GaussHermite`), the fit of a
 Gaussian target is exact (any rule with at least n points in general position), and the
