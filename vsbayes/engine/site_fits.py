@@ -8,11 +8,12 @@ fit — of its own target, on a rule mapped through its own Gaussian kernel
 ``π_i = N(μ_i, L_i L_iᵀ)``: points ``t_ij = μ_i + L_i z_j``. Since every site uses the same
 standard nodes ``z_j``, the feature matrix Φ (P points × n parameters) is shared, and the
 M Newton problems are solved together as BLAS products and batched n×n solves, with no
-loop over sites. A site whose fit is within 10 % of its kernel at every point (at the
-start, and at every sweep near EP's fixed point) takes the rule's shared Gram matrix as
-its Hessian (a chord step: exact Newton where the fit equals the kernel, linear
-convergence at a rate below 0.1 otherwise), so that it needs no n × n matrix of its own;
-a deterministic rule's nodes, features and Gram matrix are kept for its next fits.
+loop over sites. A site whose fit is within 10 % (``chord_spread``) of its kernel at every
+point (at the start, and at every sweep near EP's fixed point) takes the rule's shared Gram
+matrix as its Hessian (a chord step: exact Newton where the fit equals the kernel, linear
+convergence at a rate below that spread otherwise), so that it needs no n × n matrix of
+its own; a deterministic rule's nodes, features and Gram matrix are kept for its next
+fits.
 
 With a deterministic rule (e.g. :class:`~vsbayes.sampling.GaussHermite`), the fit of a
 Gaussian target is exact (any rule with at least n points in general position), and the
@@ -75,6 +76,8 @@ def fit_sites(
     max_iter: int = 50,
     gaussian_factor: tuple[np.ndarray, np.ndarray] | None = None,
     chord_tol: float | None = None,
+    chord_spread: float = _CHORD,
+    affine: bool = False,
 ) -> SiteFits:
     """Fit an unnormalized Gaussian to each of M targets by variational sampling.
 
@@ -102,6 +105,16 @@ def fit_sites(
         steps' linear convergence (rate ``spread`` ≤ 0.1) taken to Newton's ~1e-14; a
         looser one stops where the last step is ~√chord_tol relative and leaves about
         ``spread`` times that.
+    chord_spread : float, default=0.1
+        Largest relative spread of the fit over the kernel at the points (``q̄`` about its
+        mean) at which a site takes a chord step (the rule's shared Gram matrix as its
+        Hessian) instead of forming its own: the chord steps contract the error by at most
+        that spread each (below 1: they converge, to the same optimum).
+    affine : bool, default=False
+        Call ``log_target(kernel_mean, kernel_chol, z, mirrored)`` instead, with the rule's
+        standard nodes ``z`` (P, k) (``mirrored``: its second half is the first's
+        negatives): the target then evaluates at the points ``t_ij = μ_i + L_i z_j`` itself,
+        without forming them (e.g. a linear map of them as ``Aμ_i + (A L_i) z_j``).
 
     Returns
     -------
@@ -119,9 +132,13 @@ def fit_sites(
         shared.log_window,
     )
     family = FullFamily(z)
-    t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
-    t += kernel_mean[:, None, :]
-    log_ratio = np.asarray(log_target(t), dtype=float) - log_window  # log p̄ = log p/π
+    if affine:
+        log_p = log_target(kernel_mean, kernel_chol, z, shared.mirrored)
+    else:
+        t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
+        t += kernel_mean[:, None, :]
+        log_p = log_target(t)
+    log_ratio = np.asarray(log_p, dtype=float) - log_window  # log p̄ = log p/π
     if gaussian_factor is not None:
         log_ratio += shared.values(_factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol))
     # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p.
@@ -148,7 +165,7 @@ def fit_sites(
     # At the kernel q̄ is the sampled mass at every node: no exponentials.
     wq_all = weights * np.exp(v[:, :1] + 0.5 * k * math.log(2.0 * math.pi))
     value = wq_all.sum(axis=1) - np.einsum("mn,mn->m", target_moments, v)
-    matched = _moment_start(wp, z, k, family.n_params)
+    matched = _moment_start(wp, shared, k, family.n_params)
     if matched is not None:
         matched_value, matched_wq = objective(everyone, matched)
         better = matched_value < value
@@ -166,19 +183,19 @@ def fit_sites(
         wq = wq_all[active]
         mass = wq.sum(axis=1)
         grad = shared.sums(wq) - target_moments[active]
-        # Where q̄ is within _CHORD of its mean over the points (a kernel near the fit: EP's
-        # sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is mass × gram to
-        # within that fraction: such a site takes that shared matrix (a chord step,
-        # converging linearly at a rate below _CHORD, and exactly Newton's where q̄ is
-        # constant, as at the start), and only the others form their own, n²/2 products per
-        # point. The optimum, where the gradient vanishes, is the same.
+        # Where q̄ is within chord_spread of its mean over the points (a kernel near the
+        # fit: EP's sites near their fixed point), the Hessian Σ_j w_j q̄_j φ_j φ_jᵀ is
+        # mass × gram to within that fraction: such a site takes that shared matrix (a chord
+        # step, converging linearly at a rate below that spread, and exactly Newton's where
+        # q̄ is constant, as at the start), and only the others form their own, n²/2
+        # products per point. The optimum, where the gradient vanishes, is the same.
         # One-dimensional sites (binary EP) stay with Newton: their Hessians cost nothing,
         # and a chord step's slower convergence costs target evaluations (measured on
         # breast cancer: EP-logistic 34 → 48 ms with chord steps).
         if k > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
                 spread = np.abs(wq / weights - mass[:, None]).max(axis=1) / mass
-            chord = spread <= _CHORD
+            chord = spread <= chord_spread
         else:
             spread, chord = np.ones_like(mass), np.zeros(mass.shape, dtype=bool)
         step = np.empty_like(grad)
@@ -205,7 +222,7 @@ def fit_sites(
         # Within the quadratic region Newton's full step leaves round-off only: those sites
         # stop. A chord step also converges linearly, leaving about spread × the step: it
         # stops once that is as small too, at a decrement of at most _TOL² / spread² (with
-        # spread ≤ _CHORD, a few more of its cheap steps).
+        # spread ≤ chord_spread, a few more of its cheap steps).
         with np.errstate(divide="ignore"):
             limit = np.where(chord, np.minimum(_TOL, _TOL**2 / spread**2), _TOL)
         if chord_tol is not None:
@@ -274,6 +291,7 @@ class _RuleArrays:
         self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
         self.gram = (self.phi * self.weights[:, None]).T @ self.phi
         self._monomials = None
+        self._squares = None  # the nodes and their outer products (moment_sums)
         # A mirrored rule (SymmetricSobol: nodes z and −z, equal weights) halves the
         # products over the nodes: a feature (or monomial) of even degree takes the same
         # value at z and −z, one of odd degree the opposite.
@@ -306,6 +324,20 @@ class _RuleArrays:
         out[:, ~self.odd] = total @ even
         out[:, self.odd] = difference @ odd
         return out
+
+    def moment_sums(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``weights @ z`` (m, k) and ``weights @ [z zᵀ]`` (m, k·k) for weights (m, P): on a
+        mirrored rule, the folded weights against the first half of the nodes (z odd, z zᵀ
+        even), half the products."""
+        if self._squares is None:
+            nodes = self.z[: len(self.z) // 2] if self.mirrored else self.z
+            k = nodes.shape[1]
+            self._squares = (nodes, (nodes[:, :, None] * nodes[:, None, :]).reshape(-1, k * k))
+        nodes, squares = self._squares
+        if not self.mirrored:
+            return weights @ nodes, weights @ squares
+        total, difference = self._folded(weights)
+        return difference @ nodes, total @ squares
 
     def _folded(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The weights at z plus, and minus, those at −z, on the first half of the nodes."""
@@ -406,13 +438,14 @@ def _kernel_start(wp: np.ndarray, k: int, n_params: int) -> np.ndarray:
     return v
 
 
-def _moment_start(wp: np.ndarray, z: np.ndarray, k: int, n_params: int) -> np.ndarray | None:
+def _moment_start(wp: np.ndarray, shared: _RuleArrays, k: int, n_params: int) -> np.ndarray | None:
     """Basis coordinates of the Gaussian with each site's moments of p̄ on the rule (where
     they are a proper Gaussian's; the kernel's elsewhere), or None if none is."""
     mass = wp.sum(axis=1)
+    first, second = shared.moment_sums(wp)
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = (wp @ z) / mass[:, None]
-        second = (wp @ (z[:, :, None] * z[:, None, :]).reshape(len(z), k * k)) / mass[:, None]
+        mean = first / mass[:, None]
+        second = second / mass[:, None]
     cov = second.reshape(-1, k, k) - mean[:, :, None] * mean[:, None, :]
     proper = np.isfinite(cov).all(axis=(1, 2)) & np.isfinite(mean).all(axis=1) & (mass > 0)
     cov[~proper] = np.eye(k)

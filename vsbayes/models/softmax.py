@@ -53,12 +53,12 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 
 #: From this many classes on, the fits' passes over the rows take their many-class forms,
-#: round-off apart from the general ones: the Gram products of Newton's Hessian and of
-#: EP's posterior on the rows' distinct products of pairs of columns
-#: (:meth:`SoftmaxGLMPosterior.latent_gram`'s ``distinct``: half the GEMM, 24 ms of a
-#: 48 ms Hessian at 26 classes × 5000 rows × 17 columns), the rows' latent covariances by
-#: pairs (:func:`~vsbayes.models.latent.row_moments`' ``by_pairs``). Where the multinomial
-#: EP's rules are sized to the dimension (r = K − 1 ≥ 16); fewer classes keep their bits.
+#: round-off apart from the general ones: the Gram products of Newton's Hessian on the
+#: rows' distinct products of pairs of columns (:meth:`SoftmaxGLMPosterior.latent_gram`'s
+#: ``distinct``: half the GEMM, 24 ms of a 48 ms Hessian at 26 classes × 5000 rows × 17
+#: columns; the multinomial EP's posterior and latent covariances take those forms at
+#: every K). Where the multinomial EP's rules are sized to the dimension (r = K − 1 ≥ 16);
+#: fewer classes keep their bits.
 MANY_CLASSES = 17
 
 
@@ -388,8 +388,7 @@ class SoftmaxGLMPosterior:
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
         first, second = triu_indices(r)
-        width = self.n_features + int(self.fit_intercept)
-        if distinct and not sp.issparse(self.X) and width < len(first):
+        if distinct and not sp.issparse(self.X):
             # The upper triangles gathered in the Gram's own row blocks, side by side (the
             # same values and layout a block's): gathered whole, a serial third of the
             # product's time at 26 classes.
@@ -403,7 +402,9 @@ class SoftmaxGLMPosterior:
         width = self.n_features + int(self.fit_intercept)
         first, second = triu_indices(r)
         sparse = sp.issparse(self.X)
-        outer = not sparse and width < len(first)
+        # ``distinct``: the rows' distinct products halve the GEMM whatever the width (10
+        # classes × 65 columns, EP's 45 pairs: 22 → 15 ms on one thread).
+        outer = not sparse and (distinct or width < len(first))
         if callable(pairs) and not (outer and distinct):  # only those blocks take a function
             pairs = pairs(slice(None))
         if outer:
