@@ -429,7 +429,7 @@ def test_help_examples_work_as_written(capsys, tmp_path, monkeypatch):
     # the examples: label column y; uci.data: no header row, the label in column 2).
     import shlex
 
-    from vsbayes.cli import EXAMPLES, _build_parser
+    from vsbayes.cli._parser import EXAMPLES, build_parser
 
     rng = np.random.default_rng(2)
     X = rng.normal(size=(40, 2))
@@ -444,7 +444,7 @@ def test_help_examples_work_as_written(capsys, tmp_path, monkeypatch):
         for line in text.splitlines()[1:]
     ]
     assert len(examples) == 11
-    parser = _build_parser()
+    parser = build_parser()
     for argv in examples:
         # Parsed only: the breast-cancer data (fitted by the tests above) and compare's
         # plot (a second of drawing; test_compare_prints_every_method_... draws it).
@@ -491,7 +491,34 @@ def test_version(capsys):
 # Started when the tests are collected (tests/conftest.py): a new interpreter's imports,
 # on the other core meanwhile.
 MODULE_ENTRY_POINT = EarlySubprocess(
-    "module_entry_point", lambda scratch, items: [sys.executable, "-m", "vsbayes", "--version"]
+    "module_entry_point",
+    lambda scratch, items: [sys.executable, "-X", "importtime", "-m", "vsbayes", "--version"],
+)
+# What makes an answer slow: over a second of imports before the parser runs.
+NUMERICAL_LIBRARIES = ("numpy", "scipy", "sklearn", "pandas", "matplotlib")
+# The answers that need no fit, in one fresh interpreter (this one has imported everything);
+# its last line names the numerical libraries they imported.
+ANSWERS_WITHOUT_A_FIT = (
+    ["--help"],
+    ["fit", "--help"],
+    ["compare", "--help"],
+    ["fit", "--method", "nuts"],
+    ["fit", "--method", "ep", "--strategy", "sites"],
+    ["fit", "--n-samples", "10", "--method", "laplace"],
+    ["fit", "--method", "vb", "--link", "probit"],
+    ["fit", "--no-header"],
+)
+LIGHT_ANSWERS = EarlySubprocess(
+    "light_answers",
+    lambda scratch, items: [
+        sys.executable,
+        "-c",
+        "import sys\n"
+        "from vsbayes.cli import main\n"
+        f"statuses = [main(argv) for argv in {ANSWERS_WITHOUT_A_FIT!r}]\n"
+        "print(*statuses)\n"
+        f"print(*sorted(m for m in {NUMERICAL_LIBRARIES!r} if m in sys.modules))\n",
+    ],
 )
 
 
@@ -500,9 +527,49 @@ def module_entry_point():
     return MODULE_ENTRY_POINT.result()
 
 
+@pytest.fixture
+def light_answers():
+    return LIGHT_ANSWERS.result()
+
+
 def test_module_entry_point(module_entry_point):
     done = module_entry_point
     assert done.returncode == 0 and "vsbayes" in done.stdout
+    # --version answers before the library loads (``python -X importtime`` lists every
+    # module imported, on stderr).
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()}
+    assert not imported & set(NUMERICAL_LIBRARIES), done.stderr[-2000:]
+    assert "vsbayes._version" in imported
+
+
+def test_help_and_usage_errors_answer_before_the_library_loads(light_answers):
+    done = light_answers
+    *_, statuses, heavy = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert statuses.split() == ["0"] * 3 + ["2"] * (len(ANSWERS_WITHOUT_A_FIT) - 3), done.stderr
+    assert done.stderr.count("vsbayes: error:") == len(ANSWERS_WITHOUT_A_FIT) - 3
+    assert heavy == "", f"imported {heavy} before parsing the arguments"
+
+
+def test_parser_offers_the_estimators_choices():
+    # The parser reads vsbayes._choices (no library import); the library its classes.
+    import argparse
+
+    from vsbayes.cli._parser import build_parser
+    from vsbayes.estimators import LINKS, METHODS, VSLogisticRegression
+
+    def choices(parser, dest):
+        return next(tuple(a.choices) for a in parser._actions if a.dest == dest)
+
+    commands = choices(build_parser(), "command")
+    assert commands == ("fit", "compare")
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    fit, compare = (subparsers.choices[name] for name in commands)
+    assert choices(fit, "method") == tuple(METHODS)
+    assert choices(fit, "link") == choices(compare, "link") == tuple(LINKS)
+    assert choices(fit, "strategy") == VSLogisticRegression._constraints["strategy"]
 
 
 def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):

@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vsbayes"
 # Module prefix -> layer. Layer 0 holds the utilities every layer may use.
 LAYERS = {
     "vsbayes._blas": 0,
+    "vsbayes._choices": 0,
     "vsbayes._indices": 0,
     "vsbayes._linalg": 0,
     "vsbayes._memory": 0,

@@ -1,11 +1,13 @@
 """The estimators' registry is complete: every estimator class is in it, and exported."""
 
 import dataclasses
+import importlib
 import inspect
 
 import pytest
 
 import vsbayes
+from vsbayes import _choices
 from vsbayes.estimators import ESTIMATORS, METHODS, BayesianGLMClassifier, estimator_class
 
 
@@ -33,6 +35,26 @@ def test_traits():
     assert multinomial == {"vs", "laplace", "is", "ep"}
     doc = " ".join(BayesianGLMClassifier.fit.__doc__.split())
     assert "(Laplace, VS, IS, EP) fit the joint multinomial" in doc
+
+
+def test_the_names_the_command_line_reads_are_the_registrys():
+    # vsbayes._choices: what the command line offers, read without importing the library.
+    assert tuple(METHODS) == _choices.METHODS
+    assert tuple(k for k, m in METHODS.items() if m.sampling) == _choices.SAMPLING_METHODS
+    assert {link for m in METHODS.values() for link in m.classes} == set(_choices.LINKS)
+
+
+def test_the_package_imports_each_public_name_from_its_module():
+    # The package imports its names on first use, from a list of its own.
+    sources = vsbayes._SOURCES
+    assert {n for n, m in sources.items() if m == "estimators"} == set(vsbayes.estimators.__all__)
+    for name, module in sources.items():
+        assert name in importlib.import_module(f"vsbayes.{module}").__all__, (name, module)
+        assert getattr(vsbayes, name) is getattr(importlib.import_module(f"vsbayes.{module}"), name)
+    assert set(vsbayes.__all__) == {"__version__", *sources}
+    assert set(vsbayes.__all__) <= set(dir(vsbayes))
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        vsbayes.no_such_name
 
 
 @pytest.mark.parametrize(

@@ -8,27 +8,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..estimators import LINKS, BayesianGLMClassifier, estimator_class
+from .._choices import METHODS, SAMPLING_METHODS
 from ..estimators import METHODS as _REGISTRY
+from ..estimators import BayesianGLMClassifier, estimator_class
 
 __all__ = [
     "DETERMINISTIC",
-    "LINKS",
-    "METHODS",
     "METHOD_TITLES",
     "SAMPLING",
     "TimedFit",
-    "estimator_class",
     "make_estimator",
     "timed_fit",
 ]
 
-# Views of the estimators' registry (vsbayes.estimators.METHODS) for the commands.
-METHODS = tuple(_REGISTRY)
+# The names the parser offers (vsbayes._choices; tests/test_registry.py checks them against
+# the estimators' registry, vsbayes.estimators.METHODS).
 #: Methods whose cost is set by ``n_samples`` (posterior evaluations at random points).
-SAMPLING = tuple(key for key, method in _REGISTRY.items() if method.sampling)
+SAMPLING = SAMPLING_METHODS
 #: Methods without randomness or a sample size.
-DETERMINISTIC = tuple(key for key, method in _REGISTRY.items() if not method.sampling)
+DETERMINISTIC = tuple(key for key in METHODS if key not in SAMPLING)
 METHOD_TITLES = {key: method.title for key, method in _REGISTRY.items()}
 
 

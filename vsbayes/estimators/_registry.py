@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .._choices import LINKS, METHODS
 from ._base import BayesianGLMClassifier
 from ._sampling import SamplingMethod
 
 __all__ = ["LINKS", "Method", "methods_of"]
-
-LINKS = ("logistic", "probit")
-# The order in which the command line lists and compares the methods (others follow).
-_ORDER = ("vs", "laplace", "is", "bmc", "ep", "vb")
 
 
 @dataclass(frozen=True)
@@ -71,5 +68,6 @@ def methods_of(classes: Iterable[type]) -> dict[str, Method]:
         sampling = issubclass(cls._posterior_method, SamplingMethod)
         links = {**(known.classes if known else {}), cls._link: cls}
         methods[cls._method] = Method(cls._method, cls._title, sampling, links)
-    rank = {key: i for i, key in enumerate(_ORDER)}
+    # In the order the command line lists and compares them (others follow).
+    rank = {key: i for i, key in enumerate(METHODS)}
     return dict(sorted(methods.items(), key=lambda item: rank.get(item[0], len(rank))))

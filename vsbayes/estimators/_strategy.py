@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._choices import VS_STRATEGIES
 from .._memory import memory_limit
 from .._warnings import reemit, warn
 from ..approximations.expectation_propagation import factor_is_log_concave
@@ -42,7 +43,8 @@ __all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
 #: fits are VS fits of the one-dimensional tilted densities (for the multinomial posterior,
 #: (K − 1)-dimensional sites from their tilted moments, or VS fits where the rows are wide);
 #: "auto": chosen per problem.
-STRATEGIES = ("auto", "global", "sites")
+#: (Listed in vsbayes._choices, which the command line reads without importing the library.)
+STRATEGIES = VS_STRATEGIES
 
 # "auto" runs the global fit only if it can have at least MIN_GLOBAL_FACTOR·n points (at
 # most MAX_GLOBAL_FACTOR·n) within both work limits below: under 16n the global fit is
