@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             verb = "is an option" if len(given) == 1 else "are options"
             return _usage_error("fit", f"{' and '.join(given)} {verb} of --method vs only")
     if args.command == "fit" and args.method not in SAMPLING_METHODS and args.n_samples != "auto":
+        sampling = f"{', '.join(SAMPLING_METHODS[:-1])} and {SAMPLING_METHODS[-1]}"
         return _usage_error(
-            "fit", f"--n-samples: --method {args.method} draws no points (vs, is and bmc do)"
+            "fit", f"--n-samples: --method {args.method} draws no points ({sampling} do)"
         )
     if args.command == "fit" and args.method == "vb" and args.link == "probit":
         return _usage_error(

@@ -137,6 +137,7 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
 
 
 def build_parser() -> Parser:
+    """The parser of ``vsbayes``, ``vsbayes fit`` and ``vsbayes compare``."""
     parser = Parser(
         prog="vsbayes",
         description="Bayesian logistic and probit regression by variational sampling.",
