@@ -1,8 +1,10 @@
 """The estimators' registry is complete: every estimator class is in it, and exported."""
 
+import ast
 import dataclasses
 import importlib
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,19 @@ def test_the_package_imports_each_public_name_from_its_module():
     assert set(vsbayes.__all__) <= set(dir(vsbayes))
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         vsbayes.no_such_name
+
+
+def test_the_static_imports_are_the_lazy_table():
+    # The `if TYPE_CHECKING:` imports, which type checkers and editors read, name what the
+    # lazy table imports at run time, from the same modules.
+    tree = ast.parse(Path(vsbayes.__file__).read_text(encoding="utf-8"))
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    static = {alias.name: node.module for node in block.body for alias in node.names}
+    assert static == vsbayes._SOURCES
 
 
 @pytest.mark.parametrize(

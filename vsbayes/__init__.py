@@ -8,6 +8,7 @@ a second. ``from vsbayes import VSLogisticRegression``, ``vsbayes.models`` and
 """
 
 import importlib as _importlib
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 
@@ -70,6 +71,52 @@ _SOURCES = {
 }
 
 __all__ = ["__version__", *_SOURCES]
+
+if TYPE_CHECKING:  # static tools (type checkers, editors) see the names; nothing runs
+    # (tests/test_registry.py checks these imports are the table's)
+    from ._memory import config_context, get_config, set_config
+    from .engine import (
+        BMCResult,
+        ISResult,
+        LaplaceResult,
+        VSResult,
+        bayesian_monte_carlo,
+        importance_sampling,
+        laplace,
+        n_family_params,
+        variational_sampling,
+    )
+    from .estimators import (
+        ESTIMATORS,
+        INTERCEPT_PRIOR_VAR,
+        LINKS,
+        METHODS,
+        BayesianGLMClassifier,
+        BMCLogisticRegression,
+        BMCProbitRegression,
+        EmpiricalBayesClassifier,
+        EPLogisticRegression,
+        EPProbitRegression,
+        ISLogisticRegression,
+        ISProbitRegression,
+        LaplaceLogisticRegression,
+        LaplaceProbitRegression,
+        LeaveOneOut,
+        Method,
+        VBLogisticRegression,
+        VSLogisticRegression,
+        VSProbitRegression,
+        estimator_class,
+    )
+    from .gaussian import (
+        CentredStructuredCovariance,
+        Gaussian,
+        StructuredCovariance,
+        StructuredGaussian,
+        excess_kl,
+        kl_divergence,
+    )
+    from .models import HorseshoePrior, LaplacePrior, StudentTPrior
 
 
 def __getattr__(name: str):
