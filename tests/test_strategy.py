@@ -172,6 +172,12 @@ def test_bmc_refuses_more_gaussian_parameters_than_its_point_cap():
     assert "VSLogisticRegression" in str(error.value)
 
 
+def _work_limit(monkeypatch, limit):
+    """Set the work limit of the sampling estimators' "auto" (EP's share of it left out)."""
+    monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", limit)
+    monkeypatch.setattr(sampling, "EP_WORK_RATIO", 0.0)
+
+
 def _refusing_draws(monkeypatch):
     """Make any kernel fit or draw of the sampling methods fail the test."""
 
@@ -197,7 +203,7 @@ def test_auto_sampling_refuses_before_drawing_beyond_the_work_limit(
     X, y = data
     if three_classes:
         y = np.arange(len(y)) % 3
-    monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", 1e4)
+    _work_limit(monkeypatch, 1e4)
     _refusing_draws(monkeypatch)
     with pytest.raises(ValueError, match="n_samples='auto' would draw") as error:
         cls().fit(X, y)
@@ -232,11 +238,11 @@ def test_auto_sampling_takes_the_points_within_the_limits(data, monkeypatch):
     assert wanted == max(8 * n, 256)  # within the default limits: the rule's N, as before
     # A work limit between n and 8n points' work: as many points as fit, no more.
     per_point = seen["method"].planned_work(seen["model"], 1)
-    monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", 3.5 * n * per_point)
+    _work_limit(monkeypatch, 3.5 * n * per_point)
     bounded = vsbayes.ISLogisticRegression(random_state=0).fit(X, y).posteriors_[0].n_samples
     assert abs(bounded - 3.5 * n) <= 1
     # An explicit n_samples keeps its meaning, whatever the work limit.
-    monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", 1.0)
+    _work_limit(monkeypatch, 1.0)
     explicit = vsbayes.ISLogisticRegression(n_samples=300, random_state=0).fit(X, y)
     assert explicit.posteriors_[0].n_samples == 300
 
