@@ -167,8 +167,84 @@ def test_extreme_class_weights_give_a_sensible_fit():
 
 def test_bmc_refuses_more_gaussian_parameters_than_its_point_cap():
     X = np.random.default_rng(0).standard_normal((40, 200))  # n = 20,503 > 16,384
-    with pytest.raises(ValueError, match="at most 16384 points, fewer than the n = 20503"):
+    with pytest.raises(ValueError, match=r"16384 at most .*fewer than the n = 20503") as error:
         vsbayes.BMCLogisticRegression().fit(X, X[:, 0] > 0)
+    assert "VSLogisticRegression" in str(error.value)
+
+
+def _work_limit(monkeypatch, limit):
+    """Set the work limit of the sampling estimators' "auto" (EP's share of it left out)."""
+    monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", limit)
+    monkeypatch.setattr(sampling, "EP_WORK_RATIO", 0.0)
+
+
+def _refusing_draws(monkeypatch):
+    """Make any kernel fit or draw of the sampling methods fail the test."""
+
+    def drawn(*args, **kwargs):
+        raise AssertionError("auto drew points beyond its limits")
+
+    monkeypatch.setattr(sampling.SamplingMethod, "sampling_kernel", drawn)
+    monkeypatch.setattr(sampling.SamplingMethod, "draw", drawn)
+
+
+@pytest.mark.parametrize(
+    "cls, three_classes",
+    [
+        (vsbayes.ISLogisticRegression, False),
+        (vsbayes.ISLogisticRegression, True),  # the multinomial posterior
+        (vsbayes.ISProbitRegression, True),  # one-vs-rest
+        (vsbayes.BMCProbitRegression, False),
+    ],
+)
+def test_auto_sampling_refuses_before_drawing_beyond_the_work_limit(
+    data, monkeypatch, cls, three_classes
+):
+    X, y = data
+    if three_classes:
+        y = np.arange(len(y)) % 3
+    _work_limit(monkeypatch, 1e4)
+    _refusing_draws(monkeypatch)
+    with pytest.raises(ValueError, match="n_samples='auto' would draw") as error:
+        cls().fit(X, y)
+    assert not isinstance(error.value, MemoryLimitError)  # the work limit binds
+    message = str(error.value)
+    assert "Nothing was drawn" in message and "explicit n_samples" in message
+    family = "ProbitRegression" if "Probit" in message.split()[0] else "LogisticRegression"
+    assert f"VS{family} or EP{family}" in message
+
+
+def test_auto_sampling_beyond_memory_raises_memory_limit_error(data, monkeypatch):
+    _refusing_draws(monkeypatch)
+    # Room for 13 points of 5 parameters, fewer than n = 21 (the fit's other guards, which
+    # read the setting, are left alone).
+    monkeypatch.setattr(sampling, "memory_limit", lambda: 3000.0)
+    with pytest.raises(MemoryLimitError, match="n_samples='auto'"):
+        vsbayes.ISLogisticRegression().fit(*data)
+
+
+def test_auto_sampling_takes_the_points_within_the_limits(data, monkeypatch):
+    X, y = data
+    seen = {}
+    sizing = sampling.SamplingMethod.auto_samples
+
+    def spy(method, model):
+        seen.update(method=method, model=model)
+        return sizing(method, model)
+
+    monkeypatch.setattr(sampling.SamplingMethod, "auto_samples", spy)
+    wanted = vsbayes.ISLogisticRegression(random_state=0).fit(X, y).posteriors_[0].n_samples
+    n = vsbayes.engine.n_family_params(X.shape[1] + 1)
+    assert wanted == max(8 * n, 256)  # within the default limits: the rule's N, as before
+    # A work limit between n and 8n points' work: as many points as fit, no more.
+    per_point = seen["method"].planned_work(seen["model"], 1)
+    _work_limit(monkeypatch, 3.5 * n * per_point)
+    bounded = vsbayes.ISLogisticRegression(random_state=0).fit(X, y).posteriors_[0].n_samples
+    assert abs(bounded - 3.5 * n) <= 1
+    # An explicit n_samples keeps its meaning, whatever the work limit.
+    _work_limit(monkeypatch, 1.0)
+    explicit = vsbayes.ISLogisticRegression(n_samples=300, random_state=0).fit(X, y)
+    assert explicit.posteriors_[0].n_samples == 300
 
 
 def test_big_data_take_the_cheaper_global_fit_from_the_laplace_kernel(monkeypatch):

@@ -13,21 +13,29 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
 
-from .._memory import check_memory, format_bytes
+from .._memory import check_memory, format_bytes, memory_limit
 from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
-from ..exceptions import ConvergenceWarning, EstimationError
+from ..exceptions import ConvergenceWarning, EstimationError, MemoryLimitError
 from ..models.softmax_contrasts import ContrastPosterior
 from ._base import Interval
 from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
 
 __all__ = [
+    "EP_SWEEPS",
+    "EP_WORK_RATIO",
     "KERNELS",
+    "LINK_COST",
     "ROUNDS_CONSTRAINTS",
     "SAMPLING_CONSTRAINTS",
+    "SAMPLING_WORK_LIMIT",
+    "SITE_WORK",
     "BMCMethod",
     "ISMethod",
     "SamplingMethod",
+    "expected_ep_work",
+    "likelihood_point_work",
+    "most_points",
     "sampled_dim",
 ]
 
@@ -45,6 +53,58 @@ ROUNDS_CONSTRAINTS = {
     "rounds": (Interval(Integral, 1),),
     "kernel_scale": (Interval(Real, 0, closed="neither"),),
 }
+
+
+# Work is counted in multiply-adds, a deterministic stand-in for time (see _strategy.py,
+# whose work limits choose VS's route with the same count): the log-density at one point
+# costs a pass over the design (its non-zeros if sparse) and LINK_COST per row for the link.
+LINK_COST = 30
+# EP's expected work (VS's strategy compares it with the global fit's where the rows are
+# many, _strategy.DATA_RICH): EP_SWEEPS sweeps of M × (2p² + SITE_WORK), a site costing
+# SITE_WORK multiply-adds in practice (measured: ~2.5 µs per site and sweep, 2·10⁵ rows ×
+# 20). VS's strategy bounds its global fit by EP_WORK_RATIO times EP's work.
+EP_SWEEPS, SITE_WORK = 20, 10_000
+EP_WORK_RATIO = 8.0
+# The most work n_samples="auto" of importance sampling and BMC plans before drawing: the
+# larger of SAMPLING_WORK_LIMIT and, for a binary posterior, EP_WORK_RATIO times EP's
+# expected work (the bound VS's strategy puts on its global fit against EP, the route the
+# refusal names; with many rows it is the larger, and IS's default fits there stay at 8n).
+# At ~1e10 multiply-adds a second (IS, 100 rows × 500 features, one BLAS thread, 2 loaded
+# cores) SAMPLING_WORK_LIMIT is ~6 s; the default fits of up to 1000 rows × 200 features
+# and 10⁴ × 100 stay at 8n (docs/decisions.md D-125).
+SAMPLING_WORK_LIMIT = 6e10
+
+
+def likelihood_point_work(model) -> float:
+    """Multiply-adds of the log-density at one point: a pass over the design and the link
+    at each row; for the multinomial posterior, its K linear predictors per row and the
+    map from the contrasts to θ (see LINK_COST)."""
+    if isinstance(model, SOFTMAX_MODELS):
+        k, d, m = model.n_classes, model.n_features, model.n_observations
+        return m * k * (d + 1 + LINK_COST) + model.dim * sampled_dim(model)
+    return float(model.n_design_entries) + model.n_observations * LINK_COST
+
+
+def expected_ep_work(model) -> float:
+    """Multiply-adds of a binary EP fit of ``model``'s posterior, before running it (see
+    EP_SWEEPS)."""
+    m, p = model.n_observations, model.dim
+    return EP_SWEEPS * m * (2.0 * p * p + SITE_WORK)
+
+
+def most_points(fits: Callable[[int], bool], upper: int) -> int:
+    """The largest N ≤ ``upper`` for which ``fits(N)`` (monotone: true up to some N), 0 if
+    none; by bisection, without drawing anything."""
+    if fits(upper):
+        return upper
+    low, high = 0, upper  # fits(low) or low == 0; not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def sampled_dim(model) -> int:
@@ -78,6 +138,8 @@ class SamplingMethod:
     records_strategy: ClassVar[bool] = False
     one_row: ClassVar[str | None] = None  # (see _methods.LaplaceMethod's)
     engine: ClassVar[Callable]
+    #: The most points the engine takes (None: no cap).
+    point_cap: ClassVar[int | None] = None
     auto_factor: ClassVar[int] = 8
     auto_minimum: ClassVar[int] = 256
     #: The engine's options for the multinomial posterior's contrasts (see ``draw``).
@@ -89,7 +151,7 @@ class SamplingMethod:
     def fit(self, model, laplace, rng) -> MethodFit:
         """The engine's fit from the kernel: EP's posterior (the multinomial EP for the
         multinomial posterior) or Laplace's."""
-        n_samples = self.total_samples(model.dim)
+        n_samples = self.auto_samples(model)
         self.check_memory(model, n_samples)
         # The multinomial EP as the kernel (measured against NUTS at C = 1, VS's global
         # fit: KL over Laplace's 0.020-0.023 on iris from 0.022-0.030 with the Laplace
@@ -112,6 +174,68 @@ class SamplingMethod:
             n = n_family_params(dim, self.family)
             return max(self.auto_factor * n, self.auto_minimum)
         return int(self.n_samples)
+
+    def planned_work(self, model, n_samples: int) -> float:
+        """Multiply-adds of a fit from ``n_samples`` points: the log-density at each, and
+        per point its draw through the kernel's factor and its share of the weighted
+        second moments (d² each, d the sampled dimension)."""
+        dim = sampled_dim(model)
+        return n_samples * (likelihood_point_work(model) + 2.0 * dim * dim)
+
+    def work_limit(self, model) -> float:
+        """The most multiply-adds "auto" plans (see SAMPLING_WORK_LIMIT)."""
+        if isinstance(model, SOFTMAX_MODELS):
+            return SAMPLING_WORK_LIMIT
+        return max(SAMPLING_WORK_LIMIT, EP_WORK_RATIO * expected_ep_work(model))
+
+    def reliable_minimum(self, model) -> int:
+        """The fewest points at which "auto" runs: n, the parameters of the Gaussian the
+        points determine (over the sampled dimensions). Below it BMC's GP cannot resolve
+        the posterior (measured: 5000 × 2000 sparse, 53 s and 5.8 GB for a fit 800
+        standard errors off), and importance sampling's moments, even with ideal weights
+        (effective sample size N), miss by about n/(2N) nats (a Gaussian's n parameters
+        from N points) — over half a nat; the engine's own floor, an effective sample
+        size of d+1 for a covariance that is not singular, is far lower."""
+        return n_family_params(sampled_dim(model), self.family)
+
+    def auto_samples(self, model) -> int:
+        """N of the fit, sized before any work: an explicit ``n_samples`` as given (only
+        memory-checked); "auto" its rule (:meth:`total_samples`) unless that exceeds
+        :data:`SAMPLING_WORK_LIMIT` or the memory limit, then as many points as fit within
+        both. Raise ValueError (MemoryLimitError where memory binds) if those are fewer
+        than :meth:`reliable_minimum`: the fit would be discarded after its work."""
+        wanted = self.total_samples(model.dim)
+        if not isinstance(self.n_samples, str):
+            return wanted
+        memory, work = memory_limit(), self.work_limit(model)
+        within_work = most_points(lambda n: self.planned_work(model, n) <= work, wanted)
+        within_memory = most_points(lambda n: self.planned_bytes(model.dim, n) <= memory, wanted)
+        n_samples = min(wanted, within_work, within_memory)
+        needed = self.reliable_minimum(model)
+        if n_samples >= needed:
+            return n_samples
+        rule = SamplingMethod.total_samples(self, model.dim)  # before any cap of the method
+        limits = [
+            f"within the work limit of 'auto' ({work:.3g} multiply-adds) {within_work}",
+            f"within the memory limit ({format_bytes(memory)}) {within_memory}",
+        ]
+        if self.point_cap is not None:
+            limits.append(f"and {self.point_cap} at most (the method's own limit)")
+        method = self.estimator_name or type(self).__name__
+        family = method.removeprefix("IS").removeprefix("BMC")
+        memory_binds = within_memory < min(wanted, within_work)
+        error = MemoryLimitError if memory_binds else ValueError
+        raise error(
+            f"{method} with n_samples='auto' would draw N={rule} points ({self.auto_factor}n, "
+            f"n = {n_family_params(model.dim, self.family)}) for {model.dim} parameters and "
+            f"{model.n_observations} rows: {self.planned_work(model, rule):.3g} multiply-adds "
+            f"and {format_bytes(self.planned_bytes(model.dim, rule))}. Points that fit: "
+            f"{', '.join(limits)}: fewer than the n = {needed} parameters of the Gaussian they "
+            f"would determine ({sampled_dim(model)} sampled dimensions), too few to resolve "
+            f"it. Nothing was drawn. Use VS{family} or "
+            f"EP{family}, which hold for any number of features, fewer features, or an "
+            f"explicit n_samples (checked only against memory)."
+        )
 
     def planned_bytes(self, dim: int, n_samples: int) -> float:
         """Bytes the sampling fit holds at once: the points in two coordinates, their
@@ -199,6 +323,7 @@ class BMCMethod(SamplingMethod):
     length_scale: float
 
     engine: ClassVar[Callable] = staticmethod(bayesian_monte_carlo)
+    point_cap: ClassVar[int | None] = MAX_BMC_SAMPLES
 
     def engine_options(self, dim: int, n_samples: int) -> dict:
         return {"length_scale": self.length_scale}
@@ -208,19 +333,9 @@ class BMCMethod(SamplingMethod):
         return super().planned_bytes(dim, n_samples) + 24.0 * n_samples**2
 
     def total_samples(self, dim: int) -> int:
-        # The GP stores an N×N matrix: "auto" stops at the engine's limit.
+        # The GP stores an N×N matrix: "auto" stops at the engine's limit (which bounds its
+        # O(N³) solve's time and O(N²) memory: planned_work counts the points' work alone).
         total = super().total_samples(dim)
         if not isinstance(self.n_samples, str):
             return total
-        n = n_family_params(dim)
-        if n > MAX_BMC_SAMPLES:
-            # Fewer points than a Gaussian over the coefficients has parameters: the GP's
-            # moments cannot resolve it (measured: 5000 × 2000 sparse, 53 s and 5.8 GB for a
-            # fit 800 standard errors off). Say so before drawing anything.
-            raise ValueError(
-                f"BMC can use at most {MAX_BMC_SAMPLES} points, fewer than the n = {n} "
-                f"parameters of a Gaussian over {dim} coefficients: its estimate would not "
-                f"resolve this posterior. Use VSLogisticRegression/VSProbitRegression or the "
-                f"EP estimators, which hold for any number of features."
-            )
-        return min(total, MAX_BMC_SAMPLES)
+        return min(total, self.point_cap)

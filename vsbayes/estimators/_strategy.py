@@ -35,7 +35,15 @@ from ._methods import (
     softmax_ep_kernel,
     softmax_ep_posterior,
 )
-from ._sampling import SamplingMethod, sampled_dim
+from ._sampling import (
+    EP_WORK_RATIO,
+    LINK_COST,
+    SITE_WORK,
+    SamplingMethod,
+    expected_ep_work,
+    likelihood_point_work,
+    sampled_dim,
+)
 
 __all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
 
@@ -58,8 +66,7 @@ STRATEGIES = VS_STRATEGIES
 # fits of the same data (measured: benchmarks/strategy_choice.py,
 # benchmarks/high_dimension.py).
 MIN_GLOBAL_FACTOR, MAX_GLOBAL_FACTOR = 16, 32
-GLOBAL_WORK_LIMIT = 2e8
-EP_WORK_RATIO = 8.0
+GLOBAL_WORK_LIMIT = 2e8  # (EP_WORK_RATIO: _sampling.py, which IS and BMC read too)
 # The bound by EP's work is never below GLOBAL_WORK_FLOOR multiply-adds (tens of ms; 32n
 # points on 1000 rows × 6 features are 4.3e7): where EP is cheap (closed-form probit sites,
 # a few hundred rows) 8× its work refused global fits of a few ms, leaving EP's fixed point
@@ -67,14 +74,14 @@ EP_WORK_RATIO = 8.0
 # probit problems with 1 % positives (benchmarks/unseen_cases.py): EP 0.011-0.047 nats,
 # the global fit then taken 0.003-0.009.
 GLOBAL_WORK_FLOOR = 5e7
-LINK_COST, SITE_NODES = 30, 40
+SITE_NODES = 40  # (LINK_COST: _sampling.py, the one count of a point's work)
 # Many rows per Gaussian parameter (M ≥ DATA_RICH · n) make the posterior nearly Gaussian:
 # there "auto" first compares EP's expected work — EP_SWEEPS sweeps of M × (2p² +
 # SITE_WORK) — with the global fit's at the estimator's own N from the Laplace kernel, and
 # takes the cheaper. A site costs SITE_WORK multiply-adds in practice (measured: ~2.5 µs per
 # site and sweep, 2·10⁵ rows × 20). Without it, 10⁶ × 20 took 94 s by EP against 21-24 s
-# for the global fit at 8n.
-DATA_RICH, EP_SWEEPS, SITE_WORK = 50, 20, 10_000
+# for the global fit at 8n. (EP_SWEEPS, SITE_WORK: _sampling.py, expected_ep_work.)
+DATA_RICH = 50
 # "auto" keeps the global fit only where it departs from EP by more than this many times
 # its own predicted error: the departure is about the sum of both errors, and kl_error is
 # up to ~2× optimistic at 16-32n, so EP's error is then the larger.
@@ -277,7 +284,7 @@ class VSMethod(SamplingMethod):
             self._say(f"strategy='sites': EP, ~{sweep:.3g} multiply-adds per sweep")
             return
         n_samples = self.total_samples(p)
-        pass_work = _design_entries(model) + m * LINK_COST
+        pass_work = likelihood_point_work(model)
         self._say(
             f"strategy={self.strategy!r}: the global fit plans N={n_samples} points "
             f"({n_samples * pass_work:.3g} multiply-adds); EP ~{sweep:.3g} per sweep"
@@ -639,11 +646,11 @@ class VSMethod(SamplingMethod):
     def _global_is_cheaper(self, model) -> str | None:
         """Why the global fit from the Laplace kernel goes first (None: it does not)."""
         n = n_family_params(model.dim, self.family)
-        m, p = model.n_observations, model.dim
+        m = model.n_observations
         if m < DATA_RICH * n:
             return None
-        global_work = self.total_samples(model.dim) * (_design_entries(model) + m * LINK_COST)
-        ep_work = EP_SWEEPS * m * (2.0 * p * p + SITE_WORK)
+        global_work = self.total_samples(model.dim) * likelihood_point_work(model)
+        ep_work = expected_ep_work(model)
         if global_work >= ep_work:
             return None
         return (
@@ -658,7 +665,7 @@ class VSMethod(SamplingMethod):
             return int(self.n_samples), None
         n = n_family_params(model.dim, self.family)
         m, p = model.n_observations, model.dim
-        per_point = _design_entries(model) + m * LINK_COST
+        per_point = likelihood_point_work(model)
         limit, why = GLOBAL_WORK_LIMIT, f"the work limit {GLOBAL_WORK_LIMIT:.3g}"
         if _heavy_tailed(model):
             limit = HEAVY_TAILED_WORK_LIMIT
@@ -724,10 +731,4 @@ def _sites_departure(model, ep) -> float:
 def _multinomial_point_work(model, n: int) -> float:
     """Multiply-adds per point of the multinomial global fit of ``n`` family parameters:
     the likelihood pass, the map from the contrasts to θ, the solver's features."""
-    k, d, m = model.n_classes, model.n_features, model.n_observations
-    return m * k * (d + 1 + LINK_COST) + model.dim * sampled_dim(model) + n * n
-
-
-def _design_entries(model) -> float:
-    """Multiply-adds of one parameter vector's pass over the design (non-zeros if sparse)."""
-    return float(model.n_design_entries)
+    return likelihood_point_work(model) + n * n

@@ -154,7 +154,12 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
         n the number of parameters of a Gaussian over the p coefficients (and
         intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
         one round, all sampling estimators evaluate the posterior at exactly the same
-        points, so comparisons between them are paired.
+        points, so comparisons between them are paired. ``"auto"`` is sized before any
+        work: where that N would exceed its work limit (6e10 multiply-adds, or 8 times
+        EP's expected work where that is more) or the memory limit, it takes as many
+        points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
+        where memory binds) before drawing, naming the remedies. An integer is used as
+        given (checked against memory only).
         At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
@@ -341,7 +346,12 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
         n the number of parameters of a Gaussian over the p coefficients (and
         intercept): ``(p+1)(p+2)/2``. With the same ``n_samples`` and ``random_state`` and
         one round, all sampling estimators evaluate the posterior at exactly the same
-        points, so comparisons between them are paired.
+        points, so comparisons between them are paired. ``"auto"`` is sized before any
+        work: where that N would exceed its work limit (6e10 multiply-adds, or 8 times
+        EP's expected work where that is more) or the memory limit, it takes as many
+        points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
+        where memory binds) before drawing, naming the remedies. An integer is used as
+        given (checked against memory only).
         At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
