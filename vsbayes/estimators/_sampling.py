@@ -18,25 +18,20 @@ from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..exceptions import ConvergenceWarning, EstimationError, MemoryLimitError
 from ..models.softmax_contrasts import ContrastPosterior
+from ..models.work import expected_ep_work, likelihood_point_work, sampled_dim
 from ._base import Interval
 from ._methods import SOFTMAX_MODELS, MethodFit, ep_posterior, rows_in_memory, softmax_ep_posterior
 
 __all__ = [
-    "EP_SWEEPS",
     "EP_WORK_RATIO",
     "KERNELS",
-    "LINK_COST",
     "ROUNDS_CONSTRAINTS",
     "SAMPLING_CONSTRAINTS",
     "SAMPLING_WORK_LIMIT",
-    "SITE_WORK",
     "BMCMethod",
     "ISMethod",
     "SamplingMethod",
-    "expected_ep_work",
-    "likelihood_point_work",
     "most_points",
-    "sampled_dim",
 ]
 
 #: Sampling kernels: the expectation-propagation posterior or the Laplace approximation.
@@ -55,15 +50,6 @@ ROUNDS_CONSTRAINTS = {
 }
 
 
-# Work is counted in multiply-adds, a deterministic stand-in for time (see _strategy.py,
-# whose work limits choose VS's route with the same count): the log-density at one point
-# costs a pass over the design (its non-zeros if sparse) and LINK_COST per row for the link.
-LINK_COST = 30
-# EP's expected work (VS's strategy compares it with the global fit's where the rows are
-# many, _strategy.DATA_RICH): EP_SWEEPS sweeps of M × (2p² + SITE_WORK), a site costing
-# SITE_WORK multiply-adds in practice (measured: ~2.5 µs per site and sweep, 2·10⁵ rows ×
-# 20). VS's strategy bounds its global fit by EP_WORK_RATIO times EP's work.
-EP_SWEEPS, SITE_WORK = 20, 10_000
 EP_WORK_RATIO = 8.0
 # The most work n_samples="auto" of importance sampling and BMC plans before drawing: the
 # larger of SAMPLING_WORK_LIMIT and, for a binary posterior, EP_WORK_RATIO times EP's
@@ -73,23 +59,6 @@ EP_WORK_RATIO = 8.0
 # cores) SAMPLING_WORK_LIMIT is ~6 s; the default fits of up to 1000 rows × 200 features
 # and 10⁴ × 100 stay at 8n (docs/decisions.md D-125).
 SAMPLING_WORK_LIMIT = 6e10
-
-
-def likelihood_point_work(model) -> float:
-    """Multiply-adds of the log-density at one point: a pass over the design and the link
-    at each row; for the multinomial posterior, its K linear predictors per row and the
-    map from the contrasts to θ (see LINK_COST)."""
-    if isinstance(model, SOFTMAX_MODELS):
-        k, d, m = model.n_classes, model.n_features, model.n_observations
-        return m * k * (d + 1 + LINK_COST) + model.dim * sampled_dim(model)
-    return float(model.n_design_entries) + model.n_observations * LINK_COST
-
-
-def expected_ep_work(model) -> float:
-    """Multiply-adds of a binary EP fit of ``model``'s posterior, before running it (see
-    EP_SWEEPS)."""
-    m, p = model.n_observations, model.dim
-    return EP_SWEEPS * m * (2.0 * p * p + SITE_WORK)
 
 
 def most_points(fits: Callable[[int], bool], upper: int) -> int:
@@ -105,15 +74,6 @@ def most_points(fits: Callable[[int], bool], upper: int) -> int:
         else:
             high = middle
     return low
-
-
-def sampled_dim(model) -> int:
-    """The dimension of the points a sampled fit of ``model`` draws: the multinomial
-    posterior's (K − 1)(d + 1) contrasts (its shift directions' posterior is the prior's
-    conditional, known exactly, and is not sampled: :class:`ContrastPosterior`), else θ's."""
-    if isinstance(model, SOFTMAX_MODELS):
-        return (model.n_classes - 1) * (model.n_features + int(model.fit_intercept))
-    return model.dim
 
 
 @dataclass(frozen=True, kw_only=True)

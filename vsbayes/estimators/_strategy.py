@@ -27,6 +27,13 @@ from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
+from ..models.work import (
+    LINK_COST,
+    SITE_WORK,
+    expected_ep_work,
+    likelihood_point_work,
+    sampled_dim,
+)
 from ._methods import (
     SOFTMAX_MODELS,
     MethodFit,
@@ -35,15 +42,7 @@ from ._methods import (
     softmax_ep_kernel,
     softmax_ep_posterior,
 )
-from ._sampling import (
-    EP_WORK_RATIO,
-    LINK_COST,
-    SITE_WORK,
-    SamplingMethod,
-    expected_ep_work,
-    likelihood_point_work,
-    sampled_dim,
-)
+from ._sampling import EP_WORK_RATIO, SamplingMethod
 
 __all__ = ["DEFAULT_TARGET_KL", "STRATEGIES", "VSMethod"]
 
@@ -74,13 +73,13 @@ GLOBAL_WORK_LIMIT = 2e8  # (EP_WORK_RATIO: _sampling.py, which IS and BMC read t
 # probit problems with 1 % positives (benchmarks/unseen_cases.py): EP 0.011-0.047 nats,
 # the global fit then taken 0.003-0.009.
 GLOBAL_WORK_FLOOR = 5e7
-SITE_NODES = 40  # (LINK_COST: _sampling.py, the one count of a point's work)
+SITE_NODES = 40  # (LINK_COST: models/work.py, the one count of a point's work)
 # Many rows per Gaussian parameter (M ≥ DATA_RICH · n) make the posterior nearly Gaussian:
 # there "auto" first compares EP's expected work — EP_SWEEPS sweeps of M × (2p² +
 # SITE_WORK) — with the global fit's at the estimator's own N from the Laplace kernel, and
 # takes the cheaper. A site costs SITE_WORK multiply-adds in practice (measured: ~2.5 µs per
 # site and sweep, 2·10⁵ rows × 20). Without it, 10⁶ × 20 took 94 s by EP against 21-24 s
-# for the global fit at 8n. (EP_SWEEPS, SITE_WORK: _sampling.py, expected_ep_work.)
+# for the global fit at 8n. (EP_SWEEPS, SITE_WORK: models/work.py, expected_ep_work.)
 DATA_RICH = 50
 # "auto" keeps the global fit only where it departs from EP by more than this many times
 # its own predicted error: the departure is about the sum of both errors, and kl_error is
