@@ -673,7 +673,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
     general numpy code they stand for, to round-off, on random SPD matrices of spreads
     10⁻¹-10³ (a stream's first rows' cavities): the cavities' moments and factors, Stein's
     match (the same proper / narrowed decisions), the direct sites, the inverses and the
-    positive-definiteness test."""
+    PSD projection."""
     rng = np.random.default_rng(0)
     q = centred_basis(3)
     close = {"rtol": 1e-12, "atol": 1e-12}
@@ -702,8 +702,16 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         np.testing.assert_allclose(root_inverses, np.linalg.inv(roots), **close)
         diagonal = np.log(np.diagonal(np.linalg.cholesky(cov_in), axis1=1, axis2=2)).sum(axis=1)
         np.testing.assert_allclose(log_dets, diagonal, **close)
-        assert sites_module._three_class_positive(cov_in)
-        assert not sites_module._three_class_positive(cov_in - 2.0 * np.eye(2) * scales.max())
+        # the PSD projection: positive definite sites kept as they are (the same array),
+        # indefinite and negative definite ones projected as _row_psd's eigendecompositions
+        assert sites_module._three_class_psd(cov_in) is cov_in
+        shifted = cov_in - rng.uniform(0.0, 2.0, (m, 1, 1)) * scales[:, None, None]
+        shifted[0] = -cov_in[0]  # negative definite: 0
+        shifted[:, 0, 1] += 1e-3 * scales  # (not symmetric: its symmetric part's)
+        general = sites_module._row_psd(shifted)
+        ours = sites_module._three_class_psd(shifted)
+        np.testing.assert_allclose(ours, general, rtol=1e-12, atol=1e-12 * scales.max())
+        assert not ours[0].any()
         # Stein's match from tilted expectations of p (a random discrete tilted density)
         p = rng.dirichlet(np.full(3, 0.5), size=(m, 64))
         w = rng.dirichlet(np.ones(64), size=m)

@@ -1344,12 +1344,39 @@ def _three_class_inverses(matrices):
     return np.array(out).reshape(-1, 2, 2)
 
 
-def _three_class_positive(matrices) -> bool:
-    """Whether every 2 × 2 matrix (m, 2, 2) is positive definite, by its symmetric part's
-    Cholesky pivots on Python floats (:func:`_row_psd`'s test)."""
-    return all(
-        _positive_2x2(a00, 0.5 * (a01 + a10), a11) for (a00, a01), (a10, a11) in matrices.tolist()
-    )
+def _three_class_psd(lam: np.ndarray) -> np.ndarray | None:
+    """:func:`_row_psd` of 2 × 2 sites (m, 2, 2) on Python floats: each row kept as it is
+    where its symmetric part is positive definite (its Cholesky pivots) or has no negative
+    eigenvalue, else replaced by the projection of its symmetric part on the PSD cone
+    (its negative eigenvalue set to 0: the larger one's λ v vᵀ, or 0), the eigenvalues and
+    vector in closed form. ``lam`` itself where no row changes; None where a value is not
+    finite (numpy's projection decides there). Round-off apart, :func:`_row_psd`'s sites
+    (the one-row path's: its eigendecompositions cost a call ~50 µs)."""
+    rows = lam.tolist()
+    changed = {}
+    for i, ((a00, a01), (a10, a11)) in enumerate(rows):
+        off = 0.5 * (a01 + a10)
+        if _positive_2x2(a00, off, a11):
+            continue
+        if not math.isfinite(a00 + off + a11):
+            return None
+        mean, half = 0.5 * (a00 + a11), 0.5 * (a00 - a11)
+        radius = math.hypot(half, off)
+        if mean - radius >= 0.0:  # positive semidefinite: kept, as numpy's eigenvalues
+            continue
+        top = mean + radius
+        if top <= 0.0:
+            changed[i] = ((0.0, 0.0), (0.0, 0.0))
+            continue
+        angle = 0.5 * math.atan2(off, half)  # the larger eigenvalue's eigenvector
+        c, s = math.cos(angle), math.sin(angle)
+        changed[i] = ((top * c * c, top * c * s), (top * c * s, top * s * s))
+    if not changed:
+        return lam
+    out = lam.copy()
+    for i, block in changed.items():
+        out[i] = block
+    return out
 
 
 def _positive_2x2(a00: float, a01: float, a11: float) -> bool:
