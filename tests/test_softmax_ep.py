@@ -636,12 +636,44 @@ def _spd_2x2(rng, m, scales):
     return (a @ np.swapaxes(a, 1, 2) + 0.05 * np.eye(2)) * scales[:, None, None]
 
 
+def test_three_class_block_is_the_general_tilted_block():
+    """The one-row path's tilted block at three classes against the sweeps' general block,
+    to round-off, on the cavity's nodes (Stein's expectations) and on the mixture of a
+    kernel and its cavity (the nodes' own moments), at rule levels 0 and 1, over cavities
+    of spreads 10⁻¹-10⁶ (a stream's first rows, whose nodes' terms fall far below the
+    smallest normal number) and kernels narrower than them."""
+    rng = np.random.default_rng(1)
+    q = centred_basis(3)
+
+    def kernel(cov, mean):
+        lower = np.linalg.cholesky(cov)
+        log_det = np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+        return mean, lower, np.linalg.inv(lower), log_det
+
+    for trial in range(12):
+        m, level = int(rng.integers(1, 7)), trial % 2
+        scales = 10.0 ** rng.uniform(-1, 6, m)
+        cavity = kernel(
+            _spd_2x2(rng, m, scales), np.sqrt(scales)[:, None] * rng.normal(size=(m, 2))
+        )
+        near = kernel(_spd_2x2(rng, m, np.ones(m)), rng.normal(size=(m, 2)))
+        labels, power = rng.integers(0, 3, m), rng.uniform(0.3, 1.0, m)
+        nodes = sites_module._rule_nodes(None, 2, level)
+        for kernels in ([cavity], [near, cavity]):
+            ours = sites_module._three_class_block(q, labels, kernels, power, level)
+            theirs = sites_module._tilted_block(q, labels, kernels, power, *nodes)
+            for a, b in zip(ours, theirs, strict=True):
+                assert (a is None) == (b is None)
+                if b is not None:
+                    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
+
+
 def test_three_class_closed_forms_are_the_general_numpy_code():
     """The one-row path's 2 × 2 closed forms on Python floats (three classes) against the
     general numpy code they stand for, to round-off, on random SPD matrices of spreads
     10⁻¹-10³ (a stream's first rows' cavities): the cavities' moments and factors, Stein's
     match (the same proper / narrowed decisions), the direct sites, the inverses and the
-    positive-definiteness test."""
+    PSD projection."""
     rng = np.random.default_rng(0)
     q = centred_basis(3)
     close = {"rtol": 1e-12, "atol": 1e-12}
@@ -670,8 +702,16 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         np.testing.assert_allclose(root_inverses, np.linalg.inv(roots), **close)
         diagonal = np.log(np.diagonal(np.linalg.cholesky(cov_in), axis1=1, axis2=2)).sum(axis=1)
         np.testing.assert_allclose(log_dets, diagonal, **close)
-        assert sites_module._three_class_positive(cov_in)
-        assert not sites_module._three_class_positive(cov_in - 2.0 * np.eye(2) * scales.max())
+        # the PSD projection: positive definite sites kept as they are (the same array),
+        # indefinite and negative definite ones projected as _row_psd's eigendecompositions
+        assert sites_module._three_class_psd(cov_in) is cov_in
+        shifted = cov_in - rng.uniform(0.0, 2.0, (m, 1, 1)) * scales[:, None, None]
+        shifted[0] = -cov_in[0]  # negative definite: 0
+        shifted[:, 0, 1] += 1e-3 * scales  # (not symmetric: its symmetric part's)
+        general = sites_module._row_psd(shifted)
+        ours = sites_module._three_class_psd(shifted)
+        np.testing.assert_allclose(ours, general, rtol=1e-12, atol=1e-12 * scales.max())
+        assert not ours[0].any()
         # Stein's match from tilted expectations of p (a random discrete tilted density)
         p = rng.dirichlet(np.full(3, 0.5), size=(m, 64))
         w = rng.dirichlet(np.ones(64), size=m)

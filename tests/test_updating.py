@@ -538,6 +538,63 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     model.partial_fit(X[50:51], y[50:51])  # one row, one class: fine under the prior
 
 
+def _bad_batches():
+    """Later batches that scikit-learn's validate_data refuses, by name: ``(X, y)`` from a
+    valid one-row batch ``(row, label)`` of 4 features."""
+    row, label = np.array([[0.5, -1.0, 2.0, 0.1]]), np.array([1])
+    nan, inf = row.copy(), row.copy()
+    nan[0, 1], inf[0, 2] = np.nan, np.inf
+    return {
+        "NaN": (nan, label),
+        "inf": (inf, label),
+        "NaN float32": (nan.astype(np.float32), label),
+        "too few features": (row[:, :3], label),
+        "too many features": (np.hstack([row, row]), label),
+        "1-D X": (row[0], label),
+        "3-D X": (row[None], label),
+        "complex": (row.astype(complex), label),
+        "strings": (np.array([["a", "b", "c", "d"]], dtype=object), label),
+        "sparse NaN": (sp.csr_matrix(nan), label),
+        "sparse too few features": (sp.csr_matrix(row[:, :3]), label),
+        "NaN label": (row, np.array([np.nan])),
+        "2-D labels": (np.vstack([row, row]), np.array([[1, 0], [0, 1]])),
+        "labels of another length": (np.vstack([row, row]), label),
+        "no rows": (row[:0], label[:0]),
+    }
+
+
+@pytest.fixture(scope="module")
+def three_class_stream():
+    """A 3-class stream of 4 features after a 5-row batch and a one-row call."""
+    X, y = make_classification(20, 4, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
+    model = vb.EPLogisticRegression().partial_fit(X[:5], y[:5], classes=[0, 1, 2])
+    return model.partial_fit(X[5:6], y[5:6])  # a one-row call on the fast path
+
+
+@pytest.mark.parametrize("case", list(_bad_batches()))
+def test_the_later_batches_fast_validation_refuses_what_validate_data_refuses(
+    case, three_class_stream
+):
+    """A later call's ``(X, y)`` skip scikit-learn's validate_data where they are plain
+    arrays it would pass as they are (its checks were a fifth of a one-row call): whatever
+    it refuses — NaN or infinite values, a changed width, other dimensions, complex or
+    string entries, a bad sparse row, bad labels — the call refuses with its error, and
+    the posterior is kept."""
+    from sklearn.utils.validation import validate_data
+
+    model = three_class_stream
+    sigma = model.sigma_.copy()
+    bad_x, bad_y = _bad_batches()[case]
+    with pytest.raises(Exception) as general:
+        validate_data(
+            model, bad_x, bad_y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
+        )
+    with pytest.raises(type(general.value)) as ours:
+        model.partial_fit(bad_x, bad_y)
+    assert str(ours.value) == str(general.value)
+    np.testing.assert_array_equal(model.sigma_, sigma)
+
+
 def test_a_prior_changed_mid_stream_is_refused_where_it_would_be_ignored():
     """After the first batch, partial_fit continues from the posterior and reads prior only
     as what forgetting nears: a prior set (or an invalid one) mid-stream under decay=1

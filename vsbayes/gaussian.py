@@ -58,12 +58,13 @@ def _symmetrize(matrix: np.ndarray, block_entries: int = 2**22) -> float:
     d = matrix.shape[0]
     step = max(1, block_entries // max(d, 1))
     if d <= step:  # one block (most covariances): the loop's slicing is most of its cost
-        transposed = matrix.T
+        # The transpose copied once: the difference and the sum then run on contiguous
+        # operands (each strided pass over the transposed view cost as much as the copy).
+        transposed = matrix.T.copy()
         difference = matrix - transposed
         np.abs(difference, out=difference)
-        average = matrix + transposed
-        average *= 0.5
-        matrix[...] = average  # (exactly symmetric: a + b = b + a)
+        matrix += transposed
+        matrix *= 0.5  # (exactly symmetric: a + b = b + a)
         return float(difference.max(initial=0.0))
     asymmetry = 0.0
     for start in range(0, d, step):

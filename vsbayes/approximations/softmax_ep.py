@@ -117,7 +117,7 @@ from .softmax_sites import (
     _rules,
     _sites,
     _three_class_inverses,
-    _three_class_positive,
+    _three_class_psd,
     _whitened_norms,
     _wide_rows,
 )
@@ -762,10 +762,10 @@ def softmax_site_updates(
     log_z, site_lam, site_eta, found = _few_tilted_sites(
         q, labels, latent_mean, latent_cov, cav_prec, cav_lin, power, (lam, eta), laplace_kernels
     )
-    # _psd's, on these few rows without its row blocks (three classes: the sites themselves
-    # where each is positive definite, as its Cholesky test finds, tested on Python floats)
-    if q.shape[1] != 2 or not _three_class_positive(site_lam):
-        site_lam = _row_psd(site_lam)
+    # _psd's, on these few rows without its row blocks (three classes: on Python floats,
+    # the sites themselves where each is positive definite, as its Cholesky test finds)
+    projected = _three_class_psd(site_lam) if q.shape[1] == 2 else None
+    site_lam = _row_psd(site_lam) if projected is None else projected
     if not found.all():
         site_lam = np.where(found[:, None, None], site_lam, lam)
         site_eta = np.where(found[:, None], site_eta, eta)

@@ -16,6 +16,7 @@ Laplace sites the sweeps start from; and the checks and projections on the posit
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import NamedTuple
@@ -620,9 +621,14 @@ def _few_tilted_sites(
 
     def stein(pick, at):  # the tilted expectations on the cavities' nodes, Stein's match
         cavity = (cav_mean[pick], chol[pick], None, log_det_half[pick])
-        row_z, expected, second, _, _ = _tilted_block(
-            q, labels[pick], [cavity], power[pick], *_rule_nodes(None, r, at)
-        )
+        if r == 2:
+            row_z, expected, second, _, _ = _three_class_block(
+                q, labels[pick], [cavity], power[pick], at
+            )
+        else:
+            row_z, expected, second, _, _ = _tilted_block(
+                q, labels[pick], [cavity], power[pick], *_rule_nodes(None, r, at)
+            )
         matched = (_three_class_matched if r == 2 else _row_matched)(
             q,
             labels[pick],
@@ -752,9 +758,14 @@ def _direct_pass(q, labels, kernels, cavities, power, rows, level, out) -> None:
         cavity_inv = np.linalg.inv(chol)
     kernel = (mean, root, root_inv, root_log_det)
     cavity = (cav_mean, chol, cavity_inv, log_det_half)
-    row_z, _, _, t_mean, t_cov = _tilted_block(
-        q, labels[rows], [kernel, cavity], power[rows], *_rule_nodes(None, r, level)
-    )
+    if r == 2:
+        row_z, _, _, t_mean, t_cov = _three_class_block(
+            q, labels[rows], [kernel, cavity], power[rows], level
+        )
+    else:
+        row_z, _, _, t_mean, t_cov = _tilted_block(
+            q, labels[rows], [kernel, cavity], power[rows], *_rule_nodes(None, r, level)
+        )
     direct = _three_class_direct if r == 2 else _direct
     row_lam, row_eta, fine = direct(t_mean, t_cov, cav_prec, cav_lin)
     at = rows[fine]
@@ -1136,6 +1147,114 @@ def _three_class_matched(q, y, expected, second, power, cav_cov, cav_mean, cav_p
     )
 
 
+#: The exponents' floor of :func:`_three_class_block`, above :data:`_EXP_FLOOR`: a product
+#: of three floored terms (E[p pᵀ]'s p_i p_j × weight) stays above the smallest normal
+#: number (e^−708.4), where a stream's wide cavities put most nodes' terms far below it
+#: and the subnormal products cost a Stein block of 5 rows on 512 nodes ~40 µs of its
+#: ~110. A term raised to e^−230 ≈ 10⁻¹⁰⁰ moves sums whose largest term is 1 by at most
+#: the nodes' count times that: far below round-off.
+_THREE_CLASS_EXP_FLOOR = -230.0
+
+
+@functools.cache
+def _three_class_nodes(level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The default rule's nodes at ``level`` in 2 dimensions for :func:`_three_class_block`
+    (read-only): with a unit coordinate (3, P); |z|² at both kernels' nodes (2P,); the
+    signs ±1/2 of the mixture's log-density difference there (2P,); the log-weight."""
+    z, log_w = _rule_nodes(None, 2, level)
+    lifted = np.empty((3, len(z)))
+    lifted[:2], lifted[2] = z.T, 1.0
+    norms = np.einsum("pa,pa->p", z, z)
+    both = np.concatenate([norms, norms])
+    signs = np.concatenate([np.full(len(z), 0.5), np.full(len(z), -0.5)])
+    for array in (lifted, both, signs):
+        array.flags.writeable = False
+    return lifted, both, signs, float(log_w[0])
+
+
+def _three_class_block(q, y, kernels, power, level: int):
+    """:func:`_tilted_block` at three classes (K − 1 = 2) on the default rule's ``level``,
+    for :func:`_few_tilted_sites`' few rows: the same moments with fewer and cheaper array
+    steps — every node's latent values, mixture nodes and whitened nodes from one GEMM of
+    the rows' affine maps with the nodes, quantity-major ((3, b, nodes) values: each
+    class's a contiguous (b, nodes) slice, the classes' reductions over three of them),
+    the log-weights a scalar — and the exponents floored at
+    :data:`_THREE_CLASS_EXP_FLOOR`. Round-off apart, the same values; the sweeps keep
+    :func:`_tilted_block` (their bits)."""
+    lifted, both_norms, signs, log_w = _three_class_nodes(level)
+    n = lifted.shape[1]
+    b = kernels[0][0].shape[0]
+    if len(kernels) == 1:
+        mean, chol = kernels[0][:2]
+        maps = np.empty((3, b, 3))
+        maps[:, :, :2] = np.swapaxes(np.matmul(q, chol), 0, 1)
+        maps[:, :, 2] = q @ mean.T
+        f = (maps.reshape(3 * b, 3) @ lifted).reshape(3, b, n)
+    else:
+        # Per kernel j, the affine maps of the unit nodes z: the latent values Q(m + L z)
+        # (3 rows), the nodes m + L z (2) and their whitening under the other kernel
+        # L'⁻¹(m + L z − m') (2); laid out (7, b, 2, ·), so that one GEMM gives each
+        # quantity over both kernels' nodes in the sweeps' order (the first's P, then the
+        # second's).
+        maps = np.empty((7, b, 2, 3))
+        for j, (mean, chol, _, _) in enumerate(kernels):
+            other_mean, _, other_inv, _ = kernels[1 - j]
+            node_map = np.empty((b, 2, 3))
+            node_map[:, :, :2], node_map[:, :, 2] = chol, mean
+            maps[3:5, :, j] = np.swapaxes(node_map, 0, 1)
+            maps[0:3, :, j] = np.swapaxes(np.matmul(q, node_map), 0, 1)
+            node_map[:, :, :2] = np.matmul(other_inv, chol)
+            node_map[:, :, 2] = np.matmul(other_inv, (mean - other_mean)[:, :, None])[..., 0]
+            maps[5:7, :, j] = np.swapaxes(node_map, 0, 1)
+        values = (maps.reshape(14 * b, 3) @ lifted).reshape(7, b, 2 * n)
+        f, g, white = values[:3], values[3:5], values[5:7]
+        # d = log N₁ − log N₂ (see _mixture_nodes): ±(|white|² − |z|²)/2 + log |L₂| − log |L₁|
+        d = np.square(white[0])
+        d += np.square(white[1])
+        d -= both_norms
+        d *= signs
+        d += (kernels[1][3] - kernels[0][3])[:, None]
+        # log N₂ − log(N₁ + N₂) = −max(d, 0) − log(1 + e^−|d|)
+        negative = np.negative(d)
+        log_mixed = np.minimum(negative, 0.0)
+        np.minimum(d, negative, out=d)  # −|d|
+        np.maximum(d, _THREE_CLASS_EXP_FLOOR, out=d)
+        log_mixed -= np.log1p(np.exp(d, out=d), out=d)
+    top = np.maximum(f[0], f[1])
+    np.maximum(top, f[2], out=top)
+    log_ratio = f[y, np.arange(b)]
+    log_ratio -= top
+    f -= top
+    np.maximum(f, _THREE_CLASS_EXP_FLOOR, out=f)
+    np.exp(f, out=f)
+    total = f[0] + f[1]
+    total += f[2]
+    log_ratio -= np.log(total)
+    log_ratio *= power[:, None]  # s log F
+    if len(kernels) > 1:
+        log_ratio += log_mixed
+    log_ratio += log_w
+    shift = log_ratio.max(axis=1)
+    log_ratio -= shift[:, None]
+    np.maximum(log_ratio, _THREE_CLASS_EXP_FLOOR, out=log_ratio)
+    weight = np.exp(log_ratio, out=log_ratio)
+    mass = weight.sum(axis=1)
+    weight /= mass[:, None]
+    log_z = shift + np.log(mass)
+    if len(kernels) > 1:
+        g_mean = np.matmul(g.transpose(1, 0, 2), weight[:, :, None])[..., 0]  # (b, 2)
+        g -= g_mean.T[:, :, None]
+        weighted = g * weight
+        g_cov = np.matmul(weighted.transpose(1, 0, 2), g.transpose(1, 2, 0))
+        return log_z, None, None, g_mean, g_cov
+    per_total = weight / total
+    expected = np.matmul(f.transpose(1, 0, 2), per_total[:, :, None])[..., 0]  # E[p], (b, 3)
+    per_total /= total
+    scaled = f * per_total
+    second = np.matmul(scaled.transpose(1, 0, 2), f.transpose(1, 2, 0))  # E[p pᵀ]
+    return log_z, expected, second, None, None
+
+
 def _three_class_direct(t_mean, t_cov, cav_prec, cav_lin):
     """:func:`_direct` at three classes (K − 1 = 2), row by row on Python floats: the
     tilted covariance's inverse by its adjugate where it is positive definite (its trace
@@ -1225,12 +1344,39 @@ def _three_class_inverses(matrices):
     return np.array(out).reshape(-1, 2, 2)
 
 
-def _three_class_positive(matrices) -> bool:
-    """Whether every 2 × 2 matrix (m, 2, 2) is positive definite, by its symmetric part's
-    Cholesky pivots on Python floats (:func:`_row_psd`'s test)."""
-    return all(
-        _positive_2x2(a00, 0.5 * (a01 + a10), a11) for (a00, a01), (a10, a11) in matrices.tolist()
-    )
+def _three_class_psd(lam: np.ndarray) -> np.ndarray | None:
+    """:func:`_row_psd` of 2 × 2 sites (m, 2, 2) on Python floats: each row kept as it is
+    where its symmetric part is positive definite (its Cholesky pivots) or has no negative
+    eigenvalue, else replaced by the projection of its symmetric part on the PSD cone
+    (its negative eigenvalue set to 0: the larger one's λ v vᵀ, or 0), the eigenvalues and
+    vector in closed form. ``lam`` itself where no row changes; None where a value is not
+    finite (numpy's projection decides there). Round-off apart, :func:`_row_psd`'s sites
+    (the one-row path's: its eigendecompositions cost a call ~50 µs)."""
+    rows = lam.tolist()
+    changed = {}
+    for i, ((a00, a01), (a10, a11)) in enumerate(rows):
+        off = 0.5 * (a01 + a10)
+        if _positive_2x2(a00, off, a11):
+            continue
+        if not math.isfinite(a00 + off + a11):
+            return None
+        mean, half = 0.5 * (a00 + a11), 0.5 * (a00 - a11)
+        radius = math.hypot(half, off)
+        if mean - radius >= 0.0:  # positive semidefinite: kept, as numpy's eigenvalues
+            continue
+        top = mean + radius
+        if top <= 0.0:
+            changed[i] = ((0.0, 0.0), (0.0, 0.0))
+            continue
+        angle = 0.5 * math.atan2(off, half)  # the larger eigenvalue's eigenvector
+        c, s = math.cos(angle), math.sin(angle)
+        changed[i] = ((top * c * c, top * c * s), (top * c * s, top * s * s))
+    if not changed:
+        return lam
+    out = lam.copy()
+    for i, block in changed.items():
+        out[i] = block
+    return out
 
 
 def _positive_2x2(a00: float, a01: float, a11: float) -> bool:
