@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import EarlyCluster
 
 da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -30,19 +31,17 @@ from vsbayes.models.dask_chunks import DaskChunks, _active_client  # noqa: E402
 RTOL = 1e-8
 
 
+# Started (its workers importing vsbayes) while the tests before this module run, and
+# stopped while the tests after it run: see EarlyCluster.
+CLUSTER_CLIENT = EarlyCluster("cluster_client")
+
+
 @pytest.fixture(scope="module")
 def cluster_client():
-    # Worker processes: the chunks' objects and the tasks go through pickling, as on a
-    # real cluster. (Spawned, not forked: forked from the suite's process, whose other
-    # threads may hold locks, a worker hung at its start.) One cluster for the module, not
-    # the default client: only the tests that ask for `client` compute on it.
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster, set_as_default=False) as client,
-    ):
-        yield client
+    # One cluster for the module, not the default client: only the tests that ask for
+    # `client` (or `compute_on(CLUSTER)`) compute on it.
+    yield CLUSTER_CLIENT.client()
+    CLUSTER_CLIENT.close_soon()
 
 
 @pytest.fixture
