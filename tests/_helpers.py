@@ -277,4 +277,4 @@ class EarlyCluster:
             self._stopped = True
         self.close_soon()
         if self._closing is not None:
-            self._closing.join(self.timeout)
+            self._closing.join(60.0)

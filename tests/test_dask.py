@@ -62,13 +62,16 @@ CLUSTER, LOCAL = "cluster", "local"
 
 
 @pytest.fixture
-def compute_on(cluster_client):
+def compute_on(request):
     """``compute_on(CLUSTER)``: a context computing on the module's cluster;
-    ``compute_on(LOCAL)``: on dask's local scheduler."""
+    ``compute_on(LOCAL)``: on dask's local scheduler (the cluster not asked for: a
+    selection of local tests alone starts none)."""
 
     def context(where):
         assert where in (CLUSTER, LOCAL)
-        return cluster_client.as_current() if where == CLUSTER else contextlib.nullcontext()
+        if where == LOCAL:
+            return contextlib.nullcontext()
+        return request.getfixturevalue("cluster_client").as_current()
 
     return context
 
