@@ -193,3 +193,88 @@ class EarlySubprocess:
                 self._process.wait()
             if self.scratch is not None:
                 shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _import_vsbayes() -> None:
+    import vsbayes  # noqa: F401
+
+
+class EarlyCluster:
+    """A ``distributed`` LocalCluster (two single-threaded worker processes) and a client of
+    it (not the default one), started like an :class:`EarlySubprocess` for the fixture
+    ``name`` (in turn with them, by tests/conftest.py), its workers then importing vsbayes
+    (each ~1.5 s of CPU): on the other core while the tests before its own run. The module
+    using it takes :meth:`client` (started now if its turn has not come) and, once done,
+    :meth:`close_soon`: the workers stop in the background (~2 s) while later tests run;
+    :meth:`stop`, at the session's end, waits for that."""
+
+    def __init__(self, name: str, timeout: float = 300.0):
+        self.name, self.timeout = name, timeout
+        self.items: Sequence = ()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closing: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._cluster = self._client = None
+        self._error: BaseException | None = None
+        self._stopped = False
+        EARLY_SUBPROCESSES[name] = self  # conftest.py starts it with them
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._stopped:
+                return
+            self._thread = threading.Thread(target=self._start, daemon=True)
+            self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            import distributed
+
+            # Worker processes: the chunks' objects and the tasks go through pickling, as
+            # on a real cluster. (Spawned, not forked: forked from the suite's process,
+            # whose other threads may hold locks, a worker hung at its start.)
+            self._cluster = distributed.LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            )
+            self._client = distributed.Client(self._cluster, set_as_default=False)
+            self._client.run(_import_vsbayes)
+        except BaseException as error:  # raised again in the test's process by client()
+            self._error = error
+        finally:
+            self._ready.set()
+
+    def wait(self) -> None:
+        """Until the cluster is up and its workers have imported vsbayes (or failed)."""
+        if self._thread is not None:
+            self._ready.wait(self.timeout)
+
+    def client(self):
+        """The cluster's client (the cluster started now if it was not)."""
+        self.start()
+        if not self._ready.wait(self.timeout):
+            raise TimeoutError(f"the LocalCluster did not start within {self.timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._client
+
+    def close_soon(self) -> None:
+        """Close the client and the cluster in the background."""
+        with self._lock:
+            if self._closing is None and self._thread is not None:
+                self._closing = threading.Thread(target=self._close, daemon=True)
+                self._closing.start()
+
+    def _close(self) -> None:
+        self._ready.wait(self.timeout)
+        for each in (self._client, self._cluster):
+            if each is not None:
+                each.close()
+
+    def stop(self) -> None:
+        """Never start; close the cluster if it is up, and wait until it is closed."""
+        with self._lock:
+            self._stopped = True
+        self.close_soon()
+        if self._closing is not None:
+            self._closing.join(60.0)

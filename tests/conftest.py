@@ -69,8 +69,9 @@ def small_data():
 
 def pytest_collection_finish(session):
     """Start the subprocesses of the selected tests that run one (the CLI's launch, the docs
-    build, the examples, the memory fuzz: ~25 s of CPU) in the order their tests come, one
-    at a time, to run on the other core while the tests before theirs run here."""
+    build, the examples, the memory fuzz: ~25 s of CPU), and the dask tests' cluster, in the
+    order their tests come, one at a time, to run on the other core while the tests before
+    theirs run here."""
     if session.config.option.collectonly:
         return
     wanted: dict[str, list] = {}  # in the order of each one's first test

@@ -46,11 +46,14 @@ def test_is_is_within_its_standard_error_and_behind_vs(problem):
 def test_bmc_is_finite_and_improves_with_n(problem):
     link, X, y, truth = problem
     errors = {}
-    for n in (64, 1024):
+    # 512 points, not 1024 (the Gaussian process's cubic cost: 2.2 s of the suite): the
+    # medians over the 20 seeds fall 8x (logistic: 0.009 -> 0.0012) and 13x (probit) from
+    # 64 points, the largest error at 512 below the median at 64.
+    for n in (64, 512):
         found = fits(BMC[link], X, y, n_samples=n)
         assert all(np.isfinite(f.log_Z) and np.all(np.isfinite(f.cov)) for f in found)
         errors[n] = np.median([vsbayes.excess_kl(truth, f) for f in found])
-    assert errors[1024] < errors[64]
+    assert errors[512] < errors[64]
 
 
 def test_vb_mean_is_close_and_its_evidence_a_lower_bound(small_data):

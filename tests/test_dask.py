@@ -1,10 +1,12 @@
 """Dask arrays as data: fits over row chunks on a LocalCluster equal the in-memory fits."""
 
+import contextlib
 import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import EarlyCluster
 
 da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -29,19 +31,17 @@ from vsbayes.models.dask_chunks import DaskChunks, _active_client  # noqa: E402
 RTOL = 1e-8
 
 
+# Started (its workers importing vsbayes) while the tests before this module run, and
+# stopped while the tests after it run: see EarlyCluster.
+CLUSTER_CLIENT = EarlyCluster("cluster_client")
+
+
 @pytest.fixture(scope="module")
 def cluster_client():
-    # Worker processes: the chunks' objects and the tasks go through pickling, as on a
-    # real cluster. (Spawned, not forked: forked from the suite's process, whose other
-    # threads may hold locks, a worker hung at its start.) One cluster for the module, not
-    # the default client: only the tests that ask for `client` compute on it.
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster, set_as_default=False) as client,
-    ):
-        yield client
+    # One cluster for the module, not the default client: only the tests that ask for
+    # `client` (or `compute_on(CLUSTER)`) compute on it.
+    yield CLUSTER_CLIENT.client()
+    CLUSTER_CLIENT.close_soon()
 
 
 @pytest.fixture
@@ -50,6 +50,34 @@ def client(cluster_client):
     the other tests run on dask's local scheduler."""
     with cluster_client.as_current():
         yield cluster_client
+
+
+# Where a parametrized fit computes. A fit over chunks does the same sums on dask's local
+# scheduler as on the cluster (vsbayes.models.dask_chunks: the chunks' objects in this
+# process instead of on the workers); what only the cluster tests is the transport (the
+# chunks' objects built on the workers, the functions and arguments pickled, large ones
+# scattered). Each kind of work sent to the workers keeps one fit on the cluster; the other
+# fits of the same work run locally, ~0.05 s instead of ~0.7 s (a round trip per pass).
+CLUSTER, LOCAL = "cluster", "local"
+
+
+@pytest.fixture
+def compute_on(request):
+    """``compute_on(CLUSTER)``: a context computing on the module's cluster;
+    ``compute_on(LOCAL)``: on dask's local scheduler (the cluster not asked for: a
+    selection of local tests alone starts none)."""
+
+    def context(where):
+        assert where in (CLUSTER, LOCAL)
+        if where == LOCAL:
+            return contextlib.nullcontext()
+        return request.getfixturevalue("cluster_client").as_current()
+
+    return context
+
+
+def on(where, estimator):
+    return pytest.param(estimator, where, id=f"{type(estimator).__name__}-{where}")
 
 
 @pytest.fixture(scope="module")
@@ -74,23 +102,29 @@ def assert_same_posterior(a, b):
 
 
 @pytest.mark.parametrize(
-    "estimator",
+    ("estimator", "where"),
     [
-        LaplaceLogisticRegression(),
-        LaplaceProbitRegression(C=0.5, fit_intercept=False),
-        VSLogisticRegression(random_state=0),
-        # With dask input the kernel is Laplace's (EP needs the rows in memory).
-        VSProbitRegression(strategy="global", kernel="laplace", n_samples=300, random_state=1),
-        ISProbitRegression(kernel="laplace", n_samples=2000, random_state=2),
-        BMCLogisticRegression(kernel="laplace", n_samples=200, random_state=3),
+        # Newton's passes over the chunks, logistic.
+        on(CLUSTER, LaplaceLogisticRegression()),
+        on(LOCAL, LaplaceProbitRegression(C=0.5, fit_intercept=False)),
+        on(LOCAL, VSLogisticRegression(random_state=0)),
+        # With dask input the kernel is Laplace's (EP needs the rows in memory). On the
+        # cluster: Newton's passes, probit, then the points' log densities (the points
+        # scattered to the workers).
+        on(
+            CLUSTER,
+            VSProbitRegression(strategy="global", kernel="laplace", n_samples=300, random_state=1),
+        ),
+        on(LOCAL, ISProbitRegression(kernel="laplace", n_samples=2000, random_state=2)),
+        on(LOCAL, BMCLogisticRegression(kernel="laplace", n_samples=200, random_state=3)),
     ],
-    ids=type,
 )
-def test_fit_on_a_cluster_equals_the_in_memory_fit(client, data, estimator):
+def test_fit_on_a_cluster_equals_the_in_memory_fit(compute_on, data, estimator, where):
     X, y, weights = data
     local = estimator.__sklearn_clone__().fit(X, y, sample_weight=weights)
     Xd, yd, wd = as_dask(X, y, weights)
-    chunked = estimator.__sklearn_clone__().fit(Xd, yd, sample_weight=wd)
+    with compute_on(where):
+        chunked = estimator.__sklearn_clone__().fit(Xd, yd, sample_weight=wd)
     assert_same_posterior(local, chunked)
     assert chunked.n_features_in_ == X.shape[1]
     if hasattr(chunked, "strategy_"):  # the default: Gaussian enough, the Laplace shortcut
@@ -105,20 +139,22 @@ EP_RTOL = 1e-7
 
 
 @pytest.mark.parametrize(
-    "estimator",
+    ("estimator", "where"),
     [
-        EPLogisticRegression(),
-        EPProbitRegression(C=0.5),
-        VBLogisticRegression(),
-        VSLogisticRegression(strategy="sites"),
-        ISProbitRegression(n_samples=2000, random_state=2),  # EP's kernel
+        on(CLUSTER, EPLogisticRegression()),  # EP's sweeps over the chunks
+        on(LOCAL, EPProbitRegression(C=0.5)),
+        on(CLUSTER, VBLogisticRegression()),  # VB's updates over the chunks
+        on(CLUSTER, VSLogisticRegression(strategy="sites")),  # the sites' VS fits
+        on(LOCAL, ISProbitRegression(n_samples=2000, random_state=2)),  # EP's kernel
     ],
-    ids=type,
 )
-def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(client, data, estimator):
+def test_site_updates_over_chunks_reach_the_in_memory_fixed_point(
+    compute_on, data, estimator, where
+):
     X, y, weights = data
     local = estimator.__sklearn_clone__().fit(X, y, sample_weight=weights)
-    chunked = estimator.__sklearn_clone__().fit(*as_dask(X, y, weights))
+    with compute_on(where):
+        chunked = estimator.__sklearn_clone__().fit(*as_dask(X, y, weights))
     np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=EP_RTOL)
     np.testing.assert_allclose(chunked.sigma_, local.sigma_, rtol=EP_RTOL, atol=1e-12)
     np.testing.assert_allclose(
@@ -202,7 +238,9 @@ def test_reads_needing_rows_in_memory_refuse_dask_input(name, args):
         getattr(model, name)(Xd, *(yd for _ in args))
 
 
-def test_three_classes_one_vs_rest_and_balanced_weights(client):
+def test_three_classes_one_vs_rest_and_balanced_weights():
+    # On dask's local scheduler: one-vs-rest runs the binary fits, whose passes over the
+    # chunks test_fit_on_a_cluster_equals_the_in_memory_fit sends to a cluster.
     rng = np.random.default_rng(1)
     X = rng.normal(size=(900, 3))
     y = np.array(["a", "b", "c"])[np.argmax(X @ rng.normal(size=(3, 3)), axis=1)]
@@ -217,16 +255,21 @@ def test_three_classes_one_vs_rest_and_balanced_weights(client):
 # Over dask chunks the multinomial global fit samples from the Laplace kernel (no
 # multinomial EP there): the in-memory fit is asked for it too.
 @pytest.mark.parametrize(
-    "estimator",
-    [LaplaceLogisticRegression(C=0.5), VSLogisticRegression(kernel="laplace", random_state=0)],
-    ids=type,
+    ("estimator", "where"),
+    [
+        on(LOCAL, LaplaceLogisticRegression(C=0.5)),
+        # On the cluster: Newton's passes over the multinomial chunks, then the points' log
+        # densities.
+        on(CLUSTER, VSLogisticRegression(kernel="laplace", random_state=0)),
+    ],
 )
-def test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit(client, estimator):
+def test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit(compute_on, estimator, where):
     rng = np.random.default_rng(2)
     X = rng.normal(size=(1200, 2))
     y = np.argmax(X @ rng.normal(size=(2, 3)) + rng.gumbel(size=(1200, 3)), axis=1)
     local = estimator.__sklearn_clone__().fit(X, y)
-    chunked = estimator.__sklearn_clone__().fit(*as_dask(X, y, chunk=500))
+    with compute_on(where):
+        chunked = estimator.__sklearn_clone__().fit(*as_dask(X, y, chunk=500))
     # Along a common shift of the classes the posterior is its prior (variance 1e6/3 for
     # the intercepts), which the round-off of the Hessian's null direction moves (1e-9 of
     # the intercepts' mean, 1e-7 relative of their variance): compare the centred
@@ -247,7 +290,9 @@ def test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit(client, estimator
     )
 
 
-def test_multinomial_ep_over_chunks_is_named_as_not_implemented(client):
+def test_multinomial_ep_over_chunks_is_named_as_not_implemented():
+    # On dask's local scheduler: the multinomial passes over the chunks go to a cluster in
+    # test_multinomial_fit_on_a_cluster_equals_the_in_memory_fit.
     rng = np.random.default_rng(2)
     X = rng.normal(size=(600, 2))
     y = np.argmax(X @ rng.normal(size=(2, 3)) + rng.gumbel(size=(600, 3)), axis=1)
@@ -262,16 +307,21 @@ def test_multinomial_ep_over_chunks_is_named_as_not_implemented(client):
     np.testing.assert_allclose(chunked.coef_, local.coef_, rtol=1e-6)
 
 
-def test_sparse_chunks_equal_dense(client, data):
+def test_sparse_chunks_equal_dense(compute_on, data):
     X, y, _ = data
     X = np.where(np.abs(X) > 1.0, X, 0.0)
     Xd, yd = as_dask(X, y)
+    # The dense chunks on dask's local scheduler (the same sums as on the cluster: see
+    # compute_on), the sparse ones on the cluster.
     dense = LaplaceLogisticRegression().fit(Xd, yd)
-    sparse = LaplaceLogisticRegression().fit(Xd.map_blocks(sp.csr_matrix), yd)
+    with compute_on(CLUSTER):
+        sparse = LaplaceLogisticRegression().fit(Xd.map_blocks(sp.csr_matrix), yd)
     assert_same_posterior(dense, sparse)
 
 
-def test_dask_dataframes_are_taken_with_their_column_names(client, data):
+def test_dask_dataframes_are_taken_with_their_column_names(data):
+    # On dask's local scheduler: the frames become row-chunked arrays, whose passes go to a
+    # cluster in test_fit_on_a_cluster_equals_the_in_memory_fit.
     dd = pytest.importorskip("dask.dataframe", reason="dask DataFrames need pandas and pyarrow")
     pd = pytest.importorskip("pandas")
     X, y, weights = data

@@ -3,6 +3,7 @@ and no module imports itself through others: not even inside a function, where a
 imports fine until a caller finds the half-initialized module."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,19 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def _parsed(source: str) -> ast.Module:
+    """The syntax tree of a source text, parsed once: each module's imports are read by its
+    own test and again by the import graph's (keyed by the text, so never a stale tree)."""
+    return ast.parse(source)
+
+
 def _imports(path: Path, package: Path = PACKAGE):
     """``(module, names)`` of every import statement in the file, at any depth (inside
     functions too), with relative imports made absolute."""
     name = module_name(path, package)
     parent = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path.read_text())):
         if isinstance(node, ast.Import):
             yield from ((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

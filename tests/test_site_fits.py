@@ -67,21 +67,24 @@ def test_vs_tilted_moments_match_quadrature(link, power):
     mean = np.tile(np.array([-40.0, -4, -1, 0, 0.5, 2, 6, 40, -0.3]), 19) * np.sqrt(var)
     mean = np.clip(mean, -300, 300)
     f = get_link(link)
-    log_z, t_mean, t_var = vs_tilted_moments(f, mean, var, power)
-    ref_log_z, ref_mean, ref_var = quadrature_tilted_moments(f, mean, var, power)
-    # The quadrature itself loses digits for v ≳ 1e5 (node cap): compare below that.
+    # The quadrature itself loses digits for v ≳ 1e5 (node cap): compare below that, and
+    # compute the reference only there (the vague cavities' many nodes, shared by the
+    # sites of a block, were up to 3/4 of its cost; the reference moves by 4e-14).
     # Measured: at most 2e-10, 1.4e-9 and 4e-9.
     ok = var < 1e5
-    assert np.abs(log_z - ref_log_z)[ok].max() < 3e-8
-    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var))[ok].max() < 3e-8
-    assert np.abs(t_var / ref_var - 1)[ok].max() < 3e-8
+    ref_log_z, ref_mean, ref_var = quadrature_tilted_moments(f, mean[ok], var[ok], power)
+    log_z, t_mean, t_var = (a[ok] for a in vs_tilted_moments(f, mean, var, power))
+    assert np.abs(log_z - ref_log_z).max() < 3e-8
+    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var)).max() < 3e-8
+    assert np.abs(t_var / ref_var - 1).max() < 3e-8
     # "fast": the logistic's mixture of probits where Z ≥ 1e-2 and the power is 1 (VS on
     # the others; probit: its closed form). Measured: 1.8e-8, 8e-10, 4e-9 (3e-7 bounds the
     # variance over v up to 1e4 at Z ≥ 1e-2: see tilted._MIXTURE_MIN_Z).
-    log_z, t_mean, t_var = f.tilted_moments(mean, var, power, method="fast")
-    assert np.abs(log_z - ref_log_z)[ok].max() < 1e-7
-    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var))[ok].max() < 1e-7
-    assert np.abs(t_var / ref_var - 1)[ok].max() < 3e-7
+    fast = f.tilted_moments(mean, var, power, method="fast")
+    log_z, t_mean, t_var = (a[ok] for a in fast)
+    assert np.abs(log_z - ref_log_z).max() < 1e-7
+    assert (np.abs(t_mean - ref_mean) / np.sqrt(ref_var)).max() < 1e-7
+    assert np.abs(t_var / ref_var - 1).max() < 3e-7
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])
