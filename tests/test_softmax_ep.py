@@ -18,6 +18,8 @@ from vsbayes.sampling.rules import symmetric_sobol_nodes
 
 ep_module = importlib.import_module("vsbayes.approximations.softmax_ep")
 sites_module = importlib.import_module("vsbayes.approximations.softmax_sites")
+three_class = importlib.import_module("vsbayes.approximations._three_class_sites")
+tilted_rule = importlib.import_module("vsbayes.approximations._tilted_rule")
 
 
 def problem(seed, m=40, d=2, k=3, weights=None, C=1.0):
@@ -658,9 +660,9 @@ def test_three_class_block_is_the_general_tilted_block():
         )
         near = kernel(_spd_2x2(rng, m, np.ones(m)), rng.normal(size=(m, 2)))
         labels, power = rng.integers(0, 3, m), rng.uniform(0.3, 1.0, m)
-        nodes = sites_module._rule_nodes(None, 2, level)
+        nodes = tilted_rule._rule_nodes(None, 2, level)
         for kernels in ([cavity], [near, cavity]):
-            ours = sites_module._three_class_block(q, labels, kernels, power, level)
+            ours = three_class._three_class_block(q, labels, kernels, power, level)
             theirs = sites_module._tilted_block(q, labels, kernels, power, *nodes)
             for a, b in zip(ours, theirs, strict=True):
                 assert (a is None) == (b is None)
@@ -684,7 +686,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         prec = np.linalg.inv(cov_in)
         prec = 0.5 * (prec + np.swapaxes(prec, 1, 2))
         lin = 3.0 * rng.standard_normal((m, 2))
-        cov, chol, mean, log_det_half, top = sites_module._three_class_cavities(prec, lin)
+        cov, chol, mean, log_det_half, top = three_class._three_class_cavities(prec, lin)
         general = np.linalg.inv(prec)
         general = 0.5 * (general + np.swapaxes(general, 1, 2))
         lower = np.linalg.cholesky(general)
@@ -695,21 +697,21 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         diagonal = np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
         np.testing.assert_allclose(log_det_half, diagonal, **close)
         np.testing.assert_allclose(top, np.linalg.eigvalsh(general)[:, -1], rtol=1e-12)
-        inverses = sites_module._three_class_inverses(cov_in)
+        inverses = three_class._three_class_inverses(cov_in)
         np.testing.assert_allclose(inverses, prec, rtol=1e-12, atol=1e-12 * np.abs(prec).max())
-        roots, root_inverses, log_dets = sites_module._three_class_factors(cov_in)
+        roots, root_inverses, log_dets = three_class._three_class_factors(cov_in)
         np.testing.assert_allclose(roots, np.linalg.cholesky(cov_in), **close)
         np.testing.assert_allclose(root_inverses, np.linalg.inv(roots), **close)
         diagonal = np.log(np.diagonal(np.linalg.cholesky(cov_in), axis1=1, axis2=2)).sum(axis=1)
         np.testing.assert_allclose(log_dets, diagonal, **close)
         # the PSD projection: positive definite sites kept as they are (the same array),
         # indefinite and negative definite ones projected as _row_psd's eigendecompositions
-        assert sites_module._three_class_psd(cov_in) is cov_in
+        assert three_class._three_class_psd(cov_in) is cov_in
         shifted = cov_in - rng.uniform(0.0, 2.0, (m, 1, 1)) * scales[:, None, None]
         shifted[0] = -cov_in[0]  # negative definite: 0
         shifted[:, 0, 1] += 1e-3 * scales  # (not symmetric: its symmetric part's)
         general = sites_module._row_psd(shifted)
-        ours = sites_module._three_class_psd(shifted)
+        ours = three_class._three_class_psd(shifted)
         np.testing.assert_allclose(ours, general, rtol=1e-12, atol=1e-12 * scales.max())
         assert not ours[0].any()
         # Stein's match from tilted expectations of p (a random discrete tilted density)
@@ -719,7 +721,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         second = np.einsum("mn,mnk,mnl->mkl", w, p, p)
         labels, power = rng.integers(0, 3, m), rng.uniform(0.3, 1.0, m)
         args = (q, labels, expected, second, power, general, mean, prec, lower)
-        lam, eta, fine, narrowed = sites_module._three_class_matched(*args)
+        lam, eta, fine, narrowed = three_class._three_class_matched(*args)
         lam_ref, eta_ref, fine_ref, narrowed_ref = sites_module._row_matched(*args)
         assert np.array_equal(fine, fine_ref) and np.array_equal(narrowed, narrowed_ref)
         np.testing.assert_allclose(lam, lam_ref, rtol=1e-12, atol=1e-12 * np.abs(lam_ref).max())
@@ -727,7 +729,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         t_cov = _spd_2x2(rng, m, scales)
         t_cov[0] = [[1.0, 2.0], [2.0, 1.0]]  # indefinite: not proper
         t_mean = rng.standard_normal((m, 2))
-        direct = sites_module._three_class_direct(t_mean, t_cov, prec, lin)
+        direct = three_class._three_class_direct(t_mean, t_cov, prec, lin)
         reference = sites_module._direct(t_mean, t_cov, prec, lin)
         assert np.array_equal(direct[2], reference[2]) and not direct[2][0]
         for ours, theirs in zip(direct[:2], reference[:2], strict=True):

@@ -82,6 +82,8 @@ from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
 from ._threads import blas_policy
+from ._three_class_sites import _three_class_inverses, _three_class_psd
+from ._tilted_rule import _n_levels, _rule_size
 from .expectation_propagation import (
     DEFAULT_DAMPING,
     EPResult,
@@ -105,7 +107,6 @@ from .softmax_sites import (
     _few_tilted_sites,
     _laplace_sites,
     _many_classes,
-    _n_levels,
     _new_sites,
     _node_bytes,
     _OneRow,
@@ -113,11 +114,8 @@ from .softmax_sites import (
     _psd,
     _row_psd,
     _RowState,
-    _rule_size,
     _rules,
     _sites,
-    _three_class_inverses,
-    _three_class_psd,
     _whitened_norms,
     _wide_rows,
 )
