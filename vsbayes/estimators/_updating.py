@@ -448,13 +448,36 @@ class BayesianUpdating:
         structured = _structured_stream(self, X, problems, weights, carried)
         if not structured and self.max_iter != 0:
             refuse_forced_structure(type(self).__name__, *_why_dense_stream(problems))
-        if not structured and n_rows == 1 and buffer is None and size > 1:
+        # Laplace's batches of several rows (binary, one-vs-rest) join its window of sites:
+        # refitted jointly with its rows, which leave it by how well their sites fit.
+        mode_window = (
+            not structured
+            and n_rows > 1
+            and buffer is None
+            and size > 1
+            and problems[0][1] is None
+            and self.max_iter != 0
+            and self._one_row_rule() == "mode"
+        )
+        if mode_window:
+            method = self._new_posterior_method()
+            fits, revised, window_evidence = self._window_batch_fits(
+                method, X, problems, weights, carried, window, keep, self._random_generator()
+            )
+            # The running evidence: the window's rows' term under the frozen part is
+            # replaced by the joint fit's evidence of them and the batch.
+            evidence_before = evidence_before - (
+                window_evidence[0] if len(problems) == 1 else window_evidence
+            )
+        elif not structured and n_rows == 1 and buffer is None and size > 1:
             fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
             if fits is None and problems[0][1] is not None:  # its own row's update alone
                 fits = self._one_row_fits(X, problems, weights, carried)
         elif not (structured or refit):
             fits = self._one_row_fits(X, problems, weights, carried)
-        if fits is not None:  # the method's class holds what _store asks of it
+        if mode_window:
+            pass
+        elif fits is not None:  # the method's class holds what _store asks of it
             method = self._posterior_method
         else:
             method = self._new_posterior_method()
@@ -639,10 +662,88 @@ class BayesianUpdating:
                 posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
             fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
         self._report(fits)
+        size = int(self.buffer_size)
+        drop = None
+        if rule == "mode" and window.n_rows + 1 > size:
+            # Laplace's sites are expansions at a mode: the row leaving is the one whose
+            # site is closest to its likelihood over the posterior (see taylor_errors).
+            rows = np.concatenate([window.rows, row[None, :]])
+            powers = np.append(window.powers, weight)
+            errors = sum(
+                taylor_errors(
+                    np.append(window.labels[j], signs[j])[:, None] * rows,
+                    powers,
+                    fit.posterior.mean,
+                    fit.posterior.cov,
+                    link,
+                )
+                for j, fit in enumerate(fits)
+            )
+            drop = int(np.argmin(errors))
         window = window.stepped(
-            chosen, (revised_tau, revised_nu), row, signs, weight, new_sites, int(self.buffer_size)
+            chosen, (revised_tau, revised_nu), row, signs, weight, new_sites, size, drop
         )
         return fits, window
+
+    def _window_batch_fits(self, method, X, problems, weights, carried, window, keep, rng):
+        """``(fits, window, evidence_window)`` of a Laplace batch of several rows in a
+        binary (or one-vs-rest) stream: the joint Laplace fit of the window's rows and the
+        batch under the posterior without the window's sites (its frozen part), each row's
+        site then its Taylor expansion at the joint mode, and the window keeping the
+        ``buffer_size`` rows whose sites are the least accurate (:func:`taylor_errors`);
+        the others' sites stay in the posterior, expanded where the joint mode is now.
+        ``evidence_window``: each problem's Laplace evidence of the window's rows under
+        the frozen part before the call (the running evidence's term the fit replaces)."""
+        size = int(self.buffer_size)
+        rows = X.toarray() if sp.issparse(X) else np.asarray(X)
+        if self.fit_intercept:
+            rows = np.column_stack([rows, np.ones(rows.shape[0])])
+        p = rows.shape[1]
+        if window is None or not window.fits(p, None):
+            window = _SiteWindow.empty(p, len(problems))
+        window = window.forgotten(keep)
+        check_memory(
+            8.0 * (window.n_rows + rows.shape[0]) * p * 3,
+            f"the Laplace window's {window.n_rows} rows and this batch's {rows.shape[0]}, "
+            f"dense, with their latent moments",
+            "Pass the stream in smaller batches, or lower buffer_size.",
+        )
+        joined = np.concatenate([window.rows, rows])
+        design = joined[:, :-1] if self.fit_intercept else joined
+        powers = np.concatenate([window.powers, weights])
+        link = get_link(self._link)
+        binary = len(problems) == 1
+        fits, evidence_window, all_signs, tau, nu = [], [], [], [], []
+        errors = np.zeros(joined.shape[0])
+        for j, ((labels, _), prior) in enumerate(zip(problems, carried, strict=True)):
+            signs = np.concatenate([window.labels[j], labels])
+            frozen, evidence = _frozen_part(prior, window, j, link)
+            fit = self._fit_problem(
+                method, design, signs, None, powers, rng, None, None, frozen, binary=binary
+            )
+            posterior = fit.posterior
+            signed = signs[:, None] * joined
+            latent = signed @ posterior.mean
+            slope, curvature = link.derivatives(latent)
+            tau.append(powers * curvature)
+            nu.append(tau[-1] * latent + powers * slope)
+            errors += taylor_errors(signed, powers, posterior.mean, posterior.cov, link)
+            fits.append(fit)
+            evidence_window.append(evidence)
+            all_signs.append(signs)
+        # The rows with the largest errors stay (among equals, the later ones).
+        kept = np.sort(np.argsort(errors, kind="stable")[max(joined.shape[0] - size, 0) :])
+        calls = window.calls + 1
+        window = _SiteWindow(
+            joined[kept],
+            np.array(all_signs)[:, kept],
+            powers[kept],
+            np.array(tau)[:, kept],
+            np.array(nu)[:, kept],
+            np.full(kept.size, calls, dtype=np.int64),
+            calls,
+        )
+        return fits, window, np.array(evidence_window)
 
     def _window_softmax_row_fits(self, row, label, n_classes, weight, rule, prior, window, keep):
         """:meth:`_window_row_fits` of a multinomial row: its (K − 1)-dimensional site and
@@ -959,12 +1060,17 @@ class _SiteWindow:
         order = np.argsort(self.visited, kind="stable")
         return np.sort(order[:count])
 
-    def stepped(self, chosen, revised, row, labels, weight: float, site, size: int) -> _SiteWindow:
+    def stepped(
+        self, chosen, revised, row, labels, weight: float, site, size: int, drop=None
+    ) -> _SiteWindow:
         """This window after a call: the ``chosen`` rows' sites ``revised`` = (τ, ν) (per
         problem, in ``chosen``'s order), then the new row (its site ``site[0]`` = τ,
-        ``site[1]`` = ν per problem) appended and the oldest dropped beyond ``size`` rows:
-        its site stays in the posterior as it is (revised, if it was chosen). Each array
-        built once (a one-row call's fixed cost is mostly such small steps)."""
+        ``site[1]`` = ν per problem) appended and, beyond ``size`` rows, the oldest
+        dropped, or the row ``drop`` (its index among these rows, the new row last): its
+        site stays in the posterior as it is (revised, if it was chosen). Each array built
+        once (a one-row call's fixed cost is mostly such small steps)."""
+        if drop is not None and self.n_rows + 1 > size:
+            return self._dropped(chosen, revised, row, labels, weight, site, int(drop))
         start = max(self.n_rows + 1 - size, 0)
         calls = self.calls + 1
         tau = np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1)
@@ -980,6 +1086,24 @@ class _SiteWindow:
             tau,
             nu,
             visited,
+            calls,
+        )
+
+    def _dropped(self, chosen, revised, row, labels, weight, site, drop: int) -> _SiteWindow:
+        """:meth:`stepped` of a full window whose row ``drop`` leaves (not the oldest)."""
+        calls = self.calls + 1
+        tau = np.concatenate([self.tau, site[0][:, None]], axis=1)
+        nu = np.concatenate([self.nu, site[1][:, None]], axis=1)
+        visited = np.append(self.visited, calls)
+        tau[:, chosen], nu[:, chosen], visited[chosen] = revised[0], revised[1], calls
+        kept = np.arange(self.n_rows + 1) != drop
+        return _SiteWindow(
+            np.concatenate([self.rows, row[None, :]])[kept],
+            np.concatenate([self.labels, labels[:, None]], axis=1)[:, kept],
+            np.append(self.powers, weight)[kept],
+            tau[:, kept],
+            nu[:, kept],
+            visited[kept],
             calls,
         )
 
@@ -1007,6 +1131,54 @@ def _row_mode_result(mean, cov, prior, row, weight, site, log_z, link) -> Laplac
         grad_norm=abs(grad) * float(np.linalg.norm(row)),
         log_density_at_mode=at_mode,
     )
+
+
+#: The probabilists' Gauss–Hermite rule of :func:`taylor_errors` (weights summing to 1).
+_ERROR_NODES, _ERROR_WEIGHTS = np.polynomial.hermite_e.hermegauss(16)
+_ERROR_WEIGHTS = _ERROR_WEIGHTS / _ERROR_WEIGHTS.sum()
+
+
+def taylor_errors(signed_rows, powers, mean, cov, link) -> np.ndarray:
+    """How far each row's Laplace site is from its likelihood where the posterior puts the
+    row: ``E |s log F(t) − q(t)|`` over the latent's marginal ``t ~ N(m, v)`` under
+    N(``mean``, ``cov``), ``q`` the quadratic Taylor expansion of ``s log F`` at ``m`` (the
+    site a Laplace fit gives the row at that mode) and ``s`` its power (a 16-point
+    Gauss–Hermite rule). A Laplace stream's window keeps the rows where this is largest:
+    a row whose site is frozen is expanded where the posterior was then, and its error
+    when the mode later moves within the posterior's spread is what this measures (the
+    log-likelihood's third and higher derivatives over the latent's standard deviation;
+    negligible for a row far from the boundary, whose curvature has died out, and for
+    one the posterior pins down)."""
+    latent_mean = signed_rows @ mean
+    latent_var = np.einsum("ij,ij->i", signed_rows @ cov, signed_rows)
+    steps = np.sqrt(np.maximum(latent_var, 0.0))[:, None] * _ERROR_NODES
+    slope, curvature = link.derivatives(latent_mean)
+    quadratic = steps * (slope[:, None] - 0.5 * curvature[:, None] * steps)
+    quadratic += link.log_cdf(latent_mean)[:, None]
+    error = np.abs(link.log_cdf(latent_mean[:, None] + steps) - quadratic) @ _ERROR_WEIGHTS
+    return powers * error
+
+
+def _frozen_part(prior: GaussianPrior, window: _SiteWindow, problem: int, link):
+    """``(frozen, evidence)``: the Gaussian ``prior`` (a stream's posterior) without the
+    sites of ``window``'s rows for this ``problem`` (its natural parameters less theirs:
+    the prior and the sites of the rows that left the window), and the Laplace evidence of
+    the window's rows under it at ``prior``'s mean μ, ``Σ s log F(t(μ)) + log N_frozen(μ) −
+    log N_prior(μ)`` (0 without rows)."""
+    if window.n_rows == 0:
+        return prior, 0.0
+    signed = window.labels[problem][:, None] * window.rows
+    tau, nu = window.tau[problem], window.nu[problem]
+    precision = prior.precision - (signed.T * tau) @ signed
+    linear = prior.precision @ prior.mean - signed.T @ nu
+    frozen = GaussianPrior(np.zeros(prior.dim), precision=precision, name="frozen part")
+    frozen.mean = frozen.cov @ linear
+    shift = prior.mean - frozen.mean
+    # log N_frozen(μ) − log N_prior(μ) = ½ log|Λ_f| − ½ log|Λ| − ½ (μ − μ_f)ᵀ Λ_f (μ − μ_f)
+    log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum() - np.log(np.diag(frozen.lower)).sum())
+    evidence = float(window.powers @ link.log_cdf(signed @ prior.mean))
+    evidence += 0.5 * log_det - 0.5 * float(shift @ precision @ shift)
+    return frozen, evidence
 
 
 def _revisit(mean, cov, rows, tau, nu, powers, link, rule: str):
