@@ -662,16 +662,18 @@ class BayesianUpdating:
                 posterior = EPResult(mean, cov, log_z[0], n_iter=1, converged=True, site_change=0.0)
             fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
         self._report(fits)
-        size = int(self.buffer_size)
-        drop = None
-        if rule == "mode" and window.n_rows + 1 > size:
-            # Laplace's sites are expansions at a mode: the row leaving is the one whose
-            # site is closest to its likelihood over the posterior (see taylor_errors).
-            rows = np.concatenate([window.rows, row[None, :]])
-            powers = np.append(window.powers, weight)
-            errors = sum(
+        errors = None
+        if rule == "mode":
+            # Laplace's sites are expansions at a mode: the row leaving a full window is
+            # the one whose site is closest to its likelihood over the posterior
+            # (taylor_errors), each row's as of its last visit: this call's rows', and
+            # every row's where the window has none yet (a window begun by other calls).
+            fresh = chosen if window.errors is not None else np.arange(window.n_rows)
+            rows = np.concatenate([window.rows[fresh], row[None, :]])
+            powers = np.append(window.powers[fresh], weight)
+            computed = sum(
                 taylor_errors(
-                    np.append(window.labels[j], signs[j])[:, None] * rows,
+                    np.append(window.labels[j, fresh], signs[j])[:, None] * rows,
                     powers,
                     fit.posterior.mean,
                     fit.posterior.cov,
@@ -679,9 +681,19 @@ class BayesianUpdating:
                 )
                 for j, fit in enumerate(fits)
             )
-            drop = int(np.argmin(errors))
+            errors = np.empty(window.n_rows + 1)
+            if window.errors is not None:
+                errors[: window.n_rows] = window.errors
+            errors[fresh], errors[-1] = computed[:-1], computed[-1]
         window = window.stepped(
-            chosen, (revised_tau, revised_nu), row, signs, weight, new_sites, size, drop
+            chosen,
+            (revised_tau, revised_nu),
+            row,
+            signs,
+            weight,
+            new_sites,
+            int(self.buffer_size),
+            errors,
         )
         return fits, window
 
@@ -742,6 +754,7 @@ class BayesianUpdating:
             np.array(nu)[:, kept],
             np.full(kept.size, calls, dtype=np.int64),
             calls,
+            errors[kept],
         )
         return fits, window, np.array(evidence_window)
 
@@ -1025,6 +1038,9 @@ class _SiteWindow:
     nu: np.ndarray  #: (problems, n) binary; (1, n, r) multinomial
     visited: np.ndarray  #: (n,): the call that last fitted each row's site
     calls: int = 0  #: one-row calls so far
+    #: Laplace's (n,): each row's :func:`taylor_errors` (summed over the problems) under
+    #: the posterior of the call that last fitted its site; None for the other methods.
+    errors: np.ndarray | None = None
 
     @property
     def n_rows(self) -> int:
@@ -1051,8 +1067,9 @@ class _SiteWindow:
         """Forgetting scales every factor of the posterior, the sites' too."""
         if keep == 1.0:
             return self
+        errors = None if self.errors is None else keep * self.errors  # (as the powers)
         return dataclasses.replace(
-            self, powers=keep * self.powers, tau=keep * self.tau, nu=keep * self.nu
+            self, powers=keep * self.powers, tau=keep * self.tau, nu=keep * self.nu, errors=errors
         )
 
     def least_recent(self, count: int) -> np.ndarray:
@@ -1061,16 +1078,17 @@ class _SiteWindow:
         return np.sort(order[:count])
 
     def stepped(
-        self, chosen, revised, row, labels, weight: float, site, size: int, drop=None
+        self, chosen, revised, row, labels, weight: float, site, size: int, errors=None
     ) -> _SiteWindow:
         """This window after a call: the ``chosen`` rows' sites ``revised`` = (τ, ν) (per
         problem, in ``chosen``'s order), then the new row (its site ``site[0]`` = τ,
         ``site[1]`` = ν per problem) appended and, beyond ``size`` rows, the oldest
-        dropped, or the row ``drop`` (its index among these rows, the new row last): its
-        site stays in the posterior as it is (revised, if it was chosen). Each array built
+        dropped: its site stays in the posterior as it is (revised, if it was chosen).
+        With ``errors`` (Laplace: each row's, these rows' and the new one last), the row
+        of the smallest leaves instead, the new row taking its place. Each array built
         once (a one-row call's fixed cost is mostly such small steps)."""
-        if drop is not None and self.n_rows + 1 > size:
-            return self._dropped(chosen, revised, row, labels, weight, site, int(drop))
+        if errors is not None:
+            return self._replaced(chosen, revised, row, labels, weight, site, size, errors)
         start = max(self.n_rows + 1 - size, 0)
         calls = self.calls + 1
         tau = np.concatenate([self.tau[:, start:], site[0][:, None]], axis=1)
@@ -1089,23 +1107,27 @@ class _SiteWindow:
             calls,
         )
 
-    def _dropped(self, chosen, revised, row, labels, weight, site, drop: int) -> _SiteWindow:
-        """:meth:`stepped` of a full window whose row ``drop`` leaves (not the oldest)."""
+    def _replaced(self, chosen, revised, row, labels, weight, site, size, errors) -> _SiteWindow:
+        """:meth:`stepped` of a Laplace window: below ``size`` rows the new row appended;
+        at ``size``, the row of the smallest of ``errors`` leaves, the new row (unless it
+        is that row) taking its place (the rows' order is not their arrival's: the
+        revisits go by ``visited``)."""
         calls = self.calls + 1
-        tau = np.concatenate([self.tau, site[0][:, None]], axis=1)
-        nu = np.concatenate([self.nu, site[1][:, None]], axis=1)
-        visited = np.append(self.visited, calls)
+        n = self.n_rows
+        if n + 1 <= size:
+            grown = self.stepped(chosen, revised, row, labels, weight, site, size)
+            return dataclasses.replace(grown, errors=np.asarray(errors, dtype=float))
+        tau, nu, visited = self.tau.copy(), self.nu.copy(), self.visited.copy()
         tau[:, chosen], nu[:, chosen], visited[chosen] = revised[0], revised[1], calls
-        kept = np.arange(self.n_rows + 1) != drop
-        return _SiteWindow(
-            np.concatenate([self.rows, row[None, :]])[kept],
-            np.concatenate([self.labels, labels[:, None]], axis=1)[:, kept],
-            np.append(self.powers, weight)[kept],
-            tau[:, kept],
-            nu[:, kept],
-            visited[kept],
-            calls,
-        )
+        drop = int(np.argmin(errors))
+        rows, kept_labels, powers = self.rows, self.labels, self.powers
+        kept_errors = np.array(errors[:n], dtype=float)
+        if drop < n:  # (else the new row leaves at once: its site stays in the posterior)
+            rows, kept_labels, powers = rows.copy(), kept_labels.copy(), powers.copy()
+            rows[drop], kept_labels[:, drop], powers[drop] = row, labels, weight
+            tau[:, drop], nu[:, drop], visited[drop] = site[0], site[1], calls
+            kept_errors[drop] = errors[n]
+        return _SiteWindow(rows, kept_labels, powers, tau, nu, visited, calls, kept_errors)
 
 
 def _row_mode_result(mean, cov, prior, row, weight, site, log_z, link) -> LaplaceResult:
