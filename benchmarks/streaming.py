@@ -8,8 +8,9 @@ Three measurements, in one process:
    seeded). The training rows are streamed through ``partial_fit`` in batches of 1, 10 and
    100 rows (assumed-density filtering at the default ``buffer_size=100``: batches of 10
    refitted jointly each time the buffer reaches 100 rows, single rows each revisiting four
-   sites of the window of the last 100 rows; and, for VS, with ``buffer_size=0``: each
-   batch on its own); the final posterior is
+   sites of the window of the last 100 rows; Laplace's binary streams each batch jointly
+   with the window's 100 rows, which keeps the rows whose sites fit worst; and, for VS,
+   with ``buffer_size=0``: each batch on its own); the final posterior is
    compared with the batch ``fit`` on the same rows: KL(batch ‖ stream) of the two
    Gaussians and the held-out log loss's ratio stream / batch (target: within 1 %), and
    the stream's log loss over the batch EP fit's (the closest of the batch fits to the
@@ -554,8 +555,10 @@ def report(
         "",
         "buffer: `buffer_size` (100, the default: batches of 10 refitted jointly each time "
         "100 rows have come; single rows each revisiting the sites of four of the last 100 "
-        "rows, those visited longest ago; 0: each batch on its own, pure assumed-density "
-        "filtering). "
+        "rows, those visited longest ago; Laplace's binary streams: each batch fitted "
+        "jointly with the 100 rows kept, and the rows kept, one-row calls' too, those whose "
+        "sites are furthest from their likelihood over the posterior; 0: each batch on its "
+        "own, pure assumed-density filtering). "
         f"Target: the log loss ratio ≤ {TARGET}. Last column: the stream's held-out log loss "
         "over the batch EP fit's, one reference for every method (the batch fit closest to "
         "the exact posterior).",

@@ -49,7 +49,27 @@ its cavity and a kernel near its tilted density (its posterior marginal; for a n
 Stein tilted Gaussian where proper, else, and for a row in the tail, the tilted density's
 Laplace approximation), in the same call. A
 larger batch freezes the window (its sites stay in the posterior) and starts the buffer
-of batches.
+of batches, but for Laplace's binary and one-vs-rest streams, whose batches join the window
+(below).
+
+**Laplace's window.** A Laplace site is the Taylor expansion of the row's log-likelihood
+at a mode: batch Laplace expands every row at the final mode, a stream where the mode was
+when the row's site was last fitted. On nearly separated data the mode moves outward as
+rows come, the rows' curvature falls, and a site frozen early carries too much precision
+and pulls the coefficients back (breast cancer in batches of 100: KL 1.38 nats from the
+batch fit, held-out log loss 5 % above its). So a Laplace batch of several rows (binary,
+one-vs-rest) is fitted jointly with the window's rows under the posterior without their
+sites (its frozen part: the prior and the sites of the rows that left), each row's site
+then its expansion at the joint mode (the general fit, on W + n rows); and the rows that
+leave the window, by one-row calls and batches alike, are not the oldest but those whose
+sites are closest to their likelihood where the posterior may still move:
+:func:`taylor_errors`, ``E|s log F(t) − q(t)|`` over the row's latent marginal, ``q`` the
+expansion at its mean. A row far on its side (its curvature died out) or pinned down by
+the posterior leaves; a row whose curvature a later mode would change stays and is
+refitted (a one-row call's rows as of their last visit: the new row's and the four
+revisited rows' errors are computed, the others kept). While every row is in the window,
+the stream is the batch Laplace fit (its evidence too: a call's evidence replaces the
+window rows' Laplace evidence under the frozen part by the joint fit's).
 
 **Structured posteriors** (text scale: more coefficients than the dense p × p covariance
 allows, :func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary):
@@ -102,7 +122,8 @@ coordinate ascent on the bound of the window's rows, whose fixed point is the ba
 fit. The method's ``one_row`` says which; each is the general fit's posterior to its
 tolerance (tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
 batch at its own mode takes the rows' curvature where the early estimates put them and
-accumulates too much precision (docs/decisions.md, "Streaming by moments").
+accumulates too much precision (docs/decisions.md, "Streaming by moments"), which its
+window corrects (above).
 """
 
 from __future__ import annotations
@@ -295,14 +316,16 @@ class BayesianUpdating:
         ``SGDClassifier.partial_fit`` of that row, so that a decision loop's calls stay
         within a bound.
 
-        Streams lose least by moment matching (EP, and VS, the default): the Laplace
-        approximation of a batch expands its rows where the earlier estimates put them,
-        near the link's steepest, and the stream accumulates too much precision (on breast
-        cancer, Laplace's held-out log loss was 5 % above its batch fit's in batches of
-        100 rows, 9-12 % in batches of 1-10 without the buffer). With the default buffer,
-        VS's streams in batches of 1, 10 and 100 rows were within 1 % of its batch fit's
-        log loss on breast cancer, the paper's four data sets and a 4-class problem
-        (``benchmarks/results/streaming.md``; without it, up to 4 % worse).
+        The Laplace approximation expands each row's likelihood at a mode; a stream's
+        early modes are not the final one, so Laplace's binary and one-vs-rest streams fit
+        each batch jointly with the ``buffer_size`` rows kept and keep those whose
+        expansions are least accurate over the posterior, the others' sites staying in it
+        (the module docstring of ``vsbayes.estimators._updating``; without this, breast
+        cancer's held-out log loss was 5 % above the batch fit's in batches of 100 rows).
+        With the default buffer, the Laplace, EP and VS streams in batches of 1, 10 and 100
+        rows were within 1 % of their batch fits' log loss on breast cancer, the paper's
+        four data sets and a 4-class problem (``benchmarks/results/streaming.md``; VS
+        without the buffer, up to 4 % worse).
 
         Where the dense posterior does not fit (text scale: see ``covariance_structure_``),
         a binary stream fits each batch, one row too, by the structured Laplace route under

@@ -101,15 +101,19 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
     buffer_size : int, default=100
-        Rows that :meth:`partial_fit` keeps to correct assumed-density filtering, which
-        loses most on small batches. A batch of fewer rows updates the posterior at once
-        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
-        together by the estimator's method under the posterior from before them (that call
-        costs a ``fit`` of them). One-row calls (Laplace, EP, VS, VB) keep the sites of the last
-        ``buffer_size`` rows instead, and each refits four of them, those visited longest
-        ago, under the posterior without them: no call refits the buffer, each costs about
-        ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
-        batch on its own (no buffer).
+        Rows that :meth:`partial_fit` keeps with their sites (each row's Gaussian factor in
+        the posterior) to correct assumed-density filtering, whose sites are expanded where
+        the earlier modes were. Two classes or one-vs-rest: a batch of several rows is
+        fitted jointly with the kept rows under the posterior without their sites (that
+        call costs a ``fit`` of them and the batch), each row's site then its expansion at
+        the joint mode; a one-row call refits four kept rows' sites, those visited longest
+        ago (each call costs about ``SGDClassifier.partial_fit``'s). The rows kept are those
+        whose sites are furthest from their likelihood over the posterior; the others leave,
+        their sites staying in the posterior. Multinomial: a batch of fewer rows joins a
+        buffer, refitted with it under the posterior from before them when it reaches
+        ``buffer_size`` rows; one-row calls keep the last ``buffer_size`` rows' sites and
+        refit four of them. Memory: at most ``buffer_size`` rows. 0 or 1: each batch on its
+        own (no buffer).
 
     Attributes
     ----------
@@ -265,15 +269,19 @@ class LaplaceProbitRegression(BayesianGLMClassifier):
         weighs ``decay**k``: an effective memory of ``1 / (1 - decay)`` rows (1000 for
         0.999). 1 forgets nothing.
     buffer_size : int, default=100
-        Rows that :meth:`partial_fit` keeps to correct assumed-density filtering, which
-        loses most on small batches. A batch of fewer rows updates the posterior at once
-        and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
-        together by the estimator's method under the posterior from before them (that call
-        costs a ``fit`` of them). One-row calls (Laplace, EP, VS, VB) keep the sites of the last
-        ``buffer_size`` rows instead, and each refits four of them, those visited longest
-        ago, under the posterior without them: no call refits the buffer, each costs about
-        ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
-        batch on its own (no buffer).
+        Rows that :meth:`partial_fit` keeps with their sites (each row's Gaussian factor in
+        the posterior) to correct assumed-density filtering, whose sites are expanded where
+        the earlier modes were. Two classes or one-vs-rest: a batch of several rows is
+        fitted jointly with the kept rows under the posterior without their sites (that
+        call costs a ``fit`` of them and the batch), each row's site then its expansion at
+        the joint mode; a one-row call refits four kept rows' sites, those visited longest
+        ago (each call costs about ``SGDClassifier.partial_fit``'s). The rows kept are those
+        whose sites are furthest from their likelihood over the posterior; the others leave,
+        their sites staying in the posterior. Multinomial: a batch of fewer rows joins a
+        buffer, refitted with it under the posterior from before them when it reaches
+        ``buffer_size`` rows; one-row calls keep the last ``buffer_size`` rows' sites and
+        refit four of them. Memory: at most ``buffer_size`` rows. 0 or 1: each batch on its
+        own (no buffer).
 
     Attributes
     ----------
