@@ -730,29 +730,36 @@ class BayesianUpdating:
         ``evidence_window``: each problem's Laplace evidence of the window's rows under
         the frozen part before the call (the running evidence's term the fit replaces)."""
         size = int(self.buffer_size)
-        rows = X.toarray() if sp.issparse(X) else np.asarray(X)
-        if self.fit_intercept:
-            rows = np.column_stack([rows, np.ones(rows.shape[0])])
-        p = rows.shape[1]
-        if window is None or not window.fits(p, None):
+        p = X.shape[1] + int(self.fit_intercept)
+        if window is None or not window.fits(p, None) or window.labels.shape[0] != len(problems):
             window = _SiteWindow.empty(p, len(problems))
-        window = window.forgotten(keep)
-        check_memory(
-            8.0 * (window.n_rows + rows.shape[0]) * p * 3,
-            f"the Laplace window's {window.n_rows} rows and this batch's {rows.shape[0]}, "
+        check_memory(  # (before a sparse batch is made dense)
+            8.0 * (window.n_rows + X.shape[0]) * p * 3,
+            f"the Laplace window's {window.n_rows} rows and this batch's {X.shape[0]}, "
             f"dense, with their latent moments",
             "Pass the stream in smaller batches, or lower buffer_size.",
         )
+        window = window.forgotten(keep)
+        rows = X.toarray() if sp.issparse(X) else np.asarray(X)
+        if self.fit_intercept:
+            rows = np.column_stack([rows, np.ones(rows.shape[0])])
+        link = get_link(self._link)
+        try:
+            parts = [_frozen_part(prior, window, j, link) for j, prior in enumerate(carried)]
+        except ValueError:
+            # Round-off left a frozen part indefinite (a decisive site against a narrow
+            # posterior): the window's sites stay in the posterior as they are, and the
+            # batch is filtered on its own.
+            window = _SiteWindow.empty(p, len(problems))
+            parts = [(prior, 0.0) for prior in carried]
         joined = np.concatenate([window.rows, rows])
         design = joined[:, :-1] if self.fit_intercept else joined
         powers = np.concatenate([window.powers, weights])
-        link = get_link(self._link)
         binary = len(problems) == 1
         fits, evidence_window, all_signs, tau, nu = [], [], [], [], []
         errors = np.zeros(joined.shape[0])
-        for j, ((labels, _), prior) in enumerate(zip(problems, carried, strict=True)):
+        for j, ((labels, _), (frozen, evidence)) in enumerate(zip(problems, parts, strict=True)):
             signs = np.concatenate([window.labels[j], labels])
-            frozen, evidence = _frozen_part(prior, window, j, link)
             fit = self._fit_problem(
                 method, design, signs, None, powers, rng, None, None, frozen, binary=binary
             )
@@ -1179,7 +1186,9 @@ def _row_mode_result(mean, cov, prior, row, weight, site, log_z, link) -> Laplac
 
 
 #: The probabilists' Gauss–Hermite rule of :func:`taylor_errors` (weights summing to 1).
+#: The nodes with 0 last (log F at the mean, in the same call).
 _ERROR_NODES, _ERROR_WEIGHTS = np.polynomial.hermite_e.hermegauss(16)
+_ERROR_NODES, _ERROR_WEIGHTS = np.append(_ERROR_NODES, 0.0), np.append(_ERROR_WEIGHTS, 0.0)
 _ERROR_WEIGHTS = _ERROR_WEIGHTS / _ERROR_WEIGHTS.sum()
 
 
@@ -1198,10 +1207,10 @@ def taylor_errors(signed_rows, powers, mean, cov, link) -> np.ndarray:
     latent_var = np.einsum("ij,ij->i", signed_rows @ cov, signed_rows)
     steps = np.sqrt(np.maximum(latent_var, 0.0))[:, None] * _ERROR_NODES
     slope, curvature = link.derivatives(latent_mean)
+    log_f = link.log_cdf(latent_mean[:, None] + steps)
     quadratic = steps * (slope[:, None] - 0.5 * curvature[:, None] * steps)
-    quadratic += link.log_cdf(latent_mean)[:, None]
-    error = np.abs(link.log_cdf(latent_mean[:, None] + steps) - quadratic) @ _ERROR_WEIGHTS
-    return powers * error
+    quadratic += log_f[:, -1:]
+    return powers * (np.abs(log_f - quadratic) @ _ERROR_WEIGHTS)
 
 
 def _frozen_part(prior: GaussianPrior, window: _SiteWindow, problem: int, link):
