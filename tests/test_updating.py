@@ -946,6 +946,28 @@ def test_a_laplace_stream_keeps_the_rows_whose_sites_fit_worst(batch, cancer):
     assert kl_divergence(_posterior(batch_fit), _posterior(model)) < 0.05
 
 
+def test_a_laplace_batch_whose_frozen_part_fails_is_filtered_alone(cancer, monkeypatch):
+    """Where round-off leaves the posterior without the window's sites indefinite, the
+    window's sites stay in the posterior and the batch is fitted under it alone (ADF)."""
+    X, y = cancer
+    model = vb.LaplaceLogisticRegression().partial_fit(X[:20], y[:20], classes=[0, 1])
+    before, evidence = _posterior(model), model.log_marginal_likelihood_value_
+
+    def indefinite(*args):
+        raise ValueError("The frozen part's precision is not positive definite.")
+
+    monkeypatch.setattr(vb.estimators._updating, "_frozen_part", indefinite)
+    model.partial_fit(X[20:30], y[20:30])
+    assert model._stream_buffer.n_rows == 10  # the batch's rows only
+    expected = vb.LaplaceLogisticRegression(prior=before).fit(X[20:30], y[20:30])
+    a, b = _posterior(model), _posterior(expected)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-10)
+    assert model.log_marginal_likelihood_value_ == pytest.approx(
+        evidence + expected.log_marginal_likelihood_value_, abs=1e-10
+    )
+
+
 @pytest.mark.parametrize(
     "mean, var, power", [(0.3, 4.0, 1.0), (2.0, 1.0, 0.5), (8.0, 0.5, 1.0), (-1.0, 9.0, 1.0)]
 )
