@@ -429,6 +429,29 @@ def test_loo_refuses_unknown_labels(binary):
         model.loo(X, y + 5)
 
 
+def test_loo_refuses_rows_other_than_the_fits(binary):
+    """EP's terms pair row i with the fit's site i, and PSIS reweights by the fit's
+    likelihood: other rows of the same count (shuffled, held out, relabelled, reweighted)
+    must not get numbers that look like leave-one-out."""
+    X, y, model = binary
+    order = np.random.default_rng(0).permutation(len(y))
+    for other_X, other_y, weights in (
+        (X[order], y[order], None),
+        (X + 1.0, y, None),
+        (X, 1 - y, None),
+        (X, y, np.full(len(y), 2.0)),
+    ):
+        with pytest.raises(ValueError, match=r"not the data .* fitted on"):
+            model.loo(other_X, other_y, sample_weight=weights)
+    with pytest.raises(ValueError, match=r"not the data .* fitted on"):
+        model.to_inference_data(X[:-1], y[:-1], n_draws=10)
+    # The same rows in another container or dtype are the same data.
+    assert model.loo(sp.csr_matrix(X), list(y)).method == "ep-cavity"
+    assert model.loo(X.astype(np.float32), y, sample_weight=np.ones(len(y))).elpd_loo == (
+        pytest.approx(model.loo(X, y).elpd_loo, rel=1e-5)
+    )
+
+
 # --- Pareto smoothing ---------------------------------------------------------------------
 
 
