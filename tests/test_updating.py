@@ -278,6 +278,30 @@ def test_batches_of_one_row(cancer):
 
 
 @pytest.mark.parametrize(
+    "cls, moments, data",
+    [
+        (vb.ISLogisticRegression, vb.EPLogisticRegression, "cancer"),
+        (vb.BMCProbitRegression, vb.EPProbitRegression, "cancer"),
+        (vb.ISLogisticRegression, vb.EPLogisticRegression, "iris"),
+    ],
+)
+def test_sampling_streams_of_one_row_take_the_exact_moments(cls, moments, data, request):
+    """IS and BMC estimate the exact posterior's moments, which one row's update has to
+    round-off (its tilted density's): their one-row calls take them, as VS's do, rather
+    than an importance-sampling fit of a one-row posterior under a vague prior, whose
+    errors the stream carried (30 rows: means several batch sds away)."""
+    X, y = request.getfixturevalue(data)
+    classes = np.unique(y)
+    stream, reference = cls(random_state=0), moments()
+    for i in range(30):
+        for model in (stream, reference):
+            model.partial_fit(X[i : i + 1], y[i : i + 1], classes=classes)
+    a, b = _posterior(stream), _posterior(reference)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-10 * np.abs(b.cov).max())
+
+
+@pytest.mark.parametrize(
     "cls, weight, sparse, decay",
     [
         (vb.LaplaceLogisticRegression, 1.0, False, 1.0),

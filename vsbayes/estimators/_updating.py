@@ -78,31 +78,32 @@ fits the row's likelihood to the power ``decay**k`` (power EP). The running evid
 refit replaces its small batches' terms by the evidence of their rows given the anchor
 (with ``decay`` < 1, of the rows' weighted likelihoods); revisits leave it ADF's.
 
-**One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not
-take it; in the window, a new row's site is this update too, from its site of zeros, the
+**One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not take
+it; in the window, a new row's site is this update too, from its site of zeros, the
 multinomial one in one pass where its site is of its cavity alone, else one pass of its
 nodes' own moments on a kernel at its tilted mode, by the tilted moments at any cavity
-width where this update takes VS fits for wide ones): prior × one factor
-differs from the prior along the row only, so the posterior is a rank-one update of the
-prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
-row's latent (the general solver's iterates, in the one dimension they move in), EP's from
-one tilted-moment match (with one site EP's first update is its fixed point: assumed-
-density filtering), VS's from the same moments: they are the exact posterior's, which
-every VS route estimates. The multinomial row's likelihood sees its K − 1 contrasts
-only: EP and VS take the multinomial EP's site of their (K − 1)-dimensional tilted
-density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's fixed
-point (the general sweep's update of the one site, repeated until it settles), Laplace
-Newton's method in the contrasts, each followed by a rank-(K − 1) update. VB's (binary
-and one-vs-rest) is the Jaakkola–Jordan bound's optimum for the row: the bound of one row
-is a Gaussian site in its latent, its optimal ξ the root of a scalar equation, solved to
-round-off (the general fit's updates, on one row, iterate that equation and converge
-slowly where the prior is vague along the row: thousands of updates under the default
-intercept's N(0, 10⁶)); a window revisit re-optimizes a row's ξ under its cavity, a
-coordinate ascent on the bound of the window's rows, whose fixed point is the batch VB
+width where this update takes VS fits for wide ones): prior × one factor differs from the
+prior along the row only, so the posterior is a rank-one update of the prior by the row's
+new latent marginal, O(p²). Laplace's comes from Newton's method in the row's latent (the
+general solver's iterates, in the one dimension they move in), EP's from one tilted-moment
+match (with one site EP's first update is its fixed point: assumed-density filtering),
+VS's, IS's and BMC's from the same moments: they are the exact posterior's, which every VS
+route and the sampling fits estimate. The multinomial row's likelihood sees its K − 1
+contrasts only: EP, VS and IS take the multinomial EP's site of their (K − 1)-dimensional
+tilted density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's
+fixed point (the general sweep's update of the one site, repeated until it settles),
+Laplace Newton's method in the contrasts, each followed by a rank-(K − 1) update. VB's
+(binary and one-vs-rest) is the Jaakkola–Jordan bound's optimum for the row: the bound of
+one row is a Gaussian site in its latent, its optimal ξ the root of a scalar equation,
+solved to round-off (the general fit's updates, on one row, iterate that equation and
+converge slowly where the prior is vague along the row: thousands of updates under the
+default intercept's N(0, 10⁶)); a window revisit re-optimizes a row's ξ under its cavity,
+a coordinate ascent on the bound of the window's rows, whose fixed point is the batch VB
 fit. The method's ``one_row`` says which; each is the general fit's posterior to its
-tolerance (tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
-batch at its own mode takes the rows' curvature where the early estimates put them and
-accumulates too much precision (docs/decisions.md, "Streaming by moments").
+tolerance (IS's and BMC's: to their sampling error; tests/test_updating.py). Small
+batches favour the moments: Laplace's expansion of each batch at its own mode takes the
+rows' curvature where the early estimates put them and accumulates too much precision
+(docs/decisions.md, "Streaming by moments").
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ class BayesianUpdating:
         buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
-        batch of one row (Laplace, EP, VS, VB; binary, one-vs-rest and multinomial) is a
+        batch of one row (every method; binary, one-vs-rest and multinomial) is a
         rank-(K − 1) update of the prior (rank one but for the multinomial posterior), and
         refits the sites of four of the last ``buffer_size`` rows under the posterior
         without them (incremental EP over a sliding window; see the module docstring): no
