@@ -142,6 +142,24 @@ def test_bad_level_is_named(binary, level):
         model.predict_proba_interval(X[:3], level=level)
 
 
+@pytest.mark.parametrize(
+    "level, ends",
+    [(0.95, ["2.5%", "97.5%"]), (1e-6, ["49.99995%", "50.00005%"]), (1 - 1e-9, ["5e-08%", "100%"])],
+)
+def test_interval_columns_are_two_distinct_names(binary, level, ends, monkeypatch):
+    """Each end of the interval has its own column, however narrow the interval (at 4
+    significant digits both ends of a 1e-6 interval were "50%": one column overwrote the
+    other, and the structured array refused the duplicate)."""
+    _, _, model = binary
+    table = model.summary(level=level)
+    assert list(table.columns[2:4]) == ends
+    assert np.all(table[ends[0]] < table[ends[1]])
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    assert list(model.summary(level=level).dtype.names[3:5]) == ends
+    with pytest.raises(ValueError, match="level=1e-17 is too small"):
+        model.summary(level=1e-17)
+
+
 @pytest.mark.parametrize("n_draws", [0, -3, 2.5, True])
 def test_bad_n_draws_is_named(binary, n_draws):
     X, y, model = binary
