@@ -245,6 +245,34 @@ def test_a_prior_estimator_of_other_classes_is_refused(cancer, iris):
         vb.LaplaceLogisticRegression(prior=vb.LaplaceLogisticRegression().fit(*iris)).fit(*cancer)
 
 
+def test_a_prior_estimator_of_other_feature_names_is_refused(cancer):
+    """The earlier posterior's coefficients are matched to this X's columns by position:
+    a DataFrame with its columns reordered or renamed would mix them up silently."""
+    pd = pytest.importorskip("pandas")
+    X, y = cancer
+    names = [f"f{j}" for j in range(X.shape[1])]
+    frame = pd.DataFrame(X, columns=names)
+    earlier = vb.LaplaceLogisticRegression().fit(frame[:100], y[:100])
+    reordered = frame[[names[1], names[0], *names[2:]]][100:]
+    for model in (
+        vb.LaplaceLogisticRegression(prior=earlier),
+        vb.EPLogisticRegression(prior=earlier),
+    ):
+        with pytest.raises(ValueError, match=r"feature names .*'f1', 'f0'"):
+            model.fit(reordered, y[100:])
+        with pytest.raises(ValueError, match="feature names"):
+            model.partial_fit(reordered[:1], y[100:101], classes=[0, 1])
+        assert not hasattr(model, "coef_")
+    # The same columns, or an unnamed X (positional, as the prior's arrays), are taken.
+    same = vb.LaplaceLogisticRegression(prior=earlier).fit(frame[100:], y[100:])
+    unnamed = vb.LaplaceLogisticRegression(prior=earlier).fit(X[100:], y[100:])
+    np.testing.assert_array_equal(same.coef_, unnamed.coef_)
+    # An empirical-Bayes fit is no posterior: its message names the one it holds.
+    chosen = vb.EmpiricalBayesClassifier(Cs=3, refine=False).fit(X[:100], y[:100])
+    with pytest.raises(ValueError, match=r"estimator_"):
+        vb.LaplaceLogisticRegression(prior=chosen).fit(X[100:], y[100:])
+
+
 # --- partial_fit ------------------------------------------------------------------------
 
 

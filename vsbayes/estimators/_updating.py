@@ -1316,13 +1316,31 @@ def _prior_specs(estimator, prior, classes: np.ndarray) -> list:
                 f"prior is a fitted {type(prior).__name__} of classes "
                 f"{prior.classes_.tolist()!r}; this fit's classes are {classes.tolist()!r}."
             )
+        # Its coefficients meet this X's columns by position: named columns must agree.
+        fitted_names = getattr(prior, "feature_names_in_", None)
+        names = getattr(estimator, "feature_names_in_", None)
+        named = fitted_names is not None and names is not None
+        if named and not np.array_equal(fitted_names, names):
+            raise ValueError(
+                f"prior is a fitted {type(prior).__name__} of the feature names "
+                f"{list(map(str, fitted_names))!r}; this X's are {list(map(str, names))!r}. "
+                f"Its coefficients are matched to X's columns by position: pass X's columns "
+                f"in the prior's order (X[prior_names])."
+            )
         return list(posteriors)
     if hasattr(prior, "fit") and not hasattr(prior, "mean"):
         if hasattr(prior, "classes_"):  # fitted, but holds no Gaussian posterior
+            inner = getattr(prior, "estimator_", None)  # (a meta-estimator's fitted one)
+            hint = ""
+            if hasattr(inner, "posteriors_"):
+                hint = (
+                    f" Its estimator_ holds the posterior (under the chosen prior scales; "
+                    f"{getattr(inner, 'n_features_in_', '?')} features): prior=it.estimator_."
+                )
             raise ValueError(
                 f"prior is a fitted {type(prior).__name__}, which holds no posterior: pass "
                 f"a fitted vsbayes estimator (its posterior is the prior), a Gaussian, a "
-                f"(mean, cov) pair or a dict."
+                f"(mean, cov) pair or a dict.{hint}"
             )
         raise ValueError(
             f"prior is an unfitted {type(prior).__name__}: fit it first (its posterior is "
