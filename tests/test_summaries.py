@@ -484,6 +484,13 @@ def test_pareto_k_of_known_tails():
         np.testing.assert_allclose(np.exp(smoothed).sum(axis=1), 1.0, rtol=1e-12)
 
 
+def test_the_fewest_draws_psis_takes_are_those_it_names():
+    log_weights = np.random.default_rng(0).standard_normal((1, 21))
+    assert np.isfinite(pareto_smoothed_log_weights(log_weights)[1]).all()
+    with pytest.raises(ValueError, match="at least 21 draws per row; got 20"):
+        pareto_smoothed_log_weights(log_weights[:, :20])
+
+
 def test_flat_weights_need_no_smoothing():
     smoothed, k = pareto_smoothed_log_weights(np.zeros((2, 100)))
     assert np.all(k == -np.inf)
