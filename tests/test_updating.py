@@ -668,6 +668,26 @@ def test_a_prior_changed_mid_stream_is_refused_where_it_would_be_ignored():
         model.partial_fit(X[4:5], y[4:5])
 
 
+def test_c_changed_mid_stream_is_refused_where_it_would_be_ignored():
+    """C (and liblinear's intercept_scaling) set the default prior, which a stream reads
+    at its first batch only under decay=1: a change is refused as prior's is; under decay
+    < 1 it is what forgetting nears, and is taken; with prior= given, C is unused."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    model = vb.EPLogisticRegression().partial_fit(X[:2], y[:2], classes=[0, 1])
+    for changed in ({"C": 1e-3}, {"penalty": None}):
+        model.set_params(**changed)
+        with pytest.raises(ValueError, match=r"(C|penalty)=.* after the stream's first batch"):
+            model.partial_fit(X[2:3], y[2:3])
+        model.set_params(C=1.0, penalty="l2")
+    model.partial_fit(X[2:3], y[2:3])
+    model.set_params(C=1e-3, decay=0.5)
+    assert np.abs(model.partial_fit(X[3:4], y[3:4]).coef_).max() < 0.05
+    given = vb.EPLogisticRegression(prior=(np.zeros(4), np.ones(4)))
+    given.partial_fit(X[:2], y[:2], classes=[0, 1]).set_params(C=5.0)
+    given.partial_fit(X[2:3], y[2:3])
+
+
 @pytest.mark.parametrize("cls", [vb.LaplaceLogisticRegression, vb.VBLogisticRegression])
 def test_fit_intercept_changed_mid_stream_is_refused(cls):
     """The carried posterior's parameter vector has the intercept it was fitted with: a

@@ -963,6 +963,7 @@ class BayesianGLMClassifier(
         # batches, not kept (its leave-one-out takes any rows, by importance sampling).
         self._training_fingerprint = None
         self._fitted_intercept_ = self.fit_intercept  # (partial_fit's parameter vector)
+        self._fitted_prior_scales_ = self._priors(None, None, False)  # (C's, as prior's)
         if method.falls_back:
             self.laplace_fallback_ = np.array([f.fell_back for f in fits])
         if method.records_strategy:

@@ -337,8 +337,8 @@ class BayesianUpdating:
         ValueError
             Naming what is wrong: no ``classes`` at the first call, other classes later,
             a label outside them, a changed number of features, a bad prior or ``decay``,
-            ``prior`` changed after the first batch with ``decay=1`` (it would be ignored)
-            or ``fit_intercept`` changed after it,
+            ``prior`` or ``C`` (the default prior's) changed after the first batch with
+            ``decay=1`` (it would be ignored) or ``fit_intercept`` changed after it,
             a structured covariance forced by ``vsbayes.config_context`` on a stream that
             keeps the dense one. The carried posterior is left as it was.
         """
@@ -351,12 +351,19 @@ class BayesianUpdating:
         if params is None or params != vars(self).get("_checked_params"):
             self._check_params()
             self._checked_params = params
+        first = not hasattr(self, "posteriors_")
         if self._flat_prior() and self.prior is None:
+            if not first:
+                raise ValueError(
+                    f"penalty={self.penalty!r} with C={self.C!r} (a flat prior) was set after "
+                    f"the stream's first batch: partial_fit continues from the posterior, and "
+                    f"a flat prior has nothing for forgetting to near. Set it back, or call "
+                    f"fit (sklearn.base.clone to start over)."
+                )
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
                 "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
             )
-        first = not hasattr(self, "posteriors_")
         fitted_prior = vars(self).get("_fitted_prior_", self.prior)
         if not first and self.decay == 1 and not _same_prior(self.prior, fitted_prior):
             raise ValueError(
@@ -374,6 +381,18 @@ class BayesianUpdating:
                 f"that posterior, whose parameter vector has "
                 f"{'an' if fitted_intercept else 'no'} intercept. To start over, call fit or "
                 f"partial_fit a clone (sklearn.base.clone); to continue, set it back."
+            )
+        # C (and liblinear's intercept_scaling) set the default prior: read as prior is.
+        fitted_scales = vars(self).get("_fitted_prior_scales_")
+        read = self.decay == 1 and not first and self.prior is None
+        if read and fitted_scales not in (None, self._priors(None, None, False)):
+            raise ValueError(
+                f"C={self.C!r} (or intercept_scaling) was changed after the stream's first "
+                f"batch, whose default prior it sets: partial_fit continues from the "
+                f"posterior and reads C only at a stream's first batch (and with decay < 1, "
+                f"as what forgetting nears), so the change would be ignored. To start over "
+                f"under it, call fit or partial_fit a clone (sklearn.base.clone); to "
+                f"continue, set it back."
             )
         classes = self._partial_fit_classes(classes, first)
         if is_dask(X):
