@@ -532,6 +532,15 @@ def test_inference_data_without_arviz_names_the_extra(binary, monkeypatch):
         model.to_inference_data()
 
 
+def test_inference_data_refuses_data_it_would_ignore(binary):
+    """The log-likelihood group needs X and y: one without the other, or weights without
+    them, were dropped silently."""
+    X, y, model = binary
+    for args, named in (((X, None), "y"), ((None, y), "X"), ((None, None, np.ones(len(y))), "X")):
+        with pytest.raises(ValueError, match=f"without {named}"):
+            model.to_inference_data(*args)
+
+
 def test_inference_data_for_arviz(multinomial):
     pytest.importorskip("arviz_base")
     X, y, model = multinomial

@@ -40,6 +40,15 @@ def to_inference_data(
     """ArviZ's DataTree of a fitted estimator (see
     :meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`)."""
     n_draws = check_n_draws(n_draws)
+    if (X is None) != (y is None) or (X is None and sample_weight is not None):
+        given, missing = ("X", "y") if X is not None else ("y", "X")
+        if X is None and y is None:
+            given, missing = "sample_weight", "X and y"
+        raise ValueError(
+            f"to_inference_data got {given} without {missing}: the log_likelihood group "
+            f"needs the training data X and y (with their sample_weight). Pass both, or "
+            f"neither for the posterior alone."
+        )
     try:
         import arviz_base
     except ImportError as error:
