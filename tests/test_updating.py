@@ -62,6 +62,21 @@ def test_a_bad_prior_is_a_value_error_naming_it(mean, cov, precision, message):
         GaussianPrior(mean, cov, precision)
 
 
+def test_a_sparse_covariance_or_precision_is_its_dense_self():
+    """scipy.sparse (a diagonal one is how a wide prior is written) was a TypeError."""
+    mean, cov = _correlated_prior(3)
+    for sparse, dense in (
+        ({"cov": sp.diags([1.0, 2.0, 4.0])}, {"cov": np.array([1.0, 2.0, 4.0])}),
+        ({"precision": sp.diags([1.0, 2.0, 4.0])}, {"cov": 1.0 / np.array([1.0, 2.0, 4.0])}),
+        ({"cov": sp.csr_matrix(cov)}, {"cov": cov}),
+    ):
+        a, b = GaussianPrior(mean, **sparse), GaussianPrior(mean, **dense)
+        assert a.diagonal == b.diagonal
+        np.testing.assert_allclose(a.cov, b.cov, rtol=1e-12)
+    with pytest.raises(ValueError, match="variances must be positive"):
+        GaussianPrior(mean, cov=sp.diags([1.0, 0.0, 1.0]))
+
+
 def test_precision_and_covariance_give_the_same_prior():
     mean, cov = _correlated_prior(4)
     by_cov, by_precision = (
