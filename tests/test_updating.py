@@ -578,6 +578,10 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     model = vb.LaplaceLogisticRegression()
     with pytest.raises(ValueError, match="classes must be passed on the first call"):
         model.partial_fit(X[:10], y[:10])
+    # As SGDClassifier's: a NaN class (it became a third class), a set (no order).
+    for classes, message in (([0, 1, np.nan], "NaN"), ({0, 1}, "array-like")):
+        with pytest.raises(ValueError, match=message):
+            model.partial_fit(X[:10], y[:10], classes=classes)
     model.partial_fit(X[:50], y[:50], classes=[0, 1])
     kept = [np.array(g.mean) for g in model.posteriors_], model.sigma_.copy()
     buffer = model._stream_buffer  # 50 rows, short of buffer_size

@@ -119,6 +119,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import unique_labels
 from sklearn.utils.validation import validate_data
 
 from .._blas import one_blas_thread, one_blas_thread_below
@@ -780,11 +781,14 @@ class BayesianUpdating:
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = np.unique(np.asarray(classes))
+            given = np.asarray(classes)
+            if given.dtype.kind == "f" and not np.isfinite(given).all():
+                raise ValueError(f"classes holds NaN or infinite labels: {given.tolist()!r}.")
+            classes = unique_labels(classes)  # (its checks: an array-like, one kind of label)
             if len(classes) < 2:
                 raise ValueError(f"classes must hold at least 2 classes; got {classes.tolist()!r}.")
             return classes
-        if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+        if classes is not None and not np.array_equal(unique_labels(classes), self.classes_):
             raise ValueError(
                 f"classes={np.asarray(classes).tolist()!r} is not the same as on the first "
                 f"call to partial_fit, {self.classes_.tolist()!r}: a new class cannot join "
