@@ -236,6 +236,30 @@ def test_ard_summary_marks_the_pruned_rows(ard_fit):
     assert np.isnan(table.loc["(intercept)", "relevance"])
 
 
+def test_posterior_in_use_is_the_fitted_estimators(sparse_truth, ard_fit):
+    """Intervals, draws, leave-one-out and the ArviZ export, as every estimator has them:
+    the fitted estimator's on its columns (the kept ones under ARD), named as in X."""
+    X, y, X_test, *_ = sparse_truth
+    inner, kept = ard_fit.estimator_, ard_fit.support_
+    for ours, theirs in zip(
+        ard_fit.predict_proba_interval(X_test[:3], level=0.8),
+        inner.predict_proba_interval(X_test[:3, kept], level=0.8),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(ours, theirs)
+    draws = ard_fit.sample_proba(X_test[:3], 5, random_state=0)
+    np.testing.assert_array_equal(draws, inner.sample_proba(X_test[:3, kept], 5, random_state=0))
+    assert set(np.unique(ard_fit.sample_y(X_test[:3], 5, random_state=0))) <= {0, 1}
+    loo = ard_fit.loo(X, y, refit_above=None)
+    assert loo.method == "ep-cavity" and loo.pointwise.shape == (300,)
+    with pytest.raises(ValueError, match="level"):
+        ard_fit.predict_proba_interval(X_test[:3], level=1.0)
+    pytest.importorskip("arviz_base")
+    tree = ard_fit.to_inference_data(n_draws=10)
+    names = tree["posterior"]["coef"].coords["feature"].values.tolist()
+    assert names == [f"x{j}" for j in np.flatnonzero(kept)]
+
+
 def test_ard_multiclass_shares_a_feature_across_classes():
     X, y = load_iris(return_X_y=True)
     X = (X - X.mean(axis=0)) / X.std(axis=0)

@@ -142,6 +142,24 @@ def test_bad_level_is_named(binary, level):
         model.predict_proba_interval(X[:3], level=level)
 
 
+@pytest.mark.parametrize(
+    "level, ends",
+    [(0.95, ["2.5%", "97.5%"]), (1e-6, ["49.99995%", "50.00005%"]), (1 - 1e-9, ["5e-08%", "100%"])],
+)
+def test_interval_columns_are_two_distinct_names(binary, level, ends, monkeypatch):
+    """Each end of the interval has its own column, however narrow the interval (at 4
+    significant digits both ends of a 1e-6 interval were "50%": one column overwrote the
+    other, and the structured array refused the duplicate)."""
+    _, _, model = binary
+    table = model.summary(level=level)
+    assert list(table.columns[2:4]) == ends
+    assert np.all(table[ends[0]] < table[ends[1]])
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    assert list(model.summary(level=level).dtype.names[3:5]) == ends
+    with pytest.raises(ValueError, match="level=1e-17 is too small"):
+        model.summary(level=1e-17)
+
+
 @pytest.mark.parametrize("n_draws", [0, -3, 2.5, True])
 def test_bad_n_draws_is_named(binary, n_draws):
     X, y, model = binary
@@ -429,6 +447,29 @@ def test_loo_refuses_unknown_labels(binary):
         model.loo(X, y + 5)
 
 
+def test_loo_refuses_rows_other_than_the_fits(binary):
+    """EP's terms pair row i with the fit's site i, and PSIS reweights by the fit's
+    likelihood: other rows of the same count (shuffled, held out, relabelled, reweighted)
+    must not get numbers that look like leave-one-out."""
+    X, y, model = binary
+    order = np.random.default_rng(0).permutation(len(y))
+    for other_X, other_y, weights in (
+        (X[order], y[order], None),
+        (X + 1.0, y, None),
+        (X, 1 - y, None),
+        (X, y, np.full(len(y), 2.0)),
+    ):
+        with pytest.raises(ValueError, match=r"not the data .* fitted on"):
+            model.loo(other_X, other_y, sample_weight=weights)
+    with pytest.raises(ValueError, match=r"not the data .* fitted on"):
+        model.to_inference_data(X[:-1], y[:-1], n_draws=10)
+    # The same rows in another container or dtype are the same data.
+    sparse = model.loo(sp.csr_matrix(X), list(y), refit_above=None)
+    single = model.loo(X.astype(np.float32), y, np.ones(len(y)), refit_above=None)
+    assert sparse.method == single.method == "ep-cavity"
+    assert single.elpd_loo == pytest.approx(sparse.elpd_loo, rel=1e-5)
+
+
 # --- Pareto smoothing ---------------------------------------------------------------------
 
 
@@ -441,6 +482,13 @@ def test_pareto_k_of_known_tails():
         # The fit's sd is ~0.1 per row: the mean of 200 within 0.05 (with the prior's pull).
         assert k.mean() == pytest.approx(shape, abs=0.05)
         np.testing.assert_allclose(np.exp(smoothed).sum(axis=1), 1.0, rtol=1e-12)
+
+
+def test_the_fewest_draws_psis_takes_are_those_it_names():
+    log_weights = np.random.default_rng(0).standard_normal((1, 21))
+    assert np.isfinite(pareto_smoothed_log_weights(log_weights)[1]).all()
+    with pytest.raises(ValueError, match="at least 21 draws per row; got 20"):
+        pareto_smoothed_log_weights(log_weights[:, :20])
 
 
 def test_flat_weights_need_no_smoothing():
@@ -482,6 +530,15 @@ def test_inference_data_without_arviz_names_the_extra(binary, monkeypatch):
     monkeypatch.setitem(sys.modules, "arviz_base", None)
     with pytest.raises(ImportError, match=r"vsbayes\[arviz\]"):
         model.to_inference_data()
+
+
+def test_inference_data_refuses_data_it_would_ignore(binary):
+    """The log-likelihood group needs X and y: one without the other, or weights without
+    them, were dropped silently."""
+    X, y, model = binary
+    for args, named in (((X, None), "y"), ((None, y), "X"), ((None, None, np.ones(len(y))), "X")):
+        with pytest.raises(ValueError, match=f"without {named}"):
+            model.to_inference_data(*args)
 
 
 def test_inference_data_for_arviz(multinomial):

@@ -63,6 +63,21 @@ def test_a_bad_prior_is_a_value_error_naming_it(mean, cov, precision, message):
         GaussianPrior(mean, cov, precision)
 
 
+def test_a_sparse_covariance_or_precision_is_its_dense_self():
+    """scipy.sparse (a diagonal one is how a wide prior is written) was a TypeError."""
+    mean, cov = _correlated_prior(3)
+    for sparse, dense in (
+        ({"cov": sp.diags([1.0, 2.0, 4.0])}, {"cov": np.array([1.0, 2.0, 4.0])}),
+        ({"precision": sp.diags([1.0, 2.0, 4.0])}, {"cov": 1.0 / np.array([1.0, 2.0, 4.0])}),
+        ({"cov": sp.csr_matrix(cov)}, {"cov": cov}),
+    ):
+        a, b = GaussianPrior(mean, **sparse), GaussianPrior(mean, **dense)
+        assert a.diagonal == b.diagonal
+        np.testing.assert_allclose(a.cov, b.cov, rtol=1e-12)
+    with pytest.raises(ValueError, match="variances must be positive"):
+        GaussianPrior(mean, cov=sp.diags([1.0, 0.0, 1.0]))
+
+
 def test_precision_and_covariance_give_the_same_prior():
     mean, cov = _correlated_prior(4)
     by_cov, by_precision = (
@@ -246,6 +261,34 @@ def test_a_prior_estimator_of_other_classes_is_refused(cancer, iris):
         vb.LaplaceLogisticRegression(prior=vb.LaplaceLogisticRegression().fit(*iris)).fit(*cancer)
 
 
+def test_a_prior_estimator_of_other_feature_names_is_refused(cancer):
+    """The earlier posterior's coefficients are matched to this X's columns by position:
+    a DataFrame with its columns reordered or renamed would mix them up silently."""
+    pd = pytest.importorskip("pandas")
+    X, y = cancer
+    names = [f"f{j}" for j in range(X.shape[1])]
+    frame = pd.DataFrame(X, columns=names)
+    earlier = vb.LaplaceLogisticRegression().fit(frame[:100], y[:100])
+    reordered = frame[[names[1], names[0], *names[2:]]][100:]
+    for model in (
+        vb.LaplaceLogisticRegression(prior=earlier),
+        vb.EPLogisticRegression(prior=earlier),
+    ):
+        with pytest.raises(ValueError, match=r"feature names .*'f1', 'f0'"):
+            model.fit(reordered, y[100:])
+        with pytest.raises(ValueError, match="feature names"):
+            model.partial_fit(reordered[:1], y[100:101], classes=[0, 1])
+        assert not hasattr(model, "coef_")
+    # The same columns, or an unnamed X (positional, as the prior's arrays), are taken.
+    same = vb.LaplaceLogisticRegression(prior=earlier).fit(frame[100:], y[100:])
+    unnamed = vb.LaplaceLogisticRegression(prior=earlier).fit(X[100:], y[100:])
+    np.testing.assert_array_equal(same.coef_, unnamed.coef_)
+    # An empirical-Bayes fit is no posterior: its message names the one it holds.
+    chosen = vb.EmpiricalBayesClassifier(Cs=3, refine=False).fit(X[:100], y[:100])
+    with pytest.raises(ValueError, match=r"estimator_"):
+        vb.LaplaceLogisticRegression(prior=chosen).fit(X[100:], y[100:])
+
+
 # --- partial_fit ------------------------------------------------------------------------
 
 
@@ -276,6 +319,30 @@ def test_batches_of_one_row(cancer):
     # posterior's spread (measured: within 0.8 standard deviations on 30 rows).
     shift = _posterior(stream).mean - _posterior(batch).mean
     assert np.all(np.abs(shift) < 1.0 * np.sqrt(np.diag(batch.sigma_)))
+
+
+@pytest.mark.parametrize(
+    "cls, moments, data",
+    [
+        (vb.ISLogisticRegression, vb.EPLogisticRegression, "cancer"),
+        (vb.BMCProbitRegression, vb.EPProbitRegression, "cancer"),
+        (vb.ISLogisticRegression, vb.EPLogisticRegression, "iris"),
+    ],
+)
+def test_sampling_streams_of_one_row_take_the_exact_moments(cls, moments, data, request):
+    """IS and BMC estimate the exact posterior's moments, which one row's update has to
+    round-off (its tilted density's): their one-row calls take them, as VS's do, rather
+    than an importance-sampling fit of a one-row posterior under a vague prior, whose
+    errors the stream carried (30 rows: means several batch sds away)."""
+    X, y = request.getfixturevalue(data)
+    classes = np.unique(y)
+    stream, reference = cls(random_state=0), moments()
+    for i in range(30):
+        for model in (stream, reference):
+            model.partial_fit(X[i : i + 1], y[i : i + 1], classes=classes)
+    a, b = _posterior(stream), _posterior(reference)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(a.cov, b.cov, rtol=0, atol=1e-10 * np.abs(b.cov).max())
 
 
 @pytest.mark.parametrize(
@@ -512,6 +579,10 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     model = vb.LaplaceLogisticRegression()
     with pytest.raises(ValueError, match="classes must be passed on the first call"):
         model.partial_fit(X[:10], y[:10])
+    # As SGDClassifier's: a NaN class (it became a third class), a set (no order).
+    for classes, message in (([0, 1, np.nan], "NaN"), ({0, 1}, "array-like")):
+        with pytest.raises(ValueError, match=message):
+            model.partial_fit(X[:10], y[:10], classes=classes)
     model.partial_fit(X[:50], y[:50], classes=[0, 1])
     kept = [np.array(g.mean) for g in model.posteriors_], model.sigma_.copy()
     buffer = model._stream_buffer  # 50 rows, short of buffer_size
@@ -615,6 +686,26 @@ def test_a_prior_changed_mid_stream_is_refused_where_it_would_be_ignored():
     model.set_params(prior=(np.zeros(7), np.ones(7)), decay=0.9)  # read: checked
     with pytest.raises(ValueError, match="prior has 7 parameters"):
         model.partial_fit(X[4:5], y[4:5])
+
+
+def test_c_changed_mid_stream_is_refused_where_it_would_be_ignored():
+    """C (and liblinear's intercept_scaling) set the default prior, which a stream reads
+    at its first batch only under decay=1: a change is refused as prior's is; under decay
+    < 1 it is what forgetting nears, and is taken; with prior= given, C is unused."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 3)), np.array([0, 1, 0, 1, 1, 0])
+    model = vb.EPLogisticRegression().partial_fit(X[:2], y[:2], classes=[0, 1])
+    for changed in ({"C": 1e-3}, {"penalty": None}):
+        model.set_params(**changed)
+        with pytest.raises(ValueError, match=r"(C|penalty)=.* after the stream's first batch"):
+            model.partial_fit(X[2:3], y[2:3])
+        model.set_params(C=1.0, penalty="l2")
+    model.partial_fit(X[2:3], y[2:3])
+    model.set_params(C=1e-3, decay=0.5)
+    assert np.abs(model.partial_fit(X[3:4], y[3:4]).coef_).max() < 0.05
+    given = vb.EPLogisticRegression(prior=(np.zeros(4), np.ones(4)))
+    given.partial_fit(X[:2], y[:2], classes=[0, 1]).set_params(C=5.0)
+    given.partial_fit(X[2:3], y[2:3])
 
 
 @pytest.mark.parametrize("cls", [vb.LaplaceLogisticRegression, vb.VBLogisticRegression])

@@ -40,18 +40,35 @@ def to_inference_data(
     """ArviZ's DataTree of a fitted estimator (see
     :meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`)."""
     n_draws = check_n_draws(n_draws)
+    if (X is None) != (y is None) or (X is None and sample_weight is not None):
+        given, missing = ("X", "y") if X is not None else ("y", "X")
+        if X is None and y is None:
+            given, missing = "sample_weight", "X and y"
+        raise ValueError(
+            f"to_inference_data got {given} without {missing}: the log_likelihood group "
+            f"needs the training data X and y (with their sample_weight). Pass both, or "
+            f"neither for the posterior alone."
+        )
+    check_is_fitted(estimator)
+    data = None  # (checked before ArviZ's import, which takes longer than the checks)
+    if X is not None:
+        data = _training_data(estimator, X, y, sample_weight)
+        if len(estimator.classes_) > 2 and not estimator._is_multinomial():
+            raise ValueError(
+                "log_likelihood needs a joint model of the labels; a one-vs-rest fit has "
+                "none. Pass X=None, y=None for the posterior alone."
+            )
     try:
         import arviz_base
     except ImportError as error:
         raise ImportError(
             "to_inference_data needs ArviZ (arviz-base): pip install 'vsbayes[arviz]'."
         ) from error
-    check_is_fitted(estimator)
     names = _feature_names(estimator, feature_names)
     # Held at once: the draws as drawn (and their spread's temporary), the exported
     # (centred) copy, and with the data each row's log-likelihood at each draw.
     p = int(np.prod(np.shape(estimator.coef_))) + np.size(estimator.intercept_)
-    n_rows = 0 if X is None or y is None else X.shape[0]
+    n_rows = 0 if data is None else X.shape[0]
     per_draw = 8.0 * (3 * p + n_rows)
     check_memory(
         n_draws * per_draw,
@@ -84,13 +101,7 @@ def to_inference_data(
     for name, value in getattr(estimator.posteriors_[0], "diagnostics", dict)().items():
         if isinstance(value, bool | int | float | str | np.generic):
             attrs[name] = value.item() if isinstance(value, np.generic) else value
-    if X is not None and y is not None:
-        data = _training_data(estimator, X, y, sample_weight)
-        if len(estimator.classes_) > 2 and not estimator._is_multinomial():
-            raise ValueError(
-                "log_likelihood needs a joint model of the labels; a one-vs-rest fit has "
-                "none. Pass X=None, y=None for the posterior alone."
-            )
+    if data is not None:
         draws = _Draws(estimator, data, coef, intercept)
         log_likelihood = [draws.row_log_likelihood(rows) for rows in draws.blocks()]
         log_likelihood = np.concatenate(log_likelihood, axis=1)

@@ -62,6 +62,7 @@ from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
+from ._leave_one_out import TrainingFingerprint
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
 from ._updating import BayesianUpdating, problem_model, refuse_forced_structure
@@ -392,6 +393,8 @@ class BayesianGLMClassifier(
                     ConvergenceWarning,
                 )
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+            if not is_dask(X):  # (loo checks its rows are these; a dask X is not read twice)
+                self._training_fingerprint = TrainingFingerprint.of(X, y_index, weights)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             if observer is not None:
@@ -956,7 +959,11 @@ class BayesianGLMClassifier(
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
         self._fitted_prior_ = self.prior  # (partial_fit refuses a later change it would ignore)
+        # The rows behind the posterior: fit's sets them after this; a stream's are many
+        # batches, not kept (its leave-one-out takes any rows, by importance sampling).
+        self._training_fingerprint = None
         self._fitted_intercept_ = self.fit_intercept  # (partial_fit's parameter vector)
+        self._fitted_prior_scales_ = self._priors(None, None, False)  # (C's, as prior's)
         if method.falls_back:
             self.laplace_fallback_ = np.array([f.fell_back for f in fits])
         if method.records_strategy:

@@ -74,8 +74,19 @@ def _quantile_z(level: float) -> float:
     return float(norm.ppf(0.5 + 0.5 * level))
 
 
-def _percent(p: float) -> str:
-    return f"{100.0 * p:.4g}%"
+def _interval_names(level: float) -> tuple[str, str]:
+    """The columns of the interval's ends, ``"2.5%"`` and ``"97.5%"`` at 0.95: four
+    significant digits, more where a narrow interval's ends would round to the median's
+    name (or to each other's)."""
+    tails = 100.0 * (0.5 - 0.5 * level), 100.0 * (0.5 + 0.5 * level)
+    for digits in range(4, 18):
+        lower, upper = (f"{tail:.{digits}g}" for tail in tails)
+        if float(lower) < 50.0 < float(upper):
+            return f"{lower}%", f"{upper}%"
+    raise ValueError(
+        f"level={level!r} is too small for the interval's ends to differ in float64 (both "
+        f"are the median); pass a level of at least 1e-15."
+    )
 
 
 # --- the coefficient table ----------------------------------------------------------------
@@ -234,7 +245,7 @@ def marginals_table(
     (see :func:`coefficient_columns`)."""
     columns = {} if columns is None else columns
     z = _quantile_z(level)
-    lower_name, upper_name = _percent(0.5 - 0.5 * level), _percent(0.5 + 0.5 * level)
+    lower_name, upper_name = _interval_names(level)
     blocks = {
         name: np.broadcast_to(np.asarray(values), (len(per_problem), len(per_problem[0][1])))
         for name, values in columns.items()

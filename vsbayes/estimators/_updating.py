@@ -98,32 +98,32 @@ fits the row's likelihood to the power ``decay**k`` (power EP). The running evid
 refit replaces its small batches' terms by the evidence of their rows given the anchor
 (with ``decay`` < 1, of the rows' weighted likelihoods); revisits leave it ADF's.
 
-**One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not
-take it; in the window, a new row's site is this update too, from its site of zeros, the
+**One row** skips the general fit (``buffer_size`` ≤ 1, or where the window does not take
+it; in the window, a new row's site is this update too, from its site of zeros, the
 multinomial one in one pass where its site is of its cavity alone, else one pass of its
 nodes' own moments on a kernel at its tilted mode, by the tilted moments at any cavity
-width where this update takes VS fits for wide ones): prior × one factor
-differs from the prior along the row only, so the posterior is a rank-one update of the
-prior by the row's new latent marginal, O(p²). Laplace's comes from Newton's method in the
-row's latent (the general solver's iterates, in the one dimension they move in), EP's from
-one tilted-moment match (with one site EP's first update is its fixed point: assumed-
-density filtering), VS's from the same moments: they are the exact posterior's, which
-every VS route estimates. The multinomial row's likelihood sees its K − 1 contrasts
-only: EP and VS take the multinomial EP's site of their (K − 1)-dimensional tilted
-density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's fixed
-point (the general sweep's update of the one site, repeated until it settles), Laplace
-Newton's method in the contrasts, each followed by a rank-(K − 1) update. VB's (binary
-and one-vs-rest) is the Jaakkola–Jordan bound's optimum for the row: the bound of one row
-is a Gaussian site in its latent, its optimal ξ the root of a scalar equation, solved to
-round-off (the general fit's updates, on one row, iterate that equation and converge
-slowly where the prior is vague along the row: thousands of updates under the default
-intercept's N(0, 10⁶)); a window revisit re-optimizes a row's ξ under its cavity, a
-coordinate ascent on the bound of the window's rows, whose fixed point is the batch VB
+width where this update takes VS fits for wide ones): prior × one factor differs from the
+prior along the row only, so the posterior is a rank-one update of the prior by the row's
+new latent marginal, O(p²). Laplace's comes from Newton's method in the row's latent (the
+general solver's iterates, in the one dimension they move in), EP's from one tilted-moment
+match (with one site EP's first update is its fixed point: assumed-density filtering),
+VS's, IS's and BMC's from the same moments: they are the exact posterior's, which every VS
+route and the sampling fits estimate. The multinomial row's likelihood sees its K − 1
+contrasts only: EP, VS and IS take the multinomial EP's site of their (K − 1)-dimensional
+tilted density (its tilted moments, or its VS fit where the row's cavity is wide) at EP's
+fixed point (the general sweep's update of the one site, repeated until it settles),
+Laplace Newton's method in the contrasts, each followed by a rank-(K − 1) update. VB's
+(binary and one-vs-rest) is the Jaakkola–Jordan bound's optimum for the row: the bound of
+one row is a Gaussian site in its latent, its optimal ξ the root of a scalar equation,
+solved to round-off (the general fit's updates, on one row, iterate that equation and
+converge slowly where the prior is vague along the row: thousands of updates under the
+default intercept's N(0, 10⁶)); a window revisit re-optimizes a row's ξ under its cavity,
+a coordinate ascent on the bound of the window's rows, whose fixed point is the batch VB
 fit. The method's ``one_row`` says which; each is the general fit's posterior to its
-tolerance (tests/test_updating.py). Small batches favour the moments: Laplace's expansion of each
-batch at its own mode takes the rows' curvature where the early estimates put them and
-accumulates too much precision (docs/decisions.md, "Streaming by moments"), which its
-window corrects (above).
+tolerance (IS's and BMC's: to their sampling error; tests/test_updating.py). Small
+batches favour the moments: Laplace's expansion of each batch at its own mode takes the
+rows' curvature where the early estimates put them and accumulates too much precision
+(docs/decisions.md, "Streaming by moments"), which its window corrects (above).
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_scalar
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import unique_labels
 from sklearn.utils.validation import validate_data
 
 from .._blas import one_blas_thread, one_blas_thread_below
@@ -308,7 +309,7 @@ class BayesianUpdating:
         buffer: when the buffer reaches ``buffer_size`` rows, this call refits them
         jointly under the posterior from before them (filtering loses most on small
         batches), and empties it. Memory and cost do not grow with the rows seen before. A
-        batch of one row (Laplace, EP, VS, VB; binary, one-vs-rest and multinomial) is a
+        batch of one row (every method; binary, one-vs-rest and multinomial) is a
         rank-(K − 1) update of the prior (rank one but for the multinomial posterior), and
         refits the sites of four of the last ``buffer_size`` rows under the posterior
         without them (incremental EP over a sliding window; see the module docstring): no
@@ -359,8 +360,8 @@ class BayesianUpdating:
         ValueError
             Naming what is wrong: no ``classes`` at the first call, other classes later,
             a label outside them, a changed number of features, a bad prior or ``decay``,
-            ``prior`` changed after the first batch with ``decay=1`` (it would be ignored)
-            or ``fit_intercept`` changed after it,
+            ``prior`` or ``C`` (the default prior's) changed after the first batch with
+            ``decay=1`` (it would be ignored) or ``fit_intercept`` changed after it,
             a structured covariance forced by ``vsbayes.config_context`` on a stream that
             keeps the dense one. The carried posterior is left as it was.
         """
@@ -373,12 +374,19 @@ class BayesianUpdating:
         if params is None or params != vars(self).get("_checked_params"):
             self._check_params()
             self._checked_params = params
+        first = not hasattr(self, "posteriors_")
         if self._flat_prior() and self.prior is None:
+            if not first:
+                raise ValueError(
+                    f"penalty={self.penalty!r} with C={self.C!r} (a flat prior) was set after "
+                    f"the stream's first batch: partial_fit continues from the posterior, and "
+                    f"a flat prior has nothing for forgetting to near. Set it back, or call "
+                    f"fit (sklearn.base.clone to start over)."
+                )
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
                 "penalty=None (or C=np.inf) is flat. Use a finite C, or prior= an earlier fit."
             )
-        first = not hasattr(self, "posteriors_")
         fitted_prior = vars(self).get("_fitted_prior_", self.prior)
         if not first and self.decay == 1 and not _same_prior(self.prior, fitted_prior):
             raise ValueError(
@@ -396,6 +404,18 @@ class BayesianUpdating:
                 f"that posterior, whose parameter vector has "
                 f"{'an' if fitted_intercept else 'no'} intercept. To start over, call fit or "
                 f"partial_fit a clone (sklearn.base.clone); to continue, set it back."
+            )
+        # C (and liblinear's intercept_scaling) set the default prior: read as prior is.
+        fitted_scales = vars(self).get("_fitted_prior_scales_")
+        read = self.decay == 1 and not first and self.prior is None
+        if read and fitted_scales not in (None, self._priors(None, None, False)):
+            raise ValueError(
+                f"C={self.C!r} (or intercept_scaling) was changed after the stream's first "
+                f"batch, whose default prior it sets: partial_fit continues from the "
+                f"posterior and reads C only at a stream's first batch (and with decay < 1, "
+                f"as what forgetting nears), so the change would be ignored. To start over "
+                f"under it, call fit or partial_fit a clone (sklearn.base.clone); to "
+                f"continue, set it back."
             )
         classes = self._partial_fit_classes(classes, first)
         if is_dask(X):
@@ -904,11 +924,14 @@ class BayesianUpdating:
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = np.unique(np.asarray(classes))
+            given = np.asarray(classes)
+            if given.dtype.kind == "f" and not np.isfinite(given).all():
+                raise ValueError(f"classes holds NaN or infinite labels: {given.tolist()!r}.")
+            classes = unique_labels(classes)  # (its checks: an array-like, one kind of label)
             if len(classes) < 2:
                 raise ValueError(f"classes must hold at least 2 classes; got {classes.tolist()!r}.")
             return classes
-        if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+        if classes is not None and not np.array_equal(unique_labels(classes), self.classes_):
             raise ValueError(
                 f"classes={np.asarray(classes).tolist()!r} is not the same as on the first "
                 f"call to partial_fit, {self.classes_.tolist()!r}: a new class cannot join "
@@ -1541,13 +1564,31 @@ def _prior_specs(estimator, prior, classes: np.ndarray) -> list:
                 f"prior is a fitted {type(prior).__name__} of classes "
                 f"{prior.classes_.tolist()!r}; this fit's classes are {classes.tolist()!r}."
             )
+        # Its coefficients meet this X's columns by position: named columns must agree.
+        fitted_names = getattr(prior, "feature_names_in_", None)
+        names = getattr(estimator, "feature_names_in_", None)
+        named = fitted_names is not None and names is not None
+        if named and not np.array_equal(fitted_names, names):
+            raise ValueError(
+                f"prior is a fitted {type(prior).__name__} of the feature names "
+                f"{list(map(str, fitted_names))!r}; this X's are {list(map(str, names))!r}. "
+                f"Its coefficients are matched to X's columns by position: pass X's columns "
+                f"in the prior's order (X[prior_names])."
+            )
         return list(posteriors)
     if hasattr(prior, "fit") and not hasattr(prior, "mean"):
         if hasattr(prior, "classes_"):  # fitted, but holds no Gaussian posterior
+            inner = getattr(prior, "estimator_", None)  # (a meta-estimator's fitted one)
+            hint = ""
+            if hasattr(inner, "posteriors_"):
+                hint = (
+                    f" Its estimator_ holds the posterior (under the chosen prior scales; "
+                    f"{getattr(inner, 'n_features_in_', '?')} features): prior=it.estimator_."
+                )
             raise ValueError(
                 f"prior is a fitted {type(prior).__name__}, which holds no posterior: pass "
                 f"a fitted vsbayes estimator (its posterior is the prior), a Gaussian, a "
-                f"(mean, cov) pair or a dict."
+                f"(mean, cov) pair or a dict.{hint}"
             )
         raise ValueError(
             f"prior is an unfitted {type(prior).__name__}: fit it first (its posterior is "

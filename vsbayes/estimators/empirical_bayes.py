@@ -49,7 +49,7 @@ from ..approximations import structured_laplace
 from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
-from . import _summaries
+from . import _arviz_export, _summaries
 from ._base import INTERCEPT_PRIOR_VAR
 from ._dask_input import check_prediction_input
 from ._registry import LINKS
@@ -603,12 +603,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """
         check_is_fitted(self, "estimator_")
         level = _summaries.check_level(level)
-        names = getattr(self, "feature_names_in_", None)
-        names = (
-            [str(n) for n in names]
-            if names is not None
-            else [f"x{j}" for j in range(self.n_features_in_)]
-        )
+        names = self._feature_names()
         inner = self.estimator_
         per_problem = []
         for label, mean, sd in _summaries.marginals(inner):
@@ -624,6 +619,152 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             attrs,
             multiclass=len(self.classes_) > 2,
             columns=self._coefficient_columns(),
+        )
+
+    def _feature_names(self) -> list[str]:
+        """The names of X's columns: ``feature_names_in_``, else ``x0, x1, …``."""
+        names = getattr(self, "feature_names_in_", None)
+        if names is None:
+            return [f"x{j}" for j in range(self.n_features_in_)]
+        return [str(n) for n in names]
+
+    # --- the posterior in use: the fitted estimator's, on its columns ------------------
+    # (Conditional on the chosen scales: the evidence's choice of C, or of the kept
+    # features, is not averaged over.)
+
+    def predict_proba_interval(self, X, level=0.95, *, n_draws=4096, random_state=None):
+        """Equal-tailed credible interval of each row's class probabilities: the fitted
+        estimator's ``predict_proba_interval`` (under the chosen prior scales).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Data.
+        level : float, default=0.95
+            Probability of the intervals, in (0, 1).
+        n_draws : int, default=4096
+            Latent draws per row beyond two classes (unused for two).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of those draws; None: a fixed seed.
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self, "estimator_")
+        return self.estimator_.predict_proba_interval(
+            self._estimator_input(X), level, n_draws=n_draws, random_state=random_state
+        )
+
+    def sample_proba(self, X, n_draws=1000, *, random_state=None):
+        """Class probabilities of X under posterior draws of the fitted estimator.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Data.
+        n_draws : int, default=1000
+            Number of draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        ndarray of shape (n_draws, n_samples, n_classes)
+        """
+        check_is_fitted(self, "estimator_")
+        return self.estimator_.sample_proba(
+            self._estimator_input(X), n_draws, random_state=random_state
+        )
+
+    def sample_y(self, X, n_draws=1000, *, random_state=None):
+        """Labels of X drawn from the fitted estimator's posterior predictive.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Data.
+        n_draws : int, default=1000
+            Number of draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        ndarray of shape (n_draws, n_samples)
+        """
+        check_is_fitted(self, "estimator_")
+        return self.estimator_.sample_y(
+            self._estimator_input(X), n_draws, random_state=random_state
+        )
+
+    def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None, refit_above="auto"):
+        """Leave-one-out of the fitted estimator (its ``loo``) on the training data.
+
+        Each term leaves its row out of the posterior under the chosen prior scales (C, or
+        ARD's variances and kept features), not out of their choice: on the scales' own
+        data, the estimate is slightly optimistic.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The training data.
+        y : array-like of shape (n_samples,)
+            Its labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Its weights, as passed to ``fit``.
+        n_draws : int, default=None
+            Posterior draws (see the estimator's ``loo``).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+        refit_above : float, "auto" or None, default="auto"
+            See the estimator's ``loo``.
+
+        Returns
+        -------
+        LeaveOneOut
+        """
+        check_is_fitted(self, "estimator_")
+        return self.estimator_.loo(
+            self._estimator_input(X),
+            y,
+            sample_weight,
+            n_draws=n_draws,
+            random_state=random_state,
+            refit_above=refit_above,
+        )
+
+    def to_inference_data(
+        self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
+    ):
+        """The fitted estimator's posterior as ArviZ data (its ``to_inference_data``), its
+        features named as X's columns (under ARD the kept ones only: a pruned feature's
+        coefficient is 0 in every draw).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), default=None
+            The training data (with ``y``: the ``log_likelihood`` group).
+        y : array-like of shape (n_samples,), default=None
+            Its labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Its weights.
+        n_draws : int, default=1000
+            Posterior draws (one chain).
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        xarray.DataTree
+        """
+        check_is_fitted(self, "estimator_")
+        inner = self.estimator_
+        if X is not None:
+            X = inner._in_memory(self._estimator_input(X), "to_inference_data")
+        names = [n for n, kept in zip(self._feature_names(), self.support_, strict=True) if kept]
+        return _arviz_export.to_inference_data(
+            inner, X, y, sample_weight, n_draws, random_state, feature_names=names
         )
 
     def _coefficient_columns(self) -> dict:

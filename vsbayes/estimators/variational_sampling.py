@@ -300,7 +300,7 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         loses most on small batches. A batch of fewer rows updates the posterior at once
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
         together by the estimator's method under the posterior from before them (that call
-        costs a ``fit`` of them). One-row calls (Laplace, EP, VS, VB) keep the sites of the last
+        costs a ``fit`` of them). One-row calls keep the sites of the last
         ``buffer_size`` rows instead, and each refits four of them, those visited longest
         ago, under the posterior without them: no call refits the buffer, each costs about
         ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each
@@ -587,7 +587,7 @@ class VSProbitRegression(VariationalSamplingClassifier):
         loses most on small batches. A batch of fewer rows updates the posterior at once
         and joins a buffer; when the buffer reaches ``buffer_size`` rows, they are refitted
         together by the estimator's method under the posterior from before them (that call
-        costs a ``fit`` of them). One-row calls (Laplace, EP, VS, VB) keep the sites of the last
+        costs a ``fit`` of them). One-row calls keep the sites of the last
         ``buffer_size`` rows instead, and each refits four of them, those visited longest
         ago, under the posterior without them: no call refits the buffer, each costs about
         ``SGDClassifier.partial_fit``'s. Memory: at most ``buffer_size`` rows. 0 or 1: each

@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import solve_triangular
 
 from .._memory import check_memory
@@ -72,8 +73,11 @@ class GaussianPrior:
         if (cov is None) == (precision is None):
             raise ValueError(f"Give the {name} exactly one of a covariance and a precision.")
         p = mean.shape[0]
-        given = np.asarray(cov if precision is None else precision, dtype=float)
         what = "covariance" if precision is None else "precision"
+        given = cov if precision is None else precision
+        if sp.issparse(given):  # a diagonal one as its variances, else dense (as held)
+            given, cov, precision = _densified(given, p, what, name)
+        given = np.asarray(given, dtype=float)
         if given.ndim == 1 and precision is None and given.shape == (p,):
             if not (np.isfinite(given).all() and (given > 0).all()):
                 raise ValueError(
@@ -304,6 +308,27 @@ class GaussianPrior:
     def __repr__(self) -> str:
         kind = "diagonal" if self.diagonal else "arrowhead" if self.hub is not None else "full"
         return f"GaussianPrior(dim={self.dim}, {kind} covariance)"
+
+
+def _densified(matrix, p: int, what: str, name: str):
+    """``(given, cov, precision)`` of a scipy.sparse covariance or precision: a diagonal
+    one as the variances of a diagonal covariance (a precision's inverted, its entries
+    checked there), another as the dense matrix it is held as (sized first)."""
+    if matrix.shape == (p, p):
+        off_diagonal = matrix - sp.diags(matrix.diagonal())
+        if off_diagonal.count_nonzero() == 0:
+            diagonal = np.asarray(matrix.diagonal(), dtype=float)
+            if what == "precision":  # (a zero precision: an infinite variance, refused)
+                with np.errstate(divide="ignore"):
+                    diagonal = 1.0 / diagonal
+            return diagonal, diagonal, None
+    check_memory(
+        8.0 * 3 * p * p,
+        f"the {name}'s dense {p} × {p} {what} (a sparse one is held dense unless diagonal)",
+        "Pass a diagonal covariance (its variances), or fewer parameters.",
+    )
+    dense = matrix.toarray()
+    return (dense, dense, None) if what == "covariance" else (dense, None, dense)
 
 
 def _cholesky(matrix: np.ndarray, what: str) -> np.ndarray:

@@ -57,7 +57,7 @@ def pareto_smoothed_log_weights(log_weights: np.ndarray) -> tuple[np.ndarray, np
     n, n_draws = log_weights.shape
     tail_length = math.ceil(min(0.2 * n_draws, 3.0 * math.sqrt(n_draws)))
     if tail_length < 5 or n_draws < tail_length + 1:
-        raise ValueError(f"PSIS needs at least 25 draws per row; got {n_draws}.")
+        raise ValueError(f"PSIS needs at least 21 draws per row; got {n_draws}.")
     log_weights -= log_weights.max(axis=1, keepdims=True)
     order = np.argsort(log_weights, axis=1)
     tail_index = order[:, -tail_length:]
