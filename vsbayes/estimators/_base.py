@@ -394,7 +394,7 @@ class BayesianGLMClassifier(
                 )
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
             if not is_dask(X):  # (loo checks its rows are these; a dask X is not read twice)
-                self._training_fingerprint = TrainingFingerprint.of(X, y_index, weights)
+                self._training_fingerprint_ = TrainingFingerprint.of(X, y_index, weights)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             if observer is not None:
@@ -961,7 +961,7 @@ class BayesianGLMClassifier(
         self._fitted_prior_ = self.prior  # (partial_fit refuses a later change it would ignore)
         # The rows behind the posterior: fit's sets them after this; a stream's are many
         # batches, not kept (its leave-one-out takes any rows, by importance sampling).
-        self._training_fingerprint = None
+        self._training_fingerprint_ = None
         self._fitted_intercept_ = self.fit_intercept  # (partial_fit's parameter vector)
         self._fitted_prior_scales_ = self._priors(None, None, False)  # (C's, as prior's)
         if method.falls_back:

@@ -246,7 +246,7 @@ _FINGERPRINT_ROWS = 1024
 def _check_fitted_rows(estimator, data: _Training) -> None:
     """A ValueError naming what differs where ``data`` are not the rows ``fit`` saw (no
     check where the fit kept no fingerprint: a stream's, a dask fit's)."""
-    fitted = vars(estimator).get("_training_fingerprint")
+    fitted = vars(estimator).get("_training_fingerprint_")
     if fitted is None:
         return
     given = TrainingFingerprint.of(data.X, data.index, data.weights)
