@@ -431,8 +431,9 @@ def digits_cv_nuts(Cs=(1.0, 10.0), draws: int = 500, chains: int = 2) -> list[di
 def _with_committed(rows, cases):
     """``rows`` with the committed report's rows of the other cases (in CASES' order), and
     the committed report's other sections: ``(defaults, cv_rows, diagnosis, cv_nuts,
-    {case: machine line})`` for :func:`write_report` (the digits NUTS diagnosis kept as
-    the committed Markdown's section where the JSON does not hold it)."""
+    {case: machine line}, the cross-validation's machine line or None)`` for
+    :func:`write_report` (the digits NUTS diagnosis kept as the committed Markdown's section
+    where the JSON does not hold it)."""
     committed = json.loads((RESULTS / "multinomial.json").read_text())
     others = [r for r in committed["rows"] if r["case"] not in cases]
     order = list(CASES)
@@ -459,6 +460,7 @@ def _with_committed(rows, cases):
         diagnosis,
         committed.get("digits_cv_nuts", []),
         kept,
+        committed.get("digits_cv_machine"),
     )
 
 
@@ -467,11 +469,20 @@ def _fmt(x, spec=".3g") -> str:
 
 
 def write_report(
-    out: Path, rows, defaults, cv_rows, diagnosis, info, cv_nuts=(), kept_cases=None
+    out: Path,
+    rows,
+    defaults,
+    cv_rows,
+    diagnosis,
+    info,
+    cv_nuts=(),
+    kept_cases=None,
+    cv_machine=None,
 ) -> None:
     """The report; ``diagnosis`` is the digits NUTS diagnosis (a dict), or its committed
     Markdown lines; ``kept_cases`` maps the cases whose rows are the committed report's to
-    that run's machine line."""
+    that run's machine line; ``cv_machine``: the machine line of the cross-validation's
+    run where it is not this run's (rerun by ``--update --cv``, or kept)."""
     write_csv(out / "multinomial.csv", rows)
     write_json(
         out / "multinomial.json",
@@ -485,6 +496,7 @@ def write_report(
             },
             "digits_defaults": defaults,
             "digits_cv": cv_rows,
+            "digits_cv_machine": cv_machine,
             "digits_cv_nuts": list(cv_nuts),
             **({"digits_nuts_diagnosis": diagnosis} if isinstance(diagnosis, dict) else {}),
         },
@@ -595,6 +607,8 @@ def write_report(
             f"{best_vs - best_lr:+.4f}; target ≤ +{TARGETS['log_loss_gap']}).",
             "",
         ]
+        if cv_machine:
+            lines += [f"This section's run: {cv_machine}", ""]
     if cv_nuts and cv_rows:
         lines += _cv_nuts_lines(cv_rows, cv_nuts)
     if isinstance(diagnosis, list):  # the committed section, kept by --update
@@ -739,6 +753,11 @@ def main() -> None:
         action="store_true",
         help="rerun only --cases; keep the committed report's other cases and sections",
     )
+    parser.add_argument(
+        "--cv",
+        action="store_true",
+        help="with --update: rerun the digits cross-validation over C too (its NUTS rows kept)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.cases, args.rounds, args.skip_cv, args.skip_nuts = ["iris", "wine"], 1, True, True
@@ -748,11 +767,15 @@ def main() -> None:
     if args.update:
         rows, kept = _with_committed(rows, args.cases)
         args.skip_cv = args.skip_nuts = True
-        defaults, cv_rows, diagnosis, cv_nuts, kept_cases = kept
+        defaults, cv_rows, diagnosis, cv_nuts, kept_cases, cv_machine = kept
+        if args.cv:
+            cv_rows, cv_machine = digits_cv(), machine_line(machine())
         if "digits" in args.cases:  # the defaults' fit is digits' own row: rerun it too
             defaults = digits_defaults()
             print(defaults, flush=True)
-        write_report(args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts, kept_cases)
+        write_report(
+            args.out, rows, defaults, cv_rows, diagnosis, info, cv_nuts, kept_cases, cv_machine
+        )
         return
     defaults = digits_defaults() if "digits" in args.cases else None
     print(defaults, flush=True)
