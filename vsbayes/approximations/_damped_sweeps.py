@@ -27,11 +27,13 @@ first halving that did not help.
 Two signs end stalled sweeps sooner. At a noise floor, new smallest changes keep coming,
 each a record of the noise a few percent below the last, and each restarted the count of
 ``_STALL`` sweeps: near the floor, sweeps that have not halved their change in ``_STALL``
-sweeps are tested for a settled posterior too. And once a stall has made the sweeps plain,
-a damped step that grows the change faster than any damping down to ``_MIN_DAMPING``
-could contract (:func:`_grows_past_damping`) raises at once: halving would wait for the
-next jump (with weights 1e3 and 1e-4, a heavy row's tilted density meeting its cavity's
-tail again, after a geometric decrease of the change).
+sweeps, nor made a new smallest one in the last half of them, are tested for a settled
+posterior too (slow convergence makes a new smallest change every sweep or two). And
+once a stall has made the sweeps plain, a damped step that grows the change faster than
+any damping down to ``_MIN_DAMPING`` could contract (:func:`_grows_past_damping`)
+raises at once: halving would wait for the next jump (with weights 1e3 and 1e-4, a
+heavy row's tilted density meeting its cavity's tail again, after a geometric decrease
+of the change).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ __all__ = [
 _STALL = 10
 _MIN_DAMPING = 1.0 / 64
 # Near the floor, a change at most this fraction of the one at the last progress is
-# progress; _STALL sweeps without any are tested as a stall is (the module's docstring).
+# progress; _STALL sweeps without any, the last _STALL // 2 without a new smallest change,
+# are tested as a stall is (the module's docstring).
 _PROGRESS = 0.5
 # The least growth of the change over one plain damped step that is taken as a mode no
 # damping contracts (_grows_past_damping).
@@ -337,10 +340,11 @@ def damped_sweeps(
     of its standard deviation, a variance by 1.4 %), and their change is below
     ``max(√tol, 1e-3)``; else they go on unmixed, then with the damping halved (down to
     1/64) while halving takes them closer to a fixed point, and raise where it does not.
-    Below ``max(√tol, 1e-3)``, 10 sweeps that have not halved the change are tested for a
-    settled posterior as a stall is; after a stall, a plain damped step that grows the
-    change more than ``max(2 d / (1/64) - 1, 10)``-fold at damping d, to above
-    ``max(√tol, 1e-3)``, raises at once.
+    Below ``max(√tol, 1e-3)``, 10 sweeps that have not halved the change, the last 5
+    without a new smallest one, are tested for a settled posterior as a stall is; after a
+    stall, a plain damped step that grows the change more than
+    ``max(2 d / (1/64) - 1, 10)``-fold at damping d, to above ``max(√tol, 1e-3)``, raises
+    at once.
 
     Returns
     -------
