@@ -150,6 +150,27 @@ def test_sweeps_stalled_near_a_fixed_point_keep_the_best_sites_with_a_warning():
     assert run.n_iter <= 2 * 10 + 5
 
 
+def test_sweeps_at_a_noise_floor_whose_records_keep_coming_stop_there():
+    # Noise of varying size (as the multinomial EP's site fits at their floor): new
+    # smallest changes a few percent below the last keep coming, each of which restarted
+    # the count of 10 stalled sweeps (up to 61 sweeps on these 12 sequences). Sweeps that
+    # have not halved their change in 10 sweeps, nor made a new smallest one in 5, are
+    # tested as stalled ones: the settled sites are kept by sweep 32 on each.
+    target = np.array([1.0, -2.0, 30.0])
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        sign = [1.0]
+
+        def update(post, sites, rng=rng, sign=sign):
+            sign[0] = -sign[0]
+            return target + 1e-6 * sign[0] * rng.uniform(0.5, 1.0, 3) * (1.0 + np.abs(target))
+
+        with pytest.warns(ConvergenceWarning, match="made no progress below it"):
+            run, sites = _run(update, np.zeros(3))
+        assert not run.converged and run.n_iter <= 32
+        assert np.all(np.abs(sites - target) <= 2e-6 * (1.0 + np.abs(target)))
+
+
 def test_sweeps_stalled_within_ten_times_tol_keep_their_sites_silently():
     # The site fits' own precision just above tol (the binary EP's dual form at the
     # estimators' tol = 1e-10): no warning for what no sweep can improve.
@@ -177,22 +198,36 @@ def test_sweeps_stalled_near_sites_whose_posterior_still_moves_raise():
         _run(_noisy_map(target, 1e-5), np.zeros(3), variance=1e-8)
 
 
-def test_stalled_sweeps_that_halving_the_damping_does_not_help_raise_at_once():
-    # A map that crawls to its fixed point (each sweep 0.1 % of the way), after a first
-    # sweep that moved almost nothing: a best no later sweep beats. At damping 0.425 the
-    # sweeps crawl slower than at 0.85, and would slower still at each halving down to
-    # 1/64 (70 sweeps in all): they raise after the first halving, at sweep 21.
+def _crawl_after(first_step: float):
+    """A map that crawls to its fixed point (each sweep 0.1 % of the way: undamped changes
+    of ~1e-3), after a first sweep that moved ``first_step``: a best no later sweep beats."""
     target = np.array([1.0, -2.0, 30.0])
     first = []
 
     def update(post, sites):
         if not first:
             first.append(None)
-            return sites + 1e-6
+            return sites + first_step
         return target + 0.999 * (sites - target)
 
-    store = _store(update, np.zeros(3))
+    return update
+
+
+def test_stalled_sweeps_that_halving_the_damping_does_not_help_raise_at_once():
+    # At damping 0.425 the sweeps crawl slower than at 0.85, and would slower still at each
+    # halving down to 1/64 (70 sweeps in all): they raise after the first halving, at
+    # sweep 21. (The first step, 5e-4, is within tenfold of the crawl's changes.)
+    store = _store(_crawl_after(5e-4), np.zeros(3))
     with pytest.raises(EstimationError, match=r"damping 0\.425, which .* after 21 sweeps"):
+        damped_sweeps(store, damping=0.85, tol=1e-10, max_iter=1000, memory=0)
+
+
+def test_stalled_sweeps_whose_change_jumps_past_any_damping_raise_at_once():
+    # The same crawl after a first step of 1e-6: from the best sites, the first plain
+    # sweep after the stall grows the change ~30000-fold, past the 108-fold that damping
+    # 0.85 down to 1/64 could contract: raised there, at sweep 12, not after halving.
+    store = _store(_crawl_after(1e-6), np.zeros(3))
+    with pytest.raises(EstimationError, match=r"grew faster .* after 12 sweeps"):
         damped_sweeps(store, damping=0.85, tol=1e-10, max_iter=1000, memory=0)
 
 

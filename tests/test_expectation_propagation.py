@@ -1,5 +1,6 @@
 """Expectation propagation: tilted moments, accuracy against quadrature, convergence."""
 
+import re
 import warnings
 
 import numpy as np
@@ -157,6 +158,23 @@ def test_sweeps_that_stall_where_halving_the_damping_cannot_help_raise():
         estimator.fit(X[:50], y[:50])
     assert estimator.laplace_fallback_.all()
     assert np.mean(estimator.predict(X[50:]) == 0) > 0.87
+
+
+def test_sweeps_whose_change_jumps_past_any_damping_raise_at_the_jump():
+    # The same weights on 20 rows: after the mixed and then the plain sweeps stall, a plain
+    # sweep grows the change 250-fold (a heavy row's tilted density meeting its cavity's
+    # tail), past the 108 that damping 0.85 down to 1/64 could contract. EP raises there,
+    # at sweep 35, where halving the damping twice took it to sweep 64; the estimator
+    # falls back to Laplace as before.
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=20, centers=2, random_state=3, cluster_std=20)
+    estimator = vsbayes.EPProbitRegression(class_weight={0: 1e3, 1: 1e-4})
+    with pytest.warns(vsbayes.exceptions.UnreliableFitWarning, match="grew faster") as caught:
+        estimator.fit(X, y)
+    assert estimator.laplace_fallback_.all()
+    (message,) = [str(w.message) for w in caught if "grew faster" in str(w.message)]
+    assert int(re.search(r"after (\d+) sweeps", message).group(1)) <= 40
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])

@@ -25,6 +25,17 @@ damping would not move them further), and so are sites whose posterior one sweep
 a thousandth of its move from the start, where the sweeps measure that (given a
 divergence of posteriors); sweeps that are not give up at the smallest damping, or at the first
 halving that did not help.
+
+Two signs end stalled sweeps sooner. At a noise floor, new smallest changes keep coming,
+each a record of the noise a few percent below the last, and each restarted the count of
+``_STALL`` sweeps: near the floor, sweeps that have not halved their change in ``_STALL``
+sweeps, nor made a new smallest one in the last half of them, are tested for a settled
+posterior too (slow convergence makes a new smallest change every sweep or two). And
+once a stall has made the sweeps plain, a damped step that grows the change faster than
+any damping down to ``_MIN_DAMPING`` could contract (:func:`_grows_past_damping`)
+raises at once: halving would wait for the next jump (with weights 1e3 and 1e-4, a
+heavy row's tilted density meeting its cavity's tail again, after a geometric decrease
+of the change).
 """
 
 from __future__ import annotations
@@ -53,6 +64,13 @@ __all__ = [
 # which the damping is halved, down to _MIN_DAMPING (while halving helps: _halving_helps).
 _STALL = 10
 _MIN_DAMPING = 1.0 / 64
+# Near the floor, a change at most this fraction of the one at the last progress is
+# progress; _STALL sweeps without any, the last _STALL // 2 without a new smallest change,
+# are tested as a stall is (the module's docstring).
+_PROGRESS = 0.5
+# The least growth of the change over one plain damped step that is taken as a mode no
+# damping contracts (_grows_past_damping).
+_JUMP = 10.0
 # Stalled sweeps whose best undamped change is below this are accepted (see _floor), if
 # their posterior has settled: an undamped sweep moves none of its marginals by more than
 # _SETTLED nats of KL divergence (_settled) — a mean by 1 % of its standard deviation, or
@@ -347,7 +365,11 @@ def damped_sweeps(
     undamped sweep from them moves the posterior by at most 1e-3 of its divergence from the
     start, whatever their change; else they go on unmixed, then with the damping halved
     (down to 1/64) while halving takes them closer to a fixed point, and raise where it
-    does not.
+    does not. Below ``max(√tol, 1e-3)``, 10 sweeps that have not halved the change, the
+    last 5 without a new smallest one, are tested for a settled posterior as a stall is;
+    after a stall, a plain damped step that grows the change more than
+    ``max(2 d / (1/64) - 1, 10)``-fold at damping d, to above ``max(√tol, 1e-3)``, raises
+    at once.
 
     Returns
     -------
@@ -358,7 +380,8 @@ def damped_sweeps(
     EstimationError
         If the sweeps stall at the smallest damping, or at one no better than twice it, at
         a change above ``max(√tol, 1e-3)`` or whose posterior still moves (by more than
-        1e-3 of its move from the start, given ``divergence``).
+        1e-3 of its move from the start, given ``divergence``); or if, stalled, their plain
+        step grows the change past what any damping contracts.
     """
     with stage("expectation propagation", "EP sweep", max_iter) as steps:
         stop = None if divergence is None else (posterior_tol, divergence, posterior_share)
@@ -391,6 +414,11 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
     # and at the one before it (None: none to compare with), but for the first sweep from
     # them, whose change is the same at every damping (_halving_helps).
     level_least, last_level_least, from_best = math.inf, None, False
+    # The undamped change when the sweeps last cut it to _PROGRESS of the one before, and
+    # the sweeps since; whether a stall has switched mixing off or halved the damping;
+    # the undamped change and damping of the sweep whose plain damped step the current
+    # sites are (None: mixed) and the damping of the best sites' (_grows_past_damping).
+    progress_from, idle, remedied, last_plain, best_damping = math.inf, 0, False, None, damping
     while n_iter < max_iter:
         if steps is not None:
             steps.begin(_state(as_gaussian, post))
@@ -410,8 +438,24 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
             if steps is not None:
                 steps.end(_state(as_gaussian, post))
             break
+        if (
+            remedied
+            and change / damping > _floor(tol)
+            and _grows_past_damping(last_plain, change / damping)
+        ):
+            # Stalled sweeps whose change grew, over one plain damped step, faster than any
+            # damping down to _MIN_DAMPING could contract, to where no floor is accepted
+            # (with class weights 1e3 and 1e-4, a thousand-fold jump after a geometric
+            # decrease: a heavy row's tilted density meeting the cavity's tail again):
+            # halving would only wait for the next jump.
+            raise _stalled_error(n_iter, last_plain[1], best_change, tol, grown=True)
+        if change / damping <= _PROGRESS * progress_from:
+            progress_from, idle = change / damping, 0
+        else:
+            idle += 1
         if change / damping < best:
             best, best_change, stalled = change / damping, change, 0
+            best_damping = damping
             store.keep_best()
             level_least, last_level_least, from_best = math.inf, None, True
         else:
@@ -419,22 +463,32 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
             if anderson.memory == 0 and not from_best:
                 level_least = min(level_least, change / damping)
             from_best = False
+        noisy = idle >= _STALL and stalled >= _STALL // 2
+        if (stalled >= _STALL or noisy) and best <= _floor(tol) and best < tested:
+            # Within reach of the floor, sweeps that have not halved their change in _STALL
+            # sweeps and made no new smallest one in the last half of them are tested too:
+            # at a noise floor, records of the noise a few percent below the best kept
+            # restarting the stall count (26 sweeps past the floor on a multinomial EP
+            # with class weights 1e3 and 1e-4, against 15 now). Slow convergence, unlike
+            # noise, makes a new smallest change every sweep or two.
+            tested, idle = best, 0
+            at_floor = _settled(store)
+        if not at_floor and stalled >= _STALL and start is not None and best < share_tested:
+            # Given a divergence, a stall whose posterior one more sweep moves by a
+            # thousandth of its move from the start keeps its sites too (the noise of site
+            # fits in wide cavities' tails, above any floor: digits at C = 1000).
+            share_tested = best
+            kept = _settled_share(store, stop[1], start)
+            at_floor = kept is not None
+        if at_floor:
+            # The sweeps stall this close to a fixed point: the map's own noise (its site
+            # fits' precision, amplified where latent variances are large) is above tol.
+            # The best sites are kept, with a warning: less damping cannot move a settled
+            # posterior further.
+            if steps is not None:
+                steps.end(_state(as_gaussian, post))
+            break
         if stalled >= _STALL:
-            if best <= _floor(tol) and best < tested:
-                tested = best
-                at_floor = _settled(store)
-            if not at_floor and start is not None and best < share_tested:
-                share_tested = best
-                kept = _settled_share(store, stop[1], start)
-                at_floor = kept is not None
-            if at_floor:
-                # The sweeps stall this close to a fixed point: the map's own noise (its
-                # site fits' precision, amplified where latent variances are large) is
-                # above tol. The best sites are kept, with a warning: less damping cannot
-                # move a settled posterior further.
-                if steps is not None:
-                    steps.end(_state(as_gaussian, post))
-                break
             if anderson.memory == 0 and (
                 damping <= _MIN_DAMPING or not _halving_helps(last_level_least, level_least)
             ):
@@ -444,6 +498,7 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
                 # then arbitrary: with class weights 1e3 and 1e-4, some predicted every
                 # point wrong.
                 raise _stalled_error(n_iter, damping, best_change, tol)
+            remedied = True
             if anderson.memory > 0:
                 anderson.memory, plain_from, last_level_least = 0, best, None
             else:
@@ -451,12 +506,17 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
                 last_level_least = level_least
             level_least, from_best = math.inf, True
             store.restore_best()
-            stalled = 0
+            stalled, idle = 0, 0
+            # The best sites are the plain damped step of the sweep that found them.
+            last_plain = (best, best_damping)
         elif plain_from is not None and not remixed and best <= 0.1 * plain_from:
             # The plain sweeps converge (linearly, often slowly): mixing again, once.
             anderson.memory, plain_from, remixed = memory, None, True
-            last_level_least = None
+            last_level_least, last_plain = None, None
             anderson.restart()
+        else:
+            # The next sites are this sweep's plain damped step, unless mixed.
+            last_plain = (change / damping, damping) if anderson.memory == 0 else None
         extrapolated = store.advance(anderson, change)
         try:
             post = store.posterior()
@@ -489,7 +549,7 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
     elif at_floor and best > _QUIET * tol:
         warn(
             f"Expectation propagation stopped after {n_iter} sweeps at a relative site "
-            f"change of {best:.3g} (tol={tol:.3g}): {_STALL} more sweeps (damping {damping:g}) "
+            f"change of {best:.3g} (tol={tol:.3g}): the sweeps after it (damping {damping:g}) "
             f"made no progress below it, the precision of its site fits here. The sites are "
             f"those of the sweep that moved least; one more sweep moves the posterior's means "
             f"and variances by less than {_SETTLED:g} nats of KL divergence in each marginal "
@@ -559,6 +619,26 @@ def _halving_helps(before: float | None, after: float) -> bool:
     return before is None or after < before
 
 
+def _grows_past_damping(before: tuple[float, float] | None, after: float) -> bool:
+    """Whether one plain damped step (``before``: the undamped change of the sweep that
+    made it, and its damping) grew the undamped change to ``after`` by more than any
+    damping down to ``_MIN_DAMPING`` could contract.
+
+    Linearized, a plain sweep multiplies the change by ``1 + d μ`` along a mode of the
+    residual map's Jacobian (eigenvalue μ). Growth by ``g`` at damping ``d`` along a real
+    mode means ``|1 + d μ| ≥ g``: either μ > 0 (a drift, which no damping stops) or
+    ``d μ ≤ -(1 + g)``, and then a damping ``d'`` contracts the mode only if
+    ``d' < 2 d / (1 + g)``. Growth with ``2 d / (1 + g) < _MIN_DAMPING`` thus leaves no
+    damping that halving could reach: a 108-fold growth in one sweep at d = 0.85. The
+    growth must also be at least ``_JUMP``-fold: smaller ones can be transient (a
+    non-normal Jacobian) or the site fits' noise, which the linearization does not see.
+    """
+    if before is None or not before[0] > 0.0:
+        return False
+    change, damping = before
+    return after / change > max(2.0 * damping / _MIN_DAMPING - 1.0, _JUMP)
+
+
 def _floor(tol: float) -> float:
     """The undamped change below which stalled sweeps are accepted: √tol, and at least
     ``_FLOOR``. Such sites are within that (relative) of a fixed point: a posterior within
@@ -567,14 +647,23 @@ def _floor(tol: float) -> float:
     return max(math.sqrt(tol), _FLOOR)
 
 
-def _stalled_error(n_iter: int, damping: float, change: float, tol: float) -> EstimationError:
-    """The error of sweeps that stalled at ``damping``, where no smaller one could help."""
-    where = (
-        f"the smallest damping ({_MIN_DAMPING:g})"
-        if damping <= _MIN_DAMPING
-        else f"damping {damping:g}, which brought them no closer to a fixed point than twice "
-        f"that damping (no smaller damping can then)"
-    )
+def _stalled_error(
+    n_iter: int, damping: float, change: float, tol: float, grown: bool = False
+) -> EstimationError:
+    """The error of sweeps that stalled at ``damping``, where no smaller one could help
+    (``grown``: their plain sweeps' change grew past what any damping contracts)."""
+    if grown:
+        where = (
+            f"damping {damping:g}, whose plain sweeps' change grew faster in one sweep than "
+            f"any damping down to {_MIN_DAMPING:g} could contract"
+        )
+    elif damping <= _MIN_DAMPING:
+        where = f"the smallest damping ({_MIN_DAMPING:g})"
+    else:
+        where = (
+            f"damping {damping:g}, which brought them no closer to a fixed point than twice "
+            f"that damping (no smaller damping can then)"
+        )
     return EstimationError(
         f"Expectation propagation cannot converge: its sweeps stalled at {where} after "
         f"{n_iter} sweeps, the least site change {change:.3g} against tol={tol:.3g}. Typical "
