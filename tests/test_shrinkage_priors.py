@@ -395,3 +395,51 @@ def test_summary_marks_relevance_under_a_shrinkage_prior(binary):
     assert "selected" not in table.columns  # ½ selects under the horseshoe only
     plain = EPLogisticRegression().fit(X, y).summary()
     assert "relevance" not in plain.columns
+
+
+@pytest.mark.parametrize(
+    "prior, variance",
+    [
+        (LaplacePrior(0.5), 2 * 0.5**2),
+        (StudentTPrior(3.0, 0.5), 3 * 0.5**2),
+        # Infinite variance: the prior's variance at its local scale's median stands in.
+        (HorseshoePrior(0.1), 0.1**2),
+        ("elastic_net", None),  # its Gaussian part is the base: nothing to divide out
+    ],
+    ids=["laplace", "student_t", "horseshoe", "elastic_net"],
+)
+def test_all_zero_columns_keep_ep_and_their_prior(prior, variance):
+    # A column no weighted row touches (a word absent from the training documents, or
+    # present only in rows of weight 0) has its prior as posterior: its cavity is the
+    # prior's Gaussian base itself, which made every such site improper and the whole fit
+    # fall back to Laplace's (and VS spend minutes before it).
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = (X @ [1.0, -1.0, 0.5, 0.0] + rng.logistic(size=60) > 0).astype(int)
+    X = sp.csr_matrix(np.hstack([X, np.zeros((len(y), 2))]))
+    weights = np.ones(len(y))
+    weights[:5] = 0.0
+    X = X.tolil()
+    X[:5, 5] = 1.0  # touched by zero-weight rows only
+    X = X.tocsr()
+    params = {"prior": prior}
+    if prior == "elastic_net":
+        params = {"penalty": "elasticnet", "l1_ratio": 0.5}
+        factor = elastic_net_factor(1.0, 0.5)
+        variance = _quad(lambda t: t * t * math.exp(factor.log_density(np.array(t))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreliableFitWarning)
+        est = EPLogisticRegression(**params).fit(X, y, sample_weight=weights)
+    assert not est.laplace_fallback_[0]
+    np.testing.assert_allclose(np.diag(est.sigma_)[4:6], variance, rtol=1e-10)
+    np.testing.assert_allclose(est.sigma_[4:6, :4], 0.0, atol=1e-12)
+    np.testing.assert_allclose(est.coef_[0, 4:6], 0.0, atol=1e-12)
+    # The informed coefficients are those of the fit without the empty columns; the
+    # evidence too (the empty columns' prior integrates to one).
+    alone = EPLogisticRegression(**params).fit(X[:, :4], y, sample_weight=weights)
+    np.testing.assert_allclose(est.coef_[0, :4], alone.coef_[0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(
+        est.log_marginal_likelihood_value_, alone.log_marginal_likelihood_value_, rtol=1e-8
+    )
