@@ -30,6 +30,8 @@ from vsbayes.models.shrinkage_priors import elastic_net_factor
 FACTORS = {
     "laplace": LaplacePrior(0.5).coefficient_factor(),
     "student_t": StudentTPrior(3.0, 0.5).coefficient_factor(),
+    # A mixing density of width √(2/ν) in log σ², narrower than the default step
+    "student_t_300": StudentTPrior(300.0, 0.5).coefficient_factor(),
     "horseshoe": HorseshoePrior(0.1).coefficient_factor(),
     "elastic_net": elastic_net_factor(1.0, 0.5),
 }
@@ -281,6 +283,12 @@ def test_a_shrinkage_prior_leaves_c_unused_even_infinite(binary):
         ({"prior": HorseshoePrior(global_scale=np.nan)}, "global_scale"),
         ({"l1_ratio": 1.5}, "l1_ratio"),
         ({"penalty": "elasticnet", "l1_ratio": -0.1}, "l1_ratio"),
+        # Variances beyond float64's range (an OverflowError or ZeroDivisionError before)
+        ({"prior": LaplacePrior(scale=1e150)}, "scale"),
+        ({"prior": HorseshoePrior(global_scale=1e-300)}, "global_scale"),
+        ({"prior": StudentTPrior(df=1e4)}, "df"),
+        ({"l1_ratio": 1.0, "C": 1e300}, "C=1e"),
+        ({"penalty": "elasticnet", "l1_ratio": 0.5, "C": 1e-300}, "C=1e"),
     ],
 )
 def test_bad_input_names_the_parameter(params, match, binary):
