@@ -204,6 +204,13 @@ def test_a_problem_that_cannot_fit_is_refused_before_any_work(data, monkeypatch)
         pytest.raises(MemoryLimitError, match="No covariance structure fits"),
     ):
         vsbayes.VSLogisticRegression().fit(X, y)
+    # A shrinkage prior keeps the dense covariance: its refusal names the Gaussian prior's
+    # structure that fits, not the structured covariance it has no access to.
+    with (
+        vsbayes.config_context(memory_limit=4e5),
+        pytest.raises(MemoryLimitError, match=r"penalty='l2'.*'(dual|lowrank|diagonal)'"),
+    ):
+        vsbayes.EPLogisticRegression(l1_ratio=1.0).fit(X, y)
     # A forced structure that does not fit names one that does.
     model = model_of(X, y)
     with (

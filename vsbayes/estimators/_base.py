@@ -31,7 +31,7 @@ from sklearn.utils.validation import (
 )
 
 from .._blas import one_blas_thread
-from .._memory import check_memory, format_bytes
+from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import reemit, warn
@@ -782,7 +782,10 @@ class BayesianGLMClassifier(
                     else:
                         if n_classes is None:  # sized before the first Newton step
                             check_posterior_memory(
-                                model, type(self).__name__, under_prior=prior is not None
+                                model,
+                                type(self).__name__,
+                                under_prior=prior is not None,
+                                remedy=_shrinkage_memory_remedy(model, binary),
                             )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
@@ -1007,6 +1010,30 @@ class BayesianGLMClassifier(
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
+
+
+def _shrinkage_memory_remedy(model, binary: bool) -> str:
+    """What would fit instead of a shrinkage prior's dense covariance ("" without one): the
+    structure the Gaussian prior's binary fit takes (a shrinkage prior's sites are one per
+    coefficient, on the dense posterior)."""
+    factor = getattr(model, "coefficient_prior", None)
+    if factor is None:
+        return ""
+    dense = (
+        f"A shrinkage prior ({factor!r}) keeps the dense covariance (its sites, one per "
+        f"coefficient, are fitted on it)"
+    )
+    if not binary:
+        return f"{dense}."
+    try:
+        with config_context(covariance="auto"):
+            choice = choose_covariance(model)
+    except MemoryLimitError:
+        return f"{dense}; under the Gaussian prior no covariance structure fits either."
+    return (
+        f"{dense}; the Gaussian prior (penalty='l2' or l1_ratio=0, no shrinkage prior=) "
+        f"takes the '{choice.structure}' covariance, which fits."
+    )
 
 
 def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tuple[str, str]:
