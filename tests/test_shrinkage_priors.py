@@ -451,3 +451,5 @@ def test_all_zero_columns_keep_ep_and_their_prior(prior, variance):
     np.testing.assert_allclose(
         est.log_marginal_likelihood_value_, alone.log_marginal_likelihood_value_, rtol=1e-8
     )
+    # No data: all prior, relevance 0 (was NaN, or the horseshoe's stand-in's 0.2).
+    np.testing.assert_array_equal(est.summary()["relevance"].to_numpy()[4:6], 0.0)

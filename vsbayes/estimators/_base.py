@@ -394,6 +394,8 @@ class BayesianGLMClassifier(
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
+            # Features no weighted row touches: their relevance is 0 (no data, all prior).
+            self._untouched_features_ = None if factor is None else _untouched(X, weights)
             if observer is not None:
                 observer.end()
         finally:
@@ -1010,6 +1012,11 @@ class BayesianGLMClassifier(
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
+
+
+def _untouched(X, weights: np.ndarray) -> np.ndarray:
+    """Per feature, whether its column is zero on every row of positive weight."""
+    return np.asarray(abs(X).T @ (weights > 0).astype(float)).ravel() == 0
 
 
 def _shrinkage_memory_remedy(model, binary: bool) -> str:
