@@ -36,7 +36,7 @@ from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
-from ..models.latent import InformativeRows
+from ..models.latent import InformativeRows, touched_columns
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
@@ -591,9 +591,7 @@ def _sweeps_with_prior_sites(
 
 def _uninformed_coefficients(model) -> np.ndarray:
     """Per coefficient, whether its column is zero on every row of positive weight."""
-    weighted = (model.sample_weight > 0).astype(float)
-    touched = np.asarray(abs(model.design).T @ weighted).ravel()[: model.n_features]
-    return touched == 0
+    return ~touched_columns(model.design, model.sample_weight > 0)[: model.n_features]
 
 
 def _base_cavities(cav_mean, cav_var, ok, uninformed, model):

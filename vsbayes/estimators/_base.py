@@ -57,6 +57,7 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.latent import touched_columns
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
@@ -1016,7 +1017,7 @@ _DENSE = CovarianceChoice("dense", "")
 
 def _untouched(X, weights: np.ndarray) -> np.ndarray:
     """Per feature, whether its column is zero on every row of positive weight."""
-    return np.asarray(abs(X).T @ (weights > 0).astype(float)).ravel() == 0
+    return ~touched_columns(X, weights > 0)
 
 
 def _shrinkage_memory_remedy(model, binary: bool) -> str:
