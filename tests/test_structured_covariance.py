@@ -789,3 +789,24 @@ def test_the_structured_softmax_fit_sizes_its_bases_and_solves_first():
     small = vsbayes.config_context(memory_limit=1000.0)
     with small, pytest.raises(MemoryLimitError, match=r"intercept contrasts.*fit_intercept=False"):
         module._with_exact_intercepts(model, covariance, data, 2)
+
+
+@pytest.mark.parametrize("structure", ["lowrank", "diagonal"])
+def test_huge_C_on_a_structure_gives_a_valid_posterior_or_names_C(structure):
+    # More features than rows: along the unseen directions the posterior keeps the prior's
+    # variance C. The dual form carries C=1e300; the low-rank one raised numpy's
+    # "Eigenvalues did not converge", the diagonal one squared C into inf, so that
+    # predict_proba blamed the features' scale.
+    X = sp.random(12, 40, density=0.2, random_state=0, format="csr")
+    y = np.arange(12) % 2
+    for C in (1e160, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with vsbayes.config_context(covariance=structure):
+                    est = vsbayes.LaplaceLogisticRegression(C=C).fit(X, y)
+            except ValueError as error:
+                assert f"C={C:g}" in str(error) and "rows cannot span" in str(error)
+                continue
+        assert np.all(np.isfinite(est.sigma_.diagonal()))
+        np.testing.assert_allclose(est.predict_proba(X), 0.5, atol=1e-6)

@@ -833,7 +833,9 @@ class BayesianGLMClassifier(
                 theta0=start,
                 verbose=self.verbose,
             )
-        except NotPositiveDefiniteError as error:
+        # (LAPACK's eigensolver fails without a NotPositiveDefiniteError on a low-rank
+        # factor whose scales span 1e300: numpy's "Eigenvalues did not converge".)
+        except (NotPositiveDefiniteError, np.linalg.LinAlgError) as error:
             raise ValueError(
                 f"{name}(C={self.C:g}): the posterior cannot be represented in float64 "
                 f"({model.dim} parameters, {model.n_observations} rows): {error}"
