@@ -17,7 +17,7 @@ import scipy.sparse as sp
 import vsbayes as vb
 from vsbayes.exceptions import UnreliableFitWarning
 from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
-from vsbayes.models.latent import constant_rows
+from vsbayes.models.latent import constant_rows, touched_columns
 
 # The fit with the constant rows runs the same sweeps on the same rows as the fit without
 # them, from a Laplace start equal to round-off (the zero rows add exact zeros to its sums):
@@ -143,3 +143,16 @@ def test_ep_leave_one_out_of_a_zero_row_is_its_constant(data, multinomial):
     np.testing.assert_allclose(loo.pointwise[zero], -math.log(k) * weights[zero], rtol=1e-14)
     np.testing.assert_allclose(loo.pointwise[~zero], reference.pointwise, rtol=RTOL)
     np.testing.assert_array_equal(loo.refitted[~zero], reference.refitted)
+
+
+def test_touched_columns_dense_sparse_stored_zeros_and_masked_rows():
+    X = np.array([[1.0, 0.0, 0.0, 2.0], [0.0, 0.0, 3.0, 0.0], [0.0, 4.0, 0.0, 0.0]])
+    rows = np.array([True, True, False])  # column 1 only in a masked-out row
+    expected = np.array([True, False, True, True])
+    sparse = sp.csr_matrix(X)
+    sparse.data[sparse.data == 2.0] = 0.0  # a stored zero: column 3 untouched
+    # Duplicates summing to zero: column 0 of row 0 is 1 − 1 + 1 = 1, row 1's 2 − 2 = 0.
+    coo = sp.coo_matrix(([1.0, -1.0, 1.0, 2.0, -2.0], ([0, 0, 0, 1, 1], [0, 0, 0, 2, 2])), (3, 4))
+    np.testing.assert_array_equal(touched_columns(X, rows), expected)
+    np.testing.assert_array_equal(touched_columns(sparse, rows), [True, False, True, False])
+    np.testing.assert_array_equal(touched_columns(coo, rows), [True, False, False, False])

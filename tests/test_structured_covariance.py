@@ -19,7 +19,7 @@ from vsbayes.approximations.structured_laplace import (
     _lowrank_structure,
     choose_covariance,
 )
-from vsbayes.exceptions import ConvergenceWarning, MemoryLimitError
+from vsbayes.exceptions import ConvergenceWarning, MemoryLimitError, UnreliableFitWarning
 from vsbayes.gaussian import CentredStructuredCovariance, StructuredCovariance
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.latent import IndependentLatents, StructuredLatents
@@ -204,6 +204,13 @@ def test_a_problem_that_cannot_fit_is_refused_before_any_work(data, monkeypatch)
         pytest.raises(MemoryLimitError, match="No covariance structure fits"),
     ):
         vsbayes.VSLogisticRegression().fit(X, y)
+    # A shrinkage prior keeps the dense covariance: its refusal names the Gaussian prior's
+    # structure that fits, not the structured covariance it has no access to.
+    with (
+        vsbayes.config_context(memory_limit=4e5),
+        pytest.raises(MemoryLimitError, match=r"penalty='l2'.*'(dual|lowrank|diagonal)'"),
+    ):
+        vsbayes.EPLogisticRegression(l1_ratio=1.0).fit(X, y)
     # A forced structure that does not fit names one that does.
     model = model_of(X, y)
     with (
@@ -783,3 +790,42 @@ def test_the_structured_softmax_fit_sizes_its_bases_and_solves_first():
     small = vsbayes.config_context(memory_limit=1000.0)
     with small, pytest.raises(MemoryLimitError, match=r"intercept contrasts.*fit_intercept=False"):
         module._with_exact_intercepts(model, covariance, data, 2)
+
+
+@pytest.mark.parametrize("structure", ["lowrank", "diagonal"])
+def test_huge_C_on_a_structure_gives_a_valid_posterior_or_names_C(structure):
+    # More features than rows: along the unseen directions the posterior keeps the prior's
+    # variance C. The dual form carries C=1e300; the low-rank one raised numpy's
+    # "Eigenvalues did not converge", the diagonal one squared C into inf, so that
+    # predict_proba blamed the features' scale.
+    X = sp.random(12, 40, density=0.2, random_state=0, format="csr")
+    y = np.arange(12) % 2
+    for C in (1e160, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with vsbayes.config_context(covariance=structure):
+                    est = vsbayes.LaplaceLogisticRegression(C=C).fit(X, y)
+            except ValueError as error:
+                assert f"C={C:g}" in str(error) and "rows cannot span" in str(error)
+                continue
+        assert np.all(np.isfinite(est.sigma_.diagonal()))
+        np.testing.assert_allclose(est.predict_proba(X), 0.5, atol=1e-6)
+
+
+def test_unconverged_intercept_solves_keep_the_structure_and_say_so(monkeypatch):
+    # The intercept contrasts' conjugate-gradient solves never converge on an
+    # ill-conditioned precision (C=1e30: 10 × dim iterations, minutes at 3 × 4000, and the
+    # unconverged solution used silently); capped, the structure's own estimate is kept.
+    import vsbayes.approximations.structured_softmax as structured_softmax
+
+    monkeypatch.setattr(structured_softmax, "_CG_MAX_ITER", 1)
+    X = sp.random(9, 60, density=0.1, random_state=0, format="csr")
+    y = np.arange(9) % 3
+    with (
+        vsbayes.config_context(covariance="lowrank"),
+        pytest.warns(UnreliableFitWarning, match="conjugate-gradient"),
+    ):
+        est = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    proba = est.predict_proba(X)
+    assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(axis=1), 1.0)

@@ -376,10 +376,13 @@ def _prior_kernel(design, prior_var: np.ndarray, max_bytes: int) -> np.ndarray:
     return kernel
 
 
-def check_posterior_memory(model, estimator_name: str = "", *, under_prior: bool = False) -> None:
+def check_posterior_memory(
+    model, estimator_name: str = "", *, under_prior: bool = False, remedy: str = ""
+) -> None:
     """Raise MemoryLimitError before any work if an estimator's fit cannot fit in memory
     (``under_prior``: a fit under a general prior, ``prior=`` or ``partial_fit``, which has
-    no structured covariance to suggest).
+    no structured covariance to suggest; ``remedy``, if given, says what would fit instead
+    of the structured covariance).
 
     Every route of a binary problem ends with the p × p posterior covariance, held three
     times at its peak: the approximation's own (cached), its inverse's factor or workspace,
@@ -399,7 +402,7 @@ def check_posterior_memory(model, estimator_name: str = "", *, under_prior: bool
     held = float(design.data.nbytes + design.indices.nbytes) if hasattr(design, "nnz") else 0.0
     held = held or float(getattr(design, "nbytes", 0))
     name = f"{estimator_name} " if estimator_name else ""
-    structured = (
+    structured = remedy or (
         "A fit under a correlated prior (prior= a full covariance or a dense posterior), or "
         "of one-vs-rest problems, has the dense covariance; a diagonal prior (variances) of "
         "a binary problem takes the structured one, as partial_fit's carried structured "

@@ -36,7 +36,7 @@ from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
-from ..models.latent import InformativeRows
+from ..models.latent import InformativeRows, touched_columns
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
@@ -455,6 +455,20 @@ def _sweeps_with_prior_sites(
     # The expansion of log r = log p + θ²/(2 base) at θ: ν = (log r)' + τ θ.
     prior_nu = (prior_tau + base_precision) * theta + smooth_grad - factor.l1 * np.sign(theta)
     prior_nu = np.where(theta == 0.0, 0.0, prior_nu)
+    # A coefficient whose column no weighted row touches (a word absent from the training
+    # documents) has its prior as posterior, independent of the rest: its cavity is the
+    # Gaussian base itself, whose division out of the ratio leaves no precision (0 up to
+    # round-off, which made such sites improper). Its site is set once, exact: the
+    # prior's moments as tilted ones (0 and its variance, ``start_var``; where that is
+    # infinite, the horseshoe's and Student-t's with ν ≤ 2, the stand-in variance of the
+    # mode's kink or spike), the tilted normalizer 1 (the prior integrates to one). (The
+    # elastic net's base is its own Gaussian part, not divided out: its cavities are proper.)
+    uninformed = np.zeros(d, dtype=bool)
+    if factor.divides_base:
+        uninformed = _uninformed_coefficients(model)
+    if uninformed.any():
+        prior_tau[uninformed] = 1.0 / factor.start_var - base_precision[uninformed]
+        prior_nu[uninformed] = 0.0
     last = {}
     unfitted = {"count": 0}
 
@@ -482,7 +496,13 @@ def _sweeps_with_prior_sites(
         ok = cav_tau > 0
         cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
         cav_mean = cav_nu * cav_var
+        if uninformed.any():
+            cav_mean, cav_var, ok = _base_cavities(cav_mean, cav_var, ok, uninformed, model)
         log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var, mean, var)
+        if uninformed.any():
+            log_z, t_mean = np.where(uninformed, 0.0, log_z), np.where(uninformed, 0.0, t_mean)
+            t_var = np.where(uninformed, factor.start_var, t_var)
+            fitted = fitted | uninformed
         normalizers = math.nan
         if ok.all() and fitted.all():
             normalizers = _normalizer_sum(log_z, cav_mean, cav_var, p_tau, p_nu, np.ones(d))
@@ -564,7 +584,25 @@ def _sweeps_with_prior_sites(
     cav_tau = 1.0 / var - store.sites[2 * m : 2 * m + d]
     cav_var = 1.0 / np.where(cav_tau > 0, cav_tau, np.nan)  # NaN: an improper cavity
     cav_mean = (mean / var - store.sites[2 * m + d :]) * cav_var
+    if uninformed.any():
+        cav_mean, cav_var, _ = _base_cavities(cav_mean, cav_var, cav_tau > 0, uninformed, model)
     return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var))
+
+
+def _uninformed_coefficients(model) -> np.ndarray:
+    """Per coefficient, whether its column is zero on every row of positive weight."""
+    return ~touched_columns(model.design, model.sample_weight > 0)[: model.n_features]
+
+
+def _base_cavities(cav_mean, cav_var, ok, uninformed, model):
+    """The cavities with those of the ``uninformed`` coefficients set to what they are
+    exactly, the prior's Gaussian base N(0, base variance), and marked proper."""
+    base_var = model.prior_var[: model.n_features]
+    return (
+        np.where(uninformed, 0.0, cav_mean),
+        np.where(uninformed, base_var, cav_var),
+        ok | uninformed,
+    )
 
 
 class _BinaryRows:

@@ -93,6 +93,8 @@ EXACT_DIAGONAL_MAX_ROWS = 4096
 _OVERSAMPLES = 10
 _POWER_ITERATIONS = 6
 _STRUCTURES = ("dense", "dual", "lowrank", "diagonal")
+# A variance whose square overflows float64 (√1.8e308 ≈ 1.3e154), with a margin.
+_SQUARE_OVERFLOWS = 1e150
 
 
 @dataclass(frozen=True)
@@ -762,7 +764,15 @@ def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
     else:
         weighted = root[:, None] * design[:, :d]
         quadratic = np.einsum("ij,ij->j", inverse @ weighted, weighted)
-    var[:d] -= np.square(coef_var[:d]) * quadratic
+    # v_j − v_j² q_j; where v_j² overflows (C beyond ~1e154, the variance of directions no
+    # row sees), as v_j (v_j q_j), v_j q_j ≤ 1 (elsewhere as before, to the bit).
+    huge = coef_var[:d] > _SQUARE_OVERFLOWS
+    if huge.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            squared = np.square(coef_var[:d]) * quadratic
+        var[:d] -= np.where(huge, coef_var[:d] * (coef_var[:d] * quadratic), squared)
+    else:
+        var[:d] -= np.square(coef_var[:d]) * quadratic
     if column is not None:  # b in closed form: γ = s / (1 + s uᵀB₀⁻¹u), var += γ ĝ²
         u = root * column
         z = inverse @ u

@@ -31,7 +31,7 @@ from sklearn.utils.validation import (
 )
 
 from .._blas import one_blas_thread
-from .._memory import check_memory, format_bytes
+from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import reemit, warn
@@ -57,6 +57,7 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.latent import touched_columns
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
@@ -397,6 +398,8 @@ class BayesianGLMClassifier(
                 self._training_fingerprint_ = TrainingFingerprint.of(X, y_index, weights)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
+            # Features no weighted row touches: their relevance is 0 (no data, all prior).
+            self._untouched_features_ = None if factor is None else _untouched(X, weights)
             if observer is not None:
                 observer.end()
         finally:
@@ -785,7 +788,10 @@ class BayesianGLMClassifier(
                     else:
                         if n_classes is None:  # sized before the first Newton step
                             check_posterior_memory(
-                                model, type(self).__name__, under_prior=prior is not None
+                                model,
+                                type(self).__name__,
+                                under_prior=prior is not None,
+                                remedy=_shrinkage_memory_remedy(model, binary),
                             )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
@@ -830,7 +836,9 @@ class BayesianGLMClassifier(
                 theta0=start,
                 verbose=self.verbose,
             )
-        except NotPositiveDefiniteError as error:
+        # (LAPACK's eigensolver fails without a NotPositiveDefiniteError on a low-rank
+        # factor whose scales span 1e300: numpy's "Eigenvalues did not converge".)
+        except (NotPositiveDefiniteError, np.linalg.LinAlgError) as error:
             raise ValueError(
                 f"{name}(C={self.C:g}): the posterior cannot be represented in float64 "
                 f"({model.dim} parameters, {model.n_observations} rows): {error}"
@@ -1014,6 +1022,35 @@ class BayesianGLMClassifier(
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
+
+
+def _untouched(X, weights: np.ndarray) -> np.ndarray:
+    """Per feature, whether its column is zero on every row of positive weight."""
+    return ~touched_columns(X, weights > 0)
+
+
+def _shrinkage_memory_remedy(model, binary: bool) -> str:
+    """What would fit instead of a shrinkage prior's dense covariance ("" without one): the
+    structure the Gaussian prior's binary fit takes (a shrinkage prior's sites are one per
+    coefficient, on the dense posterior)."""
+    factor = getattr(model, "coefficient_prior", None)
+    if factor is None:
+        return ""
+    dense = (
+        f"A shrinkage prior ({factor!r}) keeps the dense covariance (its sites, one per "
+        f"coefficient, are fitted on it)"
+    )
+    if not binary:
+        return f"{dense}."
+    try:
+        with config_context(covariance="auto"):
+            choice = choose_covariance(model)
+    except MemoryLimitError:
+        return f"{dense}; under the Gaussian prior no covariance structure fits either."
+    return (
+        f"{dense}; the Gaussian prior (penalty='l2' or l1_ratio=0, no shrinkage prior=) "
+        f"takes the '{choice.structure}' covariance, which fits."
+    )
 
 
 def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tuple[str, str]:

@@ -230,6 +230,11 @@ def shrinkage_columns(estimator, factor) -> dict[str, np.ndarray]:
     d = estimator.n_features_in_
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         relevance = factor.relevance(mean[:d], sd[:d] ** 2)
+    # A feature no training row touches: its cavity's variance is infinite (no data), its
+    # shrinkage factor 1, whatever the marginal's stand-in variance would give.
+    untouched = getattr(estimator, "_untouched_features_", None)
+    if untouched is not None:
+        relevance = np.where(untouched, 0.0, relevance)
     tail = len(mean) - d
     columns = {"relevance": np.concatenate([relevance, [np.nan] * tail])}
     if factor.selects_at_half:

@@ -56,6 +56,7 @@ __all__ = [
     "constant_rows",
     "row_moments",
     "row_variances",
+    "touched_columns",
 ]
 
 # Rows × features per chunk at most, whatever block_bytes allows: the chunk's arrays stay
@@ -87,6 +88,25 @@ def constant_rows(design) -> np.ndarray:
     for start in range(0, design.shape[0], step):
         block = design[start : start + step]
         out[start : start + step] = ~block.any(axis=1)
+    return out
+
+
+def touched_columns(design, rows: np.ndarray) -> np.ndarray:
+    """Which columns of a design (dense, or sparse with its stored zeros counted as zeros)
+    have a non-zero entry in one of the ``rows`` (a boolean mask), shape (p,): the others'
+    coefficients no row of the mask informs (e.g. words absent from the training
+    documents, or present only in rows of weight 0)."""
+    rows = np.asarray(rows, dtype=bool)
+    if sp.issparse(design):
+        kept = _summed_duplicates(design.tocsr()[rows])
+        kept.eliminate_zeros()
+        return np.bincount(kept.indices, minlength=design.shape[1]) > 0
+    design = np.asarray(design)
+    out = np.zeros(design.shape[1], dtype=bool)
+    step = block_length(design.shape[1])  # a block's boolean temporary: one byte an entry
+    for start in range(0, design.shape[0], step):
+        block = design[start : start + step][rows[start : start + step]]
+        out |= block.any(axis=0)
     return out
 
 

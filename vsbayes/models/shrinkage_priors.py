@@ -62,6 +62,20 @@ _KERNEL_WIDTH = 1.5
 # times its cavity's flat N(m; 0, σ² + v), is below e^-37 there) to 45 above the higher
 # (the slowest right tail, e^{-s} up to the cavity's Gaussian, below e^-45).
 _MIXTURE_STEP, _MIXTURE_BELOW, _MIXTURE_ABOVE = 0.3, 75.0, 45.0
+# The Student-t's mixing density in s is InvGamma's, of width √(2/ν): the step 0.3 resolves
+# it to round-off up to ν = 10 (measured: 4e-10 of an sd against quadrature; 1 % of an sd
+# and 0.6 nats a site at ν = 300 on that step), and is narrowed as √(10/ν) beyond, the
+# same nodes per width.
+_SMOOTH_MIXING_DF = 10.0
+# The mixture rule's (coefficients × nodes) arrays at most this many elements at once.
+_MIXTURE_BLOCK = 1 << 22
+# The parameters' ranges: a scale (or a variance's square root) within 1e±100 keeps every
+# variance, its inverse and the mixture rule's e^s inside float64 (the Laplace factor's
+# base is 2·10⁸ b²; beyond ~1e143 the rule's e^s overflowed); ν from 10⁻³ (the mixture
+# rule is checked against quadrature there) to 10³ (t₁₀₀₀ is the Gaussian N(0, s²) to
+# 0.1 % in its variance; the rule's nodes grow as √ν).
+_SCALE_RANGE = (1e-100, 1e100)
+_DF_RANGE = (1e-3, 1e3)
 # tilted_departure's nodes: the tilted density's mean ± 12 sds, 801 even nodes (beyond, at
 # most 1/144 of the mass by Chebyshev's inequality, far less for a unimodal density), and
 # 200 about 0 at 1e-6 to 1e2 times the prior's scale (√start_var), geometrically spaced.
@@ -77,11 +91,22 @@ _RELEVANCE_TOL, _RELEVANCE_STEPS, _RELEVANCE_NEWTON = 1e-8, 40, 12
 _SERIES_FROM = 100.0
 
 
-def _positive_finite(value, name: str, owner: str) -> float:
+_SCALE_REASON = "beyond, the prior's variances leave float64's range"
+_DF_REASON = "the mixture rule is checked there; t with ν > 1000 is Gaussian to 0.1 %"
+
+
+def _positive_finite(
+    value, name: str, owner: str, bounds=_SCALE_RANGE, reason: str = _SCALE_REASON
+) -> float:
     if isinstance(value, bool) or not isinstance(value, Real | np.floating | np.integer):
         raise ValueError(f"{owner}: {name} must be a positive finite number; got {value!r}.")
     if not (math.isfinite(float(value)) and float(value) > 0):
         raise ValueError(f"{owner}: {name} must be a positive finite number; got {value!r}.")
+    low, high = bounds
+    if not low <= float(value) <= high:
+        raise ValueError(
+            f"{owner}: {name} must be within [{low:g}, {high:g}] ({reason}); got {value!r}."
+        )
     return float(value)
 
 
@@ -129,7 +154,7 @@ class StudentTPrior:
 
     def check(self) -> None:
         """Raise a ValueError naming an invalid parameter."""
-        _positive_finite(self.df, "df", type(self).__name__)
+        _positive_finite(self.df, "df", type(self).__name__, _DF_RANGE, _DF_REASON)
         _positive_finite(self.scale, "scale", type(self).__name__)
 
     def coefficient_factor(self) -> CoefficientFactor:
@@ -223,6 +248,8 @@ class CoefficientFactor(abc.ABC):
     #: ``log r(t) - log p_mix(t)`` beyond the base's Gaussian: the ratio is
     #: ``exp(mixture_shift) × p(t) / N(t; 0, base_var)`` (0 but for the elastic net).
     mixture_shift = 0.0
+    #: The mixture rule's step in ``s = log σ²``.
+    mixture_step = _MIXTURE_STEP
     #: Whether the base N(0, base_var) is divided out of the ratio (else the base is the
     #: prior's own Gaussian part, and the ratio is the mixture times exp(mixture_shift)).
     divides_base = True
@@ -281,8 +308,27 @@ class CoefficientFactor(abc.ABC):
             proper = np.ones(cav_mean.shape, dtype=bool)
         low = np.minimum(math.log(self.start_var), np.log(var)) - _MIXTURE_BELOW
         high = np.maximum(math.log(self.start_var), np.log(var)) + _MIXTURE_ABOVE
-        n = math.ceil(float(np.max(high - low)) / _MIXTURE_STEP) + 1
-        s = low[:, None] + _MIXTURE_STEP * np.arange(n)  # (d, n) nodes in log σ²
+        n = math.ceil(float(np.max(high - low)) / self.mixture_step) + 1
+        rows = max(1, _MIXTURE_BLOCK // n)
+        if mean.size <= rows:
+            peak, mass, tilted_mean, tilted_var, first = self._mixture_block(mean, var, low, n)
+        else:  # blocks of coefficients, each row's nodes as in one block
+            parts = [
+                self._mixture_block(mean[i : i + rows], var[i : i + rows], low[i : i + rows], n)
+                for i in range(0, mean.size, rows)
+            ]
+            peak, mass, tilted_mean, tilted_var, first = (
+                np.concatenate(p) for p in zip(*parts, strict=True)
+            )
+        log_z = log_c + peak + np.log(mass) + math.log(self.mixture_step)
+        fitted = proper & np.isfinite(log_z) & (tilted_var > 0)
+        return log_z, tilted_mean, tilted_var, fitted, first
+
+    def _mixture_block(self, mean, var, low, n):
+        """The rule's sums for the cavities ``N(mean, var)`` (the base divided out) on ``n``
+        nodes from ``low``: the log weights' peak and their sum relative to it (log Z less
+        the base's constant and the step), the tilted mean and variance, and ``first``."""
+        s = low[:, None] + self.mixture_step * np.arange(n)  # (d, n) nodes in log σ²
         sigma2 = np.exp(s)
         total = sigma2 + var[:, None]
         # log of w(s) N(m'; 0, σ² + v'): the weight of each scale given the cavity.
@@ -295,9 +341,7 @@ class CoefficientFactor(abc.ABC):
         second = (w * shrink * shrink).sum(axis=1) / mass
         tilted_mean = mean * first
         tilted_var = var * first + mean * mean * (second - first * first)
-        log_z = log_c + peak[:, 0] + np.log(mass) + math.log(_MIXTURE_STEP)
-        fitted = proper & np.isfinite(log_z) & (tilted_var > 0)
-        return log_z, tilted_mean, tilted_var, fitted, first
+        return peak[:, 0], mass, tilted_mean, tilted_var, first
 
     def relevance(self, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
         """Each coefficient's relevance: the posterior mean of ``1 − κ_j`` where
@@ -487,6 +531,7 @@ class _StudentTFactor(CoefficientFactor):
         self.start_var = scale * scale * (df / (df - 2.0) if df > 2.0 else 1.0)
         self.base_var = _BASE_FACTOR * self.start_var
         self._c = df * scale * scale
+        self.mixture_step = _MIXTURE_STEP * min(1.0, math.sqrt(_SMOOTH_MIXING_DF / df))
         self._log_norm = float(
             gammaln(0.5 * (df + 1.0)) - gammaln(0.5 * df) - 0.5 * math.log(math.pi * self._c)
         )
@@ -566,6 +611,16 @@ def elastic_net_factor(C: float, l1_ratio: float) -> CoefficientFactor | None:
     if l1_ratio == 0.0:
         return None
     scale = float(C) / l1_ratio
+    gauss_var = float(C) / (1.0 - l1_ratio) if l1_ratio < 1.0 else scale
+    low, high = _SCALE_RANGE
+    if not (low <= float(C) and scale <= high and gauss_var <= high):
+        raise ValueError(
+            f"C={C:g} with l1_ratio={l1_ratio:g} gives a prior of Laplace scale C/l1_ratio = "
+            f"{scale:g}{'' if l1_ratio == 1.0 else f' and Gaussian variance {gauss_var:g}'}: "
+            f"each must be within [{low:g}, {high:g}], where its variances stay inside "
+            f"float64's range. Beyond, the prior is flat to round-off: C=np.inf (or "
+            f"penalty=None) is the flat prior; l1_ratio=0 the Gaussian one."
+        )
     if l1_ratio == 1.0:
         return _LaplaceFactor(scale)
-    return _LaplaceFactor(scale, float(C) / (1.0 - l1_ratio))
+    return _LaplaceFactor(scale, gauss_var)
