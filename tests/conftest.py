@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401 (loads SciPy's BLAS, for the limit below)
-from _helpers import EARLY_SUBPROCESSES
+from _helpers import C_SMALL, EARLY_SUBPROCESSES, quadrature_posterior
 from hypothesis import settings
 from threadpoolctl import ThreadpoolController
 
@@ -65,6 +65,26 @@ def small_data():
     x = rng.standard_normal(30)
     y = (rng.random(30) < 1 / (1 + np.exp(-(2.5 * x + 1)))).astype(int)
     return x[:, None], y
+
+
+@pytest.fixture(scope="session")
+def small_data_posteriors(small_data):
+    """``posteriors(link)``: Laplace's posterior of ``small_data`` under ``C_SMALL`` and the
+    quadrature posterior around it, computed once a link for the files that compare with
+    them (the 601 x 601 grid is 0.1-0.2 s)."""
+    from vsbayes import LaplaceLogisticRegression, LaplaceProbitRegression
+
+    X, y = small_data
+    laplace_classes = {"logistic": LaplaceLogisticRegression, "probit": LaplaceProbitRegression}
+    cache: dict[str, tuple] = {}
+
+    def posteriors(link: str):
+        if link not in cache:
+            laplace = laplace_classes[link](C=C_SMALL).fit(X, y).posteriors_[0]
+            cache[link] = laplace, quadrature_posterior(X, y, link, C_SMALL, laplace)
+        return cache[link]
+
+    return posteriors
 
 
 def pytest_collection_finish(session):
