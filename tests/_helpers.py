@@ -3,13 +3,16 @@ pyproject.toml puts this directory on ``sys.path``; fixtures live in conftest.py
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 from scipy.special import logsumexp
@@ -278,3 +281,91 @@ class EarlyCluster:
         self.close_soon()
         if self._closing is not None:
             self._closing.join(60.0)
+
+
+# --- scikit-learn's check suites in a process of their own ----------------------------------
+
+#: Set (to anything), scikit-learn's check suites run in the suite's process like any test
+#: (to debug a check, e.g. with --pdb); unset, a process of their own runs them (D-135).
+CHECKS_IN_PROCESS = "VSBAYES_TESTS_CHECKS_IN_PROCESS"
+#: The tests whose items that process runs: the ``parametrize_with_checks`` suites.
+OFFLOADED_TESTS = frozenset({"test_sklearn_compatible", "test_sklearn_compatible_ard"})
+
+
+def offloaded(item) -> bool:
+    """Whether a test item's outcome is the one scikit-learn's checks' process reports."""
+    return getattr(item, "originalname", None) in OFFLOADED_TESTS and not os.environ.get(
+        CHECKS_IN_PROCESS
+    )
+
+
+def _checks_command(scratch: Path, items: Sequence) -> list[str]:
+    if not items:  # no item ids would run every test
+        raise ValueError("scikit-learn's checks' process needs the items it runs")
+    return [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        f"--junitxml={scratch / 'checks.xml'}", *(f"{item.path}::{item.name}" for item in items),
+    ]  # fmt: skip
+
+
+# BLAS on one thread in the checks' process: its pool and the suite's process's would spin
+# against each other on two cores (vsbayes' fits give the same bits on any number of threads).
+_ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class OffloadedChecks:
+    """scikit-learn's check suites (40-50 s of CPU, a third of the suite) run by pytest in a
+    process of their own, an :class:`EarlySubprocess` started after the suite's other
+    processes, on the other core while the suite's process runs the other tests (conftest.py
+    puts the checks' items last). Each item then reports what the process found for it: its
+    failure's text, its skip's reason."""
+
+    def __init__(self):
+        self.process = EarlySubprocess(
+            "sklearn_checks",
+            _checks_command,
+            env=lambda: {**os.environ, CHECKS_IN_PROCESS: "1", **_ONE_BLAS_THREAD},
+            timeout=900.0,
+        )
+        self._outcomes: dict[str, tuple[str, str]] | None = None
+        self._lock = threading.Lock()
+
+    def outcomes(self) -> dict[str, tuple[str, str]]:
+        """Node id -> (outcome, text) from the process's JUnit report (read once)."""
+        with self._lock:
+            if self._outcomes is None:
+                done = self.process.result()
+                report = self.process.scratch / "checks.xml"
+                if not report.exists():
+                    raise AssertionError(
+                        f"scikit-learn's checks' process wrote no report (exit code "
+                        f"{done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                    )
+                self._outcomes = {}
+                for case in ElementTree.parse(report).iter("testcase"):
+                    path = case.get("classname", "").replace(".", "/") + ".py"
+                    outcome, text = "passed", ""
+                    for child in case:
+                        if child.tag in ("failure", "error", "skipped"):
+                            outcome = "skipped" if child.tag == "skipped" else "failed"
+                            text = child.get("message", "") + "\n" + (child.text or "")
+                            break
+                    self._outcomes[f"{path}::{case.get('name')}"] = outcome, text
+            return self._outcomes
+
+    def replay(self, item) -> None:
+        """Pass, fail or skip ``item`` as it did in the process."""
+        import pytest
+
+        found = self.outcomes().get(item.nodeid)
+        if found is None:
+            pytest.fail(f"{item.nodeid} was not run by scikit-learn's checks' process")
+        outcome, text = found
+        if outcome == "failed":
+            pytest.fail(f"(in scikit-learn's checks' process; {CHECKS_IN_PROCESS}=1 runs it "
+                        f"here)\n{text}", pytrace=False)  # fmt: skip
+        if outcome == "skipped":
+            pytest.skip(text.strip().splitlines()[0] if text.strip() else "skipped")
+
+
+SKLEARN_CHECKS = OffloadedChecks()

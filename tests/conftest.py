@@ -8,7 +8,13 @@ import threading
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401 (loads SciPy's BLAS, for the limit below)
-from _helpers import EARLY_SUBPROCESSES
+from _helpers import (
+    C_SMALL,
+    EARLY_SUBPROCESSES,
+    SKLEARN_CHECKS,
+    offloaded,
+    quadrature_posterior,
+)
 from hypothesis import settings
 from threadpoolctl import ThreadpoolController
 
@@ -67,11 +73,47 @@ def small_data():
     return x[:, None], y
 
 
+@pytest.fixture(scope="session")
+def small_data_posteriors(small_data):
+    """``posteriors(link)``: Laplace's posterior of ``small_data`` under ``C_SMALL`` and the
+    quadrature posterior around it, computed once a link for the files that compare with
+    them (the 601 x 601 grid is 0.1-0.2 s)."""
+    from vsbayes import LaplaceLogisticRegression, LaplaceProbitRegression
+
+    X, y = small_data
+    laplace_classes = {"logistic": LaplaceLogisticRegression, "probit": LaplaceProbitRegression}
+    cache: dict[str, tuple] = {}
+
+    def posteriors(link: str):
+        if link not in cache:
+            laplace = laplace_classes[link](C=C_SMALL).fit(X, y).posteriors_[0]
+            cache[link] = laplace, quadrature_posterior(X, y, link, C_SMALL, laplace)
+        return cache[link]
+
+    return posteriors
+
+
+def pytest_collection_modifyitems(items):
+    """scikit-learn's check suites last: their own process (started after the others) runs
+    them beside the suite's other tests, whose outcomes it then only reports (D-135)."""
+    checks = [item for item in items if offloaded(item)]
+    if checks:
+        items[:] = [item for item in items if not offloaded(item)] + checks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if offloaded(pyfuncitem):
+        SKLEARN_CHECKS.replay(pyfuncitem)
+        return True
+    return None
+
+
 def pytest_collection_finish(session):
     """Start the subprocesses of the selected tests that run one (the CLI's launch, the docs
-    build, the examples, the memory fuzz: ~25 s of CPU), and the dask tests' cluster, in the
-    order their tests come, one at a time, to run on the other core while the tests before
-    theirs run here."""
+    build, the examples, the memory fuzz: ~25 s of CPU; scikit-learn's checks, ~45 s), and
+    the dask tests' cluster, in the order their tests come, one at a time, to run on the
+    other core while the tests before theirs run here."""
     if session.config.option.collectonly:
         return
     wanted: dict[str, list] = {}  # in the order of each one's first test
@@ -79,6 +121,8 @@ def pytest_collection_finish(session):
         for name in getattr(item, "fixturenames", ()):
             if name in EARLY_SUBPROCESSES:
                 wanted.setdefault(name, []).append(item)
+        if offloaded(item):
+            wanted.setdefault(SKLEARN_CHECKS.process.name, []).append(item)
     for name, items in wanted.items():
         EARLY_SUBPROCESSES[name].items = items
     early = [EARLY_SUBPROCESSES[name] for name in wanted]

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from _helpers import C_SMALL as C
-from _helpers import quadrature_posterior
 
 import vsbayes
 
@@ -11,14 +10,9 @@ SEEDS = range(20)
 
 
 @pytest.fixture(scope="module", params=["logistic", "probit"])
-def problem(request, small_data):
+def problem(request, small_data, small_data_posteriors):
     X, y = small_data
-    laplace_cls = {
-        "logistic": vsbayes.LaplaceLogisticRegression,
-        "probit": vsbayes.LaplaceProbitRegression,
-    }[request.param]
-    laplace = laplace_cls(C=C).fit(X, y).posteriors_[0]
-    return request.param, X, y, quadrature_posterior(X, y, request.param, C, laplace)
+    return request.param, X, y, small_data_posteriors(request.param)[1]
 
 
 def fits(cls, X, y, **params):
@@ -56,10 +50,9 @@ def test_bmc_is_finite_and_improves_with_n(problem):
     assert errors[512] < errors[64]
 
 
-def test_vb_mean_is_close_and_its_evidence_a_lower_bound(small_data):
+def test_vb_mean_is_close_and_its_evidence_a_lower_bound(small_data, small_data_posteriors):
     X, y = small_data
-    laplace = vsbayes.LaplaceLogisticRegression(C=C).fit(X, y).posteriors_[0]
-    truth = quadrature_posterior(X, y, "logistic", C, laplace)
+    truth = small_data_posteriors("logistic")[1]
     vb = vsbayes.VBLogisticRegression(C=C).fit(X, y)
     fit = vb.posteriors_[0]
     assert fit.converged

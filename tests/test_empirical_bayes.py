@@ -24,10 +24,10 @@ def data():
     return X, y
 
 
-# Laplace inside and no refinement: every check fits many times (the refinement's own
-# evidence is tested below).
+# Laplace inside, no refinement and two grid points: every check fits many times (the
+# refinement's own evidence, and a maximum inside the grid, are tested below).
 @parametrize_with_checks(
-    [EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, refine=False)]
+    [EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False)]
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():

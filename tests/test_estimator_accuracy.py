@@ -3,22 +3,19 @@
 import numpy as np
 import pytest
 from _helpers import C_SMALL as C
-from _helpers import quadrature_posterior
 
 import vsbayes
 
-ESTIMATORS = {
-    "logistic": (vsbayes.LaplaceLogisticRegression, vsbayes.VSLogisticRegression),
-    "probit": (vsbayes.LaplaceProbitRegression, vsbayes.VSProbitRegression),
-}
+VS = {"logistic": vsbayes.VSLogisticRegression, "probit": vsbayes.VSProbitRegression}
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])
-def test_vs_is_within_its_monte_carlo_error_and_far_closer_than_laplace(small_data, link):
+def test_vs_is_within_its_monte_carlo_error_and_far_closer_than_laplace(
+    small_data, small_data_posteriors, link
+):
     X, y = small_data
-    laplace_cls, vs_cls = ESTIMATORS[link]
-    laplace = laplace_cls(C=C).fit(X, y).posteriors_[0]
-    truth = quadrature_posterior(X, y, link, C, laplace)
+    vs_cls = VS[link]
+    laplace, truth = small_data_posteriors(link)
     laplace_error = vsbayes.excess_kl(truth, laplace)
 
     fits = [
@@ -40,7 +37,7 @@ def test_vs_is_within_its_monte_carlo_error_and_far_closer_than_laplace(small_da
 @pytest.mark.parametrize("link", ["logistic", "probit"])
 def test_estimator_attributes_are_the_posterior(small_data, link):
     X, y = small_data
-    vs = ESTIMATORS[link][1](C=C, random_state=0).fit(X, y)
+    vs = VS[link](C=C, random_state=0).fit(X, y)
     fit = vs.posteriors_[0]
     np.testing.assert_array_equal(np.append(vs.coef_, vs.intercept_), fit.mean)
     np.testing.assert_array_equal(vs.sigma_, fit.cov)
