@@ -364,7 +364,7 @@ def test_one_row_update_is_the_general_fit(cls, weight, sparse, decay, cancer, m
     # buffer_size=0: each row on its own (a stream's window also revisits earlier rows).
     direct, general = (cls(prior=(mean, cov), decay=decay, buffer_size=0) for _ in range(2))
     general._one_row_rule = lambda: None
-    module = vb.estimators._updating
+    module = vb.estimators._site_window
     calls = []
     for name in ("row_laplace", "assumed_density_row"):
         original = getattr(module, name)
@@ -475,7 +475,7 @@ def test_one_multinomial_row_is_the_general_fit(
     if cls is vb.VSLogisticRegression:
         general.set_params(strategy="sites")
     general._one_row_rule = lambda: None
-    module = vb.estimators._updating
+    module = vb.estimators._site_window
     ep_module = sys.modules["vsbayes.approximations.softmax_ep"]
     sites_module = sys.modules["vsbayes.approximations.softmax_sites"]
     calls, taken = [], set()
@@ -891,7 +891,7 @@ def test_the_window_of_one_row_calls_is_bounded_pickled_and_frozen(cancer):
         model.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1])
         held.append(model._stream_buffer.n_rows)
     assert held == [1, 2, 3, 4, 4, 4, 4]
-    assert model.strategy_reason_[0] == vb.estimators._updating.WINDOW_ROW_REASON
+    assert model.strategy_reason_[0] == vb.estimators._site_window.WINDOW_ROW_REASON
     copy = pickle.loads(pickle.dumps(model))
     for stream in (model, copy):
         stream.partial_fit(X[7:8], y[7:8])
@@ -977,7 +977,7 @@ def test_revisiting_every_site_reaches_the_batch_fit(cls, cancer, monkeypatch):
     on the joint bound): revisiting every row at each call takes the stream to the batch
     fit, where assumed-density filtering stays an order-dependent distance away."""
     X, y = cancer
-    monkeypatch.setattr(vb.estimators._updating, "REVISITS", 60)
+    monkeypatch.setattr(vb.estimators._site_window, "REVISITS", 60)
     # VB's updates, the batch fit's and the revisits alike, near the optimum linearly.
     calls, options = (30, {"tol": 1e-15}) if cls is vb.VBLogisticRegression else (10, {})
     streams = {}
@@ -1047,7 +1047,7 @@ def test_a_laplace_batch_whose_frozen_part_fails_is_filtered_alone(cancer, monke
     def indefinite(*args):
         raise ValueError("The frozen part's precision is not positive definite.")
 
-    monkeypatch.setattr(vb.estimators._updating, "_frozen_part", indefinite)
+    monkeypatch.setattr(vb.estimators._site_window, "frozen_part", indefinite)
     model.partial_fit(X[20:30], y[20:30])
     assert model._stream_buffer.n_rows == 10  # the batch's rows only
     expected = vb.LaplaceLogisticRegression(prior=before).fit(X[20:30], y[20:30])
@@ -1074,7 +1074,7 @@ def test_taylor_errors_are_the_quadratic_sites_mean_error(mean, var, power):
     expected = sum(
         quad(integrand, *ends, epsabs=1e-14)[0] for ends in ((-np.inf, mean), (mean, np.inf))
     )
-    got = vb.estimators._updating.taylor_errors(
+    got = vb.approximations.window_sites.taylor_errors(
         np.array([[1.0, 0.0]]),
         np.array([power]),
         np.array([mean, 0.0]),
@@ -1086,7 +1086,7 @@ def test_taylor_errors_are_the_quadratic_sites_mean_error(mean, var, power):
 
 def _softmax_site_precision(window, n_classes: int, fit_intercept: bool = True):
     """Σ Aᵢᵀ Λᵢ Aᵢ and Σ Aᵢᵀ ηᵢ of a multinomial window's sites (A: a row's contrasts)."""
-    design = vb.estimators._updating._softmax_design(
+    design = vb.approximations.window_sites.softmax_design(
         window.rows, vb.models.softmax_predictive.centred_basis(n_classes), fit_intercept
     )
     precision = np.einsum("iap,iab,ibq->pq", design, window.tau[0], design)
@@ -1125,7 +1125,7 @@ def test_a_multinomial_window_holds_its_sites_and_is_bounded(cls, decay, iris):
             )
     assert held == list(range(1, 21)) + [20] * 6
     if cls is vb.VSLogisticRegression:
-        assert model.strategy_reason_[0] == vb.estimators._updating.WINDOW_ROW_REASON
+        assert model.strategy_reason_[0] == vb.estimators._site_window.WINDOW_ROW_REASON
     assert model._stream_buffer.tau.nbytes == window.tau.nbytes
 
 
@@ -1173,7 +1173,7 @@ def test_a_multinomial_stream_first_row_is_the_direct_update(cls, iris):
         window, alone = cls(prior=prior), cls(prior=prior, buffer_size=0)
         for model in (window, alone):
             model.partial_fit(X[k : k + 1], y[k : k + 1], classes=[0, 1, 2], sample_weight=[0.7])
-        assert type(window._stream_buffer).__name__ == "_SiteWindow"
+        assert type(window._stream_buffer).__name__ == "SiteWindow"
         a, b = _posterior(window), _posterior(alone)
         if bound and cls is vb.EPLogisticRegression:
             assert 1e-12 < kl_divergence(b, a) < bound[0]
@@ -1197,7 +1197,7 @@ def test_revisiting_every_multinomial_site_reaches_the_batch_fit(cls, bound, iri
     stream to the batch fit of its rows under the same prior (measured KL 6e-8 for EP:
     the rule's error, and 0), where the rows' own updates stay ~4e-3 nats away."""
     X, y = iris
-    monkeypatch.setattr(vb.estimators._updating, "REVISITS", 40)
+    monkeypatch.setattr(vb.estimators._site_window, "REVISITS", 40)
     earlier = cls().fit(X[:30], y[:30])
     streams = {}
     for size in (0, 40):
@@ -1206,7 +1206,7 @@ def test_revisiting_every_multinomial_site_reaches_the_batch_fit(cls, bound, iri
             stream.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1, 2])
         for _ in range(8):  # revisits only: the same row again, at weight ~0
             stream.partial_fit(X[59:60], y[59:60], sample_weight=[1e-12])
-    assert isinstance(streams[40]._stream_buffer, vb.estimators._updating._SiteWindow)
+    assert isinstance(streams[40]._stream_buffer, vb.estimators._site_window.SiteWindow)
     batch = _posterior(cls(prior=earlier).fit(X[30:60], y[30:60]))
     assert kl_divergence(batch, _posterior(streams[40])) < bound
     assert kl_divergence(batch, _posterior(streams[0])) > 1e-3
@@ -1293,7 +1293,7 @@ def test_a_multinomial_stream_from_the_default_prior_never_refits(iris):
     stream = vb.EPLogisticRegression(buffer_size=30)
     for i in range(20):
         stream.partial_fit(X[i : i + 1], y[i : i + 1], classes=[0, 1, 2])
-        assert isinstance(stream._stream_buffer, vb.estimators._updating._SiteWindow)
+        assert isinstance(stream._stream_buffer, vb.estimators._site_window.SiteWindow)
     for _ in range(20):
         stream.partial_fit(X[19:20], y[19:20], sample_weight=[1e-12])
     assert stream._stream_buffer.n_rows == 30

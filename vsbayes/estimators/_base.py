@@ -66,7 +66,8 @@ from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fi
 from ._leave_one_out import TrainingFingerprint
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
-from ._updating import BayesianUpdating, problem_model, refuse_forced_structure
+from ._priors import problem_model
+from ._updating import BayesianUpdating, refuse_forced_structure
 
 __all__ = [
     "DEFAULT_SEED",

@@ -234,7 +234,7 @@ class LaplaceMethod:
     falls_back: ClassVar[bool] = False
     records_strategy: ClassVar[bool] = False
     #: How partial_fit updates a Gaussian prior with one row without the general fit
-    #: (estimators/_updating.py): "mode" (the Laplace approximation, by Newton's method in
+    #: (estimators/_site_window.py): "mode" (the Laplace approximation, by Newton's method in
     #: the row's latent), "moments" (the tilted moments: EP's fixed point with one site,
     #: which is also the exact posterior's moments), "bound" (the Jaakkola–Jordan bound's
     #: optimum for the row), None (the general fit).
