@@ -133,7 +133,9 @@ def time_and_error(case: str, rounds: int) -> list[dict]:
                 continue
             try:
                 est, proba, fit_s, pred_s, record = _fit_and_predict(make, X, y)
-            except MemoryLimitError as exc:
+            except (MemoryLimitError, ValueError) as exc:
+                # A method refusing the problem before any work (memory, or importance
+                # sampling's 'auto' sizing: more work than its limit), recorded as such.
                 failed[method] = f"{type(exc).__name__}: {exc}"
                 continue
             times[method][0].append(fit_s)
