@@ -119,11 +119,11 @@ def test_strategy_beyond_two_classes():
     "patches, params, route, said",
     [
         # n = 21, 16n = 336: the work limit leaves N = 256 points (12n), 1.4e6 multiply-adds.
-        ({}, {}, "global", "expectation propagation failed"),
+        ({}, {}, "global", "(< 16n = 336)"),
         ({"UNDERSIZED_WORK_LIMIT": 1e6}, {}, "laplace", "exceed 1e+06 for a fit below 16n"),
         # N = 16 points, whatever the work.
         ({"GLOBAL_WORK_LIMIT": 1.0, "auto_minimum": 16}, {}, "laplace", "below 2n = 42 points"),
-        ({"UNDERSIZED_WORK_LIMIT": 1e6}, {"target_kl": 1.0}, "global", "propagation failed"),
+        ({"UNDERSIZED_WORK_LIMIT": 1e6}, {"target_kl": 1.0}, "global", "run anyway"),
     ],
 )
 def test_auto_after_a_failed_ep_skips_an_undersized_costly_global_fit(

@@ -501,8 +501,8 @@ class VSMethod(SamplingMethod):
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
             return _chose("sites", trouble, ep, ep_warnings)
-        if ep_trouble:
-            return _chose("global", ep_trouble, fit)
+        if ep_trouble:  # the global fit's N, where below the rule's, said too
+            return _chose("global", f"{ep_trouble}; {why_not}" if why_not else ep_trouble, fit)
         departure = excess_kl(fit, ep)
         within = departure <= DEPARTURE_FACTOR * fit.kl_error
         reason = (
