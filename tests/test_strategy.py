@@ -10,7 +10,7 @@ import vsbayes
 import vsbayes._memory
 import vsbayes.estimators._sampling as sampling
 import vsbayes.estimators._strategy as strategy_module
-from vsbayes.exceptions import MemoryLimitError
+from vsbayes.exceptions import MemoryLimitError, UnreliableFitWarning
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,54 @@ def test_strategy_beyond_two_classes():
     assert list(small.strategy_) == ["sites"] and not small.laplace_fallback_.any()
     assert "(K − 1)-dimensional sites" in small.strategy_reason_[0]
     np.testing.assert_allclose(small.coef_, ep.coef_, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "patches, params, route, said",
+    [
+        # n = 21, 16n = 336: the work limit leaves N = 256 points (12n), 1.4e6 multiply-adds.
+        ({}, {}, "global", "(< 16n = 336)"),
+        ({"UNDERSIZED_WORK_LIMIT": 1e6}, {}, "laplace", "exceed 1e+06 for a fit below 16n"),
+        # N = 16 points, whatever the work.
+        ({"GLOBAL_WORK_LIMIT": 1.0, "auto_minimum": 16}, {}, "laplace", "below 2n = 42 points"),
+        ({"UNDERSIZED_WORK_LIMIT": 1e6}, {"target_kl": 1.0}, "global", "run anyway"),
+    ],
+)
+def test_auto_after_a_failed_ep_skips_an_undersized_costly_global_fit(
+    data, monkeypatch, patches, params, route, said
+):
+    """Where EP failed and the global fit would get fewer than 16n points, "auto" runs it
+    only if it can be kept (N ≥ 2n) and its work is small, else keeps the Laplace
+    approximation as a fallback without drawing, the reason in strategy_reason_; a target
+    of one's own runs it from 16n."""
+    X, y = data
+
+    def failed_ep(*args, **kwargs):
+        raise strategy_module.EstimationError("EP failed here")
+
+    monkeypatch.setattr(strategy_module, "ep_posterior", failed_ep)
+    monkeypatch.setattr(strategy_module, "GLOBAL_WORK_LIMIT", 150 * (4 + 1 + 30) * 200.0)
+    for name, value in patches.items():
+        owner = strategy_module.VSMethod if name == "auto_minimum" else strategy_module
+        monkeypatch.setattr(owner, name, value)
+    if route == "laplace":
+        _refusing_draws(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = vsbayes.VSLogisticRegression(random_state=0, **params).fit(X, y)
+    reason = model.strategy_reason_[0]
+    assert list(model.strategy_) == [route] and said in reason, reason
+    assert "EP failed here" in reason
+    fell_back = route == "laplace"
+    assert model.laplace_fallback_[0] == fell_back
+    unreliable = [w for w in caught if issubclass(w.category, UnreliableFitWarning)]
+    assert bool(unreliable) == fell_back
+    if fell_back:
+        assert "is not run" in reason and "not run" in str(unreliable[0].message)
+        laplace = vsbayes.LaplaceLogisticRegression().fit(X, y)
+        np.testing.assert_array_equal(model.coef_, laplace.coef_)
+    elif params:
+        assert model.posteriors_[0].n_samples >= 16 * 21
 
 
 @pytest.mark.parametrize(

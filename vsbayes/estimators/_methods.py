@@ -121,9 +121,10 @@ class MethodFit:
     covariance_reason: str = ""
 
     @classmethod
-    def fallback(cls, laplace: LaplaceResult) -> MethodFit:
-        """The Laplace approximation in place of a failed fit."""
-        return cls(laplace, laplace.n_iter, True, "laplace", _FAILED)
+    def fallback(cls, laplace: LaplaceResult, reason: str | None = None) -> MethodFit:
+        """The Laplace approximation in place of a failed fit (``reason``: why, where the
+        method knows it; else the warning says)."""
+        return cls(laplace, laplace.n_iter, True, "laplace", reason or _FAILED)
 
     @classmethod
     def unconverged(cls, laplace: LaplaceResult) -> MethodFit:

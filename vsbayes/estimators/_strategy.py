@@ -102,6 +102,16 @@ DEPARTURE_FACTOR = 4.0
 # (n = 136) 0.025 s (benchmarks/results/data_rich.md).
 MULTINOMIAL_MIN_FACTOR, MULTINOMIAL_MAX_FACTOR = 32, 64
 MULTINOMIAL_WORK_LIMIT = 5e10
+# Where EP failed, the global fit is "auto"'s last route before the Laplace fallback, with
+# no EP to compare it with. Below MIN_GLOBAL_FACTOR·n points it runs only where trying
+# costs little: not below 2n points (the engine then warns that the fit nearly interpolates,
+# and "auto" discards it; below n it is not determined), nor where its work, counted as the
+# multinomial fit's (the likelihood pass and the solver's n² features per point), exceeds
+# UNDERSIZED_WORK_LIMIT, the multinomial default's limit in that count. Measured
+# (docs/decisions.md D-141): every such fit after a failed EP, 2.1-14n points, 5.3e10-1.8e13
+# multiply-adds, was discarded after 0.5-18 s (the horseshoe at p = 60-200); a cheaper
+# one (15.5n, 4.5e8, 0.06 s: extreme class weights) was kept.
+UNDERSIZED_WORK_LIMIT = MULTINOMIAL_WORK_LIMIT
 # A heavy-tailed shrinkage prior (Student-t, horseshoe: not log-concave) gives EP sites
 # fitted to tilted densities that may be far from Gaussian (bimodal where the data pull a
 # coefficient off the prior's spike), and EP's fixed point then has no error bound
@@ -328,7 +338,7 @@ class VSMethod(SamplingMethod):
         kernel = ep if ep_trouble is None and self.kernel == "ep" else laplace
         if self.strategy == "global":
             return _chose("global", "strategy='global'", self._global_fit(model, kernel, rng))
-        return self._auto(model, kernel, rng, ep, ep_warnings, ep_trouble)
+        return self._auto(model, laplace, kernel, rng, ep, ep_warnings, ep_trouble)
 
     def _chunked(self, model, laplace, rng) -> MethodFit:
         """Rows in dask chunks (big data): "auto" takes the global fit from the Laplace
@@ -424,7 +434,7 @@ class VSMethod(SamplingMethod):
         ):
             return None
         n = n_family_params(sampled_dim(model), self.family)
-        per_point = _multinomial_point_work(model, n)
+        per_point = _global_point_work(model, n)
         affordable = int(MULTINOMIAL_WORK_LIMIT // per_point)
         n_near = max(n_samples, min(int(LAPLACE_KERNEL_FACTOR * n_samples), affordable))
         return n_near, (
@@ -464,28 +474,35 @@ class VSMethod(SamplingMethod):
         self._say(f"route 'sites': {why}")
         return _chose("sites", why, ep, kl_error=predicted, stop_reason="target_kl")
 
-    def _auto(self, model, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
+    def _auto(self, model, laplace, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
         """strategy="auto": the global fit where affordable, reliable and measurably
-        different from EP (see ``strategy`` in the estimator's docstring), else EP's."""
+        different from EP (see ``strategy`` in the estimator's docstring), else EP's; where
+        EP failed, the global fit unless under-sized and costly (UNDERSIZED_WORK_LIMIT),
+        else the Laplace approximation."""
         n_samples, why_not = self._global_samples(model, ep)
         asked = self._asks_accuracy()
         if _heavy_tailed(model) and not asked and ep is not None:
             return self._heavy_tailed_route(model, kernel, rng, ep, ep_warnings, n_samples, why_not)
-        if why_not and ep is not None:
-            if not asked:
-                return _chose("sites", why_not, ep, ep_warnings)
+        if why_not and asked:
             # The work limits are the default's: a target or a budget of one's own lifts them
-            # (from the fewest points at which the global fit can beat EP's).
+            # (from the fewest points at which the global fit can beat EP's, or be kept
+            # where EP failed).
             n_samples = max(n_samples, MIN_GLOBAL_FACTOR * n_family_params(model.dim, self.family))
             why_not = f"{why_not}; run anyway for {asked}, from N={n_samples}"
+        elif why_not and ep is not None:
+            return _chose("sites", why_not, ep, ep_warnings)
+        elif why_not:
+            not_run = self._undersized(model, n_samples)
+            if not_run:
+                return self._laplace_kept(laplace, f"{ep_trouble}; {why_not}; {not_run}")
         self._say(f"the global fit, N={n_samples} points" + (f" ({why_not})" if why_not else ""))
         fit, trouble = self._quiet_global(model, kernel, rng, n_samples)
         if trouble and ep is None:
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
             return _chose("sites", trouble, ep, ep_warnings)
-        if ep_trouble:
-            return _chose("global", ep_trouble, fit)
+        if ep_trouble:  # the global fit's N, where below the rule's, said too
+            return _chose("global", f"{ep_trouble}; {why_not}" if why_not else ep_trouble, fit)
         departure = excess_kl(fit, ep)
         within = departure <= DEPARTURE_FACTOR * fit.kl_error
         reason = (
@@ -545,6 +562,36 @@ class VSMethod(SamplingMethod):
             return _chose("sites", f"{prior}; {trouble}: EP is kept", ep, ep_warnings)
         reason = f"{prior}; the global fit departs from EP by {excess_kl(fit, ep):.3g} nats"
         return _chose("global", reason, fit)
+
+    def _undersized(self, model, n_samples: int) -> str | None:
+        """Why the global fit of ``n_samples`` points, below MIN_GLOBAL_FACTOR·n, is not
+        worth trying after EP failed (None: it is; see UNDERSIZED_WORK_LIMIT)."""
+        n = n_family_params(model.dim, self.family)
+        if n_samples < 2 * n:
+            return (
+                f"below 2n = {2 * n} points the fit nearly interpolates the target and is "
+                f"discarded as unreliable (below n = {n} it is not determined), so it is not run"
+            )
+        per_point = _global_point_work(model, n)
+        work = n_samples * per_point
+        if work <= UNDERSIZED_WORK_LIMIT:
+            return None
+        return (
+            f"its {work:.3g} multiply-adds ({per_point:.3g} per point: the likelihood pass "
+            f"and the solver's n² features) exceed {UNDERSIZED_WORK_LIMIT:.3g} for a fit "
+            f"below {MIN_GLOBAL_FACTOR}n, so it is not run"
+        )
+
+    def _laplace_kept(self, laplace, reason: str) -> MethodFit:
+        """The Laplace approximation where no route is left to run, said in
+        ``strategy_reason_`` and warned as a fallback (``laplace_fallback_``)."""
+        reason = f"{reason}: the Laplace approximation is kept"
+        self._say(f"route 'laplace': {reason}")
+        warn(
+            f"{self.estimator_name}: {reason} (recorded in laplace_fallback_).",
+            UnreliableFitWarning,
+        )
+        return MethodFit.fallback(laplace, reason)
 
     def _unsampled(self, reason: str) -> str:
         """``reason``, saying (and warning) that a target or budget of one's own is not
@@ -626,7 +673,7 @@ class VSMethod(SamplingMethod):
             n_samples = self.total_samples(model.dim)
             return n_samples, f"strategy={self.strategy!r} with N={n_samples}"
         n = n_family_params(sampled_dim(model), self.family)
-        per_point = _multinomial_point_work(model, n)
+        per_point = _global_point_work(model, n)
         n_samples = min(MULTINOMIAL_MAX_FACTOR * n, int(MULTINOMIAL_WORK_LIMIT // per_point))
         n_samples = max(n_samples, self.auto_minimum)
         if n_samples < MULTINOMIAL_MIN_FACTOR * n:
@@ -727,7 +774,8 @@ def _sites_departure(model, ep) -> float:
     return float(np.sum(model.coefficient_prior.tilted_departure(cav_mean, cav_var)))
 
 
-def _multinomial_point_work(model, n: int) -> float:
-    """Multiply-adds per point of the multinomial global fit of ``n`` family parameters:
-    the likelihood pass, the map from the contrasts to θ, the solver's features."""
+def _global_point_work(model, n: int) -> float:
+    """Multiply-adds per point of a global fit of ``n`` family parameters: the likelihood
+    pass (for the multinomial posterior with the map from the contrasts to θ), the
+    solver's features."""
     return likelihood_point_work(model) + n * n

@@ -225,9 +225,14 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         global fit with the exact prior runs (16n to 32n points within 10⁹ multiply-adds)
         unless N·exp(−D), a bound on its effective sample size, is below d + 1 (no
         Gaussian kernel's sample sees the posterior's mass: the horseshoe), and is kept if
-        reliable. Before all of these, ``"auto"`` predicts from the likelihood's skewness
-        at the mode the error of the Laplace approximation with its mean moved by the
-        leading-order correction, and stops there (``strategy_`` "laplace") where that prediction is
+        reliable. Where EP fails, the global fit is the last route before the Laplace
+        approximation; below 16n points it runs only with at least 2n and within 5·10¹⁰
+        multiply-adds counting the solver's n² per point, else the Laplace approximation is
+        kept at once (``laplace_fallback_``, an UnreliableFitWarning, the reason in
+        ``strategy_reason_``). Before all of these, ``"auto"`` predicts from the
+        likelihood's skewness at the mode the error of the Laplace approximation with its
+        mean moved by the leading-order correction, and stops there (``strategy_``
+        "laplace") where that prediction is
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes (the
@@ -362,9 +367,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
         The strategy of each binary problem (or of the multinomial model): "global",
         "sites", or "laplace" where ``strategy="auto"`` stopped at the skewness-corrected
-        Laplace approximation (see ``strategy``), the chosen fit failed (see
-        ``laplace_fallback_``), Newton's method for the mode did not converge within
-        ``max_iter``, the posterior needs a structured covariance (see
+        Laplace approximation (see ``strategy``), the chosen fit failed or, after EP
+        failed, the global fit was not worth running (see ``laplace_fallback_``), Newton's
+        method for the mode did not converge within ``max_iter``, the posterior needs a
+        structured covariance (see
         ``covariance_structure_``) or, over dask chunks, the multinomial global fit is
         beyond its work limit; "prior" with ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
@@ -523,9 +529,14 @@ class VSProbitRegression(VariationalSamplingClassifier):
         global fit with the exact prior runs (16n to 32n points within 10⁹ multiply-adds)
         unless N·exp(−D), a bound on its effective sample size, is below d + 1 (no
         Gaussian kernel's sample sees the posterior's mass: the horseshoe), and is kept if
-        reliable. Before all of these, ``"auto"`` predicts from the likelihood's skewness
-        at the mode the error of the Laplace approximation with its mean moved by the
-        leading-order correction, and stops there (``strategy_`` "laplace") where that prediction is
+        reliable. Where EP fails, the global fit is the last route before the Laplace
+        approximation; below 16n points it runs only with at least 2n and within 5·10¹⁰
+        multiply-adds counting the solver's n² per point, else the Laplace approximation is
+        kept at once (``laplace_fallback_``, an UnreliableFitWarning, the reason in
+        ``strategy_reason_``). Before all of these, ``"auto"`` predicts from the
+        likelihood's skewness at the mode the error of the Laplace approximation with its
+        mean moved by the leading-order correction, and stops there (``strategy_``
+        "laplace") where that prediction is
         within ``target_kl`` (0.01 nats for ``"auto"``; not with ``target_kl=None`` or an
         int ``n_samples``): no other fit could change the posterior beyond the target.
         ``strategy_`` and ``strategy_reason_`` record the choice. Beyond two classes, each
@@ -645,9 +656,10 @@ class VSProbitRegression(VariationalSamplingClassifier):
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
         The strategy of each binary problem: "global", "sites", or "laplace" where
         ``strategy="auto"`` stopped at the skewness-corrected Laplace approximation (see
-        ``strategy``), the chosen fit failed (see ``laplace_fallback_``), Newton's method
-        for the mode did not converge within ``max_iter`` or the posterior needs a
-        structured covariance (see ``covariance_structure_``); "prior" with
+        ``strategy``), the chosen fit failed or, after EP failed, the global fit was not
+        worth running (see ``laplace_fallback_``), Newton's method for the mode did not
+        converge within ``max_iter`` or the posterior needs a structured covariance (see
+        ``covariance_structure_``); "prior" with
         ``max_iter=0``. ``strategy_reason_`` says which.
     strategy_reason_ : list of str
         Why each strategy was taken (with ``strategy="auto"``, the measured quantities).
