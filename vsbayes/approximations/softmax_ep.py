@@ -390,7 +390,8 @@ def softmax_ep(
     EstimationError
         If the sweeps stall short of ``tol`` at the smallest damping (or at a halved one
         that took them no closer to a fixed point), or if the final
-        cavities are improper (no evidence estimate). Reaching ``max_iter`` only warns.
+        cavities are improper (no evidence estimate), or the tilted moments of more than
+        1 % of the rows (at least one) stay improper. Reaching ``max_iter`` only warns.
     NotPositiveDefiniteError
         If the plain damped sites give a posterior precision that is not positive definite.
     MemoryLimitError
@@ -951,9 +952,9 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
         warn(
             f"{n_unmatched} of {len(ok)} rows' tilted moments are improper at the end of "
             f"expectation propagation (a near-step likelihood over a wide cavity): their "
-            f"sites are the last ones matched, and the log evidence takes their tilted "
-            f"masses at the final cavities, an approximation to first order in those sites' "
-            f"distance from their match. The posterior is EP's.",
+            f"sites are the last ones matched (or the start's), and the evidence takes their "
+            f"tilted masses at the final cavities, an approximation to first order in the "
+            f"sites' distance from their match. The posterior is EP's.",
             UnreliableFitWarning,
         )
     return _site_evidence(contrast, post, log_z, v_mean, v_cov, copies)
