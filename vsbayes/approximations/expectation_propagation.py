@@ -36,7 +36,7 @@ from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..exceptions import EstimationError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
-from ..models.latent import InformativeRows, touched_columns
+from ..models.latent import InformativeRows, untouched_columns
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
@@ -465,7 +465,7 @@ def _sweeps_with_prior_sites(
     # elastic net's base is its own Gaussian part, not divided out: its cavities are proper.)
     uninformed = np.zeros(d, dtype=bool)
     if factor.divides_base:
-        uninformed = _uninformed_coefficients(model)
+        uninformed = untouched_columns(model.design, model.sample_weight)[: model.n_features]
     if uninformed.any():
         prior_tau[uninformed] = 1.0 / factor.start_var - base_precision[uninformed]
         prior_nu[uninformed] = 0.0
@@ -587,11 +587,6 @@ def _sweeps_with_prior_sites(
     if uninformed.any():
         cav_mean, cav_var, _ = _base_cavities(cav_mean, cav_var, cav_tau > 0, uninformed, model)
     return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var))
-
-
-def _uninformed_coefficients(model) -> np.ndarray:
-    """Per coefficient, whether its column is zero on every row of positive weight."""
-    return ~touched_columns(model.design, model.sample_weight > 0)[: model.n_features]
 
 
 def _base_cavities(cav_mean, cav_var, ok, uninformed, model):

@@ -57,7 +57,7 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
-from ..models.latent import touched_columns
+from ..models.latent import untouched_columns
 from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
@@ -400,7 +400,7 @@ class BayesianGLMClassifier(
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             # Features no weighted row touches: their relevance is 0 (no data, all prior).
-            self._untouched_features_ = None if factor is None else _untouched(X, weights)
+            self._untouched_features_ = None if factor is None else untouched_columns(X, weights)
             if observer is not None:
                 observer.end()
         finally:
@@ -1023,11 +1023,6 @@ class BayesianGLMClassifier(
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
-
-
-def _untouched(X, weights: np.ndarray) -> np.ndarray:
-    """Per feature, whether its column is zero on every row of positive weight."""
-    return ~touched_columns(X, weights > 0)
 
 
 def _shrinkage_memory_remedy(model, binary: bool) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "row_moments",
     "row_variances",
     "touched_columns",
+    "untouched_columns",
 ]
 
 # Rows × features per chunk at most, whatever block_bytes allows: the chunk's arrays stay
@@ -108,6 +109,12 @@ def touched_columns(design, rows: np.ndarray) -> np.ndarray:
         block = design[start : start + step][rows[start : start + step]]
         out |= block.any(axis=0)
     return out
+
+
+def untouched_columns(design, weights: np.ndarray) -> np.ndarray:
+    """Per column, whether it is zero on every row of positive weight: the coefficients
+    no weighted row informs, whose posterior is their prior (:func:`touched_columns`)."""
+    return ~touched_columns(design, np.asarray(weights) > 0)
 
 
 class InformativeRows(NamedTuple):
