@@ -31,6 +31,8 @@ from typing import TypeVar
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from ._memory import keep_freed_pages
+
 __all__ = [
     "SMALL_WORK",
     "blas_thread_count",
@@ -108,6 +110,7 @@ def single_blas_thread() -> Iterator[None]:
     global _users, _saved_limits, _budget
     with _lock:
         if _users == 0:
+            keep_freed_pages()  # (see vsbayes._memory)
             _saved_limits = [(lib, lib.get_num_threads()) for lib in _libraries()]
             _budget = max((int(n) for _, n in _saved_limits), default=1)
             for lib, _ in _saved_limits:
