@@ -38,14 +38,15 @@ problem's size) and the rank of the "lowrank" one::
 hundred KiB to tens of MiB many times over (the likelihood's blocks, the solver's
 features, EP's sites). Under glibc, the main thread's arena maps each such array afresh
 or returns the top of its heap to the system after each free, and the next array pays a
-page fault for each of its pages (2 µs each, measured: 740 a likelihood block on iris,
-60 % of the block's time, against none in a worker thread, whose arena keeps its pages).
-:func:`keep_freed_pages`, called when the outermost fit starts, sets glibc's thresholds to
-the values its own adaptive rule moves to once a program frees an array of 32 MiB (maps
-from 32 MiB, returns the heap's top beyond 64 MiB): the default fit of iris then takes no
-page fault after the first, and 0.6-0.8× the CPU time (docs/decisions.md D-154). Results
-are the same to the bit. Elsewhere than glibc, or where the environment sets glibc's
-malloc itself (``MALLOC_*_`` variables, ``GLIBC_TUNABLES``), it does nothing.
+page fault for each of its pages (about 2 µs each; measured: 740 a likelihood block on
+iris, two thirds of the block's time, against none in a worker thread, whose arena keeps
+its pages). :func:`keep_freed_pages`, called when the outermost fit starts, sets glibc's
+thresholds to the values its own adaptive rule moves to once a program frees an array of
+32 MiB (maps from 32 MiB, returns the heap's top beyond 64 MiB): the default fit of iris
+then takes no page fault after the first and 0.44× the CPU time, wine's 0.89×
+(docs/decisions.md D-154). Results are the same to the bit. Elsewhere than glibc, or
+where the environment sets glibc's malloc itself (``MALLOC_*_`` variables,
+``GLIBC_TUNABLES``), it does nothing.
 """
 
 from __future__ import annotations
