@@ -324,7 +324,8 @@ def _set_malloc_thresholds() -> bool:
     except (AttributeError, OSError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    # mallopt returns 1 on success; a 32-bit glibc refuses the 32 MiB map threshold.
-    return bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)) and bool(
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    # mallopt returns 1 on success. The map threshold first: a 32-bit glibc refuses 32 MiB
+    # and then changes nothing, where a threshold set would end glibc's adaptive rule.
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
     )
