@@ -183,6 +183,17 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert "ran as:           importance sampling on points drawn through expectation" in out
 
 
+def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(
+    capsys, small_csv
+):
+    # One point: importance sampling's covariance is singular, the Laplace fallback runs.
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "1")
+    status, out, err = run(capsys, *argv, "--verbose")
+    assert status == 0 and "falling back to the laplace approximation" in err.lower()
+    assert "is deterministic" not in out
+    assert "N:         none (the fit fell back to the Laplace approximation" in out
+
+
 def test_verbose_shows_progress(capsys, small_csv):
     status, _, err = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
     assert status == 0 and "fit: done" in err
