@@ -183,9 +183,7 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert "ran as:           importance sampling on points drawn through expectation" in out
 
 
-def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(
-    capsys, small_csv
-):
+def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(capsys, small_csv):
     # One point: importance sampling's covariance is singular, the Laplace fallback runs.
     argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "1")
     status, out, err = run(capsys, *argv, "--verbose")

@@ -74,8 +74,9 @@ curvature died out) or pinned down by the posterior leaves; a row whose curvatur
 mode would change stays and is refitted (a one-row call's rows as of their last visit: the
 new row's and the four revisited rows' errors are computed, the others kept). While every
 row is in the window, the stream is the batch Laplace fit (its evidence too: a call's
-evidence replaces the window rows' Laplace evidence under the frozen part by the joint
-fit's).
+evidence replaces the window rows' terms of the running evidence by the joint fit's; after
+one-row calls, which credit ADF's terms, it starts from the frozen part's evidence as the
+window recorded it, ``SiteWindow.frozen_evidence``, D-152).
 """
 
 from __future__ import annotations
