@@ -223,7 +223,9 @@ class SiteWindow:
         dropped: its site stays in the posterior as it is (revised, if it was chosen).
         With ``errors`` (Laplace: each row's, these rows' and the new one last), the row
         of the smallest leaves instead, the new row taking its place. Each array built
-        once (a one-row call's fixed cost is mostly such small steps)."""
+        once (a one-row call's fixed cost is mostly such small steps). The call credited
+        a row (``credited``); a row that leaves changes the frozen part, whose evidence
+        is then no longer known (``frozen_evidence`` None)."""
         if errors is not None:
             return self._replaced(chosen, revised, row, labels, weight, site, size, errors)
         start = max(self.n_rows + 1 - size, 0)
@@ -242,6 +244,8 @@ class SiteWindow:
             nu,
             visited,
             calls,
+            frozen_evidence=self.frozen_evidence if start == 0 else None,
+            credited=True,
         )
 
     def _replaced(self, chosen, revised, row, labels, weight, site, size, errors) -> SiteWindow:
@@ -264,7 +268,10 @@ class SiteWindow:
             rows[drop], kept_labels[:, drop], powers[drop] = row, labels, weight
             tau[:, drop], nu[:, drop], visited[drop] = site[0], site[1], calls
             kept_errors[drop] = errors[n]
-        return SiteWindow(rows, kept_labels, powers, tau, nu, visited, calls, kept_errors)
+        # (a row left: the frozen part changed)
+        return SiteWindow(
+            rows, kept_labels, powers, tau, nu, visited, calls, kept_errors, None, True
+        )
 
 
 class SiteWindowUpdates:
@@ -449,7 +456,7 @@ class SiteWindowUpdates:
             if window.errors is not None:
                 errors[: window.n_rows] = window.errors
             errors[fresh], errors[-1] = computed[:-1], computed[-1]
-        stepped = window.stepped(
+        window = window.stepped(
             chosen,
             (revised_tau, revised_nu),
             row,
@@ -459,10 +466,7 @@ class SiteWindowUpdates:
             int(self.buffer_size),
             errors,
         )
-        # The frozen part is unchanged while no row leaves (and nothing is forgotten).
-        unchanged = stepped.n_rows == window.n_rows + 1
-        frozen_evidence = window.frozen_evidence if unchanged else None
-        return fits, dataclasses.replace(stepped, frozen_evidence=frozen_evidence, credited=True)
+        return fits, window
 
     def _window_batch_fits(
         self, method, X, problems, weights, carried, window, keep, rng, evidence
