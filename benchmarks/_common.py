@@ -274,6 +274,8 @@ def compare_rows(
         return tuple(str(row.get(k)) for k in keys)
 
     def same(a, b) -> bool:
+        # (None is an empty cell in a CSV: csv.DictWriter writes it so)
+        a, b = ("" if a is None else a), ("" if b is None else b)
         try:
             a, b = float(a), float(b)
         except (TypeError, ValueError):

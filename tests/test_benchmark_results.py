@@ -127,3 +127,17 @@ def test_shrinkage_gaussian_reference_matches_the_high_dimension_one():
         sd_a, sd_b = a["sd"], np.sqrt(np.diag(b["cov"]))
     assert gap.max() < 5.0  # 31 coordinates: a 5-sigma gap is not chance
     np.testing.assert_allclose(sd_a, sd_b, rtol=0.03)
+
+
+def test_quick_reports_read_a_missing_value_as_the_csv_wrote_it(tmp_path, capsys):
+    # csv.DictWriter writes None as an empty cell: a rerun's None against the committed
+    # CSV's "" is the same value (distributed.py --quick reported "1 differ" on unchanged
+    # code: a fit with no sampled points), while other values still differ.
+    spec = importlib.util.spec_from_file_location("_benchmark_common", BENCHMARKS / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    common.write_csv(tmp_path / "r.csv", [{"rows": 10, "n": None, "x": 1.5}])
+    committed = common.read_csv(tmp_path / "r.csv")
+    rerun = [{"rows": 10, "n": None, "x": 1.5}]
+    assert common.compare_rows(rerun, committed, ("rows",), ("n", "x")) == 0
+    assert common.compare_rows([{"rows": 10, "n": 3, "x": 1.5}], committed, ("rows",), ("n",)) == 1

@@ -183,6 +183,15 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert "ran as:           importance sampling on points drawn through expectation" in out
 
 
+def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(capsys, small_csv):
+    # One point: importance sampling's covariance is singular, the Laplace fallback runs.
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "1")
+    status, out, err = run(capsys, *argv, "--verbose")
+    assert status == 0 and "falling back to the laplace approximation" in err.lower()
+    assert "is deterministic" not in out
+    assert "N:         none (the fit fell back to the Laplace approximation" in out
+
+
 def test_verbose_shows_progress(capsys, small_csv):
     status, _, err = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
     assert status == 0 and "fit: done" in err
@@ -387,6 +396,27 @@ def test_compare_prints_every_method_and_writes_the_plot(capsys, tmp_path, small
     assert all(b == 2 * a for a, b in itertools.pairwise(ladder))
     assert all(r["excess_kl"] >= 0 for r in results)
     assert summary["plot"] == str(plot)
+
+
+def test_compare_widens_the_reference_proposal_until_its_weights_are_bounded(tmp_path):
+    # 60 rows × 3 features: the posterior is further from EP's Gaussian than at 200 rows,
+    # and EP's covariance widened by 1.05 left Pareto k̂ at 0.76 ("the reference is
+    # uncertain", on ordinary data); widened by 1.2, 0.20.
+    from argparse import Namespace
+
+    from vsbayes.cli.compare import REFERENCE_WIDENINGS, _reference
+    from vsbayes.cli.data import load_dataset
+    from vsbayes.cli.summary import Console
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] + rng.normal(size=60) > 0).astype(int)
+    path = write_csv(tmp_path / "small.csv", ["a", "b", "c", "y"], np.column_stack([X, y]))
+    data = load_dataset(path)
+    args = Namespace(link="logistic", C=1.0, seed=0)
+    _, record = _reference(data, args, 15, Console())
+    assert record.widening > REFERENCE_WIDENINGS[0]
+    assert record.pareto_k <= 0.7 and 0 <= record.noise < 0.05
 
 
 def summary_reference_is_sane(reference) -> bool:

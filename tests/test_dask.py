@@ -459,6 +459,44 @@ def test_invalid_dask_input_raises_a_value_error(data, change, match):
         LaplaceLogisticRegression().fit(*change(*as_dask(X, y)))
 
 
+@pytest.mark.parametrize("name", ["y", "sample_weight"])
+def test_in_memory_labels_or_weights_of_another_length_are_named(name):
+    # (dask's own "Chunks do not add up to shape" said neither what nor how many)
+    X, y = tiny_binary(5, n=40)
+    Xd, _ = as_dask(X, y, chunk=20)
+    given = {"y": y, "sample_weight": np.ones(40)}
+    given[name] = given[name][:30]
+    with pytest.raises(ValueError, match=f"X has 40 rows but {name} has 30"):
+        LaplaceLogisticRegression().fit(Xd, given["y"], sample_weight=given["sample_weight"])
+    given[name] = np.ones((40, 2))
+    with pytest.raises(ValueError, match=rf"{name} must be 1-dimensional; got shape \(40, 2\)"):
+        LaplaceLogisticRegression().fit(Xd, given["y"], sample_weight=given["sample_weight"])
+
+
+def test_dask_frames_of_pandas_nullable_numbers_are_numbers():
+    # Int64, boolean and Float64 columns are numbers in memory (scikit-learn's validation
+    # makes them floats); a dask frame's to_dask_array made them objects, refused as text.
+    dd = pytest.importorskip("dask.dataframe", reason="dask DataFrames need pandas and pyarrow")
+    pd = pytest.importorskip("pandas")
+    X, y = tiny_binary(6, n=40)
+    frame = pd.DataFrame(
+        {
+            "a": X[:, 0],
+            "b": pd.array((X[:, 1] > 0).astype(int), dtype="Int64"),
+            "c": pd.array(X[:, 2] > 0.5, dtype="boolean"),
+            "d": pd.array(X[:, 2], dtype="Float64"),
+        }
+    )
+    local = LaplaceLogisticRegression().fit(frame, y)
+    chunked = LaplaceLogisticRegression().fit(dd.from_pandas(frame, npartitions=2), y)
+    assert_same_posterior(local, chunked)
+    assert chunked.feature_names_in_.tolist() == ["a", "b", "c", "d"]
+    missing = frame.astype({"b": "Int64"})
+    missing.loc[3, "b"] = pd.NA  # a missing value: named as in memory, not as text
+    with pytest.raises(ValueError, match="NaN"):
+        LaplaceLogisticRegression().fit(dd.from_pandas(missing, npartitions=2), y)
+
+
 def test_prediction_over_a_chunk_a_filter_emptied():
     # The in-memory methods refuse a block of no rows ("Found array with 0 sample(s)").
     X, y = tiny_binary(7, n=60)

@@ -352,6 +352,9 @@ def _samples_text(settings: dict, problems: list[dict]) -> str:
         if routes == {"sites"}:
             return "none (VS site fits inside expectation propagation)"
         return "none (no global fit ran: see each problem's route)"
+    if settings["n_samples_used"] is None and settings["method"] in SAMPLING:
+        # (the fallback's posterior draws no points: the method's did, to no avail)
+        return "none (the fit fell back to the Laplace approximation: see the warning)"
     if settings["n_samples_used"] is None:
         return f"none ({settings['method']} is deterministic)"
     used, n = settings["n_samples_used"], settings["n_family_params"]

@@ -32,10 +32,22 @@ def _as_float(block):
 
 def _as_array(X):
     """A dask DataFrame or Series as a dask array (its partitions' lengths computed), with
-    its column names (None for anything else)."""
+    its column names (None for anything else). A frame's columns of pandas' nullable
+    numbers (Int64, Float64, boolean) become float64, missing values NaN, as scikit-learn
+    makes them in memory: ``to_dask_array`` would make them objects, refused as text."""
     if not is_dask_frame(X):
         return X, None
     names = getattr(X, "columns", None)
+    if names is not None and X.ndim == 2:  # (a dask Series has columns too)
+        from pandas.api.types import is_extension_array_dtype, is_numeric_dtype
+
+        nullable = {
+            column: np.float64
+            for column, dtype in X.dtypes.items()
+            if is_extension_array_dtype(dtype) and is_numeric_dtype(dtype)
+        }
+        if nullable:
+            X = X.astype(nullable)
     return X.to_dask_array(lengths=True), None if names is None else np.asarray(names)
 
 
@@ -48,6 +60,12 @@ def _rows_like(values, X, name: str):
         values = np.asarray(values)
         if values.ndim == 2 and values.shape[1] == 1:
             values = values.ravel()
+        if values.ndim != 1:  # (before dask's message on chunks, which names neither)
+            raise ValueError(f"{name} must be 1-dimensional; got shape {values.shape}.")
+        if values.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"X has {X.shape[0]} rows but {name} has {values.shape[0]}; they must match."
+            )
         values = da.from_array(values, chunks=(X.chunks[0],))
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]

@@ -74,8 +74,9 @@ curvature died out) or pinned down by the posterior leaves; a row whose curvatur
 mode would change stays and is refitted (a one-row call's rows as of their last visit: the
 new row's and the four revisited rows' errors are computed, the others kept). While every
 row is in the window, the stream is the batch Laplace fit (its evidence too: a call's
-evidence replaces the window rows' Laplace evidence under the frozen part by the joint
-fit's).
+evidence replaces the window rows' terms of the running evidence by the joint fit's; after
+one-row calls, which credit ADF's terms, it starts from the frozen part's evidence as the
+window recorded it, ``SiteWindow.frozen_evidence``, D-152).
 """
 
 from __future__ import annotations
@@ -159,6 +160,18 @@ class SiteWindow:
     #: (summed over the problems) under the posterior of the call that last fitted its
     #: site; None for the other methods.
     errors: np.ndarray | None = None
+    #: The running evidence less the window rows' terms: that of the frozen part (the
+    #: prior and the sites of the rows that left), recorded when the window began or at
+    #: the last batch call; None once the frozen part changed (a row left, forgetting).
+    #: Per problem (a float for one problem).
+    frozen_evidence: np.ndarray | float | None = None
+    #: Whether one-row calls credited the running evidence since ``frozen_evidence`` was
+    #: recorded. They credit each row ADF's evidence, not its share of the window's
+    #: Laplace evidence under the frozen part, so a batch call then starts from
+    #: ``frozen_evidence`` (a batch call that refits every row is the batch fit, evidence
+    #: included); otherwise from the running evidence less that Laplace evidence, as
+    #: found from the frozen part at the call (which follows the frozen part's round-off).
+    credited: bool = False
 
     @property
     def n_rows(self) -> int:
@@ -182,12 +195,18 @@ class SiteWindow:
         return self.rows.shape[1] == width and self.nu.ndim == (2 if r is None else 3)
 
     def forgotten(self, keep: float) -> SiteWindow:
-        """Forgetting scales every factor of the posterior, the sites' too."""
+        """Forgetting scales every factor of the posterior, the sites' too (and the
+        frozen part's evidence is no longer the running evidence's part)."""
         if keep == 1.0:
             return self
         errors = None if self.errors is None else keep * self.errors  # (as the powers)
         return dataclasses.replace(
-            self, powers=keep * self.powers, tau=keep * self.tau, nu=keep * self.nu, errors=errors
+            self,
+            powers=keep * self.powers,
+            tau=keep * self.tau,
+            nu=keep * self.nu,
+            errors=errors,
+            frozen_evidence=None,
         )
 
     def least_recent(self, count: int) -> np.ndarray:
@@ -204,7 +223,9 @@ class SiteWindow:
         dropped: its site stays in the posterior as it is (revised, if it was chosen).
         With ``errors`` (Laplace: each row's, these rows' and the new one last), the row
         of the smallest leaves instead, the new row taking its place. Each array built
-        once (a one-row call's fixed cost is mostly such small steps)."""
+        once (a one-row call's fixed cost is mostly such small steps). The call credited
+        a row (``credited``); a row that leaves changes the frozen part, whose evidence
+        is then no longer known (``frozen_evidence`` None)."""
         if errors is not None:
             return self._replaced(chosen, revised, row, labels, weight, site, size, errors)
         start = max(self.n_rows + 1 - size, 0)
@@ -223,6 +244,8 @@ class SiteWindow:
             nu,
             visited,
             calls,
+            frozen_evidence=self.frozen_evidence if start == 0 else None,
+            credited=True,
         )
 
     def _replaced(self, chosen, revised, row, labels, weight, site, size, errors) -> SiteWindow:
@@ -245,7 +268,10 @@ class SiteWindow:
             rows[drop], kept_labels[:, drop], powers[drop] = row, labels, weight
             tau[:, drop], nu[:, drop], visited[drop] = site[0], site[1], calls
             kept_errors[drop] = errors[n]
-        return SiteWindow(rows, kept_labels, powers, tau, nu, visited, calls, kept_errors)
+        # (a row left: the frozen part changed)
+        return SiteWindow(
+            rows, kept_labels, powers, tau, nu, visited, calls, kept_errors, None, True
+        )
 
 
 class SiteWindowUpdates:
@@ -338,13 +364,14 @@ class SiteWindowUpdates:
             for fit in fits:
                 print(f"{type(self).__name__}: {fit.posterior!r}")
 
-    def _window_row_fits(self, X, problems, weights, carried, window, keep):
+    def _window_row_fits(self, X, problems, weights, carried, window, keep, evidence):
         """``(fits, window)`` of a one-row call in a stream (``buffer_size`` > 1): the
         row's site joins the window of the last ``buffer_size`` rows' sites and the
         ``REVISITS`` of them visited longest ago are refitted, all from the ``carried``
         prior, in one step (see the module docstring; multinomial:
         :meth:`_window_softmax_row_fits`); or ``(None, None)`` where the general fit (or,
-        multinomial, the row's own update) is needed (as :meth:`_one_row_fits`)."""
+        multinomial, the row's own update) is needed (as :meth:`_one_row_fits`).
+        ``evidence``: the running evidence before the call (a new window's frozen part's)."""
         rule = self._one_row_rule()
         weight = float(weights[0])
         if rule is None or self.max_iter == 0 or (rule == "moments" and weight > 1.0):
@@ -364,7 +391,9 @@ class SiteWindowUpdates:
         row = self._binary_row(row)
         p = row.size
         if window is None or not window.fits(p, None):
-            window = SiteWindow.empty(p, len(problems))
+            window = dataclasses.replace(
+                SiteWindow.empty(p, len(problems)), frozen_evidence=evidence
+            )
         window = window.forgotten(keep)
         chosen = window.least_recent(REVISITS)
         signs = np.array([labels[0] for labels, _ in problems])
@@ -439,15 +468,20 @@ class SiteWindowUpdates:
         )
         return fits, window
 
-    def _window_batch_fits(self, method, X, problems, weights, carried, window, keep, rng):
-        """``(fits, window, evidence_window)`` of a Laplace batch of several rows in a
+    def _window_batch_fits(
+        self, method, X, problems, weights, carried, window, keep, rng, evidence
+    ):
+        """``(fits, window, frozen_evidence)`` of a Laplace batch of several rows in a
         binary (or one-vs-rest) stream: the joint Laplace fit of the window's rows and the
         batch under the posterior without the window's sites (its frozen part), each row's
         site then its Taylor expansion at the joint mode, and the window keeping the
         ``buffer_size`` rows whose sites are the least accurate (``taylor_errors``);
         the others' sites stay in the posterior, expanded where the joint mode is now.
-        ``evidence_window``: each problem's Laplace evidence of the window's rows under
-        the frozen part before the call (the running evidence's term the fit replaces)."""
+        ``frozen_evidence``: the running evidence ``evidence`` (before the call) without
+        the window's rows' terms, to which the joint fit's evidence is added: the
+        window's record of it where one-row calls credited rows since and the frozen part
+        is unchanged (``SiteWindow.credited``), else ``evidence`` less each problem's
+        Laplace evidence of the window's rows under the frozen part."""
         size = int(self.buffer_size)
         p = X.shape[1] + int(self.fit_intercept)
         if window is None or not window.fits(p, None) or window.labels.shape[0] != len(problems):
@@ -481,13 +515,18 @@ class SiteWindowUpdates:
             # batch is filtered on its own.
             window = SiteWindow.empty(p, len(problems))
             parts = [(prior, 0.0) for prior in carried]
+        if window.credited and window.frozen_evidence is not None:
+            frozen_evidence = window.frozen_evidence
+        else:
+            terms = np.array([evidence for _, evidence in parts])
+            frozen_evidence = evidence - (terms[0] if len(problems) == 1 else terms)
         joined = np.concatenate([window.rows, rows])
         design = joined[:, :-1] if self.fit_intercept else joined
         powers = np.concatenate([window.powers, weights])
         binary = len(problems) == 1
-        fits, evidence_window, all_signs, tau, nu = [], [], [], [], []
+        fits, all_signs, tau, nu = [], [], [], []
         errors = np.zeros(joined.shape[0])
-        for j, ((labels, _), (frozen, evidence)) in enumerate(zip(problems, parts, strict=True)):
+        for j, ((labels, _), (frozen, _)) in enumerate(zip(problems, parts, strict=True)):
             signs = np.concatenate([window.labels[j], labels])
             fit = self._fit_problem(
                 method, design, signs, None, powers, rng, None, None, frozen, binary=binary
@@ -500,7 +539,6 @@ class SiteWindowUpdates:
             nu.append(tau[-1] * latent + powers * slope)
             errors += taylor_errors(signed, powers, posterior.mean, posterior.cov, link)
             fits.append(fit)
-            evidence_window.append(evidence)
             all_signs.append(signs)
         # The rows with the largest errors stay (among equals, the later ones).
         kept = np.sort(np.argsort(errors, kind="stable")[max(joined.shape[0] - size, 0) :])
@@ -514,8 +552,10 @@ class SiteWindowUpdates:
             np.full(kept.size, calls, dtype=np.int64),
             calls,
             errors[kept],
+            # (the frozen part's as long as no row left it; forgetting: see forgotten)
+            frozen_evidence if kept.size == joined.shape[0] and keep == 1.0 else None,
         )
-        return fits, window, np.array(evidence_window)
+        return fits, window, frozen_evidence
 
     def _window_softmax_row_fits(self, row, label, n_classes, weight, rule, prior, window, keep):
         """:meth:`_window_row_fits` of a multinomial row: its (K − 1)-dimensional site and

@@ -380,16 +380,23 @@ class BayesianUpdating(SiteWindowUpdates):
         )
         if mode_window:
             method = self._new_posterior_method()
-            fits, revised, window_evidence = self._window_batch_fits(
-                method, X, problems, weights, carried, window, keep, self._random_generator()
-            )
-            # The running evidence: the window's rows' term under the frozen part is
-            # replaced by the joint fit's evidence of them and the batch.
-            evidence_before = evidence_before - (
-                window_evidence[0] if len(problems) == 1 else window_evidence
+            # The running evidence: the window's rows' terms are replaced by the joint
+            # fit's evidence of them and the batch.
+            fits, revised, evidence_before = self._window_batch_fits(
+                method,
+                X,
+                problems,
+                weights,
+                carried,
+                window,
+                keep,
+                self._random_generator(),
+                evidence_before,
             )
         elif not structured and n_rows == 1 and buffer is None and size > 1:
-            fits, revised = self._window_row_fits(X, problems, weights, carried, window, keep)
+            fits, revised = self._window_row_fits(
+                X, problems, weights, carried, window, keep, evidence_before
+            )
             if fits is None and problems[0][1] is not None:  # its own row's update alone
                 fits = self._one_row_fits(X, problems, weights, carried)
         elif not (structured or refit):
