@@ -240,6 +240,8 @@ class LaplaceMethod:
     #: which is also the exact posterior's moments), "bound" (the Jaakkola–Jordan bound's
     #: optimum for the row), None (the general fit).
     one_row: ClassVar[str | None] = "mode"
+    #: Whether it fits a multinomial posterior under a shrinkage prior.
+    multinomial_shrinkage: ClassVar[bool] = True
     #: p × p matrices a binary fit holds at its peak, Newton's included (measured with
     #: tracemalloc: 5.1 p² at 2000 × 1000 sparse, 4.0 at 20 × 1500), with a margin.
     peak_covariances: ClassVar[float] = 6.0
@@ -266,6 +268,7 @@ class EPMethod:
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
     one_row: ClassVar[str | None] = "moments"  # (see LaplaceMethod's)
+    multinomial_shrinkage: ClassVar[bool] = True  # (see LaplaceMethod's)
     #: As LaplaceMethod's (measured 8.1 p² at 2000 × 1000 sparse).
     peak_covariances: ClassVar[float] = 9.0
 
@@ -296,6 +299,7 @@ class VBMethod:
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
     one_row: ClassVar[str | None] = "bound"  # (see LaplaceMethod's; no window of sites)
+    multinomial_shrinkage: ClassVar[bool] = False  # (binary only)
     #: As LaplaceMethod's (measured 7.1 p² at 2000 × 1000 sparse, 6.0 at 20 × 1500).
     peak_covariances: ClassVar[float] = 8.0
 
