@@ -18,6 +18,7 @@ from typing import ClassVar
 from ..approximations import expectation_propagation, jaakkola_jordan, softmax_ep
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
 from ..approximations.softmax_ep import softmax_ep_cost
+from ..approximations.softmax_prior_sites import softmax_ep_with_prior_sites as prior_sites_ep
 from ..engine import LaplaceResult
 from ..gaussian import Gaussian
 from ..models import ChunkedSoftmaxPosterior, SoftmaxGLMPosterior
@@ -196,7 +197,9 @@ def softmax_ep_posterior(
         if model.n_classes >= MANY_CLASSES:
             posterior_tol *= SOFTMAX_EP_MANY_POSTERIOR_FACTOR
         posterior_share = min(SOFTMAX_EP_POSTERIOR_SHARE, 1e4 * tol)
-    return softmax_ep(
+    # Under a shrinkage prior, its sites (one per coefficient) alternate with the rows'.
+    fit = softmax_ep if getattr(model, "coefficient_prior", None) is None else prior_sites_ep
+    return fit(
         model,
         damping=damping,
         tol=min(max(stop, SOFTMAX_EP_MIN_TOL), SOFTMAX_EP_MAX_TOL),
