@@ -150,7 +150,8 @@ def softmax_shrinkage_laplace(
         smooth, _, _ = factor.smooth_part(theta[:n_coef])
         value = float(smooth.sum()) - lam * float(np.abs(theta[:n_coef]).sum())
         b = theta[n_coef:]
-        return value - 0.5 * float(b @ (b / intercept_var) + np.log(2.0 * math.pi * intercept_var).sum())
+        log_norm = float(np.log(2.0 * math.pi * intercept_var).sum())
+        return value - 0.5 * (float(b @ (b / intercept_var)) + log_norm)
 
     def objective(theta):
         return model.probabilities(theta)[0] + prior_value(theta)

@@ -198,9 +198,7 @@ def softmax_ep_with_prior_sites(
     v0 = 1.0 / (base_precision + tau)
     base_log_z = 0.5 * float(np.sum(np.log(v0 / base_var) + nu * nu * v0))
     log_evidence = (
-        result.log_Z
-        + base_log_z
-        + _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, np.ones(n))
+        result.log_Z + base_log_z + _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, np.ones(n))
     )
     out = EPResult(
         result.mean,
