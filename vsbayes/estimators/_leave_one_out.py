@@ -609,9 +609,9 @@ def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     def shrinkage_log_density(theta: np.ndarray) -> np.ndarray:
         # The coefficients' shrinkage prior, the intercepts' N(0, 10⁶) (or none).
         intercept = theta[:, n_coef:]
-        return factor.log_density(theta[:, :n_coef]).sum(axis=1) - 0.5 * (
-            intercept * intercept
-        ) @ (1.0 / prior_var[n_coef:])
+        return factor.log_density(theta[:, :n_coef]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
+            1.0 / prior_var[n_coef:]
+        )
 
     return shrinkage_log_density
 
