@@ -19,7 +19,7 @@ from vsbayes import (
     StudentTPrior,
     VSLogisticRegression,
 )
-from vsbayes.approximations.softmax_prior_sites import softmax_ep_with_prior_sites
+from vsbayes.approximations.softmax_prior_sites import _cavities, softmax_ep_with_prior_sites
 from vsbayes.models import SoftmaxGLMPosterior
 from vsbayes.models.shrinkage_priors import elastic_net_factor
 
@@ -152,3 +152,18 @@ def test_unsupported_multinomial_routes_say_what_is(iris):
     # The Student-t prior's mode is the Laplace approximation's: no sites.
     fit = LaplaceLogisticRegression(prior=StudentTPrior(3.0, 1.0)).fit(X, y)
     assert np.all(np.isfinite(fit.coef_))
+
+
+def test_a_cavity_below_the_base_by_round_off_is_the_base():
+    # A nearly untouched column (a digit's corner pixel): its posterior precision is its
+    # prior site's plus the base's plus ~0, which round-off put 1e-12 below the two.
+    factor = elastic_net_factor(0.1, 1.0)
+    base = np.array([factor.base_var] * 2)
+    tau = np.array([49.99985167, 10.0])
+    var = 1.0 / (tau + 1.0 / base - np.array([1e-12 * 50.0, -1.0]))  # the second: data
+    cav_mean, cav_var, ok, exact = _cavities(
+        np.zeros(2), var, tau, np.zeros(2), np.zeros(2, bool), base, True
+    )
+    np.testing.assert_array_equal(exact, [True, False])
+    assert ok.all() and cav_var[0] == base[0] and cav_mean[0] == 0.0
+    np.testing.assert_allclose(1.0 / cav_var[1], 1.0 + 1.0 / base[1], rtol=1e-9)
