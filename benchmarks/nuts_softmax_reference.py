@@ -20,6 +20,14 @@ time). Run single-threaded on one core::
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
     taskset -c 1 python benchmarks/nuts_softmax_reference.py --cases iris wine
 
+With ``--l1 C`` the prior on each of the K·d coefficients is Laplace(C)
+(``LogisticRegression(penalty="l1", C=C)``'s penalty as a prior, docs/decisions.md D-053;
+intercepts N(0, 10⁶)), written to ``softmax_l1_<case>.npz``; NUTS runs in the coordinates of
+the Laplace approximation at the L1 mode (the kinks' curvature its prior's), the target
+exact (the Laplace prior's kinks make the potential non-differentiable at 0 only)::
+
+    taskset -c 1 python benchmarks/nuts_softmax_reference.py --cases iris wine --l1 1
+
 (classes20 was run with ``--draws 50000 --warmup 1000``: 4 × 50,000 draws. Its first
 reference, 4 × 5,000 draws, put KL(reference ‖ EP) at 0.58 nats, of which about 0.46 was the
 reference's own Monte Carlo error: see ``moment_kl_noise``.)
@@ -56,6 +64,7 @@ from sklearn.preprocessing import StandardScaler
 from vsbayes import Gaussian
 from vsbayes.approximations import softmax_laplace
 from vsbayes.models import SoftmaxGLMPosterior
+from vsbayes.models.shrinkage_priors import elastic_net_factor
 from vsbayes.models.softmax_contrasts import ContrastPosterior
 
 
@@ -85,7 +94,8 @@ def load_case(case: str) -> tuple[np.ndarray, np.ndarray]:
     return StandardScaler().fit_transform(X), np.asarray(y)
 
 
-def model_of(X, y) -> SoftmaxGLMPosterior:
+def model_of(X, y, l1: float | None = None) -> SoftmaxGLMPosterior:
+    """The posterior at C = 1, or with ``l1`` the Laplace(l1) prior on the coefficients."""
     return SoftmaxGLMPosterior(
         X,
         y,
@@ -93,10 +103,13 @@ def model_of(X, y) -> SoftmaxGLMPosterior:
         int(y.max()) + 1,
         prior_var=PRIOR_VAR,
         intercept_prior_var=INTERCEPT_PRIOR_VAR,
+        coefficient_prior=None if l1 is None else elastic_net_factor(l1, 1.0),
     )
 
 
-def reference_path(case: str):
+def reference_path(case: str, l1: float | None = None):
+    if l1 is not None:
+        return REFERENCE_DIR / f"softmax_l1_{case}.npz"
     return REFERENCE_DIR / f"softmax_{case}.npz"
 
 
@@ -136,13 +149,20 @@ def potential(model: SoftmaxGLMPosterior, mode: np.ndarray, root: np.ndarray):
     onehot = jnp.asarray(np.eye(k)[model.y])
     inv_v = jnp.asarray(1.0 / model.prior_var)
     m, L = jnp.asarray(mode), jnp.asarray(root)
+    factor = getattr(model, "coefficient_prior", None)
+    if factor is not None:  # Laplace(b) on W: −|θ|/b; the intercepts' Gaussian prior
+        lam = factor.l1
+        inv_v = jnp.asarray(np.where(np.arange(model.dim) < k * d, 0.0, 1.0 / model.prior_var))
 
     def fn(z):
         theta = m + L @ z
         W, b = theta[: k * d].reshape(k, d), theta[k * d :]
         f = X @ W.T + b
         log_lik = jnp.sum(onehot * f) - jnp.sum(jax.nn.logsumexp(f, axis=1))
-        return -(log_lik - 0.5 * jnp.sum(theta * theta * inv_v))
+        log_prior = -0.5 * jnp.sum(theta * theta * inv_v)
+        if factor is not None:
+            log_prior = log_prior - lam * jnp.sum(jnp.abs(W))
+        return -(log_lik + log_prior)
 
     return fn
 
@@ -177,7 +197,7 @@ def moment_kl_noise(
 
 def run_case(case: str, args) -> dict:
     X, y = load_case(case)
-    return sample_reference(X, y, case, reference_path(case), args)
+    return sample_reference(X, y, case, reference_path(case, args.l1), args)
 
 
 def sample_reference(X, y, case: str, path, args) -> dict:
@@ -188,7 +208,7 @@ def sample_reference(X, y, case: str, path, args) -> dict:
     from numpyro.diagnostics import effective_sample_size
     from numpyro.infer import MCMC, NUTS
 
-    model = model_of(X, y)
+    model = model_of(X, y, getattr(args, "l1", None))
     dim = model.dim
     laplace = softmax_laplace(model, tol=1e-12)
     mode, laplace_cov = laplace.mean, laplace.cov
@@ -305,6 +325,9 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=25_000)
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--target-accept", type=float, default=0.9)
+    parser.add_argument(
+        "--l1", type=float, default=None, help="Laplace(C) prior on W (penalty='l1', C)"
+    )
     args = parser.parse_args()
     import jax
 

@@ -307,8 +307,8 @@ def test_bad_input_names_the_parameter(params, match, binary):
 def test_unsupported_routes_say_what_is_supported(binary):
     X, y = binary
     y3 = np.arange(len(y)) % 3
-    with pytest.raises(ValueError, match="OneVsRestClassifier"):
-        VSLogisticRegression(prior=LaplacePrior()).fit(X, y3)
+    with pytest.raises(ValueError, match="OneVsRestClassifier"):  # (multinomial: EP's)
+        VSLogisticRegression(prior=StudentTPrior()).fit(X, y3)
     with pytest.raises(ValueError, match="no mode"):
         LaplaceLogisticRegression(prior=HorseshoePrior()).fit(X, y)
     with pytest.raises(AttributeError, match="partial_fit"):  # hidden, as MLPClassifier's

@@ -26,6 +26,7 @@ import math
 import warnings
 
 import numpy as np
+from scipy.linalg import cho_solve
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.linear_model import Lasso
 
@@ -34,7 +35,12 @@ from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 
-__all__ = ["mode_prior_curvature", "shrinkage_laplace"]
+__all__ = [
+    "mode_prior_curvature",
+    "shrinkage_laplace",
+    "softmax_mode_prior_curvature",
+    "softmax_shrinkage_laplace",
+]
 
 # A squared Cholesky pivot of the Laplace precision below this fraction of its diagonal entry
 # (the share of that coordinate's curvature the earlier ones leave: invariant to the columns'
@@ -89,8 +95,7 @@ def shrinkage_laplace(
             value -= 0.5 * (theta[d] ** 2 / var + math.log(2.0 * math.pi * var))
         return value
 
-    converged, n_iter, gain = False, 0, math.inf
-    while True:
+    def expansion(theta):
         t = np.asarray(model.design @ theta).ravel()
         value = objective(theta, t)
         slope, curvature = model.link.derivatives(t)
@@ -102,6 +107,85 @@ def shrinkage_laplace(
         if p > d:
             grad[d] -= theta[d] / model.prior_var[d]
             hess[d, d] += 1.0 / model.prior_var[d]
+        return value, grad, hess
+
+    theta, n_iter, converged = _proximal_newton(
+        objective, expansion, theta, lam, d, tol, max_iter, verbose
+    )
+    # The Laplace Gaussian at the mode, with the prior's curvature there (module docstring).
+    t = np.asarray(model.design @ theta).ravel()
+    value = objective(theta, t)
+    slope, curvature = model.link.derivatives(t)
+    grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
+    _, prior_grad, _ = factor.smooth_part(theta[:d])
+    grad[:d] += prior_grad - lam * np.sign(theta[:d])
+    precision = model.weighted_gram(model.sample_weight * curvature)
+    if p > d:
+        grad[d] -= theta[d] / model.prior_var[d]
+        precision[d, d] += 1.0 / model.prior_var[d]
+    return _laplace_at_mode(theta, value, grad, precision, factor, d, n_iter, converged)
+
+
+def softmax_shrinkage_laplace(
+    model, *, tol: float = 1e-8, max_iter: int = 100, theta0=None, verbose: int = 0
+) -> LaplaceResult:
+    """:func:`shrinkage_laplace` of a multinomial posterior
+    (:class:`~vsbayes.models.SoftmaxGLMPosterior` with ``coefficient_prior``): the prior on
+    each of the K·d coefficients of ``W`` (θ's first K·d entries, class-major), the K
+    intercepts unpenalized under their Gaussian prior, as scikit-learn's multinomial L1 and
+    elastic-net solutions penalize every class's coefficients. The softmax's flat shift
+    directions are the lasso's to settle: the L1 mode has each column's median over the
+    classes at 0, not its mean, so it is not centred; with an even number of classes
+    the median is any point between the middle two, the mode not unique, and the Laplace
+    precision's singular pivot takes the prior's variance (docs/decisions.md, D-123). The
+    intercepts' block is eliminated from each step's quadratic in closed form."""
+    factor = model.coefficient_prior
+    k, d, p = model.n_classes, model.n_features, model.dim
+    n_coef = k * d
+    theta = np.zeros(p) if theta0 is None else np.array(theta0, dtype=float)
+    lam = factor.l1
+    intercept_var = model.prior_var[n_coef:]
+
+    def prior_value(theta):
+        smooth, _, _ = factor.smooth_part(theta[:n_coef])
+        value = float(smooth.sum()) - lam * float(np.abs(theta[:n_coef]).sum())
+        b = theta[n_coef:]
+        log_norm = float(np.log(2.0 * math.pi * intercept_var).sum())
+        return value - 0.5 * (float(b @ (b / intercept_var)) + log_norm)
+
+    def objective(theta):
+        return model.probabilities(theta)[0] + prior_value(theta)
+
+    def expansion(theta):
+        log_lik, P = model.probabilities(theta)
+        grad, hess = model.gradient(P), model.hessian(P)
+        _, prior_grad, prior_curv = factor.smooth_part(theta[:n_coef])
+        grad[:n_coef] += prior_grad
+        hess[np.diag_indices(n_coef)] += prior_curv
+        grad[n_coef:] -= theta[n_coef:] / intercept_var
+        hess[n_coef:, n_coef:][np.diag_indices(p - n_coef)] += 1.0 / intercept_var
+        return log_lik + prior_value(theta), grad, hess
+
+    theta, n_iter, converged = _proximal_newton(
+        objective, expansion, theta, lam, n_coef, tol, max_iter, verbose
+    )
+    log_lik, P = model.probabilities(theta)
+    value = log_lik + prior_value(theta)
+    grad, precision = model.gradient(P), model.hessian(P)
+    _, prior_grad, _ = factor.smooth_part(theta[:n_coef])
+    grad[:n_coef] += prior_grad - lam * np.sign(theta[:n_coef])
+    grad[n_coef:] -= theta[n_coef:] / intercept_var
+    precision[n_coef:, n_coef:][np.diag_indices(p - n_coef)] += 1.0 / intercept_var
+    return _laplace_at_mode(theta, value, grad, precision, factor, n_coef, n_iter, converged)
+
+
+def _proximal_newton(objective, expansion, theta, lam, d, tol, max_iter, verbose):
+    """``(mode, iterations, converged)``: proximal Newton from ``theta`` on ``objective``
+    (the log-posterior, ``-λ|θ_w|₁`` included on the first ``d`` coordinates), whose smooth
+    part ``expansion(θ)`` gives as ``(value, gradient, negative Hessian or majorizer)``."""
+    converged, n_iter, gain = False, 0, math.inf
+    while True:
+        value, grad, hess = expansion(theta)
         target = _proximal_step(theta, grad, hess, lam, d)
         step = target - theta
         # The predicted gain of the step: the model's increase (Lee et al.'s Δ).
@@ -133,17 +217,13 @@ def shrinkage_laplace(
             f"max_iter or standardize the features.",
             ConvergenceWarning,
         )
-    # The Laplace Gaussian at the mode, with the prior's curvature there (module docstring).
-    t = np.asarray(model.design @ theta).ravel()
-    value = objective(theta, t)
-    slope, curvature = model.link.derivatives(t)
-    grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
-    _, prior_grad, _ = factor.smooth_part(theta[:d])
-    grad[:d] += prior_grad - lam * np.sign(theta[:d])
-    precision = model.weighted_gram(model.sample_weight * curvature)
-    if p > d:
-        grad[d] -= theta[d] / model.prior_var[d]
-        precision[d, d] += 1.0 / model.prior_var[d]
+    return theta, n_iter, converged
+
+
+def _laplace_at_mode(theta, value, grad, precision, factor, d, n_iter, converged):
+    """The Laplace Gaussian at the mode ``theta`` from the likelihood's (and unpenalized
+    coordinates' prior) ``precision``, the prior's curvature added on the first ``d``."""
+    p = theta.size
     lower, _ = _with_prior_curvature(precision, factor, theta[:d])
     inverse = np.linalg.inv(lower)
     cov = inverse.T @ inverse
@@ -171,6 +251,17 @@ def mode_prior_curvature(model, theta: np.ndarray) -> np.ndarray:
     if theta.size > d:
         precision[d, d] += 1.0 / model.prior_var[d]
     return _with_prior_curvature(precision, model.coefficient_prior, theta[:d])[1]
+
+
+def softmax_mode_prior_curvature(model, theta: np.ndarray) -> np.ndarray:
+    """:func:`mode_prior_curvature` of a multinomial posterior: the prior's curvature on
+    each of the K·d coefficients in :func:`softmax_shrinkage_laplace`'s Gaussian."""
+    n_coef = model.n_classes * model.n_features
+    _, P = model.probabilities(theta)
+    precision = model.hessian(P)
+    intercept = np.arange(n_coef, model.dim)
+    precision[intercept, intercept] += 1.0 / model.prior_var[n_coef:]
+    return _with_prior_curvature(precision, model.coefficient_prior, theta[:n_coef])[1]
 
 
 def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarray):
@@ -201,7 +292,7 @@ def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarra
 
 def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
     """The maximizer of ``gᵀ(z - θ) - (z - θ)ᵀH(z - θ)/2 - λ|z_w|₁`` (w the first d
-    coordinates, an intercept beyond them unpenalized)."""
+    coordinates, an intercept beyond them unpenalized, or the multinomial's K: a block)."""
     if lam == 0.0:
         try:
             return theta + np.linalg.solve(hess, grad)
@@ -211,7 +302,15 @@ def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
             ) from None
     p = theta.size
     h_ww, g_w = hess[:d, :d], grad[:d].copy()
-    if p > d:  # the intercept minimizes the quadratic given w: a Schur complement
+    block = p > d + 1  # the multinomial's intercepts
+    if block:  # they minimize the quadratic given w: a Schur complement
+        h_wb = hess[:d, d:]
+        factor_bb = (lower_cholesky(hess[d:, d:], "the intercepts' curvature"), True)
+        solved = cho_solve(factor_bb, np.column_stack([h_wb.T, grad[d:]]), check_finite=False)
+        h_ww = h_ww - h_wb @ solved[:, :d]
+        h_ww = 0.5 * (h_ww + h_ww.T)
+        g_w -= h_wb @ solved[:, d]
+    elif p > d:  # the intercept minimizes the quadratic given w: a Schur complement
         h_wb, h_bb = hess[:d, d], hess[d, d]
         h_ww = h_ww - np.outer(h_wb, h_wb) / h_bb
         g_w -= h_wb * grad[d] / h_bb
@@ -239,7 +338,10 @@ def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
         lasso.fit(lower.T, y)
     target = theta.copy()
     target[:d] = lasso.coef_
-    if p > d:
+    if block:
+        delta = target[:d] - theta[:d]
+        target[d:] = theta[d:] + cho_solve(factor_bb, grad[d:] - h_wb.T @ delta, check_finite=False)
+    elif p > d:
         delta = target[:d] - theta[:d]
         target[d] = theta[d] + (grad[d] - h_wb @ delta) / h_bb
     return target

@@ -147,7 +147,16 @@ class _Contrast:
         # A general prior (a full precision, or a mean) does not factorize over the
         # rotation: EP runs on B under B's marginal prior, and the shift part follows B
         # through the prior's conditional (exact: the likelihood sees B only).
-        self.general = model.prior_precision is not None or bool(np.any(model.prior_mean))
+        # (Also where the prior variances differ between the classes of a column: the
+        # prior sites of a shrinkage prior, softmax_prior_sites.py.)
+        by_class = model.prior_var[: k * d].reshape(k, d)
+        intercepts = model.prior_var[k * d :]
+        self.general = (
+            model.prior_precision is not None
+            or bool(np.any(model.prior_mean))
+            or not np.all(by_class == by_class[0])
+            or not np.all(intercepts == intercepts[:1])
+        )
         self._kept = None  # (posterior covariance, rows' latent covariances): keep_latent
         self._factor = None  # the sites' precisions and their posterior's: posterior(keep=)
         if self.general:

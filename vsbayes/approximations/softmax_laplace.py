@@ -33,6 +33,7 @@ from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
 from .newton_laplace import NewtonLaplaceSolver, SoftmaxCurvature
+from .shrinkage_mode import softmax_shrinkage_laplace
 
 __all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_dims", "check_softmax_size", "softmax_laplace"]
 
@@ -138,6 +139,9 @@ def softmax_laplace(
     Returns
     -------
     LaplaceResult
+        Under a shrinkage prior on the coefficients (``model.coefficient_prior``), that of
+        :func:`~vsbayes.approximations.shrinkage_mode.softmax_shrinkage_laplace`
+        (proximal Newton).
 
     Raises
     ------
@@ -147,6 +151,10 @@ def softmax_laplace(
         If the p × p matrices would not fit in memory (see the module docstring).
     """
     check_softmax_size(model)
+    if getattr(model, "coefficient_prior", None) is not None:
+        return softmax_shrinkage_laplace(
+            model, tol=tol, max_iter=max_iter, theta0=theta0, verbose=verbose
+        )
     solver = NewtonLaplaceSolver(
         model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=SoftmaxCurvature(model)
     )

@@ -551,12 +551,29 @@ class BayesianGLMClassifier(
                 f"if the data fit in memory."
             )
         if n_classes > 2 and self._multinomial:
-            raise ValueError(
-                f"{type(self).__name__} fits more than two classes with the multinomial "
-                f"posterior, which supports Gaussian priors only; a shrinkage prior "
-                f"({factor!r}) is supported for binary problems: fit one-vs-rest, e.g. "
-                f"OneVsRestClassifier({type(self).__name__}(...))."
-            )
+            name = type(self).__name__
+            if not self._posterior_method.multinomial_shrinkage:
+                raise ValueError(
+                    f"{name} fits more than two classes by sampling the multinomial "
+                    f"posterior's class contrasts, whose posterior is separate from the "
+                    f"shift directions' under a Gaussian prior only; under a shrinkage "
+                    f"prior ({factor!r}) on every class's coefficients it is not. Use "
+                    f"VSLogisticRegression, EPLogisticRegression or "
+                    f"LaplaceLogisticRegression, or fit one-vs-rest, e.g. "
+                    f"OneVsRestClassifier({name}(...))."
+                )
+            # (The log-concave priors are those with an L1 part: Laplace, elastic net.)
+            if factor.l1 == 0 and self._posterior_method is not LaplaceMethod:
+                raise ValueError(
+                    f"{name} fits more than two classes with the multinomial EP, whose "
+                    f"coefficient sites under a shrinkage prior need a proper Gaussian "
+                    f"prior on the coefficients at every step; the {factor!r} prior is "
+                    f"not log-concave, and its sites' precisions may be negative (binary "
+                    f"EP's remedy, rerunning with them kept non-negative, biases the fit). "
+                    f"Use penalty='l1' or 'elasticnet' (LaplacePrior), "
+                    f"LaplaceLogisticRegression (StudentTPrior), or fit one-vs-rest, e.g. "
+                    f"OneVsRestClassifier({name}(...))."
+                )
 
     def _priors(self, X, weights, flat: bool) -> dict:
         """The models' prior variances: ``C`` (or the flat prior's, per coefficient) and
@@ -814,8 +831,8 @@ class BayesianGLMClassifier(
             return Gaussian(prior.mean, prior.cov)
         variances = model.prior_var.copy()
         factor = getattr(model, "coefficient_prior", None)
-        if factor is not None:
-            variances[: model.n_features] = factor.start_var
+        if factor is not None:  # (the multinomial's K·d coefficients come first too)
+            variances[: getattr(model, "n_classes", 1) * model.n_features] = factor.start_var
         return Gaussian(np.zeros(model.dim), np.diag(variances))
 
     def _structured_fit(self, method, model, choice: CovarianceChoice, start) -> MethodFit:

@@ -586,10 +586,11 @@ def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     """``log p(θ)`` up to a constant, as a function of a block of draws (rows of θ, each of
     ``size`` entries): the prior the fit used — ``prior=`` a Gaussian (binary), a shrinkage
     prior's on the coefficients (``penalty="l1"``/``"elasticnet"`` or a prior object;
-    binary), else N(0, C) (the flat prior's, or liblinear's intercept) as ``fit`` made it."""
+    binary, or on every class's coefficients of the multinomial), else N(0, C) (the flat
+    prior's, or liblinear's intercept) as ``fit`` made it."""
     factor = getattr(estimator, "_coefficient_factor_", None)
     given = getattr(estimator, "prior", None) is not None and factor is None
-    if (given or factor is not None) and n_problems != 1:
+    if given and n_problems != 1:
         raise ValueError(
             "Leave-one-out and WAIC of the multinomial posterior are implemented under its "
             "default prior N(0, C) only, not under a prior=: fit with C instead."
@@ -603,11 +604,13 @@ def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     if factor is None:
         return lambda theta: -0.5 * (theta * theta) @ (1.0 / prior_var)
 
+    n_coef = n_problems * d  # (the multinomial's: every class's coefficients)
+
     def shrinkage_log_density(theta: np.ndarray) -> np.ndarray:
-        # The coefficients' shrinkage prior, the intercept's N(0, 10⁶) (or none).
-        intercept = theta[:, d:]
-        return factor.log_density(theta[:, :d]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
-            1.0 / prior_var[d:]
+        # The coefficients' shrinkage prior, the intercepts' N(0, 10⁶) (or none).
+        intercept = theta[:, n_coef:]
+        return factor.log_density(theta[:, :n_coef]).sum(axis=1) - 0.5 * (intercept * intercept) @ (
+            1.0 / prior_var[n_coef:]
         )
 
     return shrinkage_log_density

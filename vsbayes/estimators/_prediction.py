@@ -414,8 +414,10 @@ class PosteriorPrediction:
         For two classes one row per feature, then the intercept; beyond, one row per class
         and feature (one-vs-rest: each class's own problem; multinomial: the centred
         coefficients ``w_k − mean_l w_l``, which the data identify, rather than the raw
-        ones, whose common shift keeps its prior). The intervals are the Gaussian
-        posterior's equal-tailed quantiles.
+        ones, whose common shift keeps its prior; under a shrinkage prior, which acts on
+        each class's coefficient and identifies them, the coefficients as fitted and the
+        intercepts centred). The intervals are the Gaussian posterior's equal-tailed
+        quantiles.
 
         Parameters
         ----------

@@ -100,6 +100,9 @@ class SamplingMethod:
     #: the sampling fits estimate (as VS's); their fit of one row under a vague prior
     #: missed them by several posterior sds, and a stream carried the error.
     one_row: ClassVar[str | None] = "moments"
+    #: Whether it fits a multinomial posterior under a shrinkage prior: not by drawing the
+    #: contrasts alone (D-091), whose posterior is then not separate from the shift's.
+    multinomial_shrinkage: ClassVar[bool] = False
     engine: ClassVar[Callable]
     #: The most points the engine takes (None: no cap).
     point_cap: ClassVar[int | None] = None

@@ -188,6 +188,9 @@ class VSMethod(SamplingMethod):
     started: float = field(default_factory=time.perf_counter, init=False, repr=False)
 
     records_strategy: ClassVar[bool] = True
+    #: Under a shrinkage prior the multinomial posterior is EP's (its prior sites beside the
+    #: rows'): the global fit draws only the contrasts (``_multinomial``).
+    multinomial_shrinkage: ClassVar[bool] = True
     #: One row's posterior moments are its tilted density's, computed to round-off: what
     #: every route aims at, without sampling error (see _methods.LaplaceMethod's).
     one_row: ClassVar[str | None] = "moments"
@@ -373,6 +376,32 @@ class VSMethod(SamplingMethod):
         error is not within the target (``_ep_enough``), else (and with
         ``strategy="sites"``) EP of the (K − 1)-dimensional sites."""
         chunked = not rows_in_memory(model)
+        factor = getattr(model, "coefficient_prior", None)
+        if factor is not None:
+            # The global fit draws the contrasts alone (D-091), whose posterior under a
+            # Gaussian prior is separate from the shift's; under a prior on each class's
+            # coefficients it is not: EP with the prior's sites is the fit.
+            if self.strategy == "global":
+                raise ValueError(
+                    f"strategy='global' with more than two classes draws the class "
+                    f"contrasts alone, whose posterior is separate from the shift "
+                    f"directions' under a Gaussian prior only; under the {factor!r} prior "
+                    f"it is not. Use strategy='auto' or 'sites' (the multinomial EP with "
+                    f"the prior's sites), or fit one-vs-rest, e.g. "
+                    f"OneVsRestClassifier(VSLogisticRegression(strategy='global'))."
+                )
+            reason = (
+                f"strategy='{self.strategy}' with the {factor!r} prior on each class's "
+                f"coefficients: the multinomial EP with one site per coefficient (the "
+                f"global fit draws only the contrasts, whose posterior is not separate from "
+                f"the shift directions' under this prior)"
+            )
+            self._say(reason)
+            return _chose(
+                "sites",
+                reason,
+                softmax_ep_posterior(model, laplace, tol=self.tol, verbose=self.verbose),
+            )
         if self.strategy == "sites":
             if chunked:
                 raise ValueError(

@@ -106,7 +106,8 @@ def _feature_names(estimator, feature_names=None) -> list[str]:
 def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     """``(class or None, mean, sd)`` of each problem's coefficients then intercept (when
     fitted): one problem for two classes, one per class otherwise; the multinomial
-    posterior's centred (identified) coefficients."""
+    posterior's centred (identified) coefficients, or under a shrinkage prior the fitted
+    ones (the prior identifies them)."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
     if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
@@ -126,6 +127,9 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
         np.asarray(estimator.intercept_, dtype=float),
         np.asarray(estimator.sigma_, dtype=float),
         bool(estimator.fit_intercept),
+        # A shrinkage prior on each class's coefficients identifies them (its mode is
+        # not centred: scikit-learn's L1 zeros), and it is on them that it acts.
+        centred=getattr(estimator, "_coefficient_factor_", None) is None,
     )
     classes = estimator.classes_
     if len(per_problem) == 1:
@@ -145,11 +149,12 @@ def _centred_variances(sigma: CentredStructuredCovariance, k: int, d: int) -> np
     return out
 
 
-def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool):
+def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool, *, centred: bool = True):
     """``(mean, sd)`` of each problem's coefficients then intercept, from a fitted
     posterior's arrays (layouts as ``coef_``, ``intercept_``, ``sigma_``): binary
     ``sigma`` (p, p) with one row of ``coef``, one-vs-rest (K, p, p), multinomial (p, p) in
-    the layout θ = ``[W.ravel(), b]``, whose coefficients are centred over the classes."""
+    the layout θ = ``[W.ravel(), b]``, whose coefficients are centred over the classes
+    (``centred``; else as they are)."""
     k, d = coef.shape
     if k == 1:  # binary
         mean = np.concatenate([coef[0], intercept[:1]]) if fit_intercept else coef[0]
@@ -168,10 +173,15 @@ def gaussian_marginals(coef, intercept, sigma, fit_intercept: bool):
     if fit_intercept:
         index[d] = k * d + np.arange(k)
     blocks = sigma[index[:, :, None], index[:, None, :]]  # (width, K, K)
+    means = np.concatenate([coef, intercept[:, None]], axis=1) if fit_intercept else coef
     centring = np.eye(k) - 1.0 / k
     variances = np.einsum("ka,jab,kb->jk", centring, blocks, centring)  # (width, K)
-    means = np.concatenate([coef, intercept[:, None]], axis=1) if fit_intercept else coef
-    means = means - means.mean(axis=0, keepdims=True)
+    if centred:
+        means = means - means.mean(axis=0, keepdims=True)
+    else:  # the coefficients as fitted; the unpenalized intercepts centred as usual
+        variances[:d] = np.einsum("jkk->jk", blocks[:d])
+        means = means.copy()
+        means[:, d:] -= means[:, d:].mean(axis=0, keepdims=True)
     sd = np.sqrt(np.maximum(variances, 0.0))
     return [(means[c], sd[:, c]) for c in range(k)]
 
@@ -220,25 +230,30 @@ def coefficient_columns(estimator) -> dict[str, np.ndarray]:
 
 
 def shrinkage_columns(estimator, factor) -> dict[str, np.ndarray]:
-    """The marks of a fit under a shrinkage prior (binary: one problem): ``relevance``,
+    """The marks of a fit under a shrinkage prior (binary: one problem; multinomial: one
+    row of marks per class, the prior being on each class's coefficients): ``relevance``,
     each coefficient's posterior mean of one minus its shrinkage factor given the fitted
     marginal (:meth:`~vsbayes.models.shrinkage_priors.CoefficientFactor.relevance`), and
     under the horseshoe ``selected``, relevance above ½ (Carvalho, Polson & Scott 2010:
     the horseshoe's shrinkage factor has the symmetric prior Beta(½, ½), which gives ½ its
     meaning; the other priors' are not symmetric); the intercept's row NaN and True."""
-    ((_, mean, sd),) = marginals(estimator)
     d = estimator.n_features_in_
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        relevance = factor.relevance(mean[:d], sd[:d] ** 2)
-    # A feature no training row touches: its cavity's variance is infinite (no data), its
-    # shrinkage factor 1, whatever the marginal's stand-in variance would give.
     untouched = getattr(estimator, "_untouched_features_", None)
-    if untouched is not None:
-        relevance = np.where(untouched, 0.0, relevance)
-    tail = len(mean) - d
-    columns = {"relevance": np.concatenate([relevance, [np.nan] * tail])}
+    relevance, selected = [], []
+    for _, mean, sd in marginals(estimator):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            values = factor.relevance(mean[:d], sd[:d] ** 2)
+        # A feature no training row touches: its cavity's variance is infinite (no data),
+        # its shrinkage factor 1, whatever the marginal's stand-in variance would give.
+        if untouched is not None:
+            values = np.where(untouched, 0.0, values)
+        tail = len(mean) - d
+        relevance.append(np.concatenate([values, [np.nan] * tail]))
+        selected.append(np.concatenate([values > 0.5, [True] * tail]).astype(bool))
+    one = len(relevance) == 1
+    columns = {"relevance": relevance[0] if one else np.array(relevance)}
     if factor.selects_at_half:
-        columns["selected"] = np.concatenate([relevance > 0.5, [True] * tail]).astype(bool)
+        columns["selected"] = selected[0] if one else np.array(selected)
     return columns
 
 

@@ -117,6 +117,7 @@ class SoftmaxGLMPosterior:
         intercept_prior_var: float | None,
         prior_mean: np.ndarray | None = None,
         prior_precision: np.ndarray | None = None,
+        coefficient_prior=None,
         n_jobs: int | None = None,
         max_bytes: int | None = None,
     ):
@@ -156,6 +157,14 @@ class SoftmaxGLMPosterior:
             inverse = np.linalg.inv(lower)
             self.prior_var = np.einsum("ij,ij->j", inverse, inverse)  # diag(Λ⁻¹)
             self._prior_half_log_det = float(np.log(np.diag(lower)).sum())
+        self.coefficient_prior = coefficient_prior
+        if coefficient_prior is not None:
+            if self.prior_precision is not None or np.any(self.prior_mean != 0):
+                raise ValueError(
+                    "A shrinkage prior on the coefficients is centred at 0, with no "
+                    "prior_precision."
+                )
+            prior[: k * d] = coefficient_prior.base_var
         self.n_jobs = n_jobs
         self.max_bytes = block_bytes() if max_bytes is None else int(max_bytes)
         self._products = None  # pair_products(), once formed
@@ -193,9 +202,16 @@ class SoftmaxGLMPosterior:
         :class:`~vsbayes.models.softmax_contrasts.ContrastPosterior`), up to round-off: this
         makes the representative exact. ``log_Z`` and the diagnostics are kept. Under a
         general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
-        returned as it is.
+        returned as it is, and so under a shrinkage prior on the coefficients
+        (``coefficient_prior``), whose per-coefficient factors see each class's coefficient
+        apart: its mode is not centred (scikit-learn's L1 solution has each column's median
+        over the classes at 0, not its mean), nor is the shift's posterior its prior.
         """
-        if self.prior_precision is not None or np.any(self.prior_mean):
+        if (
+            self.prior_precision is not None
+            or np.any(self.prior_mean)
+            or self.coefficient_prior is not None
+        ):
             # A general prior (correlations, or a mean) couples the shift directions to the
             # contrasts: their posterior is not the prior's N(0, c_j / K), nothing to impose.
             return posterior
@@ -248,7 +264,12 @@ class SoftmaxGLMPosterior:
     def log_prior(self, theta: np.ndarray) -> np.ndarray:
         """Normalized log prior density of the rows of ``theta`` (N, dim)."""
         if self.prior_precision is None:
-            return diagonal_log_prior(self, theta)
+            value = diagonal_log_prior(self, theta)
+            factor = self.coefficient_prior
+            if factor is not None:  # the Gaussian base times each coefficient's ratio
+                coefficients = self.n_classes * self.n_features
+                value = value + factor.log_ratio(theta[:, :coefficients]).sum(axis=1)
+            return value
         centred = theta - self.prior_mean
         quad = np.einsum("ij,ij->i", centred @ self.prior_precision, centred)
         return -0.5 * (quad + self.dim * _LOG_2PI) + self._prior_half_log_det
