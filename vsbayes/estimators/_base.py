@@ -641,7 +641,11 @@ class BayesianGLMClassifier(
         self._check_n_classes()
         weights = _validate_sample_weight(sample_weight, X.shape[0])
         if self.class_weight is not None:
-            per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+            if isinstance(self.class_weight, str) and self.class_weight == "balanced":
+                totals = np.bincount(y_index, weights, minlength=len(self.classes_))
+                per_class = balanced_class_weight(totals)
+            else:
+                per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             weights = weights * _checked_class_weights(per_class, self.class_weight)[y_index]
         self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
         return X, y_index, weights, dtype
@@ -650,13 +654,13 @@ class BayesianGLMClassifier(
         """``(X, y_index, weights, dtype)`` of a dask X, the first three lazy and chunked
         alike (checked where the chunks are), ``dtype`` as :meth:`_fit_data`'s; sets
         ``classes_``."""
-        X, self.classes_, y_index, weights, counts, weighted, dtype = validate_dask_fit_data(
+        X, self.classes_, y_index, weights, weighted, dtype = validate_dask_fit_data(
             self, X, y, sample_weight
         )
         self._check_n_classes()
         if self.class_weight is not None:
             if isinstance(self.class_weight, str) and self.class_weight == "balanced":
-                per_class = balanced_class_weight(counts)
+                per_class = balanced_class_weight(weighted)
             else:
                 per_class = compute_class_weight(
                     self.class_weight, classes=self.classes_, y=self.classes_
@@ -675,6 +679,10 @@ class BayesianGLMClassifier(
             )
 
     def _check_weighted_classes(self, class_totals: np.ndarray) -> None:
+        """Refuse a fit with fewer than two classes of positive weight, or (with the
+        intercept) a class of y whose rows all have zero weight: the intercept's vague
+        prior then leaves that class's posterior in the prior's tail, which no Gaussian
+        represents (a predictive of ~0.5 for a class the data never show)."""
         weighted = class_totals > 0
         if weighted.sum() < 2:
             only = self.classes_[weighted][0].tolist()
@@ -682,6 +690,21 @@ class BayesianGLMClassifier(
                 f"Only one class has non-zero sample weight ({only!r}); "
                 f"fitting needs samples of at least 2 classes with positive weight. Check "
                 f"sample_weight and class_weight."
+            )
+        if self.fit_intercept and not weighted.all():
+            unweighted = self.classes_[~weighted].tolist()
+            which = (
+                f"class {unweighted[0]!r} has"
+                if len(unweighted) == 1
+                else f"classes {unweighted!r} have"
+            )
+            raise ValueError(
+                f"{which} no row of positive weight (sample_weight × class_weight): "
+                f"with the intercept's vague prior N(0, {INTERCEPT_PRIOR_VAR:g}) its "
+                f"posterior is that prior's tail, which no approximation represents. Drop "
+                f"its rows from X and y to fit without it, or give them weight; a "
+                f"BaggingClassifier's bootstrap that drew none of them needs a larger "
+                f"max_samples."
             )
 
     def _fit_problem(

@@ -103,14 +103,14 @@ def check_prediction_input(estimator, X):
 
 
 def validate_dask_fit_data(estimator, X, y, sample_weight):
-    """``(X, classes, y_index, weights, counts, weighted_counts, dtype)`` for a dask X,
-    checked where the chunks are.
+    """``(X, classes, y_index, weights, weighted_counts, dtype)`` for a dask X, checked
+    where the chunks are.
 
     ``X`` comes back as float64 with one column chunk, ``y_index`` (class indices) and
-    ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``,
-    ``counts`` (rows per class) and ``weighted_counts`` (their total sample weight) are
-    small ndarrays; ``dtype`` is the input's, float32 or float64, as in memory (the fitted
-    coefficients keep it).
+    ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``
+    and ``weighted_counts`` (each class's total sample weight, its row count without
+    sample weights) are small ndarrays; ``dtype`` is the input's, float32 or float64, as
+    in memory (the fitted coefficients keep it).
     """
     import dask
     import dask.array as da
@@ -162,15 +162,11 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     if w_negative:
         raise ValueError("Negative values in data passed to sample_weight")
     y_index = y.map_blocks(_class_index, classes, dtype=np.intp)
-    k = len(classes)
-    counts = da.bincount(y_index, minlength=k)
-    if weights is None:
-        counts = weighted_counts = counts.compute()
-    else:
-        counts, weighted_counts = dask.compute(counts, da.bincount(y_index, weights, minlength=k))
+    # Rows per class without sample weights, else their total sample weight.
+    weighted_counts = da.bincount(y_index, weights, minlength=len(classes)).compute()
     if not np.any(weighted_counts > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
-    return X, classes, y_index, weights, counts, weighted_counts, dtype
+    return X, classes, y_index, weights, weighted_counts, dtype
 
 
 def _class_index(block, classes):
@@ -187,9 +183,16 @@ def _take(block, values):
     return values[block]
 
 
-def balanced_class_weight(counts: np.ndarray) -> np.ndarray:
-    """scikit-learn's "balanced" class weights ``n / (K · count_k)`` from the class counts."""
-    return counts.sum() / (len(counts) * counts.astype(np.float64))
+def balanced_class_weight(totals: np.ndarray) -> np.ndarray:
+    """scikit-learn's "balanced" class weights ``W / (K · W_k)`` from each class's total
+    sample weight ``W_k`` (its row count without sample weights), as its
+    ``compute_class_weight(..., sample_weight=)`` and ``LogisticRegression`` (since 1.7)
+    weigh them; a class of total 0 gets 0 (its rows have no weight to scale), where
+    scikit-learn's division gives inf."""
+    totals = np.asarray(totals, dtype=np.float64)
+    weights = np.zeros(len(totals))
+    np.divide(totals.sum(), len(totals) * totals, out=weights, where=totals > 0)
+    return weights
 
 
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):
