@@ -18,7 +18,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from ..models.dask_chunks import is_dask_frame
 
-__all__ = ["chunkwise_prediction", "validate_dask_fit_data"]
+__all__ = ["chunkwise_prediction", "class_weighted", "reindexed", "validate_dask_fit_data"]
 
 
 def _block_finite(block) -> np.ndarray:
@@ -179,20 +179,13 @@ def class_weighted(weights, y_index, per_class: np.ndarray):
     return per_row if weights is None else weights * per_row
 
 
+def reindexed(y_index, index: np.ndarray):
+    """The lazy class indices ``y_index`` mapped through ``index`` (``index[y_index]``)."""
+    return y_index.map_blocks(_take, index, dtype=index.dtype)
+
+
 def _take(block, values):
     return values[block]
-
-
-def balanced_class_weight(totals: np.ndarray) -> np.ndarray:
-    """scikit-learn's "balanced" class weights ``W / (K · W_k)`` from each class's total
-    sample weight ``W_k`` (its row count without sample weights), as its
-    ``compute_class_weight(..., sample_weight=)`` and ``LogisticRegression`` (since 1.7)
-    weigh them; a class of total 0 gets 0 (its rows have no weight to scale), where
-    scikit-learn's division gives inf."""
-    totals = np.asarray(totals, dtype=np.float64)
-    weights = np.zeros(len(totals))
-    np.divide(totals.sum(), len(totals) * totals, out=weights, where=totals > 0)
-    return weights
 
 
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):
