@@ -419,3 +419,6 @@ def test_balanced_class_weights_weigh_the_sample_weights(dask):
     # The same weights up to the product's round-off: the same Newton iterates.
     np.testing.assert_allclose(est.coef_, expected.coef_, rtol=1e-9)
     np.testing.assert_allclose(est.intercept_, expected.intercept_, rtol=1e-9, atol=1e-12)
+    if not dask:  # leave-one-out weighs the rows as the fit did (it checks they match)
+        warnings.simplefilter("ignore", PSISWarning)  # (pytest restores)
+        assert np.isfinite(est.loo(X, y, sample_weight=weights, n_draws=200).elpd_loo)
