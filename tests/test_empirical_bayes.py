@@ -278,11 +278,11 @@ def test_ard_multiclass_shares_a_feature_across_classes():
 def test_a_class_without_weight_is_left_out(scales):
     # As by the estimators (D-150): ARD's priors have one block per class of positive
     # weight (they had one per class of y, and the estimator's fit refused their size).
-    X, y = load_iris(return_X_y=True)
-    X = (X - X.mean(axis=0)) / X.std(axis=0)
-    weights = (y != 1) * 1.0
-    model = EmpiricalBayesClassifier(Cs=3, scales=scales).fit(X, y, sample_weight=weights)
-    np.testing.assert_array_equal(model.classes_, [0, 2])
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((150, 3))
+    y = np.digitize(X @ [1.0, -1.0, 0.5] + rng.logistic(size=150), [-1.0, 1.0])
+    model = EmpiricalBayesClassifier(scales=scales).fit(X, y, sample_weight=(y != 0) * 1.0)
+    np.testing.assert_array_equal(model.classes_, [1, 2])
     assert model.predict_proba(X).shape == (150, 2)
 
 
