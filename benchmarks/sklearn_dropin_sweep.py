@@ -41,10 +41,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SKLEARN = Path(sklearn.__file__).resolve().parent
 
 # The installed scikit-learn's test modules that construct LogisticRegression (grep; a
-# module's tests can be selected after "::", comma separated), the
-# ones about LogisticRegression's own solvers (test_logistic.py: sklearn_conformance.py;
-# test_sag.py) and the repr/doc/common-check modules (estimator lists, not users' code)
-# left out.
+# module's tests can be selected after "::", comma separated). Left out: the ones about
+# LogisticRegression's own solvers (test_logistic.py: sklearn_conformance.py; test_sag.py),
+# the estimator lists of tests/test_common.py and tests/test_docstring_parameters.py (not
+# users' code), and the modules none of whose tests makes or fits the replaced estimator
+# (tests/test_metaestimators_metadata_routing.py, utils/tests/test_pprint.py).
 MODULES = [
     "tests/test_calibration.py",
     "tests/test_multiclass.py",
@@ -73,6 +74,15 @@ MODULES = [
     "metrics/_plot/tests/test_confusion_matrix_display.py",
     "utils/tests/test_response.py",
     "utils/tests/test_class_weight.py",
+    "ensemble/tests/test_common.py",
+    "linear_model/tests/test_common.py",
+    "metrics/tests/test_ranking.py",
+    "svm/tests/test_bounds.py",
+    "svm/tests/test_sparse.py",
+    "svm/tests/test_svm.py",
+    "utils/tests/test_plotting.py",
+    "utils/_repr_html/tests/test_estimator.py",
+    "utils/_repr_html/tests/test_features.py",
     # Of the estimator checks' own tests, the ones that check LogisticRegression.
     # (scikit-learn 1.9.1's test_check_estimator is not collected: "not a function").
     "utils/tests/test_estimator_checks.py::test_check_estimator_with_class_removed,"

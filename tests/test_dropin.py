@@ -397,3 +397,28 @@ def test_one_vs_rest_problems_are_tasks_the_later_ones_at_their_prior(iris):
     np.testing.assert_array_equal(first.coef_[0], est.coef_[0])
     np.testing.assert_array_equal(first.coef_[1:], 0.0)  # the prior's mean
     np.testing.assert_array_equal(problems[-1].coef_, est.coef_)
+
+
+@pytest.mark.parametrize("dask", [False, True])
+def test_balanced_class_weights_weigh_the_sample_weights(dask):
+    # scikit-learn's "balanced" weights with sample weights are W / (K · W_k), W_k the
+    # class's total sample weight (LogisticRegression's since scikit-learn 1.7); the row
+    # counts had given LaplaceLogisticRegression an intercept of 0.84 against
+    # LogisticRegression's 0.028 on the mode of the same objective.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 3))
+    y = np.digitize(X @ [1.0, -0.5, 0.3] + rng.logistic(size=90), [-0.5, 1.5])  # 3 classes
+    weights = rng.uniform(0.1, 3.0, len(y)) * np.where(y == 1, 4.0, 1.0)
+    totals = np.bincount(y, weights)
+    balanced = totals.sum() / (3 * totals)
+    expected = LaplaceLogisticRegression().fit(X, y, sample_weight=weights * balanced[y])
+    if dask:
+        da = pytest.importorskip("dask.array")
+        X, y, weights = (da.from_array(a, chunks=30) for a in (X, y, weights))
+    est = LaplaceLogisticRegression(class_weight="balanced").fit(X, y, sample_weight=weights)
+    # The same weights up to the product's round-off: the same Newton iterates.
+    np.testing.assert_allclose(est.coef_, expected.coef_, rtol=1e-9)
+    np.testing.assert_allclose(est.intercept_, expected.intercept_, rtol=1e-9, atol=1e-12)
+    if not dask:  # leave-one-out weighs the rows as the fit did (it checks they match)
+        warnings.simplefilter("ignore", PSISWarning)  # (pytest restores)
+        assert np.isfinite(est.loo(X, y, sample_weight=weights, n_draws=200).elpd_loo)

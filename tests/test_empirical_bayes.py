@@ -274,6 +274,18 @@ def test_ard_multiclass_shares_a_feature_across_classes():
         assert len(model.summary()) == 3 * (20 + 1)
 
 
+@pytest.mark.parametrize("scales", ["shared", "ard"])
+def test_a_class_without_weight_is_left_out(scales):
+    # As by the estimators (D-150): ARD's priors have one block per class of positive
+    # weight (they had one per class of y, and the estimator's fit refused their size).
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((150, 3))
+    y = np.digitize(X @ [1.0, -1.0, 0.5] + rng.logistic(size=150), [-1.0, 1.0])
+    model = EmpiricalBayesClassifier(scales=scales).fit(X, y, sample_weight=(y != 0) * 1.0)
+    np.testing.assert_array_equal(model.classes_, [1, 2])
+    assert model.predict_proba(X).shape == (150, 2)
+
+
 def test_ard_on_sparse_input_matches_dense(sparse_truth, ard_fit):
     X, y, *_ = sparse_truth
     model = EmpiricalBayesClassifier(vsbayes.EPLogisticRegression(), Cs=5, scales="ard")

@@ -90,6 +90,39 @@ def test_invalid_input_raises_a_value_error_naming_it(cls, case, data):
         make(cls).fit(X, y, sample_weight=weights)
 
 
+@pytest.mark.parametrize("cls", QUICK)
+def test_a_class_without_weight_is_a_class_absent(cls, data):
+    """A class of y whose rows all have zero weight (a bagging bootstrap that drew none of
+    them, class_weight 0) is one the data do not have, as its rows would be absent: it
+    was fitted, with the intercept's vague prior, as that prior's tail, a wide Gaussian
+    whose predictive gave it ~0.5 on every row, silently (D-150)."""
+    X, y = data
+    y = np.where(X[:, 2] > 0.8, 2, y)  # three classes
+    absent = make(cls).fit(X[y != 2], y[y != 2])
+    for weights, params in [((y != 2) * 1.0, {}), (None, {"class_weight": {0: 1, 1: 1, 2: 0}})]:
+        estimator = make(cls, **params).fit(X, y, sample_weight=weights)
+        np.testing.assert_array_equal(estimator.classes_, [0, 1])
+        # The same rows of positive weight: the same fit, to the sums' round-off.
+        np.testing.assert_allclose(
+            estimator.predict_proba(X), absent.predict_proba(X), rtol=1e-9, atol=1e-12
+        )
+
+
+def test_bagging_with_classes_missing_from_a_bootstrap():
+    # scikit-learn's own degenerate case (test_bagging.py::test_probability): five rows
+    # drawn, as sample weights, cannot hold iris's three classes.
+    from sklearn.datasets import load_iris
+    from sklearn.ensemble import BaggingClassifier
+
+    X, y = load_iris(return_X_y=True)
+    bagging = BaggingClassifier(
+        vsbayes.LaplaceLogisticRegression(), max_samples=5, n_estimators=4, random_state=0
+    ).fit(X, y)
+    assert any(len(member.classes_) < 3 for member in bagging.estimators_)
+    proba = bagging.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+
+
 @pytest.mark.parametrize("cls", ALL)
 def test_wrong_number_of_features_at_predict(cls, data):
     X, y = data

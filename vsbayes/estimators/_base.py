@@ -22,7 +22,6 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     check_array,
@@ -62,7 +61,8 @@ from ..models.separation import check_flat_prior_is_proper
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
-from ._dask_input import balanced_class_weight, class_weighted, validate_dask_fit_data
+from ._class_weights import checked_class_weights, class_weights
+from ._dask_input import class_weighted, reindexed, validate_dask_fit_data
 from ._leave_one_out import TrainingFingerprint
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
@@ -331,7 +331,8 @@ class BayesianGLMClassifier(
             Class labels (numbers or strings).
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights, used as likelihood exponents ``F^{s_i}``; multiplied by
-            the class weights.
+            the class weights. A row of weight 0 is a row absent: a class all of whose
+            rows have weight 0 is left out of ``classes_``.
 
         Returns
         -------
@@ -619,9 +620,7 @@ class BayesianGLMClassifier(
     _checked_sample_weight = staticmethod(
         lambda weights, n, allow_zero=False: _validate_sample_weight(weights, n, allow_zero)
     )
-    _checked_class_weights = staticmethod(
-        lambda per_class, given: _checked_class_weights(per_class, given)
-    )
+    _checked_class_weights = staticmethod(checked_class_weights)
 
     def _check_params(self) -> None:
         """Raise an InvalidParameterError naming the first parameter outside
@@ -657,31 +656,26 @@ class BayesianGLMClassifier(
         self.classes_, y_index = np.unique(y, return_inverse=True)
         self._check_n_classes()
         weights = _validate_sample_weight(sample_weight, X.shape[0])
+        k = len(self.classes_)
         if self.class_weight is not None:
-            per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            weights = weights * _checked_class_weights(per_class, self.class_weight)[y_index]
-        self._check_weighted_classes(np.bincount(y_index, weights, minlength=len(self.classes_)))
+            totals = np.bincount(y_index, weights, minlength=k)
+            weights = weights * class_weights(self.class_weight, self.classes_, totals)[y_index]
+        y_index = self._weighted_classes(np.bincount(y_index, weights, minlength=k), y_index)
         return X, y_index, weights, dtype
 
     def _dask_fit_data(self, X, y, sample_weight):
         """``(X, y_index, weights, dtype)`` of a dask X, the first three lazy and chunked
         alike (checked where the chunks are), ``dtype`` as :meth:`_fit_data`'s; sets
         ``classes_``."""
-        X, self.classes_, y_index, weights, counts, weighted, dtype = validate_dask_fit_data(
+        X, self.classes_, y_index, weights, weighted, dtype = validate_dask_fit_data(
             self, X, y, sample_weight
         )
         self._check_n_classes()
         if self.class_weight is not None:
-            if isinstance(self.class_weight, str) and self.class_weight == "balanced":
-                per_class = balanced_class_weight(counts)
-            else:
-                per_class = compute_class_weight(
-                    self.class_weight, classes=self.classes_, y=self.classes_
-                )
-            per_class = _checked_class_weights(per_class, self.class_weight)
+            per_class = class_weights(self.class_weight, self.classes_, weighted)
             weights = class_weighted(weights, y_index, per_class)
             weighted = weighted * per_class
-        self._check_weighted_classes(weighted)
+        y_index = self._weighted_classes(weighted, y_index)
         return X, y_index, weights, dtype
 
     def _check_n_classes(self) -> None:
@@ -691,7 +685,14 @@ class BayesianGLMClassifier(
                 f"contains only one class: {self.classes_[0].tolist()!r}."
             )
 
-    def _check_weighted_classes(self, class_totals: np.ndarray) -> None:
+    def _weighted_classes(self, class_totals: np.ndarray, y_index):
+        """``y_index`` over the classes of positive weight, which ``classes_`` keeps: a row
+        of weight 0 is a row absent (scikit-learn's sample-weight semantics), so a class
+        all of whose rows have weight 0 (a bagging bootstrap that drew none of them,
+        ``class_weight`` 0) is one the data do not have. Fitted, it was the intercept's
+        vague prior's tail, a wide Gaussian whose predictive gave it ~0.5 (D-150). The
+        rows of such a class keep weight 0 under index 0. Refuses fewer than two classes
+        of positive weight."""
         weighted = class_totals > 0
         if weighted.sum() < 2:
             only = self.classes_[weighted][0].tolist()
@@ -700,6 +701,11 @@ class BayesianGLMClassifier(
                 f"fitting needs samples of at least 2 classes with positive weight. Check "
                 f"sample_weight and class_weight."
             )
+        if weighted.all():
+            return y_index
+        self.classes_ = self.classes_[weighted]
+        index = np.maximum(np.cumsum(weighted) - 1, 0)
+        return reindexed(y_index, index) if is_dask(y_index) else index[y_index]
 
     def _fit_problem(
         self,
@@ -1118,17 +1124,6 @@ def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = Fa
     if not (allow_zero or np.any(weights > 0)):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return weights
-
-
-def _checked_class_weights(per_class: np.ndarray, class_weight) -> np.ndarray:
-    """The weight of each class, refused unless finite and non-negative (a negative one
-    would turn the likelihood into its reciprocal; scikit-learn does not check)."""
-    if not np.all(np.isfinite(per_class) & (per_class >= 0)):
-        raise ValueError(
-            f"class_weight must give every class a finite non-negative weight; got "
-            f"{class_weight!r}."
-        )
-    return per_class
 
 
 def _refuse_overflowing_features(X) -> None:

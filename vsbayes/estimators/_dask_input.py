@@ -18,7 +18,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from ..models.dask_chunks import is_dask_frame
 
-__all__ = ["chunkwise_prediction", "validate_dask_fit_data"]
+__all__ = ["chunkwise_prediction", "class_weighted", "reindexed", "validate_dask_fit_data"]
 
 
 def _block_finite(block) -> np.ndarray:
@@ -121,14 +121,14 @@ def check_prediction_input(estimator, X):
 
 
 def validate_dask_fit_data(estimator, X, y, sample_weight):
-    """``(X, classes, y_index, weights, counts, weighted_counts, dtype)`` for a dask X,
-    checked where the chunks are.
+    """``(X, classes, y_index, weights, weighted_counts, dtype)`` for a dask X, checked
+    where the chunks are.
 
     ``X`` comes back as float64 with one column chunk, ``y_index`` (class indices) and
-    ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``,
-    ``counts`` (rows per class) and ``weighted_counts`` (their total sample weight) are
-    small ndarrays; ``dtype`` is the input's, float32 or float64, as in memory (the fitted
-    coefficients keep it).
+    ``weights`` (None for unit weights) as dask arrays chunked like its rows; ``classes``
+    and ``weighted_counts`` (each class's total sample weight, its row count without
+    sample weights) are small ndarrays; ``dtype`` is the input's, float32 or float64, as
+    in memory (the fitted coefficients keep it).
     """
     import dask
     import dask.array as da
@@ -180,15 +180,11 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     if w_negative:
         raise ValueError("Negative values in data passed to sample_weight")
     y_index = y.map_blocks(_class_index, classes, dtype=np.intp)
-    k = len(classes)
-    counts = da.bincount(y_index, minlength=k)
-    if weights is None:
-        counts = weighted_counts = counts.compute()
-    else:
-        counts, weighted_counts = dask.compute(counts, da.bincount(y_index, weights, minlength=k))
+    # Rows per class without sample weights, else their total sample weight.
+    weighted_counts = da.bincount(y_index, weights, minlength=len(classes)).compute()
     if not np.any(weighted_counts > 0):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
-    return X, classes, y_index, weights, counts, weighted_counts, dtype
+    return X, classes, y_index, weights, weighted_counts, dtype
 
 
 def _class_index(block, classes):
@@ -201,13 +197,13 @@ def class_weighted(weights, y_index, per_class: np.ndarray):
     return per_row if weights is None else weights * per_row
 
 
+def reindexed(y_index, index: np.ndarray):
+    """The lazy class indices ``y_index`` mapped through ``index`` (``index[y_index]``)."""
+    return y_index.map_blocks(_take, index, dtype=index.dtype)
+
+
 def _take(block, values):
     return values[block]
-
-
-def balanced_class_weight(counts: np.ndarray) -> np.ndarray:
-    """scikit-learn's "balanced" class weights ``n / (K · count_k)`` from the class counts."""
-    return counts.sum() / (len(counts) * counts.astype(np.float64))
 
 
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):

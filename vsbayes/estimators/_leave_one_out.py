@@ -32,7 +32,6 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.special import log_softmax
 from sklearn.base import clone
-from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from .._blas import one_blas_thread
@@ -51,6 +50,7 @@ from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax import SoftmaxGLMPosterior
 from ..models.softmax_predictive import centred_basis, observed_class_log_predictive
 from ..models.tilted import quadrature_tilted_moments
+from ._class_weights import class_weights
 from ._summaries import _latent_draws, _psd_root, check_n_draws
 
 __all__ = ["LeaveOneOut", "PSISWarning", "leave_one_out"]
@@ -279,7 +279,8 @@ def _training_data(estimator, X, y, sample_weight) -> _Training:
     if unknown.any():
         raise ValueError(
             f"y has labels the estimator was not fitted on, e.g. {y[unknown][0]!r}; "
-            f"classes_ are {classes.tolist()!r}. Pass the training data."
+            f"classes_ are {classes.tolist()!r}. Pass the training data (without the rows "
+            f"of a class whose weights were all zero: fit leaves it out of classes_)."
         )
     if sample_weight is None:
         weights = np.ones(X.shape[0])
@@ -290,8 +291,8 @@ def _training_data(estimator, X, y, sample_weight) -> _Training:
         if weights.shape != (X.shape[0],):
             raise ValueError(f"sample_weight has shape {weights.shape}; expected ({X.shape[0]},).")
     if estimator.class_weight is not None:  # as in fit
-        per_class = compute_class_weight(estimator.class_weight, classes=classes, y=y)
-        weights = weights * per_class[index]
+        totals = np.bincount(index, weights, minlength=len(classes))
+        weights = weights * class_weights(estimator.class_weight, classes, totals)[index]
     data = _Training(X, index, weights)
     _check_fitted_rows(estimator, data)
     return data

@@ -493,7 +493,10 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """ARD's per-feature variances from Laplace fits (module docstring), then the
         estimator on the features kept, under them."""
         d = X.shape[1]
-        n_classes = len(np.unique(y))
+        # The classes the fits take: those of positive weight (D-150), one prior block each.
+        probe = _LAPLACE[link](**shared)
+        probe._fit_data(X, y, sample_weight)
+        n_classes = len(probe.classes_)
         fit_intercept = bool(shared.get("fit_intercept", True))
         by_evidence = isinstance(self.inclusion_prior, str)
         inclusion = 0.5 if by_evidence else float(self.inclusion_prior)
