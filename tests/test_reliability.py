@@ -100,7 +100,8 @@ def test_a_class_without_weight_is_a_class_absent(cls, data):
     y = np.where(X[:, 2] > 0.8, 2, y)  # three classes
     absent = make(cls).fit(X[y != 2], y[y != 2])
     for weights, params in [((y != 2) * 1.0, {}), (None, {"class_weight": {0: 1, 1: 1, 2: 0}})]:
-        estimator = make(cls, **params).fit(X, y, sample_weight=weights)
+        with pytest.warns(UserWarning, match=r"Class\(es\) \[2\] of y have no row"):
+            estimator = make(cls, **params).fit(X, y, sample_weight=weights)
         np.testing.assert_array_equal(estimator.classes_, [0, 1])
         # The same rows of positive weight: the same fit, to the sums' round-off.
         np.testing.assert_allclose(

@@ -703,6 +703,18 @@ class BayesianGLMClassifier(
             )
         if weighted.all():
             return y_index
+        # Said aloud: code that combines estimators' probabilities by the classes of y
+        # (VotingClassifier, StackingClassifier, CalibratedClassifierCV) assumes every
+        # member has every class, and one column fewer can mislead it silently.
+        warn(
+            f"Class(es) {self.classes_[~weighted].tolist()!r} of y have no row of positive "
+            f"weight (sample_weight times class_weight): a row of weight 0 is a row absent, "
+            f"so classes_ leaves them out and predict_proba has {int(weighted.sum())} "
+            f"columns. Tools that combine estimators by the classes of y "
+            f"(VotingClassifier, StackingClassifier, CalibratedClassifierCV) need every "
+            f"class: give those rows positive weight, or drop them from X and y.",
+            UserWarning,
+        )
         self.classes_ = self.classes_[weighted]
         index = np.maximum(np.cumsum(weighted) - 1, 0)
         return reindexed(y_index, index) if is_dask(y_index) else index[y_index]
