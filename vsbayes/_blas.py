@@ -17,10 +17,20 @@ could use when the outermost fit started (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_TH
 threadpoolctl and joblib limits all count). The blocks never depend on the number of
 threads, and each BLAS call is single-threaded, so results are bitwise the same for any
 thread count.
+
+The limit is set through each OpenBLAS's ``openblas_set_num_threads_local`` where it has one
+(threadpoolctl's setter elsewhere): OpenBLAS 0.3.30 and 0.3.31 (NumPy's and SciPy's wheels)
+silently ignore ``openblas_set_num_threads`` called from any thread but the main one once
+the main thread has called it, so a fit started in a thread (joblib's threading backend,
+dask's threaded scheduler, a web server) ran BLAS on its threads under its own blocks' worker
+threads, at 3 to 12 times the CPU time of the same fit from the main thread. In these
+pthreads builds ``openblas_set_num_threads_local`` sets the same process-wide limit from any
+thread (docs/decisions.md D-156).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -50,13 +60,14 @@ R = TypeVar("R")
 
 _controller: ThreadpoolController | None = None
 _blas_libraries: list | None = None
+_controls: list | None = None  # _blas_libraries' _Threads
 # The BLAS limit is process-wide. Fits running in several threads share it: it is set when
 # the first fit starts and restored when the last one ends, so that one fit never restores
 # the threads under another's running pass (or leaves BLAS at one thread for good by
 # restoring a limit it captured from another fit).
 _lock = threading.Lock()
 _users = 0
-_saved_limits: list = []  # (library, its threads before the outermost context)
+_saved_limits: list = []  # (_Threads, its threads before the outermost context)
 _budget = 1
 # One pool per size (the BLAS limit rarely changes), never shut down while a fit could be
 # submitting to it.
@@ -75,8 +86,8 @@ def _get_controller() -> ThreadpoolController:
 
 
 def _libraries() -> list:
-    """The loaded BLAS libraries' threadpoolctl controllers, selected once: their
-    ``get_num_threads``/``set_num_threads`` directly, where threadpoolctl's ``info()`` and
+    """The loaded BLAS libraries' threadpoolctl controllers, selected once: their limits
+    are read and set directly (:class:`_Threads`), where threadpoolctl's ``info()`` and
     ``limit()`` describe every library anew (~18 against ~4 µs a context, most of a
     one-row ``partial_fit``'s fixed cost after its site math)."""
     global _blas_libraries
@@ -85,8 +96,67 @@ def _libraries() -> list:
     return _blas_libraries
 
 
+class _Threads:
+    """One BLAS library's thread limit: read and set from any thread.
+
+    For a pthreads OpenBLAS, its own ``openblas_get_num_threads`` and
+    ``openblas_set_num_threads_local`` (where it has the latter; unmangled in the
+    scipy-openblas wheels, whose other symbols carry a prefix), called directly: NumPy's
+    and SciPy's OpenBLAS 0.3.30/0.3.31 ignore ``openblas_set_num_threads`` (threadpoolctl's
+    setter) from a thread other than the main one once the main thread has called it,
+    while ``_local`` sets the same process-wide limit from any thread (measured:
+    docs/decisions.md D-156). An OpenMP build, where ``_local`` is meant per thread (the
+    blocks' worker threads would not see it), and any other library keep threadpoolctl's
+    calls. A set that did not take is repeated through threadpoolctl.
+    """
+
+    __slots__ = ("_set", "controller", "get")
+
+    def __init__(self, lib) -> None:
+        self.controller = lib
+        self.get = lib.get_num_threads
+        self._set = lib.set_num_threads
+        if getattr(lib, "internal_api", None) != "openblas" or (
+            getattr(lib, "threading_layer", None) != "pthreads"
+        ):
+            return
+        prefix = getattr(lib, "_symbol_prefix", "")
+        suffix = getattr(lib, "_symbol_suffix", "")
+        setter = _symbol(lib, "openblas_set_num_threads_local", prefix, suffix)
+        getter = _symbol(lib, "openblas_get_num_threads", prefix, suffix)
+        if setter is not None and getter is not None:
+            setter.argtypes = [ctypes.c_int]
+            setter.restype = ctypes.c_int
+            getter.argtypes = []
+            getter.restype = ctypes.c_int
+            self.get, self._set = getter, setter
+
+    def set(self, threads: int) -> None:
+        self._set(threads)
+        if self.get() != threads:
+            self.controller.set_num_threads(threads)
+
+
+def _symbol(lib, name: str, prefix: str, suffix: str):
+    """``lib``'s function ``name`` (mangled as the library's symbols, else plain), as a
+    function object of its own (threadpoolctl's are left as they are), or None."""
+    for symbol in (f"{prefix}{name}{suffix}", name):
+        try:
+            return lib.dynlib[symbol]
+        except (AttributeError, TypeError):
+            continue
+    return None
+
+
+def _thread_controls() -> list[_Threads]:
+    global _controls
+    if _controls is None:
+        _controls = [_Threads(lib) for lib in _libraries()]
+    return _controls
+
+
 def _current_limit() -> int:
-    return max((int(lib.get_num_threads()) for lib in _libraries()), default=1)
+    return max((int(lib.get()) for lib in _thread_controls()), default=1)
 
 
 def blas_thread_count() -> int:
@@ -111,10 +181,11 @@ def single_blas_thread() -> Iterator[None]:
     with _lock:
         if _users == 0:
             keep_freed_pages()  # (see vsbayes._memory)
-            _saved_limits = [(lib, lib.get_num_threads()) for lib in _libraries()]
+            _saved_limits = [(lib, lib.get()) for lib in _thread_controls()]
             _budget = max((int(n) for _, n in _saved_limits), default=1)
-            for lib, _ in _saved_limits:
-                lib.set_num_threads(1)
+            for lib, threads in _saved_limits:
+                if threads != 1:
+                    lib.set(1)
         _users += 1
     try:
         yield
@@ -123,7 +194,9 @@ def single_blas_thread() -> Iterator[None]:
             _users -= 1
             if _users == 0:
                 for lib, threads in _saved_limits:
-                    lib.set_num_threads(threads)
+                    # A limit changed elsewhere during the fits is its owner's to restore.
+                    if threads != 1 and lib.get() == 1:
+                        lib.set(threads)
                 _saved_limits = []
                 _budget = 1
 
