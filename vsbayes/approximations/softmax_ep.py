@@ -105,6 +105,7 @@ from .softmax_sites import (
     MAX_FITTED_CLASSES,
     _by_rows,
     _cavities,
+    _chord_tol,
     _few_tilted_sites,
     _laplace_sites,
     _many_classes,
@@ -441,6 +442,7 @@ def softmax_ep(
     )
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
+    state.chord_tol = _chord_tol(tol)
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)

@@ -100,11 +100,11 @@ def fit_sites(
         too, evaluated at the nodes as one product with the features (and, on a mirrored
         rule, over half of them): a third of the cost of forming it at the points.
     chord_tol : float, optional
-        Decrement per unit of fitted mass at which a site on chord steps stops (at most
-        ``1e-14``, where Newton's steps stop). None: at ``1e-28 / spread²``, the chord
-        steps' linear convergence (rate ``spread`` ≤ 0.1) taken to Newton's ~1e-14; a
-        looser one stops where the last step is ~√chord_tol relative and leaves about
-        ``spread`` times that.
+        Decrement per unit of fitted mass at which a site on chord steps stops. None: at
+        ``1e-28 / spread²``, the chord steps' linear convergence (rate ``spread`` ≤ 0.1)
+        taken to Newton's ~1e-14; a looser one stops where the last step is
+        ~√chord_tol relative and leaves about ``spread`` times that (above ``1e-14``,
+        that last step is taken without a line search, as Newton's last one is).
     chord_spread : float, default=0.1
         Largest relative spread of the fit over the kernel at the points (``q̄`` about its
         mean) at which a site takes a chord step (the rule's shared Gram matrix as its
@@ -124,13 +124,7 @@ def fit_sites(
     kernel_chol = np.asarray(kernel_chol, dtype=float)
     m, k = kernel_mean.shape
     shared = _rule_arrays(rule, k)
-    z, weights, phi, gram, log_window = (
-        shared.z,
-        shared.weights,
-        shared.phi,
-        shared.gram,
-        shared.log_window,
-    )
+    z, weights, phi, log_window = shared.z, shared.weights, shared.phi, shared.log_window
     family = FullFamily(z)
     if affine:
         log_p = log_target(kernel_mean, kernel_chol, z, shared.mirrored)
@@ -200,7 +194,10 @@ def fit_sites(
             spread, chord = np.ones_like(mass), np.zeros(mass.shape, dtype=bool)
         step = np.empty_like(grad)
         if chord.any():
-            step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
+            # The rule's inverse Gram matrix, formed once: one GEMM of the chord sites'
+            # gradients instead of an LU factorization and its solves at every iteration.
+            step[chord] = grad[chord] @ shared.gram_inverse()
+            step[chord] /= -mass[chord, None]
         full = np.flatnonzero(~chord)
         if full.size:
             upper = shared.hessian_upper(wq[full])
@@ -228,8 +225,10 @@ def fit_sites(
         if chord_tol is not None:
             limit = np.where(chord, chord_tol, limit)
         # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
-        # round-off is larger): the step is taken as is, as Newton's last one.
-        resolved = decrement <= _TOL * mass
+        # round-off is larger): the step is taken as is, as Newton's last one. So is a chord
+        # step below a looser chord_tol (a step ~√chord_tol relative, inside the region
+        # where the chord steps contract): it is the site's last.
+        resolved = decrement <= np.maximum(limit, _TOL) * mass
         v[active[resolved]] += step[resolved]
         again = active[resolved & (decrement > limit * mass)]  # chord sites not done
         if again.size:
@@ -290,6 +289,7 @@ class _RuleArrays:
         self.log_window = -0.5 * np.einsum("pj,pj->p", self.z, self.z)
         self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
         self.gram = (self.phi * self.weights[:, None]).T @ self.phi
+        self._gram_inverse = None
         self._monomials = None
         self._squares = None  # the nodes and their outer products (moment_sums)
         # A mirrored rule (SymmetricSobol: nodes z and −z, equal weights) halves the
@@ -304,6 +304,13 @@ class _RuleArrays:
         self.odd = np.zeros(self.phi.shape[1], dtype=bool)
         self.odd[1 : 1 + k] = True  # the features 1, z_a, multiples of z_a z_b
         self._half_phi = (self.phi[:half, ~self.odd], self.phi[:half, self.odd])
+
+    def gram_inverse(self) -> np.ndarray:
+        """The Gram matrix's inverse (symmetric), formed on first use."""
+        if self._gram_inverse is None:
+            inverse = np.linalg.inv(self.gram)
+            self._gram_inverse = 0.5 * (inverse + inverse.T)
+        return self._gram_inverse
 
     def values(self, v: np.ndarray) -> np.ndarray:
         """``v @ φᵀ`` (m, P): the fitted log-densities' quadratic forms at the nodes."""
