@@ -100,6 +100,7 @@ from .newton_laplace import (
 )
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
+    _FIT_SINGLE_TOL,
     _LOG_2PI,
     _SINGLE_TOL,
     MAX_FITTED_CLASSES,
@@ -443,6 +444,7 @@ def softmax_ep(
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
     state.chord_tol = _chord_tol(tol)
+    state.fit_single = tol >= _FIT_SINGLE_TOL
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
