@@ -333,3 +333,28 @@ def test_log_density_of_many_classes_matches_the_definition(rng):
     theta = rng.standard_normal((5, model.dim))
     expected = [direct_log_density(X, y, s, t, 7, True) for t in theta]
     np.testing.assert_allclose(model.log_density(theta), expected, rtol=1e-12)
+
+
+def test_pair_columns_are_the_gathered_products(rng):
+    from vsbayes.models.latent import _pair_columns
+
+    x = rng.standard_normal((7, 5))
+    col_j, col_l = np.triu_indices(5)
+    np.testing.assert_array_equal(_pair_columns(x), x[:, col_j] * x[:, col_l])
+
+
+def test_hessian_on_distinct_pairs_is_the_copies_one(rng):
+    """From 6 classes on, Newton's Hessian takes the rows' distinct products of pairs of
+    columns (where cheaper): the same sums as the weighted copies' up to round-off."""
+    _, _, _, model = make_problem(rng, m=60, d=4, k=6)
+    assert model._distinct_cheaper(21)
+    theta = 0.5 * rng.standard_normal(model.dim)
+    _, P = model.probabilities(theta)
+    hess = model.hessian(P)
+    first, second = np.triu_indices(model.n_classes)
+    pairs = -(P[:, first] * P[:, second]) * model.sample_weight[:, None]
+    pairs[:, first == second] += model.sample_weight[:, None] * P
+    copies = model.to_layout(model._pair_gram(pairs, model.n_classes, False))
+    copies = 0.5 * (copies + copies.T)
+    np.testing.assert_allclose(hess, copies, rtol=0, atol=1e-12 * np.abs(copies).max())
+    np.testing.assert_array_equal(hess, hess.T)
