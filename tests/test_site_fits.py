@@ -204,3 +204,23 @@ def test_site_fits_on_unequal_weights_take_the_general_forms():
     wq = shared.weighted_fit(v)
     np.testing.assert_allclose(wq, np.broadcast_to(shared.weights, wq.shape), rtol=1e-12)
     np.testing.assert_allclose(shared.spread(wq, wq.sum(axis=1)), 0.0, atol=1e-12)
+
+
+def test_inverse_with_rcond_flags_the_ill_conditioned_matrices():
+    """The batched Cholesky path keeps a matrix where rcond |A|_F |A⁻¹|_F < 1, which
+    implies λ_min > rcond λ_max; the others take the eigendecomposition's test."""
+    from vsbayes.engine.site_fits import _eigen_inverse, _inverse
+
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(5, 4, 4)))[0]
+    spectra = np.array(
+        [[1, 2, 3, 4], [1e-13, 1, 1, 1], [1e-11, 1, 2, 3], [0.5, 1, 1, 9], [1, 1, 1, 1.0]]
+    )
+    matrices = np.einsum("mab,mb,mcb->mac", basis, spectra, basis)
+    inverse, log_det, definite = _inverse(matrices, rcond=1e-12)
+    eigen = _eigen_inverse(matrices, 1e-12)
+    np.testing.assert_array_equal(definite, [True, False, True, True, True])
+    np.testing.assert_array_equal(definite, eigen[2])
+    kept = [0, 3, 4]  # well conditioned: the LU inverses, round-off from the eigen ones
+    np.testing.assert_allclose(inverse[kept], eigen[0][kept], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(log_det[kept], np.log(spectra[kept]).sum(axis=1), atol=1e-12)

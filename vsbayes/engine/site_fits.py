@@ -519,20 +519,37 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     positive definite (smallest eigenvalue above ``rcond`` times the largest); where it is
     not, those of the identity. One-dimensional ones (EP's binary sites) need no
     eigendecomposition."""
+    if matrices.shape[1] > 1:
+        # Every matrix positive definite (the fits' usual case): one batched Cholesky
+        # factorization for the log-determinants and LU inverses, a third of the
+        # eigendecompositions' time at k = 9. With rcond, a matrix is kept where
+        # rcond |A|_F |A⁻¹|_F < 1 (λ_max ≤ |A|_F and λ_min ≥ 1 / |A⁻¹|_F: conditioned
+        # well enough); the others are decomposed.
+        try:
+            lower = np.linalg.cholesky(matrices)
+        except np.linalg.LinAlgError:
+            pass
+        else:
+            log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+            inverse = np.linalg.inv(matrices)
+            definite = np.ones(len(matrices), dtype=bool)
+            if rcond > 0.0:
+                size = np.sqrt(np.einsum("mab,mab->m", matrices, matrices))
+                inverse_size = np.sqrt(np.einsum("mab,mab->m", inverse, inverse))
+                unsure = ~(rcond * size * inverse_size < 1.0)
+                if unsure.any():
+                    inverse[unsure], log_det[unsure], definite[unsure] = _eigen_inverse(
+                        matrices[unsure], rcond
+                    )
+            return inverse, log_det, definite
+    return _eigen_inverse(matrices, rcond)
+
+
+def _eigen_inverse(matrices: np.ndarray, rcond: float):
+    """:func:`_inverse` by eigendecompositions."""
     if matrices.shape[1] == 1:
         eigval, eigvec = matrices[:, 0], None
     else:
-        if rcond == 0.0:
-            # Every matrix positive definite (the fits' usual case): one batched Cholesky
-            # factorization for the log-determinants and LU inverses, a third of the
-            # eigendecompositions' time at k = 9.
-            try:
-                lower = np.linalg.cholesky(matrices)
-            except np.linalg.LinAlgError:
-                pass
-            else:
-                log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
-                return np.linalg.inv(matrices), log_det, np.ones(len(matrices), dtype=bool)
         eigval, eigvec = np.linalg.eigh(matrices)
     definite = eigval.min(axis=1) > rcond * np.maximum(eigval.max(axis=1), 0.0)
     definite &= eigval.min(axis=1) > 0
