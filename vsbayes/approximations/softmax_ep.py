@@ -850,6 +850,7 @@ def softmax_ep_cost(
     # candidate is weighed against it: the posterior stop) and its factorization; θ's
     # covariance.
     held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
+    held += model.kept_products_bytes()  # the rows' pair products, kept for the fit
     if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)

@@ -72,6 +72,13 @@ _DISTINCT_CLASSES = 6
 #: 0.47 → 0.35 s a Laplace fit, 6 × 31 0.070 → 0.039 s, and against it 6 × 101
 #: (0.44 → 0.57 s), 5 × 41 (even) and 3 × 101 (0.11 → 0.33 s): c ≈ 40-60.
 _PRODUCT_COST = 48.0
+#: The share of a block's bytes up to which the rows' pair products are kept for the fit
+#: (:meth:`SoftmaxGLMPosterior.pair_products`): half (32 MiB at scikit-learn's default
+#: working memory), digits' 1797 rows × 2145 products (31 MB) among them, which a sixteenth
+#: left to be formed anew by ~38 passes of its EP fit (a twentieth of its time); counted
+#: in the multinomial EP's memory estimate (Laplace's counts a block of them). The same bits
+#: either way.
+_PRODUCTS_SHARE = 0.5
 
 
 class SoftmaxGLMPosterior:
@@ -379,19 +386,24 @@ class SoftmaxGLMPosterior:
 
     def pair_products(self) -> np.ndarray | None:
         """The distinct products ``x̃_j x̃_l`` (j ≤ l) of every dense row, (M, w(w + 1)/2),
-        formed on first use and kept where they take at most a sixteenth of a block's bytes
-        (:func:`~vsbayes._memory.block_bytes`); else None (sparse rows, or too many: the
-        passes form them block by block).
+        formed on first use and kept where they take at most :data:`_PRODUCTS_SHARE` of a
+        block's bytes (:func:`~vsbayes._memory.block_bytes`); else None (sparse rows, or too
+        many: the passes form them block by block).
 
-        A many-class fit reads them a dozen times and more (Newton's Hessians, EP's
+        A multinomial fit reads them a dozen times and more (Newton's Hessians, EP's
         posteriors and the rows' latent moments, :func:`~vsbayes.models.latent.row_moments`
         by pairs): gathering them anew was a fifth of each of those products' time."""
-        if self._products is None and not sp.issparse(self.X):
-            width = self.n_features + int(self.fit_intercept)
-            n_products = width * (width + 1) // 2
-            if 8.0 * self.n_observations * n_products <= block_bytes() / 16:
-                self._products = _pair_columns(self.design_rows(slice(None)))
+        if self._products is None and self.kept_products_bytes():
+            self._products = _pair_columns(self.design_rows(slice(None)))
         return self._products
+
+    def kept_products_bytes(self) -> float:
+        """Bytes of the rows' pair products that :meth:`pair_products` keeps (0: none)."""
+        if sp.issparse(self.X):
+            return 0.0
+        width = self.n_features + int(self.fit_intercept)
+        nbytes = 8.0 * self.n_observations * (width * (width + 1) // 2)
+        return nbytes if nbytes <= _PRODUCTS_SHARE * block_bytes() else 0.0
 
     def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
