@@ -169,3 +169,58 @@ def test_unknown_site_fit_is_an_error():
         get_link("logistic").tilted_moments([0.0], [1.0], method="magic")
     with pytest.raises(ValueError, match="no closed-form"):
         get_link("logistic").tilted_moments([0.0], [1.0], method="closed")
+
+
+def test_rule_arrays_fast_forms_are_the_general_ones():
+    """On an equal-weight rule the fits' weighted values take the weights and the window in
+    their coordinates (round-off apart from the general form), their spread comes from each
+    row's extremes (the same bits), and the chord steps take the Gram matrix's inverse."""
+    from vsbayes.engine._linalg import flushed_exp
+    from vsbayes.engine.site_fits import _identity_basis, _rule_arrays
+    from vsbayes.sampling import SymmetricSobol
+
+    k = 3
+    shared = _rule_arrays(SymmetricSobol(16), k)
+    assert shared.uniform and shared.mirrored
+    rng = np.random.default_rng(0)
+    v = 0.1 * rng.normal(size=(6, shared.phi.shape[1]))
+    v[:, 1 + k :] += _identity_basis(k)  # near the kernel
+    general = shared.weights * flushed_exp(shared.values(v) - shared.log_window)
+    np.testing.assert_allclose(shared.weighted_fit(v), general, rtol=1e-12, atol=0)
+    mass = general.sum(axis=1)
+    direct = np.abs(general / shared.weights - mass[:, None]).max(axis=1) / mass
+    np.testing.assert_array_equal(shared.spread(general, mass), direct)
+    identity = shared.gram_inverse() @ shared.gram
+    np.testing.assert_allclose(identity, np.eye(len(identity)), rtol=0, atol=1e-10)
+
+
+def test_site_fits_on_unequal_weights_take_the_general_forms():
+    from vsbayes.engine.site_fits import _identity_basis, _rule_arrays
+
+    shared = _rule_arrays(GaussHermite(4), 2)
+    assert not shared.uniform
+    v = np.zeros((2, shared.phi.shape[1]))
+    v[:, 0], v[:, 3:] = -np.log(2.0 * np.pi), _identity_basis(2)  # the kernel: q̄ = 1
+    wq = shared.weighted_fit(v)
+    np.testing.assert_allclose(wq, np.broadcast_to(shared.weights, wq.shape), rtol=1e-12)
+    np.testing.assert_allclose(shared.spread(wq, wq.sum(axis=1)), 0.0, atol=1e-12)
+
+
+def test_inverse_with_rcond_flags_the_ill_conditioned_matrices():
+    """The batched Cholesky path keeps a matrix where rcond |A|_F |A⁻¹|_F < 1, which
+    implies λ_min > rcond λ_max; the others take the eigendecomposition's test."""
+    from vsbayes.engine.site_fits import _eigen_inverse, _inverse
+
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(5, 4, 4)))[0]
+    spectra = np.array(
+        [[1, 2, 3, 4], [1e-13, 1, 1, 1], [1e-11, 1, 2, 3], [0.5, 1, 1, 9], [1, 1, 1, 1.0]]
+    )
+    matrices = np.einsum("mab,mb,mcb->mac", basis, spectra, basis)
+    inverse, log_det, definite = _inverse(matrices, rcond=1e-12)
+    eigen = _eigen_inverse(matrices, 1e-12)
+    np.testing.assert_array_equal(definite, [True, False, True, True, True])
+    np.testing.assert_array_equal(definite, eigen[2])
+    kept = [0, 3, 4]  # well conditioned: the LU inverses, round-off from the eigen ones
+    np.testing.assert_allclose(inverse[kept], eigen[0][kept], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(log_det[kept], np.log(spectra[kept]).sum(axis=1), atol=1e-12)

@@ -333,3 +333,54 @@ def test_log_density_of_many_classes_matches_the_definition(rng):
     theta = rng.standard_normal((5, model.dim))
     expected = [direct_log_density(X, y, s, t, 7, True) for t in theta]
     np.testing.assert_allclose(model.log_density(theta), expected, rtol=1e-12)
+
+
+def test_pair_columns_are_the_gathered_products(rng):
+    from vsbayes.models.latent import _pair_columns
+
+    x = rng.standard_normal((7, 5))
+    col_j, col_l = np.triu_indices(5)
+    np.testing.assert_array_equal(_pair_columns(x), x[:, col_j] * x[:, col_l])
+
+
+def test_hessian_on_distinct_pairs_is_the_copies_one(rng):
+    """From 6 classes on, Newton's Hessian takes the rows' distinct products of pairs of
+    columns (where cheaper): the same sums as the weighted copies' up to round-off."""
+    _, _, _, model = make_problem(rng, m=60, d=4, k=6)
+    assert model._distinct_cheaper(21)
+    theta = 0.5 * rng.standard_normal(model.dim)
+    _, P = model.probabilities(theta)
+    hess = model.hessian(P)
+    first, second = np.triu_indices(model.n_classes)
+    pairs = -(P[:, first] * P[:, second]) * model.sample_weight[:, None]
+    pairs[:, first == second] += model.sample_weight[:, None] * P
+    copies = model.to_layout(model._pair_gram(pairs, model.n_classes, False))
+    copies = 0.5 * (copies + copies.T)
+    np.testing.assert_allclose(hess, copies, rtol=0, atol=1e-12 * np.abs(copies).max())
+    np.testing.assert_array_equal(hess, hess.T)
+
+
+def test_kept_pair_products_give_the_same_bits_and_are_counted(rng, monkeypatch):
+    """The rows' pair products kept for the fit (up to half a block's bytes) are the ones
+    the passes would form block by block: the same Hessian bits; the multinomial EP's
+    memory estimate counts them."""
+    import importlib
+
+    softmax_module = importlib.import_module("vsbayes.models.softmax")
+    ep_module = importlib.import_module("vsbayes.approximations.softmax_ep")
+
+    X, y, s, _ = make_problem(rng, m=60, d=4, k=6)
+
+    def fitted(share):
+        monkeypatch.setattr(softmax_module, "_PRODUCTS_SHARE", share)
+        model = SoftmaxGLMPosterior(X, y, s, 6, prior_var=2.0, intercept_prior_var=5.0)
+        _, P = model.probabilities(np.full(model.dim, 0.1))
+        return model, model.hessian(P), ep_module.softmax_ep_cost(model)[0]
+
+    kept, hess, cost = fitted(0.5)
+    products = kept.pair_products()
+    assert products is not None and kept.kept_products_bytes() == products.nbytes
+    formed, hess_formed, cost_formed = fitted(0.0)
+    assert formed.pair_products() is None and formed.kept_products_bytes() == 0
+    np.testing.assert_array_equal(hess, hess_formed)
+    assert cost - cost_formed == products.nbytes

@@ -793,3 +793,85 @@ def test_a_row_whose_tilted_moments_stay_improper_keeps_eps_posterior(monkeypatc
         monkeypatch.setattr(module, "_sites", failing(2))
     with pytest.raises(EstimationError, match="2 of the final"):
         softmax_ep(model, tol=1e-8)
+
+
+def _site_fit_problem(seed=5, k=4, m=40):
+    rng = np.random.default_rng(seed)
+    r, q = k - 1, centred_basis(k)
+    labels = rng.integers(k, size=m)
+    mean = 2.0 * rng.normal(size=(m, r))
+    root = rng.normal(size=(m, r, r)) / np.sqrt(r) + 1.5 * np.eye(r)
+    cov = root @ root.transpose(0, 2, 1)
+    cav_prec = np.linalg.inv(2.0 * cov)
+    cav_lin = np.einsum("mab,mb->ma", cav_prec, mean + rng.normal(size=(m, r)))
+    return sites_module._OneRow(labels), q, mean, cov, cav_prec, cav_lin, np.ones(m)
+
+
+def _fits_kl(a, b) -> np.ndarray:
+    """KL(N_a ‖ N_b) of each row's fitted Gaussians (``_site_fits`` outputs)."""
+    prec_b = np.linalg.inv(b[2])
+    gap = b[1] - a[1]
+    r = a[1].shape[1]
+    return 0.5 * (
+        np.einsum("mab,mba->m", prec_b, a[2])
+        + np.einsum("ma,mab,mb->m", gap, prec_b, gap)
+        - r
+        + np.linalg.slogdet(b[2])[1]
+        - np.linalg.slogdet(a[2])[1]
+    )
+
+
+def test_softmax_site_fits_loose_chord_stop_stays_within_its_bound():
+    """A chord step stopped at a decrement d per unit of mass (taken as the last, without a
+    line search) leaves at most the chord steps' contraction ρ ≤ ½ over 1 − ρ times it:
+    each fit's parameters within √d in the objective's metric per unit of mass (the fits'
+    Fisher metric), so KL ≲ d / 2 from the fit run to Newton's stop."""
+    row, q, mean, cov, cav_prec, cav_lin, power = _site_fit_problem()
+    m = len(mean)
+    level, ok = np.zeros(m, dtype=int), np.ones(m, dtype=bool)
+    rules = [SymmetricSobol(16)]
+    first = sites_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
+    # Kernels at the tilted densities' fits, as EP's posterior marginals near its fixed
+    # point: the fits take chord steps.
+    common = (row, q, first[1], first[2], cav_prec, cav_lin, power, rules)
+    tight = sites_module._site_fits(*common, level.copy(), ok, sites_module._CHORD_TOL)
+    stop = sites_module._chord_tol(1e-4)
+    assert stop > 1e3 * sites_module._CHORD_TOL  # a loose stop at EP's default 1e-4
+    loose = sites_module._site_fits(*common, level.copy(), ok, stop)
+    assert tight[3].all() and loose[3].all()
+    assert not np.array_equal(loose[1], tight[1])  # the loose stop did stop earlier
+    divergence = _fits_kl(tight, loose)
+    assert np.abs(divergence).max() <= stop / 2
+    np.testing.assert_allclose(loose[0], tight[0], rtol=0, atol=np.sqrt(stop))
+    # EP at its small problems' tolerances keeps Newton's stop.
+    assert sites_module._chord_tol(1e-8) == sites_module._CHORD_TOL
+
+
+def test_softmax_site_fits_single_targets_move_the_fits_by_their_rounding():
+    """The targets' log-softmax in float32 differs from float64's by a few roundings of the
+    latent values (ε ≈ 6·10⁻⁸ of their size); a perturbation of the log target by at most
+    δ at every node moves the fitted log-density by about δ, so each fit by KL ≲ δ²."""
+    row, q, mean, cov, cav_prec, cav_lin, power = _site_fit_problem(seed=6)
+    m, r = mean.shape
+    chol = np.linalg.cholesky(cov)
+    z = symmetric_sobol_nodes(r, 256, None)
+    double = sites_module._log_softmax_affine(mean, chol, z, True, q, row.y)
+    single = sites_module._log_softmax_affine(mean, chol, z, True, q, row.y, np.float32)
+    assert single.dtype == np.float32
+    latent = np.abs(np.einsum("ka,mpa->mpk", q, mean[:, None, :] + z @ chol.transpose(0, 2, 1)))
+    size = latent.max() + np.log(len(q))
+    delta = np.abs(single - double).max()
+    assert 0 < delta <= 8 * np.finfo(np.float32).eps * size
+    level, ok = np.zeros(m, dtype=int), np.ones(m, dtype=bool)
+    rules = [SymmetricSobol(16)]
+    first = sites_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
+    # Kernels at the tilted densities' fits (EP's regime), whose latent values are bounded
+    # by about the same size.
+    common = (row, q, first[1], first[2], cav_prec, cav_lin, power, rules)
+    stop = sites_module._CHORD_TOL
+    ref = sites_module._site_fits(*common, level.copy(), ok, stop, False)
+    fits = sites_module._site_fits(*common, level.copy(), ok, stop, True)
+    assert ref[3].all() and fits[3].all()
+    assert not np.array_equal(fits[1], ref[1])
+    bound = (8 * np.finfo(np.float32).eps * size) ** 2
+    assert np.abs(_fits_kl(ref, fits)).max() <= bound

@@ -100,11 +100,13 @@ from .newton_laplace import (
 )
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
+    _FIT_SINGLE_TOL,
     _LOG_2PI,
     _SINGLE_TOL,
     MAX_FITTED_CLASSES,
     _by_rows,
     _cavities,
+    _chord_tol,
     _few_tilted_sites,
     _laplace_sites,
     _many_classes,
@@ -450,6 +452,8 @@ def softmax_ep(
     )
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
+    state.chord_tol = _chord_tol(tol)
+    state.fit_single = tol >= _FIT_SINGLE_TOL
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
     copies, power = _split_weights(model.sample_weight)
@@ -855,6 +859,7 @@ def softmax_ep_cost(
     # candidate is weighed against it: the posterior stop) and its factorization; θ's
     # covariance.
     held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
+    held += model.kept_products_bytes()  # the rows' pair products, kept for the fit
     if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)

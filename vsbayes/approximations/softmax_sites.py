@@ -95,6 +95,10 @@ class _RowState:
         # The tilted blocks' values in float32 (_values_dtype): set by softmax_ep where its
         # tolerance is far above their rounding; never the leave-one-out refits' states.
         self.single = False
+        # The VS fits' chord stop (_chord_tol): set by softmax_ep from its tolerance.
+        self.chord_tol = _CHORD_TOL
+        # The VS fits' targets in float32 (_FIT_SINGLE_TOL): set by softmax_ep.
+        self.fit_single = False
 
 
 #: A row whose cavity's largest variance exceeds the first (second) of these starts the
@@ -116,9 +120,42 @@ _WIDE_SHARE = 0.1
 #: 10⁻¹⁴ per unit of fitted mass (the last step ~10⁻⁷ relative, leaving at most a tenth of
 #: it: ~10⁻⁸), instead of taking their linear convergence on to ~10⁻¹⁴ (decrements down to
 #: ~10⁻²⁶, ~45 % of the chord steps on digits). The fits' own quadrature error on their
-#: 16 nodes per parameter is orders above either, and EP's sweeps stop at site changes of
-#: 10⁻⁴: digits' EP moved by 10⁻¹⁰ nats, its means by 10⁻⁸ posterior sds (D-102).
+#: 16 nodes per parameter is orders above either (D-102). A sweep whose EP stops at a
+#: looser site change takes :func:`_chord_tol` of it.
 _CHORD_TOL = 1e-14
+#: Least tolerance of the multinomial EP (relative site change) at which its VS site fits
+#: take their targets' log-softmax at the nodes in float32: the latent values' rounding
+#: there, ~6·10⁻⁸ of their size (up to tens on digits: ~3·10⁻⁶ in the log-target), moves
+#: each fit by about as much relative, thirty times below that tolerance; the log-softmax
+#: (its maximum, exponentials and sums over the classes at every node) was 28 % of the fits'
+#: time and takes 40-50 % of it in float32. Below it (the small problems' sweeps to 10⁻⁸),
+#: float64 as before. The fits' own Newton steps stay in float64.
+_FIT_SINGLE_TOL = 1e-4
+#: The share of EP's tolerance (relative site change) within which a chord-stopped site fit
+#: is left from its optimum, at most (:func:`_chord_tol`).
+_CHORD_SHARE = 0.1
+#: The loosest chord stop, EP's at 10⁻⁴ (the estimators' default where a sweep is costly):
+#: at 10⁻³ (VS's kernel, 4·10⁻⁸) the kernel's sweeps on iris at C ≈ 220 stopped a sweep
+#: apart, and the empirical Bayes' C moved by 4 % (220 → 228; at 4·10⁻¹⁰, by 6·10⁻⁵).
+_CHORD_MAX = 4e-10
+
+
+def _chord_tol(tol: float) -> float:
+    """The decrement per unit of fitted mass at which the VS site fits' chord steps stop
+    in the sweeps of an EP that stops at relative site changes of ``tol``:
+    ``(2 × _CHORD_SHARE × tol)²``, at least :data:`_CHORD_TOL` and at most
+    :data:`_CHORD_MAX`.
+
+    The last chord step, of relative size ~√decrement, is taken without a line search and
+    leaves an error of at most the chord steps' contraction (below ``_CHORD_SPREAD`` = ½)
+    times it: at most a tenth of ``tol``, so that the fits' stop moves no site by as much
+    as the sweeps' own. Measured on digits (EP at 10⁻⁴, 12 sweeps either way): the fits'
+    objective evaluated 5.2 → 3.9 times a row and sweep, each row's fit moved by at most
+    ~10⁻¹¹ nats (KL), EP's posterior by 10⁻⁹ nats (D-144). At EP's tolerances of
+    10⁻⁷ and below (the small problems' sweeps) it is :data:`_CHORD_TOL`, as before."""
+    return min(max((2.0 * _CHORD_SHARE * tol) ** 2, _CHORD_TOL), _CHORD_MAX)
+
+
 #: The (K − 1)-dimensional site fits take chord steps (the rule's shared Gram matrix as
 #: their Hessian) wherever their fit is within this relative spread of the kernel at every
 #: node, instead of the engine's 0.1: the chord steps then contract the error by at most a
@@ -207,7 +244,18 @@ def _sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, m
         state.pending = None
     if state.rules is not None:
         return _vs_sites(
-            model, q, v_mean, v_cov, cav_prec, cav_lin, power, state.rules, state.level, ok
+            model,
+            q,
+            v_mean,
+            v_cov,
+            cav_prec,
+            cav_lin,
+            power,
+            state.rules,
+            state.level,
+            ok,
+            state.chord_tol,
+            state.fit_single,
         )
     return _tilted_sites(
         model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state, ok, moments
@@ -1041,7 +1089,9 @@ def _direct(t_mean, t_cov, cav_prec, cav_lin):
     return np.where(fine[:, None, None], lam, 0.0), np.where(fine[:, None], eta, 0.0), fine
 
 
-def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
+def _site_fits(
+    model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok, stop=_CHORD_TOL, single=False
+):
     """VS fits of the tilted densities ``F^power × cavity`` of the rows ``ok``: (log Z, mean,
     cov, integrable) per row, NaN where not fitted.
 
@@ -1049,9 +1099,12 @@ def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
     that is not negative definite, met on wide cavities where the factor is nearly a step
     over the kernel's nodes) is done again on the next rule, and the row keeps that rule in
     the later sweeps (``level`` is raised in place): the sweep stays one fixed map, which a
-    rule chosen afresh at each sweep would not be.
+    rule chosen afresh at each sweep would not be. ``stop``: the chord steps' stop
+    (:func:`_chord_tol`); ``single``: the targets' log-softmax in float32
+    (:data:`_FIT_SINGLE_TOL`).
     """
     r = q.shape[1]
+    dtype = np.float32 if single else np.float64
     log_z = np.full(len(mean), np.nan)
     fit_mean, fit_cov = np.full_like(mean, np.nan), np.full_like(cov, np.nan)
     good = np.zeros(len(mean), dtype=bool)
@@ -1069,7 +1122,8 @@ def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
             prec, lin, pw, label = cav_prec[sites], cav_lin[sites], power[sites], y[part]
 
             def log_target(centre, chol, z, mirrored):
-                return pw[:, None] * _log_softmax_affine(centre, chol, z, mirrored, q, label)
+                values = _log_softmax_affine(centre, chol, z, mirrored, q, label, dtype)
+                return pw[:, None] * values
 
             fits = fit_sites(
                 log_target,
@@ -1077,7 +1131,7 @@ def _site_fits(model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok):
                 chol[part],
                 rule,
                 gaussian_factor=(prec, lin),
-                chord_tol=_CHORD_TOL,
+                chord_tol=stop,
                 chord_spread=_CHORD_SPREAD,
                 affine=True,
             )
@@ -1104,8 +1158,10 @@ def _log_softmax_affine(
     mirrored: bool,
     q: np.ndarray,
     label: np.ndarray,
+    dtype: type = np.float64,
 ) -> np.ndarray:
-    """``log softmax(Q g)[y]`` of each row's label at its points ``g_j = μ + L z_j``: (m, P).
+    """``log softmax(Q g)[y]`` of each row's label at its points ``g_j = μ + L z_j``: (m, P),
+    computed in ``dtype`` (float32: see :data:`_FIT_SINGLE_TOL`).
 
     The latent values are ``Qμ + (QL) z_j``: one GEMM of the rows' (K × r) maps stacked
     against the nodes, and on a mirrored rule against its first half only (the second
@@ -1114,10 +1170,10 @@ def _log_softmax_affine(
     m, r = centre.shape
     k = q.shape[0]
     nodes = z[: len(z) // 2] if mirrored else z
-    maps = np.matmul(q, chol).reshape(m * k, r)  # the rows' Q L_i, stacked
-    spread = (maps @ nodes.T).reshape(m, k, len(nodes))
-    middle = (centre @ q.T)[:, :, None]
-    f = np.empty((m, k, len(z)))  # (m, K, P)
+    maps = np.matmul(q, chol).reshape(m * k, r).astype(dtype, copy=False)  # the rows' Q L_i
+    spread = (maps @ nodes.T.astype(dtype, copy=False)).reshape(m, k, len(nodes))
+    middle = (centre @ q.T)[:, :, None].astype(dtype, copy=False)
+    f = np.empty((m, k, len(z)), dtype)  # (m, K, P)
     np.add(middle, spread, out=f[:, :, : len(nodes)])
     if mirrored:
         np.subtract(middle, spread, out=f[:, :, len(nodes) :])
@@ -1153,12 +1209,25 @@ def _rules(rule: SamplingRule) -> list[SamplingRule]:
     ]
 
 
-def _vs_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok):
+def _vs_sites(
+    model,
+    q,
+    v_mean,
+    v_cov,
+    cav_prec,
+    cav_lin,
+    power,
+    rules,
+    level,
+    ok,
+    stop=_CHORD_TOL,
+    single=False,
+):
     """:func:`_tilted_sites` by VS fits of the tilted densities (their natural parameters
-    minus the cavity's)."""
+    minus the cavity's); ``stop`` and ``single`` as :func:`_site_fits`'."""
     r = q.shape[1]
     log_z, t_mean, t_cov, good = _site_fits(
-        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok, stop, single
     )
     t_prec = np.linalg.inv(np.where(good[:, None, None], t_cov, np.eye(r)))
     lam = np.where(good[:, None, None], t_prec - cav_prec, 0.0)

@@ -100,11 +100,11 @@ def fit_sites(
         too, evaluated at the nodes as one product with the features (and, on a mirrored
         rule, over half of them): a third of the cost of forming it at the points.
     chord_tol : float, optional
-        Decrement per unit of fitted mass at which a site on chord steps stops (at most
-        ``1e-14``, where Newton's steps stop). None: at ``1e-28 / spread²``, the chord
-        steps' linear convergence (rate ``spread`` ≤ 0.1) taken to Newton's ~1e-14; a
-        looser one stops where the last step is ~√chord_tol relative and leaves about
-        ``spread`` times that.
+        Decrement per unit of fitted mass at which a site on chord steps stops. None: at
+        ``1e-28 / spread²``, the chord steps' linear convergence (rate ``spread`` ≤ 0.1)
+        taken to Newton's ~1e-14; a looser one stops where the last step is
+        ~√chord_tol relative and leaves about ``spread`` times that (above ``1e-14``,
+        that last step is taken without a line search, as Newton's last one is).
     chord_spread : float, default=0.1
         Largest relative spread of the fit over the kernel at the points (``q̄`` about its
         mean) at which a site takes a chord step (the rule's shared Gram matrix as its
@@ -124,13 +124,7 @@ def fit_sites(
     kernel_chol = np.asarray(kernel_chol, dtype=float)
     m, k = kernel_mean.shape
     shared = _rule_arrays(rule, k)
-    z, weights, phi, gram, log_window = (
-        shared.z,
-        shared.weights,
-        shared.phi,
-        shared.gram,
-        shared.log_window,
-    )
+    z, weights, phi, log_window = shared.z, shared.weights, shared.phi, shared.log_window
     family = FullFamily(z)
     if affine:
         log_p = log_target(kernel_mean, kernel_chol, z, shared.mirrored)
@@ -152,7 +146,7 @@ def fit_sites(
         # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
         # too long overflows to an infinite objective, which the line search rejects.
         with np.errstate(over="ignore", invalid="ignore"):
-            wq = weights * flushed_exp(shared.values(v) - log_window)
+            wq = shared.weighted_fit(v)
         return wq.sum(axis=1) - np.einsum("mn,mn->m", target_moments[sites], v), wq
 
     everyone = np.arange(m)
@@ -194,13 +188,16 @@ def fit_sites(
         # breast cancer: EP-logistic 34 → 48 ms with chord steps).
         if k > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
-                spread = np.abs(wq / weights - mass[:, None]).max(axis=1) / mass
+                spread = shared.spread(wq, mass)
             chord = spread <= chord_spread
         else:
             spread, chord = np.ones_like(mass), np.zeros(mass.shape, dtype=bool)
         step = np.empty_like(grad)
         if chord.any():
-            step[chord] = -np.linalg.solve(gram, grad[chord].T).T / mass[chord, None]
+            # The rule's inverse Gram matrix, formed once: one GEMM of the chord sites'
+            # gradients instead of an LU factorization and its solves at every iteration.
+            step[chord] = grad[chord] @ shared.gram_inverse()
+            step[chord] /= -mass[chord, None]
         full = np.flatnonzero(~chord)
         if full.size:
             upper = shared.hessian_upper(wq[full])
@@ -228,8 +225,10 @@ def fit_sites(
         if chord_tol is not None:
             limit = np.where(chord, chord_tol, limit)
         # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
-        # round-off is larger): the step is taken as is, as Newton's last one.
-        resolved = decrement <= _TOL * mass
+        # round-off is larger): the step is taken as is, as Newton's last one. So is a chord
+        # step below a looser chord_tol (a step ~√chord_tol relative, inside the region
+        # where the chord steps contract): it is the site's last.
+        resolved = decrement <= np.maximum(limit, _TOL) * mass
         v[active[resolved]] += step[resolved]
         again = active[resolved & (decrement > limit * mass)]  # chord sites not done
         if again.size:
@@ -290,12 +289,19 @@ class _RuleArrays:
         self.log_window = -0.5 * np.einsum("pj,pj->p", self.z, self.z)
         self.log_window -= 0.5 * k * math.log(2.0 * math.pi)
         self.gram = (self.phi * self.weights[:, None]).T @ self.phi
+        self._gram_inverse = None
         self._monomials = None
         self._squares = None  # the nodes and their outer products (moment_sums)
         # A mirrored rule (SymmetricSobol: nodes z and −z, equal weights) halves the
         # products over the nodes: a feature (or monomial) of even degree takes the same
         # value at z and −z, one of odd degree the opposite.
         half = len(self.z) // 2
+        self.uniform = bool(np.all(self.weights == self.weights[0]))
+        # log w − log_window = log w + |z|²/2 + (k/2) log 2π in the features' basis (1, z_a,
+        # −z_a²/2, −z_a z_b): the constant, and −1 on each −z_a²/2.
+        self._window_basis = np.zeros(self.phi.shape[1])
+        self._window_basis[0] = math.log(self.weights[0]) + 0.5 * k * math.log(2.0 * math.pi)
+        self._window_basis[1 + k :] = -_identity_basis(k)
         self.mirrored = (
             len(self.z) % 2 == 0
             and np.array_equal(self.z[half:], -self.z[:half])
@@ -305,6 +311,13 @@ class _RuleArrays:
         self.odd[1 : 1 + k] = True  # the features 1, z_a, multiples of z_a z_b
         self._half_phi = (self.phi[:half, ~self.odd], self.phi[:half, self.odd])
 
+    def gram_inverse(self) -> np.ndarray:
+        """The Gram matrix's inverse (symmetric), formed on first use."""
+        if self._gram_inverse is None:
+            inverse = np.linalg.inv(self.gram)
+            self._gram_inverse = 0.5 * (inverse + inverse.T)
+        return self._gram_inverse
+
     def values(self, v: np.ndarray) -> np.ndarray:
         """``v @ φᵀ`` (m, P): the fitted log-densities' quadratic forms at the nodes."""
         if not self.mirrored:
@@ -312,7 +325,33 @@ class _RuleArrays:
         even, odd = self._half_phi
         at_even = v[:, ~self.odd] @ even.T
         at_odd = v[:, self.odd] @ odd.T
-        return np.concatenate([at_even + at_odd, at_even - at_odd], axis=1)
+        half = at_even.shape[1]
+        out = np.empty((len(v), 2 * half))
+        np.add(at_even, at_odd, out=out[:, :half])
+        np.subtract(at_even, at_odd, out=out[:, half:])
+        return out
+
+    def weighted_fit(self, v: np.ndarray) -> np.ndarray:
+        """``w_j q̄_j`` (m, P): the weights times the fits ``q = exp(v · φ)`` over the
+        kernel at the nodes. With equal weights, their log and ``−log_window`` (a quadratic
+        in z) are added to the coordinates ``v``, so that the values come out of the
+        features' product as ``log(w q̄)``: two passes over the (m, P) values fewer (the
+        same numbers to round-off)."""
+        if not self.uniform:
+            return self.weights * flushed_exp(self.values(v) - self.log_window)
+        return flushed_exp(self.values(v + self._window_basis))
+
+    def spread(self, wq: np.ndarray, mass: np.ndarray) -> np.ndarray:
+        """``max_j |wq_ij / w_j − mass_i| / mass_i`` (m,): the fits' largest relative
+        departure from their mean over the nodes. With equal weights, from each row's
+        largest and smallest ``wq`` alone (the division and the subtraction are monotone:
+        the same bits), two reductions instead of three temporaries of the (m, P) values."""
+        if not self.uniform:
+            return np.abs(wq / self.weights - mass[:, None]).max(axis=1) / mass
+        w = self.weights[0]
+        above = wq.max(axis=1) / w - mass
+        below = mass - wq.min(axis=1) / w
+        return np.maximum(above, below) / mass
 
     def sums(self, weights: np.ndarray) -> np.ndarray:
         """``weights @ φ`` (m, n) for weights (m, P) on the nodes."""
@@ -480,20 +519,37 @@ def _inverse(matrices: np.ndarray, rcond: float = 0.0):
     positive definite (smallest eigenvalue above ``rcond`` times the largest); where it is
     not, those of the identity. One-dimensional ones (EP's binary sites) need no
     eigendecomposition."""
+    if matrices.shape[1] > 1:
+        # Every matrix positive definite (the fits' usual case): one batched Cholesky
+        # factorization for the log-determinants and LU inverses, a third of the
+        # eigendecompositions' time at k = 9. With rcond, a matrix is kept where
+        # rcond |A|_F |A⁻¹|_F < 1 (λ_max ≤ |A|_F and λ_min ≥ 1 / |A⁻¹|_F: conditioned
+        # well enough); the others are decomposed.
+        try:
+            lower = np.linalg.cholesky(matrices)
+        except np.linalg.LinAlgError:
+            pass
+        else:
+            log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
+            inverse = np.linalg.inv(matrices)
+            definite = np.ones(len(matrices), dtype=bool)
+            if rcond > 0.0:
+                size = np.sqrt(np.einsum("mab,mab->m", matrices, matrices))
+                inverse_size = np.sqrt(np.einsum("mab,mab->m", inverse, inverse))
+                unsure = ~(rcond * size * inverse_size < 1.0)
+                if unsure.any():
+                    inverse[unsure], log_det[unsure], definite[unsure] = _eigen_inverse(
+                        matrices[unsure], rcond
+                    )
+            return inverse, log_det, definite
+    return _eigen_inverse(matrices, rcond)
+
+
+def _eigen_inverse(matrices: np.ndarray, rcond: float):
+    """:func:`_inverse` by eigendecompositions."""
     if matrices.shape[1] == 1:
         eigval, eigvec = matrices[:, 0], None
     else:
-        if rcond == 0.0:
-            # Every matrix positive definite (the fits' usual case): one batched Cholesky
-            # factorization for the log-determinants and LU inverses, a third of the
-            # eigendecompositions' time at k = 9.
-            try:
-                lower = np.linalg.cholesky(matrices)
-            except np.linalg.LinAlgError:
-                pass
-            else:
-                log_det = 2.0 * np.log(np.diagonal(lower, axis1=1, axis2=2)).sum(axis=1)
-                return np.linalg.inv(matrices), log_det, np.ones(len(matrices), dtype=bool)
         eigval, eigvec = np.linalg.eigh(matrices)
     definite = eigval.min(axis=1) > rcond * np.maximum(eigval.max(axis=1), 0.0)
     definite &= eigval.min(axis=1) > 0

