@@ -42,6 +42,7 @@ from .._sums import logsumexp
 from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
+from ..approximations.softmax_prior_sites import under_prior_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
 from ..models.glm import BinaryGLMPosterior, fast_log_cdf_suffices
@@ -457,9 +458,15 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
 def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     """The terms of ``rows`` from EP refitted without each, warm from the fit's sites
     (:mod:`~vsbayes.approximations.ep_leave_one_out`); None where that does not apply (a
-    ``prior=`` or a shrinkage prior: their EP has sites this fit did not keep)."""
-    sites = estimator.posteriors_[0].sites
-    if getattr(estimator, "prior", None) is not None or estimator._shrinkage_factor() is not None:
+    Gaussian ``prior=``, or a binary shrinkage prior: their EP has sites this fit did not
+    keep). The multinomial EP under a shrinkage prior keeps its coefficient sites: the
+    refits run under the base times those sites, the Gaussian prior the rows' sites were
+    fitted under, fixed (as EP's leave-one-out keeps the other sites of the cavity)."""
+    posterior = estimator.posteriors_[0]
+    sites, prior_sites = posterior.sites, getattr(posterior, "prior_sites", None)
+    factor = estimator._shrinkage_factor()
+    shrinkage = factor is not None and prior_sites is not None and sites.space == "contrast"
+    if not shrinkage and (getattr(estimator, "prior", None) is not None or factor is not None):
         return None
     positive = data.weights > 0
     with warnings.catch_warnings():
@@ -477,7 +484,11 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     try:
         if sites.space == "contrast":
             k = len(estimator.classes_)
+            if shrinkage:
+                priors["coefficient_prior"] = factor
             model = SoftmaxGLMPosterior(X, data.index, data.weights, k, **priors)
+            if shrinkage:
+                model = under_prior_sites(model, *prior_sites)
             refits = refit_softmax_without_rows(
                 model, sites, model_rows, linear_within=REFIT_LINEAR_WITHIN, **options
             )
