@@ -29,7 +29,12 @@ in closed form from its mixture of nine probits (``site_fit="fast"``:
 **What it keeps.** The model's prior and weights as they are: with ``penalty=None`` (the
 flat prior, scaled by the data's curvature) or ``class_weight="balanced"``, a cold refit
 without the row would rescale them by a factor 1 ± 1/M; the warm refit leaves them, as a
-leave-one-out posterior should (the prior is not data).
+leave-one-out posterior should (the prior is not data). Under a shrinkage prior the
+multinomial EP's coefficient sites are part of the prior the rows' sites were fitted
+under: the refits run under the Gaussian base times those sites as the full fit left them
+(:func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`), the
+approximation EP's leave-one-out makes of the other sites, not relaxing them without the
+row (docs/decisions.md, D-160).
 
 Measured (``benchmarks/posterior_checks.py``): see D-060 in ``docs/decisions.md``.
 """

@@ -40,6 +40,7 @@ import numpy as np
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, EstimationError
 from ..models.latent import untouched_columns
+from ..models.softmax import SoftmaxGLMPosterior
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, _normalizer_sum
 from .shrinkage_mode import softmax_mode_prior_curvature, softmax_shrinkage_laplace
 from .softmax_ep import softmax_ep
@@ -221,9 +222,12 @@ def softmax_ep_with_prior_sites(
     return out.with_sites(sites, (cav_mean, cav_var), (tau, nu))
 
 
-def under_prior_sites(model, tau: np.ndarray, nu: np.ndarray):
-    """The model with the prior sites and the Gaussian base as its diagonal Gaussian prior
-    on θ (a mean, variances that differ between classes), without the shrinkage prior."""
+def under_prior_sites(
+    model: SoftmaxGLMPosterior, tau: np.ndarray, nu: np.ndarray
+) -> SoftmaxGLMPosterior:
+    """The model with the prior sites ``(τ, ν)`` (an ``EPResult``'s ``prior_sites``) and
+    the Gaussian base as its diagonal Gaussian prior on θ (a mean, variances that differ
+    between classes), without the shrinkage prior: the rows' EP runs on it."""
     n = tau.size
     view = copy.copy(model)
     view.coefficient_prior = None

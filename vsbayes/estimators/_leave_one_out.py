@@ -10,7 +10,8 @@ of row i's likelihood factor ``F^{s_i}`` under the posterior without that row:
   one-dimensional (binary) or (K − 1)-dimensional (multinomial) integral against the cavity
   of the row's latent value; the influential rows' cavities overrate them (the other sites
   stay as the row left them), and those rows take EP refitted without them, warm from the
-  fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`);
+  fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`; under a shrinkage prior
+  the multinomial EP's coefficient sites stay as the fit left them, part of the prior);
 - otherwise by Pareto-smoothed importance sampling (Vehtari, Gelman & Gabry 2017) of draws
   from the Gaussian approximation q, reweighted to the exact posterior
   (``p(θ | y) / q(θ)``, the approximation's own Pareto ``k̂`` reported as
@@ -415,8 +416,9 @@ def _standard_error(pointwise: np.ndarray) -> float:
 
 def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.ndarray:
     """``log p(y_i | y_−i)`` of each of ``rows`` under the posterior refitted without row
-    i: EP's refits warm from the full fit's sites (binary EP on a Gaussian prior), else a
-    refit of the estimator (its parameters, so its route and seed), as brute force does."""
+    i: EP's refits warm from the full fit's sites (EP on a Gaussian prior, or the
+    multinomial EP under a shrinkage prior with its prior sites held fixed), else a refit
+    of the estimator (its parameters, so its route and seed), as brute force does."""
     warm = _warm_refit_terms(estimator, data, rows)
     if warm is not None:
         return warm
