@@ -29,7 +29,12 @@ in closed form from its mixture of nine probits (``site_fit="fast"``:
 **What it keeps.** The model's prior and weights as they are: with ``penalty=None`` (the
 flat prior, scaled by the data's curvature) or ``class_weight="balanced"``, a cold refit
 without the row would rescale them by a factor 1 ± 1/M; the warm refit leaves them, as a
-leave-one-out posterior should (the prior is not data).
+leave-one-out posterior should (the prior is not data). Under a shrinkage prior the
+multinomial EP's coefficient sites are part of the prior the rows' sites were fitted
+under: the refits run under the Gaussian base times those sites as the full fit left them
+(:func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`), the
+approximation EP's leave-one-out makes of the other sites, not relaxing them without the
+row (docs/decisions.md, D-160).
 
 Measured (``benchmarks/posterior_checks.py``): see D-060 in ``docs/decisions.md``.
 """
@@ -49,6 +54,7 @@ from ..sampling import SymmetricSobol
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows, _split_weights
+from .softmax_ep import _Contrast
 from .softmax_sites import (
     MAX_FITTED_CLASSES,
     _cavity,
@@ -333,6 +339,26 @@ class _RowOuter:
         return out
 
 
+class _ContrastPrior(NamedTuple):
+    """The Gaussian prior of B (the contrasts, r·w entries, class-major rows of w): its
+    precision, diagonal (r·w,) for the default prior N(0, C) or (r·w, r·w), and its
+    linear term (None: centred at 0)."""
+
+    precision: np.ndarray
+    linear: np.ndarray | None
+
+
+def _contrast_prior(model) -> _ContrastPrior:
+    """B's marginal prior under the model's Gaussian prior on θ: the default's diagonal
+    (the same variances for every class), or a general prior's (a full precision, a mean,
+    or variances that differ between the classes: a shrinkage prior's sites, as
+    :class:`~vsbayes.approximations.softmax_ep._Contrast` runs EP on B)."""
+    contrast = _Contrast(model)
+    if contrast.general:
+        return _ContrastPrior(contrast.prior_precision_b, contrast.prior_linear_b)
+    return _ContrastPrior(1.0 / contrast.prior_var, None)
+
+
 class _SoftmaxRefits(_StackedRefits):
     """The Gaussians of prior × sites of R multinomial refits at once, on B (the contrasts,
     r·w entries, as :class:`~vsbayes.approximations.softmax_ep`'s ``_Contrast``): each
@@ -341,7 +367,7 @@ class _SoftmaxRefits(_StackedRefits):
 
     FIELDS = ("mean", "var", "g_mean", "g_cov")
 
-    def __init__(self, design, outer, prior_var, lam, eta):
+    def __init__(self, design, outer, prior: _ContrastPrior, lam, eta):
         # ``design``: x̃ = [x, 1] (M, w); ``outer``: the rows' x̃ x̃ᵀ (a _RowOuter), so
         # that every refit's precision blocks Σ_j Λ_rj[a, b] x̃_j x̃_jᵀ are one GEMM
         # (R·r², M) × (M, w²).
@@ -351,9 +377,14 @@ class _SoftmaxRefits(_StackedRefits):
         blocks = blocks.reshape(n, r, r, w, w)
         precision = np.ascontiguousarray(blocks.transpose(0, 1, 3, 2, 4)).reshape(n, r * w, -1)
         precision = 0.5 * (precision + np.swapaxes(precision, 1, 2))
-        diagonal = np.arange(r * w)
-        precision[:, diagonal, diagonal] += 1.0 / prior_var
+        if prior.precision.ndim == 1:
+            diagonal = np.arange(r * w)
+            precision[:, diagonal, diagonal] += prior.precision
+        else:
+            precision += prior.precision
         linear = (np.swapaxes(eta, 1, 2) @ design).reshape(n, r * w)  # Σ_j η_j x̃_jᵀ
+        if prior.linear is not None:
+            linear += prior.linear
         inverse = _inverse_factors(precision)
         self.mean = np.einsum("kba,kb->ka", inverse, np.einsum("kab,kb->ka", inverse, linear))
         self.var = np.einsum("kab,kab->kb", inverse, inverse)
@@ -387,7 +418,8 @@ def refit_softmax_without_rows(
     Parameters
     ----------
     model : SoftmaxGLMPosterior
-        The posterior the full EP fitted (rows in memory, a diagonal prior centred at 0).
+        The posterior the full EP fitted (rows in memory, a Gaussian prior: under a
+        shrinkage prior, the model under the fit's prior sites, which stay fixed).
     sites : EPSites
         The full fit's sites (``space="contrast"``), of the model's rows.
     rows : array-like of int
@@ -411,8 +443,11 @@ def refit_softmax_without_rows(
         the softmax ignores their common shift).
     """
     rows = np.asarray(rows, dtype=np.intp).ravel()
-    if model.prior_precision is not None or np.any(model.prior_mean):
-        raise ValueError("Warm leave-one-out refits need the diagonal prior centred at 0.")
+    if getattr(model, "coefficient_prior", None) is not None:
+        raise ValueError(
+            "Warm leave-one-out refits need a Gaussian prior: pass the model under its "
+            "prior sites (softmax_prior_sites.under_prior_sites)."
+        )
     m, k, d = model.n_observations, model.n_classes, model.n_features
     if len(sites.precision) != m:
         raise ValueError(f"sites has {len(sites.precision)} rows; the model has {m}.")
@@ -468,16 +503,14 @@ class _SoftmaxRefitsShared:
     the linear sites' Jacobians (at the first block that takes them)."""
 
     def __init__(self, model, design, sites, linear_within):
-        k, d = model.n_classes, model.n_features
+        k = model.n_classes
         self.model, self.design, self.sites = model, design, sites
         self.linear_within = linear_within
         self.q = centred_basis(k)
-        # B's prior variances (class-major rows of w), the same for every class.
-        columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
-        self.prior_var = np.tile(model.prior_var[columns], k - 1)
+        self.prior = _contrast_prior(model)
         self.outer = _RowOuter(design)
         self.copies, self.power = _split_weights(model.sample_weight)
-        self.full = _full_fit_cavities(design, self.outer, self.prior_var, sites, self.copies)
+        self.full = _full_fit_cavities(design, self.outer, self.prior, sites, self.copies)
         self._jacobians = None
 
     def jacobians(self, state: _RowState) -> _SiteJacobians:
@@ -495,7 +528,7 @@ def _refit_softmax_block(shared: _SoftmaxRefitsShared, rows, damping, tol, max_i
     sites (settled refits as :func:`_refit_block`'s)."""
     model, design, sites = shared.model, shared.design, shared.sites
     n, m, r = rows.size, model.n_observations, model.n_classes - 1
-    q, prior_var, outer = shared.q, shared.prior_var, shared.outer
+    q, prior, outer = shared.q, shared.prior, shared.outer
     copies, power = np.tile(shared.copies, n), np.tile(shared.power, n)
     labels = np.tile(model.y, n)
     own = (np.arange(n), rows)
@@ -523,7 +556,7 @@ def _refit_softmax_block(shared: _SoftmaxRefitsShared, rows, damping, tol, max_i
         )
         if not stale.any():  # (no stack of no refits: the last posterior is this one)
             return known["post"]
-        fresh = _SoftmaxRefits(design, outer, prior_var, lam[stale], eta[stale])
+        fresh = _SoftmaxRefits(design, outer, prior, lam[stale], eta[stale])
         post = fresh if stale.all() else known["post"].replace(stale, fresh)
         known.update(lam=lam.copy(), eta=eta.copy(), post=post)
         return post
@@ -764,10 +797,10 @@ class _FullFit(NamedTuple):
     ok: np.ndarray
 
 
-def _full_fit_cavities(design, outer, prior_var, sites, copies) -> _FullFit:
+def _full_fit_cavities(design, outer, prior: _ContrastPrior, sites, copies) -> _FullFit:
     """:class:`_FullFit` of the full fit's ``sites``: the refits' rules and the linear
     sites' Jacobians both start from it."""
-    full = _SoftmaxRefits(design, outer, prior_var, sites.precision[None], sites.linear[None])
+    full = _SoftmaxRefits(design, outer, prior, sites.precision[None], sites.linear[None])
     g_mean, g_cov = full.g_mean[0], full.g_cov[0]
     return _FullFit(g_mean, g_cov, *_cavity(g_mean, g_cov, sites.precision, sites.linear, copies))
 

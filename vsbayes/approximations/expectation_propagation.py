@@ -89,11 +89,17 @@ class EPResult(DiagnosedGaussian):
     #: tilted densities whose departure from Gaussian the estimators' strategy weighs.
     prior_cavities = None
 
-    def with_sites(self, sites: EPSites, prior_cavities=None) -> EPResult:
-        """This result, keeping ``sites`` and ``prior_cavities`` (set once, by the EP that
-        made it)."""
+    #: Under a shrinkage prior whose EP keeps them (the multinomial's), the coefficient
+    #: sites ``(τ, ν)`` of the returned posterior: with the Gaussian base, the Gaussian
+    #: prior that the rows' sites were fitted under (leave-one-out's warm refits keep it).
+    prior_sites = None
+
+    def with_sites(self, sites: EPSites, prior_cavities=None, prior_sites=None) -> EPResult:
+        """This result, keeping ``sites``, ``prior_cavities`` and ``prior_sites`` (set
+        once, by the EP that made it)."""
         object.__setattr__(self, "sites", sites)
         object.__setattr__(self, "prior_cavities", prior_cavities)
+        object.__setattr__(self, "prior_sites", prior_sites)
         return self
 
 
@@ -132,7 +138,7 @@ def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResu
         sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
     log_z = result.log_Z + informative.log_likelihood
     moved = EPResult(result.mean, result.cov, log_z, **result.diagnostics())
-    return moved.with_sites(sites, result.prior_cavities)
+    return moved.with_sites(sites, result.prior_cavities, result.prior_sites)
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:

@@ -40,11 +40,12 @@ import numpy as np
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, EstimationError
 from ..models.latent import untouched_columns
+from ..models.softmax import SoftmaxGLMPosterior
 from .expectation_propagation import DEFAULT_DAMPING, EPResult, _normalizer_sum
 from .shrinkage_mode import softmax_mode_prior_curvature, softmax_shrinkage_laplace
 from .softmax_ep import softmax_ep
 
-__all__ = ["softmax_ep_with_prior_sites"]
+__all__ = ["softmax_ep_with_prior_sites", "under_prior_sites"]
 
 #: The most rounds of prior-site updates (each a warm multinomial EP of the rows).
 MAX_ROUNDS = 100
@@ -97,7 +98,9 @@ def softmax_ep_with_prior_sites(
     -------
     EPResult
         In the model's layout of θ (not centred); ``prior_cavities`` the coefficient sites'
-        cavities at the returned posterior, ``n_iter`` the rows' sweeps over all rounds.
+        cavities at the returned posterior, ``prior_sites`` their sites ``(τ, ν)`` (the
+        posterior is the rows' EP under :func:`under_prior_sites` of them), ``n_iter`` the
+        rows' sweeps over all rounds.
 
     Raises
     ------
@@ -150,7 +153,7 @@ def softmax_ep_with_prior_sites(
     sites, sweeps, change, converged = None, 0, math.inf, False
     for round_ in range(MAX_ROUNDS):
         tau = np.maximum(tau, floor)
-        view = _under_prior_sites(model, tau, nu)
+        view = under_prior_sites(model, tau, nu)
         # The rows' EP to a tenth of the prior sites' last change (an inexact inner solve:
         # its sweeps to ``tol`` under prior sites still far from theirs are wasted), to
         # ``tol`` once they are within it.
@@ -216,12 +219,15 @@ def softmax_ep_with_prior_sites(
         converged=converged,
         site_change=max(change, result.site_change),
     )
-    return out.with_sites(sites, (cav_mean, cav_var))
+    return out.with_sites(sites, (cav_mean, cav_var), (tau, nu))
 
 
-def _under_prior_sites(model, tau: np.ndarray, nu: np.ndarray):
-    """The model with the prior sites and the Gaussian base as its diagonal Gaussian prior
-    on θ (a mean, variances that differ between classes), without the shrinkage prior."""
+def under_prior_sites(
+    model: SoftmaxGLMPosterior, tau: np.ndarray, nu: np.ndarray
+) -> SoftmaxGLMPosterior:
+    """The model with the prior sites ``(τ, ν)`` (an ``EPResult``'s ``prior_sites``) and
+    the Gaussian base as its diagonal Gaussian prior on θ (a mean, variances that differ
+    between classes), without the shrinkage prior: the rows' EP runs on it."""
     n = tau.size
     view = copy.copy(model)
     view.coefficient_prior = None

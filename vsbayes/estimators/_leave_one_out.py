@@ -10,7 +10,8 @@ of row i's likelihood factor ``F^{s_i}`` under the posterior without that row:
   one-dimensional (binary) or (K − 1)-dimensional (multinomial) integral against the cavity
   of the row's latent value; the influential rows' cavities overrate them (the other sites
   stay as the row left them), and those rows take EP refitted without them, warm from the
-  fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`);
+  fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`; under a shrinkage prior
+  the multinomial EP's coefficient sites stay as the fit left them, part of the prior);
 - otherwise by Pareto-smoothed importance sampling (Vehtari, Gelman & Gabry 2017) of draws
   from the Gaussian approximation q, reweighted to the exact posterior
   (``p(θ | y) / q(θ)``, the approximation's own Pareto ``k̂`` reported as
@@ -41,6 +42,7 @@ from .._sums import logsumexp
 from .._warnings import warn
 from ..approximations.ep_leave_one_out import refit_softmax_without_rows, refit_without_rows
 from ..approximations.expectation_propagation import DEFAULT_DAMPING
+from ..approximations.softmax_prior_sites import under_prior_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
 from ..models.glm import BinaryGLMPosterior, fast_log_cdf_suffices
@@ -415,8 +417,9 @@ def _standard_error(pointwise: np.ndarray) -> float:
 
 def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.ndarray:
     """``log p(y_i | y_−i)`` of each of ``rows`` under the posterior refitted without row
-    i: EP's refits warm from the full fit's sites (binary EP on a Gaussian prior), else a
-    refit of the estimator (its parameters, so its route and seed), as brute force does."""
+    i: EP's refits warm from the full fit's sites (EP on a Gaussian prior, or the
+    multinomial EP under a shrinkage prior with its prior sites held fixed), else a refit
+    of the estimator (its parameters, so its route and seed), as brute force does."""
     warm = _warm_refit_terms(estimator, data, rows)
     if warm is not None:
         return warm
@@ -458,9 +461,15 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
 def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     """The terms of ``rows`` from EP refitted without each, warm from the fit's sites
     (:mod:`~vsbayes.approximations.ep_leave_one_out`); None where that does not apply (a
-    ``prior=`` or a shrinkage prior: their EP has sites this fit did not keep)."""
-    sites = estimator.posteriors_[0].sites
-    if getattr(estimator, "prior", None) is not None or estimator._shrinkage_factor() is not None:
+    Gaussian ``prior=``, or a binary shrinkage prior: their EP has sites this fit did not
+    keep). The multinomial EP under a shrinkage prior keeps its coefficient sites: the
+    refits run under the base times those sites, the Gaussian prior the rows' sites were
+    fitted under, fixed (as EP's leave-one-out keeps the other sites of the cavity)."""
+    posterior = estimator.posteriors_[0]
+    sites, prior_sites = posterior.sites, getattr(posterior, "prior_sites", None)
+    factor = estimator._shrinkage_factor()
+    shrinkage = factor is not None and prior_sites is not None and sites.space == "contrast"
+    if not shrinkage and (getattr(estimator, "prior", None) is not None or factor is not None):
         return None
     positive = data.weights > 0
     with warnings.catch_warnings():
@@ -478,7 +487,11 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     try:
         if sites.space == "contrast":
             k = len(estimator.classes_)
+            if shrinkage:
+                priors["coefficient_prior"] = factor
             model = SoftmaxGLMPosterior(X, data.index, data.weights, k, **priors)
+            if shrinkage:
+                model = under_prior_sites(model, *prior_sites)
             refits = refit_softmax_without_rows(
                 model, sites, model_rows, linear_within=REFIT_LINEAR_WITHIN, **options
             )
