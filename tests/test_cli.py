@@ -612,3 +612,15 @@ def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):
     assert out.count("log evidence") == 1
     for name in ("a: x1", "c: x2", "b: (intercept)"):
         assert name in out
+
+
+@pytest.mark.parametrize("method", ["vs", "bmc"])
+def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, method):
+    # 3 features and the intercept: n = 15 parameters of the Gaussian. The estimators'
+    # advice (family='diagonal' for VS) names options the command line does not have.
+    argv = ["fit", small_csv, "--target", "outcome", "--method", method, "--n-samples", "1"]
+    status, out, err = run(capsys, *argv)
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert "--n-samples 1 is fewer than the n = 15 parameters" in err
+    assert "--n-samples 15 or more" in err and "--n-samples auto" in err
+    assert "family" not in err and "n_samples" not in err

@@ -412,7 +412,9 @@ def test_a_wrong_width_is_told_by_the_estimator_called(data, scales):
         "to_inference_data": lambda: model.to_inference_data(narrow, y),
     }
     for name, call in calls.items():
-        with pytest.raises(ValueError, match="X has 3 features, but EmpiricalBayesClassifier "
-                           "is expecting 4 features") as error:
+        with pytest.raises(
+            ValueError,
+            match="X has 3 features, but EmpiricalBayesClassifier is expecting 4 features",
+        ) as error:
             call()
         assert "LogisticRegression" not in str(error.value), name
