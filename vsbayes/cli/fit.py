@@ -62,8 +62,7 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(
             f"--n-samples {error.n_samples} is fewer than the n = {error.needed} parameters "
             f"of the Gaussian the points determine, too few for --method {args.method}: "
-            f"use --n-samples {error.needed} or more (16-64n is typical), or --n-samples "
-            f"auto."
+            f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
         ) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
     for text in fit.warnings:

@@ -32,17 +32,17 @@ def check_positive(value, name: str) -> float:
 
 
 def check_enough_samples(
-    n_samples: int, n_params: int, dim: int, family: str, why: str, remedy: str = ""
+    n_samples: int, n_params: int, dim: int, family: str, why: str, advice: str
 ) -> None:
     """Raise :class:`~vsbayes.exceptions.TooFewSamplesError` if ``n_samples`` is below the
     ``n_params`` parameters of the Gaussian ``family`` in dimension ``dim``: the one rule of
     VS and BMC for an undersized sample (``why``: what fewer points do to the fit;
-    ``remedy``: the method's own further option)."""
+    ``advice``: the method's typical sizes and further options, after the floor)."""
     if n_samples < n_params:
         raise TooFewSamplesError(
             f"n_samples={n_samples} is fewer than the n={n_params} parameters of the "
             f"{family!r} family in dimension {dim}: {why}. Use n_samples >= {n_params} "
-            f"(16–64 n is typical){remedy}.",
+            f"{advice}.",
             n_samples,
             n_params,
         )

@@ -161,6 +161,7 @@ def bayesian_monte_carlo(
         "gaussian",
         "the Gaussian process cannot resolve the Gaussian it fits from fewer points (its "
         "covariance comes out too narrow)",
+        "(the estimators' 'auto' takes max(8n, 256), at most 16384)",
     )
     length_scale = check_positive(length_scale, "length_scale")
     nugget = check_positive(nugget, "nugget")

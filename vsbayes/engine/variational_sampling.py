@@ -292,7 +292,7 @@ def variational_sampling(
         kernel.dim,
         family,
         "the fit is not determined",
-        "" if family == "diagonal" else " or family='diagonal'",
+        "(16–64 n is typical)" + ("" if family == "diagonal" else " or family='diagonal'"),
     )
     # A round with fewer than 2n points nearly interpolates the target: a poor kernel for
     # the next round. Use only as many rounds as get 2n points each.
