@@ -500,6 +500,48 @@ def test_compare_refuses_a_reference_beyond_the_memory(capsys, small_csv):
     assert "the reference's 7680 importance draws over 4 parameters" in err
 
 
+def test_compare_sizes_its_reference_before_any_work(capsys, small_csv, monkeypatch):
+    # --budget bounds the sampling ladders, not the reference: the reference's work is
+    # planned before EP runs and refused beyond its own limit, saying what it would cost.
+    from vsbayes.cli import compare
+
+    planned = compare.REFERENCE_FACTOR * 15 * len(compare.REFERENCE_WIDENINGS)  # draws
+    monkeypatch.setattr(compare, "REFERENCE_WORK_LIMIT", 1e6)
+    monkeypatch.setattr(compare, "make_estimator", None)  # no fit may start
+    status, out, err = run(capsys, "compare", small_csv, "--target", "outcome")
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert "the reference's 7680 importance draws over 4 parameters" in err
+    assert f"up to {planned} draws" in err and "limit of 1e+06 multiply-adds" in err
+    assert "fewer features" in err
+
+
+def test_compare_help_says_what_the_budget_covers(capsys):
+    status, out, _ = run(capsys, "compare", "--help")
+    text = " ".join(out.split())
+    assert status == 0 and "not the reference" in text
+
+
+def test_the_reference_runs_on_one_blas_thread(small_csv):
+    # Its second moments are BLAS products: on the library's pool of threads they stalled
+    # on a busy machine (a fit of its own runs on one thread, as every fit does).
+    from threadpoolctl import threadpool_info
+
+    from vsbayes import Gaussian
+    from vsbayes.cli.compare import reference_posterior
+
+    class Model:
+        def log_density(self, theta):
+            threads = {
+                pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"
+            }
+            assert threads <= {1}
+            return -0.5 * (theta * theta).sum(axis=1)
+
+    proposal = Gaussian(np.zeros(2), np.eye(2))
+    posterior, _, _ = reference_posterior(Model(), proposal, 64, np.random.default_rng(0))
+    np.testing.assert_allclose(posterior.mean, 0.0, atol=1e-12)  # antithetic, exact target
+
+
 def test_memory_error_is_one_line(capsys, monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 121. GiB for an array")
@@ -612,3 +654,15 @@ def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):
     assert out.count("log evidence") == 1
     for name in ("a: x1", "c: x2", "b: (intercept)"):
         assert name in out
+
+
+@pytest.mark.parametrize("method", ["vs", "bmc"])
+def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, method):
+    # 3 features and the intercept: n = 15 parameters of the Gaussian. The estimators'
+    # advice (family='diagonal' for VS) names options the command line does not have.
+    argv = ["fit", small_csv, "--target", "outcome", "--method", method, "--n-samples", "1"]
+    status, out, err = run(capsys, *argv)
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert "--n-samples 1 is fewer than the n = 15 parameters" in err
+    assert "--n-samples 15 or more" in err and "--n-samples auto" in err
+    assert "family" not in err and "n_samples" not in err

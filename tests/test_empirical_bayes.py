@@ -401,3 +401,32 @@ def test_warns_when_the_compared_evidences_are_estimates(monkeypatch):
     estimated = vsbayes.config_context(covariance="lowrank", covariance_rank=2)
     with estimated, pytest.warns(vsbayes.exceptions.UnreliableFitWarning, match="estimated log"):
         assert eb.fit(X, y).evidence_is_estimate_
+
+
+@pytest.mark.parametrize("scales", ["shared", "ard"])
+def test_a_wrong_width_is_told_by_the_estimator_called(data, scales):
+    # The error names EmpiricalBayesClassifier (the class the user called) and both widths,
+    # not the estimator inside it (one C: that estimator saw X as given).
+    X, y = data
+    model = EmpiricalBayesClassifier(
+        vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False, scales=scales
+    ).fit(X, y)
+    narrow = X[:, :3]
+    calls = {
+        "predict_proba": lambda: model.predict_proba(narrow),
+        "predict": lambda: model.predict(narrow),
+        "decision_function": lambda: model.decision_function(narrow),
+        "predict_proba_interval": lambda: model.predict_proba_interval(narrow, n_draws=8),
+        "sample_proba": lambda: model.sample_proba(narrow, n_draws=8),
+        "sample_y": lambda: model.sample_y(narrow, n_draws=8),
+        "loo": lambda: model.loo(narrow, y),
+        "score": lambda: model.score(narrow, y),
+        "to_inference_data": lambda: model.to_inference_data(narrow, y),
+    }
+    for name, call in calls.items():
+        with pytest.raises(
+            ValueError,
+            match="X has 3 features, but EmpiricalBayesClassifier is expecting 4 features",
+        ) as error:
+            call()
+        assert "LogisticRegression" not in str(error.value), name

@@ -15,6 +15,7 @@ __all__ = [
     "NonIntegrableFitError",
     "NotPositiveDefiniteError",
     "PSISWarning",
+    "TooFewSamplesError",
     "UnreliableFitWarning",
 ]
 
@@ -35,6 +36,22 @@ class MemoryLimitError(ValueError):
     message says which arrays, how large, and what to change (typically: fewer features,
     since a full posterior covariance over p coefficients takes ``8 p²`` bytes).
     """
+
+
+class TooFewSamplesError(ValueError):
+    """``n_samples`` is below the parameters of the Gaussian family the points determine.
+
+    Raised by variational sampling and Bayesian Monte Carlo before any point is drawn: fewer
+    points cannot determine the fit (VS), or resolve it (BMC's interpolant, whose
+    covariance then comes out too narrow). ``n_samples`` and ``needed`` (the family's
+    parameter count) let a caller word the remedy in its own terms (the command line names
+    ``--n-samples``).
+    """
+
+    def __init__(self, message: str, n_samples: int | None = None, needed: int | None = None):
+        super().__init__(message)
+        self.n_samples = n_samples
+        self.needed = needed
 
 
 class NonIntegrableFitError(EstimationError):

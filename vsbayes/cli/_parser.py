@@ -222,7 +222,9 @@ def build_parser() -> Parser:
         default=2.0,
         metavar="SECONDS",
         help="vs, is and bmc double N while the next fit is predicted to take at most this "
-        "many seconds (default: 2)",
+        "many seconds (default: 2). It bounds the sampling methods' fits, not the reference "
+        "(EP and its importance draws: their work is planned before they start, and refused "
+        "beyond a fixed limit, with the remedy) nor the single fits of the other methods",
     )
     compare.add_argument(
         "--plot",

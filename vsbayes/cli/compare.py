@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._blas import one_blas_thread
 from .._memory import check_memory
 from ..engine import n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
@@ -31,12 +32,20 @@ from ..exceptions import EstimationError
 from ..gaussian import Gaussian, excess_kl
 from ..models import BinaryGLMPosterior
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
+from ..models.work import likelihood_point_work
 from .data import Dataset, load_dataset
 from .methods import DETERMINISTIC, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, new_figure
 from .summary import Console, format_table, write_json
 
-__all__ = ["REFERENCE_FACTOR", "REFERENCE_SEED", "reference_posterior", "run_compare"]
+__all__ = [
+    "REFERENCE_FACTOR",
+    "REFERENCE_SEED",
+    "REFERENCE_WORK_LIMIT",
+    "reference_posterior",
+    "reference_work",
+    "run_compare",
+]
 
 #: The reference: importance draws of EP's Gaussian, REFERENCE_FACTOR · n of them. Its
 #: noise falls like 1/N: at 16 times the ladder's top N it stays below a fifth of the best
@@ -51,6 +60,18 @@ REFERENCE_FACTOR = 512
 #: rows per parameter leave the posterior further from EP's Gaussian: 60 rows × 3 features
 #: (D-153), k̂ 0.76 at 1.05, 0.20 at 1.2; with a zero column, 1.34 and 0.40.
 REFERENCE_WIDENINGS = (1.05, 1.2, 1.5)
+#: The most work the reference may plan, in multiply-adds, over every proposal it may draw
+#: from (REFERENCE_WIDENINGS): --budget does not bound it (it bounds the ladders), so it is
+#: sized before anything runs and refused beyond this. Measured (one proposal, one BLAS
+#: thread, 2 cores at load 7): 1.1e9 planned multiply-adds a second at 20 rows (20-60
+#: features; 20 x 60 plans 1.9e10, 18 s), 4e9 at 569 x 30 (the breast-cancer data: 1.1e10,
+#: 2.7 s). 20 rows x 100 features plans 1.2e11 a proposal, 3.5e11 for three: refused (it
+#: had taken 224 s on BLAS's own threads).
+REFERENCE_WORK_LIMIT = 1e11
+#: Multiply-adds' time a draw takes per parameter beyond its products: drawing the normal,
+#: the prior's and the proposal's densities, the copies of the draws (fresh memory: they
+#: dominate at few rows; 100 brings 20 rows x 20-60 features to one rate, 1.1e9 a second).
+DRAW_ENTRY_WORK = 100.0
 #: Fixed, and apart from the default --seed: the reference's draws are its own.
 REFERENCE_SEED = 2013
 #: The sampling ladders stop at N = LADDER_TOP · n, a sixteenth of the reference's N: beyond
@@ -143,22 +164,12 @@ def _reference(data: Dataset, args, n: int, console: Console):
     # reference_posterior holds about five arrays of n_draws points at once (measured: 2.4
     # GB at 60 features); beyond a few dozen features they outgrow the memory (500: 1 TB).
     n_params = data.X.shape[1] + 1
-    check_memory(
-        5 * 8.0 * n_draws * n_params,
-        f"the reference's {n_draws} importance draws over {n_params} parameters",
+    what = f"the reference's {n_draws} importance draws over {n_params} parameters"
+    remedy = (
         f"compare draws {REFERENCE_FACTOR}n points, n = (p+1)(p+2)/2 for p parameters: compare "
-        f"fewer features, or fit them with vsbayes fit.",
+        f"fewer features, or fit them with vsbayes fit."
     )
-    console.progress(f"compare: reference: EP, then {n_draws} importance draws")
-    start = time.perf_counter()
-    ep = timed_fit(make_estimator("ep", args.link, C=args.C, seed=args.seed), data.X, data.y)
-    for text in ep.warnings:
-        console.warn(f"reference: {text}")
-    if ep.fell_back[0]:
-        raise EstimationError(
-            "the reference's expectation propagation fell back to the Laplace approximation, "
-            "so there is no reliable reference on these data (see the warning above)."
-        )
+    check_memory(5 * 8.0 * n_draws * n_params, what, remedy)
     labels = np.where(data.y == data.classes[1], 1.0, -1.0)
     model = BinaryGLMPosterior(
         data.X,
@@ -168,6 +179,30 @@ def _reference(data: Dataset, args, n: int, console: Console):
         prior_var=args.C,
         intercept_prior_var=INTERCEPT_PRIOR_VAR,
     )
+    # Sized before EP runs: a wider proposal draws them all again.
+    work = reference_work(model, n_draws)
+    attempts = len(REFERENCE_WIDENINGS)
+    if attempts * work > REFERENCE_WORK_LIMIT:
+        raise ValueError(
+            f"{what} would take {work:.3g} multiply-adds, and up to {attempts * work:.3g} "
+            f"(up to {attempts * n_draws} draws) if the weights' tail asks for a wider "
+            f"proposal: beyond compare's limit of {REFERENCE_WORK_LIMIT:.3g} multiply-adds "
+            f"for its reference (--budget bounds the methods' fits, not the reference). "
+            f"{remedy[0].upper()}{remedy[1:]}"
+        )
+    console.progress(
+        f"compare: reference: EP, then {n_draws} importance draws ({work:.3g} multiply-adds; "
+        f"up to {attempts}x that if the proposal must be widened)"
+    )
+    start = time.perf_counter()
+    ep = timed_fit(make_estimator("ep", args.link, C=args.C, seed=args.seed), data.X, data.y)
+    for text in ep.warnings:
+        console.warn(f"reference: {text}")
+    if ep.fell_back[0]:
+        raise EstimationError(
+            "the reference's expectation propagation fell back to the Laplace approximation, "
+            "so there is no reliable reference on these data (see the warning above)."
+        )
     for widening in REFERENCE_WIDENINGS:
         proposal = ep.estimator.posteriors_[0].scale_cov(widening)
         posterior, pareto_k, noise = reference_posterior(
@@ -192,6 +227,16 @@ def _reference(data: Dataset, args, n: int, console: Console):
     return posterior, record
 
 
+def reference_work(model, n_draws: int) -> float:
+    """Multiply-adds of one :func:`reference_posterior` call of ``n_draws`` draws: per draw,
+    the log-density, the draw through the proposal's factor (d²), its share of the second
+    moments of the whole and of the halves (2d²), and the per-entry work of drawing it
+    (DRAW_ENTRY_WORK · d)."""
+    d = model.dim
+    return n_draws * (likelihood_point_work(model) + 3.0 * d * d + DRAW_ENTRY_WORK * d)
+
+
+@one_blas_thread  # as every fit: BLAS's pool of threads stalls on a busy machine
 def reference_posterior(model, proposal: Gaussian, n_draws: int, rng) -> tuple:
     """The exact posterior's mean and covariance by importance sampling from ``proposal``,
     which is also the control variate; its Pareto k̂ and its noise.
@@ -237,7 +282,9 @@ def reference_posterior(model, proposal: Gaussian, n_draws: int, rng) -> tuple:
 
     # Halves that keep the antithetic pairs together.
     first = np.r_[0 : half // 2, half : half + half // 2]
-    second = np.setdiff1d(np.arange(2 * half), first)
+    in_second = np.ones(2 * half, dtype=bool)
+    in_second[first] = False
+    second = np.flatnonzero(in_second)  # (np.setdiff1d's sort took a fifth of the time)
     noise = excess_kl(moments(first), moments(second)) / 4.0
     return moments(slice(None)), float(k[0]), float(noise)
 

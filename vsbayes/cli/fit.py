@@ -8,6 +8,7 @@ import numpy as np
 
 from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
+from ..exceptions import TooFewSamplesError
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, write_fit_plot
@@ -53,7 +54,16 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     )
     name = type(estimator).__name__
     console.progress(f"fit: {name} on {len(data.y)} rows x {data.X.shape[1]} features")
-    fit = timed_fit(estimator, data.X, data.y)
+    try:
+        fit = timed_fit(estimator, data.X, data.y)
+    except TooFewSamplesError as error:
+        # The library's advice names its parameters (n_samples, VS's family): say what
+        # this command offers instead.
+        raise ValueError(
+            f"--n-samples {error.n_samples} is fewer than the n = {error.needed} parameters "
+            f"of the Gaussian the points determine, too few for --method {args.method}: "
+            f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
+        ) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
     for text in fit.warnings:
         console.warn(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 
+from ..exceptions import TooFewSamplesError
 from ..gaussian import Gaussian
 
 
@@ -28,3 +29,20 @@ def check_positive(value, name: str) -> float:
     if not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
         raise ValueError(f"{name} must be a positive number; got {value!r}.")
     return float(value)
+
+
+def check_enough_samples(
+    n_samples: int, n_params: int, dim: int, family: str, why: str, advice: str
+) -> None:
+    """Raise :class:`~vsbayes.exceptions.TooFewSamplesError` if ``n_samples`` is below the
+    ``n_params`` parameters of the Gaussian ``family`` in dimension ``dim``: the one rule of
+    VS and BMC for an undersized sample (``why``: what fewer points do to the fit;
+    ``advice``: the method's typical sizes and further options, after the floor)."""
+    if n_samples < n_params:
+        raise TooFewSamplesError(
+            f"n_samples={n_samples} is fewer than the n={n_params} parameters of the "
+            f"{family!r} family in dimension {dim}: {why}. Use n_samples >= {n_params} "
+            f"{advice}.",
+            n_samples,
+            n_params,
+        )

@@ -20,7 +20,8 @@ from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._agreement import check_mean_against_is
 from ._linalg import flushed_exp
-from ._validation import check_kernel, check_positive, check_positive_int
+from ._validation import check_enough_samples, check_kernel, check_positive, check_positive_int
+from .families import FullFamily
 from .results import BMCResult
 from .rounds import run_rounds
 from .sample_pool import Frame, SamplePool
@@ -115,8 +116,9 @@ def bayesian_monte_carlo(
     kernel : Gaussian
         Sampling kernel π; the GP models ``p/π`` in its whitened coordinates.
     n_samples : int
-        Number of target evaluations (at most ``MAX_BMC_SAMPLES`` = 16384: the method
-        stores an N×N matrix and costs O(N³)).
+        Number of target evaluations: at least n = (d+1)(d+2)/2, the parameters of the
+        Gaussian the interpolant resolves, and at most ``MAX_BMC_SAMPLES`` = 16384 (the
+        method stores an N×N matrix and costs O(N³)).
     length_scale : float, default=1.0
         Correlation length ℓ of the isotropic Gaussian covariance, in kernel standard
         deviations (the paper fixed ℓ rather than fitting it by marginal likelihood).
@@ -135,6 +137,8 @@ def bayesian_monte_carlo(
 
     Raises
     ------
+    TooFewSamplesError
+        If ``n_samples`` is below n (nothing is drawn).
     DegenerateEstimateError
         If the estimated mass is not positive, the covariance is not positive definite, or
         the mean is implausibly far (chi-square tail probability below 1e-9) from the
@@ -147,6 +151,18 @@ def bayesian_monte_carlo(
             f"n_samples={n_samples} is too large for Bayesian Monte Carlo (O(N²) memory, "
             f"O(N³) time); use at most {MAX_BMC_SAMPLES}."
         )
+    # The interpolant fits a full Gaussian: fewer points than its parameters cannot resolve
+    # it, and its covariance comes out narrow (one point gives the kernel's times
+    # ℓ²/(1+ℓ²) whatever the target). Refused, as by variational sampling.
+    check_enough_samples(
+        n_samples,
+        FullFamily.count_params(kernel.dim),
+        kernel.dim,
+        "gaussian",
+        "the Gaussian process cannot resolve the Gaussian it fits from fewer points (its "
+        "covariance comes out too narrow)",
+        "(the estimators' 'auto' takes max(8n, 256), at most 16384)",
+    )
     length_scale = check_positive(length_scale, "length_scale")
     nugget = check_positive(nugget, "nugget")
     return run_rounds(

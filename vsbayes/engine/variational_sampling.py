@@ -17,7 +17,7 @@ from ..exceptions import (
 from ..gaussian import Gaussian
 from ._agreement import check_mean_within_fit
 from ._linalg import flushed_exp
-from ._validation import check_kernel, check_positive, check_positive_int
+from ._validation import check_enough_samples, check_kernel, check_positive, check_positive_int
 from .families import FullFamily, family_class, make_family
 from .results import VSResult
 from .round_planning import extension_rule
@@ -286,12 +286,14 @@ def variational_sampling(
     if n_samples is None:
         n_samples = 32 * n_params
     n_samples = check_positive_int(n_samples, "n_samples")
-    if n_samples < n_params:
-        raise ValueError(
-            f"n_samples={n_samples} is fewer than the n={n_params} parameters of the "
-            f"{family!r} family in dimension {kernel.dim}: the fit is not determined. Use "
-            f"n_samples >= {n_params} (16–64 n is typical) or family='diagonal'."
-        )
+    check_enough_samples(
+        n_samples,
+        n_params,
+        kernel.dim,
+        family,
+        "the fit is not determined",
+        "(16–64 n is typical)" + ("" if family == "diagonal" else " or family='diagonal'"),
+    )
     # A round with fewer than 2n points nearly interpolates the target: a poor kernel for
     # the next round. Use only as many rounds as get 2n points each.
     rounds = max(1, min(rounds, n_samples // (2 * n_params)))

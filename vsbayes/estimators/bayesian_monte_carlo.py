@@ -159,7 +159,9 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
         EP's expected work where that is more) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
-        given (checked against memory only).
+        given (checked against memory), and must be at least n: fewer points cannot
+        resolve the Gaussian, whose covariance would come out too narrow
+        (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
         At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
@@ -351,7 +353,9 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
         EP's expected work where that is more) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
-        given (checked against memory only).
+        given (checked against memory), and must be at least n: fewer points cannot
+        resolve the Gaussian, whose covariance would come out too narrow
+        (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
         At most 16384 (``auto`` stops there): BMC stores an N×N matrix.
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):

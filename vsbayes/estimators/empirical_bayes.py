@@ -558,8 +558,18 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         return self.support_
 
     def _estimator_input(self, X):
-        """X as the fitted estimator takes it: as given (one C), or its selected columns."""
+        """X as the fitted estimator takes it: as given (one C), or its selected columns;
+        checked against the fit here, so that an error names this class, not the inner
+        estimator the user did not call."""
         if self.ard_log_evidence_.size == 0:  # fitted with one C: the estimator saw X
+            # Checked, then passed as given: the estimator's own checks (feature names
+            # included) see what it was fitted on.
+            if is_dask(X):
+                check_prediction_input(self, X)
+            else:
+                validate_data(
+                    self, X, accept_sparse=True, dtype=None, ensure_all_finite=False, reset=False
+                )
             return X
         if is_dask(X):  # its columns selected lazily: the estimator maps over its chunks
             return check_prediction_input(self, X)[:, self.support_]
