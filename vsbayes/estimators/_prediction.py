@@ -367,8 +367,20 @@ class PosteriorPrediction:
         return prob / total
 
     @_dask_chunkwise(_label_shape)
+    @_rows_read
     def predict(self, X):
         """Most probable class under the posterior predictive distribution.
+
+        For two classes and one-vs-rest, the sign or argmax of :meth:`decision_function`.
+        For the multinomial posterior, the argmax of :meth:`predict_proba` computed only as
+        precisely as the decision needs: a row whose probabilities take the adaptive
+        quasi-Monte Carlo rule stops refining once its most probable class leads the
+        second by four times the rule's estimated error. It equals
+        ``predict_proba(X).argmax(axis=1)`` (ties to the first class) except possibly on
+        rows where ``predict_proba``'s two largest probabilities are within twice its error
+        bound of each other (within 1e-3 on the rows where the rule met its tolerance),
+        with the confidence of that bound (see
+        :func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`).
 
         Parameters
         ----------
@@ -380,8 +392,8 @@ class PosteriorPrediction:
         -------
         ndarray of shape (n_samples,)
         """
-        scores = self.decision_function(X)
-        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        predictive, dtype = self._predictive(), _output_dtype(self, X)
+        index = predictive.predicted_index(self._validate_prediction_data(X), dtype)
         return self.classes_[index]
 
     @one_blas_thread_below(lambda self, n_draws, random_state=None: read_work(self, 0, n_draws))
