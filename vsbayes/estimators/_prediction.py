@@ -304,7 +304,7 @@ class PosteriorPrediction:
         K latent values, by a deterministic rule: a 64² trapezoid rule for three classes
         (absolute error ≤ 1e-5 where the centred latent's variance is ≤ 40 in every
         direction), and beyond, quasi-Monte Carlo refined row by row until three estimated
-        standard errors are below 1e-3 (4096 to 65,536 nodes; see
+        standard errors are below 5e-4 (4096 to 65,536 nodes; see
         :mod:`vsbayes.models.softmax_predictive`); for one-vs-rest, the binary
         probabilities normalized.
 
@@ -374,8 +374,9 @@ class PosteriorPrediction:
         For two classes and one-vs-rest, the sign or argmax of :meth:`decision_function`.
         For the multinomial posterior, the argmax of :meth:`predict_proba` computed only as
         precisely as the decision needs: a row whose probabilities take the adaptive
-        quasi-Monte Carlo rule stops refining once its most probable class leads the
-        second by four times the rule's estimated error. It equals
+        quasi-Monte Carlo rule starts on an eighth of its first level's nodes and stops
+        refining once its most probable class leads the second by four times the rule's
+        estimated error (and by at least 2e-3). It equals
         ``predict_proba(X).argmax(axis=1)`` (ties to the first class) except possibly on
         rows where ``predict_proba``'s two largest probabilities are within twice its error
         bound of each other (within 1e-3 on the rows where the rule met its tolerance),
