@@ -38,8 +38,9 @@ the largest and 99th-percentile absolute errors on 200 rows stratified by latent
 against references (cached under ``results/cache``; two references on other scramblings
 compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
 of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
-QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Targets: ≤ 10 × LR on the 1e5
-digits rows, error ≤ 1e-4.
+QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Also ``predict`` against
+``LogisticRegression().predict`` in the same rounds (D-161: each wide row refined only
+until its class is settled). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
 
 Usage: python benchmarks/prediction_timing.py [--rounds 7] [--part all] [--out DIR]
        python benchmarks/prediction_timing.py --quick --out /tmp/bench_out   (smoke test:
@@ -453,16 +454,16 @@ def multinomial_problems():
     return problems
 
 
-def _lr_proba_seconds(lr, X):
-    """One LogisticRegression.predict_proba at the default BLAS threads and on one."""
+def _lr_proba_seconds(lr, X, method="predict_proba"):
+    """One LogisticRegression ``method`` call at the default BLAS threads and on one."""
     from threadpoolctl import threadpool_limits
 
     t0 = time.perf_counter()
-    lr.predict_proba(X)
+    getattr(lr, method)(X)
     default = time.perf_counter() - t0
     with threadpool_limits(limits=1, user_api="blas"):
         t0 = time.perf_counter()
-        lr.predict_proba(X)
+        getattr(lr, method)(X)
         one = time.perf_counter() - t0
     return default, one
 
@@ -648,6 +649,9 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
     print(f"{label}: {X.shape[0]} × {X.shape[1]}, {len(lr.classes_)} classes", flush=True)
     lr.predict_proba(X[:100]), estimator.predict_proba(X[:100])  # warm-up
     lr_default, lr_one, vs, moments = [], [], [], []
+    # predict (D-161: each wide row refined only until its class is settled) against
+    # LogisticRegression.predict, in the same rounds.
+    lr_predict_default, lr_predict_one, predict = [], [], []
     for _ in range(rounds):
         a, b = _lr_proba_seconds(lr, X)
         lr_default.append(a)
@@ -658,7 +662,14 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
         t0 = time.perf_counter()
         mean, reduced = latent_moments(estimator, X)
         moments.append(time.perf_counter() - t0)
+        a, b = _lr_proba_seconds(lr, X, "predict")
+        lr_predict_default.append(a)
+        lr_predict_one.append(b)
+        t0 = time.perf_counter()
+        estimator.predict(X)
+        predict.append(time.perf_counter() - t0)
     lr_seconds = min(float(np.median(lr_default)), float(np.median(lr_one)))
+    lr_predict = min(float(np.median(lr_predict_default)), float(np.median(lr_predict_one)))
     cov = full_covariance(reduced)
     rules = rule_of_rows(cov)
     shares = {str(r): float(np.mean(rules == r)) for r in dict.fromkeys(rules)}
@@ -672,11 +683,15 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
         "ratio_to_lr": float(np.median(vs)) / lr_seconds,
         "moments_seconds": float(np.median(moments)),
         "moments_ratio_to_lr": float(np.median(moments)) / lr_seconds,
+        "lr_predict_seconds": lr_predict,
+        "predict_seconds": float(np.median(predict)),
+        "predict_ratio_to_lr": float(np.median(predict)) / lr_predict,
         "rounds": rounds,
     }
     print(
         f"  LR {lr_seconds * 1e3:.1f} ms; VS {row['seconds']:.3f} s = {row['ratio_to_lr']:.0f} × "
-        f"LR (latent moments alone {row['moments_ratio_to_lr']:.0f} ×); rules {shares}",
+        f"LR (latent moments alone {row['moments_ratio_to_lr']:.0f} ×); predict "
+        f"{row['predict_seconds']:.3f} s = {row['predict_ratio_to_lr']:.0f} × LR's; rules {shares}",
         flush=True,
     )
     if reference_rows:
@@ -790,14 +805,15 @@ def multinomial_markdown(rows, shares, info, args):
         "## Cases",
         "",
         "| case | rows × features, classes | LR | predict_proba | × LR | latent moments × LR |"
-        " max error | 99 % error | references differ |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " predict × LR's predict | max error | 99 % error | references differ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['rows']:,} × {r['features']}, {r['classes']} | "
             f"{r['lr_seconds'] * 1e3:.1f} ms | {fmt(r['seconds'])} s | {r['ratio_to_lr']:.0f} | "
-            f"{r['moments_ratio_to_lr']:.0f} | {fmt(r.get('max_error', np.nan))} | "
+            f"{r['moments_ratio_to_lr']:.0f} | {r['predict_ratio_to_lr']:.0f} | "
+            f"{fmt(r.get('max_error', np.nan))} | "
             f"{fmt(r.get('p99_error', np.nan))} | {fmt(r.get('reference_self_error', np.nan))} |"
         )
     lines += ["", "Share of rows by rule:", ""]

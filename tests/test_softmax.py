@@ -384,3 +384,38 @@ def test_kept_pair_products_give_the_same_bits_and_are_counted(rng, monkeypatch)
     assert formed.pair_products() is None and formed.kept_products_bytes() == 0
     np.testing.assert_array_equal(hess, hess_formed)
     assert cost - cost_formed == products.nbytes
+
+
+def test_predict_refines_only_unsettled_rows_and_is_the_predictive_argmax(monkeypatch):
+    # Digits' posterior rows are wide in every direction (the adaptive rule on all of
+    # them): predict stops a row once its leader is settled, and is predict_proba's argmax
+    # wherever predict_proba's lead exceeds twice its error bound ε on the row.
+    from vsbayes.models import softmax_predictive as sp_module
+
+    rows_per_level = []
+    replicate_averages = sp_module._replicate_averages
+
+    def counted(factor, *args):
+        rows_per_level.append(len(factor))
+        return replicate_averages(factor, *args)
+
+    monkeypatch.setattr(sp_module, "_replicate_averages", counted)
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    model = vsbayes.LaplaceLogisticRegression().fit(X[:300], y[:300])
+    X = X[300:360]
+    rows_per_level.clear()
+    proba = model.predict_proba(X)
+    refined_by_proba = sum(rows_per_level) - len(X)
+    rows_per_level.clear()
+    predicted = model.predict(X)
+    assert sum(rows_per_level) - len(X) < refined_by_proba  # fewer rows refined
+    mean, reduced = model._predictive().latent(X).centred(slice(None))
+    root = np.linalg.cholesky(reduced)
+    q = centred_basis(mean.shape[1])
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    bound = sp_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
+    ordered = np.sort(proba, axis=1)
+    clear = ordered[:, -1] - ordered[:, -2] > 2 * bound
+    assert clear.mean() > 0.5
+    np.testing.assert_array_equal(predicted[clear], model.classes_[proba[clear].argmax(axis=1)])

@@ -333,3 +333,73 @@ def test_observed_class_log_predictive_matches_the_full_rule(k):
         np.testing.assert_allclose(got, full, rtol=0, atol=1e-4)
     else:
         np.testing.assert_array_equal(got, full)
+
+
+def _near_tie_rows(k, seed):
+    """Wide rows (traces 20 to 2000, as on digits): the first 8 with classes 0 and 1
+    exchangeable and leading (their predictive probabilities tie exactly), the next 4
+    the same but for a mean 0.01 apart (a lead of the order of the rule's error), the
+    others of random shape."""
+    mean, cov = _rows(k, np.geomspace(20.0, 2000.0, 24), seed)
+    swap = np.arange(k)
+    swap[:2] = 1, 0
+    cov[:12] = 0.5 * (cov[:12] + cov[:12][:, swap][:, :, swap])
+    top = mean.max(axis=1) + 1.0
+    mean[:12, 0], mean[:12, 1] = top[:12], top[:12]
+    mean[8:12, 1] -= 0.01
+    return mean, cov
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_argmax_only_refines_only_unsettled_rows_and_keeps_the_argmax(k, monkeypatch):
+    # Wide rows take the adaptive rule; with argmax_only a row stops on the screen or at
+    # the first level where its leader leads by DECISION_MARGIN estimated errors (and
+    # DECISION_MARGIN · TOLERANCE). The guarantee: the
+    # argmax is the full values' wherever their lead exceeds twice the full rule's error
+    # bound ε (≤ TOLERANCE where it converged). Rows not settled get the full values.
+    rows_per_level = []
+    replicate_averages = sp_module._replicate_averages
+
+    def counted(factor, *args):
+        rows_per_level.append(len(factor))
+        return replicate_averages(factor, *args)
+
+    monkeypatch.setattr(sp_module, "_replicate_averages", counted)
+    mean, cov = _near_tie_rows(k, seed=11)
+    q = centred_basis(k)
+    reduced = q.T @ cov @ q
+    full = np.exp(centred_softmax_predictive_log_proba(mean, reduced))
+    rows_per_level.clear()
+    fast = np.exp(centred_softmax_predictive_log_proba(mean, reduced, argmax_only=True))
+    n = len(mean)
+    # Every row takes the screen; only a strict subset goes on (the near ties).
+    assert rows_per_level[0] == n
+    assert 0 < rows_per_level[1] < n
+    root = np.linalg.cholesky(reduced)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    bound = sp_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
+    ordered = np.sort(full, axis=1)
+    clear = ordered[:, -1] - ordered[:, -2] > 2 * bound
+    assert clear.sum() >= n // 2  # the check has rows to bite on
+    np.testing.assert_array_equal(fast[clear].argmax(axis=1), full[clear].argmax(axis=1))
+    # A row whose lead is within DECISION_MARGIN · TOLERANCE cannot settle before its
+    # error is below TOLERANCE, where predict_proba stops too: it gets the full values (to
+    # round-off: other GEMM shapes once fewer rows go on).
+    lead = np.sort(fast, axis=1)
+    close = lead[:, -1] - lead[:, -2] <= sp_module.DECISION_MARGIN * TOLERANCE
+    assert close.any()
+    np.testing.assert_allclose(fast[close], full[close], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [3, 4, 6])
+def test_argmax_only_leaves_the_deterministic_rules_bitwise(k):
+    # The rows of the trapezoid, degree-5 and Gauss–Hermite rules: no refinement to skip,
+    # the same values.
+    widest = {3: 30.0, 4: 0.95 * GAUSS_HERMITE_LEVELS[-1][1], 6: 0.95 * STROUD_MAX_TRACE}[k]
+    mean, cov = _rows(k, np.geomspace(1e-3, widest, 10), seed=5)
+    q = centred_basis(k)
+    reduced = q.T @ cov @ q
+    np.testing.assert_array_equal(
+        centred_softmax_predictive_log_proba(mean, reduced, argmax_only=True),
+        centred_softmax_predictive_log_proba(mean, reduced),
+    )

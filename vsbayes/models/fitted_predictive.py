@@ -86,6 +86,13 @@ class FittedPredictive(abc.ABC):
     def decision_function(self, X) -> np.ndarray:
         """Scores monotone in the probabilities: (n,) for two classes, else (n, K)."""
 
+    def predicted_index(self, X, dtype=np.float64) -> np.ndarray:
+        """Index (n,) of each row's most probable class: ``decision_function``'s sign for
+        two classes, else its argmax, the scores taken in ``dtype`` (the estimator's
+        output's)."""
+        scores = self.decision_function(X).astype(dtype, copy=False)
+        return (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+
     @abc.abstractmethod
     def sample(self, n_draws: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``(coef, intercept)`` drawn from the posterior(s): (n_draws, *coef.shape) and
@@ -215,18 +222,31 @@ class MultinomialPredictive(FittedPredictive):
             var[rows] = np.einsum("nkk->nk", cov)
         return mean, var
 
-    def log_proba(self, X, transform=np.asarray):
+    def log_proba(self, X, transform=np.asarray, *, argmax_only: bool = False):
+        """As :meth:`FittedPredictive.log_proba`; ``argmax_only`` refines each wide row
+        only until its leading class is settled (see
+        :func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`)."""
         latent = self.latent(X)
         out = np.empty((X.shape[0], len(self.coef)))
 
         def work(rows):
             with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the rule
                 moments = latent.centred(rows)
-            log_p = centred_softmax_predictive_log_proba(*moments, max_bytes=latent.budget)
+            log_p = centred_softmax_predictive_log_proba(
+                *moments, max_bytes=latent.budget, argmax_only=argmax_only
+            )
             out[rows] = transform(log_p)
 
         latent.run(work)
         return out
+
+    def predicted_index(self, X, dtype=np.float64):
+        """The argmax of the predictive probabilities in ``dtype`` (ties to the first
+        class, as ``predict_proba``'s argmax), each wide row refined only until its leading
+        class is settled (the guarantee:
+        :func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`)."""
+        proba = self.log_proba(X, lambda log_p: np.exp(log_p).astype(dtype), argmax_only=True)
+        return proba.argmax(axis=1)
 
     def decision_function(self, X):
         return self.log_proba(X, lambda log_p: log_p - log_p.mean(axis=1, keepdims=True))
