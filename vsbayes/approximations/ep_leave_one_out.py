@@ -29,12 +29,16 @@ in closed form from its mixture of nine probits (``site_fit="fast"``:
 **What it keeps.** The model's prior and weights as they are: with ``penalty=None`` (the
 flat prior, scaled by the data's curvature) or ``class_weight="balanced"``, a cold refit
 without the row would rescale them by a factor 1 ± 1/M; the warm refit leaves them, as a
-leave-one-out posterior should (the prior is not data). Under a shrinkage prior the
-multinomial EP's coefficient sites are part of the prior the rows' sites were fitted
-under: the refits run under the Gaussian base times those sites as the full fit left them
-(:func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`), the
-approximation EP's leave-one-out makes of the other sites, not relaxing them without the
-row (docs/decisions.md, D-160).
+leave-one-out posterior should (the prior is not data). Under a shrinkage prior EP's
+coefficient sites are part of the prior the rows' sites were fitted under: the refits run
+under the Gaussian base times those sites as the full fit left them (multinomial:
+:func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`; binary:
+:func:`refit_without_rows`' ``prior_sites``), the approximation EP's leave-one-out makes
+of the other sites, not relaxing them without the row (docs/decisions.md, D-160, D-162).
+A heavy-tailed prior's binary sites may have negative precisions, so that this prior may
+be improper on its own: each refit's posterior precision is then proper only if its
+Cholesky factorization succeeds, which every sweep's checks (a refit that leaves the
+positive-definite cone raises :class:`~vsbayes.exceptions.NotPositiveDefiniteError`).
 
 Measured (``benchmarks/posterior_checks.py``): see D-060 in ``docs/decisions.md``.
 """
@@ -119,13 +123,40 @@ class _StackedRefits:
         return out
 
 
+class _BinaryPrior(NamedTuple):
+    """The binary refits' Gaussian prior of θ, diagonal: its precisions and linear term
+    (p,). Under a shrinkage prior, the Gaussian base times the fit's coefficient sites,
+    whose precisions may be ≤ 0 (a heavy-tailed prior's): improper on its own."""
+
+    precision: np.ndarray
+    linear: np.ndarray
+
+    @classmethod
+    def of(cls, model, prior_sites) -> _BinaryPrior:
+        """The model's Gaussian prior, times the coefficient sites ``prior_sites`` ``(τ,
+        ν)`` (of the first ``n_features`` entries of θ) where given."""
+        precision = 1.0 / model.prior_var
+        linear = model.prior_mean / model.prior_var
+        if prior_sites is not None:
+            tau, nu = (np.asarray(values, dtype=float) for values in prior_sites)
+            d = model.n_features
+            if tau.shape != (d,) or nu.shape != (d,):
+                raise ValueError(
+                    f"prior_sites has sites of shapes {tau.shape} and {nu.shape}; the model "
+                    f"has {d} coefficients."
+                )
+            precision[:d] += tau
+            linear[:d] += nu
+        return cls(precision, linear)
+
+
 class _Refits(_StackedRefits):
     """The Gaussians of prior × sites of R refits at once: each refit's coefficient means
     and variances (R, p), and every row's latent mean and variance under each (R, M)."""
 
     FIELDS = ("mean", "t_var", "t_mean", "var")
 
-    def __init__(self, design, columns, outer, prior_var, prior_mean, tau, nu):
+    def __init__(self, design, columns, outer, prior: _BinaryPrior, tau, nu):
         # ``columns``: the design's transpose, contiguous (a stacked product with the
         # transposed view took 200 × longer: numpy's own loop instead of BLAS's).
         # ``outer``: each row's a_j a_jᵀ flattened (M, p²), or None: then every precision
@@ -137,8 +168,8 @@ class _Refits(_StackedRefits):
         else:
             precision = np.matmul(columns[None] * tau[:, None, :], design)  # (R, p, p)
         diagonal = np.arange(p)
-        precision[:, diagonal, diagonal] += 1.0 / prior_var
-        linear = nu @ design + prior_mean / prior_var
+        precision[:, diagonal, diagonal] += prior.precision
+        linear = nu @ design + prior.linear
         # L⁻¹: one GEMM gives every row's spread L⁻¹ a_j, whose squared norm is the row's
         # latent variance.
         inverse = _inverse_factors(precision)
@@ -160,13 +191,15 @@ def refit_without_rows(
     max_iter: int = 200,
     site_fit: str = "fast",
     memory: int = 5,
+    prior_sites: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> LeftOutMarginals:
     """EP of a binary GLM posterior refitted without each of ``rows``, warm-started.
 
     Parameters
     ----------
     model : BinaryGLMPosterior
-        The posterior the full EP fitted (rows in memory, a Gaussian prior).
+        The posterior the full EP fitted (rows in memory; a Gaussian prior, or a shrinkage
+        prior whose EP's coefficient sites are ``prior_sites``).
     sites : EPSites
         The full fit's sites (``EPResult.sites``), of the model's rows.
     rows : array-like of int
@@ -178,15 +211,30 @@ def refit_without_rows(
         logistic's from its mixture of probits, within 3e-7 of the fit's VS site fits
         (far inside the refits' tolerance) and about 40 times cheaper — the site updates
         of R refits are R times the fit's.
+    prior_sites : tuple of ndarray of shape (n_features,), optional
+        Under a shrinkage prior (the model's ``coefficient_prior``), the full fit's
+        coefficient sites ``(τ, ν)`` (``EPResult.prior_sites``): the refits run under the
+        Gaussian base times them, held fixed (not relaxed without the row, as the cavity
+        holds every other site). Their precisions may be negative (Student-t, horseshoe):
+        the refits' posteriors are then checked proper at every sweep.
 
     Returns
     -------
     LeftOutMarginals
         Each left-out row's latent mean and variance under its refit.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        If a refit's posterior precision is not positive definite (under prior sites of
+        negative precision, the cavity or a sweep without the row can leave the cone).
     """
     rows = np.asarray(rows, dtype=np.intp).ravel()
-    if getattr(model, "coefficient_prior", None) is not None:
-        raise ValueError("Warm leave-one-out refits need a Gaussian prior (no prior sites).")
+    if (getattr(model, "coefficient_prior", None) is None) != (prior_sites is None):
+        raise ValueError(
+            "Warm leave-one-out refits under a shrinkage prior need its EP's coefficient "
+            "sites (prior_sites: EPResult.prior_sites); under a Gaussian prior, none."
+        )
     design = model.design
     m, p = design.shape
     if len(sites.precision) != m:
@@ -194,8 +242,9 @@ def refit_without_rows(
     options = {"damping": damping, "tol": tol, "max_iter": max_iter, "memory": memory}
     informative = model.informative_rows()
     if informative.constant.any():
-        options["site_fit"] = site_fit
+        options.update(site_fit=site_fit, prior_sites=prior_sites)
         return _informative_refits(refit_without_rows, informative, sites, rows, options)
+    prior = _BinaryPrior.of(model, prior_sites)
     if hasattr(design, "toarray"):
         check_memory(8.0 * m * p, f"the dense {m} × {p} design of the refits", "")
         design = design.toarray()
@@ -211,7 +260,7 @@ def refit_without_rows(
     for start in range(0, rows.size, step):
         part = slice(start, min(start + step, rows.size))
         mean[part], var[part], n_iter[part] = _refit_block(
-            model, design, sites, rows[part], damping, tol, max_iter, site_fit, memory
+            model, prior, design, sites, rows[part], damping, tol, max_iter, site_fit, memory
         )
     return LeftOutMarginals(mean, var, n_iter)
 
@@ -235,7 +284,7 @@ def _informative_refits(refit, informative, sites: EPSites, rows, options) -> Le
     return LeftOutMarginals(*out)
 
 
-def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, memory):
+def _refit_block(model, prior, design, sites, rows, damping, tol, max_iter, site_fit, memory):
     """:func:`refit_without_rows` of one block of rows: one sweep loop on R × M sites.
 
     A refit whose undamped sweep moved none of its sites by more than ``tol`` is settled:
@@ -262,15 +311,7 @@ def _refit_block(model, design, sites, rows, damping, tol, max_iter, site_fit, m
         parts = by_refit(stacked)
         # Only the refits whose sites differ from the last posterior's are refactored.
         stale = ~np.all(parts == known["sites"], axis=(1, 2)) if known else np.ones(r, bool)
-        fresh = _Refits(
-            design,
-            columns,
-            outer,
-            model.prior_var,
-            model.prior_mean,
-            parts[stale, 0],
-            parts[stale, 1],
-        )
+        fresh = _Refits(design, columns, outer, prior, parts[stale, 0], parts[stale, 1])
         post = fresh if stale.all() else known["post"].replace(stale, fresh)
         known.update(sites=parts.copy(), post=post)
         return post

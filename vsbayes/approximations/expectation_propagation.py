@@ -89,9 +89,10 @@ class EPResult(DiagnosedGaussian):
     #: tilted densities whose departure from Gaussian the estimators' strategy weighs.
     prior_cavities = None
 
-    #: Under a shrinkage prior whose EP keeps them (the multinomial's), the coefficient
-    #: sites ``(τ, ν)`` of the returned posterior: with the Gaussian base, the Gaussian
-    #: prior that the rows' sites were fitted under (leave-one-out's warm refits keep it).
+    #: Under a shrinkage prior, the coefficient sites ``(τ, ν)`` of the returned posterior:
+    #: with the Gaussian base, the Gaussian prior that the rows' sites were fitted under
+    #: (leave-one-out's warm refits keep it). A heavy-tailed prior's binary sites may have
+    #: precisions below minus the base's, so that this prior alone may be improper.
     prior_sites = None
 
     def with_sites(self, sites: EPSites, prior_cavities=None, prior_sites=None) -> EPResult:
@@ -592,7 +593,8 @@ def _sweeps_with_prior_sites(
     cav_mean = (mean / var - store.sites[2 * m + d :]) * cav_var
     if uninformed.any():
         cav_mean, cav_var, _ = _base_cavities(cav_mean, cav_var, cav_tau > 0, uninformed, model)
-    return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var))
+    prior_sites = (store.sites[2 * m : 2 * m + d].copy(), store.sites[2 * m + d :].copy())
+    return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var), prior_sites)
 
 
 def _base_cavities(cav_mean, cav_var, ok, uninformed, model):

@@ -11,7 +11,7 @@ of row i's likelihood factor ``F^{s_i}`` under the posterior without that row:
   of the row's latent value; the influential rows' cavities overrate them (the other sites
   stay as the row left them), and those rows take EP refitted without them, warm from the
   fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`; under a shrinkage prior
-  the multinomial EP's coefficient sites stay as the fit left them, part of the prior);
+  EP's coefficient sites stay as the fit left them, part of the prior);
 - otherwise by Pareto-smoothed importance sampling (Vehtari, Gelman & Gabry 2017) of draws
   from the Gaussian approximation q, reweighted to the exact posterior
   (``p(θ | y) / q(θ)``, the approximation's own Pareto ``k̂`` reported as
@@ -417,9 +417,9 @@ def _standard_error(pointwise: np.ndarray) -> float:
 
 def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.ndarray:
     """``log p(y_i | y_−i)`` of each of ``rows`` under the posterior refitted without row
-    i: EP's refits warm from the full fit's sites (EP on a Gaussian prior, or the
-    multinomial EP under a shrinkage prior with its prior sites held fixed), else a refit
-    of the estimator (its parameters, so its route and seed), as brute force does."""
+    i: EP's refits warm from the full fit's sites (EP on a Gaussian prior, or under a
+    shrinkage prior with its prior sites held fixed), else a refit of the estimator (its
+    parameters, so its route and seed), as brute force does."""
     warm = _warm_refit_terms(estimator, data, rows)
     if warm is not None:
         return warm
@@ -461,14 +461,16 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
 def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     """The terms of ``rows`` from EP refitted without each, warm from the fit's sites
     (:mod:`~vsbayes.approximations.ep_leave_one_out`); None where that does not apply (a
-    Gaussian ``prior=``, or a binary shrinkage prior: their EP has sites this fit did not
-    keep). The multinomial EP under a shrinkage prior keeps its coefficient sites: the
-    refits run under the base times those sites, the Gaussian prior the rows' sites were
-    fitted under, fixed (as EP's leave-one-out keeps the other sites of the cavity)."""
+    Gaussian ``prior=``: its EP's sites are not this model's), or where a
+    refit's posterior is not proper (a heavy-tailed prior's binary coefficient sites of
+    negative precision, fixed, with the row left out). EP under a shrinkage prior keeps
+    its coefficient sites: the refits run under the base times those sites, the Gaussian
+    prior the rows' sites were fitted under, fixed (as EP's leave-one-out keeps the other
+    sites of the cavity)."""
     posterior = estimator.posteriors_[0]
     sites, prior_sites = posterior.sites, getattr(posterior, "prior_sites", None)
     factor = estimator._shrinkage_factor()
-    shrinkage = factor is not None and prior_sites is not None and sites.space == "contrast"
+    shrinkage = factor is not None and prior_sites is not None
     if not shrinkage and (getattr(estimator, "prior", None) is not None or factor is not None):
         return None
     positive = data.weights > 0
@@ -484,11 +486,11 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     }
     model_rows = np.cumsum(positive)[rows] - 1  # the models keep the rows of weight > 0
     label, weight = data.index[rows], data.weights[rows]
+    if shrinkage:
+        priors["coefficient_prior"] = factor
     try:
         if sites.space == "contrast":
             k = len(estimator.classes_)
-            if shrinkage:
-                priors["coefficient_prior"] = factor
             model = SoftmaxGLMPosterior(X, data.index, data.weights, k, **priors)
             if shrinkage:
                 model = under_prior_sites(model, *prior_sites)
@@ -498,10 +500,12 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
             return _softmax_log_predictive(refits.mean, refits.var, label, weight)
         labels = np.where(data.index == 1, 1.0, -1.0)
         model = BinaryGLMPosterior(X, labels, data.weights, estimator._link, **priors)
-        refits = refit_without_rows(model, sites, model_rows, **options)
+        fixed = prior_sites if shrinkage else None
+        refits = refit_without_rows(model, sites, model_rows, prior_sites=fixed, **options)
     except (EstimationError, NotPositiveDefiniteError):
-        # EP without a row found no fixed point from the cavity: the estimator's own
-        # refits, which fall back as its fit does.
+        # EP without a row found no fixed point from the cavity, or (prior sites of
+        # negative precision held fixed) no proper posterior: the estimator's own refits,
+        # which fall back as its fit does.
         return None
     return _binary_log_predictive(model.link, refits.mean, refits.var, weight)
 
