@@ -167,7 +167,8 @@ def _warn_about(fit: ISResult, n_params: int) -> None:
             f"sample size of {fit.ess:.3g}, below 2n = {2 * n_params} (n = {n_params}, the "
             f"parameters of the Gaussian they estimate): the moments are noisy, about "
             f"n/(2·ESS) = {n_params / (2 * fit.ess):.2g} nats of KL from the posterior, and "
-            f"the covariance likely too narrow. Use n_samples >= {2 * n_params} (8n is "
-            f"typical) or a kernel closer to the target.",
+            f"the covariance likely too narrow. Use more points (8n = {8 * n_params} is "
+            f"typical; the ESS is below N unless the weights are equal) or a kernel closer "
+            f"to the target.",
             UnreliableFitWarning,
         )
