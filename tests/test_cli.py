@@ -184,8 +184,9 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
 
 
 def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(capsys, small_csv):
-    # One point: importance sampling's covariance is singular, the Laplace fallback runs.
-    argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "1")
+    # N = n = 15 points: unless all weights are equal, their effective sample size is below
+    # n, importance sampling's moments are refused, the Laplace fallback runs.
+    argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "15")
     status, out, err = run(capsys, *argv, "--verbose")
     assert status == 0 and "falling back to the laplace approximation" in err.lower()
     assert "is deterministic" not in out
@@ -656,7 +657,7 @@ def test_fit_multinomial_prints_one_joint_table(capsys, tmp_path):
         assert name in out
 
 
-@pytest.mark.parametrize("method", ["vs", "bmc"])
+@pytest.mark.parametrize("method", ["vs", "bmc", "is"])
 def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, method):
     # 3 features and the intercept: n = 15 parameters of the Gaussian. The estimators'
     # advice (family='diagonal' for VS) names options the command line does not have.

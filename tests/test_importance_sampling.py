@@ -1,9 +1,11 @@
 import math
+import warnings
 
 import numpy as np
 import pytest
 from _helpers import Recorder, nearby_kernel, random_gaussian
 
+import vsbayes
 from vsbayes import (
     Gaussian,
     bayesian_monte_carlo,
@@ -11,7 +13,7 @@ from vsbayes import (
     n_family_params,
     variational_sampling,
 )
-from vsbayes.exceptions import DegenerateEstimateError
+from vsbayes.exceptions import DegenerateEstimateError, TooFewSamplesError, UnreliableFitWarning
 from vsbayes.models import GaussianMixtureTarget
 
 
@@ -64,7 +66,92 @@ def test_adaptive_rounds_pool_draws(rng):
     assert fit.rounds[1].kernel is not kernel
 
 
-def test_degenerate_weights_raise(rng):
+def test_fewer_points_than_n_refused_before_drawing(rng):
+    # Even the target's own points (ESS = N) give moments too narrow below n: refused, as
+    # VS and BMC refuse, with nothing evaluated.
     target = random_gaussian(rng, 5)
-    with pytest.raises(DegenerateEstimateError, match="effective sample size"):
-        importance_sampling(target.log_density, target, 3, random_state=0)
+    recorder = Recorder(target.log_density)
+    n = n_family_params(5)
+    with pytest.raises(TooFewSamplesError, match=f"n_samples={n - 1} is fewer than the n={n}"):
+        importance_sampling(recorder, target, n - 1, random_state=0)
+    assert recorder.calls == []
+
+
+def _half_space(kernel):
+    """The kernel's density on x_0 > 0, e^-50 times it elsewhere: the weights are 1 or
+    e^-50, so the effective sample size is the number of points with x_0 > 0 (to 1e-20)."""
+
+    def log_target(x):
+        return kernel.log_density(x) - 50.0 * (x[:, 0] <= 0)
+
+    return Recorder(log_target)
+
+
+def test_effective_points_below_n_raise(rng):
+    kernel = Gaussian(np.zeros(3), np.eye(3))
+    n = n_family_params(3)  # 10
+    target = _half_space(kernel)
+    with pytest.raises(DegenerateEstimateError, match=f"below the n = {n} parameters"):
+        importance_sampling(target, kernel, 16, random_state=0)
+    ess = int((target.points[:, 0] > 0).sum())
+    assert 3 + 1 <= ess < n  # between the singular covariance's floor and n
+
+
+def test_effective_points_below_2n_warn(rng):
+    kernel = Gaussian(np.zeros(3), np.eye(3))
+    n = n_family_params(3)
+    target = _half_space(kernel)
+    with pytest.warns(UnreliableFitWarning, match=f"below 2n = {2 * n}"):
+        fit = importance_sampling(target, kernel, 30, random_state=0)
+    ess = int((target.points[:, 0] > 0).sum())
+    assert n <= ess < 2 * n
+    assert fit.ess == pytest.approx(ess, rel=1e-12)
+
+
+def test_no_warning_from_2n_effective_points(rng):
+    target = random_gaussian(rng, 3)
+    n = n_family_params(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreliableFitWarning)
+        fit = importance_sampling(target.log_density, target, 2 * n + 1, random_state=0)
+    assert fit.ess == pytest.approx(2 * n + 1, rel=1e-12)  # the kernel is the target
+
+
+def test_singular_intermediate_round_keeps_the_kernel(rng):
+    # An intermediate round only proposes: its floor stays d+1 (a covariance), not n.
+    kernel = Gaussian(np.zeros(3), np.eye(3))
+    target = _half_space(kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreliableFitWarning)
+        fit = importance_sampling(target, kernel, 64, rounds=4, kernel_scale=1.5, random_state=0)
+    assert fit.rounds[0].fitted  # round 1: 16 points, ESS < n, still proposes round 2
+    assert fit.rounds[1].kernel is not kernel
+
+
+def _four_features():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    return X, (X[:, 0] + rng.logistic(size=60) > 0).astype(int)
+
+
+@pytest.mark.parametrize("cls", [vsbayes.ISLogisticRegression, vsbayes.ISProbitRegression])
+def test_the_estimators_refuse_fewer_points_than_n(cls):
+    # 4 features and the intercept: n = 21. At 10 points the moments' sds were 0.51-0.83x
+    # EP's, returned silently; now refused before drawing, as by VS and BMC.
+    with pytest.raises(TooFewSamplesError, match=r"n_samples >= 21") as error:
+        cls(n_samples=10, random_state=0).fit(*_four_features())
+    assert (error.value.n_samples, error.value.needed) == (10, 21)
+
+
+def test_the_estimator_falls_back_below_n_effective_points():
+    # N = n: the effective sample size is below N unless all weights are equal, so below n.
+    with pytest.warns(UnreliableFitWarning, match="below the n = 21 parameters"):
+        fit = vsbayes.ISLogisticRegression(n_samples=21, random_state=0).fit(*_four_features())
+    assert fit.laplace_fallback_.tolist() == [True]
+
+
+def test_the_estimator_warns_below_2n_effective_points():
+    with pytest.warns(UnreliableFitWarning, match="below 2n = 42"):
+        fit = vsbayes.ISLogisticRegression(n_samples=42, random_state=0).fit(*_four_features())
+    assert fit.laplace_fallback_.tolist() == [False]
+    assert 21 <= fit.posteriors_[0].ess < 42

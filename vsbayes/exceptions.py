@@ -41,9 +41,10 @@ class MemoryLimitError(ValueError):
 class TooFewSamplesError(ValueError):
     """``n_samples`` is below the parameters of the Gaussian family the points determine.
 
-    Raised by variational sampling and Bayesian Monte Carlo before any point is drawn: fewer
-    points cannot determine the fit (VS), or resolve it (BMC's interpolant, whose
-    covariance then comes out too narrow). ``n_samples`` and ``needed`` (the family's
+    Raised by variational sampling, Bayesian Monte Carlo and importance sampling before any
+    point is drawn: fewer points cannot determine the fit (VS), or resolve it (BMC's
+    interpolant, whose covariance then comes out too narrow; importance sampling's weighted
+    moments, too narrow even with ideal weights). ``n_samples`` and ``needed`` (the family's
     parameter count) let a caller word the remedy in its own terms (the command line names
     ``--n-samples``).
     """

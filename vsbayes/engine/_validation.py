@@ -36,8 +36,9 @@ def check_enough_samples(
 ) -> None:
     """Raise :class:`~vsbayes.exceptions.TooFewSamplesError` if ``n_samples`` is below the
     ``n_params`` parameters of the Gaussian ``family`` in dimension ``dim``: the one rule of
-    VS and BMC for an undersized sample (``why``: what fewer points do to the fit;
-    ``advice``: the method's typical sizes and further options, after the floor)."""
+    VS, BMC and importance sampling for an undersized sample (``why``: what fewer points do
+    to the fit; ``advice``: the method's typical sizes and further options, after the
+    floor)."""
     if n_samples < n_params:
         raise TooFewSamplesError(
             f"n_samples={n_samples} is fewer than the n={n_params} parameters of the "

@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
+from .._warnings import warn
+from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError, UnreliableFitWarning
 from ..gaussian import Gaussian
 from ._linalg import flushed_exp
-from ._validation import check_kernel, check_positive, check_positive_int
+from ._validation import check_enough_samples, check_kernel, check_positive, check_positive_int
+from .families import FullFamily
 from .results import ISResult
 from .rounds import run_rounds
 from .sample_pool import Frame, SamplePool
@@ -17,11 +19,13 @@ from .sample_pool import Frame, SamplePool
 __all__ = ["importance_sampling"]
 
 
-def fit_is_pool(pool: SamplePool) -> ISResult:
+def fit_is_pool(pool: SamplePool, final: bool = True) -> ISResult:
     """Self-normalized importance-sampling moments of the pooled points.
 
     Normalized log-weights; the mean and the *centered* second moment are computed in the
-    whitened frame of the last kernel, then mapped back.
+    whitened frame of the last kernel, then mapped back. The ``final`` estimate (the one
+    returned) needs an effective sample size of at least n, the parameters of the Gaussian
+    it estimates; an intermediate one, which only proposes the next round's points, d+1.
     """
     log_iw = pool.log_importance_weights()
     shift = float(log_iw.max())
@@ -36,6 +40,19 @@ def fit_is_pool(pool: SamplePool) -> ISResult:
             f"The importance-sampling covariance is singular: the weights have an effective "
             f"sample size of {ess:.3g}, below d+1 = {pool.dim + 1}. Increase n_samples or "
             f"use a kernel closer to the target."
+        )
+    n_params = FullFamily.count_params(pool.dim)
+    if final and ess < n_params:
+        # The moments of fewer effective points than the Gaussian's n parameters are
+        # over-confident: from N points of the posterior itself (ESS = N), the expected
+        # KL(posterior || estimate) is 0.7-1.3 nats at N = n and unbounded as N nears d+2
+        # (the covariance is a Wishart matrix's; docs/decisions.md D-163).
+        raise DegenerateEstimateError(
+            f"The importance-sampling moments are unreliable: the weights of the "
+            f"{pool.n_samples} points have an effective sample size of {ess:.3g}, below "
+            f"the n = {n_params} parameters of the Gaussian they estimate (its covariance "
+            f"would come out too narrow). Increase n_samples or use a kernel closer to the "
+            f"target."
         )
     frame = Frame(pool.kernels[-1])
     z = pool.coordinates(frame)
@@ -77,7 +94,7 @@ def importance_sampling(
     kernel : Gaussian
         Proposal π.
     n_samples : int
-        Number of target evaluations (over all rounds).
+        Number of target evaluations (over all rounds); at least n = (d+1)(d+2)/2.
     rule : {"mc", "qmc"} or SamplingRule, default="mc"
         Sampling rule.
     rounds : int, default=1
@@ -96,9 +113,17 @@ def importance_sampling(
 
     Raises
     ------
+    TooFewSamplesError
+        If ``n_samples`` is below n = (d+1)(d+2)/2, the parameters of the Gaussian the
+        moments estimate (nothing is drawn).
     DegenerateEstimateError
-        If the weighted covariance is singular: an effective sample size below d+1, or
-        a covariance that is not numerically positive definite.
+        If the weights' effective sample size is below n (the moments would be
+        over-confident), or the weighted covariance is not numerically positive definite.
+
+    Warns
+    -----
+    UnreliableFitWarning
+        If the effective sample size is below 2n: the moments are valid but noisy.
     """
     kernel = check_kernel(kernel)
     n_samples = check_positive_int(n_samples, "n_samples")
@@ -106,7 +131,19 @@ def importance_sampling(
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if n_samples // rounds < 1:
         raise ValueError(f"n_samples={n_samples} is smaller than rounds={rounds}.")
-    return run_rounds(
+    # Even points of the target itself (weights all equal, ESS = N) give moments too narrow
+    # below n points: refused before drawing, as by variational sampling and BMC.
+    n_params = FullFamily.count_params(kernel.dim)
+    check_enough_samples(
+        n_samples,
+        n_params,
+        kernel.dim,
+        "gaussian",
+        "the weighted moments of fewer points are over-confident even with ideal weights "
+        "(a covariance too narrow)",
+        "(8n is typical: the estimators' 'auto' takes max(8n, 256))",
+    )
+    result = run_rounds(
         log_target,
         kernel,
         n_samples,
@@ -114,6 +151,24 @@ def importance_sampling(
         kernel_scale=kernel_scale,
         rule=rule,
         random_state=random_state,
-        estimate=lambda pool, _previous, _final: fit_is_pool(pool),
+        estimate=lambda pool, _previous, final: fit_is_pool(pool, final),
         name="importance sampling",
     )
+    _warn_about(result, n_params)
+    return result
+
+
+def _warn_about(fit: ISResult, n_params: int) -> None:
+    """Warn when the effective sample size is below 2n: the moments are valid but noisy
+    (about n/(2·ESS) nats of KL from the posterior, a quarter of a nat or more)."""
+    if fit.ess < 2 * n_params:
+        warn(
+            f"Importance sampling's weights of the {fit.n_samples} points have an effective "
+            f"sample size of {fit.ess:.3g}, below 2n = {2 * n_params} (n = {n_params}, the "
+            f"parameters of the Gaussian they estimate): the moments are noisy, about "
+            f"n/(2·ESS) = {n_params / (2 * fit.ess):.2g} nats of KL from the posterior, and "
+            f"the covariance likely too narrow. Use more points (8n = {8 * n_params} is "
+            f"typical; the ESS is below N unless the weights are equal) or a kernel closer "
+            f"to the target.",
+            UnreliableFitWarning,
+        )

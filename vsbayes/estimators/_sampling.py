@@ -159,9 +159,9 @@ class SamplingMethod:
         points determine (over the sampled dimensions). Below it BMC's GP cannot resolve
         the posterior (measured: 5000 × 2000 sparse, 53 s and 5.8 GB for a fit 800
         standard errors off), and importance sampling's moments, even with ideal weights
-        (effective sample size N), miss by about n/(2N) nats (a Gaussian's n parameters
-        from N points) — over half a nat; the engine's own floor, an effective sample
-        size of d+1 for a covariance that is not singular, is far lower."""
+        (effective sample size N), miss by 0.7-1.3 nats at N = n (a Gaussian's n
+        parameters from N points); both engines refuse an explicit N below n too, and
+        importance sampling an effective sample size below n (docs/decisions.md D-163)."""
         return n_family_params(sampled_dim(model), self.family)
 
     def auto_samples(self, model) -> int:

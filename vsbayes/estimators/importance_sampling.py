@@ -161,7 +161,11 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         EP's expected work where that is more) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
-        given (checked against memory only).
+        given (checked against memory), and must be at least n: the weighted moments of
+        fewer points are over-confident even with ideal weights
+        (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
+        Weights whose effective sample size is below n fall back to Laplace (see Notes);
+        below 2n the fit warns (``UnreliableFitWarning``).
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
         the expectation-propagation posterior (nearly exact for binary regression, Chopin
@@ -254,8 +258,9 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
 
     Notes
     -----
-    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance), the
-    Laplace approximation is used for that problem, with an
+    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance, or
+    weights whose effective sample size is below n, whose moments would be over-confident),
+    the Laplace approximation is used for that problem, with an
     :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
 
     Examples
@@ -361,7 +366,11 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         EP's expected work where that is more) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
-        given (checked against memory only).
+        given (checked against memory), and must be at least n: the weighted moments of
+        fewer points are over-confident even with ideal weights
+        (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
+        Weights whose effective sample size is below n fall back to Laplace (see Notes);
+        below 2n the fit warns (``UnreliableFitWarning``).
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
         the expectation-propagation posterior (nearly exact for binary regression, Chopin
@@ -447,8 +456,9 @@ class ISProbitRegression(ImportanceSamplingClassifier):
 
     Notes
     -----
-    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance), the
-    Laplace approximation is used for that problem, with an
+    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance, or
+    weights whose effective sample size is below n, whose moments would be over-confident),
+    the Laplace approximation is used for that problem, with an
     :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
 
     Examples
