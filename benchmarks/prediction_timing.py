@@ -39,7 +39,7 @@ against references (cached under ``results/cache``; two references on other scra
 compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
 of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
 QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Also ``predict`` against
-``LogisticRegression().predict`` in the same rounds (D-161: each wide row refined only
+``LogisticRegression().predict`` in the same rounds (D-157: each wide row refined only
 until its class is settled). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
 
 Usage: python benchmarks/prediction_timing.py [--rounds 7] [--part all] [--out DIR]
@@ -649,7 +649,7 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
     print(f"{label}: {X.shape[0]} × {X.shape[1]}, {len(lr.classes_)} classes", flush=True)
     lr.predict_proba(X[:100]), estimator.predict_proba(X[:100])  # warm-up
     lr_default, lr_one, vs, moments = [], [], [], []
-    # predict (D-161: each wide row refined only until its class is settled) against
+    # predict (D-157: each wide row refined only until its class is settled) against
     # LogisticRegression.predict, in the same rounds.
     lr_predict_default, lr_predict_one, predict = [], [], []
     for _ in range(rounds):

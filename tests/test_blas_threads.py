@@ -1,4 +1,4 @@
-"""BLAS's thread limit around fits started in threads (vsbayes/_blas.py, D-156).
+"""BLAS's thread limit around fits started in threads (vsbayes/_blas.py, D-154).
 
 NumPy's and SciPy's OpenBLAS 0.3.30/0.3.31 ignore ``openblas_set_num_threads`` from a thread
 other than the main one once the main thread has called it. Each test therefore sets the

@@ -276,7 +276,7 @@ def test_ard_multiclass_shares_a_feature_across_classes():
 
 @pytest.mark.parametrize("scales", ["shared", "ard"])
 def test_a_class_without_weight_is_left_out(scales):
-    # As by the estimators (D-150): ARD's priors have one block per class of positive
+    # As by the estimators (D-148): ARD's priors have one block per class of positive
     # weight (they had one per class of y, and the estimator's fit refused their size).
     rng = np.random.default_rng(0)
     X = rng.standard_normal((150, 3))

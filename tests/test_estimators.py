@@ -63,7 +63,7 @@ CHECK_SETTINGS = {
 # closed form, 0.5 s), and test_strategy.py tests the kernel of an unconverged EP.
 _LAPLACE_KERNEL = {"kernel": "laplace"}
 # The sample-weight checks' data have 30 features: BMC refuses fewer points than the
-# n = 528 parameters of the Gaussian over the 31 coefficients (D-158), so they take n.
+# n = 528 parameters of the Gaussian over the 31 coefficients (D-155), so they take n.
 _BMC_N = {"n_samples": 528}
 PAIR_SETTINGS = {
     ("BMCLogisticRegression", "check_class_weight_classifiers"): _LAPLACE_KERNEL,

@@ -95,7 +95,7 @@ def test_a_class_without_weight_is_a_class_absent(cls, data):
     """A class of y whose rows all have zero weight (a bagging bootstrap that drew none of
     them, class_weight 0) is one the data do not have, as its rows would be absent: it
     was fitted, with the intercept's vague prior, as that prior's tail, a wide Gaussian
-    whose predictive gave it ~0.5 on every row, silently (D-150)."""
+    whose predictive gave it ~0.5 on every row, silently (D-148)."""
     X, y = data
     y = np.where(X[:, 2] > 0.8, 2, y)  # three classes
     absent = make(cls).fit(X[y != 2], y[y != 2])

@@ -353,7 +353,7 @@ def _counting_clones(monkeypatch):
 @pytest.mark.parametrize("prior", ["laplace", "student-t"])
 def test_shrinkage_loo_keeps_the_prior_sites_and_does_not_refit(prior, monkeypatch):
     # Binary EP under a shrinkage prior: its influential rows' refits are EP warm from the
-    # fit's sites under the Gaussian base times its coefficient sites, held fixed (D-162).
+    # fit's sites under the Gaussian base times its coefficient sites, held fixed (D-158).
     from vsbayes import LaplacePrior, StudentTPrior
     from vsbayes.approximations import expectation_propagation
     from vsbayes.approximations.ep_leave_one_out import refit_without_rows

@@ -25,7 +25,7 @@ the main thread has called it, so a fit started in a thread (joblib's threading 
 dask's threaded scheduler, a web server) ran BLAS on its threads under its own blocks' worker
 threads, at 3 to 12 times the CPU time of the same fit from the main thread. In these
 pthreads builds ``openblas_set_num_threads_local`` sets the same process-wide limit from any
-thread (docs/decisions.md D-156).
+thread (docs/decisions.md D-154).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class _Threads:
     and SciPy's OpenBLAS 0.3.30/0.3.31 ignore ``openblas_set_num_threads`` (threadpoolctl's
     setter) from a thread other than the main one once the main thread has called it,
     while ``_local`` sets the same process-wide limit from any thread (measured:
-    docs/decisions.md D-156). An OpenMP build, where ``_local`` is meant per thread (the
+    docs/decisions.md D-154). An OpenMP build, where ``_local`` is meant per thread (the
     blocks' worker threads would not see it), and any other library keep threadpoolctl's
     calls. A set that did not take is repeated through threadpoolctl.
     """

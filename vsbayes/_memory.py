@@ -44,7 +44,7 @@ its pages). :func:`keep_freed_pages`, called when the outermost fit starts, sets
 thresholds to the values its own adaptive rule moves to once a program frees an array of
 32 MiB (maps from 32 MiB, returns the heap's top beyond 64 MiB): the default fit of iris
 then takes no page fault after the first and 0.44× the CPU time, wine's 0.89×
-(docs/decisions.md D-154). Results are the same to the bit. Elsewhere than glibc, or
+(docs/decisions.md D-152). Results are the same to the bit. Elsewhere than glibc, or
 where the environment sets glibc's malloc itself (``MALLOC_*_`` variables,
 ``GLIBC_TUNABLES``), it does nothing.
 """

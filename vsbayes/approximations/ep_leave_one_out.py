@@ -34,7 +34,7 @@ coefficient sites are part of the prior the rows' sites were fitted under: the r
 under the Gaussian base times those sites as the full fit left them (multinomial:
 :func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`; binary:
 :func:`refit_without_rows`' ``prior_sites``), the approximation EP's leave-one-out makes
-of the other sites, not relaxing them without the row (docs/decisions.md, D-160, D-162).
+of the other sites, not relaxing them without the row (docs/decisions.md, D-156, D-158).
 A heavy-tailed prior's binary sites may have negative precisions, so that this prior may
 be improper on its own: each refit's posterior precision is then proper only if its
 Cholesky factorization succeeds, which every sweep's checks (a refit that leaves the

@@ -58,7 +58,7 @@ REFERENCE_FACTOR = 512
 #: features, Pareto k̂ reached 0.79 — a heavy tail the extra draws made visible — and 0.45
 #: widened by 1.05, the reference's noise 1.5e-5 → 2.9e-5 nats; by 1.1: 0.23, 9e-5). Fewer
 #: rows per parameter leave the posterior further from EP's Gaussian: 60 rows × 3 features
-#: (D-153), k̂ 0.76 at 1.05, 0.20 at 1.2; with a zero column, 1.34 and 0.40.
+#: (D-151), k̂ 0.76 at 1.05, 0.20 at 1.2; with a zero column, 1.34 and 0.40.
 REFERENCE_WIDENINGS = (1.05, 1.2, 1.5)
 #: The most work the reference may plan, in multiply-adds, over every proposal it may draw
 #: from (REFERENCE_WIDENINGS): --budget does not bound it (it bounds the ladders), so it is

@@ -46,7 +46,7 @@ def fit_is_pool(pool: SamplePool, final: bool = True) -> ISResult:
         # The moments of fewer effective points than the Gaussian's n parameters are
         # over-confident: from N points of the posterior itself (ESS = N), the expected
         # KL(posterior || estimate) is 0.7-1.3 nats at N = n and unbounded as N nears d+2
-        # (the covariance is a Wishart matrix's; docs/decisions.md D-163).
+        # (the covariance is a Wishart matrix's; docs/decisions.md D-159).
         raise DegenerateEstimateError(
             f"The importance-sampling moments are unreliable: the weights of the "
             f"{pool.n_samples} points have an effective sample size of {ess:.3g}, below "

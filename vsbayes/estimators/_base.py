@@ -690,7 +690,7 @@ class BayesianGLMClassifier(
         of weight 0 is a row absent (scikit-learn's sample-weight semantics), so a class
         all of whose rows have weight 0 (a bagging bootstrap that drew none of them,
         ``class_weight`` 0) is one the data do not have. Fitted, it was the intercept's
-        vague prior's tail, a wide Gaussian whose predictive gave it ~0.5 (D-150). The
+        vague prior's tail, a wide Gaussian whose predictive gave it ~0.5 (D-148). The
         rows of such a class keep weight 0 under index 0. Refuses fewer than two classes
         of positive weight."""
         weighted = class_totals > 0

@@ -161,7 +161,7 @@ class SamplingMethod:
         standard errors off), and importance sampling's moments, even with ideal weights
         (effective sample size N), miss by 0.7-1.3 nats at N = n (a Gaussian's n
         parameters from N points); both engines refuse an explicit N below n too, and
-        importance sampling an effective sample size below n (docs/decisions.md D-163)."""
+        importance sampling an effective sample size below n (docs/decisions.md D-159)."""
         return n_family_params(sampled_dim(model), self.family)
 
     def auto_samples(self, model) -> int:

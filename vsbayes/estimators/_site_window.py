@@ -76,7 +76,7 @@ new row's and the four revisited rows' errors are computed, the others kept). Wh
 row is in the window, the stream is the batch Laplace fit (its evidence too: a call's
 evidence replaces the window rows' terms of the running evidence by the joint fit's; after
 one-row calls, which credit ADF's terms, it starts from the frozen part's evidence as the
-window recorded it, ``SiteWindow.frozen_evidence``, D-152).
+window recorded it, ``SiteWindow.frozen_evidence``, D-150).
 """
 
 from __future__ import annotations

@@ -493,7 +493,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """ARD's per-feature variances from Laplace fits (module docstring), then the
         estimator on the features kept, under them."""
         d = X.shape[1]
-        # The classes the fits take: those of positive weight (D-150), one prior block each.
+        # The classes the fits take: those of positive weight (D-148), one prior block each.
         probe = _LAPLACE[link](**shared)
         probe._fit_data(X, y, sample_weight)
         n_classes = len(probe.classes_)

@@ -127,7 +127,7 @@ the noise a QMC dimension per class): 4 × 16,384 nodes, largest error 1.9e-3, m
 as the other directions do); a fourth level of 2^18 nodes for the rows still above ``tol``:
 31 % more nodes for a largest error of 1.0e-3 instead of 1.2e-3.
 
-**For the argmax only** (``argmax_only=True``, a classifier's ``predict``; D-161). A
+**For the argmax only** (``argmax_only=True``, a classifier's ``predict``; D-157). A
 decision needs the order of the two largest probabilities, not their values. A wide row
 first takes a screen, 8 replicates of 64 whitened nodes (:func:`screen_nodes`, an eighth
 of the first level), and stops where its largest average leads the second by more than
