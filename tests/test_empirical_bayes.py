@@ -281,7 +281,8 @@ def test_a_class_without_weight_is_left_out(scales):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((150, 3))
     y = np.digitize(X @ [1.0, -1.0, 0.5] + rng.logistic(size=150), [-1.0, 1.0])
-    model = EmpiricalBayesClassifier(scales=scales).fit(X, y, sample_weight=(y != 0) * 1.0)
+    with pytest.warns(UserWarning, match=r"Class\(es\) \[0\] of y have no row"):
+        model = EmpiricalBayesClassifier(scales=scales).fit(X, y, sample_weight=(y != 0) * 1.0)
     np.testing.assert_array_equal(model.classes_, [1, 2])
     assert model.predict_proba(X).shape == (150, 2)
 

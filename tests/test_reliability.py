@@ -116,9 +116,10 @@ def test_bagging_with_classes_missing_from_a_bootstrap():
     from sklearn.ensemble import BaggingClassifier
 
     X, y = load_iris(return_X_y=True)
-    bagging = BaggingClassifier(
-        vsbayes.LaplaceLogisticRegression(), max_samples=5, n_estimators=4, random_state=0
-    ).fit(X, y)
+    with pytest.warns(UserWarning, match=r"of y have no row of positive weight"):
+        bagging = BaggingClassifier(
+            vsbayes.LaplaceLogisticRegression(), max_samples=5, n_estimators=4, random_state=0
+        ).fit(X, y)
     assert any(len(member.classes_) < 3 for member in bagging.estimators_)
     proba = bagging.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
