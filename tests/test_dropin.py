@@ -399,6 +399,25 @@ def test_one_vs_rest_problems_are_tasks_the_later_ones_at_their_prior(iris):
     np.testing.assert_array_equal(problems[-1].coef_, est.coef_)
 
 
+def test_a_multinomial_global_fit_reports_its_rounds_as_coefficients(iris):
+    # The global VS fit samples the class contrasts; its rounds' states reached the
+    # callbacks in those coordinates, and building their fitted estimator raised ("cannot
+    # reshape array of size 10 into shape (3,4,newaxis)") inside fit: the states are
+    # lifted to the coefficients as the fit's own result is.
+    pytest.importorskip("sklearn.callback")
+    X, y = iris
+    recorder = _Recorder()
+    est = VSLogisticRegression(strategy="global", random_state=0)
+    est.set_callbacks(recorder).fit(X, y)
+    rounds = [f for n, f in recorder.tasks("end") if n == "round" and f is not None]
+    assert rounds
+    for fitted in rounds:
+        assert fitted.coef_.shape == est.coef_.shape
+        assert fitted.predict_proba(X[:5]).shape == (5, 3)
+    # The last round's state is the fit itself, lifted the same way.
+    np.testing.assert_allclose(rounds[-1].coef_, est.coef_, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("dask", [False, True])
 def test_balanced_class_weights_weigh_the_sample_weights(dask):
     # scikit-learn's "balanced" weights with sample weights are W / (K · W_k), W_k the

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["observed", "stage"]
+__all__ = ["mapped_states", "observed", "stage"]
 
 # A context variable, not a module global: fits in other threads (joblib's threading
 # backend, cross-validation) each see their own observer, or none.
@@ -49,3 +49,54 @@ def stage(name: str, step_name: str, max_steps: int | None = None) -> Iterator[A
         return
     with observer.stage(name, step_name, max_steps) as steps:
         yield steps
+
+
+@contextmanager
+def mapped_states(transform) -> Iterator[None]:
+    """Report the states of the stages run inside the block through ``transform``: a state
+    (a Gaussian or a ``(mean, cov)`` pair) in the coordinates the solver works in -> one in
+    the coordinates the observer expects (the multinomial posterior's contrasts -> its
+    coefficients)."""
+    observer = _OBSERVER.get()
+    if observer is None:
+        yield
+        return
+    token = _OBSERVER.set(_MappedObserver(observer, transform))
+    try:
+        yield
+    finally:
+        _OBSERVER.reset(token)
+
+
+class _MappedObserver:
+    def __init__(self, observer, transform) -> None:
+        self._observer, self._transform = observer, transform
+
+    @contextmanager
+    def stage(self, name: str, step_name: str, max_steps: int | None = None):
+        with self._observer.stage(name, step_name, max_steps) as steps:
+            yield _MappedSteps(steps, self._transform)
+
+
+class _MappedSteps:
+    def __init__(self, steps, transform) -> None:
+        self._steps, self._transform = steps, transform
+
+    def _mapped(self, state):
+        if state is None:
+            return None
+        transform = self._transform
+
+        def mapped():
+            return transform(state())
+
+        return mapped
+
+    def begin(self, state=None):
+        return self._steps.begin(self._mapped(state))
+
+    def end(self, state=None):
+        return self._steps.end(self._mapped(state))
+
+    def result(self, state=None):
+        return self._steps.result(self._mapped(state))

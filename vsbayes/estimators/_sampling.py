@@ -14,9 +14,11 @@ from numbers import Integral, Real
 from typing import ClassVar
 
 from .._memory import check_memory, format_bytes, memory_limit
+from .._progress import mapped_states
 from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..exceptions import ConvergenceWarning, EstimationError, MemoryLimitError
+from ..gaussian import Gaussian
 from ..models.softmax_contrasts import ContrastPosterior
 from ..models.work import expected_ep_work, likelihood_point_work, sampled_dim
 from ._base import Interval
@@ -254,15 +256,23 @@ class SamplingMethod:
         self.check_memory(model, n_samples)
         if isinstance(model, SOFTMAX_MODELS):
             contrasts = ContrastPosterior(model)
-            fit = self.engine(
-                contrasts.log_density,
-                contrasts.reduce(kernel),
-                n_samples,
-                rule=self.rule,
-                random_state=rng,
-                **options,
-                **dict(self.contrast_options),
-            )
+
+            def lifted(state):  # a round's state, as callbacks see the coefficients'
+                if isinstance(state, tuple):  # (mean, cov): no evidence
+                    gaussian = contrasts.lift(Gaussian(*state))
+                    return gaussian.mean, gaussian.cov
+                return contrasts.lift(state)
+
+            with mapped_states(lifted):
+                fit = self.engine(
+                    contrasts.log_density,
+                    contrasts.reduce(kernel),
+                    n_samples,
+                    rule=self.rule,
+                    random_state=rng,
+                    **options,
+                    **dict(self.contrast_options),
+                )
             return contrasts.lift(fit)
         return self.engine(
             model.log_density, kernel, n_samples, rule=self.rule, random_state=rng, **options
