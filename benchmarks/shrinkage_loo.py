@@ -153,7 +153,7 @@ def markdown(rows: list[dict], info: dict) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    labels = [f"{r['prior']}\n{r['dataset']}" for r in rows]
+    labels = [f"{r['prior']}\n{r['dataset'].replace('_', ' ')}" for r in rows]
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     axes[0].bar(x, [r["diff_percent"] for r in rows], color="C0", label="loo()")
@@ -166,7 +166,7 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[1].axhline(TARGET_COST, color="0.5", ls="--")
     axes[1].set_ylabel("loo / fit (CPU time)")
     for ax in axes:
-        ax.set_xticks(x, labels, fontsize=7)
+        ax.set_xticks(x, labels, fontsize=7, rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
