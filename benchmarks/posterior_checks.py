@@ -77,7 +77,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vsbayes import EPLogisticRegression, LaplaceLogisticRegression, VSLogisticRegression
 from vsbayes._sums import logsumexp
-from vsbayes.estimators._leave_one_out import _PosteriorDraws, _training_data
+from vsbayes.estimators._leave_one_out import _PosteriorDraws, _Training, _training_data
 
 LEVEL = 0.9
 # Draws of each refit reweighted to the exact leave-one-out posterior (the reference's
@@ -189,7 +189,10 @@ def exact_term(refit, X_rest, y_rest, x, label, n_draws: int = EXACT_DRAWS) -> t
     draws = _PosteriorDraws(
         refit, _training_data(refit, X_rest, y_rest, None), n_draws, np.random.default_rng(0)
     )
-    draws.data = _training_data(refit, x, label, None)
+    # The left-out row as the draws score it (not through _training_data, whose check
+    # refuses rows that are not the refit's own training rows).
+    index = np.searchsorted(refit.classes_, np.asarray(label))
+    draws.data = _Training(np.asarray(x, dtype=float), index, np.ones(len(index)))
     row = draws.row_log_likelihood(np.arange(1))[:, 0]
     return float(logsumexp(draws.log_weights + row)), draws.posterior_pareto_k
 

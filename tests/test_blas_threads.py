@@ -142,3 +142,25 @@ def test_a_limit_set_during_a_fit_in_a_thread_is_kept(two_threads):
     changed.set()
     thread.join()
     assert _limits() == [3] * len(two_threads)
+
+
+def test_loo_runs_on_one_blas_thread(two_threads, monkeypatch):
+    # Its draws' and cavities' products are a block of rows' at a time; on two BLAS threads
+    # under load they stalled (loo took twice the CPU time; D-167).
+    from vsbayes.estimators import _leave_one_out
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    y = (X[:, 0] + rng.standard_normal(40) > 0).astype(int)
+    fitted = vsbayes.EPLogisticRegression().fit(X, y)
+    seen = []
+    cavity_terms = _leave_one_out._ep_cavity_terms
+
+    def recording(*args):
+        seen.extend(_limits())
+        return cavity_terms(*args)
+
+    monkeypatch.setattr(_leave_one_out, "_ep_cavity_terms", recording)
+    fitted.loo(X, y)
+    assert seen and set(seen) == {1}
+    assert _limits() == two_threads  # restored after

@@ -9,6 +9,7 @@ multinomial, one interface); a dask X is mapped over its row chunks.
 Every read runs under :func:`~vsbayes._blas.one_blas_thread_below` with the estimate of its
 work :func:`read_work`: on one BLAS thread when it is small (a few rows, a few draws, a
 summary), where a second BLAS thread stalls the factorizations and solves under load.
+``loo`` runs on one BLAS thread whatever its size, as a fit (its refits are EP's sweeps).
 """
 
 from __future__ import annotations
