@@ -1048,7 +1048,6 @@ def test_a_laplace_batch_after_one_row_calls_has_the_batch_fits_evidence(n_rows,
     )
 
 
-
 def test_a_laplace_stream_does_not_accumulate_newtons_stopping_gradient(cancer):
     """Newton stops where its decrement is within tol, at an iterate m whose gradient g is
     not zero; the window's next call divides the rows' sites (expansions at m) out of
