@@ -2,6 +2,7 @@
 
 import pickle
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -1508,3 +1509,28 @@ def test_a_wide_multinomial_stream_names_the_one_vs_rest_stream(monkeypatch):
     with vb.config_context(covariance="dual"):
         ovr = OneVsRestClassifier(vb.VSLogisticRegression()).partial_fit(X, y, classes=[0, 1, 2])
     assert [e.covariance_structure_ for e in ovr.estimators_] == ["dual"] * 3
+
+
+def test_a_declared_class_without_rows_is_warned_about(cancer):
+    """A class declared to partial_fit and absent from the rows: only those rows bound its
+    intercept, from above, against the vague N(0, 10⁶): a one-sided posterior, which the
+    Laplace Gaussian read, silently, as a class of probability ~½ in every row (0.48 on a
+    2-class make_classification stream declared with 3 classes, where VS's global fit gave
+    0.06). A batch after which a declared class has no row warns; one-row calls (a
+    bandit's first rows show one class) and a stream whose classes have all had rows do
+    not."""
+    X, y = cancer
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match=r"class\(es\) \[2\]"):
+        model = vb.LaplaceLogisticRegression().partial_fit(X[:60], y[:60], classes=[0, 1, 2])
+    assert model.predict_proba(X[:60])[:, 2].min() > 0.3  # (what the warning is about)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", vb.exceptions.UnreliableFitWarning)
+        stream = vb.LaplaceLogisticRegression().partial_fit(X[:1], y[:1], classes=[0, 1])
+        stream.partial_fit(X[1:40], y[1:40])  # both classes now
+    order = np.argsort(y[:40], kind="stable")
+    first = vb.LaplaceLogisticRegression()
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match=r"class\(es\) \[1\]"):
+        first.partial_fit(X[order][:10], y[order][:10], classes=[0, 1])  # one class
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", vb.exceptions.UnreliableFitWarning)
+        first.partial_fit(X[order][10:], y[order][10:])
