@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
-from sklearn.datasets import load_iris
+from sklearn.datasets import load_iris, load_wine
 from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import log_loss
+from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import vsbayes
@@ -223,6 +224,26 @@ def test_ard_one_feature_maximizes_laplaces_evidence():
     (variance,) = model.prior_variances_
     shared = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=5).fit(X, y)
     assert variance == pytest.approx(shared.C_, rel=0.05)
+
+
+def test_an_ard_step_that_prunes_many_and_lowers_the_evidence_is_taken_back():
+    """Each ARD step moves every feature to its optimum given the others' posterior as it
+    was; on correlated, nearly separated data (wine, 3 classes, standardized) the first
+    step pruned 12 of 13 features together and took the Laplace evidence from -34.3 to
+    -210.9, for good (training accuracy 0.69). Such a step is taken back and its best
+    change made alone (π = ½ at the first step: the objective is the evidence), so the
+    evidence cannot fall there; ARD then keeps 3 features (training accuracy 0.93)."""
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    model = EmpiricalBayesClassifier(
+        vsbayes.LaplaceLogisticRegression(), Cs=[1e3, 1e4], scales="ard"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # the grid's edge (separation)
+        model.fit(X, y)
+    first, second = model.ard_log_evidence_[:2]
+    assert second >= first - 1e-6
+    assert model.n_features_selected_ > 1
 
 
 def test_ard_summary_marks_the_pruned_rows(ard_fit):

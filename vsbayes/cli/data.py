@@ -154,6 +154,15 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
     has_header = header
     header, rows, lines = _read_rows(path, has_header)
     name = _check_header(path, header)
+    if len(header) < 2:  # before --target's lookup, which would list the one column
+        delimiter = next((d for d in (";", "\t", "|") if d in header[0]), None)
+        hint = (
+            f" (the header reads as one column holding {delimiter!r}: write the file "
+            f"comma-separated)"
+            if delimiter
+            else ""
+        )
+        raise ValueError(f"{name}: need at least one feature column besides the target{hint}.")
     if target is None:
         target_index = len(header) - 1
     elif target in header:
@@ -164,15 +173,6 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
             f"{name}: no column {what} {target!r} for --target; the columns are "
             f"{_shorten(header)}{_no_header_hint(header) if has_header else ''}."
         )
-    if len(header) < 2:
-        delimiter = next((d for d in (";", "\t", "|") if d in header[0]), None)
-        hint = (
-            f" (the header reads as one column holding {delimiter!r}: write the file "
-            f"comma-separated)"
-            if delimiter
-            else ""
-        )
-        raise ValueError(f"{name}: need at least one feature column besides the target{hint}.")
     feature_index = [j for j in range(len(header)) if j != target_index]
     feature_names = [header[j] for j in feature_index]
     X = _numeric_features(name, rows, lines, feature_index, feature_names)

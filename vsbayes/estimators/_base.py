@@ -399,6 +399,7 @@ class BayesianGLMClassifier(
             if not is_dask(X):  # (loo checks its rows are these; a dask X is not read twice)
                 self._training_fingerprint_ = TrainingFingerprint.of(X, y_index, weights)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
+            vars(self).pop("_unseen_classes_", None)  # (fit's classes_ all have rows)
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient
             # Features no weighted row touches: their relevance is 0 (no data, all prior).
             self._untouched_features_ = None if factor is None else untouched_columns(X, weights)

@@ -66,8 +66,9 @@ from sklearn.utils.validation import validate_data
 from .._blas import one_blas_thread, one_blas_thread_below
 from .._memory import check_memory, get_config
 from .._random import as_generator
+from .._warnings import warn
 from ..approximations.structured_laplace import choose_covariance
-from ..exceptions import MemoryLimitError
+from ..exceptions import MemoryLimitError, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.priors import GaussianPrior
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS
@@ -426,9 +427,20 @@ class BayesianUpdating(SiteWindowUpdates):
             buffer = (buffer or _StreamBuffer.start(before, evidence_before)).appended(*batch)
         # Nothing above changed the estimator but n_features_in_ at the first call: the
         # fitted state changes here, all at once.
+        # The declared classes no row of positive weight has shown yet (a fit saw all).
+        seen = np.zeros(len(classes), dtype=bool)
+        seen[batch[1][batch[2] > 0]] = True
+        if first:
+            unseen = np.flatnonzero(~seen)
+        else:
+            before_call = vars(self).get("_unseen_classes_", np.empty(0, dtype=int))
+            unseen = np.setdiff1d(before_call, np.flatnonzero(seen))
         self.classes_ = classes
         self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
         self._stream_buffer = buffer
+        self._unseen_classes_ = unseen
+        if unseen.size and n_rows > 1:  # (a one-row call shows one class: a bandit's first)
+            _warn_unseen(classes[unseen], self)
         # log p(y_1..y_t) = Σ_batches log p(y_b | earlier): ADF's running evidence (a
         # refit's batch: the buffer's rows, after the anchor).
         total = np.asarray(self.log_marginal_likelihood_value_) + evidence_before
@@ -497,6 +509,21 @@ class BayesianUpdating(SiteWindowUpdates):
         if scores.shape[-1] == 1:
             scores = scores[..., 0]
         return ThompsonDraws(scores, coef, intercept)
+
+
+def _warn_unseen(labels: np.ndarray, estimator) -> None:
+    """Warn that declared classes have no row yet: their posterior is one-sided."""
+    rows = "rows of this batch and the earlier ones"
+    warn(
+        f"{type(estimator).__name__}.partial_fit: class(es) {labels.tolist()} of classes have "
+        f"had no row of positive weight yet. The {rows} bound such a class's intercept from "
+        f"above only, against its vague prior N(0, 10⁶) (or prior's): a one-sided posterior, "
+        f"which the Gaussian approximations represent poorly, so predict_proba gives the "
+        f"class a probability set by the approximation, not by the data (a 2-class stream "
+        f"declared with 3 classes: 0.48 in every row with Laplace's). Declare only the "
+        f"classes the stream will show, or read the predictions once each has had rows.",
+        UnreliableFitWarning,
+    )
 
 
 def _same_prior(given, fitted) -> bool:

@@ -34,6 +34,7 @@ import dataclasses
 import math
 import numbers
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -63,6 +64,10 @@ _LAPLACE = {"logistic": LaplaceLogisticRegression, "probit": LaplaceProbitRegres
 _LOG10_TOL = 0.005
 # ARD stops when no feature is pruned and every kept α_j moved by less than this, relatively.
 _ARD_TOL = 1e-3
+# A step of ARD that prunes among several changes and lowers its objective (the log
+# evidence less the inclusion prior's price of the features kept) by more than this is
+# taken back (beyond the round-off of the Laplace evidence at Newton's tolerance below).
+_ARD_DROP = 1e-6
 # Newton's tolerance of ARD's Laplace fits: the mode to round-off, so that ARD's steps (and
 # where they stop) do not depend on where a looser stopping rule happened to fall.
 _ARD_NEWTON_TOL = 1e-14
@@ -505,17 +510,35 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         keep = np.ones(d, dtype=bool)
         evidence, converged = [], False
         laplace_blocks = n_classes if n_classes > 2 and _LAPLACE[link]._multinomial else 1
+        step = None  # where the last step started, if it pruned among several changes
         for _ in range(self.max_iter):
             kept = np.flatnonzero(keep)
             prior = _diagonal_prior(1.0 / alpha[kept], laplace_blocks, fit_intercept)
             fit = _LAPLACE[link](prior=prior, tol=_ARD_NEWTON_TOL, **shared)
             fit = fit.fit(X[:, kept], y, sample_weight)
-            evidence.append(_total_evidence(fit))
+            value = _total_evidence(fit)
+            # Each step moves every feature to its optimum given the others' posterior as
+            # it was (s and q held). Where features are correlated or the data nearly
+            # separated, prunes together can lower ARD's objective (the evidence less the
+            # inclusion prior's price of each feature kept) a lot, and a pruned feature is
+            # out for good: on wine (3 classes) the first step took the evidence from -34.3
+            # to -210.9 and kept one feature of 13. Such a step is taken back and its change
+            # of largest predicted gain made alone (Tipping & Faul's sequential step), then
+            # the steps go on. (A single change, and steps that only move variances, which
+            # the fixed point settles, are kept as they come.)
+            if step is not None and value - kept.size * step.price < step.objective - _ARD_DROP:
+                alpha, keep, inclusion = step.alpha, step.keep, step.inclusion
+                feature, precision = step.retry
+                alpha[feature], keep[feature] = precision, np.isfinite(precision)
+                step = None
+                continue
+            evidence.append(value)
             s, q = _data_factors(fit, alpha[kept])
             new_alpha, gain[kept] = _evidence_optimum(s, q, alpha[kept])
             # In while the posterior inclusion probability expit(G + logit π) exceeds ½, and
             # the evidence is largest at a finite α_j (at α_j = ∞ the slab is the spike).
-            stays = (gain[kept] > max(-logit(inclusion), 0.0)) & (new_alpha < self.threshold_lambda)
+            price = max(-logit(inclusion), 0.0)
+            stays = (gain[kept] > price) & (new_alpha < self.threshold_lambda)
             if not stays.any():  # an intercept-only model is not fitted: keep the best one
                 stays[np.argmax(gain[kept])] = True
                 new_alpha = np.minimum(new_alpha, self.threshold_lambda)
@@ -525,8 +548,21 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                     "1/threshold_lambda.",
                     ConvergenceWarning,
                 )
+            proposed = np.where(stays, new_alpha, np.inf)
+            # The predicted gain of each change alone (s, q held): the evidence in α_j, and
+            # the price of the feature's inclusion where it leaves.
+            now = _shared_gain(s, q, alpha[kept][None, :])[0]
+            after = _shared_gain(s, q, np.where(stays, new_alpha, 1.0)[None, :])[0]
+            predicted = np.where(stays, after - now, price - now)
+            changed = np.flatnonzero(proposed != alpha[kept])
+            step = None
+            if changed.size > 1 and not stays.all():  # prunes among its changes: checked next
+                j = changed[np.argmax(predicted[changed])]
+                objective = value - kept.size * price
+                retry = (kept[j], proposed[j])
+                step = _PruningStep(alpha.copy(), keep.copy(), inclusion, price, objective, retry)
             moved = np.abs(np.log(new_alpha[stays] / alpha[kept][stays]))
-            alpha[kept] = np.where(stays, new_alpha, np.inf)
+            alpha[kept] = proposed
             keep[kept] = stays
             if by_evidence:  # π's posterior mean under a uniform prior, k of d kept
                 inclusion = (keep.sum() + 1.0) / (d + 2.0)
@@ -815,6 +851,21 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         tags.input_tags.sparse = inner.input_tags.sparse
         tags.classifier_tags = inner.classifier_tags
         return tags
+
+
+class _PruningStep(NamedTuple):
+    """Where an ARD step of several changes, prunes among them, started, to take it back:
+    the precisions, the kept features, π, the price of a feature kept
+    (``max(-logit π, 0)``), the objective there (the log evidence less that price per
+    feature kept), and the step's change of largest predicted gain, to make alone
+    (``(feature, precision)``)."""
+
+    alpha: np.ndarray
+    keep: np.ndarray
+    inclusion: float
+    price: float
+    objective: float
+    retry: tuple
 
 
 def _diagonal_prior(variances: np.ndarray, n_blocks: int, fit_intercept: bool):
