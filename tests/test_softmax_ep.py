@@ -514,18 +514,19 @@ def test_positive_definite_agrees_with_the_smallest_eigenvalue():
     assert np.linalg.eigvalsh(_psd(matrices)).min() > -1e-12
 
 
-@pytest.mark.parametrize("r", [4, 16])
-def test_psd_projects_the_failing_rows_alone(r):
+@pytest.mark.parametrize("r, m", [(4, 12), (16, 12), (9, 1000)])
+def test_psd_projects_the_failing_rows_alone(r, m):
     """The projection rebuilds the rows with a negative eigenvalue from their own
-    eigendecompositions, and keeps the others as they are."""
+    eigendecompositions, and keeps the others as they are (m = 1000 at r = 9: the
+    decompositions on several row slices)."""
     from vsbayes.approximations.softmax_sites import _psd
 
     rng = np.random.default_rng(4)
-    a = rng.standard_normal((12, r, r + 4))
+    a = rng.standard_normal((m, r, r + 4))
     matrices = a @ np.swapaxes(a, 1, 2)
     matrices[::4] -= 2.5 * r * np.eye(r)
     projected = _psd(matrices)
-    bad = np.arange(12) % 4 == 0
+    bad = np.arange(m) % 4 == 0
     assert (np.linalg.eigvalsh(matrices[bad])[:, 0] < 0).all()
     np.testing.assert_array_equal(projected[~bad], matrices[~bad])
     eigval, eigvec = np.linalg.eigh(matrices[bad])

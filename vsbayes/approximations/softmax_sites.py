@@ -1348,25 +1348,54 @@ def _psd(lam: np.ndarray) -> np.ndarray:
     """Each symmetric matrix's projection on the positive semi-definite cone (``lam``
     itself where every matrix is positive definite)."""
     r = lam.shape[1]
-    return _by_rows(_row_psd, lam, work=r**3 / 3, min_work=_CHECK_WORK)
+    work = r**3 / 3
+    if not _many_classes(r) and len(lam) * work <= _CHECK_WORK:
+        # One slice's check, where the VS fits' sites fail it on nearly every row
+        # (_row_psd): then the eigendecompositions are the work, and sized by it they run
+        # on row slices side by side (each row's own decomposition: the same bits), where
+        # the check's work kept digits' 1797 rows in one serial slice (12 ms, twice a sweep).
+        if _symmetric_definite(lam):
+            return lam
+        return _by_rows(_decomposed_psd, lam, work=_EIGEN_WORK * r**3, min_work=_CHECK_WORK)
+    return _by_rows(_row_psd, lam, work=work, min_work=_CHECK_WORK)
+
+
+#: A batched symmetric eigendecomposition's work per matrix over r³, in the units of
+#: :data:`_CHECK_WORK` (the 19 × 19 factorizations: ~1 ns a multiply-add): 6.7 µs a
+#: 9 × 9 matrix, ~9 r³ (small matrices are mostly LAPACK's per-call overhead).
+_EIGEN_WORK = 9.0
+
+
+def _symmetric(lam: np.ndarray) -> np.ndarray:
+    symmetric = lam + np.swapaxes(lam, 1, 2)
+    symmetric *= 0.5
+    return symmetric
+
+
+def _symmetric_definite(lam: np.ndarray) -> bool:
+    """Whether every matrix's symmetric part has a Cholesky factor (one batched call)."""
+    try:
+        np.linalg.cholesky(_symmetric(lam))
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 def _row_psd(lam: np.ndarray) -> np.ndarray:
     # One batched Cholesky factorization clears the usual case of the many-class sweeps.
-    # Where it fails, the rows with a negative eigenvalue are rebuilt from their
-    # eigendecompositions, and the others keep their sites as they are (not their
-    # round-off reconstruction). From 17 classes on a few rows fail: their eigenvalues
-    # find them, and they alone are decomposed. With fewer, the VS fits' sites come out
-    # slightly indefinite on nearly every row (digits): the slice's eigendecompositions at
-    # once, without the eigenvalues first, which doubled the projection's cost.
-    symmetric = lam + np.swapaxes(lam, 1, 2)
-    symmetric *= 0.5
-    try:
-        np.linalg.cholesky(symmetric)
-    except np.linalg.LinAlgError:
-        pass
-    else:
+    if _symmetric_definite(lam):
         return lam
+    return _decomposed_psd(lam)
+
+
+def _decomposed_psd(lam: np.ndarray) -> np.ndarray:
+    # The rows with a negative eigenvalue are rebuilt from their eigendecompositions, and
+    # the others keep their sites as they are (not their round-off reconstruction). From
+    # 17 classes on a few rows fail the check: their eigenvalues find them, and they alone
+    # are decomposed. With fewer, the VS fits' sites come out slightly indefinite on nearly
+    # every row (digits): the slice's eigendecompositions at once, without the eigenvalues
+    # first, which doubled the projection's cost.
+    symmetric = _symmetric(lam)
     if _many_classes(lam.shape[1]):
         rows = np.flatnonzero(np.linalg.eigvalsh(symmetric)[:, 0] < 0)
         eigval, eigvec = np.linalg.eigh(symmetric[rows])
