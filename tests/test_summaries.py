@@ -169,6 +169,7 @@ def test_bad_n_draws_is_named(binary, n_draws):
         lambda: model.sample_y(X[:3], n_draws),
         lambda: model.loo(X, y, n_draws=n_draws),
         lambda: model.predict_proba_interval(X[:3], n_draws=n_draws),
+        lambda: model.sample_coef(n_draws),
     ):
         with pytest.raises(ValueError, match="n_draws"):
             call()
@@ -658,6 +659,27 @@ def test_inference_data_for_arviz(multinomial):
     ours = model.loo(X, y, random_state=0)
     # ArviZ's PSIS of EP's draws against EP's cavities: MC error of 2000 draws.
     assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
+
+
+@pytest.mark.parametrize("penalty", ["l2", "l1"])
+def test_inference_data_draws_are_the_summarys_coefficients(penalty):
+    """The exported draws are of the coefficients summary() shows: the centred ones of a
+    multinomial posterior, the fitted ones under a shrinkage prior (which identifies them;
+    intercepts centred), so ArviZ's summary of the export agrees with summary()."""
+    pytest.importorskip("arviz_base")
+    X, y = three_class_data()
+    model = LaplaceLogisticRegression(penalty=penalty, C=0.5).fit(X, y)
+    table = model.summary()
+    n_draws = 4000
+    tree = model.to_inference_data(n_draws=n_draws, random_state=0)
+    coef = tree["posterior"]["coef"].values[0]
+    intercept = tree["posterior"]["intercept"].values[0]
+    draws = np.concatenate([coef, intercept[:, :, None]], axis=2).reshape(n_draws, -1)
+    sd = table["sd"].to_numpy()
+    # Monte Carlo errors: the mean's 1/√N = 0.016 sd, the sd's relative 1/√(2N) = 0.011;
+    # five of them over the 9 entries.
+    np.testing.assert_allclose((draws.mean(axis=0) - table["mean"]) / sd, 0.0, atol=0.08)
+    np.testing.assert_allclose(draws.std(axis=0), sd, rtol=0.06)
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])

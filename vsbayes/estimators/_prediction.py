@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
-from sklearn.utils import check_scalar
 from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
@@ -415,7 +413,7 @@ class PosteriorPrediction:
             Zeros when ``fit_intercept=False``.
         """
         predictive = self._predictive()
-        n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
+        n_draws = _summaries.check_n_draws(n_draws)  # (the other reads' check and words)
         return predictive.sample(n_draws, as_generator(random_state))
 
     # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
@@ -628,7 +626,9 @@ class PosteriorPrediction:
         xarray.DataTree
             Group ``posterior`` with ``coef`` (dims ``class``, ``feature``) and
             ``intercept`` (``class``; for two classes the one class ``classes_[1]``;
-            multinomial: centred), and the fit's method, evidence and route as attributes;
+            multinomial: centred, or under a shrinkage prior the coefficients as fitted
+            and the intercepts centred, as :meth:`summary` shows them), and the fit's
+            method, evidence and route as attributes;
             with ``X`` and ``y``, ``log_likelihood`` (float64, exact in the log domain),
             ``observed_data`` and ``sample_stats`` with ``lp`` (``log p(y | θ) + log p(θ)``)
             and ``log_q`` (the approximation's log density), each up to a constant, per

@@ -35,6 +35,7 @@ __all__ = [
     "coefficient_columns",
     "coefficient_table",
     "gaussian_marginals",
+    "identified_draws",
     "marginals",
     "marginals_table",
     "proba_interval",
@@ -127,14 +128,32 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
         np.asarray(estimator.intercept_, dtype=float),
         np.asarray(estimator.sigma_, dtype=float),
         bool(estimator.fit_intercept),
-        # A shrinkage prior on each class's coefficients identifies them (its mode is
-        # not centred: scikit-learn's L1 zeros), and it is on them that it acts.
-        centred=getattr(estimator, "_coefficient_factor_", None) is None,
+        centred=not _prior_identifies_classes(estimator),
     )
     classes = estimator.classes_
     if len(per_problem) == 1:
         return [(None, *per_problem[0])]
     return [(classes[k], *marginal) for k, marginal in enumerate(per_problem)]
+
+
+def _prior_identifies_classes(estimator) -> bool:
+    """Whether a multinomial fit's prior identifies each class's coefficients: a shrinkage
+    prior does (its mode is not centred: scikit-learn's L1 zeros), and it is on them that
+    it acts; a Gaussian one leaves the common shift to its prior, so the centred ones are
+    shown."""
+    return getattr(estimator, "_coefficient_factor_", None) is not None
+
+
+def identified_draws(estimator, coef: np.ndarray, intercept: np.ndarray):
+    """Draws of the coefficients and intercepts (layouts of :meth:`sample_coef`'s) as the
+    table shows them: a multinomial posterior's centred over the classes, or under a
+    shrinkage prior the coefficients as drawn and the intercepts centred (:func:`marginals`'
+    rule, so that the ArviZ export summarizes to :func:`coefficient_table`)."""
+    if not estimator._is_multinomial():
+        return coef, intercept
+    if not _prior_identifies_classes(estimator):
+        coef = coef - coef.mean(axis=1, keepdims=True)
+    return coef, intercept - intercept.mean(axis=1, keepdims=True)
 
 
 def _centred_variances(sigma: CentredStructuredCovariance, k: int, d: int) -> np.ndarray:
