@@ -449,7 +449,11 @@ class PosteriorPrediction:
             ``selected`` (relevance above ½, Carvalho, Polson & Scott 2010). Its
             ``attrs`` hold ``level``, ``method``, ``estimator``, ``log_evidence``,
             ``route`` (``strategy_``, or None), ``predicted_error`` (``kl_error_``, or
-            None), ``laplace_fallback`` and ``multinomial``.
+            None), ``laplace_fallback``, ``multinomial``, ``covariance``
+            (``covariance_structure_``) and ``variance_error_factor``: every variance in
+            the table is within this factor of the one the approximation's dense
+            covariance would give (1: exact; a forced or text-scale structure records its
+            bound in ``posteriors_[0].error_factor``).
         """
         check_is_fitted(self)
         return _summaries.coefficient_table(self, level)

@@ -40,6 +40,7 @@ __all__ = [
     "marginals_table",
     "proba_interval",
     "sample_proba",
+    "variance_error_factor",
 ]
 
 #: The name of the intercept's row in the tables.
@@ -348,6 +349,9 @@ def _summary_attrs(estimator, level: float) -> dict:
     strategy = getattr(estimator, "strategy_", None)
     error = getattr(estimator, "kl_error_", None)
     fell_back = getattr(estimator, "laplace_fallback_", None)
+    structure = getattr(estimator, "covariance_structure_", None)
+    if structure is not None and not isinstance(structure, str):  # one per problem
+        structure = [str(each) for each in structure]
     return {
         "level": level,
         "method": getattr(estimator, "_title", type(estimator).__name__),
@@ -357,7 +361,20 @@ def _summary_attrs(estimator, level: float) -> dict:
         "predicted_error": None if error is None else np.asarray(error, dtype=float),
         "laplace_fallback": None if fell_back is None else np.asarray(fell_back),
         "multinomial": bool(estimator._is_multinomial()),
+        "covariance": structure,
+        "variance_error_factor": variance_error_factor(estimator),
     }
+
+
+def variance_error_factor(estimator) -> float:
+    """The factor within which every variance of the table is the one the dense covariance
+    of the same approximation would give: 1 where they are exact (a dense or "dual"
+    covariance, the exact marginals of a binary "lowrank" one, whose recorded factor is NaN
+    for that reason), else the largest a structured posterior records (``error_factor``:
+    an estimated diagonal, the multinomial low-rank structure), which bounds the variance
+    of every direction, the centred coefficients' too."""
+    factors = [getattr(posterior, "error_factor", 1.0) for posterior in estimator.posteriors_]
+    return float(max(1.0 if np.isnan(factor) else factor for factor in factors))
 
 
 # --- prediction intervals and posterior predictive draws ----------------------------------
