@@ -19,7 +19,7 @@ from vsbayes.estimators import (
     LaplaceLogisticRegression,
     LaplaceProbitRegression,
 )
-from vsbayes.exceptions import PSISWarning
+from vsbayes.exceptions import MemoryLimitError, PSISWarning
 from vsbayes.models.psis import pareto_smoothed_log_weights
 
 
@@ -173,6 +173,23 @@ def test_bad_n_draws_is_named(binary, n_draws):
     ):
         with pytest.raises(ValueError, match="n_draws"):
             call()
+
+
+def test_draws_beyond_the_memory_limit_are_refused_naming_n_draws(multinomial):
+    """Every read that draws sizes its draws first and refuses with the remedy, never a
+    NumPy MemoryError: the coefficient draws (15 parameters) and one row's latent draws
+    are what exceed 1 MiB here, not the drawn probabilities (20,000 × 1 × 3: 0.5 MiB)."""
+    X, _, model = multinomial
+    with config_context(memory_limit=2**20):
+        for call in (
+            lambda: model.sample_coef(20_000),
+            lambda: model.sample_proba(X[:1], 20_000),
+            lambda: model.sample_y(X[:1], 20_000),
+            lambda: model.predict_proba_interval(X[:1], n_draws=20_000),
+        ):
+            with pytest.raises(MemoryLimitError, match="n_draws"):
+                call()
+        model.sample_coef(1000)  # (0.36 MiB: drawn)
 
 
 def test_unfitted_estimator_says_fit_first(binary):

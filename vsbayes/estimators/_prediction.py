@@ -25,7 +25,6 @@ from sklearn.utils.validation import (
 )
 
 from .._blas import one_blas_thread_below
-from .._random import as_generator
 from .._warnings import warn
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
@@ -412,9 +411,7 @@ class PosteriorPrediction:
         intercept : ndarray of shape (n_draws, *intercept_.shape)
             Zeros when ``fit_intercept=False``.
         """
-        predictive = self._predictive()
-        n_draws = _summaries.check_n_draws(n_draws)  # (the other reads' check and words)
-        return predictive.sample(n_draws, as_generator(random_state))
+        return _summaries.sample_coef(self, n_draws, random_state)
 
     # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 

@@ -15,6 +15,7 @@ every class's coefficients, and along that direction it is its prior (variance `
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = [
     "marginals",
     "marginals_table",
     "proba_interval",
+    "sample_coef",
     "sample_proba",
     "variance_error_factor",
 ]
@@ -407,7 +409,13 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     # threads): each row gets the same draws whatever the threads. Per row: the draws'
     # temporaries, and at most a K² · p product of the latent moments.
     width = estimator.coef_.shape[1] + 1
-    rows_per_block = block_length(8.0 * (3 * n_draws * n_classes + n_classes**2 * width))
+    row_bytes = 8.0 * (3 * n_draws * n_classes + n_classes**2 * width)
+    check_memory(  # (block_length gives a row at least, whatever its bytes)
+        row_bytes,
+        f"{n_draws} draws of a row's {n_classes} latent values",
+        "Pass a smaller n_draws.",
+    )
+    rows_per_block = block_length(row_bytes)
     for start in range(0, X.shape[0], rows_per_block):
         rows = slice(start, min(start + rows_per_block, X.shape[0]))
         mean, second = latent(rows)
@@ -430,17 +438,34 @@ def _psd_root(cov: np.ndarray) -> np.ndarray:
     return vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]
 
 
+def sample_coef(estimator, n_draws: int, random_state, held: float = 0.0, what: str = ""):
+    """``(coef, intercept)`` drawn from the posterior (see ``sample_coef``), the draws and
+    their temporaries (a standard normal and a product per parameter and draw: 3 copies)
+    sized first, beside ``held`` bytes of the caller's (``what``)."""
+    check_is_fitted(estimator)
+    n_draws = check_n_draws(n_draws)
+    n_params = math.prod(np.shape(estimator.coef_)) + np.size(estimator.intercept_)
+    check_memory(
+        held + 8.0 * 3 * n_draws * n_params,
+        f"{n_draws} posterior draws of {n_params} parameters{what}",
+        "Draw fewer (n_draws), or draw in batches.",
+    )
+    return estimator._predictive().sample(n_draws, as_generator(random_state))
+
+
 def sample_proba(estimator, X, n_draws: int, random_state) -> np.ndarray:
     """Class probabilities at X under coefficient draws: (n_draws, n, n_classes)."""
     n_draws = check_n_draws(n_draws)
     X = estimator._validate_prediction_data(X)
     n_classes = len(estimator.classes_)
-    check_memory(
+    coef, intercept = sample_coef(
+        estimator,
+        n_draws,
+        random_state,
         8.0 * n_draws * X.shape[0] * n_classes,
-        f"the {n_draws} × {X.shape[0]} × {n_classes} drawn probabilities",
-        "Draw fewer (n_draws) or pass fewer rows at a time.",
+        f" and the {n_draws} × {X.shape[0]} × {n_classes} drawn probabilities (pass fewer "
+        f"rows at a time)",
     )
-    coef, intercept = estimator._predictive().sample(n_draws, as_generator(random_state))
     out = np.empty((n_draws, X.shape[0], n_classes))
     link = get_link(estimator._link)
     multinomial = estimator._is_multinomial()
