@@ -477,8 +477,9 @@ class PosteriorPrediction:
         n_draws : int, default=4096
             Latent draws per row beyond two classes (unused for two).
         random_state : int, RandomState, Generator or None, default=None
-            Seed of those draws; None: a fixed seed, so that the same call gives the same
-            intervals.
+            Seed of those draws (the same standard normal draws for every row, so that a
+            row's interval does not depend on the rows passed with it); None: a fixed
+            seed, so that the same call gives the same intervals.
 
         Returns
         -------

@@ -416,16 +416,18 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
         "Pass a smaller n_draws.",
     )
     rows_per_block = block_length(row_bytes)
+    # One set of standard normal draws for every row: a row's interval is then the same
+    # whatever rows come with it (each row's draws are still independent of each other).
+    draws = rng.standard_normal((n_draws, n_classes))
     for start in range(0, X.shape[0], rows_per_block):
         rows = slice(start, min(start + rows_per_block, X.shape[0]))
         mean, second = latent(rows)
-        draws = rng.standard_normal((n_draws, mean.shape[0], n_classes))
         if multinomial:  # one joint Gaussian of the K latent values per row
             factor = _psd_root(second)  # (r, K, K)
-            f = mean + np.einsum("rab,srb->sra", factor, draws)
+            f = mean + np.einsum("rab,sb->sra", factor, draws)
             proba = np.exp(log_softmax(f, axis=2))
         else:  # independent problems, probabilities normalized
-            f = mean + np.sqrt(second) * draws
+            f = mean + np.sqrt(second) * draws[:, None, :]
             proba = np.exp(predictive.link.log_cdf(f))
             proba /= proba.sum(axis=2, keepdims=True)
         lower[rows], upper[rows] = np.quantile(proba, tails, axis=0)
