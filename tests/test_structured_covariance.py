@@ -323,6 +323,26 @@ def test_the_low_rank_multinomial_posterior_keeps_its_stated_error(multinomial_f
         )
 
 
+def test_the_summary_says_how_far_its_variances_can_be(fits, multinomial_fits):
+    """summary()'s attrs carry the structure and the bound on its variances: 1 where the
+    table's are the exact ones (dense, dual, the exact marginals of a binary low rank),
+    else the structure's recorded factor, which bounds the table's centred variances."""
+    for fit in (fits["dense"], fits["dual"], fits["lowrank"], multinomial_fits["full"]):
+        attrs = fit.summary().attrs
+        assert attrs["covariance"] == fit.covariance_structure_
+        assert attrs["variance_error_factor"] == 1.0
+    dense, low = multinomial_fits["dense"], multinomial_fits["low"]
+    attrs = low.summary().attrs
+    factor = low.posteriors_[0].error_factor
+    assert attrs["covariance"] == "lowrank" and attrs["variance_error_factor"] == factor > 1.0
+    ratio = low.summary()["sd"].to_numpy() ** 2 / dense.summary()["sd"].to_numpy() ** 2
+    assert np.all(ratio <= factor * (1 + 1e-8)) and np.all(ratio >= 1 / factor / (1 + 1e-8))
+    # The ArviZ export's attributes carry them too.
+    pytest.importorskip("arviz_base")
+    exported = low.to_inference_data(n_draws=2, random_state=0)["posterior"].attrs
+    assert exported["variance_error_factor"] == factor
+
+
 @pytest.mark.parametrize("intercept, rank", [(True, 3), (False, 2), (True, 0)])
 def test_a_centred_structured_covariance_is_its_dense_form(intercept, rank):
     # Σ = Π (diag(δ) + U K Uᵀ) Π + N diag(c) Nᵀ, written out densely.

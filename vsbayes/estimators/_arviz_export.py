@@ -27,7 +27,7 @@ from .._memory import block_length, check_memory, memory_limit
 from .._random import reproducible_generator
 from ..models.links import get_link
 from ._leave_one_out import _log_prior, _PosteriorDraws, _training_data
-from ._summaries import _feature_names, _summary_attrs, check_n_draws
+from ._summaries import _feature_names, _summary_attrs, check_n_draws, identified_draws
 
 __all__ = ["to_inference_data"]
 
@@ -81,9 +81,8 @@ def to_inference_data(
     raw = coef, intercept
     multiclass = len(estimator.classes_) > 2
     classes = [str(c) for c in estimator.classes_]
-    if estimator._is_multinomial():  # the identified (centred) coefficients
-        coef = coef - coef.mean(axis=1, keepdims=True)
-        intercept = intercept - intercept.mean(axis=1, keepdims=True)
+    # The identified coefficients, as summary() shows them (multinomial: centred).
+    coef, intercept = identified_draws(estimator, coef, intercept)
     posterior = {"coef": coef[None], "intercept": intercept[None]}
     dims = {"coef": ["class", "feature"], "intercept": ["class"]}
     coords = {"feature": names, "class": classes if multiclass else [classes[1]]}

@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
-from sklearn.utils import check_scalar
 from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
 )
 
 from .._blas import one_blas_thread_below
-from .._random import as_generator
 from .._warnings import warn
 from ..gaussian import StructuredCovariance
 from ..models.dask_chunks import is_dask, is_dask_frame
@@ -415,9 +412,7 @@ class PosteriorPrediction:
         intercept : ndarray of shape (n_draws, *intercept_.shape)
             Zeros when ``fit_intercept=False``.
         """
-        predictive = self._predictive()
-        n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
-        return predictive.sample(n_draws, as_generator(random_state))
+        return _summaries.sample_coef(self, n_draws, random_state)
 
     # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 
@@ -452,7 +447,11 @@ class PosteriorPrediction:
             ``selected`` (relevance above ½, Carvalho, Polson & Scott 2010). Its
             ``attrs`` hold ``level``, ``method``, ``estimator``, ``log_evidence``,
             ``route`` (``strategy_``, or None), ``predicted_error`` (``kl_error_``, or
-            None), ``laplace_fallback`` and ``multinomial``.
+            None), ``laplace_fallback``, ``multinomial``, ``covariance``
+            (``covariance_structure_``) and ``variance_error_factor``: every variance in
+            the table is within this factor of the one the approximation's dense
+            covariance would give (1: exact; a forced or text-scale structure records its
+            bound in ``posteriors_[0].error_factor``).
         """
         check_is_fitted(self)
         return _summaries.coefficient_table(self, level)
@@ -479,8 +478,9 @@ class PosteriorPrediction:
         n_draws : int, default=4096
             Latent draws per row beyond two classes (unused for two).
         random_state : int, RandomState, Generator or None, default=None
-            Seed of those draws; None: a fixed seed, so that the same call gives the same
-            intervals.
+            Seed of those draws (the same standard normal draws for every row, so that a
+            row's interval does not depend on the rows passed with it); None: a fixed
+            seed, so that the same call gives the same intervals.
 
         Returns
         -------
@@ -629,7 +629,9 @@ class PosteriorPrediction:
         xarray.DataTree
             Group ``posterior`` with ``coef`` (dims ``class``, ``feature``) and
             ``intercept`` (``class``; for two classes the one class ``classes_[1]``;
-            multinomial: centred), and the fit's method, evidence and route as attributes;
+            multinomial: centred, or under a shrinkage prior the coefficients as fitted
+            and the intercepts centred, as :meth:`summary` shows them), and the fit's
+            method, evidence and route as attributes;
             with ``X`` and ``y``, ``log_likelihood`` (float64, exact in the log domain),
             ``observed_data`` and ``sample_stats`` with ``lp`` (``log p(y | θ) + log p(θ)``)
             and ``log_q`` (the approximation's log density), each up to a constant, per

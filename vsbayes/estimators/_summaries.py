@@ -15,6 +15,7 @@ every class's coefficients, and along that direction it is its prior (variance `
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -35,10 +36,13 @@ __all__ = [
     "coefficient_columns",
     "coefficient_table",
     "gaussian_marginals",
+    "identified_draws",
     "marginals",
     "marginals_table",
     "proba_interval",
+    "sample_coef",
     "sample_proba",
+    "variance_error_factor",
 ]
 
 #: The name of the intercept's row in the tables.
@@ -127,14 +131,32 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
         np.asarray(estimator.intercept_, dtype=float),
         np.asarray(estimator.sigma_, dtype=float),
         bool(estimator.fit_intercept),
-        # A shrinkage prior on each class's coefficients identifies them (its mode is
-        # not centred: scikit-learn's L1 zeros), and it is on them that it acts.
-        centred=getattr(estimator, "_coefficient_factor_", None) is None,
+        centred=not _prior_identifies_classes(estimator),
     )
     classes = estimator.classes_
     if len(per_problem) == 1:
         return [(None, *per_problem[0])]
     return [(classes[k], *marginal) for k, marginal in enumerate(per_problem)]
+
+
+def _prior_identifies_classes(estimator) -> bool:
+    """Whether a multinomial fit's prior identifies each class's coefficients: a shrinkage
+    prior does (its mode is not centred: scikit-learn's L1 zeros), and it is on them that
+    it acts; a Gaussian one leaves the common shift to its prior, so the centred ones are
+    shown."""
+    return getattr(estimator, "_coefficient_factor_", None) is not None
+
+
+def identified_draws(estimator, coef: np.ndarray, intercept: np.ndarray):
+    """Draws of the coefficients and intercepts (layouts of :meth:`sample_coef`'s) as the
+    table shows them: a multinomial posterior's centred over the classes, or under a
+    shrinkage prior the coefficients as drawn and the intercepts centred (:func:`marginals`'
+    rule, so that the ArviZ export summarizes to :func:`coefficient_table`)."""
+    if not estimator._is_multinomial():
+        return coef, intercept
+    if not _prior_identifies_classes(estimator):
+        coef = coef - coef.mean(axis=1, keepdims=True)
+    return coef, intercept - intercept.mean(axis=1, keepdims=True)
 
 
 def _centred_variances(sigma: CentredStructuredCovariance, k: int, d: int) -> np.ndarray:
@@ -329,6 +351,9 @@ def _summary_attrs(estimator, level: float) -> dict:
     strategy = getattr(estimator, "strategy_", None)
     error = getattr(estimator, "kl_error_", None)
     fell_back = getattr(estimator, "laplace_fallback_", None)
+    structure = getattr(estimator, "covariance_structure_", None)
+    if structure is not None and not isinstance(structure, str):  # one per problem
+        structure = [str(each) for each in structure]
     return {
         "level": level,
         "method": getattr(estimator, "_title", type(estimator).__name__),
@@ -338,7 +363,20 @@ def _summary_attrs(estimator, level: float) -> dict:
         "predicted_error": None if error is None else np.asarray(error, dtype=float),
         "laplace_fallback": None if fell_back is None else np.asarray(fell_back),
         "multinomial": bool(estimator._is_multinomial()),
+        "covariance": structure,
+        "variance_error_factor": variance_error_factor(estimator),
     }
+
+
+def variance_error_factor(estimator) -> float:
+    """The factor within which every variance of the table is the one the dense covariance
+    of the same approximation would give: 1 where they are exact (a dense or "dual"
+    covariance, the exact marginals of a binary "lowrank" one, whose recorded factor is NaN
+    for that reason), else the largest a structured posterior records (``error_factor``:
+    an estimated diagonal, the multinomial low-rank structure), which bounds the variance
+    of every direction, the centred coefficients' too."""
+    factors = [getattr(posterior, "error_factor", 1.0) for posterior in estimator.posteriors_]
+    return float(max(1.0 if np.isnan(factor) else factor for factor in factors))
 
 
 # --- prediction intervals and posterior predictive draws ----------------------------------
@@ -371,17 +409,25 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     # threads): each row gets the same draws whatever the threads. Per row: the draws'
     # temporaries, and at most a K² · p product of the latent moments.
     width = estimator.coef_.shape[1] + 1
-    rows_per_block = block_length(8.0 * (3 * n_draws * n_classes + n_classes**2 * width))
+    row_bytes = 8.0 * (3 * n_draws * n_classes + n_classes**2 * width)
+    check_memory(  # (block_length gives a row at least, whatever its bytes)
+        row_bytes,
+        f"{n_draws} draws of a row's {n_classes} latent values",
+        "Pass a smaller n_draws.",
+    )
+    rows_per_block = block_length(row_bytes)
+    # One set of standard normal draws for every row: a row's interval is then the same
+    # whatever rows come with it (each row's draws are still independent of each other).
+    draws = rng.standard_normal((n_draws, n_classes))
     for start in range(0, X.shape[0], rows_per_block):
         rows = slice(start, min(start + rows_per_block, X.shape[0]))
         mean, second = latent(rows)
-        draws = rng.standard_normal((n_draws, mean.shape[0], n_classes))
         if multinomial:  # one joint Gaussian of the K latent values per row
             factor = _psd_root(second)  # (r, K, K)
-            f = mean + np.einsum("rab,srb->sra", factor, draws)
+            f = mean + np.einsum("rab,sb->sra", factor, draws)
             proba = np.exp(log_softmax(f, axis=2))
         else:  # independent problems, probabilities normalized
-            f = mean + np.sqrt(second) * draws
+            f = mean + np.sqrt(second) * draws[:, None, :]
             proba = np.exp(predictive.link.log_cdf(f))
             proba /= proba.sum(axis=2, keepdims=True)
         lower[rows], upper[rows] = np.quantile(proba, tails, axis=0)
@@ -394,17 +440,34 @@ def _psd_root(cov: np.ndarray) -> np.ndarray:
     return vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]
 
 
+def sample_coef(estimator, n_draws: int, random_state, held: float = 0.0, what: str = ""):
+    """``(coef, intercept)`` drawn from the posterior (see ``sample_coef``), the draws and
+    their temporaries (a standard normal and a product per parameter and draw: 3 copies)
+    sized first, beside ``held`` bytes of the caller's (``what``)."""
+    check_is_fitted(estimator)
+    n_draws = check_n_draws(n_draws)
+    n_params = math.prod(np.shape(estimator.coef_)) + np.size(estimator.intercept_)
+    check_memory(
+        held + 8.0 * 3 * n_draws * n_params,
+        f"{n_draws} posterior draws of {n_params} parameters{what}",
+        "Draw fewer (n_draws), or draw in batches.",
+    )
+    return estimator._predictive().sample(n_draws, as_generator(random_state))
+
+
 def sample_proba(estimator, X, n_draws: int, random_state) -> np.ndarray:
     """Class probabilities at X under coefficient draws: (n_draws, n, n_classes)."""
     n_draws = check_n_draws(n_draws)
     X = estimator._validate_prediction_data(X)
     n_classes = len(estimator.classes_)
-    check_memory(
+    coef, intercept = sample_coef(
+        estimator,
+        n_draws,
+        random_state,
         8.0 * n_draws * X.shape[0] * n_classes,
-        f"the {n_draws} × {X.shape[0]} × {n_classes} drawn probabilities",
-        "Draw fewer (n_draws) or pass fewer rows at a time.",
+        f" and the {n_draws} × {X.shape[0]} × {n_classes} drawn probabilities (pass fewer "
+        f"rows at a time)",
     )
-    coef, intercept = estimator._predictive().sample(n_draws, as_generator(random_state))
     out = np.empty((n_draws, X.shape[0], n_classes))
     link = get_link(estimator._link)
     multinomial = estimator._is_multinomial()
