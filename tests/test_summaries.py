@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 from scipy.stats import norm
 from sklearn.base import clone
+from sklearn.datasets import make_classification
 
 from vsbayes import config_context
 from vsbayes.estimators import (
@@ -810,3 +811,20 @@ def test_unreliable_psis_names_a_remedy_that_applies():
     with pytest.warns(PSISWarning, match=r"Fit EPLogisticRegression on these rows") as more:
         stream.loo(X, y, random_state=0)
     assert not any("Use EPLogisticRegression" in str(w.message) for w in [*record, *more])
+
+
+def test_a_streams_loo_refuses_rows_other_than_its_batches():
+    """A stream keeps its rows' count: loo of the last batch alone (or of other data) would
+    score rows under a posterior that has seen them as if left out, so it is refused; the
+    stream's rows, and a fit's continued by a batch, are taken."""
+    X, y = make_classification(90, 4, random_state=0)
+    stream = LaplaceLogisticRegression()
+    for start in range(0, 90, 30):
+        stream.partial_fit(X[start : start + 30], y[start : start + 30], classes=[0, 1])
+    with pytest.raises(ValueError, match="X has 30 rows; the stream's batches had 90"):
+        stream.loo(X[60:], y[60:])
+    assert np.isfinite(stream.loo(X, y).elpd_loo)
+    continued = LaplaceLogisticRegression().fit(X[:60], y[:60]).partial_fit(X[60:], y[60:])
+    with pytest.raises(ValueError, match="X has 60 rows; the stream's batches had 90"):
+        continued.loo(X[:60], y[:60])
+    assert np.isfinite(continued.loo(X, y).elpd_loo)

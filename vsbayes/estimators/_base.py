@@ -1005,7 +1005,7 @@ class BayesianGLMClassifier(
         self.posteriors_ = posteriors
         self._fitted_prior_ = self.prior  # (partial_fit refuses a later change it would ignore)
         # The rows behind the posterior: fit's sets them after this; a stream's are many
-        # batches, not kept (its leave-one-out takes any rows, by importance sampling).
+        # batches, not kept: partial_fit sets their count (leave-one-out's check).
         self._training_fingerprint_ = None
         self._fitted_intercept_ = self.fit_intercept  # (partial_fit's parameter vector)
         self._fitted_prior_scales_ = self._priors(None, None, False)  # (C's, as prior's)

@@ -239,6 +239,21 @@ class TrainingFingerprint:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamRows:
+    """What a stream (``partial_fit``) keeps of its rows for leave-one-out: their count.
+
+    Its batches are not kept (memory does not grow with the rows seen), so leave-one-out
+    cannot tell them from other rows of the same count; but another count (the last batch
+    alone, other data) is not the rows of the posterior, whose terms would be the rows'
+    predictive under a posterior that has not seen them, read as leave-one-out."""
+
+    n_rows: int
+
+    def differences(self, other: TrainingFingerprint) -> list[str]:
+        return [] if other.n_rows == self.n_rows else ["rows"]
+
+
 #: The seed of the fingerprint's projections (any fixed one: the same for fit and loo).
 _FINGERPRINT_SEED = 20130501
 #: The rows whose features the fingerprint projects (all of them up to this many).
@@ -246,8 +261,8 @@ _FINGERPRINT_ROWS = 1024
 
 
 def _check_fitted_rows(estimator, data: _Training) -> None:
-    """A ValueError naming what differs where ``data`` are not the rows ``fit`` saw (no
-    check where the fit kept no fingerprint: a stream's, a dask fit's)."""
+    """A ValueError naming what differs where ``data`` are not the rows ``fit`` saw (a
+    stream's: their count alone; no check where the fit kept nothing: a dask fit's)."""
     fitted = vars(estimator).get("_training_fingerprint_")
     if fitted is None:
         return
@@ -256,7 +271,8 @@ def _check_fitted_rows(estimator, data: _Training) -> None:
     if not differences:
         return
     if differences == ["rows"]:
-        what = f"X has {given.n_rows} rows; the fit had {fitted.n_rows}"
+        had = "the stream's batches had" if isinstance(fitted, StreamRows) else "the fit had"
+        what = f"X has {given.n_rows} rows; {had} {fitted.n_rows}"
     else:
         verb = "differs" if len(differences) == 1 else "differ"
         what = f"{' and '.join(differences)} {verb} from the fit's (or its rows' order)"

@@ -72,6 +72,7 @@ from ..exceptions import MemoryLimitError, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.priors import GaussianPrior
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS
+from ._leave_one_out import StreamRows
 from ._prediction import read_work, row_count
 from ._priors import as_prior, carried_note, carried_prior, prior_specs, problem_model
 from ._site_window import SiteWindow, SiteWindowUpdates
@@ -323,6 +324,11 @@ class BayesianUpdating(SiteWindowUpdates):
                 )
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
             weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
+        # The rows behind the posterior, for leave-one-out's check of the data it is given:
+        # the stream's count (a fit's, then the batches after it; unknown after a dask fit).
+        kept = None if first else vars(self).get("_training_fingerprint_")
+        rows_seen = StreamRows(X.shape[0] + (kept.n_rows if kept is not None else 0))
+        rows_seen = rows_seen if first or kept is not None else None
         if not weights.any():  # (sample_weight × class_weight) a batch without information
             if first:
                 raise ValueError(
@@ -330,6 +336,7 @@ class BayesianUpdating(SiteWindowUpdates):
                     "zero: its posterior would be the prior alone. Start the stream with a "
                     "batch of positive weight."
                 )
+            self._training_fingerprint_ = rows_seen  # (its rows are the data's all the same)
             return self  # its likelihood is 1: the posterior, buffer and evidence as they were
         problems = self._problems(y_index, len(classes))
         n_rows = X.shape[0]
@@ -438,6 +445,7 @@ class BayesianUpdating(SiteWindowUpdates):
         self.classes_ = classes
         self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
         self._stream_buffer = buffer
+        self._training_fingerprint_ = rows_seen
         self._unseen_classes_ = unseen
         if unseen.size and n_rows > 1:  # (a one-row call shows one class: a bandit's first)
             _warn_unseen(classes[unseen], self)
