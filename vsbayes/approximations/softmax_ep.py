@@ -72,6 +72,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 from scipy.linalg.lapack import dpotri
 
+from .._indices import triu_indices
 from .._memory import block_bytes, check_memory, format_bytes
 from .._warnings import warn
 from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning
@@ -227,7 +228,7 @@ class _Contrast:
             cov, info = dpotri(lower, lower=1)
             if info != 0:
                 raise NotPositiveDefiniteError("The softmax EP posterior could not be inverted.")
-            upper = np.triu_indices(r * w, 1)
+            upper = triu_indices(r * w, 1)
             cov[upper] = cov.T[upper]
             half_log_det = float(np.log(np.diag(lower)).sum())
         if keep:

@@ -315,8 +315,13 @@ class SoftmaxGLMPosterior:
             for j in range(0, m, block_m)
         ]
         W, b = self.split(theta)
+        # Each block of rows' weighted label sums (_label_sums), formed once for its points.
+        sums = {
+            cols.start: _label_sums(self.X[cols], self.y[cols], self.sample_weight[cols], k)
+            for _, cols in tasks
+        }
         args = [
-            (self.X[cols], self.y[cols], self.sample_weight[cols], W[rows], b[rows])
+            (self.X[cols], self.sample_weight[cols], sums[cols.start], W[rows], b[rows])
             for rows, cols in tasks
         ]
         if max(1, effective_n_jobs(self.n_jobs)) > 1 and len(tasks) > 1:
@@ -592,7 +597,7 @@ def _outer_pairs(P: np.ndarray) -> np.ndarray:
     return out
 
 
-def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
+def _block_log_likelihood(X, weights, label_sums, W, b) -> np.ndarray:
     """``Σ_i s_i log softmax(W x_i + b)[y_i]`` over one block of rows, for each point.
 
     The softmax depends only on the latent values' differences: with the last class's as
@@ -605,9 +610,10 @@ def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
     reduction over a short last axis would cost numpy several times more (wine: 3×).
 
     ``Σ_i s_i h_{y_i}`` is linear in the point: the rows' weighted sums per class
-    (``_label_sums``) against each point's differences, not a gather of the (rows,
-    points) values; and ``log`` of the total that holds the 1 (libm's ``log1p`` took 1.4×
-    its time). Both differ from the per-row form by round-off."""
+    (``label_sums``, :func:`_label_sums`) against each point's differences, not a gather
+    of the (rows, points) values; and ``log`` of the total that holds the 1 (libm's
+    ``log1p`` took 1.4× its time). Both differ from the per-row form by round-off; the
+    max-shifted form (overflow) takes the labels from ``label_sums`` too."""
     h, relative = _latent_differences(X, W, b)
     with np.errstate(over="ignore"):
         np.exp(h, out=h)
@@ -615,11 +621,10 @@ def _block_log_likelihood(X, y, weights, W, b) -> np.ndarray:
         for j in range(1, h.shape[1]):
             total += h[:, j, :]
     if not np.isfinite(total).all():
-        return _shifted_block_log_likelihood(_latent_differences(X, W, b)[0], y, weights)
+        h, _ = _latent_differences(X, W, b)
+        return np.einsum("jc,jnc->n", label_sums, relative) - _shifted_log_totals(h, weights)
     np.log(total, out=total)
-    return np.einsum("jc,jnc->n", _label_sums(X, y, weights, W.shape[1]), relative) - (
-        weights @ total
-    )
+    return np.einsum("jc,jnc->n", label_sums, relative) - weights @ total
 
 
 def _label_sums(X, y, weights, k) -> np.ndarray:
@@ -655,19 +660,16 @@ def _latent_differences(X, W, b) -> tuple[np.ndarray, np.ndarray]:
     return (design @ relative.reshape((k - 1) * n, d + 1).T).reshape(m, k - 1, n), relative
 
 
-def _shifted_block_log_likelihood(h, y, weights) -> np.ndarray:
-    """:func:`_block_log_likelihood` from the differences ``h`` (rows, K − 1, points) by
-    the max-shifted log-sum-exp: every exponential at most 1, for any ``h``."""
-    m, km1, n = h.shape
-    f = np.concatenate([h, np.zeros((m, 1, n))], axis=1)
-    chosen = f[np.arange(m), y, :]
-    top = f[:, 0, :].copy()
-    for j in range(1, km1 + 1):
-        np.maximum(top, f[:, j, :], out=top)
-    f -= top[:, None, :]
-    np.exp(f, out=f)
-    total = f[:, 0, :].copy()
-    for j in range(1, km1 + 1):
-        total += f[:, j, :]
-    chosen -= np.log(total) + top
-    return weights @ chosen
+def _shifted_log_totals(h, weights) -> np.ndarray:
+    """``Σ_i s_i log(1 + Σ_j exp(h_ij))`` for each point, from the differences ``h`` (rows,
+    K − 1, points) by the max-shifted log-sum-exp: every exponential at most 1, for any
+    ``h`` (the blocks where :func:`_block_log_likelihood`'s sums overflow)."""
+    top = np.maximum(h.max(axis=1), 0.0)  # (rows, points), with h_K = 0
+    h -= top[:, None, :]
+    np.exp(h, out=h)
+    total = np.exp(-top)
+    for j in range(h.shape[1]):
+        total += h[:, j, :]
+    np.log(total, out=total)
+    total += top
+    return weights @ total
