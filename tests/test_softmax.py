@@ -59,6 +59,29 @@ def test_log_density_matches_the_definition_in_any_blocks(rng, sparse, intercept
     assert value == pytest.approx(expected[0], rel=1e-12)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_single_likelihood_is_float32_rounding_of_the_double(rng, sparse, scale):
+    """single=True (VS's global fit): each row's term from float32 latent differences,
+    exponentials and logarithms, within the rounding of those steps; blocks whose sums
+    overflow float32 (differences of ~10³) are the float64 pass itself."""
+    X, y, s, model = make_problem(rng, m=60, d=4, k=3, sparse=sparse)
+    theta = scale * rng.standard_normal((50, model.dim))
+    double, single = model.log_likelihood(theta), model.log_likelihood(theta, single=True)
+    if scale > 100:
+        np.testing.assert_array_equal(single, double)
+        return
+    W, b = model.split(theta)
+    rows = np.hstack([X, np.ones((len(y), 1))])  # (X: the dense rows)
+    relative = np.concatenate([W - W[:, -1:], (b - b[:, -1:])[..., None]], axis=2)
+    # |h| ≤ Σ_c |x̃_c| |w_jc − w_Kc|: each GEMM output and its exponential rounded within
+    # (d + 3) units of float32's rounding of that size, the log total within as much.
+    size = np.einsum("ic,njc->nij", np.abs(rows), np.abs(relative)).max(axis=2)
+    bound = 4 * (rows.shape[1] + 2) * 2.0**-24 * ((1.0 + size) @ s)
+    assert np.all(np.abs(single - double) <= bound)
+    assert not np.array_equal(single, double)  # float32 was taken
+
+
 def test_blocks_and_workers_give_the_same_bits(rng):
     X, y, s, model = make_problem(rng, m=300)
     theta = rng.standard_normal((600, model.dim))
@@ -124,7 +147,7 @@ def test_sampled_fit_in_the_contrasts_is_exact_on_a_gaussian_likelihood(rng, gen
     root = rng.standard_normal((6, 6))
     H, a = root @ root.T + np.eye(6), rng.standard_normal(6)
 
-    def log_likelihood(theta):  # Gaussian in the contrasts, flat along the shifts
+    def log_likelihood(theta, single=False):  # Gaussian in the contrasts, flat along the shifts
         r = theta @ basis - a
         return -0.5 * np.einsum("ij,jk,ik->i", r, H, r)
 

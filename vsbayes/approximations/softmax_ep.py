@@ -72,6 +72,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 from scipy.linalg.lapack import dpotri
 
+from .._indices import triu_indices
 from .._memory import block_bytes, check_memory, format_bytes
 from .._warnings import warn
 from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning
@@ -227,7 +228,7 @@ class _Contrast:
             cov, info = dpotri(lower, lower=1)
             if info != 0:
                 raise NotPositiveDefiniteError("The softmax EP posterior could not be inverted.")
-            upper = np.triu_indices(r * w, 1)
+            upper = triu_indices(r * w, 1)
             cov[upper] = cov.T[upper]
             half_log_det = float(np.log(np.diag(lower)).sum())
         if keep:
@@ -333,6 +334,7 @@ def softmax_ep(
     start_sites: EPSites | None = None,
     posterior_tol: float | None = None,
     posterior_share: float | None = None,
+    spread_levels: bool = True,
 ) -> EPResult:
     """EP approximation of the multinomial logistic posterior.
 
@@ -389,6 +391,13 @@ def softmax_ep(
         first, the start's), tested from a site change of 100 × ``tol`` on where that
         share is the larger: a stop relative to how far the posterior is from Gaussian
         at the mode, which scales EP's own error.
+    spread_levels : bool, default=True
+        Whether the tilted moments of rows with wide cavities start on 4 or 16 times the
+        nodes (the rule's finer levels) at the first sweep, for EP's own accuracy at its
+        fixed point. False: every row starts on the coarsest level and goes finer only
+        where its moments come out improper or the factor narrows its cavity much: the
+        kernel of VS's global fit, which does not see that quadrature error (wine: 0.01
+        nats from the fixed point on the finer levels; docs/decisions.md, D-164).
 
     Returns
     -------
@@ -433,6 +442,7 @@ def softmax_ep(
             start_sites=start_sites,
             posterior_tol=posterior_tol,
             posterior_share=posterior_share,
+            spread_levels=spread_levels,
         )
         return with_constant_rows(result, informative)
     method = _method(model, sites)
@@ -452,6 +462,7 @@ def softmax_ep(
     )
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
+    state.spread = spread_levels
     state.chord_tol = _chord_tol(tol)
     state.fit_single = tol >= _FIT_SINGLE_TOL
     contrast = _Contrast(model)

@@ -92,6 +92,10 @@ class _RowState:
         # VS fits, which read them).
         self.fused = False
         self.sized = False  # the tilted moments' levels not yet set from the rows' spread
+        # Whether rows with wide cavities start finer (_WIDE_CAVITY); False (EP as the
+        # kernel of VS's global fit): every row starts on level 0 and goes finer only as the
+        # sweeps find it needs to (improper moments, a direct row).
+        self.spread = True
         # The tilted blocks' values in float32 (_values_dtype): set by softmax_ep where its
         # tolerance is far above their rounding; never the leave-one-out refits' states.
         self.single = False
@@ -491,7 +495,8 @@ def _tilted_sites(model, q, v_mean, v_cov, cav_prec, cav_lin, power, rule, state
     log_norm = 0.5 * quad + log_det_half + 0.5 * r * _LOG_2PI
     if not state.sized:  # the first sweep: each row's rule sized to its cavity's spread
         level, narrow = _spread_levels(cav_cov if ok.all() else cav_cov[ok], rule)
-        state.level[ok] = np.maximum(state.level[ok], level)
+        if state.spread:
+            state.level[ok] = np.maximum(state.level[ok], level)
         state.coarse[ok] = (state.level[ok] == 0) & ~state.direct[ok] & narrow
         state.sized = True
     outputs = (log_z, expected, second, g_mean, g_cov)

@@ -112,6 +112,9 @@ class SamplingMethod:
     auto_minimum: ClassVar[int] = 256
     #: The engine's options for the multinomial posterior's contrasts (see ``draw``).
     contrast_options: ClassVar[tuple[tuple[str, object], ...]] = ()
+    #: Whether the contrasts' target takes the float32 likelihood pass where the rows are
+    #: in memory (``ContrastPosterior(single=True)``, D-166).
+    single_likelihood: ClassVar[bool] = False
     #: p × p matrices a binary fit holds at its peak beside its sample points (see
     #: LaplaceMethod's; VS's default route measured 9.1 p² at 2000 × 1000 sparse).
     peak_covariances: ClassVar[float] = 10.0
@@ -255,7 +258,8 @@ class SamplingMethod:
         with the shift directions' exact conditional (:class:`ContrastPosterior`)."""
         self.check_memory(model, n_samples)
         if isinstance(model, SOFTMAX_MODELS):
-            contrasts = ContrastPosterior(model)
+            single = self.single_likelihood and rows_in_memory(model)
+            contrasts = ContrastPosterior(model, single=single)
 
             def lifted(state):  # a round's state, as callbacks see the coefficients'
                 if isinstance(state, tuple):  # (mean, cov): no evidence

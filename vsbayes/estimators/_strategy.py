@@ -199,6 +199,10 @@ class VSMethod(SamplingMethod):
     # steps from the start, as for n > 66 (iris's n = 66 contrasts: the exact steps made
     # the default fit 1.4× slower than the full-space fit it replaced).
     contrast_options: ClassVar[tuple[tuple[str, object], ...]] = (("hessian", "switch"),)
+    # The global fit's points see the target to far coarser than float32's rounding of
+    # its rows' terms (~10⁻⁷ of each): the likelihood pass in float32 (D-166). IS keeps
+    # float64: its weights are the target as it is (scikit-learn's sample-weight checks).
+    single_likelihood: ClassVar[bool] = True
 
     verbose: int = 0
 

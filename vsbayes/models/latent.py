@@ -45,6 +45,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from .._blas import blas_thread_count, block_slices, map_blocks, single_blas_thread
+from .._indices import triu_indices
 from .._memory import block_bytes, block_length, check_memory
 
 __all__ = [
@@ -381,8 +382,8 @@ def _dense_pair_row_moments(
     quadratic forms of the pairs of scores a ≤ c, symmetric to the bit."""
     r, w = coef.shape
     m, d = X.shape
-    score_a, score_c = np.triu_indices(r)
-    col_j, col_l = np.triu_indices(w)
+    score_a, score_c = triu_indices(r)
+    col_j, col_l = triu_indices(w)
     pair_blocks = blocks[score_a, :, score_c, :]  # (r(r + 1)/2, w, w)
     forms = (pair_blocks + pair_blocks.transpose(0, 2, 1))[:, col_j, col_l]
     forms[:, col_j == col_l] *= 0.5
@@ -416,7 +417,7 @@ def _pair_row_moments(X: sp.csr_matrix, coef: np.ndarray, blocks: np.ndarray):
     ``(Σ_ac + Σ_acᵀ)/2`` per pair of scores a ≤ c (a quadratic form sees only that)."""
     r = len(coef)
     m, d = X.shape
-    upper_a, upper_c = np.triu_indices(r)
+    upper_a, upper_c = triu_indices(r)
     pair_blocks = blocks[upper_a, :, upper_c, :]  # (r(r + 1)/2, w, w)
     sym = 0.5 * (pair_blocks + pair_blocks.swapaxes(1, 2))
     out_mean, out_cov = np.empty((m, r)), np.empty((m, r, r))

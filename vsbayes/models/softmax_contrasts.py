@@ -49,6 +49,10 @@ class ContrastPosterior:
     model : SoftmaxGLMPosterior or ChunkedSoftmaxPosterior
         The posterior in θ's coordinates; its ``log_likelihood`` is evaluated at the points
         mapped back (``θ = B_c c``).
+    single : bool, default=False
+        Whether :meth:`log_density` takes the in-memory model's float32 likelihood pass
+        (:meth:`SoftmaxGLMPosterior.log_likelihood
+        <vsbayes.models.SoftmaxGLMPosterior.log_likelihood>`'s ``single``).
 
     Attributes
     ----------
@@ -60,8 +64,8 @@ class ContrastPosterior:
         ``B_s``: the unit shift directions ``1_K ⊗ e_j / √K``.
     """
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, single: bool = False):
+        self.model, self.single = model, single
         k = model.n_classes
         width = model.n_features + int(model.fit_intercept)
         q = centred_basis(k)
@@ -162,7 +166,9 @@ class ContrastPosterior:
         """Unnormalized log marginal posterior of the contrasts at the rows (N, dim): its
         integral is the model evidence."""
         contrasts = np.atleast_2d(np.asarray(contrasts, dtype=float))
-        return self.model.log_likelihood(self.to_theta(contrasts)) + self.log_prior(contrasts)
+        options = {"single": True} if self.single else {}
+        theta = self.to_theta(contrasts)
+        return self.model.log_likelihood(theta, **options) + self.log_prior(contrasts)
 
     __call__ = log_density
 
