@@ -5,7 +5,7 @@ Cases: breast cancer and the paper's Ionosphere (``_shrinkage_cases.load_dataset
 standardized, the intercept separate) under the Laplace (scale 1), Student-t (ν = 3, scale
 1) and horseshoe (τ = 0.1) priors of ``_shrinkage_cases.PRIORS``. ``loo()`` takes each
 row's term from EP's cavity and refits the rows above ``refit_above`` by EP warm from the
-fit's sites, the coefficient sites held fixed (docs/decisions.md, D-158, D-167). Brute
+fit's sites, the coefficient sites held fixed (docs/decisions.md, D-158, D-166). Brute
 force: ``EPLogisticRegression`` refitted without each row (n refits, the estimator's own
 route: under a heavy-tailed prior, EP's non-negative rerun where its sites left the
 posterior improper), each scored on its row with the refit's predictive; cached under

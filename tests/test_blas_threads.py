@@ -146,7 +146,7 @@ def test_a_limit_set_during_a_fit_in_a_thread_is_kept(two_threads):
 
 def test_loo_runs_on_one_blas_thread(two_threads, monkeypatch):
     # Its draws' and cavities' products are a block of rows' at a time; on two BLAS threads
-    # under load they stalled (loo took twice the CPU time; D-167).
+    # under load they stalled (loo took twice the CPU time; D-166).
     from vsbayes.estimators import _leave_one_out
 
     rng = np.random.default_rng(0)

@@ -397,7 +397,7 @@ def softmax_ep(
         fixed point. False: every row starts on the coarsest level and goes finer only
         where its moments come out improper or the factor narrows its cavity much: the
         kernel of VS's global fit, which does not see that quadrature error (wine: 0.01
-        nats from the fixed point on the finer levels; docs/decisions.md, D-164).
+        nats from the fixed point on the finer levels; docs/decisions.md, D-163).
 
     Returns
     -------

@@ -222,7 +222,7 @@ def softmax_ep_kernel(model, laplace, *, tol: float, damping: float = DEFAULT_DA
     ``check_sample_weight_equivalence`` (rtol 10⁻⁷) measured 9·10⁻⁷ from this kernel.
     Its rows' tilted moments start on the rule's coarsest level whatever their cavities'
     width (``spread_levels=False``): a quarter to a sixteenth of the nodes on wide rows,
-    whose quadrature error at the fixed point (wine: ~0.01 nats) the fit does not see (D-164)."""
+    whose quadrature error at the fixed point (wine: ~0.01 nats) the fit does not see (D-163)."""
     del tol
     return softmax_ep(
         model,

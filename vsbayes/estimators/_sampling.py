@@ -113,7 +113,7 @@ class SamplingMethod:
     #: The engine's options for the multinomial posterior's contrasts (see ``draw``).
     contrast_options: ClassVar[tuple[tuple[str, object], ...]] = ()
     #: Whether the contrasts' target takes the float32 likelihood pass where the rows are
-    #: in memory (``ContrastPosterior(single=True)``, D-166).
+    #: in memory (``ContrastPosterior(single=True)``, D-165).
     single_likelihood: ClassVar[bool] = False
     #: p × p matrices a binary fit holds at its peak beside its sample points (see
     #: LaplaceMethod's; VS's default route measured 9.1 p² at 2000 × 1000 sparse).

@@ -200,7 +200,7 @@ class VSMethod(SamplingMethod):
     # the default fit 1.4× slower than the full-space fit it replaced).
     contrast_options: ClassVar[tuple[tuple[str, object], ...]] = (("hessian", "switch"),)
     # The global fit's points see the target to far coarser than float32's rounding of
-    # its rows' terms (~10⁻⁷ of each): the likelihood pass in float32 (D-166). IS keeps
+    # its rows' terms (~10⁻⁷ of each): the likelihood pass in float32 (D-165). IS keeps
     # float64: its weights are the target as it is (scikit-learn's sample-weight checks).
     single_likelihood: ClassVar[bool] = True
 

@@ -306,7 +306,7 @@ class SoftmaxGLMPosterior:
         totals in float32 (a block whose exponentials overflow float32 takes float64), the
         label term and the sum over the rows in float64: each row's term to ~10⁻⁷ of its
         size, the values ~1.7× faster (:func:`_block_log_likelihood`). For VS's global fit,
-        whose points see the target to far coarser than that (D-166).
+        whose points see the target to far coarser than that (D-165).
         """
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
         n, m, k = theta.shape[0], self.n_observations, self.n_classes
