@@ -128,6 +128,8 @@ def case_rows(name: str, prior: str, data_dir: Path, repeats: int, refresh: bool
 
 def markdown(rows: list[dict], info: dict) -> str:
     lines = [
+        "# Leave-one-out under shrinkage priors against brute force",
+        "",
         "Leave-one-out under shrinkage priors (`EPLogisticRegression(prior=...).loo()`) "
         "against brute force (n EP refits without each row), and its cost over the fit's "
         "(medians of interleaved repeats, CPU time and wall time). *Refitted* / *others*: "
