@@ -1,6 +1,7 @@
 """The command line: ``vsbayes fit`` and ``vsbayes compare`` on embedded and CSV data."""
 
 import csv
+import importlib
 import itertools
 import json
 import sys
@@ -11,6 +12,7 @@ from _helpers import EarlySubprocess
 
 from vsbayes.cli import main
 from vsbayes.cli.compare import REFERENCE_FACTOR
+from vsbayes.exceptions import DegenerateEstimateError
 
 
 def write_csv(path, header, rows):
@@ -183,9 +185,17 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert "ran as:           importance sampling on points drawn through expectation" in out
 
 
-def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(capsys, small_csv):
-    # N = n = 15 points: unless all weights are equal, their effective sample size is below
-    # n, importance sampling's moments are refused, the Laplace fallback runs.
+def test_fit_verbose_says_a_sampling_fit_fell_back_not_that_it_is_deterministic(
+    capsys, small_csv, monkeypatch
+):
+    # Weights too degenerate for a covariance (an effective sample size below d + 1): the
+    # estimate is refused and the Laplace fallback runs.
+    def degenerate(pool):
+        raise DegenerateEstimateError("The importance-sampling covariance is singular.")
+
+    # (the package's name importance_sampling is the function: the module by its path)
+    module = importlib.import_module("vsbayes.engine.importance_sampling")
+    monkeypatch.setattr(module, "fit_is_pool", degenerate)
     argv = ("fit", small_csv, "--target", "outcome", "--method", "is", "--n-samples", "15")
     status, out, err = run(capsys, *argv, "--verbose")
     assert status == 0 and "falling back to the laplace approximation" in err.lower()

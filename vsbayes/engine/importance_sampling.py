@@ -19,13 +19,12 @@ from .sample_pool import Frame, SamplePool
 __all__ = ["importance_sampling"]
 
 
-def fit_is_pool(pool: SamplePool, final: bool = True) -> ISResult:
+def fit_is_pool(pool: SamplePool) -> ISResult:
     """Self-normalized importance-sampling moments of the pooled points.
 
     Normalized log-weights; the mean and the *centered* second moment are computed in the
-    whitened frame of the last kernel, then mapped back. The ``final`` estimate (the one
-    returned) needs an effective sample size of at least n, the parameters of the Gaussian
-    it estimates; an intermediate one, which only proposes the next round's points, d+1.
+    whitened frame of the last kernel, then mapped back. It needs an effective sample size
+    above d (the covariance's rank); below 2n the caller warns.
     """
     log_iw = pool.log_importance_weights()
     shift = float(log_iw.max())
@@ -41,19 +40,10 @@ def fit_is_pool(pool: SamplePool, final: bool = True) -> ISResult:
             f"sample size of {ess:.3g}, below d+1 = {pool.dim + 1}. Increase n_samples or "
             f"use a kernel closer to the target."
         )
-    n_params = FullFamily.count_params(pool.dim)
-    if final and ess < n_params:
-        # The moments of fewer effective points than the Gaussian's n parameters are
-        # over-confident: from N points of the posterior itself (ESS = N), the expected
-        # KL(posterior || estimate) is 0.7-1.3 nats at N = n and unbounded as N nears d+2
-        # (the covariance is a Wishart matrix's; docs/decisions.md D-159).
-        raise DegenerateEstimateError(
-            f"The importance-sampling moments are unreliable: the weights of the "
-            f"{pool.n_samples} points have an effective sample size of {ess:.3g}, below "
-            f"the n = {n_params} parameters of the Gaussian they estimate (its covariance "
-            f"would come out too narrow). Increase n_samples or use a kernel closer to the "
-            f"target."
-        )
+    # Below n effective points (the Gaussian's parameters) the moments are noisy and the
+    # covariance over-confident, but on the paper's data still closer to the posterior than
+    # the Laplace approximation an estimator would fall back to: returned, with the warning
+    # of below 2n (docs/decisions.md D-173; the floor here is the covariance's rank).
     frame = Frame(pool.kernels[-1])
     z = pool.coordinates(frame)
     mean_z = w @ z
@@ -117,13 +107,14 @@ def importance_sampling(
         If ``n_samples`` is below n = (d+1)(d+2)/2, the parameters of the Gaussian the
         moments estimate (nothing is drawn).
     DegenerateEstimateError
-        If the weights' effective sample size is below n (the moments would be
-        over-confident), or the weighted covariance is not numerically positive definite.
+        If the weights' effective sample size is below d + 1, or the weighted covariance
+        is not numerically positive definite.
 
     Warns
     -----
     UnreliableFitWarning
-        If the effective sample size is below 2n: the moments are valid but noisy.
+        If the effective sample size is below 2n: the moments are valid but noisy (below
+        n, the covariance over-confident).
     """
     kernel = check_kernel(kernel)
     n_samples = check_positive_int(n_samples, "n_samples")
@@ -151,7 +142,7 @@ def importance_sampling(
         kernel_scale=kernel_scale,
         rule=rule,
         random_state=random_state,
-        estimate=lambda pool, _previous, final: fit_is_pool(pool, final),
+        estimate=lambda pool, _previous, _final: fit_is_pool(pool),
         name="importance sampling",
     )
     _warn_about(result, n_params)

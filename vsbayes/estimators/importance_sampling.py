@@ -164,8 +164,9 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
         given (checked against memory), and must be at least n: the weighted moments of
         fewer points are over-confident even with ideal weights
         (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
-        Weights whose effective sample size is below n fall back to Laplace (see Notes);
-        below 2n the fit warns (``UnreliableFitWarning``).
+        Weights whose effective sample size is below 2n warn (``UnreliableFitWarning``:
+        the moments are noisy, below n their covariance likely too narrow); below d + 1
+        (a singular covariance) the fit falls back to Laplace (see Notes).
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
         the expectation-propagation posterior (nearly exact for binary regression, Chopin
@@ -258,9 +259,9 @@ class ISLogisticRegression(ImportanceSamplingClassifier):
 
     Notes
     -----
-    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance, or
-    weights whose effective sample size is below n, whose moments would be over-confident),
-    the Laplace approximation is used for that problem, with an
+    If the method cannot return a valid Gaussian (a weighted covariance singular or not
+    numerically positive definite: an effective sample size below d + 1), the Laplace
+    approximation is used for that problem, with an
     :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
 
     Examples
@@ -369,8 +370,9 @@ class ISProbitRegression(ImportanceSamplingClassifier):
         given (checked against memory), and must be at least n: the weighted moments of
         fewer points are over-confident even with ideal weights
         (:class:`~vsbayes.exceptions.TooFewSamplesError`, a ValueError, before drawing).
-        Weights whose effective sample size is below n fall back to Laplace (see Notes);
-        below 2n the fit warns (``UnreliableFitWarning``).
+        Weights whose effective sample size is below 2n warn (``UnreliableFitWarning``:
+        the moments are noisy, below n their covariance likely too narrow); below d + 1
+        (a singular covariance) the fit falls back to Laplace (see Notes).
     kernel : {"ep", "laplace"}, default="ep"
         The Gaussian the points are drawn through (the first round's, with ``rounds``):
         the expectation-propagation posterior (nearly exact for binary regression, Chopin
@@ -456,9 +458,9 @@ class ISProbitRegression(ImportanceSamplingClassifier):
 
     Notes
     -----
-    If the method cannot return a valid Gaussian (e.g. a singular weighted covariance, or
-    weights whose effective sample size is below n, whose moments would be over-confident),
-    the Laplace approximation is used for that problem, with an
+    If the method cannot return a valid Gaussian (a weighted covariance singular or not
+    numerically positive definite: an effective sample size below d + 1), the Laplace
+    approximation is used for that problem, with an
     :class:`~vsbayes.exceptions.UnreliableFitWarning`; ``laplace_fallback_`` records it.
 
     Examples
