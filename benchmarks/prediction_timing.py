@@ -81,7 +81,10 @@ from vsbayes import VSLogisticRegression, VSProbitRegression
 from vsbayes._blas import blas_thread_count
 from vsbayes.models import logistic_predictive_log_proba
 from vsbayes.models import predictive as _predictive
-from vsbayes.models import softmax_predictive as _softmax
+from vsbayes.models import softmax_predictive_qmc as _qmc
+from vsbayes.models import softmax_predictive_rules as _rules
+from vsbayes.models.gumbel_orthant import gumbel_orthant_proba
+from vsbayes.sampling.rules import symmetric_sobol_nodes
 
 TARGETS = {"logistic_ratio": 4.0, "probit_ratio": 3.0, "memory_ratio": 2.0}
 ACCURACY_TARGETS = {"log_relative": 1e-6, "p_absolute": 1e-7}
@@ -481,7 +484,7 @@ def latent_moments(estimator, X):
 
 def full_covariance(reduced):
     """The centred K × K covariances ``Q R Qᵀ`` of covariances R in the centred basis Q."""
-    q = _softmax.centred_basis(reduced.shape[1] + 1)
+    q = _rules.centred_basis(reduced.shape[1] + 1)
     return q @ reduced @ q.T
 
 
@@ -489,7 +492,7 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
     """Error and cost of the replicate QMC rule at each of its levels and one beyond, on
     ``rows`` against their references: every row on the level's nodes (no refinement)."""
     k = mean.shape[1]
-    q = _softmax.centred_basis(k)
+    q = _rules.centred_basis(k)
     reduced = q.T @ cov[rows] @ q
     root = np.linalg.cholesky(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))
     factor = (q @ root).astype(np.float32)
@@ -497,20 +500,20 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
     centred = centred64.astype(np.float32)
     lead = tuple(
         x if x.dtype.kind == "i" else x.astype(np.float32)
-        for x in _softmax._leader_conditioning(root, centred64)
+        for x in _qmc._leader_conditioning(root, centred64)
     )
     out = []
-    for level in range(_softmax._LEVELS + 1):
+    for level in range(_rules._LEVELS + 1):
         # The levels are nested from level 1 on (which replaces level 0's nodes): up to
         # this one, the nodes of every level from 1.
         half = np.dstack(
-            [_softmax.replicate_nodes(k - 1, lv) for lv in (range(1, level + 1) if level else [0])]
+            [_rules.replicate_nodes(k - 1, lv) for lv in (range(1, level + 1) if level else [0])]
         )
-        _softmax._replicate_averages(
+        _qmc._replicate_averages(
             factor[:2], centred[:2], tuple(x[:2] for x in lead), half, 2**27
         )  # warm-up
         t0 = time.perf_counter()
-        replicates = _softmax._replicate_averages(factor, centred, lead, half, 2**27)
+        replicates = _qmc._replicate_averages(factor, centred, lead, half, 2**27)
         seconds = time.perf_counter() - t0
         error = np.abs(replicates.mean(axis=1) - reference).max(axis=1)
         out.append(
@@ -543,19 +546,19 @@ def convergence_rates(levels):
 def rule_of_rows(cov):
     """Name of the rule each row takes (softmax_predictive's thresholds)."""
     k = cov.shape[1]
-    q = _softmax.centred_basis(k)
+    q = _rules.centred_basis(k)
     reduced = q.T @ cov @ q
     trace = np.einsum("nii->n", reduced)
     names = np.full(len(cov), "QMC", dtype=object)
     if k == 3:
         largest = np.linalg.eigvalsh(reduced).max(axis=1)
-        for per_axis, widest in _softmax.TRAPEZOID_LEVELS[::-1]:
+        for per_axis, widest in _rules.TRAPEZOID_LEVELS[::-1]:
             names[largest <= widest] = f"trapezoid {per_axis}²"
         return names
-    if k - 1 <= _softmax.GAUSS_HERMITE_MAX_DIM:
-        for per_axis, widest in _softmax.GAUSS_HERMITE_LEVELS[::-1]:
+    if k - 1 <= _rules.GAUSS_HERMITE_MAX_DIM:
+        for per_axis, widest in _rules.GAUSS_HERMITE_LEVELS[::-1]:
             names[trace <= widest] = f"Gauss–Hermite {per_axis}^{k - 1}"
-    names[trace <= _softmax.STROUD_MAX_TRACE] = f"degree 5 ({2 * (k - 1) ** 2 + 1} nodes)"
+    names[trace <= _rules.STROUD_MAX_TRACE] = f"degree 5 ({2 * (k - 1) ** 2 + 1} nodes)"
     return names
 
 
@@ -570,10 +573,8 @@ def reference_proba(mean, cov, n_nodes, seed):
     out = np.empty(mean.shape)
     wide = rule_of_rows(cov) == "QMC"
     if wide.any():
-        levels = 1 + round(math.log(n_nodes / (_softmax.REPLICATES * 512), 4))
-        out[wide] = _softmax.gumbel_orthant_proba(mean[wide], cov[wide], levels=levels, seed=seed)[
-            0
-        ]
+        levels = 1 + round(math.log(n_nodes / (_rules.REPLICATES * 512), 4))
+        out[wide] = gumbel_orthant_proba(mean[wide], cov[wide], levels=levels, seed=seed)[0]
     if not wide.all():
         out[~wide] = qmc_softmax_reference(mean[~wide], cov[~wide], PLAIN_REFERENCE_NODES, seed)
     return out
@@ -582,8 +583,8 @@ def reference_proba(mean, cov, n_nodes, seed):
 def qmc_softmax_reference(mean, cov, n_nodes, seed):
     """``E[softmax(f)]`` row by row on ``n_nodes`` symmetric scrambled Sobol nodes."""
     k = mean.shape[1]
-    q = _softmax.centred_basis(k)
-    z = _softmax.symmetric_sobol_nodes(k - 1, n_nodes, seed)
+    q = _rules.centred_basis(k)
+    z = symmetric_sobol_nodes(k - 1, n_nodes, seed)
     out = np.zeros((len(mean), k))
     for i, (m, c) in enumerate(zip(mean, cov, strict=True)):
         factor = q @ np.linalg.cholesky(q.T @ c @ q)
@@ -604,7 +605,7 @@ def orthant_convergence(mean, cov, rows, reference, lr_seconds_per_row):
     out = []
     for levels in (1, 2, 3):
         t0 = time.perf_counter()
-        proba, _, nodes = _softmax.gumbel_orthant_proba(mean[rows], cov[rows], levels=levels)
+        proba, _, nodes = gumbel_orthant_proba(mean[rows], cov[rows], levels=levels)
         seconds = time.perf_counter() - t0
         error = np.abs(proba - reference).max(axis=1)
         out.append(
@@ -706,7 +707,7 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
             "median_error": float(np.median(error)),
             "reference_self_error": float(np.abs(reference[:20] - second).max()),
         }
-        if len(lr.classes_) > _softmax.GAUSS_HERMITE_MAX_DIM + 1:
+        if len(lr.classes_) > _rules.GAUSS_HERMITE_MAX_DIM + 1:
             row["convergence"] = convergence(mean, cov, rows, reference, lr_seconds / len(X))
             row["convergence"]["orthant"] = orthant_convergence(
                 mean, cov, rows, reference, lr_seconds / len(X)

@@ -58,7 +58,8 @@ from scipy.special import ndtr, ndtri
 from scipy.stats import qmc
 
 from vsbayes.models import predictive as _predictive
-from vsbayes.models import softmax_predictive as _softmax
+from vsbayes.models import softmax_predictive_rules as _rules
+from vsbayes.sampling.rules import sobol_normal_points
 
 EULER_GAMMA = 0.5772156649015329
 LOG_EXP_VARIANCE = np.pi**2 / 6  # variance of log E, E ~ Exp(1)
@@ -89,7 +90,7 @@ def conditioning(reduced):
     """Per row, the centred factor (n, K, K − 1) and, per class k, the node coefficients
     ``v_k`` (n, K, K − 1) of the independent part along ``u_k`` and its variance s_k²."""
     n, dim, _ = reduced.shape
-    q = _softmax.centred_basis(dim + 1)
+    q = _rules.centred_basis(dim + 1)
     root = np.linalg.cholesky(reduced)
     solved = np.linalg.solve(root, np.broadcast_to(q.T, (n, dim, dim + 1)))  # L⁻¹ u_k
     variance = 1.0 / np.einsum("nak,nak->nk", solved, solved)
@@ -203,7 +204,7 @@ def mixture_estimates(mean, reduced, classes, n_points, seed, replicates=8):
     """Per row and replicate the Gumbel mixture of ``classes[i]`` (n, R, K; NaN for the
     others) on ``2 n_points`` nodes per replicate (z and −z)."""
     n, k = mean.shape
-    q = _softmax.centred_basis(k)
+    q = _rules.centred_basis(k)
     out = np.full((n, replicates, k), np.nan)
     for i in range(n):
         cov = q @ reduced[i] @ q.T
@@ -244,10 +245,7 @@ def reference(mean, reduced, leading, n_nodes, seed, path):
         return saved["value"], saved["error"]
     per_replicate = n_nodes // 16
     half = np.stack(
-        [
-            _softmax.sobol_normal_points(mean.shape[1] - 1, per_replicate, (seed, r)).T
-            for r in range(8)
-        ],
+        [sobol_normal_points(mean.shape[1] - 1, per_replicate, (seed, r)).T for r in range(8)],
         axis=1,
     )
     own = replicate_estimates(mean, reduced, half)[:, 1]
@@ -296,7 +294,7 @@ def run(args):
     problems = multinomial_problems()
     X, _, laplace = problems["digits"]
     mean, reduced = latent_moments(laplace, X)
-    q = _softmax.centred_basis(mean.shape[1])
+    q = _rules.centred_basis(mean.shape[1])
     rows = stratified_rows(q @ reduced @ q.T, args.rows)
     mean, reduced = mean[rows], reduced[rows]
     proba = laplace.predict_proba(X[rows])
@@ -331,7 +329,7 @@ def run(args):
     }
     leading = np.argsort(-ref, axis=1)[:, :LEADING]
     for label, levels in LEVELS.items():
-        half = np.concatenate([_softmax.replicate_nodes(mean.shape[1] - 1, lv) for lv in levels], 2)
+        half = np.concatenate([_rules.replicate_nodes(mean.shape[1] - 1, lv) for lv in levels], 2)
         t0 = time.perf_counter()
         three = replicate_estimates(mean, reduced, half.astype(float))
         mixture = mixture_estimates(mean, reduced, leading, half.shape[1] * half.shape[2], 7)

@@ -110,7 +110,7 @@ def test_multinomial_refits_bound_the_rows_outer_products():
 
     from vsbayes.approximations.expectation_propagation import EPSites
     from vsbayes.approximations.softmax_sites import _laplace_sites
-    from vsbayes.models.softmax_predictive import centred_basis
+    from vsbayes.models.softmax_predictive_rules import centred_basis
 
     rng = np.random.default_rng(5)
     m, d = 1500, 39

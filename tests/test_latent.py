@@ -9,7 +9,7 @@ import sklearn
 
 from vsbayes.models import fitted_predictive as fitted
 from vsbayes.models import latent
-from vsbayes.models.softmax_predictive import centred_basis
+from vsbayes.models.softmax_predictive_rules import centred_basis
 
 
 def sparse_rows(rng, m, d, density=0.2):

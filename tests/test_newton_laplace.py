@@ -13,7 +13,7 @@ import vsbayes
 from vsbayes.approximations import NewtonLaplaceSolver, glm_laplace, softmax_laplace
 from vsbayes.exceptions import ConvergenceWarning
 from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
-from vsbayes.models.softmax_predictive import centred_basis
+from vsbayes.models.softmax_predictive_rules import centred_basis
 
 
 def well_conditioned(rng, m=300, d=5):

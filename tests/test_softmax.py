@@ -14,7 +14,9 @@ import vsbayes
 from vsbayes.approximations import softmax_laplace
 from vsbayes.exceptions import MemoryLimitError
 from vsbayes.models import SoftmaxGLMPosterior, softmax_predictive_log_proba
-from vsbayes.models.softmax_predictive import TOLERANCE, centred_basis, symmetric_sobol_nodes
+from vsbayes.models.softmax_predictive import TOLERANCE
+from vsbayes.models.softmax_predictive_rules import centred_basis
+from vsbayes.sampling.rules import symmetric_sobol_nodes
 
 
 def make_problem(rng, m=40, d=3, k=3, intercept=True, sparse=False, **options):
@@ -413,16 +415,16 @@ def test_predict_refines_only_unsettled_rows_and_is_the_predictive_argmax(monkey
     # Digits' posterior rows are wide in every direction (the adaptive rule on all of
     # them): predict stops a row once its leader is settled, and is predict_proba's argmax
     # wherever predict_proba's lead exceeds twice its error bound ε on the row.
-    from vsbayes.models import softmax_predictive as sp_module
+    from vsbayes.models import softmax_predictive_qmc as qmc_module
 
     rows_per_level = []
-    replicate_averages = sp_module._replicate_averages
+    replicate_averages = qmc_module._replicate_averages
 
     def counted(factor, *args):
         rows_per_level.append(len(factor))
         return replicate_averages(factor, *args)
 
-    monkeypatch.setattr(sp_module, "_replicate_averages", counted)
+    monkeypatch.setattr(qmc_module, "_replicate_averages", counted)
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     model = vsbayes.LaplaceLogisticRegression().fit(X[:300], y[:300])
@@ -437,7 +439,7 @@ def test_predict_refines_only_unsettled_rows_and_is_the_predictive_argmax(monkey
     root = np.linalg.cholesky(reduced)
     q = centred_basis(mean.shape[1])
     centred = mean - mean.mean(axis=1, keepdims=True)
-    bound = sp_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
+    bound = qmc_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
     ordered = np.sort(proba, axis=1)
     clear = ordered[:, -1] - ordered[:, -2] > 2 * bound
     assert clear.mean() > 0.5

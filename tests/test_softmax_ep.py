@@ -14,7 +14,7 @@ from vsbayes.approximations.laplace_error import skew_correction
 from vsbayes.engine.site_fits import fit_sites
 from vsbayes.exceptions import EstimationError, UnreliableFitWarning
 from vsbayes.models import BinaryGLMPosterior, SoftmaxGLMPosterior
-from vsbayes.models.softmax_predictive import centred_basis
+from vsbayes.models.softmax_predictive_rules import centred_basis
 from vsbayes.sampling import GaussHermite, SymmetricSobol
 from vsbayes.sampling.rules import symmetric_sobol_nodes
 

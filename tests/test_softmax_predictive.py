@@ -7,21 +7,25 @@ import numpy as np
 import pytest
 from scipy.special import expit, log_softmax
 
+from vsbayes.models import logistic_normal as ln_module
 from vsbayes.models import softmax_predictive as sp_module
+from vsbayes.models import softmax_predictive_qmc as qmc_module
+from vsbayes.models import softmax_predictive_rules as rules_module
+from vsbayes.models.gumbel_orthant import gumbel_orthant_proba
 from vsbayes.models.softmax_predictive import (
+    TOLERANCE,
+    centred_softmax_predictive_log_proba,
+    softmax_predictive_log_proba,
+)
+from vsbayes.models.softmax_predictive_rules import (
     GAUSS_HERMITE_LEVELS,
     STROUD_MAX_TRACE,
-    TOLERANCE,
     TRAPEZOID_LEVELS,
     centred_basis,
-    centred_softmax_predictive_log_proba,
     gauss_hermite_nodes,
-    gumbel_orthant_proba,
-    softmax_predictive_log_proba,
     stroud_nodes,
-    symmetric_sobol_nodes,
 )
-from vsbayes.sampling.rules import sobol_normal_points
+from vsbayes.sampling.rules import sobol_normal_points, symmetric_sobol_nodes
 
 # The narrow rules' error, measured ≤ 0.02 · trace³ (Stroud, ≤ 1.1e-5 at its largest trace)
 # and ≤ 2e-5 for the Gauss–Hermite levels at theirs; this bound has a margin over both.
@@ -174,12 +178,12 @@ def test_logistic_normal_table_within_its_error():
     a = np.linspace(-60.0, 60.0, 241)
     for s in (0.0, 0.3, 1.0, 2.5, 7.0, 20.0, 60.0, 100.0):
         exact = expit(a[:, None] + s * z) @ w
-        np.testing.assert_allclose(sp_module.logistic_normal_mean(a, s * s), exact, atol=1e-5)
-        total = s * s + sp_module._LOGISTIC_VARIANCE
-        single = sp_module._logistic_normal_at(
+        np.testing.assert_allclose(ln_module.logistic_normal_mean(a, s * s), exact, atol=1e-5)
+        total = s * s + ln_module._LOGISTIC_VARIANCE
+        single = ln_module._logistic_normal_at(
             a[None].astype(np.float32),
             np.array([total**-0.5], np.float32),
-            sp_module._table_coefficients(np.array([sp_module._LOGISTIC_VARIANCE / total])).astype(
+            ln_module._table_coefficients(np.array([ln_module._LOGISTIC_VARIANCE / total])).astype(
                 np.float32
             ),
         )[0]
@@ -201,16 +205,16 @@ def test_leader_conditioning_is_unbiased_and_spreads_less_on_wide_rows():
     mean = rng.standard_normal((n, k))
     mean[:, 1] = mean[:, 0] - 0.5
     centred = mean - mean.mean(axis=1, keepdims=True)
-    lead = sp_module._leader_conditioning(root, centred)
-    half = sp_module.replicate_nodes(k - 1, 1)
-    conditioned = sp_module._replicate_averages(
+    lead = qmc_module._leader_conditioning(root, centred)
+    half = rules_module.replicate_nodes(k - 1, 1)
+    conditioned = qmc_module._replicate_averages(
         *(x.astype(np.float32) for x in (q @ root, centred)),
         (lead[0], *(x.astype(np.float32) for x in lead[1:])),
         half,
         2**24,
     )
     plain = np.empty_like(conditioned)
-    for r in range(sp_module.REPLICATES):
+    for r in range(rules_module.REPLICATES):
         z = half[:, r].T.astype(float)
         z = np.vstack([z, -z])
         plain[:, r] = _reference(mean, q @ reduced @ q.T, z, np.full(len(z), 1.0 / len(z)))
@@ -219,7 +223,7 @@ def test_leader_conditioning_is_unbiased_and_spreads_less_on_wide_rows():
     assert (spread[leader] < 0.5 * plain_spread[leader]).all()  # 4 to 10 times less here
     standard_error = np.hypot(conditioned.std(axis=1, ddof=1), plain.std(axis=1, ddof=1))
     gap = np.abs(conditioned.mean(axis=1) - plain.mean(axis=1))
-    assert (gap < 4 * standard_error / np.sqrt(sp_module.REPLICATES) + 2e-5).all()
+    assert (gap < 4 * standard_error / np.sqrt(rules_module.REPLICATES) + 2e-5).all()
     np.testing.assert_allclose(conditioned.sum(axis=2), 1.0, atol=1e-5)
 
 
@@ -228,14 +232,14 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     # replicate's Sobol sequence (and their mirror images), level 2 adding the next ones.
     # The rows refined to the last level get the plain average over levels 1 and 2, not
     # over the last level's nodes alone.
-    dim, half = 9, sp_module._FIRST_NODES // 2
-    levels = [sp_module.replicate_nodes(dim, level) for level in range(sp_module._LEVELS)]
-    for r in (0, sp_module.REPLICATES - 1):
-        seed = (sp_module._SEED, 0, r)
+    dim, half = 9, rules_module._FIRST_NODES // 2
+    levels = [rules_module.replicate_nodes(dim, level) for level in range(rules_module._LEVELS)]
+    for r in (0, rules_module.REPLICATES - 1):
+        seed = (rules_module._SEED, 0, r)
         np.testing.assert_array_equal(
             levels[0][:, r].T, symmetric_sobol_nodes(dim, 2 * half, seed)[:half].astype(np.float32)
         )
-        sequence = sobol_normal_points(dim, half * 4 ** (sp_module._LEVELS - 1), seed)
+        sequence = sobol_normal_points(dim, half * 4 ** (rules_module._LEVELS - 1), seed)
         np.testing.assert_array_equal(
             np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
         )
@@ -245,9 +249,9 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     centred = mean - mean.mean(axis=1, keepdims=True)
     # Every row to the last level (a tol that small takes another rule through the public
     # functions).
-    average = sp_module._adaptive_average(q @ root, root, centred, 1e-12, 2**24)[0]
-    lead = sp_module._leader_conditioning(root, centred)
-    union = sp_module._replicate_averages(
+    average = qmc_module._adaptive_average(q @ root, root, centred, 1e-12, 2**24)[0]
+    lead = qmc_module._leader_conditioning(root, centred)
+    union = qmc_module._replicate_averages(
         *(x.astype(np.float32) for x in (q @ root, centred)),
         (lead[0], *(x.astype(np.float32) for x in lead[1:])),
         np.dstack(levels[1:]),
@@ -305,7 +309,7 @@ def test_a_signed_rule_marks_the_rows_it_cannot_take():
     w = np.array([2.0, -1.0])
     factor = np.array([[[0.0], [0.0]], [[-10.0], [10.0]]])
     centred = np.array([[0.0, 0.0], [5.0, -5.0]])
-    logs = sp_module._rule_log_average(factor, centred, z, w, 1e6)
+    logs = rules_module._rule_log_average(factor, centred, z, w, 1e6)
     np.testing.assert_allclose(np.exp(logs[0]), 0.5, rtol=1e-14)
     assert np.isnan(logs[1]).all()
 
@@ -322,7 +326,7 @@ def test_observed_class_log_predictive_matches_the_full_rule(k):
     n = 300 if k == 3 else 60
     a = rng.standard_normal((n, k, k))
     cov = a @ np.swapaxes(a, 1, 2)
-    q = sp_module.centred_basis(k)
+    q = rules_module.centred_basis(k)
     widest = np.linalg.eigvalsh(q.T @ cov @ q)[:, -1]
     cov *= (rng.uniform(0.05, 30.0, n) / widest)[:, None, None]
     mean = rng.standard_normal((n, k)) * rng.choice([0.0, 1.0, 3.0], size=(n, 1))
@@ -358,13 +362,13 @@ def test_argmax_only_refines_only_unsettled_rows_and_keeps_the_argmax(k, monkeyp
     # argmax is the full values' wherever their lead exceeds twice the full rule's error
     # bound ε (≤ TOLERANCE where it converged). Rows not settled get the full values.
     rows_per_level = []
-    replicate_averages = sp_module._replicate_averages
+    replicate_averages = qmc_module._replicate_averages
 
     def counted(factor, *args):
         rows_per_level.append(len(factor))
         return replicate_averages(factor, *args)
 
-    monkeypatch.setattr(sp_module, "_replicate_averages", counted)
+    monkeypatch.setattr(qmc_module, "_replicate_averages", counted)
     mean, cov = _near_tie_rows(k, seed=11)
     q = centred_basis(k)
     reduced = q.T @ cov @ q
@@ -377,7 +381,7 @@ def test_argmax_only_refines_only_unsettled_rows_and_keeps_the_argmax(k, monkeyp
     assert 0 < rows_per_level[1] < n
     root = np.linalg.cholesky(reduced)
     centred = mean - mean.mean(axis=1, keepdims=True)
-    bound = sp_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
+    bound = qmc_module._adaptive_average(q @ root, root, centred, TOLERANCE, 2**24)[1]
     ordered = np.sort(full, axis=1)
     clear = ordered[:, -1] - ordered[:, -2] > 2 * bound
     assert clear.sum() >= n // 2  # the check has rows to bite on

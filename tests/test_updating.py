@@ -1137,7 +1137,7 @@ def test_taylor_errors_are_the_quadratic_sites_mean_error(mean, var, power):
 def _softmax_site_precision(window, n_classes: int, fit_intercept: bool = True):
     """Σ Aᵢᵀ Λᵢ Aᵢ and Σ Aᵢᵀ ηᵢ of a multinomial window's sites (A: a row's contrasts)."""
     design = vb.approximations.window_sites.softmax_design(
-        window.rows, vb.models.softmax_predictive.centred_basis(n_classes), fit_intercept
+        window.rows, vb.models.softmax_predictive_rules.centred_basis(n_classes), fit_intercept
     )
     precision = np.einsum("iap,iab,ibq->pq", design, window.tau[0], design)
     return precision, np.einsum("iap,ia->p", design, window.nu[0])

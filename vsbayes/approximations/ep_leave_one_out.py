@@ -53,7 +53,7 @@ from scipy.linalg.lapack import dtrtri
 
 from .._memory import block_length, check_memory
 from ..exceptions import NotPositiveDefiniteError
-from ..models.softmax_predictive import centred_basis
+from ..models.softmax_predictive_rules import centred_basis
 from ..sampling import SymmetricSobol
 from ._damped_sweeps import ArraySites, damped_sweeps
 from ._threads import blas_policy

@@ -112,7 +112,7 @@ class EPSites:
     ``exp(−uᵀ precision u / 2 + linearᵀ u)`` in the row's latent coordinate ``u``:
     binary (``space="signed"``), ``u = t_i = y_i (x_i·w + b)``, shapes (M,) and (M,);
     multinomial (``space="contrast"``), ``u = g_i = Qᵀ f_i`` with Q the orthonormal
-    contrast basis (:func:`~vsbayes.models.softmax_predictive.centred_basis`), shapes
+    contrast basis (:func:`~vsbayes.models.softmax_predictive_rules.centred_basis`), shapes
     (M, K−1, K−1) and (M, K−1). A constant row's (all zeros, no intercept) site is zero
     (:func:`with_constant_rows`).
     """

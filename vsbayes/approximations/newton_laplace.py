@@ -35,7 +35,7 @@ from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..models import BinaryGLMPosterior, ChunkedSoftmaxPosterior, SoftmaxGLMPosterior
-from ..models.softmax_predictive import centred_basis
+from ..models.softmax_predictive_rules import centred_basis
 from ._design_forms import precision_diagonal
 from ._glm_gaussian import BlockLatent, GLMGaussian, RowLatent
 from ._threads import blas_policy

@@ -79,7 +79,7 @@ from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFi
 from ..gaussian import lower_cholesky
 from ..models.latent import row_moments
 from ..models.softmax import MANY_CLASSES, SoftmaxGLMPosterior
-from ..models.softmax_predictive import centred_basis
+from ..models.softmax_predictive_rules import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent

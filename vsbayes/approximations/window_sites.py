@@ -35,7 +35,7 @@ import numpy as np
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..models.priors import GaussianPrior
-from ..models.softmax_predictive import centred_basis
+from ..models.softmax_predictive_rules import centred_basis
 from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
 from .newton_laplace import softmax_mode_site_updates
 from .softmax_ep import softmax_site_updates

@@ -50,7 +50,8 @@ from ..models.latent import constant_rows
 from ..models.links import get_link
 from ..models.psis import PARETO_K_THRESHOLD, pareto_smoothed_log_weights
 from ..models.softmax import SoftmaxGLMPosterior
-from ..models.softmax_predictive import centred_basis, observed_class_log_predictive
+from ..models.softmax_predictive import observed_class_log_predictive
+from ..models.softmax_predictive_rules import centred_basis
 from ..models.tilted import quadrature_tilted_moments
 from ._class_weights import class_weights
 from ._summaries import _latent_draws, _psd_root, check_n_draws

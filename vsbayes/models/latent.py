@@ -585,7 +585,7 @@ class JointLatents(_RowChunks):
     """
 
     def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, cov: np.ndarray):
-        from .softmax_predictive import centred_basis
+        from .softmax_predictive_rules import centred_basis
 
         self.X, self.coef, self.intercept = X, coef, intercept
         k, d = coef.shape
@@ -779,7 +779,7 @@ class StructuredJointLatents(_RowChunks):
     def centred(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, Cov(g))`` of the chunk, as :meth:`JointLatents.centred`: the latent
         means (m, K) and the covariance (m, K − 1, K − 1) of ``g = Qᵀ f``."""
-        from .softmax_predictive import centred_basis
+        from .softmax_predictive_rules import centred_basis
 
         mean, cov = self._scores(rows)
         q = centred_basis(self.coef.shape[0])

@@ -2,7 +2,8 @@
 
 The softmax likelihood depends on θ = ``[W.ravel(), b]`` only through the contrasts, the
 part of each column's K class values orthogonal to ``1_K`` (see
-:mod:`vsbayes.models.softmax`). With Q = :func:`~vsbayes.models.softmax_predictive.centred_basis`
+:mod:`vsbayes.models.softmax`). With
+Q = :func:`~vsbayes.models.softmax_predictive_rules.centred_basis`
 (K × (K − 1), orthonormal) and ``u = 1_K / √K``, the orthonormal change of coordinates
 
     θ = B_c c + B_s s,   B_c = Q ⊗ I (per column block),   B_s = u ⊗ I,
@@ -34,7 +35,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 from ..gaussian import Gaussian, lower_cholesky
-from .softmax_predictive import centred_basis
+from .softmax_predictive_rules import centred_basis
 
 __all__ = ["ContrastPosterior"]
 

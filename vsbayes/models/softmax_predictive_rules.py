@@ -1,0 +1,253 @@
+"""The softmax predictive's node sets and deterministic rules.
+
+What :mod:`vsbayes.models.softmax_predictive` places its nodes with, and the sums over
+them that need no estimate of their error: the centred basis Q; the tensor trapezoid
+rules (three classes), Stroud's degree-5 rule and the tensor Gauss–Hermite rules (narrow
+rows), with the spreads up to which each is used; the replicates' scrambled Sobol nodes
+of the adaptive QMC rule (:mod:`vsbayes.models.softmax_predictive_qmc`) and of
+``argmax_only``'s screen; the weighted averages of the softmax over a deterministic rule's
+nodes (log sums, or linear sums for signed weights); and the blocks of rows and the
+Cholesky factors that every rule shares. The rules' sizes and measured errors are in
+:mod:`vsbayes.models.softmax_predictive`'s docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..sampling.rules import SOBOL_SEED, sobol_normal_points, symmetric_sobol_nodes
+
+__all__ = [
+    "N_NODES",
+    "centred_basis",
+    "gauss_hermite_nodes",
+    "replicate_nodes",
+    "screen_nodes",
+    "stroud_nodes",
+]
+
+#: Nodes of the three-class trapezoid rule (64 × 64) and of one replicate at the finest level.
+N_NODES = 4096
+#: Independently scrambled replicates per level (the standard error's degrees of freedom + 1).
+REPLICATES = 8
+#: Nodes per replicate at the first level, then four times as many at each level.
+_FIRST_NODES = 512
+_LEVELS = 3
+#: Nodes per replicate of ``argmax_only``'s screen, before the first level.
+_SCREEN_NODES = 64
+_SEED = SOBOL_SEED  # fixed scrambling: the rule is deterministic
+#: Dimensions (K − 1) up to which the tensor trapezoid rule is used.
+TRAPEZOID_MAX_DIM = 2
+#: (nodes per axis, largest variance of the centred latent in any direction, i.e. the
+#: largest eigenvalue of Qᵀ S Q) of the trapezoid rules, narrowest first; wider rows take
+#: the adaptive rule.
+TRAPEZOID_LEVELS = ((20, 0.3), (32, 1.0), (48, 3.0), (64, 40.0))
+TRAPEZOID_MAX_VAR = TRAPEZOID_LEVELS[-1][1]
+_HALF_WIDTH = 7.0
+#: Largest trace of a row's centred latent covariance that the degree-5 rule takes (its
+#: error, ≤ 0.02 · trace³ measured, is below 1.1e-5 there).
+STROUD_MAX_TRACE = 0.08
+#: Dimensions (K − 1) up to which tensor Gauss–Hermite rules take the rows just wider.
+GAUSS_HERMITE_MAX_DIM = 3
+#: (nodes per axis, largest trace) of the tensor Gauss–Hermite rules, narrowest first.
+GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
+# Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
+# overflow (e^709.8 is float64's largest); with a margin.
+_NO_SHIFT_FLOAT64 = 600.0
+# Smallest average kept in float64's linear domain; rows with a smaller one take log sums.
+_FLOAT64_FLOOR = 1e-280
+# Latent values (float32) per block at most, whatever the memory allows: the block stays
+# near the processor's caches (digits, 4096 nodes: 2^18 to 2^22 within 15 % of each other).
+_CACHE_ENTRIES = 2**20
+
+
+def centred_basis(k: int) -> np.ndarray:
+    """An orthonormal basis (K, K − 1) of the vectors whose entries sum to zero."""
+    # Householder-free: QR of the first K − 1 columns of the centring matrix.
+    centring = np.eye(k) - 1.0 / k
+    q, _ = np.linalg.qr(centring[:, : k - 1])
+    return q
+
+
+@functools.lru_cache(maxsize=64)
+def replicate_nodes(dim: int, level: int) -> np.ndarray:
+    """The first halves of the nodes that ``level`` adds to each replicate, float32
+    (dim, REPLICATES, n / 2): each replicate's new nodes are these and their negatives
+    (read-only, cached).
+
+    Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened). Level
+    l ≥ 1: the next 384 · 4^(l − 1) points of the same Sobol sequence
+    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened, so that up to level
+    l the replicate's 512 · 4^l nodes are the sequence's first points and their mirror
+    images (see :mod:`vsbayes.models.softmax_predictive`).
+    """
+    half = _FIRST_NODES // 2
+    if level == 0:
+        halves = [
+            symmetric_sobol_nodes(dim, _FIRST_NODES, (_SEED, 0, r))[:half]
+            for r in range(REPLICATES)
+        ]
+    else:
+        first = 0 if level == 1 else half * 4 ** (level - 1)
+        halves = [
+            sobol_normal_points(dim, half * 4**level, (_SEED, 0, r))[first:]
+            for r in range(REPLICATES)
+        ]
+    z = np.ascontiguousarray(np.stack(halves, axis=1).transpose(2, 1, 0), dtype=np.float32)
+    z.flags.writeable = False
+    return z
+
+
+@functools.lru_cache(maxsize=16)
+def screen_nodes(dim: int) -> np.ndarray:
+    """The first halves of the screen's nodes (dim, REPLICATES, 32), float32: each
+    replicate's :func:`symmetric_sobol_nodes` of 64 (the first 32 points of the
+    replicate's Sobol sequence, whitened) for ``argmax_only`` (read-only, cached)."""
+    half = _SCREEN_NODES // 2
+    halves = [
+        symmetric_sobol_nodes(dim, _SCREEN_NODES, (_SEED, 0, r))[:half] for r in range(REPLICATES)
+    ]
+    z = np.ascontiguousarray(np.stack(halves, axis=1).transpose(2, 1, 0), dtype=np.float32)
+    z.flags.writeable = False
+    return z
+
+
+@functools.lru_cache(maxsize=16)
+def trapezoid_nodes(dim: int, n_nodes: int = N_NODES) -> tuple[np.ndarray, np.ndarray]:
+    """Tensor trapezoid rule for N(0, I_dim): ``r = ⌊n_nodes^(1/dim)⌋`` equally spaced nodes
+    per axis over ±7, weights ∝ the normal density, normalized (read-only, cached)."""
+    r = math.floor(n_nodes ** (1.0 / dim) + 1e-9)
+    t = np.linspace(-_HALF_WIDTH, _HALF_WIDTH, r)
+    w = np.exp(-0.5 * t * t)
+    w /= w.sum()
+    grids = np.meshgrid(*([t] * dim), indexing="ij")
+    nodes = np.stack([g.ravel() for g in grids], axis=1)
+    log_w = np.log(np.prod(np.meshgrid(*([w] * dim), indexing="ij"), axis=0).ravel())
+    nodes.flags.writeable = log_w.flags.writeable = False
+    return nodes, log_w
+
+
+@functools.lru_cache(maxsize=16)
+def stroud_nodes(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stroud's degree-5 rule for N(0, I_dim): nodes 0, ±√3 e_i and ±√3 e_i ± √3 e_j
+    (``2 dim² + 1``), weights ``(dim² − 7 dim + 18)/18``, ``(4 − dim)/18`` and ``1/36``
+    (signed: negative on the axes beyond four dimensions; read-only, cached)."""
+    a = math.sqrt(3.0)
+    axes = np.eye(dim)
+    pairs = [
+        a * (si * axes[i] + sj * axes[j])
+        for i in range(dim)
+        for j in range(i + 1, dim)
+        for si in (1.0, -1.0)
+        for sj in (1.0, -1.0)
+    ]
+    nodes = np.vstack(
+        [np.zeros((1, dim)), a * axes, -a * axes, *([np.array(pairs)] if pairs else [])]
+    )
+    weights = np.concatenate(
+        [
+            [(dim * dim - 7 * dim + 18) / 18.0],
+            np.full(2 * dim, (4 - dim) / 18.0),
+            np.full(len(pairs), 1.0 / 36.0),
+        ]
+    )
+    nodes.flags.writeable = weights.flags.writeable = False
+    return nodes, weights
+
+
+@functools.lru_cache(maxsize=16)
+def gauss_hermite_nodes(dim: int, per_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tensor Gauss–Hermite rule for N(0, I_dim), ``per_axis^dim`` nodes, exact for
+    polynomials of degree ≤ ``2 per_axis − 1`` in each variable (read-only, cached)."""
+    t, w = np.polynomial.hermite_e.hermegauss(per_axis)
+    w = w / w.sum()
+    grids = np.meshgrid(*([t] * dim), indexing="ij")
+    nodes = np.stack([g.ravel() for g in grids], axis=1)
+    weights = np.prod(np.meshgrid(*([w] * dim), indexing="ij"), axis=0).ravel()
+    nodes.flags.writeable = weights.flags.writeable = False
+    return nodes, weights
+
+
+def _roots(cov: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factors (n, r, r) of the stacked covariances, a ridge of 1e-12 of
+    their largest variance added where round-off leaves one not positive definite."""
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        scale = np.maximum(np.einsum("nii->n", cov) / cov.shape[-1], 1e-300)
+        eigval, eigvec = np.linalg.eigh(cov)
+        eigval = np.maximum(eigval, 0.0) + 1e-12 * scale[:, None]
+        return np.linalg.cholesky((eigvec * eigval[:, None, :]) @ np.swapaxes(eigvec, 1, 2))
+
+
+def _log_sum_exp(a: np.ndarray, axis: int) -> np.ndarray:
+    """``log Σ exp(a)`` along ``axis`` (kept), with the maximum factored out."""
+    top = a.max(axis=axis, keepdims=True)
+    return np.log(np.exp(a - top).sum(axis=axis, keepdims=True)) + top
+
+
+def _row_blocks(n: int, bytes_per_row: float, entries_per_row: int, max_bytes: float):
+    rows = max(1, min(int(max_bytes // bytes_per_row), _CACHE_ENTRIES // entries_per_row))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def _log_average(factor, centred, z, log_w, max_bytes) -> np.ndarray:
+    """``log Σ_j w_j softmax(centred + factor z_j)`` per row, in float64 log sums."""
+    n, k, dim = factor.shape
+    out = np.empty((n, k))
+    # Per row: the nodes' latent values, their exponentials and a log-softmax, K each.
+    for rows in _row_blocks(n, 24.0 * len(z) * k, len(z) * k, max_bytes):
+        block = factor[rows]
+        f = (block.reshape(-1, dim) @ z.T).reshape(len(block), k, len(z))  # one GEMM
+        f += centred[rows][:, :, None]
+        f -= _log_sum_exp(f, axis=1)
+        f += log_w
+        out[rows] = _log_sum_exp(f, axis=2)[..., 0]
+    return out
+
+
+def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
+    """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of few nodes and
+    signed weights ``w`` summing to 1: float64 sums in the linear domain, log sums for the
+    rows where some class's average is below ``_FLOAT64_FLOOR``; NaN where a sum is not
+    positive (a rule with negative weights on a row too wide for it)."""
+    n, k, dim = factor.shape
+    out = np.empty((n, k))
+    z_t = np.ascontiguousarray(z.T)
+    # As in _replicate_averages: the largest latent value at a node is ≥ 0, so only a row
+    # reaching beyond float64's exponent range needs the shift by the largest value.
+    reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
+        np.linalg.norm(z, axis=1).max()
+    )
+    # Per row: K float64 latent values per node, their exponentials, one sum per node.
+    for rows in _row_blocks(n, 8.0 * len(z) * (2 * k + 1), len(z) * k, max_bytes):
+        m = rows.stop - rows.start
+        f = (factor[rows].reshape(-1, dim) @ z_t).reshape(m, k, len(z))  # one GEMM
+        f += centred[rows][:, :, None]
+        if reach[rows].max() > _NO_SHIFT_FLOAT64:
+            f -= f.max(axis=1, keepdims=True)
+        e = np.exp(f)
+        # Sums over a few classes as K − 1 additions of (rows, nodes) slices: a reduction
+        # over a short middle axis costs several times more.
+        total = e[:, 0].copy()
+        for c in range(1, k):
+            total += e[:, c]
+        np.divide(w, total, out=total)
+        # Σ_j w_j e_kj / Σ_l e_lj (einsum: batched products of small matrices cost per row)
+        average = np.einsum("nkj,nj->nk", e, total)
+        tiny = average.min(axis=1) < _FLOAT64_FLOOR
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(average)
+        if tiny.any():
+            log_softmax = f[tiny] - np.log(e[tiny].sum(axis=1, keepdims=True))
+            top = log_softmax.max(axis=2, keepdims=True)
+            signed = np.exp(log_softmax - top) @ w
+            with np.errstate(divide="ignore", invalid="ignore"):
+                logs[tiny] = np.log(signed) + top[..., 0]
+        if tiny.any() or not (average > 0).all():
+            logs[~np.isfinite(logs).all(axis=1)] = np.nan
+        out[rows] = logs
+    return out
