@@ -20,6 +20,10 @@ from vsbayes.sampling.rules import symmetric_sobol_nodes
 
 ep_module = importlib.import_module("vsbayes.approximations.softmax_ep")
 sites_module = importlib.import_module("vsbayes.approximations.softmax_sites")
+cavities_module = importlib.import_module("vsbayes.approximations._softmax_cavities")
+matching_module = importlib.import_module("vsbayes.approximations._softmax_matching")
+tilted_module = importlib.import_module("vsbayes.approximations._softmax_tilted_moments")
+fits_module = importlib.import_module("vsbayes.approximations._softmax_site_fits")
 three_class = importlib.import_module("vsbayes.approximations._three_class_sites")
 tilted_rule = importlib.import_module("vsbayes.approximations._tilted_rule")
 
@@ -105,7 +109,7 @@ def test_softmax_site_fits_match_the_engine_fits_at_the_points(rule):
     cov = root @ root.transpose(0, 2, 1)
     cav_prec = np.linalg.inv(2.0 * cov)  # a cavity twice as wide as the kernel, shifted
     cav_lin = np.einsum("mab,mb->ma", cav_prec, mean + rng.normal(size=(m, r)))
-    ours = sites_module._site_fits(
+    ours = fits_module._site_fits(
         sites_module._OneRow(labels),
         q,
         mean,
@@ -187,7 +191,7 @@ def test_ep_is_a_fixed_point_of_its_sweep():
     _, _, model = problem(1)
     contrast = ep_module._Contrast(model)
     lam, eta = sites_module._laplace_sites(model, contrast.q, softmax_laplace(model).mean)
-    state = sites_module._RowState(model.n_observations, sites_module._rules(SymmetricSobol()))
+    state = sites_module._RowState(model.n_observations, fits_module._rules(SymmetricSobol()))
     # Sweeps by hand, undamped, from the Laplace sites to a site change of 1e-12.
     for _ in range(200):
         post = contrast.posterior(lam, eta)
@@ -205,8 +209,8 @@ def test_ep_is_a_fixed_point_of_its_sweep():
     np.testing.assert_allclose(ep.cov, cov, rtol=0, atol=1e-9)
     # Moment matching: the posterior's latent marginal is each row's tilted fit.
     v_mean, v_cov = contrast.latent(*contrast.posterior(lam, eta)[:2])
-    cav_prec, cav_lin, ok = sites_module._cavity(v_mean, v_cov, lam, eta, np.ones(40))
-    _, t_mean, t_cov, good = sites_module._site_fits(
+    cav_prec, cav_lin, ok = cavities_module._cavity(v_mean, v_cov, lam, eta, np.ones(40))
+    _, t_mean, t_cov, good = fits_module._site_fits(
         model,
         contrast.q,
         v_mean,
@@ -379,7 +383,7 @@ def test_twenty_classes_posterior_stop_and_coarse_narrow_rows(twenty_classes, mo
     early = softmax_ep(model, start=start, tol=1e-6, posterior_tol=1e-7)
     assert early.converged and early.n_iter < plain.n_iter and early.site_change > 1e-6
     assert kl(tight.mean, tight.cov, early.mean, early.cov) < 1e-7
-    monkeypatch.setattr(sites_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
+    monkeypatch.setattr(tilted_module, "_NARROW_CAVITY", -1.0)  # no row is narrow
     fine = softmax_ep(model, start=start, tol=1e-8)
     assert 1e-6 < kl(fine.mean, fine.cov, tight.mean, tight.cov) < 1e-3
 
@@ -418,15 +422,16 @@ def test_cavity_moments_from_one_solve_are_the_two_inverses():
     lam[2] = 3.0 * np.linalg.inv(v_cov[2])  # more than the whole precision: improper
     eta = rng.standard_normal((m, r))
     copies = np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0])
-    cov, mean, chol, half, ok = sites_module._row_cavity_moments(v_mean, v_cov, lam, eta, copies)
-    prec, lin, expected_ok = sites_module._row_cavity(v_mean, v_cov, lam, eta, copies)
+    cov, mean, chol, half, ok = cavities_module._row_cavity_moments(v_mean, v_cov, lam, eta, copies)
+    prec, lin, expected_ok = cavities_module._row_cavity(v_mean, v_cov, lam, eta, copies)
     np.testing.assert_array_equal(ok, expected_ok)
     assert not ok[2] and ok.sum() == m - 1
-    moments = sites_module._cavity_moments(prec, lin, expected_ok)
+    moments = cavities_module._cavity_moments(prec, lin, expected_ok)
     for got, want in zip((cov, mean, chol, half), moments, strict=True):
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-10, atol=1e-12)
     quad = np.einsum("ma,ma->m", lin, moments[1])
-    np.testing.assert_allclose(sites_module._whitened_norms(chol, mean)[ok], quad[ok], rtol=1e-10)
+    norms = cavities_module._whitened_norms(chol, mean)
+    np.testing.assert_allclose(norms[ok], quad[ok], rtol=1e-10)
 
 
 def test_near_identity_solve_is_the_lu_solve_to_round_off():
@@ -447,13 +452,13 @@ def test_near_identity_solve_is_the_lu_solve_to_round_off():
     rhs = rng.standard_normal((m, r, r + 1))
     bound = np.sqrt(np.einsum("mab,mba->m", e, e))
     bound[-1] = np.nan
-    got = sites_module._near_identity_solve(e, rhs, bound)
+    got = cavities_module._near_identity_solve(e, rhs, bound)
     want = np.linalg.solve(np.eye(r) - e, rhs)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
-    series = bound < sites_module._SERIES_BOUND
+    series = bound < cavities_module._SERIES_BOUND
     assert series.sum() == 6 and not series[6] and not series[7]
-    factors = sites_module._series_factors(bound[series])
-    eps, b = sites_module._SERIES_EPS, bound[series]
+    factors = cavities_module._series_factors(bound[series])
+    eps, b = cavities_module._SERIES_EPS, bound[series]
     assert np.all(b ** (2.0**factors) <= eps * (1.0 - b))
     fewer = factors > 1
     assert np.all(b[fewer] ** (2.0 ** (factors[fewer] - 1)) > eps * (1.0 - b[fewer]))
@@ -500,7 +505,7 @@ def test_estimator_refuses_the_multinomial_ep_before_its_sweeps(monkeypatch):
 
 
 def test_positive_definite_agrees_with_the_smallest_eigenvalue():
-    from vsbayes.approximations.softmax_sites import _positive_definite, _psd
+    from vsbayes.approximations._softmax_cavities import _positive_definite, _psd
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal((50, 4, 6))
@@ -519,7 +524,7 @@ def test_psd_projects_the_failing_rows_alone(r, m):
     """The projection rebuilds the rows with a negative eigenvalue from their own
     eigendecompositions, and keeps the others as they are (m = 1000 at r = 9: the
     decompositions on several row slices)."""
-    from vsbayes.approximations.softmax_sites import _psd
+    from vsbayes.approximations._softmax_cavities import _psd
 
     rng = np.random.default_rng(4)
     a = rng.standard_normal((m, r, r + 4))
@@ -550,7 +555,7 @@ def test_float32_tilted_blocks_agree_with_float64():
     outputs = {}
     for single in (False, True):
         out = (np.empty(b), np.empty((b, k)), np.empty((b, k, k)), None, None)
-        sites_module._tilted_blocks(q, labels, power, rows, rows, kernels, (z, log_w), out, single)
+        tilted_module._tilted_blocks(q, labels, power, rows, rows, kernels, (z, log_w), out, single)
         outputs[single] = out
     for exact, rounded in zip(outputs[False][:3], outputs[True][:3], strict=True):
         assert rounded.dtype == np.float64
@@ -567,7 +572,9 @@ def test_auto_sites_take_the_fits_where_the_cavities_are_wide(monkeypatch):
     moments = softmax_ep(model, start=start, sites="moments")
     fits = softmax_ep(model, start=start, sites="fits")
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, moments.mean)
-    monkeypatch.setattr(sites_module, "_WIDE_CAVITY", (0.0, 0.0))
+    # Read by the choice of the fits (softmax_sites) and the tilted moments' levels.
+    for module in (sites_module, tilted_module):
+        monkeypatch.setattr(module, "_WIDE_CAVITY", (0.0, 0.0))
     np.testing.assert_array_equal(softmax_ep(model, start=start).mean, fits.mean)
     assert np.abs(fits.mean - moments.mean).max() > 1e-6  # the two differ
 
@@ -578,15 +585,16 @@ def test_unspread_levels_start_every_row_on_the_coarsest_rule(monkeypatch):
     within that rule's quadrature error of the sized fit's fixed point."""
     _, _, model = problem(3)
     start = softmax_laplace(model).mean
-    monkeypatch.setattr(sites_module, "_WIDE_CAVITY", (0.0, 0.0))  # every row wide
+    for module in (sites_module, tilted_module):
+        monkeypatch.setattr(module, "_WIDE_CAVITY", (0.0, 0.0))  # every row wide
     nodes = []
-    tilted_blocks = sites_module._tilted_blocks
+    tilted_blocks = tilted_module._tilted_blocks
 
     def recorded(q, labels, power, rows, where, kernels, rule, *args):
         nodes.append(len(rule[0]))
         return tilted_blocks(q, labels, power, rows, where, kernels, rule, *args)
 
-    monkeypatch.setattr(sites_module, "_tilted_blocks", recorded)
+    monkeypatch.setattr(tilted_module, "_tilted_blocks", recorded)
     sized = softmax_ep(model, start=start, sites="moments", tol=1e-6)
     assert set(nodes) == {tilted_rule._DEFAULT_NODES(2) << 4}  # level 2: 16 times level 0
     nodes.clear()
@@ -639,7 +647,7 @@ def test_two_kernel_tilted_block_is_the_mixtures_importance_sampling():
 
     kernels = [kernel(0.5), kernel(60.0)]  # wide: latent differences in the hundreds
     labels, power = rng.integers(0, k, b), np.array([1.0, 0.5, 1.0, 0.8])
-    log_z, expected, second, t_mean, t_cov = sites_module._tilted_block(
+    log_z, expected, second, t_mean, t_cov = tilted_module._tilted_block(
         q, labels, kernels, power, z, log_w
     )
     assert expected is None and second is None  # the mixture's rows go direct
@@ -691,7 +699,7 @@ def test_three_class_block_is_the_general_tilted_block():
         nodes = tilted_rule._rule_nodes(None, 2, level)
         for kernels in ([cavity], [near, cavity]):
             ours = three_class._three_class_block(q, labels, kernels, power, level)
-            theirs = sites_module._tilted_block(q, labels, kernels, power, *nodes)
+            theirs = tilted_module._tilted_block(q, labels, kernels, power, *nodes)
             for a, b in zip(ours, theirs, strict=True):
                 assert (a is None) == (b is None)
                 if b is not None:
@@ -738,7 +746,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         shifted = cov_in - rng.uniform(0.0, 2.0, (m, 1, 1)) * scales[:, None, None]
         shifted[0] = -cov_in[0]  # negative definite: 0
         shifted[:, 0, 1] += 1e-3 * scales  # (not symmetric: its symmetric part's)
-        general = sites_module._row_psd(shifted)
+        general = cavities_module._row_psd(shifted)
         ours = three_class._three_class_psd(shifted)
         np.testing.assert_allclose(ours, general, rtol=1e-12, atol=1e-12 * scales.max())
         assert not ours[0].any()
@@ -750,7 +758,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         labels, power = rng.integers(0, 3, m), rng.uniform(0.3, 1.0, m)
         args = (q, labels, expected, second, power, general, mean, prec, lower)
         lam, eta, fine, narrowed = three_class._three_class_matched(*args)
-        lam_ref, eta_ref, fine_ref, narrowed_ref = sites_module._row_matched(*args)
+        lam_ref, eta_ref, fine_ref, narrowed_ref = matching_module._row_matched(*args)
         assert np.array_equal(fine, fine_ref) and np.array_equal(narrowed, narrowed_ref)
         np.testing.assert_allclose(lam, lam_ref, rtol=1e-12, atol=1e-12 * np.abs(lam_ref).max())
         np.testing.assert_allclose(eta, eta_ref, rtol=1e-12, atol=1e-12 * np.abs(eta_ref).max())
@@ -758,7 +766,7 @@ def test_three_class_closed_forms_are_the_general_numpy_code():
         t_cov[0] = [[1.0, 2.0], [2.0, 1.0]]  # indefinite: not proper
         t_mean = rng.standard_normal((m, 2))
         direct = three_class._three_class_direct(t_mean, t_cov, prec, lin)
-        reference = sites_module._direct(t_mean, t_cov, prec, lin)
+        reference = matching_module._direct(t_mean, t_cov, prec, lin)
         assert np.array_equal(direct[2], reference[2]) and not direct[2][0]
         for ours, theirs in zip(direct[:2], reference[:2], strict=True):
             np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12 * np.abs(theirs).max())
@@ -856,21 +864,21 @@ def test_softmax_site_fits_loose_chord_stop_stays_within_its_bound():
     m = len(mean)
     level, ok = np.zeros(m, dtype=int), np.ones(m, dtype=bool)
     rules = [SymmetricSobol(16)]
-    first = sites_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
+    first = fits_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
     # Kernels at the tilted densities' fits, as EP's posterior marginals near its fixed
     # point: the fits take chord steps.
     common = (row, q, first[1], first[2], cav_prec, cav_lin, power, rules)
-    tight = sites_module._site_fits(*common, level.copy(), ok, sites_module._CHORD_TOL)
-    stop = sites_module._chord_tol(1e-4)
-    assert stop > 1e3 * sites_module._CHORD_TOL  # a loose stop at EP's default 1e-4
-    loose = sites_module._site_fits(*common, level.copy(), ok, stop)
+    tight = fits_module._site_fits(*common, level.copy(), ok, fits_module._CHORD_TOL)
+    stop = fits_module._chord_tol(1e-4)
+    assert stop > 1e3 * fits_module._CHORD_TOL  # a loose stop at EP's default 1e-4
+    loose = fits_module._site_fits(*common, level.copy(), ok, stop)
     assert tight[3].all() and loose[3].all()
     assert not np.array_equal(loose[1], tight[1])  # the loose stop did stop earlier
     divergence = _fits_kl(tight, loose)
     assert np.abs(divergence).max() <= stop / 2
     np.testing.assert_allclose(loose[0], tight[0], rtol=0, atol=np.sqrt(stop))
     # EP at its small problems' tolerances keeps Newton's stop.
-    assert sites_module._chord_tol(1e-8) == sites_module._CHORD_TOL
+    assert fits_module._chord_tol(1e-8) == fits_module._CHORD_TOL
 
 
 def test_softmax_site_fits_single_targets_move_the_fits_by_their_rounding():
@@ -881,8 +889,8 @@ def test_softmax_site_fits_single_targets_move_the_fits_by_their_rounding():
     m, r = mean.shape
     chol = np.linalg.cholesky(cov)
     z = symmetric_sobol_nodes(r, 256, None)
-    double = sites_module._log_softmax_affine(mean, chol, z, True, q, row.y)
-    single = sites_module._log_softmax_affine(mean, chol, z, True, q, row.y, np.float32)
+    double = fits_module._log_softmax_affine(mean, chol, z, True, q, row.y)
+    single = fits_module._log_softmax_affine(mean, chol, z, True, q, row.y, np.float32)
     assert single.dtype == np.float32
     latent = np.abs(np.einsum("ka,mpa->mpk", q, mean[:, None, :] + z @ chol.transpose(0, 2, 1)))
     size = latent.max() + np.log(len(q))
@@ -890,13 +898,13 @@ def test_softmax_site_fits_single_targets_move_the_fits_by_their_rounding():
     assert 0 < delta <= 8 * np.finfo(np.float32).eps * size
     level, ok = np.zeros(m, dtype=int), np.ones(m, dtype=bool)
     rules = [SymmetricSobol(16)]
-    first = sites_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
+    first = fits_module._site_fits(row, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok)
     # Kernels at the tilted densities' fits (EP's regime), whose latent values are bounded
     # by about the same size.
     common = (row, q, first[1], first[2], cav_prec, cav_lin, power, rules)
-    stop = sites_module._CHORD_TOL
-    ref = sites_module._site_fits(*common, level.copy(), ok, stop, False)
-    fits = sites_module._site_fits(*common, level.copy(), ok, stop, True)
+    stop = fits_module._CHORD_TOL
+    ref = fits_module._site_fits(*common, level.copy(), ok, stop, False)
+    fits = fits_module._site_fits(*common, level.copy(), ok, stop, True)
     assert ref[3].all() and fits[3].all()
     assert not np.array_equal(fits[1], ref[1])
     bound = (8 * np.finfo(np.float32).eps * size) ** 2

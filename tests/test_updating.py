@@ -1188,7 +1188,7 @@ def test_a_multinomial_window_on_its_rule_is_near_the_converged_quadrature(monke
     first rows' sites under cavities of variance ~10³ are chaotic at any node count, and
     the revisits under narrower cavities settle them), against the streams' own KL of
     ~0.7 to the batch fit."""
-    sites = sys.modules["vsbayes.approximations.softmax_sites"]
+    sites = sys.modules["vsbayes.approximations._softmax_tilted_moments"]
     X, y = make_classification(150, 20, n_informative=10, n_classes=3, random_state=2)
 
     def stream():

@@ -7,17 +7,19 @@ fewer and cheaper array steps.
 Why a second copy of that math: a stream's one-row calls (``partial_fit``'s window) update
 a handful of rows at a time, where numpy's per-call overhead on (m, 2, 2) stacks (1-9 µs a
 step, whatever m) was most of a call's site update; at K − 1 = 2 the same arithmetic on
-floats costs a fraction of it (docs/decisions.md, D-122 and D-127). The general code in
-:mod:`~vsbayes.approximations.softmax_sites` stays the reference (the tests check these
-forms against it to round-off) and the fallback: the functions here only compute, those
-that can meet a row outside what they handle (a matrix not positive definite, a value not
-finite: the cavities, factors, inverses and PSD projection) return None there, and their
-callers (:func:`~vsbayes.approximations.softmax_sites._few_tilted_sites`
-and its direct pass, the one-row update in :mod:`~vsbayes.approximations.softmax_ep`)
-dispatch — three classes to these, anything else or None to the general code. The sweeps
-never come here (their bits stay the general code's). The general functions the docstrings
-below name (``_row_matched``, ``_tilted_block``, ``_direct``, ``_row_psd``…) are
-:mod:`~vsbayes.approximations.softmax_sites`'.
+floats costs a fraction of it (docs/decisions.md, D-122 and D-127). The general code
+(:mod:`~vsbayes.approximations.softmax_sites` and the modules it names) stays the
+reference (the tests check these forms against it to round-off) and the fallback: the
+functions here only compute, those that can meet a row outside what they handle (a matrix
+not positive definite, a value not finite: the cavities, factors, inverses and PSD
+projection) return None there, and their callers
+(:func:`~vsbayes.approximations._softmax_tilted_moments._few_tilted_sites` and its direct
+pass, the one-row update in :mod:`~vsbayes.approximations.softmax_ep`) dispatch — three
+classes to these, anything else or None to the general code. The sweeps never come here
+(their bits stay the general code's). The general functions the docstrings below name are
+:mod:`~vsbayes.approximations._softmax_matching`'s (``_row_matched``, ``_direct``),
+:mod:`~vsbayes.approximations._softmax_tilted_moments`' (``_tilted_block``…) and
+:mod:`~vsbayes.approximations._softmax_cavities`' (``_row_psd``…).
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """The tilted moments' rule of the multinomial EP's sites: the default rule's node count in
 r = K − 1 dimensions (:func:`_DEFAULT_NODES`), its levels (:func:`_n_levels`,
 :func:`_rule_size`) and their nodes and log-weights (:func:`_rule_nodes`), and the
-narrowing beyond which a row takes its nodes' own moments (:data:`_DIRECT`).
+narrowing beyond which a row takes its nodes' own moments (:data:`_DIRECT`), and the
+number of classes from which the sweeps take the coarse level and the cavities' moments
+from one solve (:func:`_many_classes`).
 
-Read by the general site updates (:mod:`~vsbayes.approximations.softmax_sites`), by their
-three-class closed forms (:mod:`~vsbayes.approximations._three_class_sites`), which the
-general module calls and so cannot import from, and by the one-row update's sizing
+Read by the general site updates (:mod:`~vsbayes.approximations.softmax_sites` and the
+modules it is made of), by their three-class closed forms
+(:mod:`~vsbayes.approximations._three_class_sites`), which the general modules call and so
+cannot import from, and by the one-row update's sizing
 (:mod:`~vsbayes.approximations.softmax_ep`).
 """
 
@@ -49,7 +52,7 @@ def _rule_nodes(
     """Nodes (P, r) and log-weights of the site rule at ``level`` (0, 1, 2: 1, 4, 16 times the
     nodes of level 0; a rule other than :class:`SymmetricSobol` has level 0 only); the
     default rule's ``coarse`` level 0 has a quarter of its nodes
-    (:func:`~vsbayes.approximations.softmax_sites._spread_levels`)."""
+    (:func:`~vsbayes.approximations._softmax_tilted_moments._spread_levels`)."""
     if rule is None:
         n = _DEFAULT_NODES(r) << (2 * level)
         if coarse:
@@ -59,3 +62,17 @@ def _rule_nodes(
         n = rule.n_points(r) << (2 * level)
         return rule.standard_normal(n, r, None)
     return rule.standard_normal(rule.n_points(r), r, None)
+
+
+#: The coarse level only where the default rule has at least this many nodes (r ≥ 16,
+#: where it is sized to the dimension, 8 nodes per dimension): a quarter of it is then at
+#: least 2(r + 1) nodes (:func:`_many_classes`).
+_COARSE_MIN_NODES = 256
+
+
+def _many_classes(r: int) -> bool:
+    """Whether the sweeps in r = K − 1 dimensions take the coarse level (narrow rows) and
+    the cavities' moments from one solve: where the default rule is sized to the dimension
+    (see _COARSE_MIN_NODES), r ≥ 16, and the rows' (r × r) factorizations and nodes are most
+    of a sweep. Below, the sweeps are cheap, and their numbers stay as they were."""
+    return _DEFAULT_NODES(r) >= _COARSE_MIN_NODES

@@ -56,20 +56,13 @@ from ..exceptions import NotPositiveDefiniteError
 from ..models.softmax_predictive_rules import centred_basis
 from ..sampling import SymmetricSobol
 from ._damped_sweeps import ArraySites, damped_sweeps
+from ._softmax_cavities import _cavity, _psd
+from ._softmax_site_fits import _rules
+from ._softmax_tilted_moments import _spread_levels
 from ._threads import blas_policy
 from .expectation_propagation import DEFAULT_DAMPING, EPSites, _BinaryRows, _split_weights
 from .softmax_ep import _Contrast
-from .softmax_sites import (
-    MAX_FITTED_CLASSES,
-    _cavity,
-    _OneRow,
-    _psd,
-    _RowState,
-    _rules,
-    _sites,
-    _spread_levels,
-    _wide_rows,
-)
+from .softmax_sites import MAX_FITTED_CLASSES, _OneRow, _RowState, _sites, _wide_rows
 
 __all__ = ["LeftOutMarginals", "refit_softmax_without_rows", "refit_without_rows"]
 

@@ -622,7 +622,8 @@ def softmax_mode_site_updates(
         Armijo's test halves.
     cavities : tuple of ndarray, optional
         The rows' cavities' precisions, linear terms and means, all proper, where the
-        caller has them (:func:`~vsbayes.approximations.softmax_sites._few_tilted_sites`):
+        caller has them
+        (:func:`~vsbayes.approximations._softmax_tilted_moments._few_tilted_sites`):
         not formed again from the latent moments and sites.
 
     At three classes (K − 1 = 2) and up to :data:`_SCALAR_ROWS` rows (a one-row call's

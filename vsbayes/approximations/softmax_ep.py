@@ -61,7 +61,7 @@ the fixed point, from one more pass of site fits at the final cavities.
 This module holds the posterior of the contrasts, the sweep loop, the one-row update,
 the sizing and the evidence; the rows' site updates (cavities, tilted moments, VS site
 fits, moment matching, the Laplace start, the PSD checks) are in
-:mod:`~vsbayes.approximations.softmax_sites`.
+:mod:`~vsbayes.approximations.softmax_sites` and the modules it names.
 """
 
 from __future__ import annotations
@@ -83,9 +83,12 @@ from ..models.softmax_predictive_rules import centred_basis
 from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
-from ._threads import blas_policy
+from ._softmax_cavities import _positive_definite, _psd, _row_psd, _whitened_norms
+from ._softmax_site_fits import _FIT_SINGLE_TOL, _chord_tol, _rules
+from ._softmax_tilted_moments import _LOG_2PI, _SINGLE_TOL, _few_tilted_sites, _node_bytes
+from ._threads import _by_rows, blas_policy
 from ._three_class_sites import _three_class_inverses, _three_class_psd
-from ._tilted_rule import _n_levels, _rule_size
+from ._tilted_rule import _many_classes, _n_levels, _rule_size
 from .expectation_propagation import (
     DEFAULT_DAMPING,
     EPResult,
@@ -101,26 +104,13 @@ from .newton_laplace import (
 )
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
-    _FIT_SINGLE_TOL,
-    _LOG_2PI,
-    _SINGLE_TOL,
     MAX_FITTED_CLASSES,
-    _by_rows,
     _cavities,
-    _chord_tol,
-    _few_tilted_sites,
     _laplace_sites,
-    _many_classes,
     _new_sites,
-    _node_bytes,
     _OneRow,
-    _positive_definite,
-    _psd,
-    _row_psd,
     _RowState,
-    _rules,
     _sites,
-    _whitened_norms,
     _wide_rows,
 )
 
