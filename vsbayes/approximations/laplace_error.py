@@ -21,7 +21,11 @@ left out, ``T_acd T_bcd``, costs M² and is of the same order as those kept: the
 for the corrected Gaussian is doubled). The multinomial posterior's K latent scores
 give the same mean term with ``ℓ'''`` the third cumulant of the categorical distribution
 contracted with each row's latent covariance; its covariance term is not computed (callers
-apply it only where it is the smaller, M ≫ p).
+apply it only where it is the smaller, M ≫ p). Its evidence correction is the binary's:
+minus the one-hot class's third cumulant, ``−Σ_r π_r d_r^{⊗3}`` (``d_r = e_r − π``), is a
+tensor of K rows ``X̃_iᵀ d_r`` per row, and the fourth's contraction with the latent
+covariance follows from the class's (:func:`_softmax_log_z_shift`); K = 2 with the one
+contrast's row is the binary logistic one.
 
 Cost: one pass over the rows for their latent variances (M p², as one Newton step), one
 weighted Gram matrix and, for the evidence, the p³ tensor from at most 2·10⁷ multiply-adds
@@ -54,6 +58,8 @@ __all__ = ["SkewCorrection", "laplace_excess_kl", "skew_correction", "softmax_ro
 # the whole tensor cost twice the Laplace fit at 2·10⁴ × 20).
 _MAX_TENSOR_DIM = 100
 _TENSOR_WORK = 2e7
+# The multinomial tensor's K rows per row are formed at once: at most this many entries.
+_VIRTUAL_ENTRIES = 1e6
 
 # Step of the central differences of the link's second derivative: truncation h² ≈ 1e-6
 # relative, round-off 1e-16 / h² ≈ 1e-10, both far below what a prediction needs.
@@ -73,7 +79,7 @@ class SkewCorrection:
         ``S g / 2``: the predicted posterior mean minus the mode.
     corrected_error : float
         Predicted excess KL of N(m + S g/2, S), the Laplace approximation with the mean
-        moved (and, binary, its evidence by :attr:`log_z_shift`): twice the covariance term
+        moved (and its evidence by :attr:`log_z_shift`): twice the covariance term
         plus the square of the mean term (the next order of the mean's expansion; measured
         above the moved Gaussian's error, evidence included, on every problem of
         ``benchmarks/data_rich.py`` and D-046's); for the multinomial posterior, whose
@@ -83,8 +89,9 @@ class SkewCorrection:
     log_z_shift : float or None
         The leading-order correction of the Laplace evidence: ``Σ_i s_i ℓ⁽⁴⁾(t_i) v_i² / 8
         + ‖T‖²_F / 12 + gᵀ S g / 8``, the expectation of the cubic and quartic terms under
-        the Laplace Gaussian; None where it is not computed (the multinomial posterior, or
-        more than ``_MAX_TENSOR_DIM`` parameters, whose p³ tensor is not formed).
+        the Laplace Gaussian (for the multinomial posterior, over the K latent scores of
+        each row); None where it is not computed (more than ``_MAX_TENSOR_DIM`` parameters,
+        whose p³ tensor is not formed, or a multinomial posterior's rows in dask chunks).
     """
 
     laplace_error: float
@@ -215,31 +222,16 @@ def _second_pass(model: BinaryGLMPosterior, mean, cov, shift, lower, step: int, 
     variance, third, fourth = derivatives or _rows_derivatives(model, mean, cov)
     along = np.asarray(design @ shift).ravel()
     gram = model.weighted_gram(weight * (fourth * variance + third * along))
-    p = model.dim
     if lower is None:  # no evidence correction: no tensor (p³ entries: 60 GB at p = 2000)
         return gram, np.zeros(0), 0.0, 0
     coefficient = weight * third
     rows = np.arange(0, model.n_observations, step)
     sub_diagonal = float(np.sum(coefficient[rows] ** 2 * variance[rows] ** 3))
-    if derivatives is not None and len(rows) < p * p:
-        # The kept² Gram matrix: with kept < p² and kept p³ ≤ _TENSOR_WORK, at most
-        # 7·10⁵ entries (6 MB, at p ≈ 29), against p³ for T.
-        a = design[rows]
-        u = (a.toarray() if sp.issparse(a) else a) @ lower
-        pairs = u @ u.T
-        cubes = pairs * pairs
-        cubes *= pairs
-        weighted = coefficient[rows]
-        return gram, float(weighted @ (cubes @ weighted)), sub_diagonal, len(rows)
-    block = max(1, block_length(8.0 * (p * p + p)))
-    tensor = np.zeros((p * p, p))
-    for start in range(0, len(rows), block):
-        index = rows[start : start + block]
-        a = design[index]
-        u = (a.toarray() if sp.issparse(a) else a) @ lower
-        pairs = (u[:, :, None] * u[:, None, :]).reshape(len(index), p * p)
-        tensor += pairs.T @ (u * coefficient[index, None])
-    return gram, tensor, sub_diagonal, len(rows)
+    kept = coefficient[rows]
+    if derivatives is not None:  # all the rows here: the norm itself
+        return gram, _tensor_square(design, rows, lower, kept), sub_diagonal, len(rows)
+    # A sum over chunks needs T itself, whose norm is not a sum over them.
+    return gram, _tensor(design, rows, lower, kept), sub_diagonal, len(rows)
 
 
 def _cubic_norm2(square: float, diagonal: float, sub_diagonal: float, m: int, kept: int) -> float:
@@ -255,14 +247,97 @@ def _cubic_norm2(square: float, diagonal: float, sub_diagonal: float, m: int, ke
 
 
 def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
-    g = _over_rows(model, _softmax_pass, mean, cov)
+    if not getattr(model, "rows_in_memory", True):
+        g = _over_rows(model, _softmax_pass, mean, cov)
+        shift = cov @ g
+        mean_term = float(g @ shift) / 8.0
+        return SkewCorrection(mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, None)
+    probabilities, latent_cov = _softmax_moments(model, mean, cov)
+    weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
+    g = model.to_vector(model.latent_transpose(weights))
     shift = cov @ g
     mean_term = float(g @ shift) / 8.0
-    return SkewCorrection(mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, None)
+    log_z_shift = None
+    if model.dim <= _MAX_TENSOR_DIM:
+        log_z_shift = _softmax_log_z_shift(model, cov, probabilities, latent_cov, g, shift)
+    return SkewCorrection(mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, log_z_shift)
 
 
-def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
-    """``g`` of the rows: ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout."""
+def _softmax_log_z_shift(model, cov, probabilities, latent_cov, g, shift) -> float:
+    """The binary evidence correction's three terms for the K latent scores of each row.
+
+    The row's third and fourth derivatives are minus the cumulants of its one-hot class
+    Y (probabilities π), ``−Σ_r π_r d_r^{⊗3}`` with ``d_r = e_r − π`` for the third: the
+    whitened tensor is the binary one of K "rows" ``X̃_iᵀ d_r`` per row, of coefficients
+    ``−s_i π_r``. Contracted twice with the latent covariance V, the fourth is
+    ``−(Var(A) − 2 tr((V C)²))`` with ``A = (Y − π)ᵀ V (Y − π)`` (``q_r`` for class r) and
+    C = diag(π) − ππᵀ the class's covariance (the fourth cumulant of linear forms of Y)."""
+    weight = model.sample_weight
+    pi, v = probabilities, latent_cov
+    v_pi = np.einsum("ikl,il->ik", v, pi)
+    pi_v_pi = np.einsum("ik,ik->i", pi, v_pi)
+    # N_rs = d_rᵀ V d_s, the latent covariance along the classes' residuals (q_r = N_rr).
+    residual_cov = v - v_pi[:, :, None] - v_pi[:, None, :] + pi_v_pi[:, None, None]
+    q = np.einsum("ikk->ik", residual_cov)
+    mean_a = np.einsum("ik,ik->i", pi, q)
+    var_a = np.einsum("ik,ik->i", pi, q * q) - mean_a**2
+    vc = v * pi[:, None, :] - v_pi[:, :, None] * pi[:, None, :]  # V C
+    trace = np.einsum("ikl,ilk->i", vc, vc)
+    quartic = -float(weight @ (var_a - 2.0 * trace))
+    cubes = residual_cov**3
+    both = weight[:, None] * pi
+    per_row = np.einsum("ik,ikl,il->i", both, cubes, both)
+    diagonal = float(np.sum(per_row))
+    # The whitened virtual rows of every step-th row (class-major coordinates, as V's).
+    m, k, p = model.n_observations, model.n_classes, model.dim
+    # (and at most _VIRTUAL_ENTRIES entries of those rows, formed at once).
+    step = max(1, int(np.ceil(m * k * max(p**3 / _TENSOR_WORK, p / _VIRTUAL_ENTRIES))))
+    rows = np.arange(0, m, step)
+    x = model.X[rows]
+    x = x.toarray() if sp.issparse(x) else np.asarray(x)
+    if model.fit_intercept:
+        x = np.hstack([x, np.ones((len(rows), 1))])
+    d = np.eye(k)[None, :, :] - pi[rows][:, None, :]  # (kept, r, class): d_r of each row
+    virtual = np.einsum("irk,iw->irkw", d, x).reshape(len(rows) * k, p)
+    lower = np.linalg.cholesky(_class_major(model, cov))
+    square = _tensor_square(virtual, np.arange(len(virtual)), lower, -both[rows].ravel())
+    norm2 = _cubic_norm2(square, diagonal, float(np.sum(per_row[rows])), m, len(rows))
+    return quartic / 8.0 + norm2 / 12.0 + float(g @ shift) / 8.0
+
+
+def _tensor_square(design, rows: np.ndarray, lower: np.ndarray, coefficient) -> float:
+    """``‖T‖²_F`` of ``T = Σ_j c_j u_j⊗u_j⊗u_j``, ``u_j = Lᵀ a_j`` for the ``rows`` of
+    ``design`` (dense or CSR) and their coefficients: from the pairs of rows,
+    ``Σ_jk c_j c_k (u_j·u_k)³`` (n² p multiply-adds), where fewer than p², else from T
+    itself (n p³)."""
+    p = lower.shape[0]
+    if len(rows) < p * p:
+        # With n < p² and n p³ ≤ _TENSOR_WORK, at most 7·10⁵ pairs (6 MB, at p ≈ 29).
+        a = design[rows]
+        u = (a.toarray() if sp.issparse(a) else np.asarray(a)) @ lower
+        pairs = u @ u.T
+        cubes = pairs * pairs
+        cubes *= pairs
+        return float(coefficient @ (cubes @ coefficient))
+    return float(np.sum(_tensor(design, rows, lower, coefficient) ** 2))
+
+
+def _tensor(design, rows: np.ndarray, lower: np.ndarray, coefficient) -> np.ndarray:
+    """``T`` of :func:`_tensor_square` as a (p², p) matrix, in blocks of rows."""
+    p = lower.shape[0]
+    block = max(1, block_length(8.0 * (p * p + p)))
+    tensor = np.zeros((p * p, p))
+    for start in range(0, len(rows), block):
+        a = design[rows[start : start + block]]
+        u = (a.toarray() if sp.issparse(a) else np.asarray(a)) @ lower
+        pairs = (u[:, :, None] * u[:, None, :]).reshape(len(u), p * p)
+        tensor += pairs.T @ (u * coefficient[start : start + block, None])
+    return tensor
+
+
+def _softmax_moments(model: SoftmaxGLMPosterior, mean, cov):
+    """The class probabilities (M, K) at the mode and the rows' latent covariances
+    (M, K, K) under N(mean, cov)."""
     W, b = model.split(mean)
     coef = np.column_stack([W, b]) if model.fit_intercept else W
     many = model.n_classes >= MANY_CLASSES  # the distinct covariances by one GEMM
@@ -271,6 +346,12 @@ def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
         model.X, coef, _class_major(model, cov), by_pairs=many, products=products
     )
     _, probabilities = model.probabilities(mean)
+    return probabilities, latent_cov
+
+
+def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
+    """``g`` of the rows: ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout."""
+    probabilities, latent_cov = _softmax_moments(model, mean, cov)
     weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
     return model.to_vector(model.latent_transpose(weights))
 

@@ -358,6 +358,10 @@ class StructuredLaplaceResult(StructuredGaussian):
         Whether ``log_Z`` is the exact Laplace evidence ("dual", or the exact marginals'
         M × M factorization) or has an estimated ``log det(I + E)``, biased low by an
         amount that grows with the prior variance: not comparable across C.
+    evidence_bounds : tuple of float
+        ``(low, high)``: the exact Laplace evidence lies within them (both ``log_Z`` where
+        it is exact), from bounds on the eigenvalues the structure leaves out
+        (``_estimated_complement``).
     """
 
     def __init__(
@@ -369,11 +373,14 @@ class StructuredLaplaceResult(StructuredGaussian):
         *,
         error_factor: float,
         evidence_exact: bool,
+        evidence_bounds: tuple[float, float] | None = None,
         **diagnostics,
     ):
         super().__init__(mean, covariance, log_Z, error)
         self.error_factor = float(error_factor)
         self.evidence_exact = bool(evidence_exact)
+        low, high = (float(log_Z),) * 2 if evidence_bounds is None else evidence_bounds
+        self.evidence_bounds = (min(float(low), float(log_Z)), max(float(high), float(log_Z)))
         self.n_iter = int(diagnostics["n_iter"])
         self.converged = bool(diagnostics["converged"])
         self.grad_norm = float(diagnostics["grad_norm"])
@@ -502,24 +509,27 @@ class StructuredNewtonSolver(NewtonLaplaceSolver):
             )
         return self.laplace_here()
 
-    def structure_here(self) -> tuple[np.ndarray, StructuredCovariance, float, str, float]:
-        """``(θ, covariance, ½ log det H, error, error factor)`` at the current iterate."""
+    def structure_here(self):
+        """``(θ, covariance, ½ log det H, error, error factor, bounds)`` at the current
+        iterate: ``bounds`` those of the exact ``½ log det H`` (both it, where exact)."""
         model, choice = self.model, self.choice
         if choice.structure == "dual":
             covariance = _dual_structure(model, self.gaussian)
-            return self.theta, covariance, self.gaussian.half_log_det, "", 1.0
+            half_log_det = self.gaussian.half_log_det
+            return self.theta, covariance, half_log_det, "", 1.0, (half_log_det,) * 2
         weights = self._curvature._weights  # the last expansion's: the current iterate's
         rank = choice.rank if choice.structure == "lowrank" else 0
-        covariance, half_log_det, error, factor = _lowrank_structure(
+        covariance, half_log_det, error, factor, bounds = _lowrank_structure(
             model, weights, rank, choice.exact_diagonal
         )
-        return self.theta, covariance, half_log_det, error, factor
+        return self.theta, covariance, half_log_det, error, factor, bounds
 
     def laplace_here(self) -> StructuredLaplaceResult:
         """The Laplace approximation at the current iterate, with the structured
         covariance (its evidence from the structure's ``½ log det H``)."""
-        theta, covariance, half_log_det, error, factor = self.structure_here()
-        log_Z = self.value + 0.5 * self.model.dim * math.log(2 * math.pi) - half_log_det
+        theta, covariance, half_log_det, error, factor, bounds = self.structure_here()
+        constant = self.value + 0.5 * self.model.dim * math.log(2 * math.pi)
+        log_Z = constant - half_log_det
         return StructuredLaplaceResult(
             theta,
             covariance,
@@ -527,6 +537,7 @@ class StructuredNewtonSolver(NewtonLaplaceSolver):
             error,
             error_factor=factor,
             evidence_exact=self.choice.structure == "dual" or self.choice.exact_diagonal,
+            evidence_bounds=(constant - bounds[1], constant - bounds[0]),
             n_iter=self.n_iter,
             converged=self.converged or self.stalled,
             grad_norm=float(np.linalg.norm(self.grad)),
@@ -565,7 +576,8 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
     """``(covariance, ½ log det H, error, factor)`` of the "lowrank" (rank ≥ 1) or
     "diagonal" (rank 0) structure at the curvature ``weights`` (module docstring): every
     variance within ``factor`` of the exact one (NaN: no such bound); with
-    ``exact_diagonal``, the diagonal is the exact marginal variances' remainder."""
+    ``exact_diagonal``, the diagonal is the exact marginal variances' remainder. Last, the
+    bounds of the exact ``½ log det H`` (both it, where exact)."""
     design = model.design
     scale = np.sqrt(model.prior_var)  # D^{-½}
     root = np.sqrt(np.maximum(weights, 0.0))
@@ -595,6 +607,7 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
         # Q's. P's off-diagonal entries −(QQᵀ)_jk are kept (a diagonal alone in their place
         # missed them: probabilities off by 0.02 at full rank).
         var, half_log_det = _exact_variances(model, weights)
+        bounds = (half_log_det, half_log_det)
         target = var / model.prior_var - (basis * basis) @ (1.0 / (1.0 + lam))
         s_diag = _schur_solve(basis, inside, target)
         error = (
@@ -606,8 +619,12 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
         )
         factor = math.nan
     else:
-        s_diag, log_det_whitened = _estimated_complement(basis, lam, column_norms, inside)
-        half_log_det = 0.5 * (log_det_whitened - float(np.log(model.prior_var).sum()))
+        s_diag, log_det_whitened, log_det_bounds = _estimated_complement(
+            basis, lam, column_norms, inside
+        )
+        prior = float(np.log(model.prior_var).sum())
+        half_log_det = 0.5 * (log_det_whitened - prior)
+        bounds = tuple(0.5 * (value - prior) for value in log_det_bounds)
         error = (
             f"every variance (marginal, or of a row's latent value) within a factor "
             f"{1.0 + left_out:.4g} of the exact Laplace covariance's (1 + the largest "
@@ -624,19 +641,48 @@ def _lowrank_structure(model, weights: np.ndarray, rank: int, exact_diagonal: bo
         diagonal = diagonal * rescale**2
         factor_matrix = factor_matrix * rescale[:, None]
     covariance = StructuredCovariance(diagonal, factor_matrix, core, structure)
-    return covariance, half_log_det, error, factor
+    return covariance, half_log_det, error, factor, bounds
 
 
-def _estimated_complement(basis, lam, column_norms, inside) -> tuple[np.ndarray, float]:
-    """``(diag S, log det(I + GᵀG) estimated)`` of the estimated marginals (module
-    docstring): ``S_j = 1 / (1 + e_j / ρ_j)`` from the data term's diagonal
-    ``column_norms`` less the span of Q's part, and ``ρ_j = P_jj`` (``inside``)."""
+def _estimated_complement(basis, lam, column_norms, inside) -> tuple[np.ndarray, float, tuple]:
+    """``(diag S, log det(I + GᵀG) estimated, its bounds)`` of the estimated marginals
+    (module docstring): ``S_j = 1 / (1 + e_j / ρ_j)`` from the data term's diagonal
+    ``column_norms`` less the span of Q's part, and ``ρ_j = P_jj`` (``inside``).
+
+    The bounds hold for the exact value whatever the estimate: the eigenvalues μ of
+    ``GᵀG`` sum to its trace ``t = Σ_j column_norms_j``, and the leading r are at least
+    ``lam`` (Ritz values of an orthonormal basis: interlacing), so ``Σ log(1 + μ)``, a
+    concave function of μ, is at least its value with all that ``lam`` leaves of t on the
+    largest (a vertex of that set) and at most its value with it spread evenly over the
+    other p − r (and over the smaller of ``lam`` below that level: :func:`_spread`)."""
     p = basis.shape[0]
     residual = np.maximum(column_norms - (basis * basis) @ lam, 0.0)  # e_j
     quotient = np.divide(residual, inside, out=np.zeros(p), where=inside > 1e-12)
     s_diag = 1.0 / (1.0 + quotient)
     log_det_whitened = float(np.log1p(lam).sum()) + float((inside * np.log1p(quotient)).sum())
-    return s_diag, log_det_whitened
+    ritz = np.sort(np.maximum(np.asarray(lam, dtype=float), 0.0))[::-1]
+    left = max(float(column_norms.sum()) - float(ritz.sum()), 0.0)
+    if ritz.size:
+        low = float(np.log1p(ritz[1:]).sum()) + math.log1p(ritz[0] + left)
+    else:
+        low = math.log1p(left)
+    return s_diag, log_det_whitened, (low, _spread(ritz, left, p - ritz.size))
+
+
+def _spread(ritz: np.ndarray, left: float, count: int) -> float:
+    """The largest ``Σ log(1 + μ)`` over the spectra of ``len(ritz) + count`` values summing
+    to ``Σ ritz + left``, each leading one at least its ``ritz`` (descending): the level c
+    that the smallest of them and the other ``count`` share (water-filling)."""
+    total = float(ritz.sum()) + left
+    for kept in range(ritz.size, -1, -1):  # the leading ``kept`` stay at their Ritz value
+        shared = ritz.size - kept + count
+        if shared == 0:
+            continue
+        level = (total - float(ritz[:kept].sum())) / shared
+        above = kept == 0 or ritz[kept - 1] >= level
+        if above and (kept == ritz.size or ritz[kept] <= level):
+            return float(np.log1p(ritz[:kept]).sum()) + shared * math.log1p(level)
+    return float(np.log1p(ritz).sum()) + math.log1p(left)  # count = 0: only the leading
 
 
 def _assembled(basis, lam, s_diag, scale) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -658,18 +704,18 @@ def complement_covariance(
     column_norms: np.ndarray,
     scale: np.ndarray,
     null_share: float = 0.0,
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float]:
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float, tuple[float, float]]:
     """The covariance with estimated marginals (module docstring) from the leading
     eigenpairs ``(lam, basis)`` of the whitened data term ``GᵀG``, its diagonal
     ``column_norms`` and ``scale`` = D^{-½}, as ``(δ, U, K)``, and ``log det(I + GᵀG)``
-    estimated: the part shared by every model whose negative Hessian is ``D + (data
-    term)``. ``null_share``: ``(N Nᵀ)_jj`` of a known null space N of the data term that the
-    caller holds exactly (the multinomial's shift directions: 1/K); the complement is then
-    ``P = I − QQᵀ − NNᵀ``, whose diagonal ``ρ_j`` the Rayleigh quotients ``e_j / ρ_j`` are
-    taken along."""
+    estimated with the bounds of the exact one (:func:`_estimated_complement`): the part
+    shared by every model whose negative Hessian is ``D + (data term)``. ``null_share``:
+    ``(N Nᵀ)_jj`` of a known null space N of the data term that the caller holds exactly
+    (the multinomial's shift directions: 1/K); the complement is then ``P = I − QQᵀ −
+    NNᵀ``, whose diagonal ``ρ_j`` the Rayleigh quotients ``e_j / ρ_j`` are taken along."""
     inside = np.maximum(1.0 - null_share - np.einsum("ij,ij->i", basis, basis), 0.0)
-    s_diag, log_det_whitened = _estimated_complement(basis, lam, column_norms, inside)
-    return _assembled(basis, lam, s_diag, scale), log_det_whitened
+    s_diag, log_det_whitened, bounds = _estimated_complement(basis, lam, column_norms, inside)
+    return _assembled(basis, lam, s_diag, scale), log_det_whitened, bounds
 
 
 def _schur_solve(basis: np.ndarray, inside: np.ndarray, target: np.ndarray) -> np.ndarray:

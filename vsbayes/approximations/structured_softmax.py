@@ -234,11 +234,13 @@ class _StructuredSoftmaxSolver(StructuredNewtonSolver):
         theta = model._centre_classes(np.array(self.theta)[:, None])[:, 0]
         data = _SoftmaxDataTerm(model, self._curvature.P)  # the current iterate's
         rank = choice.rank if choice.structure == "lowrank" else 0
-        covariance, half_log_det, error, factor = _softmax_lowrank_structure(model, data, rank)
+        covariance, half_log_det, error, factor, bounds = _softmax_lowrank_structure(
+            model, data, rank
+        )
         if model.fit_intercept:
             covariance = _with_exact_intercepts(model, covariance, data, rank)
             error += "; the intercepts' contrasts exact (K conjugate-gradient solves)"
-        return theta, covariance, half_log_det, error, factor
+        return theta, covariance, half_log_det, error, factor, bounds
 
 
 def leading_eigenpairs(product, dim: int, count: int, seed: int = 0):
@@ -268,8 +270,9 @@ def leading_eigenpairs(product, dim: int, count: int, seed: int = 0):
 
 
 def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
-    """``(covariance, ½ log det H, error, factor)`` of the "lowrank" (rank ≥ 1) or
-    "diagonal" (rank 0) structure of the multinomial posterior (module docstring)."""
+    """``(covariance, ½ log det H, error, factor, bounds)`` of the "lowrank" (rank ≥ 1) or
+    "diagonal" (rank 0) structure of the multinomial posterior (module docstring);
+    ``bounds`` those of the exact ``½ log det H``."""
     p = model.dim
     count = min(rank + 1, p)
     width = min(count + _OVERSAMPLES, p)
@@ -287,7 +290,7 @@ def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
     # space, the posterior along them the prior's: held exactly, the rest estimated on
     # the complement of them and of Q (module docstring).
     k = model.n_classes
-    (diagonal, factor, core), log_det_whitened = complement_covariance(
+    (diagonal, factor, core), log_det_whitened, log_det_bounds = complement_covariance(
         basis, lam, column_norms, np.sqrt(model.prior_var), null_share=1.0 / k
     )
     covariance = CentredStructuredCovariance(
@@ -299,14 +302,16 @@ def _softmax_lowrank_structure(model, data: _SoftmaxDataTerm, rank: int):
         model.prior_var,
         "lowrank" if rank else "diagonal",
     )
-    half_log_det = 0.5 * (log_det_whitened - float(np.log(model.prior_var).sum()))
+    prior = float(np.log(model.prior_var).sum())
+    half_log_det = 0.5 * (log_det_whitened - prior)
+    bounds = tuple(0.5 * (value - prior) for value in log_det_bounds)
     error = (
         f"every variance (marginal, or of a row's latent value or contrast of two) within "
         f"a factor {1.0 + left_out:.4g} of the exact Laplace covariance's (1 + the largest "
         f"eigenvalue left out of the rank-{rank} part, {left_out:.4g}, in prior-whitened "
         f"units); the evidence's log det(I + E) estimated"
     )
-    return covariance, half_log_det, error, 1.0 + left_out
+    return covariance, half_log_det, error, 1.0 + left_out, bounds
 
 
 def _block_solve(

@@ -885,6 +885,7 @@ class BayesianGLMClassifier(
             f"{choice.structure} covariance ({choice.reason}): the Laplace approximation, as "
             f"the other fits need the dense covariance"
         )
+        _warn_estimated_evidence(name, laplace)
         # VS records its route; it warns only where a route was asked for by name.
         asked = getattr(method, "strategy", "auto") != "auto"
         if not isinstance(method, LaplaceMethod) and (asked or not method.records_strategy):
@@ -1059,6 +1060,32 @@ class BayesianGLMClassifier(
 #: The choice of the problems that keep the dense covariance without a size check here
 #: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
+
+#: A structured posterior whose exact Laplace evidence may lie farther than this (nats)
+#: from its estimate warns at fit: 1 nat, a Bayes factor of e, is the smallest difference
+#: a comparison of models by their evidence reads as positive.
+EVIDENCE_WARN_WIDTH = 1.0
+
+#: The start of that warning's text (empirical_bayes.py filters it in its candidates'
+#: fits, whose estimated evidences it reports once, D-107).
+ESTIMATED_EVIDENCE = "the evidence (log_marginal_likelihood_value_) is an estimate"
+
+
+def _warn_estimated_evidence(name: str, laplace) -> None:
+    """Warn where a structured posterior's evidence has an estimated ``log det`` whose
+    bounds leave the exact Laplace evidence more than EVIDENCE_WARN_WIDTH nats apart (D-179)."""
+    low, high = laplace.evidence_bounds
+    if laplace.evidence_exact or high - low <= EVIDENCE_WARN_WIDTH:
+        return
+    warn(
+        f"{name}: {ESTIMATED_EVIDENCE}: its {laplace.covariance.structure} covariance's "
+        f"log-determinant is estimated, and the exact Laplace evidence lies anywhere in "
+        f"[{low:.6g}, {high:.6g}] around its {float(laplace.log_Z):.6g} (measured low, by "
+        f"more at a larger C; posteriors_[i].evidence_bounds). Do not compare models "
+        f"or C values by it; force covariance='dense' with vsbayes.config_context where it "
+        f"fits in memory (binary: exact up to 4096 rows), or compare by cross-validation.",
+        UnreliableFitWarning,
+    )
 
 
 def _shrinkage_memory_remedy(model, binary: bool) -> str:

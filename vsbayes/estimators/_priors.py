@@ -256,6 +256,7 @@ def _from_hub_coordinates(fit, slope: np.ndarray):
             posterior.error,
             error_factor=posterior.error_factor,
             evidence_exact=posterior.evidence_exact,
+            evidence_bounds=posterior.evidence_bounds,
             n_iter=posterior.n_iter,
             converged=posterior.converged,
             grad_norm=posterior.grad_norm,

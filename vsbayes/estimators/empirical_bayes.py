@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 import warnings
 from typing import NamedTuple
 
@@ -51,7 +52,7 @@ from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _arviz_export, _summaries
-from ._base import INTERCEPT_PRIOR_VAR
+from ._base import ESTIMATED_EVIDENCE, INTERCEPT_PRIOR_VAR
 from ._dask_input import check_prediction_input
 from ._registry import LINKS
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
@@ -343,6 +344,17 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self : object
             The fitted estimator.
         """
+        # Its fits' estimated evidences are reported once, by evidence_is_estimate_ and
+        # its own warning (D-107), not by each candidate's (D-179).
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=f".*{re.escape(ESTIMATED_EVIDENCE)}",
+                category=UnreliableFitWarning,
+            )
+            return self._fit(X, y, sample_weight)
+
+    def _fit(self, X, y, sample_weight):
         base = VSLogisticRegression() if self.estimator is None else self.estimator
         link = getattr(base, "_link", None)
         if link not in LINKS or "C" not in base.get_params():

@@ -208,6 +208,10 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
         multinomial model's: one float; one-vs-rest: one per class).
+        A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
+        with estimated marginals) has an estimated log-determinant: the exact Laplace
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
+        (UnreliableFitWarning) where they are more than 1 nat apart.
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         EP sweeps over the sites.
     posteriors_ : list of Gaussian
@@ -382,6 +386,10 @@ class EPProbitRegression(ExpectationPropagationClassifier):
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
         two classes, one per one-vs-rest problem).
+        A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
+        with estimated marginals) has an estimated log-determinant: the exact Laplace
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
+        (UnreliableFitWarning) where they are more than 1 nat apart.
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         EP sweeps over the sites.
     posteriors_ : list of Gaussian

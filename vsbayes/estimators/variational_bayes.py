@@ -138,6 +138,10 @@ class VBLogisticRegression(BayesianGLMClassifier):
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
         two classes, one per one-vs-rest problem).
+        A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
+        with estimated marginals) has an estimated log-determinant: the exact Laplace
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
+        (UnreliableFitWarning) where they are more than 1 nat apart.
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         Updates of the variational parameters.
     posteriors_ : list of Gaussian

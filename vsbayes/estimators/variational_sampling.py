@@ -339,6 +339,14 @@ class VSLogisticRegression(VariationalSamplingClassifier):
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (the
         multinomial model's: one float; one-vs-rest: one per class).
+        A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
+        with estimated marginals) has an estimated log-determinant: the exact Laplace
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
+        (UnreliableFitWarning) where they are more than 1 nat apart.
+        On the route "laplace" (``strategy_``) it carries the Laplace evidence's
+        skewness correction (binary and multinomial, up to 100 parameters; on four
+        multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
+        of importance sampling, the plain Laplace one 0.017-0.093 off; D-178).
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         Variational-sampling solver iterations, summed over the rounds (global fit), or
         expectation-propagation sweeps (site fits).
@@ -359,6 +367,7 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         fit's is its expected Monte Carlo error (the multinomial fit's, of its contrasts),
         calibrated in median, not a bound: single fits measured up to 1.6 times it on the
         multinomial benchmarks, within a factor 3 in 99 % of the binary ones.
+        It is the posterior's error, not the evidence's (``log_marginal_likelihood_value_``).
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
         ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
@@ -628,6 +637,14 @@ class VSProbitRegression(VariationalSamplingClassifier):
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
         Estimated log evidence ``log ∫ Π_i F(y_i f_i)^{s_i} N(w; prior) dw`` (beyond
         two classes, one per one-vs-rest problem).
+        A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
+        with estimated marginals) has an estimated log-determinant: the exact Laplace
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
+        (UnreliableFitWarning) where they are more than 1 nat apart.
+        On the route "laplace" (``strategy_``) it carries the Laplace evidence's
+        skewness correction (binary and multinomial, up to 100 parameters; on four
+        multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
+        of importance sampling, the plain Laplace one 0.017-0.093 off; D-178).
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         Variational-sampling solver iterations, summed over the rounds (global fit), or
         expectation-propagation sweeps (site fits).
@@ -648,6 +665,7 @@ class VSProbitRegression(VariationalSamplingClassifier):
         fit's is its expected Monte Carlo error (the multinomial fit's, of its contrasts),
         calibrated in median, not a bound: single fits measured up to 1.6 times it on the
         multinomial benchmarks, within a factor 3 in 99 % of the binary ones.
+        It is the posterior's error, not the evidence's (``log_marginal_likelihood_value_``).
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
         ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
