@@ -106,6 +106,15 @@ class CovarianceChoice:
     rank: int = 0
     exact_diagonal: bool = False
 
+    @property
+    def forced(self) -> bool:
+        """Whether the user forced the structure (``vsbayes.config_context``)."""
+        return self.reason.startswith(FORCED)
+
+
+#: The reason of a structure the user forced (its start).
+FORCED = "forced by vsbayes.config_context(covariance=...)"
+
 
 def _held_bytes(design) -> float:
     if sp.issparse(design):
@@ -205,7 +214,7 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     if asked != "auto":
         if not fits[asked]:
             raise refuse(asked, next((s for s in _STRUCTURES if fits[s]), None))
-        reason = "forced by vsbayes.config_context(covariance=...)"
+        reason = FORCED
         if asked in ("lowrank", "diagonal"):
             reason = f"{reason}; {diagonal_note}"
         return CovarianceChoice(asked, reason, rank if asked == "lowrank" else 0, exact)
@@ -309,7 +318,7 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
     if asked != "auto":
         if not fits[asked]:
             raise refuse(asked)
-        reason = "forced by vsbayes.config_context(covariance=...)"
+        reason = FORCED
         return CovarianceChoice(asked, reason, rank if asked == "lowrank" else 0)
     if p <= MAX_SOFTMAX_PARAMS and fits["dense"]:
         return CovarianceChoice(

@@ -885,7 +885,7 @@ class BayesianGLMClassifier(
             f"{choice.structure} covariance ({choice.reason}): the Laplace approximation, as "
             f"the other fits need the dense covariance"
         )
-        _warn_estimated_evidence(name, laplace)
+        _warn_estimated_evidence(name, laplace, choice)
         # VS records its route; it warns only where a route was asked for by name.
         asked = getattr(method, "strategy", "auto") != "auto"
         if not isinstance(method, LaplaceMethod) and (asked or not method.records_strategy):
@@ -1071,11 +1071,14 @@ EVIDENCE_WARN_WIDTH = 1.0
 ESTIMATED_EVIDENCE = "the evidence (log_marginal_likelihood_value_) is an estimate"
 
 
-def _warn_estimated_evidence(name: str, laplace) -> None:
-    """Warn where a structured posterior's evidence has an estimated ``log det`` whose
-    bounds leave the exact Laplace evidence more than EVIDENCE_WARN_WIDTH nats apart (D-179)."""
+def _warn_estimated_evidence(name: str, laplace, choice: CovarianceChoice) -> None:
+    """Warn where a structure the user forced has an evidence with an estimated ``log det``
+    whose bounds leave the exact Laplace evidence more than EVIDENCE_WARN_WIDTH nats apart
+    (D-179). A structure the fit chose for the problem's size records its bounds without a
+    warning, as VS records its route: every wide multinomial fit would warn, of a number
+    most of them never read (EmpiricalBayesClassifier, which compares them, warns, D-107)."""
     low, high = laplace.evidence_bounds
-    if laplace.evidence_exact or high - low <= EVIDENCE_WARN_WIDTH:
+    if laplace.evidence_exact or high - low <= EVIDENCE_WARN_WIDTH or not choice.forced:
         return
     warn(
         f"{name}: {ESTIMATED_EVIDENCE}: its {laplace.covariance.structure} covariance's "

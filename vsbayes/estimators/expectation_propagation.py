@@ -210,8 +210,9 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         multinomial model's: one float; one-vs-rest: one per class).
         A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
         with estimated marginals) has an estimated log-determinant: the exact Laplace
-        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
-        (UnreliableFitWarning) where they are more than 1 nat apart.
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and where they are
+        more than 1 nat apart a structure forced by ``vsbayes.config_context`` warns
+        (UnreliableFitWarning); one the fit chose for the problem's size records them.
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         EP sweeps over the sites.
     posteriors_ : list of Gaussian
@@ -388,8 +389,9 @@ class EPProbitRegression(ExpectationPropagationClassifier):
         two classes, one per one-vs-rest problem).
         A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
         with estimated marginals) has an estimated log-determinant: the exact Laplace
-        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
-        (UnreliableFitWarning) where they are more than 1 nat apart.
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and where they are
+        more than 1 nat apart a structure forced by ``vsbayes.config_context`` warns
+        (UnreliableFitWarning); one the fit chose for the problem's size records them.
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         EP sweeps over the sites.
     posteriors_ : list of Gaussian

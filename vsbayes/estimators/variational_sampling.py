@@ -341,8 +341,9 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         multinomial model's: one float; one-vs-rest: one per class).
         A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
         with estimated marginals) has an estimated log-determinant: the exact Laplace
-        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
-        (UnreliableFitWarning) where they are more than 1 nat apart.
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and where they are
+        more than 1 nat apart a structure forced by ``vsbayes.config_context`` warns
+        (UnreliableFitWarning); one the fit chose for the problem's size records them.
         On the route "laplace" (``strategy_``) it carries the Laplace evidence's
         skewness correction (binary and multinomial, up to 100 parameters; on four
         multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
@@ -639,8 +640,9 @@ class VSProbitRegression(VariationalSamplingClassifier):
         two classes, one per one-vs-rest problem).
         A structured posterior's (``covariance_structure_`` "lowrank" or "diagonal"
         with estimated marginals) has an estimated log-determinant: the exact Laplace
-        evidence lies within its ``evidence_bounds`` (``posteriors_``), and the fit warns
-        (UnreliableFitWarning) where they are more than 1 nat apart.
+        evidence lies within its ``evidence_bounds`` (``posteriors_``), and where they are
+        more than 1 nat apart a structure forced by ``vsbayes.config_context`` warns
+        (UnreliableFitWarning); one the fit chose for the problem's size records them.
         On the route "laplace" (``strategy_``) it carries the Laplace evidence's
         skewness correction (binary and multinomial, up to 100 parameters; on four
         multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
