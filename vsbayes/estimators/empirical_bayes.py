@@ -369,6 +369,22 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         params = base.get_params()
         shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         shrinkage = _shrinkage_prior(base)
+        if is_dask(X) and not ard:
+            # Refused here, naming what was set: each grid fit would name its own prior
+            # (the first grid value's scale), which the user never wrote.
+            setting = (
+                f"prior={shrinkage!r}"
+                if shrinkage is not None
+                else f"penalty={params.get('penalty')!r}"
+                if params.get("penalty") in ("l1", "elasticnet")
+                else None
+            )
+            if setting is not None:
+                raise ValueError(
+                    f"The estimator's {setting} (a shrinkage prior) needs the rows in "
+                    f"memory; pass X.compute() if the data fit in memory, or choose C under "
+                    f"the default penalty='l2'."
+                )
         if not ard and shrinkage is None and params.get("prior") is not None:
             # A Gaussian prior (or an earlier fit) replaces N(0, C·I): the estimator would
             # ignore the C chosen here, and C_ would describe no fit.
