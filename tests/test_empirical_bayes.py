@@ -1,12 +1,13 @@
 """Prior scales by the evidence: EmpiricalBayesClassifier (one C, or ARD's per feature)."""
 
+import re
 import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
-from sklearn.datasets import load_iris, load_wine
+from sklearn.datasets import load_iris, load_wine, make_classification
 from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import log_loss
 from sklearn.preprocessing import StandardScaler
@@ -452,3 +453,35 @@ def test_a_wrong_width_is_told_by_the_estimator_called(data, scales):
         ) as error:
             call()
         assert "LogisticRegression" not in str(error.value), name
+
+
+@pytest.mark.parametrize(
+    "estimator, named",
+    [
+        (vsbayes.EPLogisticRegression(penalty="l1"), "penalty='l1'"),
+        (vsbayes.EPLogisticRegression(prior=vsbayes.LaplacePrior(scale=0.5)), "prior=LaplacePrior"),
+    ],
+)
+def test_a_shrinkage_prior_on_dask_rows_is_refused_naming_what_was_set(estimator, named):
+    # Each grid fit refused it naming its own prior: LaplacePrior(scale=0.0001), the first
+    # grid value, which the user never wrote.
+    import dask.array as da
+
+    X, y = make_classification(60, 4, random_state=0)
+    search = vsbayes.EmpiricalBayesClassifier(estimator)
+    with pytest.raises(ValueError, match=re.escape(named)) as error:
+        search.fit(da.from_array(X, chunks=30), da.from_array(y, chunks=30))
+    assert "0.0001" not in str(error.value)
+
+
+def test_evidence_at_the_upper_edge_on_separable_classes_is_warned_as_such():
+    # Standardized wine is linearly separable: the Laplace evidence grows with C to the
+    # grid's edge (+0.3 nats a step from C = 100 to 1e4), where the posterior's sds are ~70
+    # and Laplace's predictions nearly uniform. "Widen Cs" would not find a maximum.
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    search = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), refine=False)
+    with pytest.warns(ConvergenceWarning, match="the classes are linearly separable") as record:
+        search.fit(X, y)
+    assert search.Cs_[-1] == search.C_
+    assert not any("Widen Cs" in str(w.message) for w in record)

@@ -16,7 +16,14 @@ the plain sweeps converge linearly, often slowly). If the plain sweeps stall too
 oscillate: the damping halves (down to ``_MIN_DAMPING``), again from the best sites, as
 long as halving takes the sweeps closer to a fixed point (else they drift or crawl, which
 no smaller damping mends: :func:`_halving_helps`). Progress is measured undamped: halving
-the damping halves the change by itself. Stalled
+the damping halves the change by itself. A halving that does not help after one that did
+finds sweeps that crawl: the oscillation is damped, and what is left is a slow mode, which
+a smaller damping slows further (a one-sided posterior: one class's rows under a vague
+intercept prior, whose fixed point lies hundreds of prior-scaled units from the Laplace
+sites the sweeps start from, where the mixed sweeps' transients set records that a crawl
+beats only after dozens of sweeps). The sweeps then go back to the damping that helped,
+once, and go on from where they are as long as they make a new least change of their own
+every ``_STALL`` sweeps. Stalled
 sweeps may be near a fixed point they cannot approach further — their map's own noise
 (the site fits' precision, amplified by wide latent marginals) is above ``tol``: measured
 on digits' multinomial EP at C = 10, a floor of 1e-4, at C = 1000 of 4e-3. At every stall,
@@ -365,7 +372,9 @@ def damped_sweeps(
     undamped sweep from them moves the posterior by at most 1e-3 of its divergence from the
     start, whatever their change; else they go on unmixed, then with the damping halved
     (down to 1/64) while halving takes them closer to a fixed point, and raise where it
-    does not. Below ``max(√tol, 1e-3)``, 10 sweeps that have not halved the change, the
+    does not (unless the halving before helped: then back to its damping, once, while
+    they make a new least change of their own every 10 sweeps). Below
+    ``max(√tol, 1e-3)``, 10 sweeps that have not halved the change, the
     last 5 without a new smallest one, are tested for a settled posterior as a stall is;
     after a stall, a plain damped step that grows the change more than
     ``max(2 d / (1/64) - 1, 10)``-fold at damping d, to above ``max(√tol, 1e-3)``, raises
@@ -419,6 +428,9 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
     # the undamped change and damping of the sweep whose plain damped step the current
     # sites are (None: mixed) and the damping of the best sites' (_grows_past_damping).
     progress_from, idle, remedied, last_plain, best_damping = math.inf, 0, False, None, damping
+    # Whether the level the last halving left had itself been reached by a halving that
+    # helped, and whether the sweeps have gone back to its damping (a crawl).
+    left_helped, crawling = False, False
     while n_iter < max_iter:
         if steps is not None:
             steps.begin(_state(as_gaussian, post))
@@ -461,6 +473,10 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
         else:
             stalled += 1
             if anderson.memory == 0 and not from_best:
+                if crawling and change / damping < level_least:
+                    # Gone back to a damping whose sweeps crawl to a fixed point: their
+                    # own least change, not a record a transient set, is the progress.
+                    stalled = 0
                 level_least = min(level_least, change / damping)
             from_best = False
         noisy = idle >= _STALL and stalled >= _STALL // 2
@@ -496,13 +512,25 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
                 # sweeps no closer to a fixed point than twice it (then no smaller one
                 # will): far from any fixed point, none is within reach. The best sites are
                 # then arbitrary: with class weights 1e3 and 1e-4, some predicted every
-                # point wrong.
-                raise _stalled_error(n_iter, damping, best_change, tol)
+                # point wrong. Unless the halving before had helped: the sweeps crawl
+                # (the module's docstring), and go on from here at that halving's damping.
+                helped = _halving_helps(last_level_least, level_least)
+                if helped or not left_helped or crawling:
+                    raise _stalled_error(n_iter, damping, best_change, tol)
+                last_plain = (change / damping, damping)  # this sweep's plain step
+                damping, crawling = 2.0 * damping, True
+                level_least, from_best, stalled, idle = math.inf, False, 0, 0
+                store.advance(anderson, change)
+                post = store.posterior()
+                if steps is not None:
+                    steps.end(_state(as_gaussian, post))
+                continue
             remedied = True
             if anderson.memory > 0:
                 anderson.memory, plain_from, last_level_least = 0, best, None
             else:
                 damping = max(0.5 * damping, _MIN_DAMPING)
+                left_helped = last_level_least is not None and level_least < last_level_least
                 last_level_least = level_least
             level_least, from_best = math.inf, True
             store.restore_best()

@@ -548,8 +548,14 @@ class BayesianGLMClassifier(
         if factor is None:
             return
         if is_dask(X):
+            # Named as set: a penalty's factor is a LaplacePrior the user never wrote.
+            setting = (
+                f"prior={self.prior!r}"
+                if self.prior is not None
+                else f"penalty={self.penalty!r}, C={self.C!r}"
+            )
             raise ValueError(
-                f"A shrinkage prior ({factor!r}) needs the rows in memory; pass X.compute() "
+                f"A shrinkage prior ({setting}) needs the rows in memory; pass X.compute() "
                 f"if the data fit in memory."
             )
         if n_classes > 2 and self._multinomial:

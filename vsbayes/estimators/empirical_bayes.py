@@ -82,6 +82,20 @@ _SHARED_ALPHA_NEWTON_STEPS = 8
 _SCALE_FIELD = {LaplacePrior: "scale", StudentTPrior: "scale", HorseshoePrior: "global_scale"}
 
 
+def _separates(fit, X, y, sample_weight) -> bool:
+    """Whether ``fit``'s linear scores ``X coef_ᵀ + intercept_`` (the mode, for Laplace;
+    not ``decision_function``, its predictive's) classify every training row of positive
+    weight right: a hyperplane separates the classes, and the evidence has no maximum in
+    C."""
+    scores = np.asarray(X @ fit.coef_.T + fit.intercept_)
+    scores = scores[:, 0] if scores.shape[1] == 1 else scores
+    index = (scores > 0).astype(int) if scores.ndim == 1 else np.argmax(scores, axis=1)
+    right = fit.classes_[index] == np.asarray(y)
+    if sample_weight is not None:
+        right |= np.asarray(sample_weight) <= 0
+    return bool(np.all(right))
+
+
 def _shrinkage_prior(estimator):
     """The estimator's shrinkage prior object (its ``prior`` parameter), or None."""
     prior = estimator.get_params().get("prior")
@@ -381,6 +395,22 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         params = base.get_params()
         shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         shrinkage = _shrinkage_prior(base)
+        if is_dask(X) and not ard:
+            # Refused here, naming what was set: each grid fit would name its own prior
+            # (the first grid value's scale), which the user never wrote.
+            setting = (
+                f"prior={shrinkage!r}"
+                if shrinkage is not None
+                else f"penalty={params.get('penalty')!r}"
+                if params.get("penalty") in ("l1", "elasticnet")
+                else None
+            )
+            if setting is not None:
+                raise ValueError(
+                    f"The estimator's {setting} (a shrinkage prior) needs the rows in "
+                    f"memory; pass X.compute() if the data fit in memory, or choose C under "
+                    f"the default penalty='l2'."
+                )
         if not ard and shrinkage is None and params.get("prior") is not None:
             # A Gaussian prior (or an earlier fit) replaces N(0, C·I): the estimator would
             # ignore the C chosen here, and C_ would describe no fit.
@@ -423,20 +453,37 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                     estimated.append(c)
             return fits[c]
 
+        largest = {}  # the grid's fit at its largest C (the upper edge's warning)
+
         def grid_evidence(c):
             if shrinkage is not None:  # a horseshoe has no mode: the estimator's own evidence
                 with warnings.catch_warnings():  # exploratory fits; the final one warns
                     warnings.simplefilter("ignore")
-                    return _total_evidence(fit_at(c))
-            fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
-            if _evidence_is_estimate(fit):
-                estimated.append(c)
+                    fit = fit_at(c)
+            else:
+                fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
+                if _evidence_is_estimate(fit):
+                    estimated.append(c)
+            if c == grid[-1]:
+                largest["fit"] = fit
             return _total_evidence(fit)
 
         self.Cs_ = grid
         self.log_evidence_ = np.array([grid_evidence(c) for c in grid])
         best = int(np.argmax(self.log_evidence_))
-        if best in (0, len(grid) - 1):
+        if best == len(grid) - 1 and _separates(largest["fit"], X, y, sample_weight):
+            warn(
+                f"The evidence is largest at the edge of Cs (C = {grid[best]:.3g}), where "
+                f"the fit classifies every training row right: the classes are linearly "
+                f"separable, and the evidence then grows with C toward a limit (the prior "
+                f"mass of the separating directions), with no maximum that a wider Cs "
+                f"would find. The posterior at such a C is very wide, and the Laplace "
+                f"approximation's predictions there can be nearly uniform. Choose C "
+                f"another way (a smaller Cs range, or cross-validated log loss); EP's and "
+                f"VS's posteriors predict better at large C than Laplace's.",
+                ConvergenceWarning,
+            )
+        elif best in (0, len(grid) - 1):
             warn(
                 f"The evidence is largest at the edge of Cs (C = {grid[best]:.3g}): the "
                 f"maximum may lie beyond it. Widen Cs.",
