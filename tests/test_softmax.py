@@ -275,7 +275,7 @@ def test_a_multinomial_posterior_too_large_to_factorize_is_refused_up_front(rng,
     ):
         estimator.fit(X, [0, 1, 2, 0, 1, 2])
     # Its evidence's log-determinant is estimated: a structure chosen for the size records
-    # the bounds and does not warn (one forced by config_context does, D-179).
+    # the bounds and does not warn (one forced by config_context does, D-178).
     with warnings.catch_warnings():
         warnings.filterwarnings("error", r".*evidence \(log_marginal_likelihood_value_\) is an")
         fitted = estimator.fit(X, [0, 1, 2, 0, 1, 2])

@@ -24,7 +24,7 @@ from vsbayes.gaussian import CentredStructuredCovariance, StructuredCovariance
 from vsbayes.models import BinaryGLMPosterior
 from vsbayes.models.latent import IndependentLatents, StructuredLatents
 
-# Estimated evidences warn (D-179); the tests here are about the posterior's structure,
+# Estimated evidences warn (D-178); the tests here are about the posterior's structure,
 # and the one about that warning records it.
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:.*evidence \(log_marginal_likelihood_value_\) is an estimate"

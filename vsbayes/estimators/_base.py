@@ -1080,7 +1080,7 @@ ESTIMATED_EVIDENCE = "the evidence (log_marginal_likelihood_value_) is an estima
 def _warn_estimated_evidence(name: str, laplace, choice: CovarianceChoice) -> None:
     """Warn where a structure the user forced has an evidence with an estimated ``log det``
     whose bounds leave the exact Laplace evidence more than EVIDENCE_WARN_WIDTH nats apart
-    (D-179). A structure the fit chose for the problem's size records its bounds without a
+    (D-178). A structure the fit chose for the problem's size records its bounds without a
     warning, as VS records its route: every wide multinomial fit would warn, of a number
     most of them never read (EmpiricalBayesClassifier, which compares them, warns, D-107)."""
     low, high = laplace.evidence_bounds

@@ -359,7 +359,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             The fitted estimator.
         """
         # Its fits' estimated evidences are reported once, by evidence_is_estimate_ and
-        # its own warning (D-107), not by each candidate's (D-179).
+        # its own warning (D-107), not by each candidate's (D-178).
         with warnings.catch_warnings():
             warnings.filterwarnings(
                 "ignore",

@@ -347,7 +347,7 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         On the route "laplace" (``strategy_``) it carries the Laplace evidence's
         skewness correction (binary and multinomial, up to 100 parameters; on four
         multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
-        of importance sampling, the plain Laplace one 0.017-0.093 off; D-178).
+        of importance sampling, the plain Laplace one 0.017-0.093 off; D-177).
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         Variational-sampling solver iterations, summed over the rounds (global fit), or
         expectation-propagation sweeps (site fits).
@@ -646,7 +646,7 @@ class VSProbitRegression(VariationalSamplingClassifier):
         On the route "laplace" (``strategy_``) it carries the Laplace evidence's
         skewness correction (binary and multinomial, up to 100 parameters; on four
         multinomial problems the corrected evidence was measured within 0.0001-0.012 nats
-        of importance sampling, the plain Laplace one 0.017-0.093 off; D-178).
+        of importance sampling, the plain Laplace one 0.017-0.093 off; D-177).
     n_iter_ : ndarray of shape (1,) or (n_classes,)
         Variational-sampling solver iterations, summed over the rounds (global fit), or
         expectation-propagation sweeps (site fits).
