@@ -161,8 +161,11 @@ def seed_errors(d, delta, mult, seed, rule):
         vs, predicted = excess_kl(truth, fit), fit.kl_error
     except EstimationError:
         vs, predicted = math.inf, None
-    try:
-        is_ = excess_kl(truth, importance_sampling(target, kernel, n, rule=rule, random_state=seed))
+    try:  # (its error is what is measured: below 2n effective points it warns, D-173)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnreliableFitWarning)
+            fit = importance_sampling(target, kernel, n, rule=rule, random_state=seed)
+        is_ = excess_kl(truth, fit)
     except EstimationError:
         is_ = math.inf
     return vs, is_, predicted
