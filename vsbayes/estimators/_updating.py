@@ -326,9 +326,8 @@ class BayesianUpdating(SiteWindowUpdates):
             weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
         # The rows behind the posterior, for leave-one-out's check of the data it is given:
         # the stream's count (a fit's, then the batches after it; unknown after a dask fit).
-        kept = None if first else vars(self).get("_training_fingerprint_")
-        rows_seen = StreamRows(X.shape[0] + (kept.n_rows if kept is not None else 0))
-        rows_seen = rows_seen if first or kept is not None else None
+        kept = 0 if first else getattr(vars(self).get("_training_fingerprint_"), "n_rows", None)
+        rows_seen = None if kept is None else StreamRows(kept + X.shape[0])
         if not weights.any():  # (sample_weight × class_weight) a batch without information
             if first:
                 raise ValueError(
