@@ -250,9 +250,9 @@ class StreamRows:
     """What a stream (``partial_fit``) keeps of its rows for leave-one-out: their count.
 
     Its batches are not kept (memory does not grow with the rows seen), so leave-one-out
-    cannot tell them from other rows of the same count; but another count (the last batch
-    alone, other data) is not the rows of the posterior, whose terms would be the rows'
-    predictive under a posterior that has not seen them, read as leave-one-out."""
+    cannot tell them from other rows of the same count; another count (the last batch
+    alone, other data) is not the posterior's rows, which loo would score as if left out
+    of a posterior that in fact saw them, or never did."""
 
     n_rows: int
 
