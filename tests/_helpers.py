@@ -51,6 +51,22 @@ def assert_valid_fit(estimator, X) -> None:
 C_SMALL = 10.0
 
 
+def count_replicate_rows(monkeypatch) -> list[int]:
+    """The rows each level of the multinomial predictive's replicate QMC rule averages, one
+    entry per call, appended as the rule runs (``_replicate_averages`` wrapped)."""
+    from vsbayes.models import softmax_predictive_qmc
+
+    rows_per_level: list[int] = []
+    replicate_averages = softmax_predictive_qmc._replicate_averages
+
+    def counted(factor, *args):
+        rows_per_level.append(len(factor))
+        return replicate_averages(factor, *args)
+
+    monkeypatch.setattr(softmax_predictive_qmc, "_replicate_averages", counted)
+    return rows_per_level
+
+
 def random_spd(rng, d, low=0.5, high=2.0):
     """Random symmetric positive-definite matrix with eigenvalues in [low, high]."""
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))

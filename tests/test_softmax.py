@@ -7,6 +7,7 @@ import joblib
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import count_replicate_rows
 from scipy.special import log_softmax
 from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.linear_model import LogisticRegression
@@ -426,14 +427,7 @@ def test_predict_refines_only_unsettled_rows_and_is_the_predictive_argmax(monkey
     # wherever predict_proba's lead exceeds twice its error bound ε on the row.
     from vsbayes.models import softmax_predictive_qmc as qmc_module
 
-    rows_per_level = []
-    replicate_averages = qmc_module._replicate_averages
-
-    def counted(factor, *args):
-        rows_per_level.append(len(factor))
-        return replicate_averages(factor, *args)
-
-    monkeypatch.setattr(qmc_module, "_replicate_averages", counted)
+    rows_per_level = count_replicate_rows(monkeypatch)
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     model = vsbayes.LaplaceLogisticRegression().fit(X[:300], y[:300])

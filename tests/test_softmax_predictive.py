@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from _helpers import count_replicate_rows
 from scipy.special import expit, log_softmax
 
 from vsbayes.models import logistic_normal as ln_module
@@ -361,14 +362,7 @@ def test_argmax_only_refines_only_unsettled_rows_and_keeps_the_argmax(k, monkeyp
     # DECISION_MARGIN · TOLERANCE). The guarantee: the
     # argmax is the full values' wherever their lead exceeds twice the full rule's error
     # bound ε (≤ TOLERANCE where it converged). Rows not settled get the full values.
-    rows_per_level = []
-    replicate_averages = qmc_module._replicate_averages
-
-    def counted(factor, *args):
-        rows_per_level.append(len(factor))
-        return replicate_averages(factor, *args)
-
-    monkeypatch.setattr(qmc_module, "_replicate_averages", counted)
+    rows_per_level = count_replicate_rows(monkeypatch)
     mean, cov = _near_tie_rows(k, seed=11)
     q = centred_basis(k)
     reduced = q.T @ cov @ q
