@@ -430,7 +430,8 @@ def test_a_vb_row_is_the_bound_optimum(fit_intercept, cancer, recwarn):
     new_mean, new_var = float(a @ post.mean), float(a @ post.cov @ a)
     assert xi**2 == pytest.approx(new_var + new_mean**2, rel=1e-12)
     lam = np.tanh(xi / 2) / (4 * xi)
-    assert 1 / new_var == pytest.approx(1 / v + 2 * weight * lam, rel=1e-10)
+    new_precision = 1 / new_var
+    assert new_precision == pytest.approx(1 / v + 2 * weight * lam, rel=1e-10)
     assert new_mean == pytest.approx(new_var * (m / v + weight / 2), rel=1e-10)
     # Rank one: the prior's covariance changed along Σ₀a only.
     gain = prior_var * a
