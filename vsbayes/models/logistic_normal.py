@@ -229,13 +229,17 @@ def _logistic_normal_at(a, inv_scale, coefficients):
     u *= np.float32(2.0 / _TABLE_Y_MAX**2)
     u -= np.float32(1.0)
     twice = u + u
+    # Clenshaw's b_j = 2u b_{j+1} − b_{j+2} + c_j on three buffers, none allocated in the
+    # loop.
     later = np.zeros_like(u)
-    current = np.broadcast_to(coefficients[:, -1][extra], u.shape).copy()
+    current = np.empty_like(u)
+    current[...] = coefficients[:, -1][extra]
+    step = np.empty_like(u)
     for c in range(coefficients.shape[1] - 2, 0, -1):
-        step = twice * current
+        np.multiply(twice, current, out=step)
         step -= later
         step += coefficients[:, c][extra]
-        later, current = current, step
+        later, current, step = current, step, later
     current *= u
     current -= later
     current += coefficients[:, 0][extra]  # P

@@ -189,8 +189,10 @@ def _log_sum_exp(a: np.ndarray, axis: int) -> np.ndarray:
     return np.log(np.exp(a - top).sum(axis=axis, keepdims=True)) + top
 
 
-def _row_blocks(n: int, bytes_per_row: float, entries_per_row: int, max_bytes: float):
-    rows = max(1, min(int(max_bytes // bytes_per_row), _CACHE_ENTRIES // entries_per_row))
+def _row_blocks(
+    n: int, bytes_per_row: float, entries_per_row: int, max_bytes: float, entries=_CACHE_ENTRIES
+):
+    rows = max(1, min(int(max_bytes // bytes_per_row), entries // entries_per_row))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
