@@ -230,17 +230,19 @@ def test_leader_conditioning_is_unbiased_and_spreads_less_on_wide_rows():
 
 def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     # Level 0: each replicate's whitened set; from level 1 on, the first points of the
-    # replicate's Sobol sequence (and their mirror images), level 2 adding the next ones.
-    # The rows refined to the last level get the plain average over levels 1 and 2, not
-    # over the last level's nodes alone.
+    # replicate's Sobol sequence (and their mirror images), each level adding the next ones
+    # and doubling the nodes. The rows refined to the last level get the plain average over
+    # levels 1 to the last, not over the last level's nodes alone.
     dim, half = 9, rules_module._FIRST_NODES // 2
     levels = [rules_module.replicate_nodes(dim, level) for level in range(rules_module._LEVELS)]
+    pooled = np.cumsum([level.shape[2] for level in levels[1:]])
+    np.testing.assert_array_equal(pooled, 4 * half * 2 ** np.arange(rules_module._LEVELS - 1))
     for r in (0, rules_module.REPLICATES - 1):
         seed = (rules_module._SEED, 0, r)
         np.testing.assert_array_equal(
             levels[0][:, r].T, symmetric_sobol_nodes(dim, 2 * half, seed)[:half].astype(np.float32)
         )
-        sequence = sobol_normal_points(dim, half * 4 ** (rules_module._LEVELS - 1), seed)
+        sequence = sobol_normal_points(dim, 4 * half * 2 ** (rules_module._LEVELS - 2), seed)
         np.testing.assert_array_equal(
             np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
         )

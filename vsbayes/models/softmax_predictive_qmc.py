@@ -87,9 +87,7 @@ def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     # Per row: K + 1 float32 values per node of a chunk, and about a dozen per-node arrays
     # (the others' sum, the leader's logit and probability, the table's recurrence).
     width = chunks[0].shape[1]
-    for rows in _row_blocks(
-        n, 4.0 * width * (k + 13), width * (k + 1), max_bytes, _CHUNK_ENTRIES
-    ):
+    for rows in _row_blocks(n, 4.0 * width * (k + 13), width * (k + 1), max_bytes, _CHUNK_ENTRIES):
         m = rows.stop - rows.start
         block = stacked[rows].reshape(-1, dim + 1)
         for nodes in chunks:
