@@ -93,7 +93,7 @@ with ``y = a / σ_t``, ``σ_t² = s² + π²/3`` and P a Chebyshev series in ``2
 (degree 12) whose coefficients are Chebyshev series in ``2 √r − 1``, ``r = (π²/3) / σ_t²``
 (degree 10), fitted by ``benchmarks/logistic_normal_table.py``: largest error 9.3e-6 for
 every a and s ≤ 60 (wider s take s = 60's coefficients, within 1e-7); P's coefficients
-are summed once per row, and a node costs one Clenshaw recurrence. Conditioning every
+are summed once per row, and a node costs one Horner recurrence. Conditioning every
 class on its own direction instead (a logistic-normal integral per class and node, D-076)
 is as accurate on digits (largest replicate spread on 65,536 nodes 2.8e-4 against 3.8e-4
 here, the plain average's 7.1e-4) at K times the integrals: the leading class's error
