@@ -263,6 +263,31 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     np.testing.assert_allclose(average, union.mean(axis=1), rtol=1e-6, atol=1e-9)
 
 
+def test_replicate_averages_do_not_depend_on_the_chunks(monkeypatch):
+    # The kernel takes a row's nodes in chunks and adds each replicate's float32 chunk sums
+    # up in float64: chunks of 16 nodes a replicate (64 chunks) give the one-chunk values
+    # to float32's rounding of sums of ≤ 2048 terms in [0, 1] (pairwise: a few 1e-7), for
+    # every class (the leader, put last inside the kernel, back in its place).
+    rng = np.random.default_rng(5)
+    k, n = 7, 5
+    a = rng.standard_normal((n, k - 1, k - 1))
+    root = np.linalg.cholesky(20.0 * (np.eye(k - 1) + 0.1 * a @ np.swapaxes(a, 1, 2)))
+    centred = rng.standard_normal((n, k))
+    centred -= centred.mean(axis=1, keepdims=True)
+    lead = qmc_module._leader_conditioning(root, centred)
+    args = (
+        *(x.astype(np.float32) for x in (centred_basis(k) @ root, centred)),
+        (lead[0], *(x.astype(np.float32) for x in lead[1:])),
+        rules_module.replicate_nodes(k - 1, 1),
+        2**24,
+    )
+    whole = qmc_module._replicate_averages(*args)
+    monkeypatch.setattr(qmc_module, "_CHUNK_ENTRIES", (k + 1) * rules_module.REPLICATES * 32)
+    chunked = qmc_module._replicate_averages(*args)
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(whole.sum(axis=2), 1.0, atol=1e-5)
+
+
 @pytest.mark.parametrize("k", [3, 4, 10])
 def test_probabilities_sum_to_one_and_repeat_exactly(k):
     mean, cov = _rows(k, np.geomspace(1e-4, 30.0, 12), seed=4)
