@@ -170,24 +170,24 @@ QMC rule on every row before: 55 ms against 1.46 s), and its largest error on ev
 against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
 cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
 trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take 1200 to 2000 ×
-LogisticRegression (loaded machine; the nested levels take 20 % less time), with a largest
-error of 9.4e-4 on 200 rows stratified by spread against 2^20-node references (which agree
-with each other to 4e-5). Ten times LogisticRegression is out of reach there for two
-reasons. The exact latent moments alone cost 13 to 31 × its ``predict_proba`` (1e5 rows,
-loaded machine; 210 × before they were computed as quadratic forms,
-:class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without a
-K × K round trip; as pair products ``x_i x_j``, half the multiply-adds, they were no
-faster): the 45 centred quadratic forms
-``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds against LogisticRegression's 650, and
-the posterior covariance has no low-rank structure to exploit (its centred eigenvalues
-spread from 0.005 to 3; 523 of the 585 are more than 0.01 away from the prior's 1), nor
-have the rows' latent covariances (all nine centred variances of a row are large: median
-eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a nearly
-stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
-width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; for 1e-4, the 99th percentile of
-the error falling as N^(-0.6) and the largest as N^(-0.4) (``benchmarks/prediction_timing.py``,
-the rule's error against its nodes), about 2·10⁶ nodes on 99 % of the digits rows and 5·10⁷
-on the worst.
+LogisticRegression (loaded machine; the nested levels take 20 % less time, and D-195 to
+D-197's node sums 1.3 times less CPU time again), with a largest error of 9.4e-4 on 200 rows
+stratified by spread against 2^20-node references (which agree with each other to 4e-5;
+4.8e-4 now, against the Gumbel–orthant references, D-196). Ten times LogisticRegression is
+out of reach there for two reasons. The exact latent moments alone cost 13 to 31 × its
+``predict_proba`` (1e5 rows, loaded machine; 210 × before they were computed as quadratic
+forms, :class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without
+a K × K round trip; as pair products ``x_i x_j``, half the multiply-adds, they were no
+faster): the 45 centred quadratic forms ``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds
+against LogisticRegression's 650, and the posterior covariance has no low-rank structure to
+exploit (its centred eigenvalues spread from 0.005 to 3; 523 of the 585 are more than 0.01
+away from the prior's 1), nor have the rows' latent covariances (all nine centred variances
+of a row are large: median eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a
+nearly stepwise integrand, with standard deviations of 3 to 45 against the softmax's
+transition width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; for 1e-4, the 99th
+percentile of the error falling as N^(-0.6) and the largest as N^(-0.4)
+(``benchmarks/prediction_timing.py``, the rule's error against its nodes), about 2·10⁶ nodes
+on 99 % of the digits rows and 5·10⁷ on the worst.
 
 Tried and not kept in sizing the rules: Stroud's rule beyond t = 0.08 (2.7e-4 at 0.3);
 tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes err by 1e-4 at
