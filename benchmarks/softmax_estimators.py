@@ -70,7 +70,7 @@ TABLE_GRID = np.linspace(-TABLE_HALF_WIDTH, TABLE_HALF_WIDTH, TABLE_POINTS)
 # Share of the largest diagonal part that keeps Cov d − diag(λ) positive semi-definite.
 SMOOTHING_SHARE = 0.9
 LEADING = 3  # classes per row given the Gumbel mixture
-LEVELS = {"4,096": [0], "16,384": [1], "65,536": [1, 2]}  # the rule's nested node sets
+LEVELS = {"4,096": [0], "16,384": [1], "65,536": [1, 2, 3]}  # the rule's nested node sets
 ESTIMATORS = ("plain", "own direction", "top direction", "Gumbel mixture", "best of the four")
 PER_NODE = {
     "plain": "K exponentials",

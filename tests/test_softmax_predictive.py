@@ -230,17 +230,19 @@ def test_leader_conditioning_is_unbiased_and_spreads_less_on_wide_rows():
 
 def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     # Level 0: each replicate's whitened set; from level 1 on, the first points of the
-    # replicate's Sobol sequence (and their mirror images), level 2 adding the next ones.
-    # The rows refined to the last level get the plain average over levels 1 and 2, not
-    # over the last level's nodes alone.
+    # replicate's Sobol sequence (and their mirror images), each level adding the next ones
+    # and doubling the nodes. The rows refined to the last level get the plain average over
+    # levels 1 to the last, not over the last level's nodes alone.
     dim, half = 9, rules_module._FIRST_NODES // 2
     levels = [rules_module.replicate_nodes(dim, level) for level in range(rules_module._LEVELS)]
+    pooled = np.cumsum([level.shape[2] for level in levels[1:]])
+    np.testing.assert_array_equal(pooled, 4 * half * 2 ** np.arange(rules_module._LEVELS - 1))
     for r in (0, rules_module.REPLICATES - 1):
         seed = (rules_module._SEED, 0, r)
         np.testing.assert_array_equal(
             levels[0][:, r].T, symmetric_sobol_nodes(dim, 2 * half, seed)[:half].astype(np.float32)
         )
-        sequence = sobol_normal_points(dim, half * 4 ** (rules_module._LEVELS - 1), seed)
+        sequence = sobol_normal_points(dim, 4 * half * 2 ** (rules_module._LEVELS - 2), seed)
         np.testing.assert_array_equal(
             np.hstack([level[:, r] for level in levels[1:]]).T, sequence.astype(np.float32)
         )
@@ -259,6 +261,31 @@ def test_refinement_levels_are_nested_and_pooled_as_one_rule():
         2**24,
     )
     np.testing.assert_allclose(average, union.mean(axis=1), rtol=1e-6, atol=1e-9)
+
+
+def test_replicate_averages_do_not_depend_on_the_chunks(monkeypatch):
+    # The kernel takes a row's nodes in chunks and adds each replicate's float32 chunk sums
+    # up in float64: chunks of 16 nodes a replicate (64 chunks) give the one-chunk values
+    # to float32's rounding of sums of ≤ 2048 terms in [0, 1] (pairwise: a few 1e-7), for
+    # every class (the leader, put last inside the kernel, back in its place).
+    rng = np.random.default_rng(5)
+    k, n = 7, 5
+    a = rng.standard_normal((n, k - 1, k - 1))
+    root = np.linalg.cholesky(20.0 * (np.eye(k - 1) + 0.1 * a @ np.swapaxes(a, 1, 2)))
+    centred = rng.standard_normal((n, k))
+    centred -= centred.mean(axis=1, keepdims=True)
+    lead = qmc_module._leader_conditioning(root, centred)
+    args = (
+        *(x.astype(np.float32) for x in (centred_basis(k) @ root, centred)),
+        (lead[0], *(x.astype(np.float32) for x in lead[1:])),
+        rules_module.replicate_nodes(k - 1, 1),
+        2**24,
+    )
+    whole = qmc_module._replicate_averages(*args)
+    monkeypatch.setattr(qmc_module, "_CHUNK_ENTRIES", (k + 1) * rules_module.REPLICATES * 32)
+    chunked = qmc_module._replicate_averages(*args)
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(whole.sum(axis=2), 1.0, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [3, 4, 10])

@@ -302,7 +302,7 @@ class PosteriorPrediction:
         K latent values, by a deterministic rule: a 64² trapezoid rule for three classes
         (absolute error ≤ 1e-5 where the centred latent's variance is ≤ 40 in every
         direction), and beyond, quasi-Monte Carlo refined row by row until three estimated
-        standard errors are below 5e-4 (4096 to 65,536 nodes; see
+        standard errors are below 5e-4 (4096 to 262,144 nodes; see
         :mod:`vsbayes.models.softmax_predictive`); for one-vs-rest, the binary
         probabilities normalized.
 

@@ -4,8 +4,12 @@ The softmax predictive's QMC rule integrates its leading class's direction exact
 node (:mod:`vsbayes.models.softmax_predictive`, "The integrand"): one such integral per
 node. It is ``1 / (1 + exp(−2 y P))`` with ``y = a / σ_t``, ``σ_t² = s² + π²/3`` and P a
 Chebyshev series in ``2 (y / 9)² − 1`` whose coefficients are Chebyshev series in
-``2 √r − 1``, ``r = (π²/3) / σ_t²``: the coefficients are summed once per s, and an
-evaluation costs one Clenshaw recurrence.
+``2 √r − 1``, ``r = (π²/3) / σ_t²``: the coefficients are summed once per s and turned
+into the power series of −2P in ``u = 2 (y / 9)² − 1``, and an evaluation costs one Horner
+recurrence (two operations a degree; Clenshaw's recurrence took three and twice the
+buffers, 1.6 times the time on the QMC rule's chunks, D-197). In float32 the power series'
+rounding stays within 1.5e-6 of the Chebyshev form's on ``|a| ≤ 80`` and s up to 100, and
+its largest error against the integral is the table's (4e-6 there).
 """
 
 from __future__ import annotations
@@ -213,34 +217,42 @@ def logistic_normal_mean(a: np.ndarray, variance: np.ndarray) -> np.ndarray:
 
 
 def _table_coefficients(r: np.ndarray) -> np.ndarray:
-    """P's Chebyshev coefficients in y at each r (…, 13): the table's series in r summed."""
+    """The coefficients (…, 13) of −2P at each r as a power series in ``2 (y / 9)² − 1``,
+    lowest power first: the table's series in r summed, then P's Chebyshev series turned
+    into powers (float64)."""
     v = 2.0 * np.sqrt(np.clip(r, _TABLE_R_MIN, 1.0)) - 1.0
     terms = np.polynomial.chebyshev.chebvander(v, _LOGISTIC_NORMAL_CHEBYSHEV.shape[1] - 1)
-    return terms @ _LOGISTIC_NORMAL_CHEBYSHEV.T
+    return (terms @ _LOGISTIC_NORMAL_CHEBYSHEV.T) @ _CHEBYSHEV_TO_POWER
+
+
+def _chebyshev_to_power(degree: int) -> np.ndarray:
+    """(degree + 1, degree + 1): row j the power series of −2 T_j."""
+    out = np.zeros((degree + 1, degree + 1))
+    for j in range(degree + 1):
+        power = np.polynomial.chebyshev.cheb2poly(np.eye(degree + 1)[j])
+        out[j, : len(power)] = -2.0 * power
+    return out
+
+
+_CHEBYSHEV_TO_POWER = _chebyshev_to_power(_LOGISTIC_NORMAL_CHEBYSHEV.shape[0] - 1)
 
 
 def _logistic_normal_at(a, inv_scale, coefficients):
     """The table's ``E[σ(a + s Z)]`` for a (m, …) in float32, one s per row: ``1 / σ_t``
-    (m,) and P's coefficients (m, 13) (Clenshaw's recurrence in ``2 (y / 9)² − 1``)."""
+    (m,) and :func:`_table_coefficients` (m, 13) (Horner's recurrence in
+    ``2 (y / 9)² − 1``)."""
     extra = (slice(None),) + (None,) * (a.ndim - 1)
     y = a * inv_scale[extra]
     np.clip(y, -_TABLE_Y_MAX, _TABLE_Y_MAX, out=y)
     u = y * y
     u *= np.float32(2.0 / _TABLE_Y_MAX**2)
     u -= np.float32(1.0)
-    twice = u + u
-    later = np.zeros_like(u)
-    current = np.broadcast_to(coefficients[:, -1][extra], u.shape).copy()
-    for c in range(coefficients.shape[1] - 2, 0, -1):
-        step = twice * current
-        step -= later
-        step += coefficients[:, c][extra]
-        later, current = current, step
-    current *= u
-    current -= later
-    current += coefficients[:, 0][extra]  # P
+    current = np.empty_like(u)
+    current[...] = coefficients[:, -1][extra]
+    for c in range(coefficients.shape[1] - 2, -1, -1):
+        current *= u
+        current += coefficients[:, c][extra]  # −2P at the end
     current *= y
-    current *= np.float32(-2.0)
     np.exp(current, out=current)
     current += np.float32(1.0)
     return np.reciprocal(current, out=current)

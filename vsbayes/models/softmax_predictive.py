@@ -54,20 +54,27 @@ randomized quasi-Monte Carlo with a stated accuracy, refined row by row. The nod
 replicates, each a scrambled Sobol sequence (fixed scramblings: the rule is deterministic)
 mapped by the normal quantile and taken with its mirror image. The estimate is the
 replicates' average, and its standard error their standard deviation over √8. Every row
-starts with 512 nodes per replicate (4096 in all), whitened so that their mean is exactly
-0 and their second moment exactly I (exact for polynomials of degree ≤ 3); the rows where
+starts with 512 nodes per replicate (4096 in all), whitened so that their mean is exactly 0
+and their second moment exactly I (exact for polynomials of degree ≤ 3); the rows where
 three standard errors exceed ``tol`` (5e-4 by default, absolute, on any class) are refined
-to four times as many nodes, then four times more, up to 8192 per replicate (65,536 in
-all). From the second level on the nodes are nested and not whitened: each replicate's
-Sobol sequence's first 1024 points and their mirror images, then its next 3072, pooled with
-the first, so that a row taking 65,536 nodes costs 69,632 node evaluations (86,016 when
-every level was a new whitened set). Whitening each block of a sequence on its own
-disturbed the net, and so did keeping the whitened first 512 nodes among the sequence's
-others (digits rows on 65,536 nodes, largest and median error: blocks whitened on their
-own 1.2e-3 and 1.9e-4, the first 512 whitened 9.7e-4 and 1.2e-4, the sequence's nodes alone
+to four times as many nodes, then twice as many at each level, up to 32,768 per replicate
+(16,384, 32,768, 65,536, 131,072 and 262,144 in all; D-196). From the second level on the
+nodes are nested and not whitened: each replicate's Sobol sequence's first 1024 points and
+their mirror images, then its next 1024, 2048, 4096 and 8192, pooled with the ones before,
+so that a row taking 65,536 nodes costs 69,632 node evaluations (86,016 when every level was
+a new whitened set). Doubling rather than quadrupling lets a row stop nearer the nodes it
+needs, and the same node evaluations then reach 262,144 nodes on the rows that need them
+(digits, 1797 rows at the default ``tol``: 37,584 evaluations a row on average against
+37,311 for 4096, 16,384 and 65,536 nodes; rows whose estimated error is still above ``tol``
+at their last level 1.4 % against 5.8 %; on the 200 rows below, against Gumbel–orthant
+references on 262,144 nodes: largest error 4.8e-4 against 6.9e-4, 99th percentile 4.0e-4
+against 4.7e-4, median 1.42e-4 against 1.37e-4). Whitening each block of a sequence on its
+own disturbed the net, and so did keeping the whitened first 512 nodes among the sequence's
+others (digits rows on 65,536 nodes, largest and median error: blocks whitened on their own
+1.2e-3 and 1.9e-4, the first 512 whitened 9.7e-4 and 1.2e-4, the sequence's nodes alone
 9.4e-4 and 1.1e-4, a new whitened set 1.2e-3 and 1.2e-4); the rows refined are wide ones,
-where exactness for quadratics buys nothing. Three standard errors bound the error with
-high probability, not surely (the standard error has 7 degrees of freedom).
+where exactness for quadratics buys nothing. Three standard errors bound the error with high
+probability, not surely (the standard error has 7 degrees of freedom).
 
 **The integrand: the softmax conditioned on the leading class's direction** (Rao–Blackwell
 along one direction, closed form for every class at once). Let t be the row's leading
@@ -86,7 +93,7 @@ with ``y = a / σ_t``, ``σ_t² = s² + π²/3`` and P a Chebyshev series in ``2
 (degree 12) whose coefficients are Chebyshev series in ``2 √r − 1``, ``r = (π²/3) / σ_t²``
 (degree 10), fitted by ``benchmarks/logistic_normal_table.py``: largest error 9.3e-6 for
 every a and s ≤ 60 (wider s take s = 60's coefficients, within 1e-7); P's coefficients
-are summed once per row, and a node costs one Clenshaw recurrence. Conditioning every
+are summed once per row, and a node costs one Horner recurrence. Conditioning every
 class on its own direction instead (a logistic-normal integral per class and node, D-076)
 is as accurate on digits (largest replicate spread on 65,536 nodes 2.8e-4 against 3.8e-4
 here, the plain average's 7.1e-4) at K times the integrals: the leading class's error
@@ -163,24 +170,24 @@ QMC rule on every row before: 55 ms against 1.46 s), and its largest error on ev
 against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
 cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
 trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take 1200 to 2000 ×
-LogisticRegression (loaded machine; the nested levels take 20 % less time), with a largest
-error of 9.4e-4 on 200 rows stratified by spread against 2^20-node references (which agree
-with each other to 4e-5). Ten times LogisticRegression is out of reach there for two
-reasons. The exact latent moments alone cost 13 to 31 × its ``predict_proba`` (1e5 rows,
-loaded machine; 210 × before they were computed as quadratic forms,
-:class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without a
-K × K round trip; as pair products ``x_i x_j``, half the multiply-adds, they were no
-faster): the 45 centred quadratic forms
-``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds against LogisticRegression's 650, and
-the posterior covariance has no low-rank structure to exploit (its centred eigenvalues
-spread from 0.005 to 3; 523 of the 585 are more than 0.01 away from the prior's 1), nor
-have the rows' latent covariances (all nine centred variances of a row are large: median
-eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a nearly
-stepwise integrand, with standard deviations of 3 to 45 against the softmax's transition
-width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; for 1e-4, the 99th percentile of
-the error falling as N^(-0.6) and the largest as N^(-0.4) (``benchmarks/prediction_timing.py``,
-the rule's error against its nodes), about 2·10⁶ nodes on 99 % of the digits rows and 5·10⁷
-on the worst.
+LogisticRegression (loaded machine; the nested levels take 20 % less time, and D-195 to
+D-197's node sums 1.3 times less CPU time again), with a largest error of 9.4e-4 on 200 rows
+stratified by spread against 2^20-node references (which agree with each other to 4e-5;
+4.8e-4 now, against the Gumbel–orthant references, D-196). Ten times LogisticRegression is
+out of reach there for two reasons. The exact latent moments alone cost 13 to 31 × its
+``predict_proba`` (1e5 rows, loaded machine; 210 × before they were computed as quadratic
+forms, :class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without
+a K × K round trip; as pair products ``x_i x_j``, half the multiply-adds, they were no
+faster): the 45 centred quadratic forms ``x̃ᵀ Σ^Q_ab x̃`` of a row are 1.9e5 multiply-adds
+against LogisticRegression's 650, and the posterior covariance has no low-rank structure to
+exploit (its centred eigenvalues spread from 0.005 to 3; 523 of the 585 are more than 0.01
+away from the prior's 1), nor have the rows' latent covariances (all nine centred variances
+of a row are large: median eigenvalues 3.9 to 21.5). And a 9-dimensional integral of a
+nearly stepwise integrand, with standard deviations of 3 to 45 against the softmax's
+transition width of about 1, needs 10⁴–10⁵ nodes a row for 1e-3; for 1e-4, the 99th
+percentile of the error falling as N^(-0.6) and the largest as N^(-0.4)
+(``benchmarks/prediction_timing.py``, the rule's error against its nodes), about 2·10⁶ nodes
+on 99 % of the digits rows and 5·10⁷ on the worst.
 
 Tried and not kept in sizing the rules: Stroud's rule beyond t = 0.08 (2.7e-4 at 0.3);
 tensor Gauss–Hermite on three-class rows in place of the trapezoid (8² nodes err by 1e-4 at
@@ -198,10 +205,11 @@ measurements are in :mod:`vsbayes.models.gumbel_orthant`.
 The QMC rule's node sums run in float32 in the linear domain (the other classes'
 exponentials shifted by their largest latent value unless no latent value can overflow
 or all underflow, the leader's logit from its latent value, never from an exponential,
-then a weighted sum per replicate; one product for a node's latent values, its τ and its
-mirror image): 4096 nodes on all digits rows took 0.12 s for the plain average against
-2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far below
-the tolerance. A row where some class's average underflows (below 1e-30) is redone in
+then a weighted sum per replicate; one product for a node's latent values, the leader's,
+its τ, their mirror images and the means, in chunks of nodes that stay near the
+processor's caches, D-195): 4096 nodes on all digits rows took 0.12 s for the plain
+average against 2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far
+below the tolerance. A row where some class's average underflows (below 1e-30) is redone in
 float64 log sums on the first level's nodes, so that the log-probabilities stay finite.
 The probabilities sum to 1 to round-off in every case.
 """
@@ -354,7 +362,7 @@ def softmax_predictive_log_proba(
         Latent covariances (positive semi-definite; only their centred part matters).
     tol : float, default=5e-4
         Absolute accuracy of the K ≥ 4 rule: each row is refined until three estimated
-        standard errors are below ``tol`` on every class, or it has 65,536 nodes. Below
+        standard errors are below ``tol`` on every class, or it has 262,144 nodes. Below
         2e-4 (:data:`ORTHANT_BELOW`) the wide rows take the Gumbel–orthant rule instead,
         refined the same way up to 262,144 nodes: accurate to ~1e-4 on 65,536 nodes
         where the default rule errs by 7e-4, at 100 to 250 times its cost. Unused for the

@@ -30,6 +30,8 @@ __all__: list[str] = []  # the entry points are vsbayes.models.softmax_predictiv
 # Largest latent value below which float32's exponentials of K ≤ 10^6 classes cannot
 # overflow (e^88.7 is float32's largest); with a margin.
 _NO_SHIFT = 60.0
+#: Latent values (float32) per chunk of a block's nodes at most.
+_CHUNK_ENTRIES = 2**18
 
 
 def _leader_conditioning(root: np.ndarray, centred: np.ndarray):
@@ -54,58 +56,83 @@ def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     float32 sums in the linear domain. ``lead`` is :func:`_leader_conditioning`'s tuple
     (in float32).
 
-    The leader's latent value is set aside and the others' exponentials shifted by their
-    largest value (so that their sum, ``Σ_{j≠t} e^{f_j}``, is ≥ 1), unless no latent value
-    can overflow or all underflow (bounded by ``_NO_SHIFT`` over the level's nodes, by the
-    triangle inequality); the leader's logit against the rest, ``f_t − log Σ_{j≠t} e^{f_j}``,
-    is taken from its latent value, never from its exponential.
+    Each row's classes are put in an order where the leader comes last, so that one GEMM
+    writes, per node, the other classes' latent values, the leader's and τ, contiguous
+    (the nodes' mirror images and a row of ones, which adds the means, in its right-hand
+    side); the nodes go through in chunks of :data:`_CHUNK_ENTRIES` latent values at most,
+    whose passes stay near the processor's caches, each replicate's float32 sums added up
+    over the chunks in float64. The others' exponentials are shifted by their largest value
+    (so that their sum, ``Σ_{j≠t} e^{f_j}``, is ≥ 1), unless no latent value can overflow
+    or all underflow (bounded by ``_NO_SHIFT`` over the level's nodes, by the triangle
+    inequality); the leader's logit against the rest, ``f_t − log Σ_{j≠t} e^{f_j}``, is
+    taken from its latent value, never from its exponential.
     """
     n, k, dim = factor.shape
     leader, v, inv_scale, coefficients = lead
     _, replicates, n_half = half.shape
-    n_nodes = replicates * 2 * n_half
     reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
         np.sqrt((half.astype(float) ** 2).sum(axis=0)).max()
     )
-    # Each node's latent values and τ in one product: τ's coefficients as a (K + 1)-th row.
-    stacked = np.concatenate([factor, v[:, None, :]], axis=1)
-    out = np.empty((n, replicates, k))
-    # Per row: K float32 latent values per node, half of them (and τ) as the product, and
-    # about a dozen per-node arrays (τ, the leader's value and probability, the table's
-    # recurrence, the weights).
-    for rows in _row_blocks(n, 4.0 * n_nodes * (1.5 * k + 12), n_nodes * k, max_bytes):
+    shift = reach > _NO_SHIFT
+    # Per row: the other classes, then the leader (a stable order), then τ; the means in
+    # the last column.
+    order = np.argsort(np.arange(k) == leader[:, None], axis=1, kind="stable")
+    stacked = np.zeros((n, k + 1, dim + 1), dtype=np.float32)
+    stacked[:, :k, :dim] = np.take_along_axis(factor, order[:, :, None], axis=1)
+    stacked[:, :k, dim] = np.take_along_axis(centred, order, axis=1)
+    stacked[:, k, :dim] = v
+    per_replicate = max(1, _CHUNK_ENTRIES // ((k + 1) * replicates * 2))
+    chunks = _mirrored_chunks(half, per_replicate)
+    sums = np.zeros((n, replicates, k))
+    # Per row: K + 1 float32 values per node of a chunk, and about a dozen per-node arrays
+    # (the others' sum, the leader's logit and probability, the table's recurrence).
+    width = chunks[0].shape[1]
+    for rows in _row_blocks(n, 4.0 * width * (k + 13), width * (k + 1), max_bytes, _CHUNK_ENTRIES):
         m = rows.stop - rows.start
-        product = (stacked[rows].reshape(-1, dim) @ half.reshape(dim, -1)).reshape(
-            m, k + 1, replicates, 1, n_half
-        )  # one GEMM for both signs
-        f = np.empty((m, k, replicates, 2, n_half), dtype=np.float32)
-        shift = centred[rows][:, :, None, None, None]
-        np.add(shift, product[:, :k], out=f[:, :, :, :1])
-        np.subtract(shift, product[:, :k], out=f[:, :, :, 1:])
-        tau = np.concatenate([product[:, k], -product[:, k]], axis=2).reshape(m, replicates, -1)
-        del product
-        f = f.reshape(m, k, replicates, 2 * n_half)
-        picked = np.arange(m), leader[rows]
-        lead_value = f[picked]  # a copy (advanced indexing): the leader's latent values
-        f[picked] = -np.inf
-        if reach[rows].max() > _NO_SHIFT:
-            top = f.max(axis=1)
-            f -= top[:, None]
-            lead_value -= top
-        np.exp(f, out=f)  # the leader's exponentials are 0
-        rest = f.sum(axis=1)
-        # The leader's logit against the rest, less τ: the conditional mean given the rest.
-        logit = np.log(rest)
-        np.subtract(lead_value, logit, out=logit)
-        logit -= tau
-        lead_p = _logistic_normal_at(logit, inv_scale[rows], coefficients[rows])
-        # Σ_j e_kj (1 − p_j) / rest_j per replicate for the other classes: one batched
-        # matrix-vector product; the leader's own sum replaces its (zero) entry.
-        np.divide(np.float32(1.0) - lead_p, rest, out=rest)
-        sums = np.matmul(f.transpose(0, 2, 1, 3), rest[..., None])[..., 0]
-        sums[picked[0], :, picked[1]] = lead_p.sum(axis=2)
-        out[rows] = sums
+        block = stacked[rows].reshape(-1, dim + 1)
+        for nodes in chunks:
+            values = (block @ nodes).reshape(m, k + 1, replicates, -1)  # one GEMM
+            others, lead_value, tau = values[:, : k - 1], values[:, k - 1], values[:, k]
+            if shift[rows].any():
+                top = others.max(axis=1)
+                others -= top[:, None]
+                lead_value -= top
+            np.exp(others, out=others)
+            rest = others.sum(axis=1)
+            # The leader's logit against the rest, less τ: the conditional mean given the
+            # rest.
+            logit = np.log(rest)
+            np.subtract(lead_value, logit, out=logit)
+            logit -= tau
+            lead_p = _logistic_normal_at(logit, inv_scale[rows], coefficients[rows])
+            # Σ_j e_kj (1 − p_j) / rest_j per replicate for the other classes: one batched
+            # matrix-vector product.
+            np.subtract(np.float32(1.0), lead_p, out=tau)
+            np.divide(tau, rest, out=rest)
+            sums[rows, :, : k - 1] += np.matmul(others.transpose(0, 2, 1, 3), rest[..., None])[
+                ..., 0
+            ]
+            sums[rows, :, k - 1] += lead_p.sum(axis=2)
+    # Back to the classes' own order.
+    out = np.empty_like(sums)
+    np.put_along_axis(out, np.broadcast_to(order[:, None, :], sums.shape), sums, axis=2)
     out /= 2 * n_half
+    return out
+
+
+def _mirrored_chunks(half: np.ndarray, chunk: int) -> list[np.ndarray]:
+    """``half``'s nodes and their mirror images with a row of ones appended (dim + 1,
+    REPLICATES, 2 c) in chunks of c ≤ ``chunk`` nodes (and as many mirrors) per replicate,
+    each contiguous: the GEMM's right-hand side, whose last row adds the latent means."""
+    dim, replicates, n_half = half.shape
+    out = []
+    for start in range(0, n_half, chunk):
+        part = half[:, :, start : start + chunk]
+        nodes = np.empty((dim + 1, replicates, 2, part.shape[2]), dtype=np.float32)
+        nodes[:dim, :, 0] = part
+        np.negative(part, out=nodes[:dim, :, 1])
+        nodes[dim] = 1.0
+        out.append(nodes.reshape(dim + 1, -1))
     return out
 
 

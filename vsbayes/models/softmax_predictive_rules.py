@@ -29,13 +29,14 @@ __all__ = [
     "stroud_nodes",
 ]
 
-#: Nodes of the three-class trapezoid rule (64 × 64) and of one replicate at the finest level.
+#: Nodes of the three-class trapezoid rule (64 × 64).
 N_NODES = 4096
 #: Independently scrambled replicates per level (the standard error's degrees of freedom + 1).
 REPLICATES = 8
-#: Nodes per replicate at the first level, then four times as many at each level.
+#: Nodes per replicate at the first level; 2048 at the second, then twice as many at each
+#: level up to 32,768 (262,144 in all).
 _FIRST_NODES = 512
-_LEVELS = 3
+_LEVELS = 6
 #: Nodes per replicate of ``argmax_only``'s screen, before the first level.
 _SCREEN_NODES = 64
 _SEED = SOBOL_SEED  # fixed scrambling: the rule is deterministic
@@ -79,10 +80,11 @@ def replicate_nodes(dim: int, level: int) -> np.ndarray:
     (read-only, cached).
 
     Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened). Level
-    l ≥ 1: the next 384 · 4^(l − 1) points of the same Sobol sequence
-    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened, so that up to level
-    l the replicate's 512 · 4^l nodes are the sequence's first points and their mirror
-    images (see :mod:`vsbayes.models.softmax_predictive`).
+    1: the first 1024 points of the replicate's Sobol sequence
+    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened; each level
+    l ≥ 2 the next 1024 · 2^(l − 2), so that up to level l ≥ 1 the replicate's
+    1024 · 2^l nodes are the sequence's first points and their mirror images (see
+    :mod:`vsbayes.models.softmax_predictive`).
     """
     half = _FIRST_NODES // 2
     if level == 0:
@@ -91,11 +93,9 @@ def replicate_nodes(dim: int, level: int) -> np.ndarray:
             for r in range(REPLICATES)
         ]
     else:
-        first = 0 if level == 1 else half * 4 ** (level - 1)
-        halves = [
-            sobol_normal_points(dim, half * 4**level, (_SEED, 0, r))[first:]
-            for r in range(REPLICATES)
-        ]
+        end = 2 * _FIRST_NODES * 2 ** (level - 1)
+        first = 0 if level == 1 else end // 2
+        halves = [sobol_normal_points(dim, end, (_SEED, 0, r))[first:] for r in range(REPLICATES)]
     z = np.ascontiguousarray(np.stack(halves, axis=1).transpose(2, 1, 0), dtype=np.float32)
     z.flags.writeable = False
     return z
@@ -189,8 +189,10 @@ def _log_sum_exp(a: np.ndarray, axis: int) -> np.ndarray:
     return np.log(np.exp(a - top).sum(axis=axis, keepdims=True)) + top
 
 
-def _row_blocks(n: int, bytes_per_row: float, entries_per_row: int, max_bytes: float):
-    rows = max(1, min(int(max_bytes // bytes_per_row), _CACHE_ENTRIES // entries_per_row))
+def _row_blocks(
+    n: int, bytes_per_row: float, entries_per_row: int, max_bytes: float, entries=_CACHE_ENTRIES
+):
+    rows = max(1, min(int(max_bytes // bytes_per_row), entries // entries_per_row))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
