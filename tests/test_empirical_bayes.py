@@ -516,3 +516,16 @@ def test_ard_coefficients_keep_the_float32_of_x(sparse_truth):
     model.fit(X[:, :12].astype(np.float32), y)
     assert not model.support_.all()  # (features were pruned: the zeros were filled in)
     assert model.coef_.dtype == np.float32
+
+
+def test_a_refit_without_feature_names_forgets_the_earlier_ones(data):
+    # Fitted on a DataFrame, then on an array: feature_names_in_ had stayed, and predict on
+    # arrays warned that X has no valid feature names.
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False)
+    model.fit(pd.DataFrame(X, columns=list("abcd")), y).fit(X, y)
+    assert not hasattr(model, "feature_names_in_")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.predict(X)
