@@ -9,8 +9,13 @@ from _helpers import ALL, assert_valid_fit, make
 from sklearn.datasets import load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
-from vsbayes import LaplaceLogisticRegression, VSLogisticRegression
-from vsbayes.exceptions import ConvergenceWarning, NotPositiveDefiniteError, PSISWarning
+from vsbayes import EPLogisticRegression, LaplaceLogisticRegression, VSLogisticRegression
+from vsbayes.exceptions import (
+    ConvergenceWarning,
+    NotPositiveDefiniteError,
+    PSISWarning,
+    UnreliableFitWarning,
+)
 
 
 @pytest.fixture(scope="module")
@@ -465,3 +470,18 @@ def test_a_negative_sample_weight_is_refused_with_the_remedy(dask, binary):
     message = r"^Negative values in data passed to sample_weight: .* weight >= 0"
     with pytest.raises(ValueError, match=message):
         LaplaceLogisticRegression().fit(X, y, sample_weight=weights)
+
+
+def test_a_fallback_on_separated_classes_names_them():
+    # EP's sweeps stall at C = 1e8 on these three separated classes (EP converges on
+    # others alike: which fits fall back depends on the draws); the fallback's warning
+    # names the cause and a remedy, where VS's had advised more samples.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    rng.standard_normal(60)  # (a draw of the data this was found on)
+    y = np.digitize(X[:, 0] + 0.5 * rng.standard_normal(60), [-0.5, 0.5])
+    X[:, 0] += 5 * y
+    message = "Falling back(?s:.)*linearly separable.*smaller C"
+    with pytest.warns(UnreliableFitWarning, match=message):
+        est = EPLogisticRegression(C=1e8).fit(X, y)
+    assert est.laplace_fallback_.all()

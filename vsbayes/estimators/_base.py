@@ -53,7 +53,7 @@ from ..models import (
 )
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.latent import untouched_columns
-from ..models.separation import check_flat_prior_is_proper
+from ..models.separation import check_flat_prior_is_proper, separates_at
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
@@ -207,6 +207,22 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
         "TruncatedSVD / random projection of X), or LaplaceLogisticRegression, which holds "
         f"the fewest such matrices{fewer_chunks}: the posterior's memory grows with the "
         "square of the number of features.",
+    )
+
+
+def _separated_hint(model, laplace) -> str:
+    """The likelier cause of a failed fit when the mode separates the training rows (a
+    method's own message names its symptom, such as too few samples, which more would not
+    cure)."""
+    if not separates_at(model, laplace.mean):
+        return ""
+    return (
+        " The mode classifies every training row right: the classes are linearly "
+        "separable, so the posterior is one-sided along the separating directions and "
+        "reaches as far as the prior lets it, where neither this fit nor the Laplace "
+        "approximation's Gaussian about the mode holds it (its predictions can be nearly "
+        "uniform, or favour wrong classes). Use a smaller C or a narrower prior "
+        "(EmpiricalBayesClassifier chooses C by the evidence)."
     )
 
 
@@ -967,7 +983,7 @@ class BayesianGLMClassifier(
         except EstimationError as error:
             warn(
                 f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"{what} (recorded in laplace_fallback_).",
+                f"{what} (recorded in laplace_fallback_).{_separated_hint(model, laplace)}",
                 UnreliableFitWarning,
             )
             return MethodFit.fallback(laplace)
