@@ -9,8 +9,13 @@ from _helpers import ALL, assert_valid_fit, make
 from sklearn.datasets import load_iris, make_classification
 from sklearn.preprocessing import StandardScaler
 
-from vsbayes import LaplaceLogisticRegression, VSLogisticRegression
-from vsbayes.exceptions import ConvergenceWarning, NotPositiveDefiniteError, PSISWarning
+from vsbayes import EPLogisticRegression, LaplaceLogisticRegression, VSLogisticRegression
+from vsbayes.exceptions import (
+    ConvergenceWarning,
+    NotPositiveDefiniteError,
+    PSISWarning,
+    UnreliableFitWarning,
+)
 
 
 @pytest.fixture(scope="module")
@@ -441,3 +446,42 @@ def test_balanced_class_weights_weigh_the_sample_weights(dask):
     if not dask:  # leave-one-out weighs the rows as the fit did (it checks they match)
         warnings.simplefilter("ignore", PSISWarning)  # (pytest restores)
         assert np.isfinite(est.loo(X, y, sample_weight=weights, n_draws=200).elpd_loo)
+
+
+@pytest.mark.parametrize("class_weight", ["auto", [1.0, 2.0]])
+def test_a_wrong_class_weight_is_told_by_the_estimator(class_weight, binary):
+    # scikit-learn's compute_class_weight had named itself ("The 'class_weight' parameter
+    # of compute_class_weight"), a function the user did not call.
+    X, y = binary
+    with pytest.raises(ValueError, match=r"^class_weight must be a dict, 'balanced' or None"):
+        LaplaceLogisticRegression(class_weight=class_weight).fit(X, y)
+
+
+@pytest.mark.parametrize("dask", [False, True])
+def test_a_negative_sample_weight_is_refused_with_the_remedy(dask, binary):
+    # LogisticRegression takes negative weights; a posterior cannot (the likelihood's
+    # reciprocal): refused, with scikit-learn's opening words, the reason and what to do.
+    X, y = binary
+    weights = np.ones(len(y))
+    weights[3] = -0.5
+    if dask:
+        da = pytest.importorskip("dask.array")
+        X, y, weights = (da.from_array(a, chunks=60) for a in (X, y, weights))
+    message = r"^Negative values in data passed to sample_weight: .* weight >= 0"
+    with pytest.raises(ValueError, match=message):
+        LaplaceLogisticRegression().fit(X, y, sample_weight=weights)
+
+
+def test_a_fallback_on_separated_classes_names_them():
+    # EP's sweeps stall at C = 1e8 on these three separated classes (EP converges on
+    # others alike: which fits fall back depends on the draws); the fallback's warning
+    # names the cause and a remedy, where VS's had advised more samples.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    rng.standard_normal(60)  # (a draw of the data this was found on)
+    y = np.digitize(X[:, 0] + 0.5 * rng.standard_normal(60), [-0.5, 0.5])
+    X[:, 0] += 5 * y
+    message = "Falling back(?s:.)*linearly separable.*smaller C"
+    with pytest.warns(UnreliableFitWarning, match=message):
+        est = EPLogisticRegression(C=1e8).fit(X, y)
+    assert est.laplace_fallback_.all()

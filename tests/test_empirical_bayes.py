@@ -485,3 +485,47 @@ def test_evidence_at_the_upper_edge_on_separable_classes_is_warned_as_such():
         search.fit(X, y)
     assert search.Cs_[-1] == search.C_
     assert not any("Widen Cs" in str(w.message) for w in record)
+
+
+@pytest.mark.parametrize("scales", ["shared", "ard"])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("nan", "Input X contains NaN.\nEmpiricalBayesClassifier does not accept"),
+        ("no rows", r"minimum of 1 is required by EmpiricalBayesClassifier"),
+        ("text", "X must be numeric .*OneHotEncoder"),
+    ],
+)
+def test_bad_training_data_is_told_by_the_estimator_called(data, scales, bad, message):
+    # Checked before the grid: the error named the grid's LaplaceLogisticRegression (one
+    # C), or lacked the estimators' remedy (ARD's own check of text).
+    X, y = data
+    X = {"nan": np.where(np.eye(*X.shape, dtype=bool), np.nan, X), "no rows": X[:0],
+         "text": np.full(X.shape, "a")}[bad]  # fmt: skip
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, scales=scales)
+    with pytest.raises(ValueError, match=message) as error:
+        model.fit(X, y[: len(X)])
+    assert "LaplaceLogisticRegression" not in str(error.value)
+
+
+def test_ard_coefficients_keep_the_float32_of_x(sparse_truth):
+    # The pruned features' zeros are of the fitted coefficients' dtype, as
+    # LogisticRegression's coef_ is float32 for float32 X.
+    X, y, *_ = sparse_truth
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, scales="ard")
+    model.fit(X[:, :12].astype(np.float32), y)
+    assert not model.support_.all()  # (features were pruned: the zeros were filled in)
+    assert model.coef_.dtype == np.float32
+
+
+def test_a_refit_without_feature_names_forgets_the_earlier_ones(data):
+    # Fitted on a DataFrame, then on an array: feature_names_in_ had stayed, and predict on
+    # arrays warned that X has no valid feature names.
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False)
+    model.fit(pd.DataFrame(X, columns=list("abcd")), y).fit(X, y)
+    assert not hasattr(model, "feature_names_in_")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.predict(X)

@@ -172,3 +172,31 @@ def test_probit_derivatives_stay_finite_in_the_tails():
     np.testing.assert_allclose(slope[:2], [1e4, 40.0], rtol=1e-3)
     np.testing.assert_allclose(curvature[:2], [1.0, 1.0], rtol=2e-3)
     assert slope[3] < 1e-300 and curvature[3] < 1e-300
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_separates_at_is_every_row_strictly_right(sparse):
+    # Binary: the signed rows' margins; multinomial: each row's own class strictly on top;
+    # rows of weight 0 are not the model's, and a model it cannot read answers False.
+    from vsbayes.models import SoftmaxGLMPosterior
+    from vsbayes.models.separation import separates_at
+
+    X = np.array([[-2.0], [-1.0], [1.0], [2.0], [0.5]])
+    weights = np.array([1.0, 1.0, 1.0, 1.0, 0.0])  # the last row (class 0 at x > 0) is out
+    X_in = sp.csr_matrix(X) if sparse else X
+    y = np.array([-1.0, -1.0, 1.0, 1.0, -1.0])
+    binary = BinaryGLMPosterior(
+        X_in, y, weights, "logistic", prior_var=1.0, intercept_prior_var=1.0
+    )
+    assert separates_at(binary, np.array([1.0, 0.0]))
+    assert not separates_at(binary, np.array([1.0, 1.5]))  # x = -1 now scores +0.5
+    assert not separates_at(binary, np.zeros(2))  # ties are not strictly right
+    labels = np.array([0, 0, 2, 2, 1])
+    softmax = SoftmaxGLMPosterior(
+        X_in, labels, np.r_[weights[:4], 1.0], 3, prior_var=1.0, intercept_prior_var=1.0
+    )
+    theta = np.array([-1.0, 0.0, 1.0, 0.0, 0.0, 0.0])  # W = (-1, 0, 1)ᵀ, b = 0
+    assert not separates_at(softmax, theta)  # x = 0.5 of class 1 scores 0.5 for class 2
+    theta[4] = 0.8  # class 1's intercept puts it on top at x = 0.5, below at |x| ≥ 1
+    assert separates_at(softmax, theta)
+    assert not separates_at(object(), theta)

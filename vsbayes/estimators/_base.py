@@ -23,11 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (
-    check_array,
-    check_non_negative,
-    validate_data,
-)
+from sklearn.utils.validation import check_array, validate_data
 
 from .._blas import one_blas_thread
 from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
@@ -57,12 +53,17 @@ from ..models import (
 )
 from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.latent import untouched_columns
-from ..models.separation import check_flat_prior_is_proper
+from ..models.separation import check_flat_prior_is_proper, separates_at
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._class_weights import checked_class_weights, class_weights
-from ._dask_input import class_weighted, reindexed, validate_dask_fit_data
+from ._dask_input import (
+    NEGATIVE_SAMPLE_WEIGHT,
+    class_weighted,
+    reindexed,
+    validate_dask_fit_data,
+)
 from ._leave_one_out import TrainingFingerprint
 from ._methods import LaplaceMethod, MethodFit
 from ._prediction import PosteriorPrediction
@@ -159,6 +160,9 @@ def _allowed(value, options: tuple) -> bool:
         elif option is bool:
             if isinstance(value, bool | np.bool_):
                 return True
+        elif option is dict:
+            if isinstance(value, dict):
+                return True
         elif option is None:
             if value is None:
                 return True
@@ -170,6 +174,8 @@ def _allowed(value, options: tuple) -> bool:
 def _described(option) -> str:
     if option is bool:
         return "True or False"
+    if option is dict:
+        return "a dict"
     return str(option) if isinstance(option, Interval) else repr(option)
 
 
@@ -201,6 +207,22 @@ def _check_route_memory(model, method, estimator_name: str) -> None:
         "TruncatedSVD / random projection of X), or LaplaceLogisticRegression, which holds "
         f"the fewest such matrices{fewer_chunks}: the posterior's memory grows with the "
         "square of the number of features.",
+    )
+
+
+def _separated_hint(model, laplace) -> str:
+    """The likelier cause of a failed fit when the mode separates the training rows (a
+    method's own message names its symptom, such as too few samples, which more would not
+    cure)."""
+    if not separates_at(model, laplace.mean):
+        return ""
+    return (
+        " The mode classifies every training row right: the classes are linearly "
+        "separable, so the posterior is one-sided along the separating directions and "
+        "reaches as far as the prior lets it, where neither this fit nor the Laplace "
+        "approximation's Gaussian about the mode holds it (its predictions can be nearly "
+        "uniform, or favour wrong classes). Use a smaller C or a narrower prior "
+        "(EmpiricalBayesClassifier chooses C by the evidence)."
     )
 
 
@@ -252,8 +274,8 @@ class BayesianGLMClassifier(
     #: The method object's class (see the class docstring).
     _posterior_method: ClassVar[type]
     #: What each checked parameter may be: values (strings, None), ``bool`` (True or
-    #: False) or an :class:`Interval`. (Not scikit-learn's ``_parameter_constraints``,
-    #: whose format is its private module's.)
+    #: False), ``dict`` (any dict) or an :class:`Interval`. (Not scikit-learn's
+    #: ``_parameter_constraints``, whose format is its private module's.)
     _constraints: ClassVar[dict[str, tuple]] = {
         "penalty": ("deprecated", "l2", "l1", "elasticnet", None),
         "C": (Interval(Real, 0, closed="neither"),),
@@ -262,6 +284,8 @@ class BayesianGLMClassifier(
         "tol": (Interval(Real, 0),),
         "fit_intercept": (bool,),
         "intercept_scaling": (Interval(Real, 0, closed="neither", finite=True),),
+        # (Checked here, not by compute_class_weight, whose error names itself.)
+        "class_weight": (dict, "balanced", None),
         "solver": SOLVERS,
         "max_iter": (Interval(Integral, 0),),
         "verbose": (Interval(Integral, 0),),
@@ -959,7 +983,7 @@ class BayesianGLMClassifier(
         except EstimationError as error:
             warn(
                 f"{type(self).__name__}: {error} Falling back to the Laplace approximation "
-                f"{what} (recorded in laplace_fallback_).",
+                f"{what} (recorded in laplace_fallback_).{_separated_hint(model, laplace)}",
                 UnreliableFitWarning,
             )
             return MethodFit.fallback(laplace)
@@ -1169,7 +1193,8 @@ def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = Fa
             f"sample_weight has shape {weights.shape}; expected one weight per sample, "
             f"shape ({n_samples},)."
         )
-    check_non_negative(weights, "sample_weight")
+    if np.any(weights < 0):
+        raise ValueError(NEGATIVE_SAMPLE_WEIGHT)
     if not (allow_zero or np.any(weights > 0)):
         raise ValueError("sample_weight is all zero; at least one weight must be positive.")
     return weights

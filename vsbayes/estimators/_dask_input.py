@@ -18,7 +18,21 @@ from sklearn.utils.multiclass import type_of_target
 
 from ..models.dask_chunks import is_dask_frame
 
-__all__ = ["chunkwise_prediction", "class_weighted", "reindexed", "validate_dask_fit_data"]
+__all__ = [
+    "NEGATIVE_SAMPLE_WEIGHT",
+    "chunkwise_prediction",
+    "class_weighted",
+    "reindexed",
+    "validate_dask_fit_data",
+]
+
+#: The refusal of a negative sample weight, in memory and in dask chunks (scikit-learn's
+#: opening words, which its callers may match, then why and what to do).
+NEGATIVE_SAMPLE_WEIGHT = (
+    "Negative values in data passed to sample_weight: a row's weight is the power of its "
+    "likelihood, and a negative one turns the likelihood into its reciprocal, which gives no "
+    "posterior. Give every row a weight >= 0 (a weight of 0 leaves the row out)."
+)
 
 
 def _block_finite(block) -> np.ndarray:
@@ -178,7 +192,7 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     if not w_finite:
         raise ValueError("sample_weight contains NaN or infinity.")
     if w_negative:
-        raise ValueError("Negative values in data passed to sample_weight")
+        raise ValueError(NEGATIVE_SAMPLE_WEIGHT)
     y_index = y.map_blocks(_class_index, classes, dtype=np.intp)
     # Rows per class without sample weights, else their total sample weight.
     weighted_counts = da.bincount(y_index, weights, minlength=len(classes)).compute()

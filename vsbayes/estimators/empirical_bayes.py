@@ -52,7 +52,7 @@ from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _arviz_export, _summaries
-from ._base import ESTIMATED_EVIDENCE, INTERCEPT_PRIOR_VAR
+from ._base import ESTIMATED_EVIDENCE, INTERCEPT_PRIOR_VAR, _validate_training_data
 from ._dask_input import check_prediction_input
 from ._registry import LINKS
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
@@ -388,10 +388,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                     "scales='ard' selects columns of X in memory; a dask collection is not "
                     "supported (use scales='shared', or compute X first)."
                 )
-            X, y = validate_data(
-                self, X, y, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32]
-            )
+            X, y = _validate_training_data(self, X, y)  # (the estimators' check and remedies)
             check_classification_targets(y)
+        elif not is_dask(X):
+            # Checked here only, so that an error (NaN, no rows, a wrong shape) names this
+            # class, not the Laplace fit of the grid the user did not call; X goes on as
+            # given (the estimator keeps its feature names).
+            validate_data(self, X, y, accept_sparse=True, dtype=None)
         params = base.get_params()
         shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         shrinkage = _shrinkage_prior(base)
@@ -680,7 +683,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         inner = self.estimator_.coef_
         if self.support_.all():
             return inner
-        coef = np.zeros((inner.shape[0], self.n_features_in_))
+        coef = np.zeros((inner.shape[0], self.n_features_in_), dtype=inner.dtype)
         coef[:, self.support_] = inner.toarray() if hasattr(inner, "toarray") else inner
         return coef
 

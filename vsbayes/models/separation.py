@@ -15,7 +15,31 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-__all__ = ["check_flat_prior_is_proper"]
+from .glm import BinaryGLMPosterior
+from .softmax import SoftmaxGLMPosterior
+
+__all__ = ["check_flat_prior_is_proper", "separates_at"]
+
+
+def separates_at(model, theta: np.ndarray) -> bool:
+    """Whether the coefficients ``theta`` classify every row of ``model`` (its rows of
+    positive weight) strictly right: then a hyperplane separates the classes, and the
+    posterior is one-sided along it, reaching as far as the prior lets it.
+
+    Answered for the binary and multinomial models with their rows in memory; any other
+    model (dask chunks) answers False.
+    """
+    theta = np.asarray(theta, dtype=float)
+    if type(model) is BinaryGLMPosterior:  # its signed rows: y_i f_i = design @ θ
+        return bool(np.all(np.asarray(model.design @ theta) > 0))
+    if type(model) is SoftmaxGLMPosterior:
+        W, b = model.split(theta)
+        scores = np.asarray(model.X @ W.T) + b
+        rows = np.arange(len(scores))
+        own = scores[rows, model.y].copy()
+        scores[rows, model.y] = -np.inf
+        return bool(np.all(own > scores.max(axis=1)))
+    return False
 
 
 def check_flat_prior_is_proper(X, y_index, sample_weight, n_classes: int, fit_intercept: bool):
