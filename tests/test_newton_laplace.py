@@ -163,7 +163,7 @@ def test_three_class_mode_sites_are_the_arrays_newton():
     halvings scanned to their peak) against the arrays' Newton (all rows, every halving),
     on wide and narrow cavities, with and without sites: at a tolerance below round-off
     both reach the tilted modes, and their sites and evidence agree to round-off."""
-    module = importlib.import_module("vsbayes.approximations.newton_laplace")
+    module = importlib.import_module("vsbayes.approximations._softmax_latent_modes")
     rng = np.random.default_rng(1)
     q = centred_basis(3)
     for trial in range(40):

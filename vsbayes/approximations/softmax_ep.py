@@ -84,6 +84,11 @@ from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
 from ._softmax_cavities import _positive_definite, _psd, _row_psd, _whitened_norms
+from ._softmax_latent_modes import (
+    _three_class_kernels,
+    latent_softmax_mode,
+    softmax_mode_site_updates,
+)
 from ._softmax_site_fits import _FIT_SINGLE_TOL, _chord_tol, _rules
 from ._softmax_tilted_moments import _LOG_2PI, _SINGLE_TOL, _few_tilted_sites, _node_bytes
 from ._threads import _by_rows, blas_policy
@@ -97,11 +102,6 @@ from .expectation_propagation import (
     with_constant_rows,
 )
 from .laplace_error import softmax_row_skewness
-from .newton_laplace import (
-    _three_class_kernels,
-    latent_softmax_mode,
-    softmax_mode_site_updates,
-)
 from .softmax_laplace import check_softmax_size, softmax_laplace
 from .softmax_sites import (
     MAX_FITTED_CLASSES,

@@ -37,7 +37,7 @@ from ..exceptions import EstimationError, NotPositiveDefiniteError
 from ..models.priors import GaussianPrior
 from ..models.softmax_predictive_rules import centred_basis
 from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
-from .newton_laplace import softmax_mode_site_updates
+from ._softmax_latent_modes import softmax_mode_site_updates
 from .softmax_ep import softmax_site_updates
 from .variational_bayes import jaakkola_jordan_latent
 

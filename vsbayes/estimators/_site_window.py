@@ -88,8 +88,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._memory import check_memory
+from ..approximations._softmax_latent_modes import softmax_row_laplace
 from ..approximations.expectation_propagation import EPResult, assumed_density_row
-from ..approximations.newton_laplace import row_laplace, softmax_row_laplace
+from ..approximations.newton_laplace import row_laplace
 from ..approximations.softmax_ep import assumed_density_softmax_row
 from ..approximations.variational_bayes import (
     VBResult,
