@@ -215,11 +215,6 @@ def _log_softmax(q, labels, g) -> tuple[np.ndarray, np.ndarray]:
     return f[np.arange(len(f)), labels] - np.log(total), p
 
 
-def _rows_of(args, rows):
-    """``(q, labels, power, cav_mean, cav_prec)`` at some rows (q is shared)."""
-    return (args[0], *(a[rows] for a in args[1:]))
-
-
 def _softmax_expansion(q, labels, power, cav_mean, cav_prec, g):
     """The value ``s log softmax(Qg)[y] − (g − m)ᵀP(g − m)/2``, the gradient (m, r) and the
     likelihood's negative Hessian ``s Qᵀ(diag p − ppᵀ)Q`` (m, r, r) of each row's tilted
