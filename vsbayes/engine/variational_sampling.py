@@ -90,12 +90,7 @@ def fit_vs_pool(
     )
     sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
     if sol.gaussian is None:
-        raise NonIntegrableFitError(
-            f"The variational-sampling fit is not integrable: its quadratic form is not "
-            f"negative definite (N={pool.n_samples} points for n={fam.n_params} parameters, "
-            f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
-            f"covariance, or kernel_scale > 1 with rounds > 1)."
-        )
+        raise NonIntegrableFitError(_not_integrable(sol, pool.n_samples, fam.n_params, pool.dim))
     check_mean_within_fit(
         "variational-sampling",
         sol.gaussian.mean,
@@ -127,6 +122,35 @@ def fit_vs_pool(
             "from kernel coordinates (extremely ill-conditioned kernel). Rescale the "
             "problem or use a better-conditioned kernel."
         ) from None
+
+
+def _not_integrable(sol, n_samples: int, n_params: int, dim: int) -> str:
+    """The message of a fit with no Gaussian: what its numbers say went wrong, and the fix."""
+    counts = f"N={n_samples} points for n={n_params} parameters, ESS={sol.ess:.3g}"
+    if sol.flat:
+        return (
+            f"The variational-sampling fit is not integrable: its precision along some "
+            f"direction is at round-off of the kernel's ({counts}), so log_target is flat "
+            f"(improper) along it, or far wider there than the kernel can resolve. Give "
+            f"the target a proper prior on every parameter, or use a kernel as wide as "
+            f"the target."
+        )
+    if sol.ess < dim + 1:
+        # The mass seen sits on a few points: the kernel misses the target (too wide, too
+        # narrow or misplaced), and more points of the same kernel rarely help.
+        return (
+            f"The variational-sampling fit is not integrable: its quadratic form is not "
+            f"negative definite ({counts}, below d+1={dim + 1}: the target's mass sits "
+            f"on a few points). Use a kernel closer to the target: centred at its mode "
+            f"with its curvature there (vsbayes.laplace), or rounds > 1 to adapt it."
+        )
+    return (
+        f"The variational-sampling fit is not integrable: its quadratic form is not "
+        f"negative definite ({counts}). Increase n_samples or widen the kernel (a larger "
+        f"kernel covariance, or kernel_scale > 1 with rounds > 1); if log_target does not "
+        f"fall in every direction (an improper target), no Gaussian fits it: give every "
+        f"parameter a proper prior."
+    )
 
 
 def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
@@ -232,7 +256,8 @@ def variational_sampling(
         90–100 % of the seeds (``benchmarks/kl_error_calibration.py``).
     max_samples : int, optional
         Most points drawn in all with ``target_kl`` or ``time_budget``; default
-        ``16 * n_samples``.
+        ``16 * n_samples``. Capped at the points that fit within the memory limit
+        (:func:`vsbayes.config_context`).
     time_budget : float, optional
         Seconds: add rounds, as for ``target_kl``, only while the smallest one is predicted
         to end within the budget (from the last round's time per point drawn and per point
@@ -261,6 +286,8 @@ def variational_sampling(
 
     Raises
     ------
+    MemoryLimitError
+        Before any draw, if ``n_samples`` points would not fit within the memory limit.
     NonIntegrableFitError
         If the final fit has no finite integral (the remedy is in the message).
     DegenerateEstimateError
@@ -300,10 +327,11 @@ def variational_sampling(
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if hessian not in ("auto", "switch"):
         raise ValueError(f"hessian must be 'auto' or 'switch'; got {hessian!r}.")
-    if not tol >= 0:
-        raise ValueError(f"tol must be non-negative; got {tol!r}.")
+    if not 0 <= tol < float("inf"):
+        # An infinite tol would stop at the start (the kernel) and call it converged.
+        raise ValueError(f"tol must be a finite non-negative number; got {tol!r}.")
 
-    extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget)
+    extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget, kernel.dim)
 
     def estimate(pool, previous, final):
         return fit_vs_pool(

@@ -25,6 +25,7 @@ from .._warnings import reemit, warn
 from ..approximations.expectation_propagation import factor_is_log_concave
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
+from ..engine.sample_pool import grown_bytes_per_point
 from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
 from ..gaussian import excess_kl
 from ..models.work import (
@@ -675,7 +676,7 @@ class VSMethod(SamplingMethod):
             return options
         # Added rounds: as many points as fit in memory, and with a target at most 64 times
         # n_samples (a budget alone is the user's own limit on them).
-        affordable = int(memory_limit() // self.grown_bytes_per_point(dim))
+        affordable = int(memory_limit() // grown_bytes_per_point(dim))
         cap = affordable if target_kl is None else min(64 * n_samples, affordable)
         options.update(target_kl=target_kl, max_samples=max(n_samples, cap))
         if self.time_budget is not None:  # what is left of it for this fit
