@@ -177,9 +177,12 @@ def test_a_deadline_ends_a_round_between_chunks_with_a_valid_rule():
 def test_a_global_fit_short_of_the_target_warns(data):
     X, y = data
     est = vsbayes.VSLogisticRegression(strategy="global", target_kl=1e-9, random_state=0)
-    with pytest.warns(ConvergenceWarning, match="short of target_kl=1e-09"):
+    with pytest.warns(ConvergenceWarning, match="short of target_kl=1e-09") as caught:
         est.fit(X, y)
     assert est.stop_reason_.tolist() == ["max_samples"] and est.kl_error_[0] > 1e-9
+    # The remedy is the cap that stopped it, which more time would not lift.
+    message = str(next(w.message for w in caught if "short of" in str(w.message)))
+    assert "64 times the first ones" in message and "time_budget" not in message
 
 
 def test_the_default_route_honours_a_target_beyond_its_work_limits(data, monkeypatch):
