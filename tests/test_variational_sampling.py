@@ -284,6 +284,20 @@ def test_a_gaussian_far_wider_than_the_kernel_stays_exact(sd):
     assert_recovers(fit, target)
 
 
+def test_a_fit_that_cannot_predict_its_error_says_so():
+    # A Cauchy target in 10 dimensions from its Laplace kernel (covariance 1/11): the
+    # fit's own weights q/π sit on fewer than its n = 66 parameters, kl_error is inf, and
+    # the effective sample size of p/π (54 > d+1) and N = 32n raised no warning (D-199).
+    from scipy import stats
+
+    d = 10
+    cauchy = stats.multivariate_t(np.zeros(d), np.eye(d), df=1)
+    kernel = Gaussian(np.zeros(d), np.eye(d) / (d + 1))
+    with pytest.warns(UnreliableFitWarning, match="its error is unknown"):
+        fit = variational_sampling(cauchy.logpdf, kernel, random_state=0)
+    assert math.isinf(fit.kl_error) and fit.ess > d + 1
+
+
 def test_points_beyond_memory_are_refused_before_drawing():
     # numpy's MemoryError (or swapping) was the outcome of a large n_samples (D-199).
     from vsbayes import config_context

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -178,6 +179,17 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
             f"points, so it is exact for Gaussian targets but kl_error "
             f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
             f"{2 * n_params}.",
+            UnreliableFitWarning,
+        )
+    elif math.isinf(sol.kl_error):
+        # The fit's own weights q/π sit on fewer than n points (a kernel narrower than the
+        # fit, in its tails): it interpolates there and predicts nothing of its error.
+        warn(
+            f"The fitted Gaussian's weights q/π at the {sol.n_samples} points have an "
+            f"effective sample size below its n={n_params} parameters, so its error is "
+            f"unknown (kl_error=inf): the kernel is narrower than the fit where its mass "
+            f"is. Use a wider kernel (a larger kernel covariance, or kernel_scale > 1 with "
+            f"rounds > 1) or more samples.",
             UnreliableFitWarning,
         )
 
