@@ -276,7 +276,9 @@ def variational_sampling(
         fitted). With a random rule, an added round draws in chunks and stops where its
         fit's predicted end is nearest the budget. Without ``target_kl``, each added round
         doubles the points if a further round can follow it, and otherwise is the last and
-        fills what is left of the budget.
+        fills what is left of the budget. The points drawn then depend on the clock: the
+        same ``random_state`` gives the same fit only where the rounds end at the same
+        sizes.
     random_state : int, RandomState, Generator or None
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
