@@ -23,6 +23,7 @@ from vsbayes.exceptions import (
     ConvergenceWarning,
     EstimationError,
     NonIntegrableFitError,
+    UnknownErrorWarning,
     UnreliableFitWarning,
 )
 from vsbayes.models import GaussianMixtureTarget
@@ -293,7 +294,7 @@ def test_a_fit_that_cannot_predict_its_error_says_so():
     d = 10
     cauchy = stats.multivariate_t(np.zeros(d), np.eye(d), df=1)
     kernel = Gaussian(np.zeros(d), np.eye(d) / (d + 1))
-    with pytest.warns(UnreliableFitWarning, match="its error is unknown"):
+    with pytest.warns(UnknownErrorWarning, match="its error is unknown"):
         fit = variational_sampling(cauchy.logpdf, kernel, random_state=0)
     assert math.isinf(fit.kl_error) and fit.ess > d + 1
 

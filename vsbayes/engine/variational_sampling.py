@@ -13,6 +13,7 @@ from ..exceptions import (
     ConvergenceWarning,
     NonIntegrableFitError,
     NotPositiveDefiniteError,
+    UnknownErrorWarning,
     UnreliableFitWarning,
 )
 from ..gaussian import Gaussian
@@ -190,7 +191,7 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
             f"unknown (kl_error=inf): the kernel is narrower than the fit where its mass "
             f"is. Use a wider kernel (a larger kernel covariance, or kernel_scale > 1 with "
             f"rounds > 1) or more samples.",
-            UnreliableFitWarning,
+            UnknownErrorWarning,
         )
 
 

@@ -26,7 +26,12 @@ from ..approximations.expectation_propagation import factor_is_log_concave
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..engine.sample_pool import grown_bytes_per_point
-from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from ..exceptions import (
+    ConvergenceWarning,
+    EstimationError,
+    UnknownErrorWarning,
+    UnreliableFitWarning,
+)
 from ..gaussian import excess_kl
 from ..models.work import (
     LINK_COST,
@@ -704,8 +709,8 @@ class VSMethod(SamplingMethod):
                 trouble = None
             except EstimationError as error:
                 fit, trouble = None, f"the global fit failed: {error}"
-        doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
-        reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
+        doubts = [w for w in caught if _doubts(w.category)]
+        reemit([w for w in caught if not _doubts(w.category)])
         if doubts and trouble is None:
             trouble = f"the global fit was unreliable: {doubts[0].message}"
         return fit, trouble
@@ -799,6 +804,13 @@ def _n_iter(posterior) -> int:
 
 # Warnings that make "auto" distrust a global fit (it then takes the site fits instead).
 _DOUBTS = (UnreliableFitWarning, ConvergenceWarning)
+
+
+def _doubts(category: type) -> bool:
+    """Whether a global fit's warning makes it unreliable. An unknown predicted error is
+    not: the routes weigh ``kl_error`` (inf there) themselves, as before the engine
+    warned of it (D-199); the warning reaches the user."""
+    return issubclass(category, _DOUBTS) and not issubclass(category, UnknownErrorWarning)
 
 
 def _heavy_tailed(model) -> bool:
