@@ -63,14 +63,18 @@ def test_exact_with_more_points_larger_d_and_pooled_rounds(global_random_seed, d
     rng = np.random.default_rng(global_random_seed)
     target = random_gaussian(rng, d, log_Z=-2.0)
     kernel = nearby_kernel(rng, target)
-    fit = variational_sampling(
-        target.log_density,
-        kernel,
-        4 * n_family_params(d) * rounds,
-        rounds=rounds,
-        kernel_scale=1.5,
-        random_state=global_random_seed,
-    )
+    with warnings.catch_warnings():
+        # At 4n points the fit's own weights may sit on fewer than n of them: its predicted
+        # error is then unknown, and says so (D-199); exactness is what is tested here.
+        warnings.simplefilter("ignore", UnknownErrorWarning)
+        fit = variational_sampling(
+            target.log_density,
+            kernel,
+            4 * n_family_params(d) * rounds,
+            rounds=rounds,
+            kernel_scale=1.5,
+            random_state=global_random_seed,
+        )
     assert_recovers(fit, target)
     assert len(fit.rounds) == rounds and all(r.fitted for r in fit.rounds)
 
@@ -157,8 +161,10 @@ def seed_errors(d, delta, mult, seed, rule):
     target = GaussianMixtureTarget.paper(d, delta, random_state=1000 + seed)
     truth = target.moment_matched()
     kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
-    try:
-        fit = variational_sampling(target, kernel, n, rule=rule, rounds=1, random_state=seed)
+    try:  # (where its own prediction is unknown, inf, it warns: D-199)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnknownErrorWarning)
+            fit = variational_sampling(target, kernel, n, rule=rule, rounds=1, random_state=seed)
         vs, predicted = excess_kl(truth, fit), fit.kl_error
     except EstimationError:
         vs, predicted = math.inf, None
