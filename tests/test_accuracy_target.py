@@ -88,13 +88,14 @@ def test_a_time_budget_alone_lets_the_points_grow_to_what_fits_in_memory():
     # With a target, added rounds stop at 64 × n_samples; a budget alone is the user's own
     # limit, so only memory caps the points (a 64× cap stopped 2 s fits at 0.8 of it).
     from vsbayes._memory import memory_limit
+    from vsbayes.engine.sample_pool import grown_bytes_per_point
 
     # The estimators' method objects, whose clocks start when they are made (as in fit).
     budget_only = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=None)
     budget_only = budget_only._new_posterior_method()
     with_target = vsbayes.VSLogisticRegression(time_budget=10.0, target_kl=1e-3)
     with_target = with_target._new_posterior_method()
-    affordable = int(memory_limit() // budget_only.grown_bytes_per_point(5))
+    affordable = int(memory_limit() // grown_bytes_per_point(5))
     assert affordable > 64 * 100
     assert budget_only.engine_options(5, 100)["max_samples"] == affordable
     assert with_target.engine_options(5, 100)["max_samples"] == 64 * 100
@@ -128,7 +129,7 @@ def test_a_time_budget_plans_its_last_round_to_fill_it():
     from vsbayes.engine.round_planning import _ROOM, extension_rule
 
     kernel = vsbayes.Gaussian(np.zeros(2), np.eye(2))
-    extend = extension_rule(10, 6, None, 10_000, 300.0)
+    extend = extension_rule(10, 6, None, 10_000, 300.0, 2)
     infos = [RoundInfo(kernel, 10, 1, True, 10.0, 10.0)]  # 20 s spent on a pool of 10
     # 280 s left: the round doubles the points (10, 30 s), and may draw up to what twice
     # the rest allows; its deadline ends it at 10 points since a further round fits.
@@ -176,9 +177,12 @@ def test_a_deadline_ends_a_round_between_chunks_with_a_valid_rule():
 def test_a_global_fit_short_of_the_target_warns(data):
     X, y = data
     est = vsbayes.VSLogisticRegression(strategy="global", target_kl=1e-9, random_state=0)
-    with pytest.warns(ConvergenceWarning, match="short of target_kl=1e-09"):
+    with pytest.warns(ConvergenceWarning, match="short of target_kl=1e-09") as caught:
         est.fit(X, y)
     assert est.stop_reason_.tolist() == ["max_samples"] and est.kl_error_[0] > 1e-9
+    # The remedy is the cap that stopped it, which more time would not lift.
+    message = str(next(w.message for w in caught if "short of" in str(w.message)))
+    assert "64 times the first ones" in message and "time_budget" not in message
 
 
 def test_the_default_route_honours_a_target_beyond_its_work_limits(data, monkeypatch):

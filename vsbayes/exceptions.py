@@ -16,6 +16,7 @@ __all__ = [
     "NotPositiveDefiniteError",
     "PSISWarning",
     "TooFewSamplesError",
+    "UnknownErrorWarning",
     "UnreliableFitWarning",
 ]
 
@@ -79,6 +80,13 @@ class UnreliableFitWarning(UserWarning):
     For example, variational sampling with fewer than 2n points interpolates the target at
     the points, so its predicted error ``kl_error`` is meaningless.
     """
+
+
+class UnknownErrorWarning(UnreliableFitWarning):
+    """A variational-sampling fit whose predicted error is unknown (``kl_error`` is inf):
+    its own weights q/π at the points sit on fewer points than its parameters, so it
+    interpolates there. The estimators' global fits record it in ``kl_error_`` and weigh
+    it as they weigh any predicted error, so it is not one of their doubts."""
 
 
 class PSISWarning(UnreliableFitWarning):

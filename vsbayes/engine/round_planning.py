@@ -7,9 +7,11 @@ import functools
 import math
 from collections.abc import Callable
 
+from .._memory import memory_limit
 from ._validation import check_positive_int
 from .results import RoundInfo
 from .rounds import Extension
+from .sample_pool import grown_bytes_per_point
 
 __all__ = ["extension_rule"]
 
@@ -89,10 +91,12 @@ def extension_rule(
     target_kl: float | None,
     max_samples: int | None,
     time_budget: float | None,
+    dim: int,
 ):
     """The ``extend`` rule of :func:`~vsbayes.engine.rounds.run_rounds` for ``target_kl``
     and ``time_budget`` (see :func:`~vsbayes.engine.variational_sampling.variational_sampling`),
-    or None when neither is asked for; validates them."""
+    or None when neither is asked for; validates them. ``max_samples`` is capped at the
+    points whose grown pool fits within the memory limit (at least ``n_samples``)."""
     if target_kl is None and time_budget is None:
         if max_samples is not None:
             raise ValueError("max_samples needs target_kl or time_budget.")
@@ -106,6 +110,9 @@ def extension_rule(
     )
     if max_samples < n_samples:
         raise ValueError(f"max_samples={max_samples} is below n_samples={n_samples}.")
+    # Added rounds stop where their pool would outgrow memory, not at numpy's MemoryError.
+    affordable = int(memory_limit() // grown_bytes_per_point(dim))
+    max_samples = max(n_samples, min(max_samples, affordable))
     quantile = 1.0 + _QUANTILE_Z * math.sqrt(2.0 / n_params)
 
     def extend(fit, infos: list[RoundInfo], seconds: float) -> Extension:

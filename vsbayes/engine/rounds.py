@@ -24,7 +24,7 @@ from ..exceptions import EstimationError
 from ..gaussian import Gaussian
 from ..sampling import KernelDraws, draw_from_kernel, get_rule
 from .results import RoundInfo
-from .sample_pool import SamplePool, evaluate_log_target
+from .sample_pool import SamplePool, check_pool_memory, evaluate_log_target
 
 __all__ = ["Extension", "run_rounds"]
 
@@ -104,6 +104,7 @@ def run_rounds(
         The last round's estimate with its ``rounds`` diagnostic replaced by the list of
         :class:`~vsbayes.engine.RoundInfo` (the estimates are built with ``rounds=None``).
     """
+    check_pool_memory(n_samples, kernel.dim, name)
     with stage(name, "round") as steps:
         result = _rounds(
             log_target,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -12,6 +13,7 @@ from ..exceptions import (
     ConvergenceWarning,
     NonIntegrableFitError,
     NotPositiveDefiniteError,
+    UnknownErrorWarning,
     UnreliableFitWarning,
 )
 from ..gaussian import Gaussian
@@ -90,12 +92,7 @@ def fit_vs_pool(
     )
     sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
     if sol.gaussian is None:
-        raise NonIntegrableFitError(
-            f"The variational-sampling fit is not integrable: its quadratic form is not "
-            f"negative definite (N={pool.n_samples} points for n={fam.n_params} parameters, "
-            f"ESS={sol.ess:.3g}). Increase n_samples or widen the kernel (a larger kernel "
-            f"covariance, or kernel_scale > 1 with rounds > 1)."
-        )
+        raise NonIntegrableFitError(_not_integrable(sol, pool.n_samples, fam.n_params, pool.dim))
     check_mean_within_fit(
         "variational-sampling",
         sol.gaussian.mean,
@@ -129,6 +126,35 @@ def fit_vs_pool(
         ) from None
 
 
+def _not_integrable(sol, n_samples: int, n_params: int, dim: int) -> str:
+    """The message of a fit with no Gaussian: what its numbers say went wrong, and the fix."""
+    counts = f"N={n_samples} points for n={n_params} parameters, ESS={sol.ess:.3g}"
+    if sol.flat:
+        return (
+            f"The variational-sampling fit is not integrable: its precision along some "
+            f"direction is at round-off of the kernel's ({counts}), so log_target is flat "
+            f"(improper) along it, or far wider there than the kernel can resolve. Give "
+            f"the target a proper prior on every parameter, or use a kernel as wide as "
+            f"the target."
+        )
+    if sol.ess < dim + 1:
+        # The mass seen sits on a few points: the kernel misses the target (too wide, too
+        # narrow or misplaced), and more points of the same kernel rarely help.
+        return (
+            f"The variational-sampling fit is not integrable: its quadratic form is not "
+            f"negative definite ({counts}, below d+1={dim + 1}: the target's mass sits "
+            f"on a few points). Use a kernel closer to the target: centred at its mode "
+            f"with its curvature there (vsbayes.laplace), or rounds > 1 to adapt it."
+        )
+    return (
+        f"The variational-sampling fit is not integrable: its quadratic form is not "
+        f"negative definite ({counts}). Increase n_samples or widen the kernel (a larger "
+        f"kernel covariance, or kernel_scale > 1 with rounds > 1); if log_target does not "
+        f"fall in every direction (an improper target), no Gaussian fits it: give every "
+        f"parameter a proper prior."
+    )
+
+
 def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
     """Warn when the final fit's own diagnostics say it may be inaccurate."""
     if not sol.converged:
@@ -155,6 +181,17 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
             f"({sol.kl_error:.3g}) does not measure its error otherwise. Use n_samples >= "
             f"{2 * n_params}.",
             UnreliableFitWarning,
+        )
+    elif math.isinf(sol.kl_error):
+        # The fit's own weights q/π sit on fewer than n points (a kernel narrower than the
+        # fit, in its tails): it interpolates there and predicts nothing of its error.
+        warn(
+            f"The fitted Gaussian's weights q/π at the {sol.n_samples} points have an "
+            f"effective sample size below its n={n_params} parameters, so its error is "
+            f"unknown (kl_error=inf): the kernel is narrower than the fit where its mass "
+            f"is. Use a wider kernel (a larger kernel covariance, or kernel_scale > 1 with "
+            f"rounds > 1) or more samples.",
+            UnknownErrorWarning,
         )
 
 
@@ -232,14 +269,17 @@ def variational_sampling(
         90–100 % of the seeds (``benchmarks/kl_error_calibration.py``).
     max_samples : int, optional
         Most points drawn in all with ``target_kl`` or ``time_budget``; default
-        ``16 * n_samples``.
+        ``16 * n_samples``. Capped at the points that fit within the memory limit
+        (:func:`vsbayes.config_context`).
     time_budget : float, optional
         Seconds: add rounds, as for ``target_kl``, only while the smallest one is predicted
         to end within the budget (from the last round's time per point drawn and per point
         fitted). With a random rule, an added round draws in chunks and stops where its
         fit's predicted end is nearest the budget. Without ``target_kl``, each added round
         doubles the points if a further round can follow it, and otherwise is the last and
-        fills what is left of the budget.
+        fills what is left of the budget. The points drawn then depend on the clock: the
+        same ``random_state`` gives the same fit only where the rounds end at the same
+        sizes.
     random_state : int, RandomState, Generator or None
         Controls the draws. With ``rounds=1`` and the same ``n_samples`` and ``rule``,
         :func:`importance_sampling` and :func:`bayesian_monte_carlo` (whose default is one
@@ -261,6 +301,8 @@ def variational_sampling(
 
     Raises
     ------
+    MemoryLimitError
+        Before any draw, if ``n_samples`` points would not fit within the memory limit.
     NonIntegrableFitError
         If the final fit has no finite integral (the remedy is in the message).
     DegenerateEstimateError
@@ -300,10 +342,11 @@ def variational_sampling(
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if hessian not in ("auto", "switch"):
         raise ValueError(f"hessian must be 'auto' or 'switch'; got {hessian!r}.")
-    if not tol >= 0:
-        raise ValueError(f"tol must be non-negative; got {tol!r}.")
+    if not 0 <= tol < float("inf"):
+        # An infinite tol would stop at the start (the kernel) and call it converged.
+        raise ValueError(f"tol must be a finite non-negative number; got {tol!r}.")
 
-    extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget)
+    extend = extension_rule(n_samples, n_params, target_kl, max_samples, time_budget, kernel.dim)
 
     def estimate(pool, previous, final):
         return fit_vs_pool(

@@ -59,6 +59,20 @@ EXACT_HESSIAN_MAX_PARAMS = 66
 _RATE_WINDOW = 3
 _EXACT_STEPS = 3
 _EXACT_BUDGET = 5e9
+# In the kernel's frame the window's precision is about 1, and a target flat along a
+# direction (an improper one: a parameter the target does not depend on) makes the fitted
+# precision there the difference of two such numbers, cancelled to round-off: measured
+# 1.1e-16 to 2.7e-16 (flat and ridge targets, d = 1 to 5). A Gaussian target's precision
+# λ is resolved while its quadratic term over the points (~λ |z|²/2) stands above the
+# round-off of the values (~eps |log p|): exact to 1e-8 at 1e3 kernel sds (λ = 1e-6), not
+# at 1e6 (λ = 1e-12). A precision eigenvalue below this bound does not determine even its
+# own sign: the fit is refused as not integrable (D-199).
+_ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
+
+
+def _widest_variance(gaussian: Gaussian) -> float:
+    """The largest eigenvalue of the covariance: 1 / the smallest of the precision."""
+    return float(np.linalg.eigvalsh(gaussian.cov)[-1])
 
 
 @dataclass
@@ -72,6 +86,9 @@ class VSSolution:
     objective: float
     ess: float
     gaussian: Gaussian | None
+    #: True when the Gaussian was refused because a precision eigenvalue in the frame was
+    #: at round-off (``_ROUNDOFF_PRECISION``): the target is flat along a direction.
+    flat: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,6 +295,9 @@ class VSSolver:
         objective = self._sampled_kl()
         ess = self.mass_p**2 / float(np.square(self.pbar).sum())
         gaussian = self._current_gaussian() if self.integrable else None
+        flat = gaussian is not None and _widest_variance(gaussian) * _ROUNDOFF_PRECISION >= 1.0
+        if flat:
+            gaussian = None
         kl_error = self._in_sample_corrected(self.kl_estimate) if gaussian is not None else math.nan
         return VSSolution(
             n_iter=n_iter,
@@ -287,6 +307,7 @@ class VSSolver:
             objective=objective,
             ess=ess,
             gaussian=gaussian,
+            flat=flat,
         )
 
     def solve(self, theta0: np.ndarray, values0: np.ndarray | None = None) -> VSSolution:

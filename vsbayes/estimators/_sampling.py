@@ -17,6 +17,7 @@ from .._memory import check_memory, format_bytes, memory_limit
 from .._progress import mapped_states
 from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
+from ..engine.sample_pool import pool_bytes
 from ..exceptions import ConvergenceWarning, EstimationError, MemoryLimitError
 from ..gaussian import Gaussian
 from ..models.softmax_contrasts import ContrastPosterior
@@ -209,18 +210,8 @@ class SamplingMethod:
         )
 
     def planned_bytes(self, dim: int, n_samples: int) -> float:
-        """Bytes the sampling fit holds at once: the points in two coordinates, their
-        homogeneous features and the solver's buffers (the likelihood runs in bounded
-        blocks)."""
-        return 8.0 * n_samples * (4 * dim + 8)
-
-    def grown_bytes_per_point(self, dim: int) -> float:
-        """Bytes per point of a fit that adds rounds (``target_kl``, ``time_budget``), at
-        its peak: the pool of every round's points, the next round's arrays reserved whole
-        for the most points it may draw, and the fits' buffers. Measured (traced peaks at
-        the cap, 10-600 rows): 1.41, 2.27 and 3.54 kB at 4, 11 and 31 parameters, 3.4-7.3
-        times :meth:`planned_bytes` per point; this bounds them."""
-        return 8.0 * (12 * dim + 160)
+        """Bytes the sampling fit holds at once (the engine's :func:`pool_bytes`)."""
+        return pool_bytes(n_samples, dim)
 
     def check_memory(self, model, n_samples: int) -> None:
         """Raise MemoryLimitError now, before any fit, if the points would not fit."""

@@ -25,7 +25,13 @@ from .._warnings import reemit, warn
 from ..approximations.expectation_propagation import factor_is_log_concave
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
-from ..exceptions import ConvergenceWarning, EstimationError, UnreliableFitWarning
+from ..engine.sample_pool import grown_bytes_per_point
+from ..exceptions import (
+    ConvergenceWarning,
+    EstimationError,
+    UnknownErrorWarning,
+    UnreliableFitWarning,
+)
 from ..gaussian import excess_kl
 from ..models.work import (
     LINK_COST,
@@ -101,6 +107,9 @@ DEPARTURE_FACTOR = 4.0
 # n = 946) at 32n, 2.8e10 multiply-adds: the whole default fit 0.23 s on 2 idle cores; iris
 # (n = 136) 0.025 s (benchmarks/results/data_rich.md).
 MULTINOMIAL_MIN_FACTOR, MULTINOMIAL_MAX_FACTOR = 32, 64
+#: With a ``target_kl``, the global fit's added rounds stop at this many times its first
+#: rounds' points (``n_samples``), or at what fits in memory.
+TARGET_POINTS_FACTOR = 64
 MULTINOMIAL_WORK_LIMIT = 5e10
 # Where EP failed, the global fit is "auto"'s last route before the Laplace fallback, with
 # no EP to compare it with. Below MIN_GLOBAL_FACTOR·n points it runs only where trying
@@ -284,11 +293,19 @@ class VSMethod(SamplingMethod):
             return
         error, stopped = fit.posterior.kl_error, fit.posterior.stop_reason
         if stopped in ("max_samples", "time_budget") and error > self.target_kl:
+            # The remedy is the limit that stopped it: under a target the points stop at
+            # TARGET_POINTS_FACTOR × n_samples (or memory), which more time does not lift.
+            remedy = (
+                "Allow more time (time_budget) or a larger target_kl."
+                if stopped == "time_budget"
+                else f"Ask for a larger target_kl, or more points (the added rounds stop at "
+                f"{TARGET_POINTS_FACTOR} times the first ones, n_samples, or at what fits "
+                f"in memory)."
+            )
             warn(
                 f"{self.estimator_name}: the global fit stopped at {stopped} "
                 f"({getattr(fit.posterior, 'n_samples', '?')} points) with a predicted error "
-                f"of {error:.3g} nats, short of target_kl={self.target_kl:g}. Allow more "
-                f"time (time_budget), a larger target_kl, or more memory.",
+                f"of {error:.3g} nats, short of target_kl={self.target_kl:g}. {remedy}",
                 ConvergenceWarning,
             )
 
@@ -673,10 +690,10 @@ class VSMethod(SamplingMethod):
             target_kl = self.target_kl
         if target_kl is None and self.time_budget is None:
             return options
-        # Added rounds: as many points as fit in memory, and with a target at most 64 times
-        # n_samples (a budget alone is the user's own limit on them).
-        affordable = int(memory_limit() // self.grown_bytes_per_point(dim))
-        cap = affordable if target_kl is None else min(64 * n_samples, affordable)
+        # Added rounds: as many points as fit in memory, and with a target at most
+        # TARGET_POINTS_FACTOR times n_samples (a budget alone is the user's own limit).
+        affordable = int(memory_limit() // grown_bytes_per_point(dim))
+        cap = affordable if target_kl is None else min(TARGET_POINTS_FACTOR * n_samples, affordable)
         options.update(target_kl=target_kl, max_samples=max(n_samples, cap))
         if self.time_budget is not None:  # what is left of it for this fit
             spent = time.perf_counter() - self.started
@@ -692,8 +709,8 @@ class VSMethod(SamplingMethod):
                 trouble = None
             except EstimationError as error:
                 fit, trouble = None, f"the global fit failed: {error}"
-        doubts = [w for w in caught if issubclass(w.category, _DOUBTS)]
-        reemit([w for w in caught if not issubclass(w.category, _DOUBTS)])
+        doubts = [w for w in caught if _doubts(w.category)]
+        reemit([w for w in caught if not _doubts(w.category)])
         if doubts and trouble is None:
             trouble = f"the global fit was unreliable: {doubts[0].message}"
         return fit, trouble
@@ -787,6 +804,13 @@ def _n_iter(posterior) -> int:
 
 # Warnings that make "auto" distrust a global fit (it then takes the site fits instead).
 _DOUBTS = (UnreliableFitWarning, ConvergenceWarning)
+
+
+def _doubts(category: type) -> bool:
+    """Whether a global fit's warning makes it unreliable. An unknown predicted error is
+    not: the routes weigh ``kl_error`` (inf there) themselves, as before the engine
+    warned of it (D-199); the warning reaches the user."""
+    return issubclass(category, _DOUBTS) and not issubclass(category, UnknownErrorWarning)
 
 
 def _heavy_tailed(model) -> bool:

@@ -280,7 +280,9 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         (without it, each doubling the points, up to as many as fit in memory, the last
         one filling the budget), only while one is predicted to end within what is left
         of it; each draws its points in chunks and stops where its fit is predicted to
-        end nearest the budget.
+        end nearest the budget. How many points that is depends on the clock, so such a
+        fit is not reproducible by ``random_state`` alone (``posteriors_[i].n_samples``
+        records the points).
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
         :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
@@ -583,7 +585,9 @@ class VSProbitRegression(VariationalSamplingClassifier):
         (without it, each doubling the points, up to as many as fit in memory, the last
         one filling the budget), only while one is predicted to end within what is left
         of it; each draws its points in chunks and stops where its fit is predicted to
-        end nearest the budget.
+        end nearest the budget. How many points that is depends on the clock, so such a
+        fit is not reproducible by ``random_state`` alone (``posteriors_[i].n_samples``
+        records the points).
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
         :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
