@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 from _helpers import ALL, SAMPLING, assert_valid_fit, make
+from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
@@ -464,3 +465,53 @@ def test_failed_ep_fit_falls_back_to_laplace(monkeypatch):
         estimator.fit(X, X[:, 0] > 0)
     assert estimator.laplace_fallback_.tolist() == [True]
     assert_valid_fit(estimator, X)
+
+
+def _separated_three_classes():
+    return make_classification(
+        n_samples=60,
+        n_features=8,
+        n_informative=6,
+        n_redundant=0,
+        n_classes=3,
+        n_clusters_per_class=1,
+        class_sep=2.0,
+        flip_y=0.05,
+        random_state=1,
+    )
+
+
+@pytest.mark.parametrize("C", [1.0, 1e4])
+def test_multinomial_laplace_warns_where_its_predictive_leaves_its_separating_mode(C):
+    """Three classes the mode separates: at C = 1e4 the Gaussian about the mode is wide
+    along the one-sided directions and its predictive moves the training rows' classes
+    (the warning's figures are the fit's own); at C = 1 it does not, and no warning."""
+    X, y = _separated_three_classes()
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = vsbayes.LaplaceLogisticRegression(C=C).fit(X, y)
+    leaves = [w for w in caught if "predictive leaves its mode" in str(w.message)]
+    mode = model.classes_[np.argmax(X @ model.coef_.T + model.intercept_, axis=1)]
+    assert np.all(mode == y)  # the mode separates the classes at both C
+    moved = np.mean(model.predict(X) != mode)
+    if C == 1.0:
+        assert not leaves and moved == 0
+    else:
+        assert len(leaves) == 1 and leaves[0].category is UnreliableFitWarning
+        assert moved > 0.5
+        assert "VSLogisticRegression or EPLogisticRegression" in str(leaves[0].message)
+
+
+def test_empirical_bayes_grid_fits_keep_the_laplace_predictive_warning_to_themselves():
+    """EmpiricalBayesClassifier's exploratory Laplace fits at large C on separated classes
+    do not repeat the Laplace predictive's warning: its own says the classes separate."""
+    X, y = _separated_three_classes()
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    search = vsbayes.EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search.fit(X, y)
+    messages = [str(w.message) for w in caught]
+    assert not any("predictive leaves its mode" in m for m in messages)
+    assert any("largest at the edge of Cs" in m for m in messages)

@@ -10,6 +10,7 @@ prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorP
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import dataclasses
 import functools
@@ -21,6 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, validate_data
@@ -420,6 +422,8 @@ class BayesianGLMClassifier(
                     ConvergenceWarning,
                 )
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
+            if isinstance(method, LaplaceMethod) and self._is_multinomial() and not is_dask(X):
+                _warn_if_predictive_leaves_the_mode(self, X, y_index, weights)
             if not is_dask(X):  # (loo checks its rows are these; a dask X is not read twice)
                 self._training_fingerprint_ = TrainingFingerprint.of(X, y_index, weights)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
@@ -1099,6 +1103,70 @@ EVIDENCE_WARN_WIDTH = 1.0
 #: The start of that warning's text (empirical_bayes.py filters it in its candidates'
 #: fits, whose estimated evidences it reports once, D-107).
 ESTIMATED_EVIDENCE = "the evidence (log_marginal_likelihood_value_) is an estimate"
+
+
+# Training rows on which a multinomial Laplace fit compares its predictive with its mode:
+# a few, spread over the rows the mode classifies confidently (their predictive is the
+# cost), the mode's probability that makes a row confident, and how many of them the
+# predictive must move (one may sit near a tie of its rule).
+MODE_CHECK_ROWS = 8
+CONFIDENT_MODE = 0.99
+MOVED_ROWS_WARNED = 2
+# The warning's opening words.
+PREDICTIVE_LEAVES_MODE = "the Laplace approximation's predictive leaves its mode"
+# False while EmpiricalBayesClassifier explores its grid (its own warning names separable
+# classes, and the check's cost would be paid at every C).
+check_predictive_against_mode = contextvars.ContextVar("check_predictive", default=True)
+
+
+def _warn_if_predictive_leaves_the_mode(estimator, X, y_index, weights) -> None:
+    """Warn when a multinomial Laplace approximation predicts, on training rows its mode
+    classifies right and confidently, other classes than its mode.
+
+    Where classes are separated (all, or one from the rest), the posterior is one-sided
+    along the separating directions, and the Gaussian about the mode, symmetric, puts as
+    much mass on the wrong side; along the directions the separated rows barely narrow
+    (the prior's C, the intercepts') its latent spread can dwarf the mode's margins, and
+    the predictive then favours other classes (standardized digits at C = 100: a quarter
+    of the training rows, at 1e4 all; iris at C = 1e8: 65 %; docs/differences.md). So the
+    check runs where the mode separates some class from the rest (its rows all right, no
+    other row in it), on rows whose class a posterior the Gaussian describes moves only
+    near a tie, which a probability of ``CONFIDENT_MODE`` is not. Two classes keep the
+    mode's sign and are not checked.
+    """
+    if not check_predictive_against_mode.get():
+        return
+    log_p = np.asarray(X @ estimator.coef_.T, dtype=np.float64) + estimator.intercept_
+    log_p -= logsumexp(log_p, axis=1, keepdims=True)
+    kept = weights > 0
+    mode, labels = log_p[kept].argmax(axis=1), y_index[kept]
+    wrong_in = np.bincount(mode[mode != labels], minlength=log_p.shape[1])
+    wrong_out = np.bincount(labels[mode != labels], minlength=log_p.shape[1])
+    if np.all((wrong_in > 0) | (wrong_out > 0)):  # no class separated from the rest
+        return
+    confident = np.flatnonzero(
+        kept & (log_p.argmax(axis=1) == y_index) & (log_p.max(axis=1) >= np.log(CONFIDENT_MODE))
+    )
+    n_rows = min(MODE_CHECK_ROWS, len(confident))
+    if n_rows < MOVED_ROWS_WARNED:
+        return
+    rows = confident[np.linspace(0, len(confident) - 1, n_rows).round().astype(int)]
+    predicted = estimator._predictive().predicted_index(X[rows])
+    moved = int(np.count_nonzero(predicted != y_index[rows]))
+    if moved < MOVED_ROWS_WARNED:
+        return
+    warn(
+        f"{type(estimator).__name__}: {PREDICTIVE_LEAVES_MODE}. Of "
+        f"{n_rows} training rows the mode classifies right with probability at least "
+        f"{CONFIDENT_MODE:g}, the predictive gives {moved} another class: classes are "
+        f"separated (all, or some from the rest), so the posterior is one-sided along the "
+        f"separating directions, and the Gaussian about the mode puts as much mass on the "
+        f"wrong side, more as C grows; predict_proba is not the posterior's there. Use "
+        f"VSLogisticRegression or EPLogisticRegression, which fit the one-sided posterior, "
+        f"or a smaller C or narrower prior (EmpiricalBayesClassifier chooses C by the "
+        f"evidence).",
+        UnreliableFitWarning,
+    )
 
 
 def _warn_estimated_evidence(name: str, laplace, choice: CovarianceChoice) -> None:

@@ -52,7 +52,12 @@ from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
 from . import _arviz_export, _summaries
-from ._base import ESTIMATED_EVIDENCE, INTERCEPT_PRIOR_VAR, _validate_training_data
+from ._base import (
+    ESTIMATED_EVIDENCE,
+    INTERCEPT_PRIOR_VAR,
+    _validate_training_data,
+    check_predictive_against_mode,
+)
 from ._dask_input import check_prediction_input
 from ._registry import LINKS
 from .laplace import LaplaceLogisticRegression, LaplaceProbitRegression
@@ -366,7 +371,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 message=f".*{re.escape(ESTIMATED_EVIDENCE)}",
                 category=UnreliableFitWarning,
             )
-            return self._fit(X, y, sample_weight)
+            # Nor does each fit compare its Laplace predictive with its mode: the cost would
+            # be paid at every C, and separable classes get this class's own warning.
+            unchecked = check_predictive_against_mode.set(False)
+            try:
+                return self._fit(X, y, sample_weight)
+            finally:
+                check_predictive_against_mode.reset(unchecked)
 
     def _fit(self, X, y, sample_weight):
         base = VSLogisticRegression() if self.estimator is None else self.estimator
