@@ -243,6 +243,32 @@ def test_binary_interval_is_the_links_quantiles(binary):
     assert fit32.sample_proba(X32[:3], 10, random_state=0).dtype == np.float32
 
 
+@pytest.mark.parametrize(
+    "estimator_class, far",
+    [(LaplaceLogisticRegression, 40.0), (LaplaceProbitRegression, 8.0)],
+)
+def test_binary_interval_keeps_the_digits_of_a_small_probability(estimator_class, far):
+    """Rows predicted with near certainty (latent means beyond 37 logits, 8.3 probits, where
+    F(f) rounds to 1): the unlikely class's bounds are F(-f) at the latent's quantiles, not
+    1 - F(f), which rounded them to 0, below the median of the drawn probabilities."""
+    X, y = binary_data()
+    model = estimator_class(C=10.0).fit(X, y)
+    rows = np.array([[far, 0.0], [-far, 0.0]])
+    lower, upper = model.predict_proba_interval(rows, level=0.5)
+    mean, var = model.latent_mean_and_variance(rows)
+    cdf = expit if estimator_class is LaplaceLogisticRegression else norm.cdf
+    ends = mean[:, None] + norm.ppf([0.25, 0.75]) * np.sqrt(var)[:, None]
+    # Each class's bounds are its link's values at the latent's quantiles, to round-off.
+    expected_lower = np.column_stack([cdf(-ends[:, 1]), cdf(ends[:, 0])])
+    expected_upper = np.column_stack([cdf(-ends[:, 0]), cdf(ends[:, 1])])
+    np.testing.assert_allclose(lower, expected_lower, rtol=1e-12)
+    np.testing.assert_allclose(upper, expected_upper, rtol=1e-12)
+    assert lower[0, 0] > 0 and lower[1, 1] > 0  # each row's unlikely class
+    # The interval holds the median of the drawn probabilities, however small.
+    median = np.median(model.sample_proba(rows, 2001, random_state=0), axis=0)
+    assert np.all((lower <= median) & (median <= upper))
+
+
 def test_multinomial_interval_matches_the_draws(multinomial):
     X, y, model = multinomial
     lower, upper = model.predict_proba_interval(X[:4], level=0.9, random_state=0)

@@ -394,11 +394,15 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     if n_classes == 2:
         mean, var = predictive.latent_mean_and_variance(X)
         sd = np.sqrt(var)
-        link = predictive.link
+        log_cdf = predictive.link.log_cdf
         # The link is increasing: the probability's quantiles are the link's of the latent's.
-        low = np.exp(link.log_cdf(mean - z * sd))
-        high = np.exp(link.log_cdf(mean + z * sd))
-        return np.column_stack([1.0 - high, low]), np.column_stack([1.0 - low, high])
+        # The first class's are P(y = -1 | f) = F(-f) of the same quantiles, in the log
+        # domain: 1 - F(f) rounds a probability below 1e-16 to 0, and the interval then
+        # left out its own median (and predict_proba's value).
+        low, high = mean - z * sd, mean + z * sd
+        lower = np.exp(np.column_stack([log_cdf(-high), log_cdf(low)]))
+        upper = np.exp(np.column_stack([log_cdf(-low), log_cdf(high)]))
+        return lower, upper
     rng = reproducible_generator(random_state)
     tails = [0.5 - 0.5 * level, 0.5 + 0.5 * level]
     lower = np.empty((X.shape[0], n_classes))
