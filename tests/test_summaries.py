@@ -193,6 +193,41 @@ def test_draws_beyond_the_memory_limit_are_refused_naming_n_draws(multinomial):
         model.sample_coef(1000)  # (0.36 MiB: drawn)
 
 
+def test_drawn_labels_and_probabilities_stay_within_their_blocks(multinomial):
+    """sample_y holds its labels whole (with their uniform draws and class indices), never
+    the draws' probabilities (n_draws × n × 3) and their cumulative sums, which took it to
+    3 × the labels' memory; the blocks of both reads keep their temporaries within the
+    working memory (a quarter of it per block: 0.5 MiB at 2 MiB)."""
+    import tracemalloc
+
+    from sklearn import config_context as sklearn_config
+
+    X, _, model = multinomial
+    n_draws = 2400
+    probabilities = 8.0 * n_draws * len(X) * 3
+    labels = n_draws * len(X) * (16 + model.classes_.dtype.itemsize)  # uniform, index, label
+    block = 2**20 / 2
+    draws = 8.0 * 3 * n_draws * 9  # the coefficient draws: 3 copies of 2400 × 9
+    peaks = {}
+    with sklearn_config(working_memory=2):
+        for name, call in (
+            ("sample_y", lambda: model.sample_y(X, n_draws, random_state=0)),
+            ("sample_proba", lambda: model.sample_proba(X, n_draws, random_state=0)),
+        ):
+            call()  # (the first call's imports and caches are not the read's)
+            tracemalloc.start()
+            try:
+                call()
+                peaks[name] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        blocked = model.sample_y(X, n_draws, random_state=0)
+    assert peaks["sample_y"] < labels + block + draws
+    assert peaks["sample_proba"] < probabilities + block + draws
+    # The blocks change no label: each is read from the same probabilities.
+    np.testing.assert_array_equal(blocked, model.sample_y(X, n_draws, random_state=0))
+
+
 def test_unfitted_estimator_says_fit_first(binary):
     from sklearn.exceptions import NotFittedError
 
