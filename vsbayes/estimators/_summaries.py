@@ -381,6 +381,13 @@ def variance_error_factor(estimator) -> float:
 
 # --- prediction intervals and posterior predictive draws ----------------------------------
 
+#: Arrays of n_classes per row and draw that a block of drawn latent values holds at its
+#: peak: the latent values, the softmax's or the links' temporaries, the probabilities, and
+#: the labels' cumulative sums or the quantiles' sorted copy. Counted as 3, the blocks of
+#: the intervals and the draws took up to 2.2 × their share of the working memory
+#: (tracemalloc, 3 and 10 classes); as 7, at most 0.86 ×.
+_DRAWN_ARRAYS = 7
+
 
 def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     """``(lower, upper)`` of each row's class probabilities, (n, n_classes) each: exact
@@ -411,9 +418,9 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     multinomial = estimator._is_multinomial()
     # Blocks of rows set by the memory alone, not the latent's chunks (which follow the BLAS
     # threads): each row gets the same draws whatever the threads. Per row: the draws'
-    # temporaries, and at most a K² · p product of the latent moments.
+    # temporaries (_DRAWN_ARRAYS), and at most a K² · p product of the latent moments.
     width = estimator.coef_.shape[1] + 1
-    row_bytes = 8.0 * (3 * n_draws * n_classes + n_classes**2 * width)
+    row_bytes = 8.0 * (_DRAWN_ARRAYS * n_draws * n_classes + n_classes**2 * width)
     check_memory(  # (block_length gives a row at least, whatever its bytes)
         row_bytes,
         f"{n_draws} draws of a row's {n_classes} latent values",
@@ -514,10 +521,7 @@ def _drawn_probabilities(estimator, X, coef: np.ndarray, intercept: np.ndarray):
     n_draws, n_classes = coef.shape[0], len(estimator.classes_)
     link = get_link(estimator._link)
     multinomial = estimator._is_multinomial()
-    # Per row and draw, seven arrays of n_classes at the peak (the latent values, the
-    # softmax's or links' temporaries, the probabilities and the labels' cumulative sums):
-    # with three, the blocks took up to 2.2 × their budget (tracemalloc; 3 and 10 classes).
-    for rows in _row_blocks(X.shape[0], 8.0 * 7 * n_draws * n_classes):
+    for rows in _row_blocks(X.shape[0], 8.0 * _DRAWN_ARRAYS * n_draws * n_classes):
         f = np.swapaxes(_latent_draws(X[rows], coef, intercept), 1, 2)  # (S, r, problems)
         if n_classes == 2:  # P(y = -1 | f) = F(-f), each in the log domain
             proba = np.exp(np.stack([link.log_cdf(-f[..., 0]), link.log_cdf(f[..., 0])], axis=2))
