@@ -567,6 +567,42 @@ def test_multinomial_ep_loo_matches_refits(multinomial):
     np.testing.assert_allclose(sparse.pointwise, cavities.pointwise, rtol=1e-12)
 
 
+def test_multinomial_loo_under_a_given_prior():
+    """A multinomial fit under a Gaussian prior= (EmpiricalBayesClassifier(scales="ard")'s
+    fits) has leave-one-out and the ArviZ export: they were refused. EP's terms are those of
+    refits under the same prior, PSIS weighs its draws by that prior's density."""
+    X, y = three_class_data(n=90, seed=1)
+    rng = np.random.default_rng(0)
+    prior = (0.3 * rng.standard_normal(9), np.r_[np.tile([0.5, 4.0], 3), [100.0] * 3])
+
+    def refits(rows):
+        out = []
+        for i in rows:
+            keep = np.arange(len(y)) != i
+            refit = EPLogisticRegression(prior=prior).fit(X[keep], y[keep])
+            out.append(refit.predict_log_proba(X[i : i + 1])[0, y[i]])
+        return np.array(out)
+
+    # (Under prior= a row's refit is the estimator's: above 0.01 nats, 88 rows, 3 s.)
+    ep = EPLogisticRegression(prior=prior).fit(X, y).loo(X, y, random_state=0, refit_above=0.2)
+    refitted = np.flatnonzero(ep.refitted)[:2]
+    assert refitted.size == 2
+    # A refitted row's term is the refit's (EP's tolerance); a cavity's within the
+    # cavities' error (0.02 nats at most here against the refits).
+    np.testing.assert_allclose(ep.pointwise[refitted], refits(refitted), atol=1e-6)
+    np.testing.assert_allclose(ep.pointwise[:2], refits([0, 1]), atol=0.03)
+    laplace = LaplaceLogisticRegression(prior=prior).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PSISWarning)
+        psis = laplace.loo(X, y, random_state=0)
+    # (Both estimate the same leave-one-out; PSIS's Monte Carlo error ~0.2 nats here.)
+    assert psis.elpd_loo == pytest.approx(ep.elpd_loo, abs=0.5)
+    tree = laplace.to_inference_data(X, y, n_draws=50, random_state=0)
+    # lp is log p(y | θ) + log N(θ; prior), up to a constant: the prior's density enters.
+    coef = tree.posterior["coef"].values[0]
+    assert np.isfinite(tree.sample_stats["lp"].values).all() and coef.shape == (50, 3, 2)
+
+
 @pytest.mark.parametrize("data", [binary_data, three_class_data])
 def test_psis_loo_agrees_with_ep(data):
     # Both estimate the exact posterior's leave-one-out; on 150 rows and 3-9 parameters

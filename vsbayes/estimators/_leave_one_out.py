@@ -630,19 +630,15 @@ def _softmax_log_predictive(mean, cov, label, weights) -> np.ndarray:
 
 def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     """``log p(θ)`` up to a constant, as a function of a block of draws (rows of θ, each of
-    ``size`` entries): the prior the fit used — ``prior=`` a Gaussian (binary), a shrinkage
+    ``size`` entries): the prior the fit used — ``prior=`` a Gaussian, a shrinkage
     prior's on the coefficients (``penalty="l1"``/``"elasticnet"`` or a prior object;
     binary, or on every class's coefficients of the multinomial), else N(0, C) (the flat
     prior's, or liblinear's intercept) as ``fit`` made it."""
     factor = getattr(estimator, "_coefficient_factor_", None)
     given = getattr(estimator, "prior", None) is not None and factor is None
-    if given and n_problems != 1:
-        raise ValueError(
-            "Leave-one-out and WAIC of the multinomial posterior are implemented under its "
-            "default prior N(0, C) only, not under a prior=: fit with C instead."
-        )
-    if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (one binary problem)
-        return estimator._problem_priors(d, [(None, None)], estimator.classes_)[0].log_density
+    if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (binary, or the multinomial's one)
+        problem = (None, None if n_problems == 1 else n_problems)
+        return estimator._problem_priors(d, [problem], estimator.classes_)[0].log_density
     priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
     prior_var = np.empty(size)  # θ: every problem's (or class's) d, then intercepts
     prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)
