@@ -790,6 +790,33 @@ def test_inference_data_for_arviz(multinomial):
     assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
 
 
+def test_inference_data_holds_the_log_likelihood_once(binary):
+    """The export's memory check counts the draws' log-likelihoods once (n_draws × n): its
+    blocks fill one array, where joining a list of them held it twice."""
+    pytest.importorskip("arviz_base")
+    import tracemalloc
+
+    from sklearn import config_context as sklearn_config
+
+    X, y, model = binary
+    n_draws = 4000
+    counted = 8.0 * n_draws * (3 * 3 + len(y))  # the check's: 3 copies of θ, one row of ll
+    with sklearn_config(working_memory=2):  # (a block: 0.5 MiB of temporaries)
+        model.to_inference_data(X, y, n_draws=10)  # (the first call's imports)
+        tracemalloc.start()
+        try:
+            tree = model.to_inference_data(X, y, n_draws=n_draws, random_state=0)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < counted + 2**20 / 2
+    # The same values as the draws' own log-likelihoods.
+    coef = tree["posterior"]["coef"].values[0, :, 0]
+    f = X @ coef.T + tree["posterior"]["intercept"].values[0, :, 0]
+    expected = -np.logaddexp(0.0, -np.where(y == 1, 1.0, -1.0)[:, None] * f).T
+    np.testing.assert_allclose(tree["log_likelihood"]["y"].values[0], expected, rtol=1e-12)
+
+
 @pytest.mark.parametrize("penalty", ["l2", "l1"])
 def test_inference_data_draws_are_the_summarys_coefficients(penalty):
     """The exported draws are of the coefficients summary() shows: the centred ones of a
