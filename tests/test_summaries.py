@@ -938,9 +938,9 @@ def test_unreliable_psis_names_a_remedy_that_applies():
 
 
 def test_a_streams_loo_refuses_rows_other_than_its_batches():
-    """A stream keeps its rows' count: loo of the last batch alone (or of other data) would
-    score rows under a posterior that has seen them as if left out, so it is refused; the
-    stream's rows, and a fit's continued by a batch, are taken."""
+    """A stream keeps its rows' count and class weights: loo of the last batch alone (or of
+    other data) would score rows under a posterior that has seen them as if left out, so it
+    is refused; the stream's rows, and a fit's continued by a batch, are taken."""
     X, y = make_classification(90, 4, random_state=0)
     stream = LaplaceLogisticRegression()
     for start in range(0, 90, 30):
@@ -952,3 +952,17 @@ def test_a_streams_loo_refuses_rows_other_than_its_batches():
     with pytest.raises(ValueError, match="X has 60 rows; the stream's batches had 90"):
         continued.loo(X[:60], y[:60])
     assert np.isfinite(continued.loo(X, y).elpd_loo)
+    # And each class's total weight: a weighted stream's rows without their weights (or
+    # with other labels) are not its likelihood; they were taken, as if of weight 1.
+    weights = np.where(np.arange(90) % 3 == 0, 2.0, 1.0)
+    weighted = LaplaceLogisticRegression(class_weight={0: 1.0, 1: 3.0})
+    weighted.fit(X[:30], y[:30], sample_weight=weights[:30])
+    for start in (30, 60):
+        rows = slice(start, start + 30)
+        weighted.partial_fit(X[rows], y[rows], sample_weight=weights[rows])
+    with pytest.raises(ValueError, match="the weight of each class's rows"):
+        weighted.loo(X, y)
+    relabelled = np.where(np.arange(90) < 4, 1 - y, y)  # (4 rows' labels: other weights)
+    with pytest.raises(ValueError, match="the weight of each class's rows"):
+        weighted.loo(X, relabelled, weights)
+    assert np.isfinite(weighted.loo(X, y, weights).elpd_loo)
