@@ -489,8 +489,8 @@ def sample_labels(estimator, X, n_draws: int, random_state) -> np.ndarray:
     """Labels drawn from the posterior predictive: (n_draws, n).
 
     Each draw's label is read from its probabilities block by block of rows: only the
-    labels (and their uniform draws) are held whole, never the n_draws × n × n_classes
-    probabilities and their cumulative sums, 2 × n_classes times the labels' memory.
+    labels (with their uniform draws and class indices) are held whole, never the
+    n_draws × n × n_classes probabilities and their cumulative sums.
     """
     n_draws = check_n_draws(n_draws)
     X = estimator._validate_prediction_data(X)
