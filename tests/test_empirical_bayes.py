@@ -272,6 +272,12 @@ def test_posterior_in_use_is_the_fitted_estimators(sparse_truth, ard_fit):
     draws = ard_fit.sample_proba(X_test[:3], 5, random_state=0)
     np.testing.assert_array_equal(draws, inner.sample_proba(X_test[:3, kept], 5, random_state=0))
     assert set(np.unique(ard_fit.sample_y(X_test[:3], 5, random_state=0))) <= {0, 1}
+    # The coefficient draws in X's columns, as coef_: a pruned feature's are 0.
+    coef, intercept = ard_fit.sample_coef(4, random_state=0)
+    inner_coef, inner_intercept = inner.sample_coef(4, random_state=0)
+    assert coef.shape == (4, *ard_fit.coef_.shape) and np.all(coef[:, :, ~kept] == 0)
+    np.testing.assert_array_equal(coef[:, :, kept], inner_coef)
+    np.testing.assert_array_equal(intercept, inner_intercept)
     loo = ard_fit.loo(X, y, refit_above=None)
     assert loo.method == "ep-cavity" and loo.pointwise.shape == (300,)
     with pytest.raises(ValueError, match="level"):
@@ -294,6 +300,13 @@ def test_ard_multiclass_shares_a_feature_across_classes():
         assert model.support_[2:4].all() and model.support_[4:].sum() <= 3
         assert model.coef_.shape == (3, 20) and model.predict_proba(X).shape == (150, 3)
         assert len(model.summary()) == 3 * (20 + 1)
+        if isinstance(estimator, vsbayes.LaplaceLogisticRegression):
+            # The multinomial estimator is fitted under the chosen variances as prior=: its
+            # leave-one-out takes them (it refused any prior= beyond two classes).
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", vsbayes.exceptions.PSISWarning)
+                loo = model.loo(X, y, n_draws=400, random_state=0)
+            assert loo.method == "psis" and np.isfinite(loo.elpd_loo)
 
 
 @pytest.mark.parametrize("scales", ["shared", "ard"])

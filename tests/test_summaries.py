@@ -193,6 +193,41 @@ def test_draws_beyond_the_memory_limit_are_refused_naming_n_draws(multinomial):
         model.sample_coef(1000)  # (0.36 MiB: drawn)
 
 
+def test_drawn_labels_and_probabilities_stay_within_their_blocks(multinomial):
+    """sample_y holds its labels whole (with their uniform draws and class indices), never
+    the draws' probabilities (n_draws × n × 3) and their cumulative sums, which took it to
+    3 × the labels' memory; the blocks of both reads keep their temporaries within the
+    working memory (a quarter of it per block: 0.5 MiB at 2 MiB)."""
+    import tracemalloc
+
+    from sklearn import config_context as sklearn_config
+
+    X, _, model = multinomial
+    n_draws = 2400
+    probabilities = 8.0 * n_draws * len(X) * 3
+    labels = n_draws * len(X) * (16 + model.classes_.dtype.itemsize)  # uniform, index, label
+    block = 2**20 / 2
+    draws = 8.0 * 3 * n_draws * 9  # the coefficient draws: 3 copies of 2400 × 9
+    peaks = {}
+    with sklearn_config(working_memory=2):
+        for name, call in (
+            ("sample_y", lambda: model.sample_y(X, n_draws, random_state=0)),
+            ("sample_proba", lambda: model.sample_proba(X, n_draws, random_state=0)),
+        ):
+            call()  # (the first call's imports and caches are not the read's)
+            tracemalloc.start()
+            try:
+                call()
+                peaks[name] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        blocked = model.sample_y(X, n_draws, random_state=0)
+    assert peaks["sample_y"] < labels + block + draws
+    assert peaks["sample_proba"] < probabilities + block + draws
+    # The blocks change no label: each is read from the same probabilities.
+    np.testing.assert_array_equal(blocked, model.sample_y(X, n_draws, random_state=0))
+
+
 def test_unfitted_estimator_says_fit_first(binary):
     from sklearn.exceptions import NotFittedError
 
@@ -241,6 +276,32 @@ def test_binary_interval_is_the_links_quantiles(binary):
     assert fit32.predict_proba(X32[:3]).dtype == np.float32
     assert {b.dtype for b in fit32.predict_proba_interval(X32[:3])} == {np.dtype(np.float32)}
     assert fit32.sample_proba(X32[:3], 10, random_state=0).dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "estimator_class, far",
+    [(LaplaceLogisticRegression, 40.0), (LaplaceProbitRegression, 8.0)],
+)
+def test_binary_interval_keeps_the_digits_of_a_small_probability(estimator_class, far):
+    """Rows predicted with near certainty (latent means beyond 37 logits, 8.3 probits, where
+    F(f) rounds to 1): the unlikely class's bounds are F(-f) at the latent's quantiles, not
+    1 - F(f), which rounded them to 0, below the median of the drawn probabilities."""
+    X, y = binary_data()
+    model = estimator_class(C=10.0).fit(X, y)
+    rows = np.array([[far, 0.0], [-far, 0.0]])
+    lower, upper = model.predict_proba_interval(rows, level=0.5)
+    mean, var = model.latent_mean_and_variance(rows)
+    cdf = expit if estimator_class is LaplaceLogisticRegression else norm.cdf
+    ends = mean[:, None] + norm.ppf([0.25, 0.75]) * np.sqrt(var)[:, None]
+    # Each class's bounds are its link's values at the latent's quantiles, to round-off.
+    expected_lower = np.column_stack([cdf(-ends[:, 1]), cdf(ends[:, 0])])
+    expected_upper = np.column_stack([cdf(-ends[:, 0]), cdf(ends[:, 1])])
+    np.testing.assert_allclose(lower, expected_lower, rtol=1e-12)
+    np.testing.assert_allclose(upper, expected_upper, rtol=1e-12)
+    assert lower[0, 0] > 0 and lower[1, 1] > 0  # each row's unlikely class
+    # The interval holds the median of the drawn probabilities, however small.
+    median = np.median(model.sample_proba(rows, 2001, random_state=0), axis=0)
+    assert np.all((lower <= median) & (median <= upper))
 
 
 def test_multinomial_interval_matches_the_draws(multinomial):
@@ -506,6 +567,42 @@ def test_multinomial_ep_loo_matches_refits(multinomial):
     np.testing.assert_allclose(sparse.pointwise, cavities.pointwise, rtol=1e-12)
 
 
+def test_multinomial_loo_under_a_given_prior():
+    """A multinomial fit under a Gaussian prior= (EmpiricalBayesClassifier(scales="ard")'s
+    fits) has leave-one-out and the ArviZ export: they were refused. EP's terms are those of
+    refits under the same prior, PSIS weighs its draws by that prior's density."""
+    X, y = three_class_data(n=90, seed=1)
+    rng = np.random.default_rng(0)
+    prior = (0.3 * rng.standard_normal(9), np.r_[np.tile([0.5, 4.0], 3), [100.0] * 3])
+
+    def refits(rows):
+        out = []
+        for i in rows:
+            keep = np.arange(len(y)) != i
+            refit = EPLogisticRegression(prior=prior).fit(X[keep], y[keep])
+            out.append(refit.predict_log_proba(X[i : i + 1])[0, y[i]])
+        return np.array(out)
+
+    # (Under prior= a row's refit is the estimator's: above 0.01 nats, 88 rows, 3 s.)
+    ep = EPLogisticRegression(prior=prior).fit(X, y).loo(X, y, random_state=0, refit_above=0.2)
+    refitted = np.flatnonzero(ep.refitted)[:2]
+    assert refitted.size == 2
+    # A refitted row's term is the refit's (EP's tolerance); a cavity's within the
+    # cavities' error (0.02 nats at most here against the refits).
+    np.testing.assert_allclose(ep.pointwise[refitted], refits(refitted), atol=1e-6)
+    np.testing.assert_allclose(ep.pointwise[:2], refits([0, 1]), atol=0.03)
+    laplace = LaplaceLogisticRegression(prior=prior).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PSISWarning)
+        psis = laplace.loo(X, y, random_state=0)
+    # (Both estimate the same leave-one-out; PSIS's Monte Carlo error ~0.2 nats here.)
+    assert psis.elpd_loo == pytest.approx(ep.elpd_loo, abs=0.5)
+    tree = laplace.to_inference_data(X, y, n_draws=50, random_state=0)
+    # lp is log p(y | θ) + log N(θ; prior), up to a constant: the prior's density enters.
+    coef = tree.posterior["coef"].values[0]
+    assert np.isfinite(tree.sample_stats["lp"].values).all() and coef.shape == (50, 3, 2)
+
+
 @pytest.mark.parametrize("data", [binary_data, three_class_data])
 def test_psis_loo_agrees_with_ep(data):
     # Both estimate the exact posterior's leave-one-out; on 150 rows and 3-9 parameters
@@ -693,6 +790,33 @@ def test_inference_data_for_arviz(multinomial):
     assert float(result.elpd) == pytest.approx(ours.elpd_loo, abs=0.5)
 
 
+def test_inference_data_holds_the_log_likelihood_once(binary):
+    """The export's memory check counts the draws' log-likelihoods once (n_draws × n): its
+    blocks fill one array, where joining a list of them held it twice."""
+    pytest.importorskip("arviz_base")
+    import tracemalloc
+
+    from sklearn import config_context as sklearn_config
+
+    X, y, model = binary
+    n_draws = 4000
+    counted = 8.0 * n_draws * (3 * 3 + len(y))  # the check's: 3 copies of θ, one row of ll
+    with sklearn_config(working_memory=2):  # (a block: 0.5 MiB of temporaries)
+        model.to_inference_data(X, y, n_draws=10)  # (the first call's imports)
+        tracemalloc.start()
+        try:
+            tree = model.to_inference_data(X, y, n_draws=n_draws, random_state=0)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < counted + 2**20 / 2
+    # The same values as the draws' own log-likelihoods.
+    coef = tree["posterior"]["coef"].values[0, :, 0]
+    f = X @ coef.T + tree["posterior"]["intercept"].values[0, :, 0]
+    expected = -np.logaddexp(0.0, -np.where(y == 1, 1.0, -1.0)[:, None] * f).T
+    np.testing.assert_allclose(tree["log_likelihood"]["y"].values[0], expected, rtol=1e-12)
+
+
 @pytest.mark.parametrize("penalty", ["l2", "l1"])
 def test_inference_data_draws_are_the_summarys_coefficients(penalty):
     """The exported draws are of the coefficients summary() shows: the centred ones of a
@@ -814,9 +938,9 @@ def test_unreliable_psis_names_a_remedy_that_applies():
 
 
 def test_a_streams_loo_refuses_rows_other_than_its_batches():
-    """A stream keeps its rows' count: loo of the last batch alone (or of other data) would
-    score rows under a posterior that has seen them as if left out, so it is refused; the
-    stream's rows, and a fit's continued by a batch, are taken."""
+    """A stream keeps its rows' count and class weights: loo of the last batch alone (or of
+    other data) would score rows under a posterior that has seen them as if left out, so it
+    is refused; the stream's rows, and a fit's continued by a batch, are taken."""
     X, y = make_classification(90, 4, random_state=0)
     stream = LaplaceLogisticRegression()
     for start in range(0, 90, 30):
@@ -828,3 +952,19 @@ def test_a_streams_loo_refuses_rows_other_than_its_batches():
     with pytest.raises(ValueError, match="X has 60 rows; the stream's batches had 90"):
         continued.loo(X[:60], y[:60])
     assert np.isfinite(continued.loo(X, y).elpd_loo)
+    # And each class's total weight: a weighted stream's rows without their weights (or
+    # with other labels) are not its likelihood; they were taken, as if of weight 1.
+    weights = np.where(np.arange(90) % 3 == 0, 2.0, 1.0)
+    weighted = LaplaceLogisticRegression(class_weight={0: 1.0, 1: 3.0})
+    weighted.fit(X[:30], y[:30], sample_weight=weights[:30])
+    for start in (30, 60):
+        rows = slice(start, start + 30)
+        weighted.partial_fit(X[rows], y[rows], sample_weight=weights[rows])
+    with pytest.raises(ValueError, match="the weight of each class's rows"):
+        weighted.loo(X, y)
+    relabelled = np.where(np.arange(90) < 4, 1 - y, y)  # (4 rows' labels: other weights)
+    with pytest.raises(ValueError, match="the weight of each class's rows"):
+        weighted.loo(X, relabelled, weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PSISWarning)  # (one row's k̂ above 0.7)
+        assert np.isfinite(weighted.loo(X, y, weights).elpd_loo)

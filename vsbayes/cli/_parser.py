@@ -202,8 +202,9 @@ def build_parser() -> Parser:
     fit.add_argument(
         "--plot",
         metavar="OUT.png",
-        help="also write a forest plot of the coefficients' intervals and a calibration plot "
-        "of the predicted probabilities to OUT.png (replaced if it exists; needs matplotlib)",
+        help="also write a forest plot of the coefficients' intervals (at most 60: those "
+        "farthest from 0 in sds) and a calibration plot of the predicted probabilities to "
+        "OUT.png (replaced if it exists; needs matplotlib)",
     )
 
     compare = sub.add_parser(

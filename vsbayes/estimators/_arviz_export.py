@@ -102,8 +102,10 @@ def to_inference_data(
             attrs[name] = value.item() if isinstance(value, np.generic) else value
     if data is not None:
         draws = _Draws(estimator, data, coef, intercept)
-        log_likelihood = [draws.row_log_likelihood(rows) for rows in draws.blocks()]
-        log_likelihood = np.concatenate(log_likelihood, axis=1)
+        # Filled block by block: a list of the blocks joined at the end held it twice.
+        log_likelihood = np.empty((n_draws, n_rows))
+        for rows in draws.blocks():
+            log_likelihood[:, rows] = draws.row_log_likelihood(rows)
         groups["log_likelihood"] = {"y": log_likelihood[None]}
         groups["observed_data"] = {"y": np.asarray(y)}
         lp, log_q = _log_densities(estimator, data, *raw, log_likelihood.sum(axis=1))

@@ -196,6 +196,8 @@ class TrainingFingerprint:
     design_scale: float
     labels: float
     weights: float
+    #: The weight (sample_weight × class weight) of each class's rows, summed.
+    class_weights: tuple[float, ...] = ()
 
     #: The relative difference of the design's projections beyond which the rows differ:
     #: far above the round-off of the sums (≲ 1e-12 of the scale), and of the same data
@@ -228,6 +230,7 @@ class TrainingFingerprint:
             design_scale=scale,
             labels=float(position @ (np.asarray(y_index, dtype=float) + 1.0)),
             weights=float(position @ np.asarray(weights, dtype=float)),
+            class_weights=_class_totals(y_index, weights),
         )
 
     def differences(self, other: TrainingFingerprint) -> list[str]:
@@ -247,17 +250,45 @@ class TrainingFingerprint:
 
 @dataclasses.dataclass(frozen=True)
 class StreamRows:
-    """What a stream (``partial_fit``) keeps of its rows for leave-one-out: their count.
+    """What a stream (``partial_fit``) keeps of its rows for leave-one-out: their count,
+    and the weight of each class's rows (sample_weight × class weight), summed.
 
     Its batches are not kept (memory does not grow with the rows seen), so leave-one-out
-    cannot tell them from other rows of the same count; another count (the last batch
-    alone, other data) is not the posterior's rows, which loo would score as if left out
-    of a posterior that in fact saw them, or never did."""
+    cannot tell them from other rows of the same count and class weights; another count
+    (the last batch alone, other data) is not the posterior's rows, which loo would score
+    as if left out of a posterior that in fact saw them, or never did, and other weights
+    (the stream's sample_weight left out) are not its likelihood."""
 
     n_rows: int
+    class_weights: tuple[float, ...] = ()
+
+    @classmethod
+    def after(cls, previous, y_index: np.ndarray, weights: np.ndarray, n_classes: int):
+        """The rows of a stream after a batch (class indices ``y_index``, row weights
+        ``weights``) joins those of ``previous`` (a StreamRows, a fit's
+        :class:`TrainingFingerprint`, or None at the stream's start)."""
+        totals = np.zeros(n_classes)
+        if previous is not None:
+            seen = np.asarray(previous.class_weights, dtype=float)
+            totals[: seen.size] = seen
+        totals += np.bincount(y_index, weights, minlength=n_classes)[:n_classes]
+        n_before = 0 if previous is None else previous.n_rows
+        return cls(n_before + len(y_index), tuple(totals.tolist()))
 
     def differences(self, other: TrainingFingerprint) -> list[str]:
-        return [] if other.n_rows == self.n_rows else ["rows"]
+        if other.n_rows != self.n_rows:
+            return ["rows"]
+        size = max(len(self.class_weights), len(other.class_weights))
+        mine, theirs = np.zeros(size), np.zeros(size)
+        mine[: len(self.class_weights)] = self.class_weights
+        theirs[: len(other.class_weights)] = other.class_weights
+        # (The batches' sums against one sum of the same weights: round-off apart.)
+        return [] if np.allclose(theirs, mine, rtol=1e-9, atol=1e-12) else ["class weights"]
+
+
+def _class_totals(y_index: np.ndarray, weights: np.ndarray) -> tuple[float, ...]:
+    """The weight of each class index's rows, summed."""
+    return tuple(np.bincount(y_index, np.asarray(weights, dtype=float)).tolist())
 
 
 #: The seed of the fingerprint's projections (any fixed one: the same for fit and loo).
@@ -279,6 +310,12 @@ def _check_fitted_rows(estimator, data: _Training) -> None:
     if differences == ["rows"]:
         had = "the stream's batches had" if isinstance(fitted, StreamRows) else "the fit had"
         what = f"X has {given.n_rows} rows; {had} {fitted.n_rows}"
+    elif differences == ["class weights"]:
+        what = (
+            f"the weight of each class's rows (sample_weight × class_weight, summed) is "
+            f"{list(given.class_weights)}; the stream's batches had "
+            f"{list(fitted.class_weights)}"
+        )
     else:
         verb = "differs" if len(differences) == 1 else "differ"
         what = f"{' and '.join(differences)} {verb} from the fit's (or its rows' order)"
@@ -630,19 +667,15 @@ def _softmax_log_predictive(mean, cov, label, weights) -> np.ndarray:
 
 def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     """``log p(θ)`` up to a constant, as a function of a block of draws (rows of θ, each of
-    ``size`` entries): the prior the fit used — ``prior=`` a Gaussian (binary), a shrinkage
+    ``size`` entries): the prior the fit used — ``prior=`` a Gaussian, a shrinkage
     prior's on the coefficients (``penalty="l1"``/``"elasticnet"`` or a prior object;
     binary, or on every class's coefficients of the multinomial), else N(0, C) (the flat
     prior's, or liblinear's intercept) as ``fit`` made it."""
     factor = getattr(estimator, "_coefficient_factor_", None)
     given = getattr(estimator, "prior", None) is not None and factor is None
-    if given and n_problems != 1:
-        raise ValueError(
-            "Leave-one-out and WAIC of the multinomial posterior are implemented under its "
-            "default prior N(0, C) only, not under a prior=: fit with C instead."
-        )
-    if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (one binary problem)
-        return estimator._problem_priors(d, [(None, None)], estimator.classes_)[0].log_density
+    if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (binary, or the multinomial's one)
+        problem = (None, None if n_problems == 1 else n_problems)
+        return estimator._problem_priors(d, [problem], estimator.classes_)[0].log_density
     priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
     prior_var = np.empty(size)  # θ: every problem's (or class's) d, then intercepts
     prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)

@@ -381,6 +381,13 @@ def variance_error_factor(estimator) -> float:
 
 # --- prediction intervals and posterior predictive draws ----------------------------------
 
+#: Arrays of n_classes per row and draw that a block of drawn latent values holds at its
+#: peak: the latent values, the softmax's or the links' temporaries, the probabilities, and
+#: the labels' cumulative sums or the quantiles' sorted copy. Counted as 3, the blocks of
+#: the intervals and the draws took up to 2.2 × their share of the working memory
+#: (tracemalloc, 3 and 10 classes); as 7, at most 0.86 ×.
+_DRAWN_ARRAYS = 7
+
 
 def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     """``(lower, upper)`` of each row's class probabilities, (n, n_classes) each: exact
@@ -394,11 +401,15 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     if n_classes == 2:
         mean, var = predictive.latent_mean_and_variance(X)
         sd = np.sqrt(var)
-        link = predictive.link
+        log_cdf = predictive.link.log_cdf
         # The link is increasing: the probability's quantiles are the link's of the latent's.
-        low = np.exp(link.log_cdf(mean - z * sd))
-        high = np.exp(link.log_cdf(mean + z * sd))
-        return np.column_stack([1.0 - high, low]), np.column_stack([1.0 - low, high])
+        # The first class's are P(y = -1 | f) = F(-f) of the same quantiles, in the log
+        # domain: 1 - F(f) rounds a probability below 1e-16 to 0, and the interval then
+        # left out its own median (and predict_proba's value).
+        low, high = mean - z * sd, mean + z * sd
+        lower = np.exp(np.column_stack([log_cdf(-high), log_cdf(low)]))
+        upper = np.exp(np.column_stack([log_cdf(-low), log_cdf(high)]))
+        return lower, upper
     rng = reproducible_generator(random_state)
     tails = [0.5 - 0.5 * level, 0.5 + 0.5 * level]
     lower = np.empty((X.shape[0], n_classes))
@@ -407,9 +418,9 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
     multinomial = estimator._is_multinomial()
     # Blocks of rows set by the memory alone, not the latent's chunks (which follow the BLAS
     # threads): each row gets the same draws whatever the threads. Per row: the draws'
-    # temporaries, and at most a K² · p product of the latent moments.
+    # temporaries (_DRAWN_ARRAYS), and at most a K² · p product of the latent moments.
     width = estimator.coef_.shape[1] + 1
-    row_bytes = 8.0 * (3 * n_draws * n_classes + n_classes**2 * width)
+    row_bytes = 8.0 * (_DRAWN_ARRAYS * n_draws * n_classes + n_classes**2 * width)
     check_memory(  # (block_length gives a row at least, whatever its bytes)
         row_bytes,
         f"{n_draws} draws of a row's {n_classes} latent values",
@@ -469,29 +480,57 @@ def sample_proba(estimator, X, n_draws: int, random_state) -> np.ndarray:
         f"rows at a time)",
     )
     out = np.empty((n_draws, X.shape[0], n_classes))
-    link = get_link(estimator._link)
-    multinomial = estimator._is_multinomial()
-    for rows in _row_blocks(X.shape[0], 8.0 * 3 * n_draws * n_classes):
-        f = np.swapaxes(_latent_draws(X[rows], coef, intercept), 1, 2)  # (S, r, problems)
-        if n_classes == 2:
-            log_p, log_q = link.log_cdf(f[..., 0]), link.log_cdf(-f[..., 0])
-            out[:, rows, 0], out[:, rows, 1] = np.exp(log_q), np.exp(log_p)
-        elif multinomial:
-            out[:, rows] = np.exp(log_softmax(f, axis=2))
-        else:
-            proba = np.exp(link.log_cdf(f))
-            out[:, rows] = proba / proba.sum(axis=2, keepdims=True)
+    for rows, proba in _drawn_probabilities(estimator, X, coef, intercept):
+        out[:, rows] = proba
     return out
 
 
 def sample_labels(estimator, X, n_draws: int, random_state) -> np.ndarray:
-    """Labels drawn from the posterior predictive: (n_draws, n)."""
+    """Labels drawn from the posterior predictive: (n_draws, n).
+
+    Each draw's label is read from its probabilities block by block of rows: only the
+    labels (with their uniform draws and class indices) are held whole, never the
+    n_draws × n × n_classes probabilities and their cumulative sums.
+    """
+    n_draws = check_n_draws(n_draws)
+    X = estimator._validate_prediction_data(X)
     rng = as_generator(random_state)
-    proba = sample_proba(estimator, X, n_draws, rng)
-    cumulative = np.cumsum(proba, axis=2)
-    uniform = rng.random(proba.shape[:2])[..., None] * cumulative[..., -1:]
-    index = np.minimum((uniform >= cumulative).sum(axis=2), proba.shape[2] - 1)
+    n = X.shape[0]
+    # Per label: its uniform draw, its class index and the label itself.
+    label_bytes = 16.0 + estimator.classes_.dtype.itemsize
+    coef, intercept = sample_coef(
+        estimator,
+        n_draws,
+        rng,
+        label_bytes * n_draws * n,
+        f" and the {n_draws} × {n} drawn labels (pass fewer rows at a time)",
+    )
+    uniform = rng.random((n_draws, n))  # (after the coefficients': the draws' order)
+    index = np.empty((n_draws, n), dtype=np.intp)
+    for rows, proba in _drawn_probabilities(estimator, X, coef, intercept):
+        cumulative = np.cumsum(proba, axis=2)
+        scaled = uniform[:, rows, None] * cumulative[..., -1:]
+        index[:, rows] = np.minimum((scaled >= cumulative).sum(axis=2), proba.shape[2] - 1)
     return estimator.classes_[index]
+
+
+def _drawn_probabilities(estimator, X, coef: np.ndarray, intercept: np.ndarray):
+    """``(rows, probabilities)`` of each block of X's rows under the coefficient draws
+    (layouts of :meth:`sample_coef`'s): (n_draws, rows, n_classes) each, the blocks sized by
+    the memory alone."""
+    n_draws, n_classes = coef.shape[0], len(estimator.classes_)
+    link = get_link(estimator._link)
+    multinomial = estimator._is_multinomial()
+    for rows in _row_blocks(X.shape[0], 8.0 * _DRAWN_ARRAYS * n_draws * n_classes):
+        f = np.swapaxes(_latent_draws(X[rows], coef, intercept), 1, 2)  # (S, r, problems)
+        if n_classes == 2:  # P(y = -1 | f) = F(-f), each in the log domain
+            proba = np.exp(np.stack([link.log_cdf(-f[..., 0]), link.log_cdf(f[..., 0])], axis=2))
+        elif multinomial:
+            proba = np.exp(log_softmax(f, axis=2))
+        else:
+            proba = np.exp(link.log_cdf(f))
+            proba /= proba.sum(axis=2, keepdims=True)
+        yield rows, proba
 
 
 def _row_blocks(n: int, bytes_per_row: float):

@@ -325,9 +325,14 @@ class BayesianUpdating(SiteWindowUpdates):
             per_class = compute_class_weight(self.class_weight, classes=classes, y=y)
             weights = weights * self._checked_class_weights(per_class, self.class_weight)[y_index]
         # The rows behind the posterior, for leave-one-out's check of the data it is given:
-        # the stream's count (a fit's, then the batches after it; unknown after a dask fit).
-        kept = 0 if first else getattr(vars(self).get("_training_fingerprint_"), "n_rows", None)
-        rows_seen = None if kept is None else StreamRows(kept + X.shape[0])
+        # the stream's count and class weights (a fit's, then the batches after it;
+        # unknown after a dask fit).
+        previous = None if first else vars(self).get("_training_fingerprint_")
+        rows_seen = (
+            None
+            if previous is None and not first
+            else StreamRows.after(previous, y_index, weights, len(classes))
+        )
         if not weights.any():  # (sample_weight × class_weight) a batch without information
             if first:
                 raise ValueError(

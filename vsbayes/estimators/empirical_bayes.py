@@ -799,6 +799,42 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             self._estimator_input(X), n_draws, random_state=random_state
         )
 
+    def sample_coef(self, n_draws: int, random_state=None):
+        """Draw coefficients and intercepts from the fitted estimator's posterior (under
+        the chosen prior scales), in X's columns: a pruned feature's coefficient is 0 in
+        every draw (its prior is a point mass at 0), as in :attr:`coef_`.
+
+        Parameters
+        ----------
+        n_draws : int
+            Number of draws.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        coef : ndarray of shape (n_draws, *coef_.shape)
+        intercept : ndarray of shape (n_draws, *intercept_.shape)
+            Zeros when ``fit_intercept=False``.
+        """
+        check_is_fitted(self, "estimator_")
+        inner = self.estimator_
+        if self.support_.all():
+            return inner.sample_coef(n_draws, random_state)
+        n_draws = _summaries.check_n_draws(n_draws)
+        n_problems = np.shape(inner.coef_)[0]
+        # The draws of the kept coefficients, sized with the copy in X's columns beside them.
+        coef, intercept = _summaries.sample_coef(
+            inner,
+            n_draws,
+            random_state,
+            8.0 * n_draws * n_problems * self.n_features_in_,
+            f" and their copy in the {self.n_features_in_} columns of X",
+        )
+        full = np.zeros((n_draws, n_problems, self.n_features_in_))
+        full[:, :, self.support_] = coef
+        return full, intercept
+
     def sample_y(self, X, n_draws=1000, *, random_state=None):
         """Labels of X drawn from the fitted estimator's posterior predictive.
 
