@@ -16,6 +16,10 @@ recorded and says so.
 
     nice -n 10 python benchmarks/sklearn_dropin_sweep.py    # all modules: ~45 min, 2 loaded cores
     python benchmarks/sklearn_dropin_sweep.py --merge --modules tests/test_calibration.py
+    # every counted test with both estimators: each module's pass count with each (D-207)
+    nice -n 10 python benchmarks/sklearn_dropin_sweep.py --with-sklearn
+    # a sibling in LogisticRegression's place (printed, not written)
+    python benchmarks/sklearn_dropin_sweep.py --estimator EPProbitRegression --modules ...
 
 writes ``benchmarks/results/sklearn_dropin_sweep.{json,md}``; ``docs/differences.md``
 explains each remaining difference.
@@ -36,6 +40,7 @@ import sklearn
 from sklearn_conformance import FACTORY
 
 import vsbayes
+from vsbayes.estimators import ESTIMATORS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SKLEARN = Path(sklearn.__file__).resolve().parent
@@ -169,12 +174,20 @@ def pytest_runtest_makereport(item, call):
 
 
 def run_module(
-    module: str, replace: bool, test_timeout: int, module_timeout: int, select: list[str] | None
+    module: str,
+    replace: bool,
+    test_timeout: int,
+    module_timeout: int,
+    select: list[str] | None,
+    estimator: str = "VSLogisticRegression",
 ) -> tuple[list[dict], bool, float]:
     """``(records, finished, seconds)`` of one test module's run."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "_vs_factory.py").write_text(SWEEP_FACTORY)
+        # Another of vsbayes's classifiers in the same place (--estimator).
+        (folder / "_vs_factory.py").write_text(
+            SWEEP_FACTORY.replace("VSLogisticRegression", estimator)
+        )
         (folder / "_vs_sweep_plugin.py").write_text(PLUGIN)
         out = folder / "records.jsonl"
         # The tests import the vsbayes this script imports (the tree it runs from).
@@ -237,6 +250,8 @@ def summarize_module(module: str, records: list[dict], finished: bool, seconds: 
     counted = [r for r in vs if r["outcome"] in ("passed", "failed")]
     passed = [r for r in counted if r["outcome"] == "passed"]
     own = [r for r in counted if r["outcome"] == "failed" and r.get("fails_with_sklearn")]
+    # With --with-sklearn: the same tests' outcomes with scikit-learn's estimator.
+    compared = [r for r in counted if "with_sklearn" in r]
     return {
         "module": module,
         "finished": finished,
@@ -248,6 +263,14 @@ def summarize_module(module: str, records: list[dict], finished: bool, seconds: 
         "fit_vs_failed": len(counted) - len(passed),
         "fit_vs_failed_with_sklearn_too": len(own),
         "fit_vs_skipped_or_xfailed": len(vs) - len(counted),
+        "with_sklearn_run": len(compared),
+        "with_sklearn_passed": sum(r["with_sklearn"] == "passed" for r in compared),
+        # The findings: pass with scikit-learn's estimator, fail with vsbayes's.
+        "lost": [
+            r["test"]
+            for r in compared
+            if r["with_sklearn"] == "passed" and r["outcome"] == "failed"
+        ],
         "records": records,
     }
 
@@ -261,6 +284,9 @@ def write(modules: list[dict], machine: str) -> None:
         "fit_vs_run": run,
         "fit_vs_passed": passed,
         "pass_rate": passed / max(run, 1),
+        "with_sklearn_run": sum(m.get("with_sklearn_run", 0) for m in modules),
+        "with_sklearn_passed": sum(m.get("with_sklearn_passed", 0) for m in modules),
+        "lost": sum(len(m.get("lost", [])) for m in modules),
         # The tests with the VS estimator only: the others are counted, not listed.
         "modules": [{**m, "records": [r for r in m["records"] if r["fits_vs"]]} for m in modules],
     }
@@ -276,9 +302,17 @@ def write(modules: list[dict], machine: str) -> None:
         "A failure marked *also with scikit-learn* fails with scikit-learn's own estimator "
         "too (the environment's, not vsbayes's).",
         "",
+        f"Rerun with scikit-learn's own estimator: {summary['with_sklearn_run']} of these "
+        f"tests, of which {summary['with_sklearn_passed']} pass; **{summary['lost']} pass "
+        "with it and fail with vsbayes's**.",
+        "",
+        "With `--with-sklearn`, every counted test is run again with scikit-learn's own "
+        "estimator: *pass with LogisticRegression* counts those that pass there, *lost* "
+        "those that pass there and fail with vsbayes's.",
+        "",
         "| module | tests run | make or fit the VS estimator | pass | fail | skipped/xfail "
-        "| seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| pass with LogisticRegression | lost | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in modules:
         path, _, names = m["module"].partition("::")
@@ -287,7 +321,7 @@ def write(modules: list[dict], machine: str) -> None:
         lines.append(
             f"| `{path}`{chosen}{cut} | {m['collected_run']} | {m['fit_vs']} | "
             f"{m['fit_vs_passed']} | {m['fit_vs_failed']} | {m['fit_vs_skipped_or_xfailed']} | "
-            f"{m['seconds']:.0f} |"
+            f"{_with_sklearn(m)} | {m['seconds']:.0f} |"
         )
     lines += [
         "",
@@ -306,6 +340,15 @@ def write(modules: list[dict], machine: str) -> None:
     (RESULTS / "sklearn_dropin_sweep.md").write_text("\n".join(lines) + "\n")
 
 
+def _with_sklearn(module: dict) -> str:
+    """A module's "pass with LogisticRegression | lost" cells ("–" when not rerun)."""
+    if not module.get("with_sklearn_run"):
+        return "– | –"
+    return (
+        f"{module['with_sklearn_passed']} of {module['with_sklearn_run']} | {len(module['lost'])}"
+    )
+
+
 def _position(module: dict) -> int:
     """A module's place in the table: MODULES's order, others after."""
     return MODULES.index(module["module"]) if module["module"] in MODULES else len(MODULES)
@@ -317,6 +360,12 @@ def main() -> None:
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--module-timeout", type=int, default=900, help="seconds per module")
     parser.add_argument(
+        "--with-sklearn",
+        action="store_true",
+        help="rerun every counted test with scikit-learn's own estimator, not only the "
+        "failures: each module's pass count with both estimators",
+    )
+    parser.add_argument(
         "--no-write", action="store_true", help="print the figures, write no result files"
     )
     parser.add_argument(
@@ -324,7 +373,15 @@ def main() -> None:
         action="store_true",
         help="replace these modules' results in the committed ones, keep the others",
     )
+    parser.add_argument(
+        "--estimator",
+        default="VSLogisticRegression",
+        choices=[cls.__name__ for cls in ESTIMATORS],
+        help="the vsbayes classifier put in LogisticRegression's place; another than "
+        "VSLogisticRegression prints its figures and writes no result files",
+    )
     args = parser.parse_args()
+    write_results = not args.no_write and args.estimator == "VSLogisticRegression"
     from _common import machine, machine_line
 
     kept = []
@@ -337,26 +394,44 @@ def main() -> None:
         module, _, names = entry.partition("::")
         select = names.split(",") if names else None
         records, finished, seconds = run_module(
-            module, True, args.test_timeout, args.module_timeout, select
+            module, True, args.test_timeout, args.module_timeout, select, args.estimator
         )
+        counted = [
+            r["test"] for r in records if r["fits_vs"] and r["outcome"] in ("passed", "failed")
+        ]
         failed = [r["test"] for r in records if r["fits_vs"] and r["outcome"] == "failed"]
-        if failed:
-            # The same tests with scikit-learn's own estimator: which failures are vsbayes's.
+        # The same tests with scikit-learn's own estimator: which failures are vsbayes's
+        # (--with-sklearn: every counted test, for each module's pass count with both).
+        rerun = counted if args.with_sklearn else failed
+        if rerun:
             baseline, _, _ = run_module(
-                module, False, args.test_timeout, args.module_timeout, failed
+                module, False, args.test_timeout, args.module_timeout, rerun
             )
-            failing_there = {r["test"] for r in baseline if r["outcome"] == "failed"}
+            there = {r["test"]: r["outcome"] for r in baseline}
             for r in records:
-                r["fails_with_sklearn"] = r["test"] in failing_there
+                r["fails_with_sklearn"] = there.get(r["test"]) == "failed"
+                if args.with_sklearn and r["test"] in there:
+                    r["with_sklearn"] = there[r["test"]]
         summary = summarize_module(entry, records, finished, seconds)
         modules.append(summary)
         print(
             f"{module}: {summary['fit_vs_passed']}/{summary['fit_vs_run']} pass "
-            f"({summary['fit_vs_failed_with_sklearn_too']} of the failures also with "
+            + (
+                f"(with LogisticRegression {summary['with_sklearn_passed']}/"
+                f"{summary['with_sklearn_run']}, lost {len(summary['lost'])}) "
+                if args.with_sklearn
+                else ""
+            )
+            + f"({summary['fit_vs_failed_with_sklearn_too']} of the failures also with "
             f"scikit-learn){'' if finished else ' [cut at the timeout]'}, {seconds:.0f} s",
             flush=True,
         )
-        if not args.no_write:
+        if not write_results:
+            # No result file to read them in: the failures are printed.
+            for r in records:
+                if r["fits_vs"] and r["outcome"] == "failed":
+                    print(f"  failed: {r['test']}: {r['message'][:200]}", flush=True)
+        else:
             # After each module: a long sweep cut short keeps the modules it ran.
             ordered = sorted(kept + modules, key=_position)
             write(ordered, machine_line(machine()))
