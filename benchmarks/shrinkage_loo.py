@@ -20,7 +20,7 @@ others' (the cavities'), the cavities alone (``refit_above=None``), and the cost
 Which rows: the JSON gives each case's rows farthest from brute force (``worst_rows``:
 index, brute force's term, ``loo``'s, the cavity's, whether refitted), and the table counts
 the rows not refitted whose cavity is more than ``CAVITY_MISS`` nats from brute force, and
-their sum (docs/decisions.md, D-191: under the horseshoe the cavities' error is spread over
+their sum (docs/decisions.md, D-184: under the horseshoe the cavities' error is spread over
 dozens of rows). ``--cases`` takes other pairs too, e.g. ``horseshoe:wpbc`` (the paper's
 WPBC), a third data set to check a change against.
 

@@ -16,7 +16,7 @@ recorded and says so.
 
     nice -n 10 python benchmarks/sklearn_dropin_sweep.py    # all modules: ~45 min, 2 loaded cores
     python benchmarks/sklearn_dropin_sweep.py --merge --modules tests/test_calibration.py
-    # every counted test with both estimators: each module's pass count with each (D-207)
+    # every counted test with both estimators: each module's pass count with each (D-192)
     nice -n 10 python benchmarks/sklearn_dropin_sweep.py --with-sklearn
     # a sibling in LogisticRegression's place (printed, not written)
     python benchmarks/sklearn_dropin_sweep.py --estimator EPProbitRegression --modules ...

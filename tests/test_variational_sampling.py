@@ -65,7 +65,7 @@ def test_exact_with_more_points_larger_d_and_pooled_rounds(global_random_seed, d
     kernel = nearby_kernel(rng, target)
     with warnings.catch_warnings():
         # At 4n points the fit's own weights may sit on fewer than n of them: its predicted
-        # error is then unknown, and says so (D-199); exactness is what is tested here.
+        # error is then unknown, and says so (D-188); exactness is what is tested here.
         warnings.simplefilter("ignore", UnknownErrorWarning)
         fit = variational_sampling(
             target.log_density,
@@ -161,7 +161,7 @@ def seed_errors(d, delta, mult, seed, rule):
     target = GaussianMixtureTarget.paper(d, delta, random_state=1000 + seed)
     truth = target.moment_matched()
     kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
-    try:  # (where its own prediction is unknown, inf, it warns: D-199)
+    try:  # (where its own prediction is unknown, inf, it warns: D-188)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownErrorWarning)
             fit = variational_sampling(target, kernel, n, rule=rule, rounds=1, random_state=seed)
@@ -272,7 +272,7 @@ def test_non_integrable_fit_raises_with_remedy():
 def test_a_target_flat_along_a_direction_is_refused_not_fitted(log_target, family):
     # An improper target (a parameter it does not depend on) made the fitted precision the
     # round-off difference of the window's and its cancellation: a sd of ~1e8 kernel sds,
-    # returned as converged with kl_error ~1e-30 and no warning (D-199). Whichever way the
+    # returned as converged with kl_error ~1e-30 and no warning (D-188). Whichever way the
     # fit fails (round-off precision, or none negative definite), it must raise.
     kernel = Gaussian(np.zeros(2), np.eye(2))
     with warnings.catch_warnings():
@@ -294,7 +294,7 @@ def test_a_gaussian_far_wider_than_the_kernel_stays_exact(sd):
 def test_a_fit_that_cannot_predict_its_error_says_so():
     # A Cauchy target in 10 dimensions from its Laplace kernel (covariance 1/11): the
     # fit's own weights q/π sit on fewer than its n = 66 parameters, kl_error is inf, and
-    # the effective sample size of p/π (54 > d+1) and N = 32n raised no warning (D-199).
+    # the effective sample size of p/π (54 > d+1) and N = 32n raised no warning (D-188).
     from scipy import stats
 
     d = 10
@@ -306,7 +306,7 @@ def test_a_fit_that_cannot_predict_its_error_says_so():
 
 
 def test_points_beyond_memory_are_refused_before_drawing():
-    # numpy's MemoryError (or swapping) was the outcome of a large n_samples (D-199).
+    # numpy's MemoryError (or swapping) was the outcome of a large n_samples (D-188).
     from vsbayes import config_context
     from vsbayes.exceptions import MemoryLimitError
 

@@ -26,7 +26,7 @@ those finds them without the solver. The docstrings here name :class:`RowCurvatu
 :class:`GLMGaussian` as that module does: they live there (``GLMGaussian`` in
 :mod:`~vsbayes.approximations._glm_gaussian`), and :func:`softmax_laplace` in
 :mod:`~vsbayes.approximations.softmax_laplace`. Moved out of ``newton_laplace`` unchanged
-(docs/decisions.md, D-205).
+(docs/decisions.md, D-190).
 """
 
 from __future__ import annotations

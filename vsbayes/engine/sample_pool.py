@@ -51,7 +51,7 @@ def grown_bytes_per_point(dim: int) -> float:
 
 def check_pool_memory(n_points: int, dim: int, name: str) -> None:
     """Raise :class:`~vsbayes.exceptions.MemoryLimitError` before drawing if the pool of
-    ``n_points`` points of the fitter ``name`` would not fit in memory (D-199)."""
+    ``n_points`` points of the fitter ``name`` would not fit in memory (D-188)."""
     check_memory(
         pool_bytes(n_points, dim),
         f"the {name} fit's {n_points} points in {dim} dimensions",

@@ -66,7 +66,7 @@ _EXACT_BUDGET = 5e9
 # λ is resolved while its quadratic term over the points (~λ |z|²/2) stands above the
 # round-off of the values (~eps |log p|): exact to 1e-8 at 1e3 kernel sds (λ = 1e-6), not
 # at 1e6 (λ = 1e-12). A precision eigenvalue below this bound does not determine even its
-# own sign: the fit is refused as not integrable (D-199).
+# own sign: the fit is refused as not integrable (D-188).
 _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
 
 

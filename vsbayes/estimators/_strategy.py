@@ -809,7 +809,7 @@ _DOUBTS = (UnreliableFitWarning, ConvergenceWarning)
 def _doubts(category: type) -> bool:
     """Whether a global fit's warning makes it unreliable. An unknown predicted error is
     not: the routes weigh ``kl_error`` (inf there) themselves, as before the engine
-    warned of it (D-199); the warning reaches the user."""
+    warned of it (D-188); the warning reaches the user."""
     return issubclass(category, _DOUBTS) and not issubclass(category, UnknownErrorWarning)
 
 

@@ -7,7 +7,7 @@ Chebyshev series in ``2 (y / 9)² − 1`` whose coefficients are Chebyshev serie
 ``2 √r − 1``, ``r = (π²/3) / σ_t²``: the coefficients are summed once per s and turned
 into the power series of −2P in ``u = 2 (y / 9)² − 1``, and an evaluation costs one Horner
 recurrence (two operations a degree; Clenshaw's recurrence took three and twice the
-buffers, 1.6 times the time on the QMC rule's chunks, D-197). In float32 the power series'
+buffers, 1.6 times the time on the QMC rule's chunks, D-187). In float32 the power series'
 rounding stays within 1.5e-6 of the Chebyshev form's on ``|a| ≤ 80`` and s up to 100, and
 its largest error against the integral is the table's (4e-6 there).
 """

@@ -58,7 +58,7 @@ starts with 512 nodes per replicate (4096 in all), whitened so that their mean i
 and their second moment exactly I (exact for polynomials of degree ≤ 3); the rows where
 three standard errors exceed ``tol`` (5e-4 by default, absolute, on any class) are refined
 to four times as many nodes, then twice as many at each level, up to 32,768 per replicate
-(16,384, 32,768, 65,536, 131,072 and 262,144 in all; D-196). From the second level on the
+(16,384, 32,768, 65,536, 131,072 and 262,144 in all; D-186). From the second level on the
 nodes are nested and not whitened: each replicate's Sobol sequence's first 1024 points and
 their mirror images, then its next 1024, 2048, 4096 and 8192, pooled with the ones before,
 so that a row taking 65,536 nodes costs 69,632 node evaluations (86,016 when every level was
@@ -170,10 +170,10 @@ QMC rule on every row before: 55 ms against 1.46 s), and its largest error on ev
 against a 30³ Gauss–Hermite reference, is 1.5e-7 (before: 1.3e-6); the latent moments now
 cost more than the rule. On digits (10 classes, 64 features) every row is wide (λ ≥ 10,
 trace 44 to 19,000) and takes the QMC rule: 1e5 resampled rows take 1200 to 2000 ×
-LogisticRegression (loaded machine; the nested levels take 20 % less time, and D-195 to
-D-197's node sums 1.3 times less CPU time again), with a largest error of 9.4e-4 on 200 rows
+LogisticRegression (loaded machine; the nested levels take 20 % less time, and D-185 to
+D-187's node sums 1.3 times less CPU time again), with a largest error of 9.4e-4 on 200 rows
 stratified by spread against 2^20-node references (which agree with each other to 4e-5;
-4.8e-4 now, against the Gumbel–orthant references, D-196). Ten times LogisticRegression is
+4.8e-4 now, against the Gumbel–orthant references, D-186). Ten times LogisticRegression is
 out of reach there for two reasons. The exact latent moments alone cost 13 to 31 × its
 ``predict_proba`` (1e5 rows, loaded machine; 210 × before they were computed as quadratic
 forms, :class:`~vsbayes.models.latent.JointLatents`, and passed in the centred basis without
@@ -207,7 +207,7 @@ exponentials shifted by their largest latent value unless no latent value can ov
 or all underflow, the leader's logit from its latent value, never from an exponential,
 then a weighted sum per replicate; one product for a node's latent values, the leader's,
 its τ, their mirror images and the means, in chunks of nodes that stay near the
-processor's caches, D-195): 4096 nodes on all digits rows took 0.12 s for the plain
+processor's caches, D-185): 4096 nodes on all digits rows took 0.12 s for the plain
 average against 2.7 s in float64 log sums. Float32's rounding (1e-7 relative) is far
 below the tolerance. A row where some class's average underflows (below 1e-30) is redone in
 float64 log sums on the first level's nodes, so that the log-probabilities stay finite.
