@@ -277,7 +277,9 @@ def test_a_target_flat_along_a_direction_is_refused_not_fitted(log_target, famil
     kernel = Gaussian(np.zeros(2), np.eye(2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnreliableFitWarning)
-        with pytest.raises(NonIntegrableFitError, match=r"improper|flat"):
+        # (Which way depends on the round-off of the libraries: numpy 1.23 with scipy
+        # 1.15 meets a form that is not negative definite on the flat target.)
+        with pytest.raises(NonIntegrableFitError, match=r"improper|flat|not negative definite"):
             variational_sampling(log_target, kernel, family=family, random_state=0)
 
 
