@@ -276,6 +276,11 @@ def test_binary_interval_is_the_links_quantiles(binary):
     assert fit32.predict_proba(X32[:3]).dtype == np.float32
     assert {b.dtype for b in fit32.predict_proba_interval(X32[:3])} == {np.dtype(np.float32)}
     assert fit32.sample_proba(X32[:3], 10, random_state=0).dtype == np.float32
+    # ... and its coefficient draws coef_'s dtype, the same draws as float64's, rounded.
+    coef32, intercept32 = fit32.sample_coef(10, random_state=0)
+    assert coef32.dtype == intercept32.dtype == fit32.coef_.dtype == np.float32
+    coef64, _ = LaplaceLogisticRegression().fit(X, y).sample_coef(10, random_state=0)
+    np.testing.assert_allclose(coef32, coef64, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(

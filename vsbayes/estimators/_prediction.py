@@ -409,10 +409,13 @@ class PosteriorPrediction:
         Returns
         -------
         coef : ndarray of shape (n_draws, *coef_.shape)
+            In ``coef_``'s dtype (float32 after a fit on float32 X).
         intercept : ndarray of shape (n_draws, *intercept_.shape)
             Zeros when ``fit_intercept=False``.
         """
-        return _summaries.sample_coef(self, n_draws, random_state)
+        coef, intercept = _summaries.sample_coef(self, n_draws, random_state)
+        dtype = self.coef_.dtype  # (as sample_proba takes predict_proba's)
+        return coef.astype(dtype, copy=False), intercept.astype(dtype, copy=False)
 
     # --- the posterior as people use it (estimators._summaries, _leave_one_out, _arviz_export)
 

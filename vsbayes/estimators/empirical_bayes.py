@@ -831,9 +831,10 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             8.0 * n_draws * n_problems * self.n_features_in_,
             f" and their copy in the {self.n_features_in_} columns of X",
         )
-        full = np.zeros((n_draws, n_problems, self.n_features_in_))
+        full = np.zeros((n_draws, n_problems, self.n_features_in_), dtype=coef.dtype)
         full[:, :, self.support_] = coef
-        return full, intercept
+        dtype = inner.coef_.dtype  # the fitted coefficients' (float32 on float32 X)
+        return full.astype(dtype, copy=False), intercept.astype(dtype, copy=False)
 
     def sample_y(self, X, n_draws=1000, *, random_state=None):
         """Labels of X drawn from the fitted estimator's posterior predictive.
