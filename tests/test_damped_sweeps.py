@@ -184,6 +184,35 @@ def test_sweeps_stalled_within_ten_times_tol_keep_their_sites_silently():
         _run(_noisy_map(target, 3e-10), np.zeros(3), tol=1e-11)
 
 
+@pytest.mark.parametrize("bound", [2e-6, 0.5e-6])
+def test_sweeps_within_the_round_off_of_their_update_stop_converged(bound):
+    # A map whose updates miss its fixed point by ±1e-6 (relative), far above tol: where
+    # the store bounds the round-off of an update above that, the first sweep whose every
+    # site moves within it ends the sweeps, converged and silent, with that sweep's damped
+    # sites; below it, they stall at the noise as before (with a warning).
+    target = np.array([1.0, -2.0, 30.0])
+    store = ArraySites(
+        np.zeros(3),
+        _noisy_map(target, 1e-6),
+        lambda sites: sites,
+        lambda sites, extrapolated: sites,
+        marginals=lambda post: (post, np.ones_like(post)),
+        round_off=lambda post, sites: bound * (1.0 + np.abs(target)),
+    )
+    options = {"damping": 0.85, "tol": 1e-10, "max_iter": 1000, "memory": 5}
+    if bound < 1e-6:
+        with pytest.warns(ConvergenceWarning, match="made no progress below it"):
+            run = damped_sweeps(store, **options)
+        assert not run.converged
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = damped_sweeps(store, **options)
+    # Measured: 8 sweeps, against 18 to the stall (which waits 10 without progress).
+    assert run.converged and run.change > 1e-10 and run.n_iter <= 10
+    assert np.all(np.abs(store.sites - target) <= 2e-6 * (1.0 + np.abs(target)))
+
+
 def test_sweeps_stalled_far_from_any_fixed_point_raise():
     # Sweeps that oscillate: each halving takes them closer, down to the smallest damping.
     with pytest.raises(EstimationError, match="stalled at the smallest damping"):
@@ -292,6 +321,32 @@ def test_sites_in_row_chunks_take_the_same_sweeps_as_in_memory(class_weights):
     np.testing.assert_allclose(there.mean, here.mean, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(there.cov, here.cov, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(there.log_Z, here.log_Z, rtol=1e-10)
+
+
+def test_sites_in_row_chunks_stop_at_the_round_off_of_their_updates_as_in_memory():
+    # A tol no sweep reaches: the chunks tell whether their sites moved within the
+    # round-off of their updates, and the sweeps stop there, converged and silent, at the
+    # sweep where the sites in memory do.
+    da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
+    from vsbayes.approximations import expectation_propagation
+    from vsbayes.models import BinaryGLMPosterior, ChunkedPosterior
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    y = np.where(X @ np.array([1.0, -0.5, 0.25]) + rng.logistic(size=600) > 0, 1.0, -1.0)
+    priors = {"prior_var": 4.0, "intercept_prior_var": 100.0}
+    in_memory = BinaryGLMPosterior(X, y, np.ones(600), "logistic", **priors)
+    chunks = [
+        da.from_array(X, chunks=(150, -1)),
+        *(da.from_array(v, chunks=150) for v in (y, np.ones(600))),
+    ]
+    chunked = ChunkedPosterior(*chunks, "logistic", **priors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        here = expectation_propagation(in_memory, tol=1e-17, max_iter=200, memory=0)
+        there = expectation_propagation(chunked, tol=1e-17, max_iter=200)
+    assert here.converged and there.converged and there.n_iter == here.n_iter < 200
+    np.testing.assert_allclose(there.mean, here.mean, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("size", [0, 7, 2**20 + 3])  # one pass; slices side by side

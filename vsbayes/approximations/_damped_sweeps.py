@@ -65,6 +65,7 @@ __all__ = [
     "SweepResult",
     "damped_step",
     "damped_sweeps",
+    "within_round_off",
 ]
 
 # Sweeps without progress after which Anderson's mixing is switched off, and then after
@@ -154,6 +155,11 @@ class SiteStore(Protocol):
         """The posterior of prior × the candidate sites (asked only with
         :func:`damped_sweeps`' ``posterior_tol``; :class:`ArraySites` has it)."""
 
+    def at_round_off(self) -> bool:
+        """Whether the last sweep moved every site by no more than the round-off of its
+        update (False where the store has no such bound): the sweeps then stop, converged,
+        whatever ``tol``."""
+
     def keep_best(self) -> None:
         """Remember the candidate as the best sites."""
 
@@ -214,6 +220,12 @@ def damped_step(
 _SPLIT_SITES = 2**19
 
 
+def within_round_off(new: np.ndarray, sites: np.ndarray, bound: np.ndarray) -> bool:
+    """Whether the undamped update ``new`` of ``sites`` moves none by more than its
+    round-off ``bound`` (a store's :meth:`~SiteStore.at_round_off`)."""
+    return bool(np.all(np.abs(new - sites) <= bound))
+
+
 def flat_concatenate(*arrays: np.ndarray) -> np.ndarray:
     """``np.concatenate([a.ravel() for a in arrays])``, millions of values copied on slices
     side by side (a copy: the same bits): the multinomial EP's sites, joined once a sweep,
@@ -262,6 +274,10 @@ class ArraySites:
     marginals : callable, optional
         ``marginals(post)``: the posterior's means and variances (see
         :func:`damped_sweeps`).
+    round_off : callable, optional
+        ``round_off(post, sites)``: the round-off of the undamped update of ``sites``
+        (whose posterior is ``post``), site by site: the largest change that the update's
+        arithmetic does not resolve (:meth:`at_round_off`). None: no such bound.
 
     Attributes
     ----------
@@ -276,10 +292,12 @@ class ArraySites:
         posterior: Callable[[np.ndarray], Any],
         project: Callable[[np.ndarray, bool], np.ndarray],
         marginals: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
+        round_off: Callable[[Any, np.ndarray], np.ndarray] | None = None,
     ):
         self.sites, self._best = sites, sites
         self._update, self._posterior, self._project = update, posterior, project
-        self._marginals = marginals
+        self._marginals, self._round_off = marginals, round_off
+        self._within_round_off = False
 
     def posterior(self) -> Any:
         return self._posterior(self.sites)
@@ -291,7 +309,13 @@ class ArraySites:
     def sweep(self, post: Any, damping: float) -> float:
         new = self._update(post, self.sites)
         self._damped, self._scale, self._residual, change = damped_step(self.sites, new, damping)
+        self._within_round_off = self._round_off is not None and within_round_off(
+            new, self.sites, self._round_off(post, self.sites)
+        )
         return change
+
+    def at_round_off(self) -> bool:
+        return self._within_round_off
 
     def keep_best(self) -> None:
         # A copy: ``project`` may change the candidate in place.
@@ -333,7 +357,8 @@ def damped_sweeps(
 ) -> SweepResult:
     """Run EP's sweeps on the sites in ``store`` to a relative change of at most ``tol``,
     or (with ``posterior_tol``) until one sweep moves the posterior by at most
-    ``posterior_tol`` nats.
+    ``posterior_tol`` nats, or until a sweep moves no site by more than the round-off of
+    its update, where the store bounds that (``store.at_round_off()``).
 
     Parameters
     ----------
@@ -443,7 +468,10 @@ def _sweeps(store, damping, tol, max_iter, memory, steps, as_gaussian, stop) -> 
             if stop[1](post, candidate) <= limit * damping**2:
                 settled = candidate
             del candidate  # not held while the next posterior is formed
-        if change <= tol or settled is not None:
+        if change <= tol or settled is not None or store.at_round_off():
+            # (At round-off: on many rows a site is the difference of numbers that grow
+            # with the rows, the tilted and the cavity precision, whose round-off can
+            # stay above tol; no further sweep brings the sites nearer.)
             converged = True
             store.accept()
             post = store.posterior() if settled is None else settled

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..models.latent import row_variances
-from ._damped_sweeps import Anderson, damped_step
+from ._damped_sweeps import Anderson, damped_step, within_round_off
 from ._glm_gaussian import GLMGaussian
 
 __all__ = ["ChunkedSites", "RowSites"]
@@ -44,6 +44,10 @@ class RowSites(Protocol):
 
     def normalizers(self, link, t_mean, t_var, sites, weights) -> tuple[float, int]:
         """``Σ_i copies_i log Z̃_i`` and the number of improper cavities."""
+
+    def round_off(self, t_mean, t_var, sites, weights) -> np.ndarray:
+        """The round-off of the undamped update of ``sites``, site by site (see
+        :meth:`~vsbayes.approximations._damped_sweeps.SiteStore.at_round_off`)."""
 
 
 class ChunkedSites:
@@ -66,6 +70,7 @@ class ChunkedSites:
         sums = model.chunks.sum(_start_sites, rows, np.asarray(start, dtype=float))
         # Each set of sites is known here by its sums (Aᵀ diag(τ) A, Aᵀ ν).
         self._current = self._candidate = self._best = sums
+        self._within_round_off = False
 
     def posterior(self) -> GLMGaussian:
         gram, linear = self._current
@@ -79,10 +84,14 @@ class ChunkedSites:
     def sweep(self, post: GLMGaussian, damping: float) -> float:
         results = self._map(_sweep_sites, post.mean, post.cov, damping)
         gram, linear = results[0][0], results[0][1]
-        for g, h, _ in results[1:]:
+        for g, h, _, _ in results[1:]:
             gram, linear = gram + g, linear + h
         self._candidate = gram, linear
+        self._within_round_off = all(r[3] for r in results)
         return max(r[2] for r in results)
+
+    def at_round_off(self) -> bool:
+        return self._within_round_off
 
     def keep_best(self) -> None:
         self._best = self._candidate
@@ -153,15 +162,16 @@ def _marginals(chunk, mean: np.ndarray, cov: np.ndarray):
 
 
 def _sweep_sites(chunk, rows: RowSites, moves, mean, cov, damping: float):
-    """The damped sweep from the current sites, kept as the candidate: its sums and its
-    largest relative change."""
+    """The damped sweep from the current sites, kept as the candidate: its sums, its
+    largest relative change and whether it moved no site by more than its round-off."""
     _move(chunk, moves)
     sites, informative = chunk.ep_sites, chunk.ep_rows
-    new, _ = rows.update(
-        informative.link, *_marginals(informative, mean, cov), sites, informative.sample_weight
-    )
+    t_mean, t_var = _marginals(informative, mean, cov)
+    weights = informative.sample_weight
+    new, _ = rows.update(informative.link, t_mean, t_var, sites, weights)
     chunk.ep_candidate, _, _, change = damped_step(sites, new, damping)
-    return (*_site_sums(informative, chunk.ep_candidate), change)
+    within = within_round_off(new, sites, rows.round_off(t_mean, t_var, sites, weights))
+    return (*_site_sums(informative, chunk.ep_candidate), change, within)
 
 
 def _site_sums(chunk, sites: np.ndarray):

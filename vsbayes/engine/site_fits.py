@@ -34,11 +34,15 @@ from ..sampling import SamplingRule
 from ._linalg import flushed_exp
 from .families import FullFamily
 
-__all__ = ["SiteFits", "fit_sites"]
+__all__ = ["FIT_RELATIVE_ERROR", "SiteFits", "fit_sites"]
 
 # Newton stops after the step whose decrement per unit of fitted mass is below this: the
 # step is then ~1e-7 relative and, by quadratic convergence, leaves an error ~1e-14.
 _TOL = 1e-14
+#: The relative error Newton's stop leaves a fit's parameters with (``_TOL``): a fitted
+#: variance is known to about this relative, whatever the arithmetic around it (binary EP's
+#: round-off bound on its site changes, D-197).
+FIT_RELATIVE_ERROR = _TOL
 # Largest relative spread of q̄ over the points for which the shared Hessian is taken.
 _CHORD = 0.1
 

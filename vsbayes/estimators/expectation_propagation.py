@@ -112,8 +112,9 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
-        sweep; the multinomial EP at ``√tol``, or ``tol / 100`` where a sweep is cheap (e.g.
-        iris and wine), within [1e-8, 1e-3].
+        sweep, or (two classes) by more than the round-off of its update, which on many
+        rows is the larger (~1e-9 at 10⁶ rows); the multinomial EP at ``√tol``, or
+        ``tol / 100`` where a sweep is cheap (e.g. iris and wine), within [1e-8, 1e-3].
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).
@@ -296,7 +297,8 @@ class EPProbitRegression(ExpectationPropagationClassifier):
         Newton's method for the mode stops when half the squared Newton decrement (the gain
         in log-posterior one more step would bring) is at most ``tol``.
         EP stops when no site parameter moves by more than ``tol / 100`` (relative) in a
-        sweep.
+        sweep, or by more than the round-off of its update, which on many rows is the
+        larger (~1e-9 at 10⁶ rows).
     fit_intercept : bool, default=True
         Whether to fit an intercept ``b``; its prior is N(0, 10⁶) (vague but proper, so the
         evidence is finite).
