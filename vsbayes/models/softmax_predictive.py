@@ -227,6 +227,7 @@ from .softmax_predictive_qmc import _adaptive_average, _settled
 from .softmax_predictive_rules import (
     GAUSS_HERMITE_LEVELS,
     GAUSS_HERMITE_MAX_DIM,
+    SPARSE_GRID_LEVELS,
     STROUD_MAX_TRACE,
     TRAPEZOID_LEVELS,
     TRAPEZOID_MAX_DIM,
@@ -238,6 +239,7 @@ from .softmax_predictive_rules import (
     centred_basis,
     gauss_hermite_nodes,
     replicate_nodes,
+    sparse_grid_nodes,
     stroud_nodes,
     trapezoid_nodes,
 )
@@ -499,6 +501,16 @@ def centred_softmax_predictive_log_proba(
                 np.flatnonzero(~done & (spread <= widest)),
                 lambda f, c, z_gh=z_gh, w_gh=w_gh: _rule_log_average(f, c, z_gh, w_gh, max_bytes),
             )
+    if dim > GAUSS_HERMITE_MAX_DIM:
+        for degree, widest, largest_dim in SPARSE_GRID_LEVELS:
+            if dim <= largest_dim:
+                z_sg, w_sg = sparse_grid_nodes(dim, degree)
+                take(
+                    np.flatnonzero(~done & (spread <= widest)),
+                    lambda f, c, z_sg=z_sg, w_sg=w_sg: _rule_log_average(
+                        f, c, z_sg, w_sg, max_bytes
+                    ),
+                )
     if not done.all():
         wide = np.flatnonzero(~done)
         factor, centred = factor[wide], centred[wide]
