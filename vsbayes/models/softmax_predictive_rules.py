@@ -61,7 +61,7 @@ GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
 #: (:func:`sparse_grid_nodes`) that take the rows of K ≥ 5 classes just wider than the
 #: degree-5 rule's, cheapest first; a row goes to the first whose trace and dimension
 #: cover it, the others to the adaptive rule.
-SPARSE_GRID_LEVELS = ((7, 0.4, 11), (9, 0.8, 7))
+SPARSE_GRID_LEVELS = ((7, 0.4, 11), (9, 0.6, 7))
 # Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
 # overflow (e^709.8 is float64's largest); with a margin.
 _NO_SHIFT_FLOAT64 = 600.0
@@ -179,10 +179,10 @@ def gauss_hermite_nodes(dim: int, per_axis: int) -> tuple[np.ndarray, np.ndarray
 
 
 @functools.lru_cache(maxsize=4)
-def _genz_keister_points() -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """The nested Gauss–Hermite–Kronrod (Genz–Keister) points 0, ±√3 and their 9-point
-    extension for N(0, 1): the points (9,), and the 9-point rule's weights (9,), and the
-    number of points of the 1-, 3- and 9-point rules (the first of the points each).
+def _genz_keister_points() -> tuple[np.ndarray, np.ndarray]:
+    """The nested Gauss–Hermite–Kronrod (Genz–Keister) rules for N(0, 1): the points (9,),
+    0, ±√3 (the 1- and 3-point rules, nested) and the six of their 9-point extension, and
+    the 9-point rule's weights (9,).
 
     The 9-point rule adds to the 3-point Gauss–Hermite rule the roots of the even sextic
     E orthogonal, with the weight ``x (x² − 3)``, to every polynomial of degree ≤ 5 (its
@@ -207,7 +207,7 @@ def _genz_keister_points() -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     system = np.stack([counts * distinct ** (2 * j) for j in range(5)])
     half = np.linalg.solve(system, [moment(2 * j) for j in range(5)])
     weights = np.concatenate([[half[0]], np.repeat(half[1:], 2)])
-    return points, weights, (1, 3, 9)
+    return points, weights
 
 
 def _genz_keister_rule(level: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,12 +216,12 @@ def _genz_keister_rule(level: int) -> tuple[np.ndarray, np.ndarray]:
     (degree 5), levels 3 and 4 the 9-point rule (degree 15): level l exact to degree
     ≥ 2 l + 1, each nested in the next (the delayed sequence, which reuses a rule while its
     degree suffices)."""
-    points, weights, sizes = _genz_keister_points()
     if level == 0:
         return np.array([0]), np.array([1.0])
     if level <= 2:
         return np.arange(3), np.array([2.0 / 3.0, 1.0 / 6.0, 1.0 / 6.0])
-    return np.arange(sizes[2]), weights
+    weights = _genz_keister_points()[1]
+    return np.arange(len(weights)), weights
 
 
 @functools.lru_cache(maxsize=16)
