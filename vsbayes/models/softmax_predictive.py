@@ -71,7 +71,9 @@ to compute), or for three classes its largest eigenvalue λ.
   adaptive rule, whose error there is far below its tolerance (against 2^18-node
   references: 5 classes 9e-5 at t = 1, 2.7e-4 at 3; 10 classes 7.7e-6 at 1, 6.4e-5 at 3;
   on 16 and 6 rows a trace, 20 classes 8.6e-7 at 0.3 and 1.2e-5 at 1, 50 classes 2.8e-7
-  and 1.0e-5).
+  and 1.0e-5). End to end, after 20,000 rows × 20 features (Laplace, C = 1), most test
+  rows are in the grids' range: ``predict_proba`` takes 2.1 times less time with 10
+  classes, 12 times less with 6 (D-204).
 
 The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
 randomized quasi-Monte Carlo with a stated accuracy, refined row by row. The nodes are 8
