@@ -62,18 +62,18 @@ to compute), or for three classes its largest eigenvalue λ.
   error 4.1e-5 at t = 0.3 and 9.2e-5 at 0.6, medians 4e-6 and 2e-5, where the grids err by
   6.2e-6 and 6.6e-6, medians 2e-7 and 3e-7; on 60 rows a trace against 2^18-node
   references, 8 classes 4.8e-6 and 1.8e-5 against the grids' 5.2e-7 and 3.1e-6, 10 classes
-  3.8e-6 at 0.3 against 4.0e-7. The grids cost less (µs a row on one BLAS thread, loaded
-  machine: 5 classes 207 against 14 and 24 for the degree-7 and -9 grids, 8 classes 328
-  against 56 and 161, 10 classes 302 against 115, 12 classes 347 against 195). They stop
-  where their nodes would cost as much as those 4096 (degree 7 on 13 classes: 2121 nodes,
-  440 µs a row against 430; degree 9 on 10: 3769 nodes): the rows of more classes just
+  3.8e-6 at 0.3 against 4.0e-7. The grids cost less (µs a row on one BLAS thread, load
+  8.5: 5 classes 123 against 6 and 14 for the degree-7 and -9 grids, 8 classes 176 against
+  32 and 92, 10 classes 213 against 95, 12 classes 275 against 116). They stop where their
+  nodes would cost about as much as those 4096 (degree 7 on 13 classes: 2121 nodes, 272
+  µs a row against 296; degree 9 on 10: 3769 nodes, 267 against 213): the rows of more classes just
   wider than the degree-5 rule's range, and the wider rows, take the first level of the
   adaptive rule, whose error there is far below its tolerance (against 2^18-node
   references: 5 classes 9e-5 at t = 1, 2.7e-4 at 3; 10 classes 7.7e-6 at 1, 6.4e-5 at 3;
   on 16 and 6 rows a trace, 20 classes 8.6e-7 at 0.3 and 1.2e-5 at 1, 50 classes 2.8e-7
   and 1.0e-5). End to end, after 20,000 rows × 20 features (Laplace, C = 1), most test
   rows are in the grids' range: ``predict_proba`` takes 2.1 times less time with 10
-  classes, 12 times less with 6 (D-204).
+  classes, 11 times less with 6 (D-204).
 
 The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
 randomized quasi-Monte Carlo with a stated accuracy, refined row by row. The nodes are 8
