@@ -558,6 +558,11 @@ def rule_of_rows(cov):
     if k - 1 <= _rules.GAUSS_HERMITE_MAX_DIM:
         for per_axis, widest in _rules.GAUSS_HERMITE_LEVELS[::-1]:
             names[trace <= widest] = f"Gauss–Hermite {per_axis}^{k - 1}"
+    else:
+        for degree, widest, largest_dim in _rules.SPARSE_GRID_LEVELS[::-1]:
+            if k - 1 <= largest_dim:
+                nodes = len(_rules.sparse_grid_nodes(k - 1, degree)[0])
+                names[trace <= widest] = f"degree {degree} ({nodes} nodes)"
     names[trace <= _rules.STROUD_MAX_TRACE] = f"degree 5 ({2 * (k - 1) ** 2 + 1} nodes)"
     return names
 

@@ -20,10 +20,12 @@ from vsbayes.models.softmax_predictive import (
 )
 from vsbayes.models.softmax_predictive_rules import (
     GAUSS_HERMITE_LEVELS,
+    SPARSE_GRID_LEVELS,
     STROUD_MAX_TRACE,
     TRAPEZOID_LEVELS,
     centred_basis,
     gauss_hermite_nodes,
+    sparse_grid_nodes,
     stroud_nodes,
 )
 from vsbayes.sampling.rules import sobol_normal_points, symmetric_sobol_nodes
@@ -31,6 +33,10 @@ from vsbayes.sampling.rules import sobol_normal_points, symmetric_sobol_nodes
 # The narrow rules' error, measured ≤ 0.02 · trace³ (Stroud, ≤ 1.1e-5 at its largest trace)
 # and ≤ 2e-5 for the Gauss–Hermite levels at theirs; this bound has a margin over both.
 NARROW_ERROR = 3e-5
+# The sparse grids' error at their largest traces (degree 7 at t = 0.3, degree 9 at 0.6),
+# measured ≤ 2.1e-5 on 600 such rows against 2^17-node references (99th percentile 4e-6);
+# with a margin for the 2^15-node reference below (~2e-6 on these rows).
+SPARSE_GRID_ERROR = 3e-5
 
 
 def _rows(k, traces, seed):
@@ -77,6 +83,52 @@ def test_stroud_rule_is_exact_to_degree_five():
             odd = any(p % 2 for p in powers)
             truth = 0.0 if odd else np.prod([expected[p] for p in powers])
             assert value == pytest.approx(truth, abs=1e-12), powers
+
+
+def _normal_moment(power: int) -> float:
+    return 0.0 if power % 2 else float(np.prod(np.arange(power - 1, 0, -2)))
+
+
+@pytest.mark.parametrize(("dim", "degree"), [(4, 7), (7, 7), (4, 9), (6, 9)])
+def test_sparse_grid_is_exact_to_its_degree_and_no_further(dim, degree):
+    z, w = sparse_grid_nodes(dim, degree)
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)
+    # Fully symmetric: the monomials in four coordinates cover every pattern of even
+    # exponents up to degree 9 (the odd ones vanish by symmetry).
+    for powers in itertools.product(range(degree + 1), repeat=4):
+        if sum(powers) > degree:
+            continue
+        value = w @ np.prod(z[:, :4] ** np.array(powers), axis=1)
+        truth = np.prod([_normal_moment(p) for p in powers])
+        assert value == pytest.approx(truth, rel=1e-10, abs=1e-10), powers
+    # A monomial of degree + 1 that the grid misses: x²y²z²w² (degree 7: no node has four
+    # nonzero coordinates), x⁶y²z² (degree 9: x⁶ needs the 9-point rule's level, 3, and
+    # y², z² a level each beyond the largest sum, 4).
+    powers = np.array([2, 2, 2, 2] if degree == 7 else [6, 2, 2])
+    value = w @ np.prod(z[:, : len(powers)] ** powers, axis=1)
+    truth = np.prod([_normal_moment(p) for p in powers])
+    assert abs(value - truth) > 0.1
+
+
+def test_degree_five_sparse_grid_is_strouds_rule():
+    for dim in (4, 9):
+        grid = np.column_stack(sparse_grid_nodes(dim, 5))
+        stroud = np.column_stack(stroud_nodes(dim))
+        stroud = stroud[stroud[:, -1] != 0]  # its axes' weight is 0 in four dimensions
+        rows = [m[np.lexsort(np.round(m, 12).T)] for m in (grid, stroud)]
+        np.testing.assert_allclose(rows[0], rows[1], atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [5, 8, 12])
+def test_rows_just_wider_take_the_sparse_grids_within_their_bound(k, monkeypatch):
+    covered = [widest for _, widest, dim in SPARSE_GRID_LEVELS if k - 1 <= dim]
+    traces = np.linspace(STROUD_MAX_TRACE * 1.01, 0.99 * max(covered), 6)
+    mean, cov = _rows(k, traces, seed=4)
+    rows_per_level = count_replicate_rows(monkeypatch)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    assert rows_per_level == []  # no row left for the adaptive rule
+    reference = _sobol_reference(mean, cov, 2**15)
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=SPARSE_GRID_ERROR)
 
 
 @pytest.mark.parametrize("k", [4, 10])
@@ -418,9 +470,11 @@ def test_argmax_only_refines_only_unsettled_rows_and_keeps_the_argmax(k, monkeyp
 
 @pytest.mark.parametrize("k", [3, 4, 6])
 def test_argmax_only_leaves_the_deterministic_rules_bitwise(k):
-    # The rows of the trapezoid, degree-5 and Gauss–Hermite rules: no refinement to skip,
-    # the same values.
-    widest = {3: 30.0, 4: 0.95 * GAUSS_HERMITE_LEVELS[-1][1], 6: 0.95 * STROUD_MAX_TRACE}[k]
+    # The rows of the trapezoid, degree-5, Gauss–Hermite and sparse-grid rules: no
+    # refinement to skip, the same values.
+    widest = {3: 30.0, 4: 0.95 * GAUSS_HERMITE_LEVELS[-1][1], 6: 0.95 * SPARSE_GRID_LEVELS[-1][1]}[
+        k
+    ]
     mean, cov = _rows(k, np.geomspace(1e-3, widest, 10), seed=5)
     q = centred_basis(k)
     reduced = q.T @ cov @ q
