@@ -394,9 +394,7 @@ class _RuleArrays:
         front, back = weights[:, :half], weights[:, half:]
         return front + back, front - back
 
-    def hessians(
-        self, wq: np.ndarray, rows: np.ndarray, folded: tuple | None = None
-    ) -> np.ndarray:
+    def hessians(self, wq: np.ndarray, rows: np.ndarray, folded: tuple | None = None) -> np.ndarray:
         """The Hessians ``Σ_j wq_ij φ_j φ_jᵀ`` (len(rows), n, n) of the sites ``rows`` of
         ``wq`` (``folded``: ``wq``'s :meth:`folded` sums, if already formed).
 
