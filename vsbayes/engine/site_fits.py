@@ -404,8 +404,8 @@ class _RuleArrays:
         each entry is its monomial's sum scaled exactly; the same sums as the entries' own
         products' to round-off, in a half of the work (a quarter of the digits' EP sweeps).
         Both triangles come out of one gather of those sums (each entry its monomial's,
-        scaled), not the upper triangle's scattered twice: 0.8 → 0.5 ms a block of digits'
-        sites."""
+        scaled), not the upper triangle's scattered twice: their assembly 0.8 → 0.5 ms for 45
+        of digits' sites (k = 9, 1024 nodes)."""
         monomials, column, scale = self._monomial_arrays()
         if self.mirrored:
             if folded is None:
