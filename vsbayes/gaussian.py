@@ -430,6 +430,18 @@ class StructuredCovariance:
         state.pop("_reads", None)
         return state
 
+    def eigen_factor(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(κ, U V)`` with ``K = V diag(κ) Vᵀ`` (κ of either sign: ``K`` is indefinite),
+        so that ``vᵀ U K Uᵀ v = Σ_k κ_k ((U V)ᵀ v)_k²``: r products per row instead of r²
+        (the rows' latent variances). O(p r²) on the first call, then kept: a "dual"
+        posterior's r is its rows, and each prediction paid it again."""
+
+        def compute():
+            kappa, rotation = np.linalg.eigh(self.core)
+            return kappa, self.factor @ rotation
+
+        return self._once("eigen_factor", compute)
+
     def dot(self, v) -> np.ndarray:
         """``Σ v`` for ``v`` of shape (p,) or (p, k)."""
         v = np.asarray(v, dtype=float)

@@ -812,13 +812,12 @@ class BayesianGLMClassifier(
             never densified, its structure recorded."""
             if prior is not None:
                 fit = finish(fit)
-            if isinstance(fit.posterior, StructuredGaussian):
-                return dataclasses.replace(
-                    fit, covariance=choice.structure, covariance_reason=choice.reason
-                )
-            if n_classes is not None:
+            if not isinstance(fit.posterior, StructuredGaussian) and n_classes is not None:
                 fit = dataclasses.replace(fit, posterior=model.centred(fit.posterior))
-            return fit
+            # (the reason of a dense one too: covariance_reason_ says why, whichever it is)
+            return dataclasses.replace(
+                fit, covariance=choice.structure, covariance_reason=choice.reason
+            )
 
         watch = nullcontext() if observer is None else observer.problem(index, stored, pending)
         structured = False
@@ -847,9 +846,12 @@ class BayesianGLMClassifier(
                         # limit, before the first Newton step (it refuses what none fits).
                         choice = choose_covariance(model, type(self).__name__)
                     if choice is _DENSE:  # no structure was chosen: none is taken here
-                        refuse_forced_structure(
-                            type(self).__name__,
-                            *_why_dense(chunked, prior, n_classes, binary),
+                        why, remedy = _why_dense(chunked, prior, n_classes, binary)
+                        refuse_forced_structure(type(self).__name__, why, remedy)
+                        choice = CovarianceChoice(
+                            "dense",
+                            f"a {why} keeps the dense covariance (for a structured one: "
+                            f"{remedy[0].lower()}{remedy[1:-1]})",
                         )
                     structured = choice.structure != "dense"
                     if structured:
@@ -1218,6 +1220,11 @@ def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tup
     :meth:`BayesianGLMClassifier._fit_problem`), for :func:`refuse_forced_structure`."""
     if chunked:
         return "fit over dask chunks", "Fit rows in memory to take it."
+    if n_classes is None and not binary:  # (under any prior: checked first)
+        return (
+            "one-vs-rest fit of more than two classes",
+            "Fit sklearn.multiclass.OneVsRestClassifier(estimator), whose binary fits take it.",
+        )
     if prior is not None and n_classes is not None:
         return (
             "multinomial fit under a prior (prior=, or partial_fit's carried posterior)",
@@ -1228,11 +1235,6 @@ def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tup
         return (
             "fit under a prior with correlated coefficients (a full covariance matrix)",
             "Give the prior as (mean, variances) to take it.",
-        )
-    if n_classes is None and not binary:
-        return (
-            "one-vs-rest fit of more than two classes",
-            "Fit sklearn.multiclass.OneVsRestClassifier(estimator), whose binary fits take it.",
         )
     return (
         "fit under a shrinkage prior (penalty='l1' or 'elasticnet', or a Laplace, Student-t "

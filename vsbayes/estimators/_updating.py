@@ -376,9 +376,15 @@ class BayesianUpdating(SiteWindowUpdates):
         # A structured posterior (too many coefficients for the dense one) takes every
         # batch, one row too, by the structured fit: the one-row rules and the window's
         # sites update a dense p × p covariance.
-        structured = _structured_stream(self, X, problems, weights, carried)
+        structured, reason = _structured_stream(self, X, problems, weights, carried)
         if not structured and self.max_iter != 0:
-            refuse_forced_structure(type(self).__name__, *_why_dense_stream(problems))
+            why, remedy = _why_dense_stream(problems)
+            refuse_forced_structure(type(self).__name__, why, remedy)
+            if not reason:  # (covariance_reason_ of the fits below that record none)
+                reason = (
+                    f"a {why} keeps the dense covariance (for a structured one: "
+                    f"{remedy[0].lower()}{remedy[1:-1]})"
+                )
         # Laplace's batches of several rows (binary, one-vs-rest) join its window of sites:
         # refitted jointly with its rows, which leave it by how well their sites fit.
         mode_window = (
@@ -447,6 +453,8 @@ class BayesianUpdating(SiteWindowUpdates):
             before_call = vars(self).get("_unseen_classes_", np.empty(0, dtype=int))
             unseen = np.setdiff1d(before_call, np.flatnonzero(seen))
         self.classes_ = classes
+        if not structured and reason:  # the stream's, not its batch's under the carried
+            fits = [dataclasses.replace(f, covariance_reason=reason) for f in fits]
         self._store(method, fits, X.shape[1], dtype, evidence_defined=True)
         self._stream_buffer = buffer
         self._training_fingerprint_ = rows_seen
@@ -661,18 +669,18 @@ def _why_dense_stream(problems) -> tuple[str, str]:
     )
 
 
-def _structured_stream(estimator, X, problems, weights, carried) -> bool:
+def _structured_stream(estimator, X, problems, weights, carried) -> tuple[bool, str]:
     """Whether a batch of one binary problem under the diagonal or arrowhead ``carried``
     prior takes a structured covariance (:func:`choose_covariance` of its model, which
     sizes it first: refused with a :class:`~vsbayes._memory.MemoryLimitError` where no
-    structure fits)."""
+    structure fits), and the choice's reason ("" where none was made)."""
     prior = carried[0]
     if len(problems) != 1 or problems[0][1] is not None:
-        return False
+        return False, ""
     if not (prior.diagonal or prior.hub is not None):
-        return False
+        return False, ""
     if estimator.max_iter == 0:
-        return False
+        return False, ""
     labels = problems[0][0]
     model, _ = problem_model(estimator, X, labels, None, weights, carried[0])
     try:
@@ -683,4 +691,4 @@ def _structured_stream(estimator, X, problems, weights, carried) -> bool:
             f"{X.shape[0]} rows): smaller batches need less; the carried posterior is left "
             f"as it was."
         ) from None
-    return choice.structure != "dense"
+    return choice.structure != "dense", choice.reason

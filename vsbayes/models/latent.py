@@ -682,10 +682,8 @@ class StructuredLatents(_RowChunks):
         self.X, self.coef, self.intercept = _summed_duplicates(X), coef, intercept
         n_rows, d = X.shape
         diagonal = covariance.diagonal_part
-        # K = V diag(κ) Vᵀ folded into the factor: (Uᵀx̃)ᵀK(Uᵀx̃) = Σ_k κ_k ((UV)ᵀx̃)_k², r
-        # products per row instead of r² (K is indefinite: κ of either sign).
-        self.kappa, rotation = np.linalg.eigh(covariance.core)
-        factor = covariance.factor @ rotation
+        # K = V diag(κ) Vᵀ folded into the factor (once per covariance, not per call).
+        self.kappa, factor = covariance.eigen_factor()
         self.intercept_fitted = diagonal.shape[0] > d
         self.diagonal = diagonal[:d]
         # The means' column beside the factor's: one product per chunk gives both.
