@@ -136,8 +136,9 @@ class LaplaceLogisticRegression(BayesianGLMClassifier):
         column's shift direction and on the intercepts' contrasts).
     covariance_structure_ : str or ndarray of str
         The posterior covariance's structure: "dense", or for a problem too large
-        for it "dual" (binary), "lowrank" or "diagonal" (one per problem beyond two
-        classes one-vs-rest).
+        for it "dual" (binary), "lowrank" or "diagonal". A one-vs-rest fit beyond two
+        classes keeps one dense covariance per problem (an array of "dense";
+        ``sklearn.multiclass.OneVsRestClassifier`` lets each binary fit take a structure).
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
@@ -305,8 +306,9 @@ class LaplaceProbitRegression(BayesianGLMClassifier):
         dense only on request; see ``covariance_structure_``).
     covariance_structure_ : str or ndarray of str
         The posterior covariance's structure: "dense", or for a binary problem too
-        large for it "dual", "lowrank" or "diagonal" (one per problem beyond
-        two classes).
+        large for it "dual", "lowrank" or "diagonal". Beyond two classes, one dense
+        covariance per one-vs-rest problem (an array of "dense";
+        ``sklearn.multiclass.OneVsRestClassifier`` lets each binary fit take a structure).
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
