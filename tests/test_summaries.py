@@ -453,7 +453,8 @@ def _counting_clones(monkeypatch):
 def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeypatch):
     # Binary EP under a shrinkage prior: its influential rows' refits are EP warm from the
     # fit's sites, the rows' sites under the Gaussian base times its coefficient sites
-    # (D-158), alternating with those sites relaxed without the row (D-200).
+    # (D-158), under the Student-t alternating with those sites relaxed without the row
+    # (D-200).
     from vsbayes import LaplacePrior, StudentTPrior
     from vsbayes.approximations import expectation_propagation
     from vsbayes.approximations.ep_leave_one_out import refit_without_rows
@@ -496,18 +497,27 @@ def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeyp
         assert warm.var[j] == pytest.approx(a @ cold.cov @ a, rel=1e-7)
 
     # 2. Against brute force (the estimator refitted without each row: its prior sites
-    # move too). With the coefficient sites relaxed as well, each refit is EP without the
-    # row, the same fixed point as the estimator's (log-concave here, or signed as the
+    # move too). Student-t: the coefficient sites are relaxed as well, so that each refit
+    # is EP without the row, the same fixed point as the estimator's (signed, as the
     # fit), to the refits' stopping rules: the rows' sweeps at a site change of 1e-3
     # (each term within 2e-3 nats, D-071), the coefficient sites' relaxation where its
-    # term is expected to move less than 1e-3 nats more; hence 3e-3. (Measured on 4 seeds
-    # of this design, Laplace(1), Laplace(0.3), Student-t: at most 1.3e-3; with the sites
-    # held fixed, 0.086.)
+    # term is expected to move less than 1e-3 nats more; hence 3e-3 (measured on 4 seeds
+    # of this design: at most 1.3e-3, as under the Laplace priors relaxed). Laplace
+    # (log-concave): the sites are held (D-200), which keeps row i's pull on them in the
+    # refit: the error of the cavity (which holds all the sites) restricted to the d
+    # prior sites, so on average no larger than the cavity's, which holds the M − 1 rows'
+    # sites too. Its size, measured on 6 seeds of this design (30 rows; Laplace(1),
+    # Laplace(0.3), Student-t): at most 0.086 nats a row, 0.0031 on average (the
+    # cavities': 0.10 and 0.0053); the bounds are twice those.
     brute = brute_force(lambda: clone(model), X, y, np.arange(len(y)))
     assert clones == []  # (brute force's clones are sklearn's, not counted)
     error = result.pointwise - brute
-    assert np.max(np.abs(error)) < 3e-3
-    assert np.max(np.abs(cavities.pointwise - brute)) > 10 * np.max(np.abs(error))
+    if prior == "laplace":
+        assert np.max(np.abs(error)) < 0.17 and abs(error.mean()) < 0.0062
+        assert np.mean(np.abs(error)) <= np.mean(np.abs(cavities.pointwise - brute))
+    else:
+        assert np.max(np.abs(error)) < 3e-3
+        assert np.max(np.abs(cavities.pointwise - brute)) > 10 * np.max(np.abs(error))
 
 
 def test_shrinkage_loo_relaxes_the_prior_sites_in_middling_rows_cavities():

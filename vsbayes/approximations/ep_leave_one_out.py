@@ -34,10 +34,11 @@ coefficient sites are part of the prior the rows' sites were fitted under: the r
 under the Gaussian base times those sites as the full fit left them (multinomial:
 :func:`~vsbayes.approximations.softmax_prior_sites.under_prior_sites`; binary:
 :func:`refit_without_rows`' ``prior_sites``), the approximation EP's leave-one-out makes
-of the other sites (docs/decisions.md, D-156, D-158). The binary refits relax them too
-(``relax_prior_sites``: rounds of the rows' sweeps, then the coefficient sites'), and so
-do the cavities of the rows of middling influence (:func:`relax_prior_sites_without_rows`):
-held, under the horseshoe, they kept a left-out row's pull (D-184, D-200).
+of the other sites (docs/decisions.md, D-156, D-158). Under a prior that is not
+log-concave (Student-t, horseshoe) the binary refits relax them too (``relax_prior_sites``:
+rounds of the rows' sweeps, then the coefficient sites'), and so do the cavities of the
+rows of middling influence (:func:`relax_prior_sites_without_rows`): held, under the
+horseshoe, they kept a left-out row's pull (D-184, D-200).
 A heavy-tailed prior's binary sites may have negative precisions, so that this prior may
 be improper on its own: each refit's posterior precision is then proper only if its
 Cholesky factorization succeeds, which every sweep's checks (a refit that leaves the

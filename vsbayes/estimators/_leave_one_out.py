@@ -11,9 +11,9 @@ of row i's likelihood factor ``F^{s_i}`` under the posterior without that row:
   of the row's latent value; the influential rows' cavities overrate them (the other sites
   stay as the row left them), and those rows take EP refitted without them, warm from the
   fit's sites (:mod:`~vsbayes.approximations.ep_leave_one_out`; under a shrinkage prior
-  the multinomial EP's coefficient sites stay as the fit left them, part of the prior,
-  the binary EP's are relaxed without the row, in the refits and in the cavities of the
-  rows of middling share);
+  the coefficient sites stay as the fit left them, part of the prior, but for the binary
+  EP's under a prior that is not log-concave, relaxed without the row in the refits and
+  in the cavities of the rows of middling share);
 - otherwise by Pareto-smoothed importance sampling (Vehtari, Gelman & Gabry 2017) of draws
   from the Gaussian approximation q, reweighted to the exact posterior
   (``p(θ | y) / q(θ)``, the approximation's own Pareto ``k̂`` reported as
@@ -47,7 +47,11 @@ from ..approximations.ep_leave_one_out import (
     refit_without_rows,
     relax_prior_sites_without_rows,
 )
-from ..approximations.expectation_propagation import DEFAULT_DAMPING, EPSites
+from ..approximations.expectation_propagation import (
+    DEFAULT_DAMPING,
+    EPSites,
+    factor_is_log_concave,
+)
 from ..approximations.softmax_prior_sites import under_prior_sites
 from ..exceptions import EstimationError, NotPositiveDefiniteError, PSISWarning
 from ..gaussian import StructuredCovariance, StructuredGaussian
@@ -99,14 +103,15 @@ REFIT_P_LOO_MULTINOMIAL = 0.01
 #: sweeps), the sums within 0.02 % of the elpd — far below the leave-one-out's own
 #: error, for 25-30 % less time.
 REFIT_TOL = 1e-3
-#: Under a binary shrinkage prior, the rows not refitted whose own share of ``p_loo``
-#: exceeds this take their term from the cavity with the coefficient sites relaxed without
-#: the row (the rows' sites held; ``relax_prior_sites_without_rows``). The cavity holds the
-#: coefficient sites as the row left them: under the horseshoe on breast cancer that put
-#: the 566 rows not refitted 0.87 nats below brute force, spread over the rows of
-#: middling share (D-184). Relaxed above 0.1 (22-47 rows on the nine cases of
-#: ``benchmarks/shrinkage_loo.py``) those rows were −0.06 nats from brute force; above 0.05
-#: (34-71 rows), +0.08, at about 0.1 × the fit more on ionosphere (D-200).
+#: Under a binary shrinkage prior that is not log-concave (Student-t, horseshoe), the rows
+#: not refitted whose own share of ``p_loo`` exceeds this take their term from the cavity
+#: with the coefficient sites relaxed without the row (the rows' sites held;
+#: ``relax_prior_sites_without_rows``). The cavity holds the coefficient sites as the row
+#: left them: under the horseshoe on breast cancer that put the 566 rows not refitted 0.87
+#: nats below brute force, spread over the rows of middling share (D-184). Relaxed above
+#: 0.1 (22-36 rows on the six heavy-tailed cases of ``benchmarks/shrinkage_loo.py``) those
+#: rows were −0.06 nats from brute force on breast cancer's horseshoe; above 0.05 (34-70
+#: rows), +0.08, at about 0.1 × the fit more on ionosphere (D-200).
 RELAX_P_LOO = 0.1
 #: The multinomial refits' sites whose rows' latent marginals stay within this (in sds) of
 #: the full fit's are linear in their cavities (``refit_softmax_without_rows``'s
@@ -552,8 +557,9 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     negative precision, fixed, with the row left out). EP under a shrinkage prior keeps
     its coefficient sites: the refits run under the base times those sites, the Gaussian
     prior the rows' sites were fitted under, fixed (as EP's leave-one-out keeps the other
-    sites of the cavity); binary, those sites are relaxed without the row too, alternating
-    with the rows' (``refit_without_rows``' ``relax_prior_sites``)."""
+    sites of the cavity); binary under a prior that is not log-concave (Student-t,
+    horseshoe), those sites are relaxed without the row too, alternating with the rows'
+    (``refit_without_rows``' ``relax_prior_sites``)."""
     posterior = estimator.posteriors_[0]
     sites, prior_sites = posterior.sites, getattr(posterior, "prior_sites", None)
     factor = estimator._shrinkage_factor()
@@ -590,7 +596,7 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
         if shrinkage:
             options.update(
                 prior_sites=prior_sites,
-                relax_prior_sites=True,
+                relax_prior_sites=not factor_is_log_concave(factor),
                 prior_nonnegative=getattr(posterior, "prior_nonnegative", False),
             )
         refits = refit_without_rows(model, sites, model_rows, **options)
@@ -606,11 +612,14 @@ def _relaxed_cavity_terms(estimator, data: _Training, rows) -> np.ndarray | None
     """The terms of ``rows`` from their cavities with a binary shrinkage prior's coefficient
     sites relaxed without the row (:func:`~vsbayes.approximations.ep_leave_one_out.
     relax_prior_sites_without_rows`), NaN where a relaxation did not converge; None where
-    the fit has no such sites (a Gaussian prior, the multinomial EP)."""
+    the fit has no such sites (a Gaussian prior, the multinomial EP) or holds them (a
+    log-concave prior's: Laplace, the elastic net)."""
     posterior = estimator.posteriors_[0]
     sites, prior_sites = posterior.sites, getattr(posterior, "prior_sites", None)
     factor = estimator._shrinkage_factor()
     if factor is None or prior_sites is None or sites.space != "signed" or not len(rows):
+        return None
+    if factor_is_log_concave(factor):  # (its sites move little: held, D-200)
         return None
     positive = data.weights > 0
     with warnings.catch_warnings():

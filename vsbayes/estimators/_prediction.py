@@ -576,9 +576,9 @@ class PosteriorPrediction:
             Where EP's cavities give the terms: the rows whose own share of ``p_loo``
             exceeds this (nats) get their term from EP refitted without them, warm from
             the fit's sites (``refitted`` in the result says which; under a shrinkage
-            prior the binary EP's coefficient sites are relaxed without the row too, and
-            so are they in the cavities of the rows whose share exceeds 0.1, the
-            multinomial EP's are held fixed, part of the prior; with a Gaussian
+            prior EP's coefficient sites are held fixed, part of the prior, but for the
+            binary EP's under the Student-t and horseshoe priors, relaxed without the row
+            too, as in the cavities of the rows whose share exceeds 0.1; with a Gaussian
             ``prior=``, or where a refit's posterior is improper, a refit of the
             estimator); "auto": 0.5 for a binary
             posterior, 0.01 for the multinomial one (whose cavities fall short of its
