@@ -5,7 +5,8 @@ Cases: breast cancer and the paper's Ionosphere (``_shrinkage_cases.load_dataset
 standardized, the intercept separate) under the Laplace (scale 1), Student-t (ν = 3, scale
 1) and horseshoe (τ = 0.1) priors of ``_shrinkage_cases.PRIORS``. ``loo()`` takes each
 row's term from EP's cavity and refits the rows above ``refit_above`` by EP warm from the
-fit's sites, the coefficient sites held fixed (docs/decisions.md, D-158, D-166). Brute
+fit's sites, the coefficient sites relaxed without the row in the refits and in the
+cavities of the rows of share above 0.1 (docs/decisions.md, D-158, D-166, D-200). Brute
 force: ``EPLogisticRegression`` refitted without each row (n refits, the estimator's own
 route: under a heavy-tailed prior, EP's non-negative rerun where its sites left the
 posterior improper), each scored on its row with the refit's predictive; cached under
@@ -159,7 +160,8 @@ def markdown(rows: list[dict], info: dict) -> str:
         "against brute force (n EP refits without each row), and its cost over the fit's "
         "(medians of interleaved repeats, CPU time and wall time). *Refitted* / *others*: "
         "the difference from brute force (nats) of the rows `loo` refits (warm EP, the "
-        "fit's coefficient sites held fixed) and of the rest (EP's cavities). Targets: "
+        "coefficient sites relaxed without the row) and of the rest (EP's cavities, the "
+        "coefficient sites relaxed in those of `p_loo` share above 0.1). Targets: "
         f"within {TARGET_PERCENT} % and one SE; cost ≤ {TARGET_COST:g} × the fit. *Cavity "
         f"misses*: the rows not refitted whose cavity is more than {CAVITY_MISS} nats from "
         "brute force, and their sum (the rows farthest from brute force are in the JSON).",

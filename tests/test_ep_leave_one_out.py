@@ -196,3 +196,40 @@ def test_multinomial_linear_sites_bound_their_jacobians():
     assert peak < 0.5 * 8.0 * row.size * n_params**2
     for got, expected in zip(chunked, whole, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("prior", ["laplace", "student_t"])
+def test_prior_site_relaxation_keeps_the_fits_fixed_point(data, prior):
+    # Relaxing a shrinkage prior's coefficient sites under all the fit's rows (none left
+    # out) stays at the fit's fixed point: the relaxations' tilted moments (method="fast")
+    # are within 1e-6 of the fit's, so its sites move by about that, far below the
+    # 1e-2 site change its stopping rule allows, and the rows' latent moments with them.
+    from vsbayes import LaplacePrior, StudentTPrior
+    from vsbayes.approximations.ep_leave_one_out import _PriorSiteRelaxation
+
+    X, labels, _ = data
+    shrinkage = LaplacePrior(0.5) if prior == "laplace" else StudentTPrior(3.0, 0.5)
+    factor = shrinkage.coefficient_factor()
+    model = BinaryGLMPosterior(
+        X, labels, np.ones(len(labels)), "logistic", prior_var=factor.base_var,
+        intercept_prior_var=1e2, coefficient_prior=factor,
+    )  # fmt: skip
+    fit = expectation_propagation(model, tol=TOL)
+    tau_rows, nu_rows = fit.sites.precision, fit.sites.linear
+    design = model.design
+    precision = (design.T * tau_rows) @ design + np.diag(1.0 / model.prior_var)
+    linear = design.T @ nu_rows + model.prior_mean / model.prior_var
+    rows = np.array([0, 5, 20])
+    relaxation = _PriorSiteRelaxation(model, fit.prior_sites, False, 1e-9)
+    nonnegative = np.zeros(rows.size, dtype=bool)
+    tau, nu = relaxation.start(rows.size, nonnegative)
+    stack = np.broadcast_to(precision, (rows.size, *precision.shape)).copy()
+    out_tau, out_nu, t_mean, t_var, converged = relaxation.relax(
+        stack, np.tile(linear, (rows.size, 1)), tau, nu, nonnegative, design[rows]
+    )
+    assert converged.all()
+    np.testing.assert_allclose(out_tau, tau, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out_nu, nu, rtol=1e-5, atol=1e-5)
+    a = design[rows]
+    np.testing.assert_allclose(t_mean, a @ fit.mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t_var, np.einsum("ij,jk,ik->i", a, fit.cov, a), rtol=1e-5)

@@ -450,9 +450,11 @@ def _counting_clones(monkeypatch):
 
 
 @pytest.mark.parametrize("prior", ["laplace", "student-t"])
-def test_shrinkage_loo_keeps_the_prior_sites_and_does_not_refit(prior, monkeypatch):
+def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeypatch):
     # Binary EP under a shrinkage prior: its influential rows' refits are EP warm from the
-    # fit's sites under the Gaussian base times its coefficient sites, held fixed (D-158).
+    # fit's sites, the rows' sites under the Gaussian base times its coefficient sites
+    # (D-158), under the Student-t alternating with those sites relaxed without the row
+    # (D-200).
     from vsbayes import LaplacePrior, StudentTPrior
     from vsbayes.approximations import expectation_propagation
     from vsbayes.approximations.ep_leave_one_out import refit_without_rows
@@ -495,17 +497,48 @@ def test_shrinkage_loo_keeps_the_prior_sites_and_does_not_refit(prior, monkeypat
         assert warm.var[j] == pytest.approx(a @ cold.cov @ a, rel=1e-7)
 
     # 2. Against brute force (the estimator refitted without each row: its prior sites
-    # move too). Holding them fixed keeps row i's pull on them in the refit: the error of
-    # the cavity (which holds all the sites) restricted to the d prior sites, so on
-    # average no larger than the cavity's, which holds the M − 1 rows' sites too. Its
-    # size, measured on 6 seeds of this design (30 rows; Laplace(1), Laplace(0.3),
-    # Student-t): at most 0.086 nats a row, 0.0031 on average (the cavities': 0.10 and
-    # 0.0053), the mean |error| below the cavities' in all 18; the bounds are twice those.
+    # move too). Student-t: the coefficient sites are relaxed as well, so that each refit
+    # is EP without the row, the same fixed point as the estimator's (signed, as the
+    # fit), to the refits' stopping rules: the rows' sweeps at a site change of 1e-3
+    # (each term within 2e-3 nats, D-071), the coefficient sites' relaxation where its
+    # term is expected to move less than 1e-3 nats more; hence 3e-3 (measured on 4 seeds
+    # of this design: at most 1.3e-3, as under the Laplace priors relaxed). Laplace
+    # (log-concave): the sites are held (D-200), which keeps row i's pull on them in the
+    # refit: the error of the cavity (which holds all the sites) restricted to the d
+    # prior sites, so on average no larger than the cavity's, which holds the M − 1 rows'
+    # sites too. Its size, measured on 6 seeds of this design (30 rows; Laplace(1),
+    # Laplace(0.3), Student-t): at most 0.086 nats a row, 0.0031 on average (the
+    # cavities': 0.10 and 0.0053); the bounds are twice those.
     brute = brute_force(lambda: clone(model), X, y, np.arange(len(y)))
     assert clones == []  # (brute force's clones are sklearn's, not counted)
     error = result.pointwise - brute
-    assert np.max(np.abs(error)) < 0.17 and abs(error.mean()) < 0.0062
-    assert np.mean(np.abs(error)) <= np.mean(np.abs(cavities.pointwise - brute))
+    if prior == "laplace":
+        assert np.max(np.abs(error)) < 0.17 and abs(error.mean()) < 0.0062
+        assert np.mean(np.abs(error)) <= np.mean(np.abs(cavities.pointwise - brute))
+    else:
+        assert np.max(np.abs(error)) < 3e-3
+        assert np.max(np.abs(cavities.pointwise - brute)) > 10 * np.max(np.abs(error))
+
+
+def test_shrinkage_loo_relaxes_the_prior_sites_in_middling_rows_cavities():
+    # The rows not refitted whose share of p_loo exceeds RELAX_P_LOO take their cavity
+    # with the coefficient sites relaxed without the row (D-200): what the cavity keeps of
+    # the row's pull on those sites (under the horseshoe, its spike) goes, what it keeps
+    # on the rows' sites stays. So those rows are closer to brute force than their
+    # cavities, by the coefficient sites' share of the cavities' error (measured on 4
+    # seeds of this design under the Laplace, Student-t and horseshoe priors: in all 12;
+    # here 0.019 nats a row on average against 0.050).
+    from vsbayes import HorseshoePrior
+
+    X, y = binary_data(n=30, seed=1)
+    model = EPLogisticRegression(prior=HorseshoePrior(0.3)).fit(X, y)
+    result = model.loo(X, y, random_state=0)
+    cavities = model.loo(X, y, random_state=0, refit_above=None)
+    moved = np.flatnonzero(~result.refitted & (result.pointwise != cavities.pointwise))
+    assert moved.size
+    brute = brute_force(lambda: clone(model), X, y, moved)
+    relaxed = np.abs(result.pointwise[moved] - brute).mean()
+    assert relaxed < 0.5 * np.abs(cavities.pointwise[moved] - brute).mean()
 
 
 def test_shrinkage_loo_refits_the_estimator_where_the_fixed_sites_are_improper(monkeypatch):

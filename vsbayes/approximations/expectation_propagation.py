@@ -99,12 +99,20 @@ class EPResult(DiagnosedGaussian):
     #: precisions below minus the base's, so that this prior alone may be improper.
     prior_sites = None
 
-    def with_sites(self, sites: EPSites, prior_cavities=None, prior_sites=None) -> EPResult:
-        """This result, keeping ``sites``, ``prior_cavities`` and ``prior_sites`` (set
-        once, by the EP that made it)."""
+    #: Under a shrinkage prior, whether the coefficient sites' precisions were kept ≥ 0 (a
+    #: heavy-tailed prior's EP rerun where its signed sites left no proper posterior):
+    #: leave-one-out's relaxations of those sites keep them so too.
+    prior_nonnegative = False
+
+    def with_sites(
+        self, sites: EPSites, prior_cavities=None, prior_sites=None, prior_nonnegative=False
+    ) -> EPResult:
+        """This result, keeping ``sites``, ``prior_cavities``, ``prior_sites`` and
+        ``prior_nonnegative`` (set once, by the EP that made it)."""
         object.__setattr__(self, "sites", sites)
         object.__setattr__(self, "prior_cavities", prior_cavities)
         object.__setattr__(self, "prior_sites", prior_sites)
+        object.__setattr__(self, "prior_nonnegative", prior_nonnegative)
         return self
 
 
@@ -143,7 +151,9 @@ def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResu
         sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
     log_z = result.log_Z + informative.log_likelihood
     moved = EPResult(result.mean, result.cov, log_z, **result.diagnostics())
-    return moved.with_sites(sites, result.prior_cavities, result.prior_sites)
+    return moved.with_sites(
+        sites, result.prior_cavities, result.prior_sites, result.prior_nonnegative
+    )
 
 
 def _posterior(model: BinaryGLMPosterior, tau, nu) -> GLMGaussian:
@@ -633,7 +643,9 @@ def _sweeps_with_prior_sites(
     if uninformed.any():
         cav_mean, cav_var, _ = _base_cavities(cav_mean, cav_var, cav_tau > 0, uninformed, model)
     prior_sites = (store.sites[2 * m : 2 * m + d].copy(), store.sites[2 * m + d :].copy())
-    return _result(run, log_evidence).with_sites(sites, (cav_mean, cav_var), prior_sites)
+    return _result(run, log_evidence).with_sites(
+        sites, (cav_mean, cav_var), prior_sites, nonnegative
+    )
 
 
 def _base_cavities(cav_mean, cav_var, ok, uninformed, model):

@@ -576,9 +576,11 @@ class PosteriorPrediction:
             Where EP's cavities give the terms: the rows whose own share of ``p_loo``
             exceeds this (nats) get their term from EP refitted without them, warm from
             the fit's sites (``refitted`` in the result says which; under a shrinkage
-            prior with its coefficient sites held fixed, part of the prior; with a
-            Gaussian ``prior=``, or where the fixed sites leave a refit's posterior
-            improper, a refit of the estimator); "auto": 0.5 for a binary
+            prior EP's coefficient sites are held fixed, part of the prior, but for the
+            binary EP's under the Student-t and horseshoe priors, relaxed without the row
+            too, as in the cavities of the rows whose share exceeds 0.1; with a Gaussian
+            ``prior=``, or where a refit's posterior is improper, a refit of the
+            estimator); "auto": 0.5 for a binary
             posterior, 0.01 for the multinomial one (whose cavities fall short of its
             refits on most rows, not only the influential ones: more refits, about 3 ×
             the fit on wine); None: no refit, the cavities only (leave-one-out in about the
