@@ -53,7 +53,7 @@ from _common import CACHE, RESULTS, machine, machine_line, write_csv, write_json
 from vsbayes import EPLogisticRegression
 from vsbayes.exceptions import UnreliableFitWarning
 
-DATASETS = ("breast_cancer", "ionosphere")
+DATASETS = ("breast_cancer", "ionosphere", "wpbc")
 PRIORS = ("laplace", "student_t", "horseshoe")
 TARGET_PERCENT = 0.5
 TARGET_COST = 2.0
@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timings of fit and loo")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
-        "--cases", nargs="*", default=None, help="prior:dataset pairs (default: all six)"
+        "--cases", nargs="*", default=None, help="prior:dataset pairs (default: all nine)"
     )
     parser.add_argument("--refresh-brute-force", action="store_true")
     args = parser.parse_args()
