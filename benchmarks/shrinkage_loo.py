@@ -22,8 +22,8 @@ Which rows: the JSON gives each case's rows farthest from brute force (``worst_r
 index, brute force's term, ``loo``'s, the cavity's, whether refitted), and the table counts
 the rows not refitted whose cavity is more than ``CAVITY_MISS`` nats from brute force, and
 their sum (docs/decisions.md, D-184: under the horseshoe the cavities' error is spread over
-dozens of rows). ``--cases`` takes other pairs too, e.g. ``horseshoe:wpbc`` (the paper's
-WPBC), a third data set to check a change against.
+dozens of rows). The cases: breast cancer, ionosphere and the paper's WPBC, each under the
+three priors; ``--cases`` takes a subset, e.g. ``horseshoe:wpbc``.
 
 Usage: python benchmarks/shrinkage_loo.py [--data-dir DIR] [--repeats N] [--out DIR]
 [--cases horseshoe:breast_cancer ...] [--refresh-brute-force]
