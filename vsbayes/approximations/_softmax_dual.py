@@ -29,11 +29,15 @@ from ..gaussian import lower_cholesky
 
 __all__ = [
     "DualContrast",
+    "DualSoftmaxHessian",
+    "column_variances",
     "dense_contrast_work",
     "dual_contrast_bytes",
     "dual_contrast_work",
+    "factorizing_prior",
     "row_kernel",
     "takes_dual",
+    "theta_moments",
 ]
 
 #: The fewest entries r·w of B that take the dual form (where it is also at most half the
@@ -235,3 +239,75 @@ class DualContrast:
     def variances(self) -> np.ndarray:
         """The variances of B's entries (r·w,)."""
         return np.diag(self.cov()).copy()
+
+
+def factorizing_prior(model) -> bool:
+    """Whether the prior factorizes over the rotation of θ to B and the shift (the same
+    variances for every class of a column, no mean, no full precision): the dual form's
+    (and the EP's rotation's) condition."""
+    k, d = model.n_classes, model.n_features
+    by_class = model.prior_var[: k * d].reshape(k, d)
+    intercepts = model.prior_var[k * d :]
+    return not (
+        model.prior_precision is not None
+        or bool(np.any(model.prior_mean))
+        or not np.all(by_class == by_class[0])
+        or not np.all(intercepts == intercepts[:1])
+    )
+
+
+def column_variances(model) -> np.ndarray:
+    """The prior variance of each column of B (w,), the intercept's last."""
+    k, d = model.n_classes, model.n_features
+    columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
+    return model.prior_var[columns]
+
+
+def theta_moments(model, q, column_var, mean, cov) -> tuple[np.ndarray, np.ndarray]:
+    """θ's mean and covariance (model layout) from B's (r·w and r·w square) under a
+    factorizing prior: B's rotated back by the basis q, plus the shift's prior."""
+    k, r, w = model.n_classes, q.shape[1], len(column_var)
+    theta = model.to_vector(q @ mean.reshape(r, w))
+    blocks = np.einsum("ka,ajcm,lc->kljm", q, cov.reshape(r, w, r, w), q, optimize=True)
+    shift = np.diag(column_var) / k
+    blocks += shift  # every (k, l) block: the prior of 1ᵀΘ/√K, spread over the classes
+    full = model.to_layout(blocks)
+    return theta, 0.5 * (full + full.T)
+
+
+class DualSoftmaxHessian:
+    """The multinomial log-posterior's negative Hessian at θ (probabilities ``P``), held in
+    the contrasts' dual form, for Newton's method: ``H = Σ_i s_i C_i ⊗ x̃_i x̃_iᵀ + D`` with
+    ``C_i = diag p_i − p_i p_iᵀ``. Since ``C_i 1 = 0`` and the prior factorizes, H is
+    block-diagonal in the rotated coordinates (B, the shift ``1ᵀΘ/√K``): B's block is the
+    contrast precision of the sites ``Λ_i = s_i Qᵀ C_i Q`` (:class:`DualContrast`), the
+    shift's is its prior precision alone.
+
+    Offers what :class:`~vsbayes.approximations.NewtonLaplaceSolver` uses: ``solve`` and
+    ``half_log_det``, and the dense covariance through :meth:`cov`.
+    """
+
+    def __init__(self, model, kernel: np.ndarray, q: np.ndarray, P: np.ndarray):
+        self.model, self.q = model, q
+        self.column_var = column_variances(model)
+        s = model.sample_weight
+        qp = P @ q  # Qᵀ p_i
+        lam = np.einsum("ka,ik,kb->iab", q, P, q) - qp[:, :, None] * qp[:, None, :]
+        lam *= s[:, None, None]
+        self.contrast = DualContrast(model.X, kernel, self.column_var, lam, model.fit_intercept)
+        self.half_log_det = self.contrast.half_log_det - 0.5 * float(np.log(self.column_var).sum())
+
+    def solve(self, v: np.ndarray) -> np.ndarray:
+        """``H⁻¹ v`` for v of shape (dim,)."""
+        model, q, k = self.model, self.q, self.model.n_classes
+        W, b = model.split(v)
+        matrix = np.hstack([W, b[:, None]]) if model.fit_intercept else W  # (K, w)
+        contrasts = self.contrast.solve((q.T @ matrix).ravel()).reshape(q.shape[1], -1)
+        shift = matrix.sum(axis=0) * self.column_var / k  # (1/√K)(1/√K) 1ᵀ V D_s⁻¹
+        return model.to_vector(q @ contrasts + shift)
+
+    @property
+    def cov(self) -> np.ndarray:
+        """``H⁻¹`` (dim × dim), from B's dense covariance."""
+        mean = np.zeros(self.contrast.r * len(self.column_var))
+        return theta_moments(self.model, self.q, self.column_var, mean, self.contrast.cov())[1]

@@ -86,11 +86,14 @@ from ._glm_gaussian import BlockLatent
 from ._softmax_cavities import _positive_definite, _psd, _row_psd, _whitened_norms
 from ._softmax_dual import (
     DualContrast,
+    column_variances,
     dense_contrast_work,
     dual_contrast_bytes,
     dual_contrast_work,
+    factorizing_prior,
     row_kernel,
     takes_dual,
+    theta_moments,
 )
 from ._softmax_latent_modes import (
     _three_class_kernels,
@@ -142,15 +145,14 @@ class _Contrast:
         self.width = d + int(model.fit_intercept)
         self.q = centred_basis(k)
         # Prior variance of B's entries (class-major rows of w), the same for every class.
-        columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
-        self.column_var = model.prior_var[columns]
+        self.column_var = column_variances(model)
         self.prior_var = np.tile(self.column_var, self.r)
         # A general prior (a full precision, or a mean) does not factorize over the
         # rotation: EP runs on B under B's marginal prior, and the shift part follows B
         # through the prior's conditional (exact: the likelihood sees B only).
         # (Also where the prior variances differ between the classes of a column: the
         # prior sites of a shrinkage prior, softmax_prior_sites.py.)
-        self.general = _general_prior(model)
+        self.general = not factorizing_prior(model)
         self._kept = None  # (posterior covariance, rows' latent covariances): keep_latent
         self._factor = None  # the sites' precisions and their posterior's: posterior(keep=)
         # More columns than rows: the posterior in the rows' space (_softmax_dual), exact;
@@ -292,13 +294,7 @@ class _Contrast:
             cov = cov.cov()
         if self.general:
             return self._general_to_theta(mean, cov)
-        r, w, q = self.r, self.width, self.q
-        theta = self.model.to_vector(q @ mean.reshape(r, w))
-        blocks = np.einsum("ka,ajcm,lc->kljm", q, cov.reshape(r, w, r, w), q, optimize=True)
-        shift = np.diag(self.column_var) / self.k
-        blocks += shift  # every (k, l) block: the prior of 1ᵀΘ/√K, spread over the classes
-        full = self.model.to_layout(blocks)
-        return theta, 0.5 * (full + full.T)
+        return theta_moments(self.model, self.q, self.column_var, mean, cov)
 
     def _general_to_theta(self, mean: np.ndarray, cov: np.ndarray):
         """θ's moments from B's posterior and the shift's prior conditional on B."""
@@ -941,23 +937,9 @@ def softmax_ep_cost(
     return held, float(work)
 
 
-def _general_prior(model: SoftmaxGLMPosterior) -> bool:
-    """Whether the prior does not factorize over the rotation to B and the shift: a full
-    precision, a mean, or variances that differ between the classes of a column."""
-    k, d = model.n_classes, model.n_features
-    by_class = model.prior_var[: k * d].reshape(k, d)
-    intercepts = model.prior_var[k * d :]
-    return (
-        model.prior_precision is not None
-        or bool(np.any(model.prior_mean))
-        or not np.all(by_class == by_class[0])
-        or not np.all(intercepts == intercepts[:1])
-    )
-
-
 def _dual_route(model: SoftmaxGLMPosterior, r: int, w: int) -> bool:
     """Whether :class:`_Contrast` holds B's posterior in the dual form (its rule)."""
-    return not _general_prior(model) and takes_dual(model.n_observations, r, w)
+    return factorizing_prior(model) and takes_dual(model.n_observations, r, w)
 
 
 def check_softmax_ep_size(

@@ -32,7 +32,7 @@ from .._memory import block_bytes, check_memory, format_bytes
 from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
-from .newton_laplace import NewtonLaplaceSolver, SoftmaxCurvature
+from .newton_laplace import NewtonLaplaceSolver, softmax_curvature
 from .shrinkage_mode import softmax_shrinkage_laplace
 
 __all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_dims", "check_softmax_size", "softmax_laplace"]
@@ -156,6 +156,6 @@ def softmax_laplace(
             model, tol=tol, max_iter=max_iter, theta0=theta0, verbose=verbose
         )
     solver = NewtonLaplaceSolver(
-        model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=SoftmaxCurvature(model)
+        model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=softmax_curvature(model)
     )
     return solver.solve(theta0)
