@@ -152,6 +152,8 @@ def test_dual_form_is_sized_before_any_work():
     model = _wide_model(rng, sparse=False, intercept=True)
     kernel = row_kernel(model.X, np.full(model.n_features, 2.0))
     lam = np.broadcast_to(np.eye(3), (model.n_observations, 3, 3)).copy()
-    with vsbayes.config_context(memory_limit=1e4):
-        with pytest.raises(MemoryLimitError, match="dual form of the multinomial EP"):
-            DualContrast(model.X, kernel, np.full(model.n_features + 1, 2.0), lam, True)
+    with (
+        vsbayes.config_context(memory_limit=1e4),
+        pytest.raises(MemoryLimitError, match="dual form of the multinomial EP"),
+    ):
+        DualContrast(model.X, kernel, np.full(model.n_features + 1, 2.0), lam, True)
