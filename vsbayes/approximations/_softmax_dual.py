@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 #: The fewest entries r·w of B that take the dual form (where it is also at most half the
-#: dense form's work): below, the dense posterior is cheap and keeps its results.
-DUAL_MIN_ENTRIES = 1024
+#: dense form's work): below, the dense posterior is cheap, as the binary posterior's
+#: primal form below 256 features (D-016).
+DUAL_MIN_ENTRIES = 256
 
 
 def dense_contrast_work(m: int, r: int, w: int) -> float:
