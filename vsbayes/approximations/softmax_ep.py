@@ -13,6 +13,11 @@ over the rotation ``Θ ↦ (B, 1ᵀΘ/√K)``: the shift part keeps its prior ex
 on B alone, whose posterior has precision ``D + Σ_i Λ_i ⊗ x̃_i x̃_iᵀ`` (r·w square; 585 for
 digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10⁶ direction.
 
+**Wide problems.** Where the rows' contrasts are far fewer than B's entries (more
+columns than rows), B's posterior is held in the rows' space instead, exactly
+(:mod:`~vsbayes.approximations._softmax_dual`, D-211): an M·r square factorization a
+sweep, B's dense covariance formed only for the result.
+
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
 (a weight ``s_i ≥ 1`` is c_i = s_i copies of the factor, power EP, exactly EP on duplicated
@@ -939,7 +944,8 @@ def softmax_ep_cost(
 
 def _dual_route(model: SoftmaxGLMPosterior, r: int, w: int) -> bool:
     """Whether :class:`_Contrast` holds B's posterior in the dual form (its rule)."""
-    return factorizing_prior(model) and takes_dual(model.n_observations, r, w)
+    in_memory = isinstance(model, SoftmaxGLMPosterior)  # (dask chunks: the dense form)
+    return in_memory and factorizing_prior(model) and takes_dual(model.n_observations, r, w)
 
 
 def check_softmax_ep_size(
