@@ -13,6 +13,11 @@ over the rotation ``Θ ↦ (B, 1ᵀΘ/√K)``: the shift part keeps its prior ex
 on B alone, whose posterior has precision ``D + Σ_i Λ_i ⊗ x̃_i x̃_iᵀ`` (r·w square; 585 for
 digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10⁶ direction.
 
+**Wide problems.** Where the rows' contrasts are far fewer than B's entries (more
+columns than rows), B's posterior is held in the rows' space instead, exactly
+(:mod:`~vsbayes.approximations._softmax_dual`, D-211): an M·r square factorization a
+sweep, B's dense covariance formed only for the result.
+
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
 (a weight ``s_i ≥ 1`` is c_i = s_i copies of the factor, power EP, exactly EP on duplicated
@@ -84,6 +89,17 @@ from ..sampling import SamplingRule, SymmetricSobol
 from ._damped_sweeps import Anderson, ArraySites, damped_sweeps, flat_concatenate
 from ._glm_gaussian import BlockLatent
 from ._softmax_cavities import _positive_definite, _psd, _row_psd, _whitened_norms
+from ._softmax_dual import (
+    DualContrast,
+    column_variances,
+    dense_contrast_work,
+    dual_contrast_bytes,
+    dual_contrast_work,
+    factorizing_prior,
+    row_kernel,
+    takes_dual,
+    theta_moments,
+)
 from ._softmax_latent_modes import (
     _three_class_kernels,
     latent_softmax_mode,
@@ -134,24 +150,20 @@ class _Contrast:
         self.width = d + int(model.fit_intercept)
         self.q = centred_basis(k)
         # Prior variance of B's entries (class-major rows of w), the same for every class.
-        columns = list(range(d)) + ([k * d] if model.fit_intercept else [])
-        self.column_var = model.prior_var[columns]
+        self.column_var = column_variances(model)
         self.prior_var = np.tile(self.column_var, self.r)
         # A general prior (a full precision, or a mean) does not factorize over the
         # rotation: EP runs on B under B's marginal prior, and the shift part follows B
         # through the prior's conditional (exact: the likelihood sees B only).
         # (Also where the prior variances differ between the classes of a column: the
         # prior sites of a shrinkage prior, softmax_prior_sites.py.)
-        by_class = model.prior_var[: k * d].reshape(k, d)
-        intercepts = model.prior_var[k * d :]
-        self.general = (
-            model.prior_precision is not None
-            or bool(np.any(model.prior_mean))
-            or not np.all(by_class == by_class[0])
-            or not np.all(intercepts == intercepts[:1])
-        )
+        self.general = not factorizing_prior(model)
         self._kept = None  # (posterior covariance, rows' latent covariances): keep_latent
         self._factor = None  # the sites' precisions and their posterior's: posterior(keep=)
+        # More columns than rows: the posterior in the rows' space (_softmax_dual), exact;
+        # a general prior has no such form here and stays dense.
+        self.dual = _dual_route(model, self.r, self.width)
+        self._row_kernel = None
         if self.general:
             self._general_prior()
         else:
@@ -200,6 +212,8 @@ class _Contrast:
         (``half_log_det``: log |L| of the precision's Cholesky factor L). ``keep``: keep
         the precision's factorization for the next call, which reuses it if its site
         precisions ``lam`` are the same (once)."""
+        if self.dual:
+            return self._dual_posterior(lam, eta, keep)
         r, w = self.r, self.width
         kept, self._factor = self._factor, None
         if kept is not None and np.array_equal(kept[0], lam):
@@ -229,40 +243,63 @@ class _Contrast:
         mean = cho_solve((lower, True), linear, check_finite=False)
         return mean, cov, half_log_det, linear, precision
 
-    def latent(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _dual_posterior(self, lam: np.ndarray, eta: np.ndarray, keep: bool) -> tuple:
+        """:meth:`posterior` in the dual form: the covariance slot holds the
+        :class:`DualContrast` (B's dense covariance formed only on request), no precision."""
+        kept, self._factor = self._factor, None
+        if kept is not None and np.array_equal(kept[0], lam):
+            dual = kept[1]
+        else:
+            if self._row_kernel is None:
+                d = self.model.n_features
+                self._row_kernel = row_kernel(self.model.X, self.column_var[:d])
+            dual = DualContrast(
+                self.model.X, self._row_kernel, self.column_var, lam, self.model.fit_intercept
+            )
+        if keep:
+            self._factor = (lam, dual)
+        linear = self.model.latent_transpose(eta).ravel()
+        return dual.solve(linear), dual, dual.half_log_det, linear, None
+
+    def variances(self, post: tuple) -> np.ndarray:
+        """The variances of B's entries under a posterior of :meth:`posterior`."""
+        cov = post[1]
+        return cov.variances() if isinstance(cov, DualContrast) else np.diag(cov)
+
+    def latent(self, mean: np.ndarray, cov) -> tuple[np.ndarray, np.ndarray]:
         """Mean (M, r) and covariance (M, r, r) of every row's ``g = B x̃``: the covariances
-        kept by :meth:`keep_latent` if ``cov`` is the one they came from (once)."""
+        kept by :meth:`keep_latent` if ``cov`` is the one they came from (once), or the
+        dual form's (:class:`DualContrast`)."""
         kept, self._kept = self._kept, None
         coef = mean.reshape(self.r, self.width)
-        if kept is not None and np.array_equal(kept[0], cov):
+        dual = isinstance(cov, DualContrast)
+        if dual or (kept is not None and np.array_equal(kept[0], cov)):
             d = self.model.n_features
             v_mean = np.asarray(self.model.X @ coef[:, :d].T)
             if self.width > d:
                 v_mean += coef[:, d]
-            return v_mean, kept[1]
+            return v_mean, cov.latent_cov() if dual else kept[1]
         # The r(r + 1)/2 distinct covariances by one GEMM (round-off apart from the full
         # product, a quarter of its work; digits' 10 classes: 17 → 12 ms a sweep).
         return row_moments(
             self.model.X, coef, cov, by_pairs=True, products=self.model.pair_products()
         )
 
-    def keep_latent(self, cov: np.ndarray, latent_cov: np.ndarray) -> None:
+    def keep_latent(self, cov, latent_cov: np.ndarray) -> None:
         """Keep the rows' latent covariances ``latent_cov`` under the posterior covariance
         ``cov`` for the next :meth:`latent` (a new linear term leaves them as they were:
-        the first sweep after the sites' start moved their linear terms alone)."""
-        self._kept = (cov, latent_cov)
+        the first sweep after the sites' start moved their linear terms alone; the dual
+        form keeps its own)."""
+        if not isinstance(cov, DualContrast):
+            self._kept = (cov, latent_cov)
 
     def to_theta(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """θ's mean and covariance (model layout): B's rotated back, plus the shift's prior."""
+        if isinstance(cov, DualContrast):
+            cov = cov.cov()
         if self.general:
             return self._general_to_theta(mean, cov)
-        r, w, q = self.r, self.width, self.q
-        theta = self.model.to_vector(q @ mean.reshape(r, w))
-        blocks = np.einsum("ka,ajcm,lc->kljm", q, cov.reshape(r, w, r, w), q, optimize=True)
-        shift = np.diag(self.column_var) / self.k
-        blocks += shift  # every (k, l) block: the prior of 1ᵀΘ/√K, spread over the classes
-        full = self.model.to_layout(blocks)
-        return theta, 0.5 * (full + full.T)
+        return theta_moments(self.model, self.q, self.column_var, mean, cov)
 
     def _general_to_theta(self, mean: np.ndarray, cov: np.ndarray):
         """θ's moments from B's posterior and the shift's prior conditional on B."""
@@ -493,7 +530,7 @@ def softmax_ep(
         update,
         lambda sites: contrast.posterior(*split(sites)),
         project,
-        marginals=lambda post: (post[0], np.diag(post[1])),
+        marginals=lambda post: (post[0], contrast.variances(post)),
     )
     run = damped_sweeps(
         store,
@@ -524,6 +561,8 @@ def softmax_ep(
 def _posterior_kl(post, other) -> float:
     """KL(N_post ‖ N_other) of two posteriors of the contrasts (:meth:`_Contrast.posterior`):
     from the one's covariance and the other's precision, no factorization."""
+    if isinstance(post[1], DualContrast):
+        return _dual_posterior_kl(post, other)
     mean, cov, half_log_det, _, _ = post
     other_mean, _, other_half_log_det, _, other_precision = other
     shift = other_mean - mean
@@ -531,6 +570,25 @@ def _posterior_kl(post, other) -> float:
     # log |Σ| = −2 log |L| of the precision's factor.
     log_ratio = 2.0 * (half_log_det - other_half_log_det)
     return 0.5 * (trace - len(mean) + float(shift @ other_precision @ shift) + log_ratio)
+
+
+def _dual_posterior_kl(post, other) -> float:
+    """:func:`_posterior_kl` in the dual form: the two precisions differ by the rows'
+    sites alone, ``P_o − P = Σ_i (Λ_oi − Λ_i) ⊗ x̃_i x̃_iᵀ``, so ``tr(P_o Σ) − n`` is
+    ``Σ_i tr((Λ_oi − Λ_i) V_i)`` over the rows' latent covariances under ``post``, and
+    ``δᵀ P_o δ`` the prior's diagonal plus each row's ``(x̃_iᵀδ)ᵀ Λ_oi (x̃_iᵀδ)``."""
+    mean, dual, half_log_det, _, _ = post
+    other_mean, other, other_half_log_det, _, _ = other
+    r = dual.r
+    trace = float(np.einsum("iab,iba->", other.lam - dual.lam, dual.latent_cov()))
+    shift = (other_mean - mean).reshape(r, -1)
+    latent = dual._z(shift[:, : dual.d])
+    if dual.fit_intercept:
+        latent += shift[:, dual.d]
+    quad = float(np.einsum("ia,iab,ib->", latent, other.lam, latent))
+    quad += float((shift**2 / dual.column_var).sum())
+    log_ratio = 2.0 * (half_log_det - other_half_log_det)
+    return 0.5 * (trace + quad + log_ratio)
 
 
 def assumed_density_softmax_row(
@@ -859,8 +917,12 @@ def softmax_ep_cost(
     # The posterior of B (its covariance and precision, and a second one's while a sweep's
     # candidate is weighed against it: the posterior stop) and its factorization; θ's
     # covariance.
-    held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
-    held += model.kept_products_bytes()  # the rows' pair products, kept for the fit
+    dual = _dual_route(model, r, w)
+    if dual:  # two posteriors in the dual form; B's and θ's dense covariances at the end
+        held += 2 * dual_contrast_bytes(m, r) + 8.0 * (2 * (r * w) ** 2 + 3 * model.dim**2)
+    else:
+        held += 8.0 * (6 * (r * w) ** 2 + 3 * model.dim**2)
+        held += model.kept_products_bytes()  # the rows' pair products, kept for the fit
     if method != "moments":  # "auto" may take the fits
         fit_rule = SymmetricSobol(16) if rule is None else rule
         nodes = fit_rule.n_points(r)
@@ -876,8 +938,14 @@ def softmax_ep_cost(
         one_row = 2 * finest * _node_bytes(k, r)
         site_work = m * nodes * (r * k + k * k + 4 * k) + m * r**3
     held += max(float(block_bytes()), one_row)
-    work = m * (r * w) ** 2 * 1.5 + 2 * (r * w) ** 3 / 3 + site_work
+    work = (dual_contrast_work if dual else dense_contrast_work)(m, r, w) + site_work
     return held, float(work)
+
+
+def _dual_route(model: SoftmaxGLMPosterior, r: int, w: int) -> bool:
+    """Whether :class:`_Contrast` holds B's posterior in the dual form (its rule)."""
+    in_memory = isinstance(model, SoftmaxGLMPosterior)  # (dask chunks: the dense form)
+    return in_memory and factorizing_prior(model) and takes_dual(model.n_observations, r, w)
 
 
 def check_softmax_ep_size(

@@ -8,7 +8,10 @@ solves and Armijo backtracking: the binary model's
 wrapper and the size limits of that dense route. An iteration costs about
 ``M K² (d + 1)² / 2 + (K(d + 1))³ / 3`` multiply-adds and holds two ``p × p`` matrices
 (p = K(d + 1)): the Hessian and its factor; the covariance is a third, formed on first
-use. The memory guard (:func:`~vsbayes._memory.check_memory`) refuses a p whose three
+use. Where the rows are fewer than the columns, the steps solve the same system in the
+rows' space (:class:`~vsbayes.approximations.newton_laplace.DualSoftmaxCurvature`, D-211:
+``(M (K − 1))³/3`` a step), and only the covariance is dense.
+The memory guard (:func:`~vsbayes._memory.check_memory`) refuses a p whose three
 matrices would not fit (p ≈ 30,000 on 8 GiB: e.g. 10 classes of 3,000 features), with the
 remedy — fewer features, or one-vs-rest (``OneVsRestClassifier``), whose binary problems
 need no ``p × p`` matrix beyond p = d + 1. Long before memory, time runs out: one
@@ -32,7 +35,7 @@ from .._memory import block_bytes, check_memory, format_bytes
 from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
-from .newton_laplace import NewtonLaplaceSolver, SoftmaxCurvature
+from .newton_laplace import NewtonLaplaceSolver, softmax_curvature
 from .shrinkage_mode import softmax_shrinkage_laplace
 
 __all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_dims", "check_softmax_size", "softmax_laplace"]
@@ -156,6 +159,6 @@ def softmax_laplace(
             model, tol=tol, max_iter=max_iter, theta0=theta0, verbose=verbose
         )
     solver = NewtonLaplaceSolver(
-        model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=SoftmaxCurvature(model)
+        model, tol=tol, max_iter=max_iter, verbose=verbose, curvature=softmax_curvature(model)
     )
     return solver.solve(theta0)
