@@ -32,7 +32,7 @@ Multinomial part (D-044): ``predict_proba`` of ``LaplaceLogisticRegression`` (C 
 standardized digits (10 classes × 64 features: its own 1,797 rows, and 1e5 rows resampled
 from them), on make_classification 4000 × 8 with 4 classes, and on 20,000 held-out rows of
 make_classification 40,000 × 20 with 6 and 10 classes (rows of moderate spread, which the
-sparse grids take: D-204), against
+sparse grids take: D-195), against
 ``LogisticRegression().predict_proba`` on the same rows (interleaved rounds, medians; LR's
 time the faster of its default-thread and one-thread medians), with one pass of the latent
 moments alone (the floor of any rule on exact moments), the share of rows per rule, and
@@ -441,7 +441,7 @@ PLAIN_REFERENCE_NODES = 2**20
 
 #: Classes of the moderate-spread cases: make_classification 40,000 × 20, fitted on one half
 #: and predicted on the other, whose rows' centred latent traces (0.06-0.7 at 10 classes)
-#: lie mostly just past the degree-5 rule's range (D-204: the sparse grids take them).
+#: lie mostly just past the degree-5 rule's range (D-195: the sparse grids take them).
 MODERATE_CLASSES = (6, 10)
 
 

@@ -6,7 +6,7 @@ standardized, the intercept separate) under the Laplace (scale 1), Student-t (ν
 1) and horseshoe (τ = 0.1) priors of ``_shrinkage_cases.PRIORS``. ``loo()`` takes each
 row's term from EP's cavity and refits the rows above ``refit_above`` by EP warm from the
 fit's sites, the coefficient sites relaxed without the row in the refits and in the
-cavities of the rows of share above 0.1 (docs/decisions.md, D-158, D-166, D-200). Brute
+cavities of the rows of share above 0.1 (docs/decisions.md, D-158, D-166, D-194). Brute
 force: ``EPLogisticRegression`` refitted without each row (n refits, the estimator's own
 route: under a heavy-tailed prior, EP's non-negative rerun where its sites left the
 posterior improper), each scored on its row with the refit's predictive; cached under

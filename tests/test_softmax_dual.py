@@ -1,4 +1,4 @@
-"""The multinomial posterior in the contrasts' dual (row) form (D-211): the same posterior
+"""The multinomial posterior in the contrasts' dual (row) form (D-197): the same posterior
 as the dense form to round-off, for EP's contrast posterior and Newton's negative Hessian,
 and the route each problem takes."""
 

@@ -454,7 +454,7 @@ def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeyp
     # Binary EP under a shrinkage prior: its influential rows' refits are EP warm from the
     # fit's sites, the rows' sites under the Gaussian base times its coefficient sites
     # (D-158), under the Student-t alternating with those sites relaxed without the row
-    # (D-200).
+    # (D-194).
     from vsbayes import LaplacePrior, StudentTPrior
     from vsbayes.approximations import expectation_propagation
     from vsbayes.approximations.ep_leave_one_out import refit_without_rows
@@ -503,7 +503,7 @@ def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeyp
     # (each term within 2e-3 nats, D-071), the coefficient sites' relaxation where its
     # term is expected to move less than 1e-3 nats more; hence 3e-3 (measured on 4 seeds
     # of this design: at most 1.3e-3, as under the Laplace priors relaxed). Laplace
-    # (log-concave): the sites are held (D-200), which keeps row i's pull on them in the
+    # (log-concave): the sites are held (D-194), which keeps row i's pull on them in the
     # refit: the error of the cavity (which holds all the sites) restricted to the d
     # prior sites, so on average no larger than the cavity's, which holds the M − 1 rows'
     # sites too. Its size, measured on 6 seeds of this design (30 rows; Laplace(1),
@@ -522,7 +522,7 @@ def test_shrinkage_loo_relaxes_the_prior_sites_and_does_not_refit(prior, monkeyp
 
 def test_shrinkage_loo_relaxes_the_prior_sites_in_middling_rows_cavities():
     # The rows not refitted whose share of p_loo exceeds RELAX_P_LOO take their cavity
-    # with the coefficient sites relaxed without the row (D-200): what the cavity keeps of
+    # with the coefficient sites relaxed without the row (D-194): what the cavity keeps of
     # the row's pull on those sites (under the horseshoe, its spike) goes, what it keeps
     # on the rows' sites stays. So those rows are closer to brute force than their
     # cavities, by the coefficient sites' share of the cavities' error (measured on 4

@@ -38,7 +38,7 @@ of the other sites (docs/decisions.md, D-156, D-158). Under a prior that is not
 log-concave (Student-t, horseshoe) the binary refits relax them too (``relax_prior_sites``:
 rounds of the rows' sweeps, then the coefficient sites'), and so do the cavities of the
 rows of middling influence (:func:`relax_prior_sites_without_rows`): held, under the
-horseshoe, they kept a left-out row's pull (D-184, D-200).
+horseshoe, they kept a left-out row's pull (D-184, D-194).
 A heavy-tailed prior's binary sites may have negative precisions, so that this prior may
 be improper on its own: each refit's posterior precision is then proper only if its
 Cholesky factorization succeeds, which every sweep's checks (a refit that leaves the

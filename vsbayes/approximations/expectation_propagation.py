@@ -186,7 +186,7 @@ def site_round_off(t_mean, t_var, tau, nu, copies) -> np.ndarray:
     latent marginal's precision and linear term by about ``ρ`` relative, round-off of the
     posterior itself. Measured at EP's fixed point on 10⁵, 3·10⁵ and 10⁶ rows × 20
     features (logistic, VS site fits), where the changes are all round-off: every site's
-    change at most 0.41, 0.44 and 0.58 of its bound (D-197 in docs/decisions.md). Not
+    change at most 0.41, 0.44 and 0.58 of its bound (D-193 in docs/decisions.md). Not
     covered: the probit closed form's own cancellation on wide cavities in the far tail
     (λ ≈ 1, m/√(1 + v) ≈ −10: up to 5 times the bound), where the bound is far below any
     tol (~1e-14) and the sweeps' other rules apply.

@@ -15,7 +15,7 @@ digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10
 
 **Wide problems.** Where the rows' contrasts are far fewer than B's entries (more
 columns than rows), B's posterior is held in the rows' space instead, exactly
-(:mod:`~vsbayes.approximations._softmax_dual`, D-211): an M·r square factorization a
+(:mod:`~vsbayes.approximations._softmax_dual`, D-197): an M·r square factorization a
 sweep, B's dense covariance formed only for the result.
 
 **The sweep.** All sites at once (no loop over observations), from the posterior

@@ -9,7 +9,7 @@ wrapper and the size limits of that dense route. An iteration costs about
 ``M K² (d + 1)² / 2 + (K(d + 1))³ / 3`` multiply-adds and holds two ``p × p`` matrices
 (p = K(d + 1)): the Hessian and its factor; the covariance is a third, formed on first
 use. Where the rows are fewer than the columns, the steps solve the same system in the
-rows' space (:class:`~vsbayes.approximations.newton_laplace.DualSoftmaxCurvature`, D-211:
+rows' space (:class:`~vsbayes.approximations.newton_laplace.DualSoftmaxCurvature`, D-197:
 ``(M (K − 1))³/3`` a step), and only the covariance is dense.
 The memory guard (:func:`~vsbayes._memory.check_memory`) refuses a p whose three
 matrices would not fit (p ≈ 30,000 on 8 GiB: e.g. 10 classes of 3,000 features), with the

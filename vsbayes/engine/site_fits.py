@@ -41,7 +41,7 @@ __all__ = ["FIT_RELATIVE_ERROR", "SiteFits", "fit_sites"]
 _TOL = 1e-14
 #: The relative error Newton's stop leaves a fit's parameters with (``_TOL``): a fitted
 #: variance is known to about this relative, whatever the arithmetic around it (binary EP's
-#: round-off bound on its site changes, D-197).
+#: round-off bound on its site changes, D-193).
 FIT_RELATIVE_ERROR = _TOL
 # Largest relative spread of q̄ over the points for which the shared Hessian is taken.
 _CHORD = 0.1

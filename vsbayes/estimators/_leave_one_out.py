@@ -111,7 +111,7 @@ REFIT_TOL = 1e-3
 #: nats below brute force, spread over the rows of middling share (D-184). Relaxed above
 #: 0.1 (22-36 rows on the six heavy-tailed cases of ``benchmarks/shrinkage_loo.py``) those
 #: rows were −0.06 nats from brute force on breast cancer's horseshoe; above 0.05 (34-70
-#: rows), +0.08, at about 0.1 × the fit more on ionosphere (D-200).
+#: rows), +0.08, at about 0.1 × the fit more on ionosphere (D-194).
 RELAX_P_LOO = 0.1
 #: The multinomial refits' sites whose rows' latent marginals stay within this (in sds) of
 #: the full fit's are linear in their cavities (``refit_softmax_without_rows``'s
@@ -619,7 +619,7 @@ def _relaxed_cavity_terms(estimator, data: _Training, rows) -> np.ndarray | None
     factor = estimator._shrinkage_factor()
     if factor is None or prior_sites is None or sites.space != "signed" or not len(rows):
         return None
-    if factor_is_log_concave(factor):  # (its sites move little: held, D-200)
+    if factor_is_log_concave(factor):  # (its sites move little: held, D-194)
         return None
     positive = data.weights > 0
     with warnings.catch_warnings():

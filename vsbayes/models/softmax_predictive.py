@@ -44,7 +44,7 @@ to compute), or for three classes its largest eigenvalue λ.
   8³ up to 1, 16³ up to 2: on the same random rows ≤ 4e-7, 5e-6 and 2e-5 at those traces.
   Gauss–Hermite converges slowly on wide rows (16³ nodes: 9e-4 at t = 10), which stay with
   the adaptive rule; in more dimensions a tensor rule has too many nodes.
-- *Five classes or more, just wider* (D-204): Smolyak's sparse grids on the nested
+- *Five classes or more, just wider* (D-195): Smolyak's sparse grids on the nested
   Genz–Keister rules (:func:`~vsbayes.models.softmax_predictive_rules.sparse_grid_nodes`),
   exact for polynomials of total degree 7 up to t = 0.3 with up to 12 classes (89 nodes
   for 5 classes, 889 for 10, 1629 for 12) and of degree 9 up to t = 0.6 with up to 8
@@ -73,7 +73,7 @@ to compute), or for three classes its largest eigenvalue λ.
   on 16 and 6 rows a trace, 20 classes 8.6e-7 at 0.3 and 1.2e-5 at 1, 50 classes 2.8e-7
   and 1.0e-5). End to end, after 20,000 rows × 20 features (Laplace, C = 1), most test
   rows are in the grids' range: ``predict_proba`` takes 2.1 times less time with 10
-  classes, 11 times less with 6 (D-204).
+  classes, 11 times less with 6 (D-195).
 
 The rows that none of these takes (K ≥ 4 with t above their range, K = 3 with λ > 40):
 randomized quasi-Monte Carlo with a stated accuracy, refined row by row. The nodes are 8

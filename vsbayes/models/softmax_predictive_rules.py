@@ -64,7 +64,7 @@ GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
 #: cover it, the others to the adaptive rule. Each level's largest error measured on 600
 #: random five-class rows is 1e-5 to 2e-5 at its largest trace (99th percentile ~4e-6; the
 #: tail steepens beyond), and its nodes cost less than the adaptive rule's first 4096 up
-#: to its largest dimension (D-204).
+#: to its largest dimension (D-195).
 SPARSE_GRID_LEVELS = ((7, 0.3, 11), (9, 0.6, 7))
 # Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
 # overflow (e^709.8 is float64's largest); with a margin.
