@@ -566,18 +566,13 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     shrinkage = factor is not None and prior_sites is not None
     if not shrinkage and (getattr(estimator, "prior", None) is not None or factor is not None):
         return None
-    positive = data.weights > 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (fit showed the flat prior's warnings)
-        flat = estimator._flat_prior()
-    X = data.X.astype(np.float64, copy=False)
-    priors = estimator._priors(X, data.weights, flat)
+    X, priors = _refit_model_inputs(estimator, data)
     options = {
         "damping": getattr(estimator, "damping", DEFAULT_DAMPING),
         "tol": max(1e-2 * estimator.tol, REFIT_TOL),
         "max_iter": getattr(estimator, "max_iter", 200),
     }
-    model_rows = np.cumsum(positive)[rows] - 1  # the models keep the rows of weight > 0
+    model_rows = np.cumsum(data.weights > 0)[rows] - 1  # the models keep weight > 0 rows
     label, weight = data.index[rows], data.weights[rows]
     if shrinkage:
         priors["coefficient_prior"] = factor
@@ -608,6 +603,16 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     return _binary_log_predictive(model.link, refits.mean, refits.var, weight)
 
 
+def _refit_model_inputs(estimator, data: _Training) -> tuple[np.ndarray, dict]:
+    """The training rows in float64 and the priors the fit's model was built under (the
+    refits' models are built again from them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (fit showed the flat prior's warnings)
+        flat = estimator._flat_prior()
+    X = data.X.astype(np.float64, copy=False)
+    return X, estimator._priors(X, data.weights, flat)
+
+
 def _relaxed_cavity_terms(estimator, data: _Training, rows) -> np.ndarray | None:
     """The terms of ``rows`` from their cavities with a binary shrinkage prior's coefficient
     sites relaxed without the row (:func:`~vsbayes.approximations.ep_leave_one_out.
@@ -621,18 +626,13 @@ def _relaxed_cavity_terms(estimator, data: _Training, rows) -> np.ndarray | None
         return None
     if factor_is_log_concave(factor):  # (its sites move little: held, D-194)
         return None
-    positive = data.weights > 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (fit showed the flat prior's warnings)
-        flat = estimator._flat_prior()
-    X = data.X.astype(np.float64, copy=False)
-    priors = estimator._priors(X, data.weights, flat)
+    X, priors = _refit_model_inputs(estimator, data)
     labels = np.where(data.index == 1, 1.0, -1.0)
     model = BinaryGLMPosterior(
         X, labels, data.weights, estimator._link, coefficient_prior=factor, **priors
     )
     informative = model.informative_rows()
-    model_rows = np.cumsum(positive)[rows] - 1  # the models keep the rows of weight > 0
+    model_rows = np.cumsum(data.weights > 0)[rows] - 1  # the models keep weight > 0 rows
     if informative.constant.any():  # (a constant row's cavity term is exact already)
         kept = ~informative.constant
         index = np.cumsum(kept) - 1
