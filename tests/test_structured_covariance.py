@@ -949,3 +949,21 @@ def test_predictions_factor_the_structured_covariance_once(monkeypatch):
         np.testing.assert_array_equal(model.predict_proba(X[:3]), expected)
         model.predict_proba(rng.random((1, 300)))
     assert len(calls) == 0  # the first call's factors are kept with the covariance
+
+
+def test_a_limit_the_dense_multinomial_is_chosen_under_is_one_newton_starts_under():
+    # The chooser sized the dense multinomial structure without the row block that
+    # check_softmax_size counts (sklearn's working_memory / 4): under a limit between the
+    # two counts it chose "dense" and Newton's method then refused the fit. Both now take
+    # softmax_dense_bytes, so the fit falls back to a structured covariance and says so.
+    from vsbayes.approximations.softmax_laplace import softmax_dense_bytes
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 40)), np.arange(30) % 3
+    dense_bytes = softmax_dense_bytes(3, 41, 30)
+    limit = dense_bytes - _memory.block_bytes() + 8.0 * X.size * 4  # the old count's room
+    assert limit < dense_bytes
+    with vsbayes.config_context(memory_limit=limit), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    assert est.covariance_structure_ != "dense"

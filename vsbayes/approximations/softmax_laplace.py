@@ -38,7 +38,13 @@ from ._threads import blas_policy
 from .newton_laplace import NewtonLaplaceSolver, softmax_curvature
 from .shrinkage_mode import softmax_shrinkage_laplace
 
-__all__ = ["MAX_SOFTMAX_PARAMS", "check_softmax_dims", "check_softmax_size", "softmax_laplace"]
+__all__ = [
+    "MAX_SOFTMAX_PARAMS",
+    "check_softmax_dims",
+    "check_softmax_size",
+    "softmax_dense_bytes",
+    "softmax_laplace",
+]
 
 #: The most parameters K(d + 1) of a dense multinomial posterior: a p × p factorization
 #: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens.
@@ -55,6 +61,21 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
         model.n_observations,
         n_chunks=0 if chunks is None else chunks.n_chunks,
     )
+
+
+def softmax_dense_bytes(
+    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False, n_chunks: int = 0
+) -> float:
+    """Bytes :func:`check_softmax_dims` requires of the dense posterior (its arguments):
+    the covariance chooser sizes the dense structure by the same count, so that a limit
+    it finds room under is one Newton's method starts under."""
+    p, k, m = n_classes * per_class, n_classes, n_rows
+    # Beside the p × p matrices: the rows' K × K curvatures' distinct entries (three arrays
+    # of M K(K + 1)/2 while the Hessian is assembled, counted as M K² each: the guard's
+    # margin), their probabilities, and the Gram blocks' rows.
+    rows = 8.0 * m * (3 * k * k + 4 * k)
+    matrices = (5 if under_prior else 3) + (n_chunks + 2 if n_chunks else 0)
+    return matrices * 8.0 * p * p + rows + block_bytes()
 
 
 def check_softmax_dims(
@@ -89,13 +110,8 @@ def check_softmax_dims(
             f"posteriors with sklearn.multiclass.OneVsRestClassifier, whose factorizations "
             f"are of min(features, rows) only."
         )
-    # Beside the p × p matrices: the rows' K × K curvatures' distinct entries (three arrays
-    # of M K(K + 1)/2 while the Hessian is assembled, counted as M K² each: the guard's
-    # margin), their probabilities, and the Gram blocks' rows.
-    rows = 8.0 * m * (3 * k * k + 4 * k)
-    matrices = (5 if under_prior else 3) + (n_chunks + 2 if n_chunks else 0)
     check_memory(
-        matrices * 8.0 * p * p + rows + block_bytes(),
+        softmax_dense_bytes(k, per_class, m, under_prior=under_prior, n_chunks=n_chunks),
         f"the {p} × {p} Hessian, Cholesky factor and covariance of the multinomial posterior "
         f"({k} classes × {per_class} parameters)"
         + (", its prior's precision and carried covariance," if under_prior else "")

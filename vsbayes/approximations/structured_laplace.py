@@ -271,14 +271,17 @@ def softmax_intercept_bytes(p: int, m: int, k: int, rank: int) -> float:
 
 def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str):
     """:func:`choose_covariance` of a multinomial posterior (see there)."""
-    from .softmax_laplace import MAX_SOFTMAX_PARAMS  # (the module's: tests lower it)
+    from .softmax_laplace import MAX_SOFTMAX_PARAMS, softmax_dense_bytes  # (tests lower it)
 
     p, m, k = model.dim, model.n_observations, model.n_classes
     width = model.n_features + int(model.fit_intercept)
     rank = max(0, min(softmax_rank(rank, k, model.fit_intercept), p - 1))
     held = _held_bytes(model.X)
     limit = _memory.memory_limit()
-    # Dense: as check_softmax_size (three p × p matrices, the rows' K × K curvatures).
+    # Dense: check_softmax_size's count (else a limit between the two counts chose the
+    # dense structure and Newton's method then refused it), beside the rows' copies.
+    chunks = getattr(model, "chunks", None)  # rows in dask chunks
+    n_chunks = 0 if chunks is None else chunks.n_chunks
     # Structured: the subspace iteration's bases and the rows' probabilities, then the
     # intercepts' solves, beside the squared rows' copy.
     vectors = rank + 1 + _OVERSAMPLES
@@ -290,7 +293,7 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
         return max(subspace, softmax_intercept_bytes(p, m, k, rank)) + 3.0 * held
 
     need = {
-        "dense": 8.0 * (3.0 * p * p + m * (3 * k * k + 4 * k)) + 2.0 * held,
+        "dense": softmax_dense_bytes(k, width, m, n_chunks=n_chunks) + 2.0 * held,
         "lowrank": structured(rank, vectors),
         "diagonal": structured(0, 1 + _OVERSAMPLES),
     }
