@@ -112,7 +112,7 @@ def test_dual_ep_is_the_dense_ep(monkeypatch):
     model = _wide_model(rng, sparse=True, intercept=True, m=20, d=60, k=3)
     fits = {}
     for dual in (True, False):
-        monkeypatch.setattr(softmax_ep_module, "_dual_route", lambda *args, dual=dual: dual)
+        monkeypatch.setattr(softmax_ep_module, "holds_dual", lambda model, dual=dual: dual)
         fits[dual] = softmax_ep_module.softmax_ep(model, tol=1e-8)
     dual, dense = fits[True], fits[False]
     assert dual.n_iter == dense.n_iter
@@ -144,7 +144,7 @@ def test_wide_problems_take_the_dual_form_and_small_ones_stay_dense():
         prior_mean=rng.standard_normal(3 * 521),
     )
     assert type(softmax_curvature(varied)) is SoftmaxCurvature
-    assert not softmax_ep_module._dual_route(varied, 2, 521)
+    assert not softmax_ep_module.holds_dual(varied)
 
 
 def test_dual_form_is_sized_before_any_work():

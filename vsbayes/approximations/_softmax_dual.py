@@ -26,6 +26,7 @@ from scipy.linalg import cho_solve, solve_triangular
 
 from .._memory import check_memory
 from ..gaussian import lower_cholesky
+from ..models import SoftmaxGLMPosterior
 
 __all__ = [
     "DualContrast",
@@ -35,6 +36,7 @@ __all__ = [
     "dual_contrast_bytes",
     "dual_contrast_work",
     "factorizing_prior",
+    "holds_dual",
     "row_kernel",
     "takes_dual",
     "theta_moments",
@@ -57,6 +59,20 @@ def takes_dual(m: int, r: int, w: int) -> bool:
     entries and at most half the dense form's work."""
     return r * w >= DUAL_MIN_ENTRIES and 2 * dual_contrast_work(m, r, w) <= dense_contrast_work(
         m, r, w
+    )
+
+
+def holds_dual(model) -> bool:
+    """Whether the multinomial posterior's contrasts are held in the dual form (by the EP's
+    :class:`~vsbayes.approximations.softmax_ep._Contrast` and Newton's
+    :class:`~vsbayes.approximations.newton_laplace.DualSoftmaxCurvature` alike): rows in
+    memory (dask chunks keep the dense form), a prior that factorizes over the classes
+    (:func:`factorizing_prior`) and a size that :func:`takes_dual`."""
+    r, w = model.n_classes - 1, model.n_features + int(model.fit_intercept)
+    return (
+        isinstance(model, SoftmaxGLMPosterior)
+        and factorizing_prior(model)
+        and takes_dual(model.n_observations, r, w)
     )
 
 

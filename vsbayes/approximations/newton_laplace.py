@@ -43,13 +43,7 @@ from ..models import BinaryGLMPosterior, ChunkedSoftmaxPosterior, SoftmaxGLMPost
 from ..models.softmax_predictive_rules import centred_basis
 from ._design_forms import precision_diagonal
 from ._glm_gaussian import GLMGaussian, RowLatent
-from ._softmax_dual import (
-    DualSoftmaxHessian,
-    column_variances,
-    factorizing_prior,
-    row_kernel,
-    takes_dual,
-)
+from ._softmax_dual import DualSoftmaxHessian, column_variances, holds_dual, row_kernel
 from ._threads import blas_policy
 from .shrinkage_mode import shrinkage_laplace
 
@@ -262,17 +256,10 @@ class DualSoftmaxCurvature(SoftmaxCurvature):
 
 
 def softmax_curvature(model) -> SoftmaxCurvature:
-    """The multinomial posterior's curvature: in the contrasts' dual form where its rows are
-    in memory, its prior factorizes over the classes and the dual form takes at most half
-    the work (:func:`~vsbayes.approximations._softmax_dual.takes_dual`), else dense."""
-    r, w = model.n_classes - 1, model.n_features + int(model.fit_intercept)
-    if (
-        isinstance(model, SoftmaxGLMPosterior)
-        and factorizing_prior(model)
-        and takes_dual(model.n_observations, r, w)
-    ):
-        return DualSoftmaxCurvature(model)
-    return SoftmaxCurvature(model)
+    """The multinomial posterior's curvature: in the contrasts' dual form where the EP holds
+    its posterior so too (:func:`~vsbayes.approximations._softmax_dual.holds_dual`), else
+    dense."""
+    return DualSoftmaxCurvature(model) if holds_dual(model) else SoftmaxCurvature(model)
 
 
 class _LatentRow(NamedTuple):

@@ -96,8 +96,8 @@ from ._softmax_dual import (
     dual_contrast_bytes,
     dual_contrast_work,
     factorizing_prior,
+    holds_dual,
     row_kernel,
-    takes_dual,
     theta_moments,
 )
 from ._softmax_latent_modes import (
@@ -162,7 +162,7 @@ class _Contrast:
         self._factor = None  # the sites' precisions and their posterior's: posterior(keep=)
         # More columns than rows: the posterior in the rows' space (_softmax_dual), exact;
         # a general prior has no such form here and stays dense.
-        self.dual = _dual_route(model, self.r, self.width)
+        self.dual = holds_dual(model)
         self._row_kernel = None
         if self.general:
             self._general_prior()
@@ -917,7 +917,7 @@ def softmax_ep_cost(
     # The posterior of B (its covariance and precision, and a second one's while a sweep's
     # candidate is weighed against it: the posterior stop) and its factorization; θ's
     # covariance.
-    dual = _dual_route(model, r, w)
+    dual = holds_dual(model)
     if dual:  # two posteriors in the dual form; B's and θ's dense covariances at the end
         held += 2 * dual_contrast_bytes(m, r) + 8.0 * (2 * (r * w) ** 2 + 3 * model.dim**2)
     else:
@@ -940,12 +940,6 @@ def softmax_ep_cost(
     held += max(float(block_bytes()), one_row)
     work = (dual_contrast_work if dual else dense_contrast_work)(m, r, w) + site_work
     return held, float(work)
-
-
-def _dual_route(model: SoftmaxGLMPosterior, r: int, w: int) -> bool:
-    """Whether :class:`_Contrast` holds B's posterior in the dual form (its rule)."""
-    in_memory = isinstance(model, SoftmaxGLMPosterior)  # (dask chunks: the dense form)
-    return in_memory and factorizing_prior(model) and takes_dual(model.n_observations, r, w)
 
 
 def check_softmax_ep_size(
