@@ -846,13 +846,9 @@ class BayesianGLMClassifier(
                         # limit, before the first Newton step (it refuses what none fits).
                         choice = choose_covariance(model, type(self).__name__)
                     if choice is _DENSE:  # no structure was chosen: none is taken here
-                        why, remedy = _why_dense(chunked, prior, n_classes, binary)
-                        refuse_forced_structure(type(self).__name__, why, remedy)
-                        choice = CovarianceChoice(
-                            "dense",
-                            f"a {why} keeps the dense covariance (for a structured one: "
-                            f"{remedy[0].lower()}{remedy[1:-1]})",
-                        )
+                        why = _why_dense(chunked, prior, n_classes, binary)
+                        reason = refuse_forced_structure(type(self).__name__, *why)
+                        choice = CovarianceChoice("dense", reason)
                     structured = choice.structure != "dense"
                     if structured:
                         fit = self._structured_fit(method, model, choice, start)

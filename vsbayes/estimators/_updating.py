@@ -378,13 +378,11 @@ class BayesianUpdating(SiteWindowUpdates):
         # sites update a dense p × p covariance.
         structured, reason = _structured_stream(self, X, problems, weights, carried)
         if not structured and self.max_iter != 0:
-            why, remedy = _why_dense_stream(problems)
-            refuse_forced_structure(type(self).__name__, why, remedy)
-            if not reason:  # (covariance_reason_ of the fits below that record none)
-                reason = (
-                    f"a {why} keeps the dense covariance (for a structured one: "
-                    f"{remedy[0].lower()}{remedy[1:-1]})"
-                )
+            dense_reason = refuse_forced_structure(
+                type(self).__name__, *_why_dense_stream(problems)
+            )
+            # (covariance_reason_ of the fits below that record none)
+            reason = reason or dense_reason
         # Laplace's batches of several rows (binary, one-vs-rest) join its window of sites:
         # refitted jointly with its rows, which leave it by how well their sites fit.
         mode_window = (
@@ -634,13 +632,17 @@ class _StreamBuffer:
         return joined, np.concatenate(labels), weighted
 
 
-def refuse_forced_structure(estimator_name: str, what: str, remedy: str) -> None:
+def refuse_forced_structure(estimator_name: str, what: str, remedy: str) -> str:
     """Raise a ValueError where ``vsbayes.config_context(covariance=...)`` asks for a
     structured covariance that ``what`` (a fit or stream that keeps the dense p × p
-    covariance) does not take: an option that does not apply is refused, not ignored."""
+    covariance) does not take: an option that does not apply is refused, not ignored.
+    Else the reason recorded for the dense covariance (``covariance_reason_``)."""
     asked = get_config()["covariance"]
     if asked in ("auto", "dense"):
-        return
+        return (
+            f"a {what} keeps the dense covariance (for a structured one: "
+            f"{remedy[0].lower()}{remedy[1:-1]})"
+        )
     raise ValueError(
         f"vsbayes.config_context(covariance={asked!r}) asks for a structured covariance, "
         f"which {estimator_name}'s {what} does not take (it keeps the dense covariance). "
