@@ -334,13 +334,25 @@ def relax_prior_sites_without_rows(
     -------
     LeftOutMarginals
         ``mean`` and ``var`` NaN for a row whose relaxation did not converge (signed, then
-        non-negative), or whose cavity is improper; ``n_iter`` 0.
+        non-negative), or whose cavity is improper, and for a constant row (all zeros, no
+        intercept: its cavity is the fit, nothing to relax); ``n_iter`` 0.
     """
     rows = np.asarray(rows, dtype=np.intp).ravel()
     design = model.design
     m, p = design.shape
     if len(sites.precision) != m:
         raise ValueError(f"sites has {len(sites.precision)} rows; the model has {m}.")
+    informative = model.informative_rows()
+    if informative.constant.any():
+        options = {"prior_sites": prior_sites, "prior_nonnegative": prior_nonnegative, "tol": tol}
+        inner = _informative_refits(
+            relax_prior_sites_without_rows, informative, sites, rows, options
+        )
+        constant = informative.constant[rows]
+        return LeftOutMarginals(
+            np.where(constant, np.nan, inner.mean), np.where(constant, np.nan, inner.var),
+            inner.n_iter,
+        )  # fmt: skip
     if hasattr(design, "toarray"):
         check_memory(8.0 * m * p, f"the dense {m} × {p} design of the relaxations", "")
         design = design.toarray()

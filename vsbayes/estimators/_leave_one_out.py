@@ -49,7 +49,6 @@ from ..approximations.ep_leave_one_out import (
 )
 from ..approximations.expectation_propagation import (
     DEFAULT_DAMPING,
-    EPSites,
     factor_is_log_concave,
 )
 from ..approximations.softmax_prior_sites import under_prior_sites
@@ -631,23 +630,7 @@ def _relaxed_cavity_terms(estimator, data: _Training, rows) -> np.ndarray | None
     model = BinaryGLMPosterior(
         X, labels, data.weights, estimator._link, coefficient_prior=factor, **priors
     )
-    informative = model.informative_rows()
     model_rows = np.cumsum(data.weights > 0)[rows] - 1  # the models keep weight > 0 rows
-    if informative.constant.any():  # (a constant row's cavity term is exact already)
-        kept = ~informative.constant
-        index = np.cumsum(kept) - 1
-        reduced = EPSites(sites.precision[kept], sites.linear[kept], sites.space)
-        out = np.full(len(rows), np.nan)
-        own = kept[model_rows]
-        out[own] = _relaxed_terms(
-            informative.model, reduced, index[model_rows[own]], prior_sites, posterior,
-            data.weights[rows][own],
-        )  # fmt: skip
-        return out
-    return _relaxed_terms(model, sites, model_rows, prior_sites, posterior, data.weights[rows])
-
-
-def _relaxed_terms(model, sites, model_rows, prior_sites, posterior, weight) -> np.ndarray:
     relaxed = relax_prior_sites_without_rows(
         model,
         sites,
@@ -656,8 +639,9 @@ def _relaxed_terms(model, sites, model_rows, prior_sites, posterior, weight) -> 
         prior_nonnegative=getattr(posterior, "prior_nonnegative", False),
         tol=REFIT_TOL,
     )
-    out = np.full(len(model_rows), np.nan)
+    out = np.full(len(rows), np.nan)
     ok = np.isfinite(relaxed.mean)
+    weight = data.weights[rows]
     out[ok] = _binary_log_predictive(model.link, relaxed.mean[ok], relaxed.var[ok], weight[ok])
     return out
 
