@@ -68,7 +68,15 @@ def _compare_contrast_posteriors(rng, model):
     # the precision's condition number times round-off (a margin of 100 for the sums).
     bound = 100 * np.linalg.cond(dense[4]) * EPS
     assert _relative(dual[0], dense[0]) < bound
-    assert _relative(dual[1].cov(), dense[1]) < bound
+    # θ's covariance from the dual factor, rotated back to B's (Qᵀ annihilates the
+    # shift's prior): B's dense one; its variances from the factors alone.
+    theta_cov = dual[1].theta_cov(contrast.q)
+    np.testing.assert_array_equal(theta_cov, theta_cov.T)
+    # (The rotation back cancels the shift's prior, v_b/K on each pair of intercepts: its
+    # round-off, relative to B's covariance, too.)
+    cancelled = 100 * EPS * np.abs(theta_cov).max() / np.abs(dense[1]).max()
+    assert _relative(_contrast_cov(contrast, theta_cov), dense[1]) < bound + cancelled
+    assert _relative(theta_cov, contrast.to_theta(dense[0], dense[1])[1]) < bound
     assert _relative(dual[1].variances(), np.diag(dense[1])) < bound
     assert abs(dual[2] - dense[2]) < bound * abs(dense[2]) + 1e-12
     np.testing.assert_array_equal(dual[3], dense[3])
@@ -83,6 +91,14 @@ def _compare_contrast_posteriors(rng, model):
     kl = softmax_ep_module._posterior_kl(dense, other_dense)
     assert kl > 0
     assert abs(softmax_ep_module._posterior_kl(dual, other_dual) - kl) < bound * kl
+
+
+def _contrast_cov(contrast, theta_cov: np.ndarray) -> np.ndarray:
+    """B's covariance from θ's: ``(Qᵀ ⊗ I) Σ (Q ⊗ I)`` in B's layout."""
+    index = contrast._theta_index()  # (K, w)
+    blocks = theta_cov[index[:, :, None, None], index[None, None]]
+    n = contrast.r * contrast.width
+    return np.einsum("ka,kjlm,lb->ajbm", contrast.q, blocks, contrast.q).reshape(n, n)
 
 
 @pytest.mark.parametrize("sparse", [False, True])

@@ -56,7 +56,7 @@ from scipy.linalg.lapack import dtrcon
 
 from ._blas import block_slices, map_blocks, one_blas_thread, sum_blocks
 
-__all__ = ["CONDITION_LIMIT", "thin_qr"]
+__all__ = ["CONDITION_LIMIT", "mirror_lower_to_upper", "thin_qr"]
 
 #: Above this estimated condition number of the column-scaled first Cholesky factor,
 #: :func:`thin_qr` leaves CholeskyQR2 for shifted CholeskyQR3 (module docstring).
@@ -190,3 +190,19 @@ def _householder(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     q *= signs[: q.shape[1]]
     r *= signs[:, None]
     return q, r
+
+
+def mirror_lower_to_upper(matrix: np.ndarray) -> None:
+    """Copy a C-ordered square matrix's lower triangle onto its upper one, in place, in
+    blocks of rows (no M × M temporary): after LAPACK's or BLAS's symmetric routines
+    (``dpotri``, ``dsyrk``), which write one triangle."""
+    m = matrix.shape[0]
+    step = max(1, 2**22 // max(m, 1))
+    for start in range(0, m, step):
+        rows = slice(start, min(start + step, m))
+        # Rows `rows`, columns after the block's diagonal, from the transposed lower part.
+        block = matrix[rows.stop :, rows].T
+        matrix[rows, rows.stop :] = block
+        square = matrix[rows, rows]
+        upper = np.triu_indices(square.shape[0], 1)
+        square[upper] = square.T[upper]

@@ -61,6 +61,8 @@ def _symmetrize(matrix: np.ndarray, block_entries: int = 2**22) -> float:
         # The transpose copied once: the difference and the sum then run on contiguous
         # operands (each strided pass over the transposed view cost as much as the copy).
         transposed = matrix.T.copy()
+        if np.array_equal(matrix, transposed):  # (a formed-symmetric covariance: 2 passes, not 6)
+            return 0.0
         difference = matrix - transposed
         np.abs(difference, out=difference)
         matrix += transposed
@@ -94,9 +96,15 @@ class Gaussian:
         Mean vector.
     cov : array-like of shape (d, d), or callable
         Symmetric positive-definite covariance matrix, or a function of no arguments
-        returning it: then it is computed, checked and factorized on first use (for a
-        covariance that is costly to form and often not needed, e.g. the inverse of a
-        large Hessian whose mean alone is used).
+        returning it: then it is computed and checked (finite, symmetric) on first use, and
+        factorized on first use of its factor (:attr:`chol`: draws, densities, the
+        log-determinant, the precision) — for a covariance that is costly to form and
+        often not needed, e.g. the inverse of a large Hessian whose mean alone is used, or
+        whose factor a fit does not need (a dense multinomial posterior: its p³/3
+        factorization was most of a wide fit, D-205). The function must return a positive
+        definite matrix by its construction (the inverse of a factorized precision, or a
+        Woodbury form of one): a failure shows as NotPositiveDefiniteError when the factor
+        is first needed.
     log_Z : float, default=0.0
         Logarithm of the total mass ``Z = ∫ q(x) dx``; 0 gives a probability density.
 
@@ -132,8 +140,8 @@ class Gaussian:
         else:
             self._set_cov(cov)
 
-    def _set_cov(self, cov) -> None:
-        """Check, symmetrize and factorize the covariance."""
+    def _set_cov(self, cov, factorize: bool = True) -> None:
+        """Check, symmetrize and (``factorize``) factorize the covariance."""
         cov = np.array(cov, dtype=float, ndmin=2)
         d = self.dim
         if cov.shape != (d, d):
@@ -148,13 +156,20 @@ class Gaussian:
             raise NotPositiveDefiniteError(
                 f"cov is not symmetric (max |cov - cov.T| = {asymmetry:.3g})."
             )
-        self._chol = _readonly(lower_cholesky(cov, "covariance"))
+        if factorize:
+            self._chol = _readonly(lower_cholesky(cov, "covariance"))
         self._cov = _readonly(cov)
         self._pending_cov = None
 
+    def _formed(self) -> None:
+        """The covariance given as a function: computed and checked, not factorized."""
+        if self._cov is None:
+            self._set_cov(self._pending_cov(), factorize=False)
+
     def _factorized(self) -> None:
         if self._chol is None:
-            self._set_cov(self._pending_cov())
+            self._formed()
+            self._chol = _readonly(lower_cholesky(self._cov, "covariance"))
 
     # -- basic attributes --------------------------------------------------------------
     @property
@@ -165,13 +180,19 @@ class Gaussian:
     @property
     def cov(self) -> np.ndarray:
         """Covariance matrix, shape (d, d)."""
-        self._factorized()
+        self._formed()
         return self._cov
 
     @property
     def var(self) -> np.ndarray:
         """The marginal variances, the covariance's diagonal, shape (d,)."""
         return np.diag(self.cov).copy()
+
+    @property
+    def pending_cov(self):
+        """The function that forms the covariance (given as one), until it is formed; else
+        None."""
+        return self._pending_cov
 
     @property
     def log_Z(self) -> float:
@@ -244,6 +265,16 @@ class Gaussian:
         with another mean and covariance (checked and factorized as in the constructor)."""
         changed = copy.copy(self)
         Gaussian.__init__(changed, mean, cov, self.log_Z)
+        return changed
+
+    def with_log_Z(self, log_Z: float) -> Gaussian:
+        """A copy of the same class and attributes with another ``log_Z``: the covariance
+        (formed, or still to be) and its factor shared, not formed here."""
+        log_Z = float(log_Z)
+        if not math.isfinite(log_Z):
+            raise ValueError("mean, cov and log_Z must be finite.")
+        changed = copy.copy(self)
+        changed._log_Z = log_Z
         return changed
 
     def scale_cov(self, factor: float) -> Gaussian:

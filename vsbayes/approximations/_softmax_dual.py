@@ -14,8 +14,11 @@ eight digits, D-016) are bordered in closed form: their Schur complement is
 ``S_b = I/v_b + Fᵀ F``, ``F = L⁻¹ S E`` (L the factor of C, E the (M r) × r map of the
 intercepts to the rows), and the rows' latent covariances are
 ``V_i = G_ii I − (Wᵀ W)_ii + N_i S_b⁻¹ N_iᵀ`` with ``W = L⁻¹ S K`` and ``N = Wᵀ F − E``.
-A sweep then costs about ``(M r)³ · 4/3`` multiply-adds, and the dense covariance of B is
-formed only where asked (the final result, a stalled sweep's marginals, an observer).
+A sweep then costs about ``(M r)³ · 4/3`` multiply-adds. B's covariance is held as two
+factors, ``blockdiag(I ⊗ D_x − YᵀY, 0) + U Uᵀ`` (``Y = L⁻¹ S Z D_x``, M r × r d; U the
+intercepts' r columns): a stalled sweep's marginals read their column norms, and θ's dense
+covariance (the result, an observer) is formed from them rotated to θ by two symmetric rank
+updates, directly in θ's layout and scikit-learn's representative (D-205), once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import cho_solve, solve_triangular
+from scipy.linalg.blas import dsyrk
 
+from .._linalg import mirror_lower_to_upper
 from .._memory import check_memory
 from ..gaussian import lower_cholesky
 from ..models import SoftmaxGLMPosterior
@@ -102,7 +107,7 @@ def row_kernel(X, column_var: np.ndarray) -> np.ndarray:
 class DualContrast:
     """The posterior of B given the rows' site precisions ``lam`` (M, r, r), in the dual form
     (module docstring): its factorization, solves, log-determinant and the rows' latent
-    covariances, and B's dense covariance on request.
+    covariances, B's variances, and θ's dense covariance on request (:meth:`theta_cov`).
 
     Parameters
     ----------
@@ -147,7 +152,6 @@ class DualContrast:
         half -= 0.5 * r * float(np.log(self.coef_var).sum())
         self._w_matrix = None
         self._latent_cov = None
-        self._cov = None
         if fit_intercept:
             # F = L⁻¹ S E: row block i of S E is S_i.
             self.f = solve_triangular(self.lower, self.root.reshape(n, r), lower=True)
@@ -215,47 +219,87 @@ class DualContrast:
             self._w_matrix = None  # (M r)² bytes, no longer needed
         return self._latent_cov
 
-    def cov(self) -> np.ndarray:
-        """B's dense covariance (r·w square, row-major), formed once."""
-        if self._cov is None:
-            self._cov = self._dense_cov()
-        return self._cov
+    # B's covariance is ``blockdiag(I_r ⊗ D_x − YᵀY, 0) + U Uᵀ`` (D_x the coefficients'
+    # prior variances): P_xx⁻¹ = D_x − YᵀY by Woodbury, and the intercepts' bordering
+    # ``V S_b⁻¹ Vᵀ`` (V = [T; −I], T = P_xx⁻¹ P_xb) written as U Uᵀ with U = V L_b⁻ᵀ. Its
+    # variances and θ's dense covariance are read from these two factors, never from a
+    # dense covariance of B.
 
-    def _dense_cov(self) -> np.ndarray:
+    def _coef_root(self) -> np.ndarray:
+        """``Y = L⁻¹ S Z D_x`` (M r × r d; B's coefficients (b, j) row-major): column
+        (b, j) of ``S Z`` is ``S_i[:, b] x_ij`` over the rows i."""
         m, r, d = self.m, self.r, self.d
-        w = d + int(self.fit_intercept)
-        check_memory(
-            8.0 * (2 * (r * w) ** 2 + m * r * r * d),
-            f"the {r * w} × {r * w} covariance of the multinomial EP's contrasts",
-            "Fit fewer features, or use the Laplace approximation (LaplaceLogisticRegression).",
-        )
-        # P_xx⁻¹ = D⁻¹ − YᵀY, Y = L⁻¹ S Z D⁻¹: column (b, j) of S Z is S_i[:, b] x_ij.
         x = self.X.toarray() if sp.issparse(self.X) else np.asarray(self.X, dtype=float)
         sz = self.root[:, :, :, None] * (x * self.coef_var)[:, None, None, :]  # (i, a, b, j)
-        y = solve_triangular(self.lower, sz.reshape(m * r, r * d), lower=True, check_finite=False)
-        del sz
-        inv_xx = -(y.T @ y)
-        inv_xx[np.diag_indices(r * d)] += np.tile(self.coef_var, r)
+        return solve_triangular(
+            self.lower, sz.reshape(m * r, r * d), lower=True, check_finite=False, overwrite_b=True
+        )
+
+    def _intercept_root(self, y: np.ndarray) -> np.ndarray | None:
+        """``U = V L_b⁻ᵀ`` (r w × r) of the intercepts' bordering, from ``Y``
+        (:meth:`_coef_root`); None without intercepts."""
         if not self.fit_intercept:
-            return 0.5 * (inv_xx + inv_xx.T)
-        # T = P_xx⁻¹ P_xb (r·d × r): P_xb's column c is Zᵀ (Λ_i[:, c])_i.
-        cross = np.stack(
-            [self._zt(self.lam[:, :, c]).ravel() for c in range(r)], axis=1
-        )  # (r·d, r)
-        t = inv_xx @ cross
-        schur_inv = cho_solve((self.schur_lower, True), np.eye(r), check_finite=False)
-        ts = t @ schur_inv
-        cov = np.empty((r, w, r, w))
-        cov[:, :d, :, :d] = (inv_xx + ts @ t.T).reshape(r, d, r, d)
-        cov[:, :d, :, d] = -ts.reshape(r, d, r)
-        cov[:, d, :, :d] = -ts.reshape(r, d, r).transpose(2, 0, 1)
-        cov[:, d, :, d] = schur_inv
-        cov = cov.reshape(r * w, r * w)
-        return 0.5 * (cov + cov.T)
+            return None
+        r, d = self.r, self.d
+        # P_xb's column c is Zᵀ (Λ_i[:, c])_i; T = P_xx⁻¹ P_xb = D_x P_xb − Yᵀ (Y P_xb).
+        cross = np.stack([self._zt(self.lam[:, :, c]).ravel() for c in range(r)], axis=1)
+        t = np.tile(self.coef_var, r)[:, None] * cross - y.T @ (y @ cross)
+        v = np.empty((r, d + 1, r))
+        v[:, :d] = t.reshape(r, d, r)
+        v[:, d] = -np.eye(r)
+        lower_t = solve_triangular(
+            self.schur_lower, v.reshape(-1, r).T, lower=True, check_finite=False
+        )
+        return lower_t.T
 
     def variances(self) -> np.ndarray:
-        """The variances of B's entries (r·w,)."""
-        return np.diag(self.cov()).copy()
+        """The variances of B's entries (r·w,), from the two factors (no r·w square
+        matrix)."""
+        r, d = self.r, self.d
+        y = self._coef_root()
+        var = np.zeros((r, d + int(self.fit_intercept)))
+        var[:, :d] = self.coef_var - np.einsum("nj,nj->j", y, y).reshape(r, d)
+        u = self._intercept_root(y)
+        if u is not None:
+            var += np.einsum("na,na->n", u, u).reshape(r, d + 1)
+        return var.ravel()
+
+    def theta_cov(self, q: np.ndarray) -> np.ndarray:
+        """θ's dense covariance (the model's layout ``[W.ravel(), b]``) for the contrast
+        basis q (K × r): B's rotated back, plus the shift directions' prior.
+
+        With Q's columns orthogonal to 1, the rotated ``I_r ⊗ D_x`` plus the shift's
+        ``(11ᵀ/K) ⊗ D_x`` is ``I_K ⊗ D_x``, so Σ is the prior's diagonal (the intercepts'
+        block ``v_b 11ᵀ / K``) less ``Y_θᵀ Y_θ`` plus ``U_θ U_θᵀ`` — Y and U rotated by Q
+        (M r × K d and p × r): two symmetric rank updates (``dsyrk``, half a GEMM) into one
+        p × p array, its lower triangle mirrored, formed once (D-205). Already in the
+        centred representative, to round-off."""
+        m, r, d = self.m, self.r, self.d
+        k = q.shape[0]
+        p = k * (d + int(self.fit_intercept))
+        check_memory(
+            8.0 * (p * p + m * r * (r * d + p) + m * d),
+            f"the {p} × {p} covariance of the multinomial posterior from its dual form",
+            "Fit fewer features, or use the Laplace approximation (LaplaceLogisticRegression).",
+        )
+        y = self._coef_root()
+        u = self._intercept_root(y)
+        rotated = np.zeros((m * r, p))  # Y_θ, zero in the intercepts' columns
+        rotated[:, : k * d] = np.matmul(q, y.reshape(m * r, r, d)).reshape(m * r, k * d)
+        del y
+        cov = dsyrk(-1.0, rotated.T)  # F-ordered, its upper triangle: −Y_θᵀ Y_θ
+        del rotated
+        cov[np.diag_indices(k * d)] += np.tile(self.coef_var, k)
+        if u is not None:
+            by_column = u.reshape(r, d + 1, r)
+            rotated_u = np.empty((p, r), order="F")
+            rotated_u[: k * d] = (q @ by_column[:, :d].reshape(r, d * r)).reshape(k * d, r)
+            rotated_u[k * d :] = q @ by_column[:, d]
+            cov = dsyrk(1.0, rotated_u, beta=1.0, c=cov, overwrite_c=1)
+            cov[k * d :, k * d :] += self.column_var[-1] / k
+        cov = cov.T  # C-ordered, its lower triangle
+        mirror_lower_to_upper(cov)
+        return cov
 
 
 def factorizing_prior(model) -> bool:
@@ -325,6 +369,5 @@ class DualSoftmaxHessian:
 
     @property
     def cov(self) -> np.ndarray:
-        """``H⁻¹`` (dim × dim), from B's dense covariance."""
-        mean = np.zeros(self.contrast.r * len(self.column_var))
-        return theta_moments(self.model, self.q, self.column_var, mean, self.contrast.cov())[1]
+        """``H⁻¹`` (dim × dim), from the dual factor (:meth:`DualContrast.theta_cov`)."""
+        return self.contrast.theta_cov(self.q)

@@ -149,8 +149,8 @@ def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResu
             return out
 
         sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
-    log_z = result.log_Z + informative.log_likelihood
-    moved = EPResult(result.mean, result.cov, log_z, **result.diagnostics())
+    # (A copy: a covariance still to be formed stays so, D-205.)
+    moved = result.with_log_Z(result.log_Z + informative.log_likelihood)
     return moved.with_sites(
         sites, result.prior_cavities, result.prior_sites, result.prior_nonnegative
     )

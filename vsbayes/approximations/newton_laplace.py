@@ -233,6 +233,9 @@ class DualSoftmaxCurvature(SoftmaxCurvature):
     multiply-adds a step instead of ``(K w)³/3`` and the Gram blocks; the same Newton
     steps to round-off."""
 
+    #: Its covariance (:meth:`DualContrast.theta_cov`) is in scikit-learn's representative.
+    in_representative = True
+
     def __init__(self, model):
         super().__init__(model)
         d = model.n_features
@@ -560,6 +563,9 @@ class NewtonLaplaceSolver:
             # the site-fit route, may never need it (at p = 500 it is half of Laplace's time).
             with single_blas_thread():  # as the fit itself (blas_policy)
                 return curvature.covariance(gaussian)
+
+        # (The multinomial dual form's is in scikit-learn's representative already, D-205.)
+        cov.in_representative = getattr(curvature, "in_representative", False)
 
         return LaplaceResult(
             self.theta,

@@ -16,7 +16,7 @@ digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10
 **Wide problems.** Where the rows' contrasts are far fewer than B's entries (more
 columns than rows), B's posterior is held in the rows' space instead, exactly
 (:mod:`~vsbayes.approximations._softmax_dual`, D-197): an M·r square factorization a
-sweep, B's dense covariance formed only for the result.
+sweep, θ's dense covariance formed only for the result (once, when read: D-205).
 
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
@@ -71,6 +71,7 @@ fits, moment matching, the Laplace start, the PSD checks) are in
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -245,7 +246,7 @@ class _Contrast:
 
     def _dual_posterior(self, lam: np.ndarray, eta: np.ndarray, keep: bool) -> tuple:
         """:meth:`posterior` in the dual form: the covariance slot holds the
-        :class:`DualContrast` (B's dense covariance formed only on request), no precision."""
+        :class:`DualContrast` (θ's dense covariance formed only on request), no precision."""
         kept, self._factor = self._factor, None
         if kept is not None and np.array_equal(kept[0], lam):
             dual = kept[1]
@@ -293,10 +294,15 @@ class _Contrast:
         if not isinstance(cov, DualContrast):
             self._kept = (cov, latent_cov)
 
-    def to_theta(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """θ's mean and covariance (model layout): B's rotated back, plus the shift's prior."""
+    def to_theta(self, mean: np.ndarray, cov, formed: bool = True) -> tuple:
+        """θ's mean and covariance (model layout): B's rotated back, plus the shift's prior.
+        Not ``formed``: the dual form's covariance as the function that forms it (a lazy
+        :class:`~vsbayes.gaussian.Gaussian`'s), a dense one as it is."""
         if isinstance(cov, DualContrast):
-            cov = cov.cov()
+            theta = self.model.to_vector(self.q @ mean.reshape(self.r, self.width))
+            form = functools.partial(cov.theta_cov, self.q)
+            form.in_representative = True  # (SoftmaxGLMPosterior.centred keeps it)
+            return theta, form() if formed else form
         if self.general:
             return self._general_to_theta(mean, cov)
         return theta_moments(self.model, self.q, self.column_var, mean, cov)
@@ -552,7 +558,9 @@ def softmax_ep(
         log_Z = _site_evidence(contrast, *last["evidence"], copies)
     else:
         log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state)
-    mean, cov = contrast.to_theta(post[0], post[1])
+    # θ's dense covariance is formed when first read (the estimators' sigma_, once), its
+    # factor when first needed (D-205).
+    mean, cov = contrast.to_theta(post[0], post[1], formed=False)
     return EPResult(
         mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change
     ).with_sites(EPSites(lam, eta, "contrast"))

@@ -58,6 +58,7 @@ from sklearn.utils.extmath import randomized_svd
 
 import vsbayes._memory as _memory
 
+from .._linalg import mirror_lower_to_upper
 from .._memory import format_bytes, get_config
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, MemoryLimitError, NotPositiveDefiniteError
@@ -810,7 +811,7 @@ def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
         raise NotPositiveDefiniteError("The dual factor is singular.")
     del upper, dual
     inverse = inverse.T  # C-ordered (the same memory); symmetric once mirrored
-    _mirror_lower_to_upper(inverse)
+    mirror_lower_to_upper(inverse)
     var = np.array(coef_var)
     # The intercept's column (prior variance 0 in D_w⁻¹) is left out: its M non-zeros
     # would be M²/2 pairs.
@@ -841,18 +842,3 @@ def _exact_variances(model, weights: np.ndarray) -> tuple[np.ndarray, float]:
         var += gamma * np.square(g)
         half_log_det += 0.5 * math.log1p(gain)
     return var, half_log_det
-
-
-def _mirror_lower_to_upper(matrix: np.ndarray) -> None:
-    """Copy a C-ordered square matrix's lower triangle onto its upper one, in place, in
-    blocks of rows (no M × M temporary)."""
-    m = matrix.shape[0]
-    step = max(1, 2**22 // max(m, 1))
-    for start in range(0, m, step):
-        rows = slice(start, min(start + step, m))
-        # Rows `rows`, columns after the block's diagonal, from the transposed lower part.
-        block = matrix[rows.stop :, rows].T
-        matrix[rows, rows.stop :] = block
-        square = matrix[rows, rows]
-        upper = np.triu_indices(square.shape[0], 1)
-        square[upper] = square.T[upper]

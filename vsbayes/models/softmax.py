@@ -245,13 +245,26 @@ class SoftmaxGLMPosterior:
                 )
             blocks.append((offset, width, prior[0]))
         mean = self._centre_classes(np.array(posterior.mean)[:, None])[:, 0]
-        cov = self._centre_classes(np.array(posterior.cov))
-        cov = self._centre_classes(cov.T).T
-        # Column j of class k of a block sits at offset + k * width + j.
-        for offset, width, variance in blocks:
-            index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (k, width)
-            cov[index[:, None, :], index[None, :, :]] += variance / k
-        return posterior.with_moments(mean, cov)
+        form = posterior.pending_cov
+        if getattr(form, "in_representative", False):
+            # Formed in the representative already (the dual form's, D-205: the contrasts
+            # rotated back by a basis orthogonal to 1, plus the shift's prior), to
+            # round-off as this projection's own: not formed here, nor projected again.
+            return posterior.with_moments(mean, form)
+
+        def centred_cov() -> np.ndarray:
+            cov = self._centre_classes(np.array(posterior.cov))
+            cov = self._centre_classes(cov.T).T
+            # Column j of class k of a block sits at offset + k * width + j.
+            for offset, width, variance in blocks:
+                index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (k, width)
+                cov[index[:, None, :], index[None, :, :]] += variance / k
+            return cov
+
+        # Formed when first read, factorized when first needed (D-205): Π Σ Π plus the
+        # shift directions' prior is positive definite where Σ is; a fit reads the
+        # covariance once (sigma_) and its factor only to draw.
+        return posterior.with_moments(mean, centred_cov)
 
     def _class_blocks(self):
         """``(offset, width)`` of θ's class-major blocks: W (K × d), then b (K × 1)."""
