@@ -64,6 +64,23 @@ def test_a_callable_covariance_is_formed_and_checked_on_first_use(rng):
         broken.sample(3, random_state=0)
 
 
+def test_a_callable_covariance_is_factorized_only_when_its_factor_is_needed(rng):
+    eager = random_gaussian(rng, 4)
+    form = lambda: np.array(eager.cov)  # noqa: E731
+    lazy = Gaussian(eager.mean, form, eager.log_Z)
+    assert lazy.pending_cov is form
+    moved = lazy.with_log_Z(1.5)  # a copy: the covariance still to be formed, shared
+    assert moved.pending_cov is form and moved.log_Z == 1.5 and lazy.log_Z == eager.log_Z
+    np.testing.assert_array_equal(lazy.cov, eager.cov)
+    assert lazy.pending_cov is None and lazy._chol is None  # read, not factorized
+    np.testing.assert_array_equal(lazy.chol, eager.chol)  # factorized on first use
+    # An indefinite one is refused where its factor is first needed.
+    broken = Gaussian(np.zeros(2), lambda: np.array([[1.0, 2.0], [2.0, 1.0]]))
+    np.testing.assert_array_equal(broken.var, [1.0, 1.0])
+    with pytest.raises(NotPositiveDefiniteError, match="covariance"):
+        broken.log_det_cov
+
+
 def test_logpdf_matches_scipy(rng):
     g = random_gaussian(rng, 4, log_Z=2.5)
     x = rng.standard_normal((7, 4))

@@ -173,3 +173,30 @@ def test_dual_form_is_sized_before_any_work():
         pytest.raises(MemoryLimitError, match="dual form of the multinomial EP"),
     ):
         DualContrast(model.X, kernel, np.full(model.n_features + 1, 2.0), lam, True)
+
+
+def test_a_wide_fit_forms_its_covariance_once_and_factorizes_it_on_first_draw(monkeypatch):
+    """The dual form's covariance, formed in θ's representative from its factors (D-205):
+    the dense route's ``sigma_`` to round-off, never factorized by the fit."""
+    newton_module = importlib.import_module("vsbayes.approximations.newton_laplace")
+    X = sp.random(30, 150, density=0.1, format="csr", random_state=1)
+    y = np.arange(30) % 3
+    fits = {}
+    for dual in (True, False):
+        for module in (softmax_ep_module, newton_module):
+            monkeypatch.setattr(module, "holds_dual", lambda model, dual=dual: dual)
+        fits[dual] = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    dual, dense = fits[True], fits[False]
+    # The same Newton steps to round-off, at the Hessian's condition number.
+    bound = 100 * np.linalg.cond(dense.sigma_) * EPS
+    assert _relative(dual.sigma_, dense.sigma_) < bound
+    assert _relative(dual.coef_, dense.coef_) < bound
+    np.testing.assert_array_equal(dual.sigma_, dual.sigma_.T)
+    assert "dual form" in dual.covariance_reason_
+    posterior = dual.posteriors_[0]
+    assert posterior._chol is None  # formed for sigma_, not factorized
+    coef, _ = dual.sample_coef(2000, random_state=0)
+    assert posterior._chol is not None  # factorized for the draws, kept
+    # The draws' spread: each variance within 5 standard errors (2/n relative) of sigma_'s.
+    spread = coef.reshape(2000, -1).var(axis=0) / np.diag(dual.sigma_)[: coef[0].size]
+    assert np.abs(spread - 1).max() < 5 * np.sqrt(2 / 2000)

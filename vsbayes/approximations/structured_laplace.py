@@ -65,6 +65,7 @@ from ..exceptions import ConvergenceWarning, MemoryLimitError, NotPositiveDefini
 from ..gaussian import StructuredCovariance, StructuredGaussian
 from ..models.latent import row_variances
 from ._glm_gaussian import GLMGaussian
+from ._softmax_dual import holds_dual
 from .newton_laplace import GLMCurvature, NewtonLaplaceSolver
 
 __all__ = [
@@ -325,8 +326,13 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
         reason = FORCED
         return CovarianceChoice(asked, reason, rank if asked == "lowrank" else 0)
     if p <= MAX_SOFTMAX_PARAMS and fits["dense"]:
+        # (Where the rows are fewer, the fit runs in their dual form and forms the dense
+        # covariance once, at the end: D-197, D-205.)
+        dual = f"; fitted in the {m} rows' dual form, the dense covariance formed once from it"
         return CovarianceChoice(
-            "dense", f"{sizes}: the dense covariance fits ({p} ≤ {MAX_SOFTMAX_PARAMS})"
+            "dense",
+            f"{sizes}: the dense covariance fits ({p} ≤ {MAX_SOFTMAX_PARAMS})"
+            + (dual if holds_dual(model) else ""),
         )
     why_not_dense = (
         f"{p} > {MAX_SOFTMAX_PARAMS} parameters: the dense {p} × {p} covariance "
