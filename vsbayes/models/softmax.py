@@ -219,7 +219,9 @@ class SoftmaxGLMPosterior:
         pair of classes of column j). Laplace's and EP's posteriors already hold it, and so
         do the sampled fits (which draw only the contrasts:
         :class:`~vsbayes.models.softmax_contrasts.ContrastPosterior`), up to round-off: this
-        makes the representative exact. ``log_Z`` and the diagnostics are kept. Under a
+        makes the representative exact. ``log_Z`` and the diagnostics are kept; the
+        covariance is formed when first read (a function marked ``in_representative``,
+        the dual form's, is already the representative: kept as it forms, D-205). Under a
         general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
         returned as it is, and so under a shrinkage prior on the coefficients
         (``coefficient_prior``), whose per-coefficient factors see each class's coefficient
