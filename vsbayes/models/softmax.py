@@ -219,9 +219,10 @@ class SoftmaxGLMPosterior:
         pair of classes of column j). Laplace's and EP's posteriors already hold it, and so
         do the sampled fits (which draw only the contrasts:
         :class:`~vsbayes.models.softmax_contrasts.ContrastPosterior`), up to round-off: this
-        makes the representative exact. ``log_Z`` and the diagnostics are kept; the
-        covariance is formed when first read (a function marked ``in_representative``,
-        the dual form's, is already the representative: kept as it forms, D-205). Under a
+        makes the representative exact. ``log_Z`` and the diagnostics are kept. A
+        covariance still to be formed by a function marked ``in_representative`` (the dual
+        form's, D-205) is already the representative: kept as it is, to be formed when
+        first read and factorized when first needed. Under a
         general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
         returned as it is, and so under a shrinkage prior on the coefficients
         (``coefficient_prior``), whose per-coefficient factors see each class's coefficient
@@ -254,19 +255,13 @@ class SoftmaxGLMPosterior:
             # round-off as this projection's own: not formed here, nor projected again.
             return posterior.with_moments(mean, form)
 
-        def centred_cov() -> np.ndarray:
-            cov = self._centre_classes(np.array(posterior.cov))
-            cov = self._centre_classes(cov.T).T
-            # Column j of class k of a block sits at offset + k * width + j.
-            for offset, width, variance in blocks:
-                index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (k, width)
-                cov[index[:, None, :], index[None, :, :]] += variance / k
-            return cov
-
-        # Formed when first read, factorized when first needed (D-205): Π Σ Π plus the
-        # shift directions' prior is positive definite where Σ is; a fit reads the
-        # covariance once (sigma_) and its factor only to draw.
-        return posterior.with_moments(mean, centred_cov)
+        cov = self._centre_classes(np.array(posterior.cov))
+        cov = self._centre_classes(cov.T).T
+        # Column j of class k of a block sits at offset + k * width + j.
+        for offset, width, variance in blocks:
+            index = offset + np.arange(k)[:, None] * width + np.arange(width)  # (k, width)
+            cov[index[:, None, :], index[None, :, :]] += variance / k
+        return posterior.with_moments(mean, cov)
 
     def _class_blocks(self):
         """``(offset, width)`` of θ's class-major blocks: W (K × d), then b (K × 1)."""
