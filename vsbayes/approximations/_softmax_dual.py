@@ -229,6 +229,12 @@ class DualContrast:
         """``Y = L⁻¹ S Z D_x`` (M r × r d; B's coefficients (b, j) row-major): column
         (b, j) of ``S Z`` is ``S_i[:, b] x_ij`` over the rows i."""
         m, r, d = self.m, self.r, self.d
+        check_memory(  # the rows' dense copy, S Z D_x and its solve
+            8.0 * (m * d + 2 * m * r * r * d),
+            f"the {m * r} × {r * d} factor of the multinomial posterior's covariance "
+            f"(its dual form)",
+            "Fit fewer features, or use the Laplace approximation (LaplaceLogisticRegression).",
+        )
         x = self.X.toarray() if sp.issparse(self.X) else np.asarray(self.X, dtype=float)
         sz = self.root[:, :, :, None] * (x * self.coef_var)[:, None, None, :]  # (i, a, b, j)
         return solve_triangular(
