@@ -795,9 +795,7 @@ def test_a_forced_structure_that_a_fit_does_not_take_is_refused():
             vb.EPLogisticRegression().partial_fit(X[:1], y[:1], classes=[0, 1, 2])
         with pytest.raises(ValueError, match=refused + r".*OneVsRestClassifier"):
             vb.LaplaceLogisticRegression(prior=(np.zeros(12), np.ones(12))).fit(X, y)
-        assert list(vb.LaplaceProbitRegression().fit(X, y).covariance_structure_) == [
-            "lowrank"
-        ] * 3
+        assert list(vb.LaplaceProbitRegression().fit(X, y).covariance_structure_) == ["lowrank"] * 3
         assert vb.LaplaceLogisticRegression().fit(X, y).covariance_structure_ == "lowrank"
 
 

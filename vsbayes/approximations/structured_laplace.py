@@ -144,7 +144,7 @@ def kept_bytes(structure: str, p: int, m: int, rank: int) -> float:
     other problems holds beside the one being fitted."""
     if structure == "dense":
         return 8.0 * p * p
-    width = m + 2 if structure == "dual" else 2 * rank
+    width = {"dual": m + 2, "lowrank": 2 * rank}.get(structure, 0)
     return 8.0 * (p + p * width + width * width)
 
 

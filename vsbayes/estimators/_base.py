@@ -46,7 +46,12 @@ from ..exceptions import (
     NotPositiveDefiniteError,
     UnreliableFitWarning,
 )
-from ..gaussian import Gaussian, StructuredCovariances, StructuredGaussian
+from ..gaussian import (
+    Gaussian,
+    StructuredCovariance,
+    StructuredCovariances,
+    StructuredGaussian,
+)
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -486,16 +491,27 @@ class BayesianGLMClassifier(
 
     @staticmethod
     def _pending_prior(n_features: int, priors: dict, given: list):
-        """``k -> `` the prior of one-vs-rest problem ``k``, as a fit (a callback's view of
-        the problems not reached yet)."""
+        """``(k, structured) -> `` the prior of one-vs-rest problem ``k``, as a fit (a
+        callback's view of the problems not reached yet); ``structured``: beside
+        structured fits, as a "diagonal" structure (the prior is diagonal there), never a
+        p × p matrix."""
 
-        def pending(k: int) -> MethodFit:
-            if given[k] is not None:
-                return prior_fit(given[k].mean, given[k].cov)
-            variances = np.broadcast_to(priors["prior_var"], (n_features,))
-            if priors["intercept_prior_var"] is not None:
-                variances = np.append(variances, priors["intercept_prior_var"])
-            return prior_fit(np.zeros(variances.size), np.diag(variances))
+        def pending(k: int, structured: bool = False) -> MethodFit:
+            prior = given[k]
+            if prior is not None and not structured:
+                return prior_fit(prior.mean, prior.cov)
+            if prior is not None:  # (a structured fit's given prior is diagonal)
+                mean, variances = np.asarray(prior.mean), np.asarray(prior.variances)
+            else:
+                variances = np.broadcast_to(priors["prior_var"], (n_features,))
+                if priors["intercept_prior_var"] is not None:
+                    variances = np.append(variances, priors["intercept_prior_var"])
+                mean = np.zeros(variances.size)
+            if not structured:
+                return prior_fit(mean, np.diag(variances))
+            empty = np.zeros((variances.size, 0))
+            diagonal = StructuredCovariance(variances, empty, np.zeros((0, 0)), "diagonal")
+            return MethodFit.prior(StructuredGaussian(mean, diagonal))
 
         return pending
 
