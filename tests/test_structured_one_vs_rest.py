@@ -60,6 +60,7 @@ def test_the_dual_form_is_the_dense_one_vs_rest_fit(data):
     np.testing.assert_allclose(dual.coef_, dense.coef_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(np.asarray(dual.sigma_), dense.sigma_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(dual.sigma_.diagonal(), np.diagonal(dense.sigma_, 0, 1, 2), 1e-10)
+    np.testing.assert_allclose(np.asarray(dual.sigma_[1:]), dense.sigma_[1:], rtol=0, atol=1e-10)
     np.testing.assert_allclose(
         dual.log_marginal_likelihood_value_, dense.log_marginal_likelihood_value_, 1e-10
     )

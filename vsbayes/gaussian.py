@@ -595,7 +595,10 @@ class StructuredCovariances:
     def __len__(self) -> int:
         return len(self.covariances)
 
-    def __getitem__(self, index: int) -> StructuredCovariance:
+    def __getitem__(self, index):
+        """Problem ``index``'s :class:`StructuredCovariance` (a slice: those problems')."""
+        if isinstance(index, slice):
+            return StructuredCovariances(self.covariances[index])
         return self.covariances[index]
 
     def __iter__(self):
