@@ -256,7 +256,7 @@ def choose_covariance(model, estimator_name: str = "", n_problems: int = 1) -> C
         return CovarianceChoice(
             "lowrank",
             f"{why_not_dense}; diagonal plus rank {rank} with {diagonal_note} (error stated "
-            f"in posteriors_[0].error)",
+            f"in {'posteriors_[0]' if n_problems == 1 else 'each of posteriors_'}.error)",
             rank,
             exact,
         )
