@@ -36,6 +36,10 @@ Parts:
    against a reference on the same latent moments (binary: Gauss–Hermite; multinomial:
    Monte Carlo), the plug-in at the mode, LogisticRegression's, the gap per row with its
    standard error, and the evidence: is a gap the rule's or the model's?
+   **one-vs-rest** — 5 classes × 5000 features (2000 rows, 1 %): the estimators that fit
+   one binary problem per class (``VBLogisticRegression``, ``VSProbitRegression``), each
+   problem with the binary fit's structure (D-200), against ``LogisticRegression()``: time
+   ratio, peak memory, held-out log loss.
 4. **predict** — ``predict_proba`` on 10⁶ sparse rows × 10⁴ features (0.1 %) of a model
    fitted on 5000 rows, against LogisticRegression's (best and median of rounds; target
    ≤ 10×).
@@ -46,7 +50,7 @@ The machine is shared (2 cores, other engineers' jobs): times are noisy, ratios 
 in one process side by side.
 
 Usage: python benchmarks/text_scale.py [--part all|PART[,PART...]] (fit, accuracy, estimate,
-       multinomial, predict, guard; a partial rerun keeps the other parts' previous rows)
+       multinomial, ovr, predict, guard; a partial rerun keeps the other parts' previous rows)
        [--quick] [--out DIR]   (writes DIR/text_scale.{csv,json,md,png}; DIR = benchmarks/results)
 """
 
@@ -77,7 +81,9 @@ HELD_OUT = 2000
 SIGNAL = 3.0  # standard deviation of the true latent values
 MULTINOMIAL_CASE = (10_000, 10_000, 0.005, 20)  # rows, features, density, classes
 QUICK_MULTINOMIAL_CASE = (2000, 3000, 0.01, 10)
-PARTS = ("fit", "accuracy", "estimate", "multinomial", "predict", "guard")
+ONE_VS_REST_CASE = (2000, 5000, 0.01, 5)  # rows, features, density, classes
+ONE_VS_REST_ESTIMATORS = ("VBLogisticRegression", "VSProbitRegression")
+PARTS = ("fit", "accuracy", "estimate", "multinomial", "ovr", "predict", "guard")
 
 
 def scattered_csr(m: int, p: int, density: float, rng, zipf: bool = True) -> sp.csr_matrix:
@@ -440,6 +446,47 @@ def run_multinomial_case(quick: bool) -> list[dict]:
     return rows
 
 
+def run_one_vs_rest_case(name: str, repeats: int) -> dict:
+    """One one-vs-rest estimator on :data:`ONE_VS_REST_CASE` against LogisticRegression."""
+    from _common import speed_ratio
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    import vsbayes
+
+    m, p, density, k = ONE_VS_REST_CASE
+    X, y = text_data(m + HELD_OUT, p, density, seed=3, n_classes=k)
+    train, held = X[:m], X[m:]
+    y_train, y_held = y[:m], y[m:]
+    data_peak = peak_gib()
+    cls = getattr(vsbayes, name)
+    result = speed_ratio(
+        lambda i: cls(random_state=0).fit(train, y_train), train, y_train, repeats=repeats
+    )
+    fit = result["result"]
+    lr = LogisticRegression().fit(train, y_train)
+    start = time.perf_counter()
+    proba = fit.predict_proba(held)
+    return {
+        "part": "ovr",
+        "case": f"{name}, {k} classes × {p}",
+        "rows": m,
+        "features": p,
+        "nnz_per_row": float(train.nnz / m),
+        "seconds": result["seconds"],
+        "lr_seconds": result["lr_seconds"],
+        "ratio": result["ratio"],
+        "predict_seconds": time.perf_counter() - start,
+        "peak_gib": peak_gib(),
+        "data_peak_gib": data_peak,
+        "structure": ", ".join(dict.fromkeys(str(s) for s in fit.covariance_structure_)),
+        "reason": fit.covariance_reason_[0],
+        "log_loss": float(log_loss(y_held, proba, labels=fit.classes_)),
+        "lr_log_loss": float(log_loss(y_held, lr.predict_proba(held), labels=lr.classes_)),
+        "times": result["times"],
+    }
+
+
 def run_predict_case(n_rows: int, rounds: int, zipf: bool = True) -> dict:
     """predict_proba on ``n_rows`` new rows; ``zipf=False``: the uniformly scattered
     columns of the earlier version (whose rows' products hit the cache less often)."""
@@ -517,6 +564,8 @@ def worker(args: list[str]) -> None:
             rows = [run_estimate_case()]
         elif part == "multinomial":
             rows = run_multinomial_case(args[1] == "quick")
+        elif part == "ovr":
+            rows = [run_one_vs_rest_case(args[1], int(args[2]))]
         elif part == "predict":
             rows = [run_predict_case(int(args[1]), int(args[2]), args[3] == "zipf")]
         else:
@@ -620,6 +669,25 @@ def report(rows: list[dict], out: Path, machine: str) -> None:
                 f"{r['log_loss']:.4f} / {r['dense_log_loss']:.4f} / {r['lr_log_loss']:.4f} | "
                 f"{r['evidence_diff']:.3g} |"
             )
+    lines += [
+        "",
+        "## One-vs-rest (one binary problem per class, each with the binary fit's structure)",
+        "",
+        "| case | nnz/row | s | LR s | ratio | peak GiB (data alone) | structure | "
+        "held-out log loss / LR | predict_proba 2000 rows s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.get("part") == "ovr" and "failed" not in r:
+            lines.append(
+                f"| {r['case']} | {r['nnz_per_row']:.0f} | {fmt(r['seconds'])} | "
+                f"{fmt(r['lr_seconds'])} | {fmt(r['ratio'])} | {r['peak_gib']:.2f} "
+                f"({r['data_peak_gib']:.2f}) | {r['structure']} | "
+                f"{r['log_loss']:.4f} / {r['lr_log_loss']:.4f} | {fmt(r['predict_seconds'])} |"
+            )
+    reasons = [r["reason"] for r in rows if r.get("part") == "ovr" and "failed" not in r]
+    if reasons:
+        lines += ["", f"Structure of each problem: {reasons[0]}."]
     lines += [
         "",
         "## Held-out log loss at C = 1: the predictive rule or the model?",
@@ -740,6 +808,9 @@ def main() -> None:
         rows += in_subprocess(["estimate"])
     if "multinomial" in parts:
         rows += in_subprocess(["multinomial", "quick" if args.quick else "full"])
+    if "ovr" in parts:
+        for name in ONE_VS_REST_ESTIMATORS:
+            rows += in_subprocess(["ovr", name, "1" if args.quick else "3"])
     if "predict" in parts:
         for columns in ("zipf", "uniform"):
             rows += in_subprocess(["predict", str(10**5 if args.quick else 10**6), "3", columns])

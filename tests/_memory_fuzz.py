@@ -3,7 +3,8 @@
 Run as ``python _memory_fuzz.py HEADROOM_BYTES CASES_JSON``. After the imports, the process
 limits its address space (``RLIMIT_AS``) to what it maps now plus ``HEADROOM_BYTES``, so
 that vsbayes' memory setting (:func:`vsbayes._memory.memory_limit`) follows that limit, and
-fits each case: ``{"estimator", "rows", "features", "classes", "density", "seed"}``. Each
+fits each case: ``{"estimator", "rows", "features", "classes", "density", "seed"}``, and
+``"covariance"`` if the case forces a structure (``vsbayes.config_context``). Each
 line says how the fit ended ("fit", or the exception's class and message) and the CPU
 seconds it took (the process's, all threads: load on the machine barely changes them);
 the first line gives vsbayes' memory limit under the address-space limit.
@@ -47,7 +48,7 @@ def run(case: dict) -> dict:
     estimator = getattr(vsbayes, case["estimator"])(random_state=0)
     start = time.process_time()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), vsbayes.config_context(covariance=case.get("covariance")):
             warnings.simplefilter("ignore")
             estimator.fit(X, y)
         outcome, message = "fit", ""

@@ -9,8 +9,9 @@ refused; and problems whose posterior covariance alone is beyond the limit, refu
 :class:`~vsbayes.exceptions.MemoryLimitError` (or a ValueError naming the size) in a few
 CPU seconds — the process's CPU time, which load on the machine barely changes: a refusal
 after the Newton steps on 50,000 features would take minutes. Never NumPy's MemoryError.
-Wide binary problems and joint multinomial ones may instead fit, with a structured
-covariance (D-055, D-059): either outcome is right for them.
+Wide problems — binary, one-vs-rest (each problem as a binary one, D-200) and joint
+multinomial — may instead fit, with a structured covariance (D-055, D-059): either outcome
+is right for them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def fuzz_cases(seed: int = 20261127) -> list[dict]:
-    """One small and one beyond-the-limit shape per estimator, a beyond-the-limit many-class
+    """One small and one beyond-the-limit shape per estimator (a one-vs-rest one also with
+    the dense covariance forced, which must be refused), a beyond-the-limit many-class
     shape per joint multinomial estimator, drawn by a seeded generator; three shapes whose
     final covariances fit but whose route's peak may not; and the two shapes of the
     sparse text-like problems that once slipped past the guard."""
@@ -69,12 +71,14 @@ def fuzz_cases(seed: int = 20261127) -> list[dict]:
                 # Sparse with at most ~5e4 non-zeros, or dense with few rows (≤ 40 MB).
                 "density": min(1.0, 5e4 / (rows * features)) if rows > 100 else 1.0,
                 "seed": 100 + index,
-                # A binary posterior this wide, or a joint multinomial one, takes a
-                # structured covariance (dual, low rank or diagonal) where one fits:
-                # fitting is then right too.
-                "beyond": None if classes == 2 or cls.__name__ in JOINT else True,
+                # A posterior this wide (binary, each one-vs-rest problem, or a joint
+                # multinomial one) takes a structured covariance (dual, low rank or
+                # diagonal) where one fits: fitting is then right too.
+                "beyond": None,
             }
         )
+        if classes > 2 and cls.__name__ not in JOINT:  # one-vs-rest problems, dense forced
+            cases.append(cases[-1] | {"covariance": "dense", "beyond": True})
     for index, name in enumerate(JOINT):  # many classes: the K(d + 1) joint posterior
         classes = int(rng.integers(30, 61))
         # 5000-7000 parameters: beyond the dense covariance's ~4200 under the headroom

@@ -913,8 +913,8 @@ def test_the_log_det_bounds_hold_the_exact_value():
 
 def test_every_fit_records_why_its_covariance_is_dense():
     # covariance_reason_ was "" on every dense fit (the choice's reason was kept for a
-    # structured one only), so a one-vs-rest fit beyond the dense size ran its K dense
-    # p × p fits with nothing saying why, nor what takes a structure.
+    # structured one only). A one-vs-rest fit's problems take the binary chooser, each
+    # sized beside the others' posteriors (D-200), and say so.
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
     y3 = np.digitize(X[:, 0], [-0.5, 0.5])
@@ -929,7 +929,11 @@ def test_every_fit_records_why_its_covariance_is_dense():
     assert "the dense covariance fits" in binary.covariance_reason_
     for reasons in (one_vs_rest.covariance_reason_, stream.covariance_reason_):
         assert len(reasons) == 3
-        assert all("one-vs-rest" in r and "OneVsRestClassifier" in r for r in reasons)
+    assert all(
+        "3 one-vs-rest problems" in r and "the dense covariance fits" in r
+        for r in one_vs_rest.covariance_reason_
+    )
+    assert all("stream begun with the dense covariance" in r for r in stream.covariance_reason_)
 
 
 def test_predictions_factor_the_structured_covariance_once(monkeypatch):

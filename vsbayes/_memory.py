@@ -111,8 +111,9 @@ def set_config(
         Bytes one computation may allocate; the memory guard and the choice of the
         covariance structure read it.
     covariance : {"auto", "dense", "dual", "lowrank", "diagonal"}, optional
-        The covariance structure of binary posteriors; "auto" chooses it from the
-        problem's size and the memory limit (the fitted ``covariance_structure_`` and
+        The covariance structure of binary posteriors (and of each one-vs-rest problem;
+        the multinomial posterior has no "dual"); "auto" chooses it from the problem's
+        size and the memory limit (the fitted ``covariance_structure_`` and
         ``covariance_reason_`` record the choice).
     covariance_rank : int, optional
         Rank of the low-rank part of the "lowrank" structure (≥ 1).

@@ -25,6 +25,7 @@ __all__ = [
     "Gaussian",
     "NaturalParameters",
     "StructuredCovariance",
+    "StructuredCovariances",
     "StructuredGaussian",
     "excess_kl",
     "kl_divergence",
@@ -602,6 +603,96 @@ class StructuredCovariance:
                 np.einsum("ij,ij->i", white, white) - (projected * projected) @ shrink
             )
         return out
+
+
+class StructuredCovariances:
+    """The covariances of one-vs-rest problems fitted with a structured covariance: one
+    :class:`StructuredCovariance` per problem (class), never a dense (K, p, p) array unless
+    asked for.
+
+    It is the ``sigma_`` of a one-vs-rest fit beyond the dense size, as a
+    :class:`StructuredCovariance` is a binary one's: ``sigma_[k]`` is class k's (its
+    :meth:`~StructuredCovariance.diagonal`, :meth:`~StructuredCovariance.dot`, its
+    factors), :meth:`diagonal` every class's marginal variances, and ``np.asarray(sigma_)``
+    (:meth:`toarray`) the dense stack of a dense one-vs-rest fit's shape, only where it
+    fits the memory limit; otherwise a :class:`~vsbayes.exceptions.MemoryLimitError` says
+    what to use instead.
+
+    Parameters
+    ----------
+    covariances : sequence of StructuredCovariance
+        One per problem, of the same dimension.
+    """
+
+    ndim = 3
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, covariances):
+        self.covariances = tuple(covariances)
+        sizes = {c.shape[0] for c in self.covariances}
+        if len(sizes) != 1:
+            raise ValueError(f"The covariances differ in dimension: {sorted(sizes)}.")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(K, p, p)``, as a dense one-vs-rest fit's ``sigma_``."""
+        return (len(self.covariances), *self.covariances[0].shape)
+
+    def __len__(self) -> int:
+        return len(self.covariances)
+
+    def __getitem__(self, index):
+        """Problem ``index``'s :class:`StructuredCovariance` (a slice: those problems')."""
+        if isinstance(index, slice):
+            return StructuredCovariances(self.covariances[index])
+        return self.covariances[index]
+
+    def __iter__(self):
+        return iter(self.covariances)
+
+    @property
+    def structure(self) -> str:
+        """The problems' structure ("dual", "lowrank" or "diagonal"), or their structures
+        joined by commas where they differ."""
+        names = dict.fromkeys(c.structure for c in self.covariances)
+        return ", ".join(names)
+
+    def diagonal(self) -> np.ndarray:
+        """Every problem's marginal variances, shape (K, p)."""
+        return np.array([c.diagonal() for c in self.covariances])
+
+    def dense_bytes(self) -> float:
+        """Bytes of the dense (K, p, p) stack and its conversion's temporaries."""
+        k, p, _ = self.shape
+        return 8.0 * k * p * p + max(c.dense_bytes() for c in self.covariances)
+
+    def toarray(self) -> np.ndarray:
+        """The dense (K, p, p) stack (a new array).
+
+        Raises
+        ------
+        MemoryLimitError
+            If it does not fit the memory limit; the message names what to use instead.
+        """
+        k, p, _ = self.shape
+        check_memory(
+            self.dense_bytes(),
+            f"the dense {k} × {p} × {p} posterior covariances (sigma_ holds {k} "
+            f"one-vs-rest {self.structure} structured covariances, diagonal plus low rank)",
+            "Use what reads the structures instead: sigma_.diagonal() for the marginal "
+            "variances (one row per class), sigma_[k] for class k's covariance, "
+            "latent_mean_and_variance(X) for the rows' latent variances, sample_coef for "
+            "draws, summary() for the intervals — or raise the memory_limit of "
+            "vsbayes.config_context.",
+        )
+        out = np.empty((k, p, p))
+        for index, covariance in enumerate(self.covariances):
+            out[index] = covariance.toarray()
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        dense = self.toarray()
+        return dense if dtype is None else dense.astype(dtype, copy=False)
 
 
 class CentredStructuredCovariance(StructuredCovariance):

@@ -403,13 +403,13 @@ def check_posterior_memory(
     held = held or float(getattr(design, "nbytes", 0))
     name = f"{estimator_name} " if estimator_name else ""
     structured = remedy or (
-        "A fit under a correlated prior (prior= a full covariance or a dense posterior), or "
-        "of one-vs-rest problems, has the dense covariance; a diagonal prior (variances) of "
-        "a binary problem takes the structured one, as partial_fit's carried structured "
+        "A fit under a correlated prior (prior= a full covariance or a dense posterior) has "
+        "the dense covariance; a diagonal prior (variances) of a binary or one-vs-rest "
+        "problem takes the structured one, as partial_fit's carried structured "
         "posterior does: pass prior=(mean, variances), stream with partial_fit, or fit "
         "all the rows at once."
         if under_prior
-        else "With two classes, a structured covariance avoids it: "
+        else "A structured covariance avoids it (binary and one-vs-rest problems): "
         "vsbayes.config_context(covariance='auto') (the default) or 'lowrank'."
     )
     check_memory(

@@ -140,6 +140,16 @@ def structure_bytes(structure: str, p: int, m: int, rank: int, held: float) -> f
     return 8.0 * dense + 2.0 * held
 
 
+def kept_bytes(structure: str, p: int, m: int, rank: int) -> float:
+    """Bytes a fitted posterior with ``structure`` keeps once its fit ends (its covariance:
+    the p × p matrix, or the diagonal, factor and core): what each of a one-vs-rest fit's
+    other problems holds beside the one being fitted."""
+    if structure == "dense":
+        return 8.0 * p * p
+    width = {"dual": m + 2, "lowrank": 2 * rank}.get(structure, 0)
+    return 8.0 * (p + p * width + width * width)
+
+
 def _refusal(
     what: str,
     structure: str,
@@ -164,7 +174,7 @@ def _refusal(
     )
 
 
-def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
+def choose_covariance(model, estimator_name: str = "", n_problems: int = 1) -> CovarianceChoice:
     """The covariance structure of a posterior, from its size and the memory limit.
 
     "auto" (:func:`vsbayes.get_config`'s ``covariance``) takes the dense covariance where
@@ -179,6 +189,10 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     where it fits, else "lowrank" (its rank the configured one plus the K − 1 intercept
     contrasts, :func:`softmax_rank`), else
     "diagonal", with estimated marginals; it has no "dual" form.
+
+    A binary posterior that is one of ``n_problems`` one-vs-rest problems of the same rows
+    takes the choice each of them takes: each is sized beside the other ``n_problems − 1``
+    posteriors, fitted and held (:func:`kept_bytes`), so that the last problem's fit fits.
 
     Raises
     ------
@@ -195,12 +209,18 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
     rank = max(0, min(rank, p - 1, m))
     held = _held_bytes(model.design)
     limit = _memory.memory_limit()  # (through the module: tests lower it)
-    need = {s: structure_bytes(s, p, m, rank, held) for s in _STRUCTURES}
+    others = n_problems - 1
+    need = {
+        s: structure_bytes(s, p, m, rank, held) + others * kept_bytes(s, p, m, rank)
+        for s in _STRUCTURES
+    }
     fits = {s: need[s] <= limit for s in _STRUCTURES}
     exact_bytes = need["lowrank"] + structure_bytes("exact-diagonal", p, m, rank, 0.0)
     exact = m <= EXACT_DIAGONAL_MAX_ROWS and exact_bytes <= limit
     name = f"{estimator_name} " if estimator_name else ""
     sizes = f"{p} coefficients, {m} rows"
+    if others:
+        sizes = f"{sizes}, each of {n_problems} one-vs-rest problems beside the others' posteriors"
     too_many = m > EXACT_DIAGONAL_MAX_ROWS
     why_estimated = f"> {EXACT_DIAGONAL_MAX_ROWS}" if too_many else "over the memory limit"
     diagonal_note = (
@@ -238,7 +258,7 @@ def choose_covariance(model, estimator_name: str = "") -> CovarianceChoice:
         return CovarianceChoice(
             "lowrank",
             f"{why_not_dense}; diagonal plus rank {rank} with {diagonal_note} (error stated "
-            f"in posteriors_[0].error)",
+            f"in {'posteriors_[0]' if n_problems == 1 else 'each of posteriors_'}.error)",
             rank,
             exact,
         )

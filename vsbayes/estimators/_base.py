@@ -46,7 +46,12 @@ from ..exceptions import (
     NotPositiveDefiniteError,
     UnreliableFitWarning,
 )
-from ..gaussian import Gaussian, StructuredGaussian
+from ..gaussian import (
+    Gaussian,
+    StructuredCovariance,
+    StructuredCovariances,
+    StructuredGaussian,
+)
 from ..models import (
     BinaryGLMPosterior,
     ChunkedPosterior,
@@ -460,7 +465,17 @@ class BayesianGLMClassifier(
         with observed(observer):
             return [
                 self._fit_problem(
-                    method, X, *problem, weights, rng, priors, start, prior, index=k, **watch
+                    method,
+                    X,
+                    *problem,
+                    weights,
+                    rng,
+                    priors,
+                    start,
+                    prior,
+                    index=k,
+                    n_problems=len(problems),
+                    **watch,
                 )
                 for k, (problem, start, prior) in enumerate(
                     zip(problems, starts, given, strict=True)
@@ -476,16 +491,27 @@ class BayesianGLMClassifier(
 
     @staticmethod
     def _pending_prior(n_features: int, priors: dict, given: list):
-        """``k -> `` the prior of one-vs-rest problem ``k``, as a fit (a callback's view of
-        the problems not reached yet)."""
+        """``(k, structured) -> `` the prior of one-vs-rest problem ``k``, as a fit (a
+        callback's view of the problems not reached yet); ``structured``: beside
+        structured fits, as a "diagonal" structure (the prior is diagonal there), never a
+        p × p matrix."""
 
-        def pending(k: int) -> MethodFit:
-            if given[k] is not None:
-                return prior_fit(given[k].mean, given[k].cov)
-            variances = np.broadcast_to(priors["prior_var"], (n_features,))
-            if priors["intercept_prior_var"] is not None:
-                variances = np.append(variances, priors["intercept_prior_var"])
-            return prior_fit(np.zeros(variances.size), np.diag(variances))
+        def pending(k: int, structured: bool = False) -> MethodFit:
+            prior = given[k]
+            if prior is not None and not structured:
+                return prior_fit(prior.mean, prior.cov)
+            if prior is not None:  # (a structured fit's given prior is diagonal)
+                mean, variances = np.asarray(prior.mean), np.asarray(prior.variances)
+            else:
+                variances = np.broadcast_to(priors["prior_var"], (n_features,))
+                if priors["intercept_prior_var"] is not None:
+                    variances = np.append(variances, priors["intercept_prior_var"])
+                mean = np.zeros(variances.size)
+            if not structured:
+                return prior_fit(mean, np.diag(variances))
+            empty = np.zeros((variances.size, 0))
+            diagonal = StructuredCovariance(variances, empty, np.zeros((0, 0)), "diagonal")
+            return MethodFit.prior(StructuredGaussian(mean, diagonal))
 
         return pending
 
@@ -769,7 +795,7 @@ class BayesianGLMClassifier(
         index=0,
         observer=None,
         pending=None,
-        binary: bool | None = None,
+        n_problems: int = 1,
     ) -> MethodFit:
         """The posterior of one problem: binary with ±1 ``labels`` (``n_classes`` None),
         else the multinomial one of ``n_classes`` with class indices ``labels`` (in
@@ -778,8 +804,9 @@ class BayesianGLMClassifier(
         :class:`~vsbayes.models.priors.GaussianPrior` that replaces ``priors``) from its
         mean. An ``observer`` (:class:`~vsbayes.estimators._callbacks.FitObserver`) sees the
         problem (number ``index``; ``pending(k)``: problem ``k``'s prior fit) and its
-        stages. ``binary``: whether this is the one problem of two classes (None: from
-        ``classes_``), which alone of the binary problems takes a structured covariance."""
+        stages. ``n_problems``: the problems of the fit (one-vs-rest: one per class),
+        each of which takes the covariance structure a binary fit takes, sized beside the
+        others' posteriors."""
         chunked = is_dask_array(X)
         n_jobs = self.n_jobs
         if prior is not None:
@@ -839,14 +866,13 @@ class BayesianGLMClassifier(
                         and getattr(model, "coefficient_prior", None) is None
                         and getattr(model, "prior_precision", None) is None
                     )
-                    if binary is None:
-                        binary = len(self.classes_) == 2
-                    if plain and (n_classes is not None or binary):
+                    if plain:
                         # The covariance's structure, from the problem's size and the memory
-                        # limit, before the first Newton step (it refuses what none fits).
-                        choice = choose_covariance(model, type(self).__name__)
+                        # limit, before the first Newton step (it refuses what none fits);
+                        # a one-vs-rest problem's beside the other problems' posteriors.
+                        choice = choose_covariance(model, type(self).__name__, n_problems)
                     if choice is _DENSE:  # no structure was chosen: none is taken here
-                        why = _why_dense(chunked, prior, n_classes, binary)
+                        why = _why_dense(chunked, prior, n_classes)
                         reason = refuse_forced_structure(type(self).__name__, *why)
                         choice = CovarianceChoice("dense", reason)
                     structured = choice.structure != "dense"
@@ -860,7 +886,7 @@ class BayesianGLMClassifier(
                                 model,
                                 type(self).__name__,
                                 under_prior=prior is not None,
-                                remedy=_shrinkage_memory_remedy(model, binary),
+                                remedy=_shrinkage_memory_remedy(model, n_problems),
                             )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
@@ -1006,14 +1032,17 @@ class BayesianGLMClassifier(
             structured = isinstance(posterior, StructuredGaussian)
             self.sigma_ = posterior.covariance if structured else np.array(posterior.cov)
             self.log_marginal_likelihood_value_ = float(posterior.log_Z)
-        elif isinstance(posteriors[0], StructuredGaussian):  # binary, never dense here
-            posterior = posteriors[0]
-            self.coef_ = posterior.mean[None, :n_features].copy()
-            self.intercept_ = (
-                posterior.mean[n_features:].copy() if self.fit_intercept else np.zeros(1)
-            )
-            self.sigma_ = posterior.covariance
-            self.log_marginal_likelihood_value_ = float(posterior.log_Z)
+        elif all(isinstance(g, StructuredGaussian) for g in posteriors):  # never dense here
+            # Binary: its one structured covariance; one-vs-rest: one per class, together.
+            means = np.array([g.mean for g in posteriors])
+            self.coef_ = means[:, :n_features]
+            k = len(posteriors)
+            self.intercept_ = means[:, n_features] if self.fit_intercept else np.zeros(k)
+            covariances = [g.covariance for g in posteriors]
+            evidence = np.array([float(g.log_Z) for g in posteriors])
+            binary = k == 1
+            self.sigma_ = covariances[0] if binary else StructuredCovariances(covariances)
+            self.log_marginal_likelihood_value_ = float(evidence[0]) if binary else evidence
         else:
             means = np.array([g.mean for g in posteriors])
             self.coef_ = means[:, :n_features]
@@ -1090,7 +1119,7 @@ class BayesianGLMClassifier(
 
 
 #: The choice of the problems that keep the dense covariance without a size check here
-#: (more than two classes, dask chunks, a given prior): theirs is sized where it is formed.
+#: (dask chunks, a correlated prior, a shrinkage prior): theirs is sized where it is formed.
 _DENSE = CovarianceChoice("dense", "")
 
 #: A structured posterior whose exact Laplace evidence may lie farther than this (nats)
@@ -1187,10 +1216,10 @@ def _warn_estimated_evidence(name: str, laplace, choice: CovarianceChoice) -> No
     )
 
 
-def _shrinkage_memory_remedy(model, binary: bool) -> str:
+def _shrinkage_memory_remedy(model, n_problems: int) -> str:
     """What would fit instead of a shrinkage prior's dense covariance ("" without one): the
-    structure the Gaussian prior's binary fit takes (a shrinkage prior's sites are one per
-    coefficient, on the dense posterior)."""
+    structure the Gaussian prior's fit of the ``n_problems`` binary problems takes (a
+    shrinkage prior's sites are one per coefficient, on the dense posterior)."""
     factor = getattr(model, "coefficient_prior", None)
     if factor is None:
         return ""
@@ -1198,11 +1227,9 @@ def _shrinkage_memory_remedy(model, binary: bool) -> str:
         f"A shrinkage prior ({factor!r}) keeps the dense covariance (its sites, one per "
         f"coefficient, are fitted on it)"
     )
-    if not binary:
-        return f"{dense}."
     try:
         with config_context(covariance="auto"):
-            choice = choose_covariance(model)
+            choice = choose_covariance(model, "", n_problems)
     except MemoryLimitError:
         return f"{dense}; under the Gaussian prior no covariance structure fits either."
     return (
@@ -1211,16 +1238,11 @@ def _shrinkage_memory_remedy(model, binary: bool) -> str:
     )
 
 
-def _why_dense(chunked: bool, prior, n_classes: int | None, binary: bool) -> tuple[str, str]:
+def _why_dense(chunked: bool, prior, n_classes: int | None) -> tuple[str, str]:
     """``(what, remedy)`` of a fit that keeps the dense covariance (see
     :meth:`BayesianGLMClassifier._fit_problem`), for :func:`refuse_forced_structure`."""
     if chunked:
         return "fit over dask chunks", "Fit rows in memory to take it."
-    if n_classes is None and not binary:  # (under any prior: checked first)
-        return (
-            "one-vs-rest fit of more than two classes",
-            "Fit sklearn.multiclass.OneVsRestClassifier(estimator), whose binary fits take it.",
-        )
     if prior is not None and n_classes is not None:
         return (
             "multinomial fit under a prior (prior=, or partial_fit's carried posterior)",

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..gaussian import Gaussian
+from ..gaussian import Gaussian, StructuredGaussian
 from ._methods import MethodFit
 
 try:  # scikit-learn >= 1.9
@@ -183,7 +183,8 @@ class FitObserver:
         fit, evidence = fit
         fits = list(self._fits if done else [*self._fits, fit])
         current = len(fits) - 1
-        fits += [self._pending(k) for k in range(len(fits), self._n_problems)]
+        structured = isinstance(fits[0].posterior, StructuredGaussian)
+        fits += [self._pending(k, structured) for k in range(len(fits), self._n_problems)]
         attributes = self._store(fits)
         if not evidence:  # (EP's sites between sweeps: their normalizers are not computed)
             value = np.array(attributes["log_marginal_likelihood_value_"], dtype=float)

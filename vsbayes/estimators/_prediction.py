@@ -27,7 +27,7 @@ from sklearn.utils.validation import (
 
 from .._blas import one_blas_thread_below
 from .._warnings import warn
-from ..gaussian import StructuredCovariance
+from ..gaussian import StructuredCovariance, StructuredCovariances
 from ..models.dask_chunks import is_dask, is_dask_frame
 from ..models.fitted_predictive import FittedPredictive, fitted_predictive
 from . import _arviz_export, _leave_one_out, _summaries
@@ -44,9 +44,12 @@ def read_work(estimator, n_rows: float = 0, n_draws: float = 0) -> float:
     sigma = getattr(estimator, "sigma_", None)
     if sigma is None:
         return 0.0
-    if isinstance(sigma, StructuredCovariance):
-        p, rank = sigma.factor.shape
-        setup, per_row = p * rank * rank + rank**3, p * (rank + 1)
+    if isinstance(sigma, StructuredCovariance | StructuredCovariances):
+        setup, per_row = 0.0, 0.0
+        for covariance in [sigma] if isinstance(sigma, StructuredCovariance) else sigma:
+            p, rank = covariance.factor.shape
+            setup += p * rank * rank + rank**3
+            per_row += p * (rank + 1)
     else:
         size = sigma.shape[-1]
         n_covariances = sigma.shape[0] if sigma.ndim == 3 else 1
@@ -659,5 +662,7 @@ class PosteriorPrediction:
 
 
 def _covariance(sigma):
-    """``sigma_`` as float64: a structured covariance as such (never made dense here)."""
-    return sigma if isinstance(sigma, StructuredCovariance) else np.asarray(sigma, np.float64)
+    """``sigma_`` as float64: structured covariances as such (never made dense here)."""
+    if isinstance(sigma, StructuredCovariance | StructuredCovariances):
+        return sigma
+    return np.asarray(sigma, np.float64)

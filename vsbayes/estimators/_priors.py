@@ -22,7 +22,8 @@ problem (:func:`prior_specs`, :func:`as_prior`). How each model takes it
 **The carried prior** (:func:`carried_prior`): ``partial_fit``'s posterior after a batch is
 the prior of the next, a dense one as it is. A structured posterior (text scale: more
 coefficients than the dense p × p covariance allows,
-:func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary) is projected
+:func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary or each
+one-vs-rest problem) is projected
 onto the Gaussians whose coefficients are independent given the intercept (its mean,
 marginal variances and the intercept's covariances: ADF's KL projection onto that family;
 the correlations between coefficients dropped; without an intercept, the diagonal), held
@@ -309,12 +310,12 @@ CARRIED_PROJECTION_NOTE = (
 
 def carried_prior(posterior: Gaussian, binary: bool, fit_intercept: bool) -> GaussianPrior:
     """The prior of the next batch from a problem's posterior: a dense one as it is; a
-    ``binary`` structured one (its covariance never p × p) projected onto the Gaussians
-    whose coefficients are independent given the intercept (an arrowhead precision; the
-    diagonal ones without an intercept): its mean, marginal variances and the intercept's
-    covariances with the coefficients — the moments that assumed-density filtering keeps
-    under that family, its KL projection — held in O(p), which the next batch's structured
-    fit takes as a diagonal prior in its own coordinates (:func:`_hub_design`;
+    ``binary`` (or one-vs-rest) structured one (its covariance never p × p) projected onto
+    the Gaussians whose coefficients are independent given the intercept (an arrowhead
+    precision; the diagonal ones without an intercept): its mean, marginal variances and
+    the intercept's covariances with the coefficients — the moments that assumed-density
+    filtering keeps under that family, its KL projection — held in O(p), which the next
+    batch's structured fit takes as a diagonal prior in its own coordinates (:func:`_hub_design`;
     docs/decisions.md, D-112). The intercept, shared by every row, is correlated with
     every coefficient: a diagonal carried batch after batch over-counts it (its sd fell to
     0.35× the batch fit's). A multinomial fit under a prior has the dense covariance (its

@@ -524,13 +524,21 @@ class SiteWindowUpdates:
         joined = np.concatenate([window.rows, rows])
         design = joined[:, :-1] if self.fit_intercept else joined
         powers = np.concatenate([window.powers, weights])
-        binary = len(problems) == 1
         fits, all_signs, tau, nu = [], [], [], []
         errors = np.zeros(joined.shape[0])
         for j, ((labels, _), (frozen, _)) in enumerate(zip(problems, parts, strict=True)):
             signs = np.concatenate([window.labels[j], labels])
             fit = self._fit_problem(
-                method, design, signs, None, powers, rng, None, None, frozen, binary=binary
+                method,
+                design,
+                signs,
+                None,
+                powers,
+                rng,
+                None,
+                None,
+                frozen,
+                n_problems=len(problems),
             )
             posterior = fit.posterior
             signed = signs[:, None] * joined

@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._memory import block_length, check_memory
 from .._random import as_generator, reproducible_generator
-from ..gaussian import CentredStructuredCovariance, StructuredCovariance
+from ..gaussian import CentredStructuredCovariance, StructuredCovariance, StructuredCovariances
 from ..models.links import get_link
 
 __all__ = [
@@ -114,6 +114,12 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     ones (the prior identifies them)."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
+    if isinstance(estimator.sigma_, StructuredCovariances):  # one-vs-rest: diagonals only
+        coef = np.asarray(coef, dtype=float)
+        intercept = np.ravel(estimator.intercept_).astype(float)
+        sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
+        means = np.column_stack([coef, intercept]) if estimator.fit_intercept else coef
+        return [(label, means[k], sd[k]) for k, label in enumerate(estimator.classes_)]
     if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
         coef = np.asarray(coef, dtype=float)
         intercept = np.ravel(estimator.intercept_).astype(float)

@@ -25,11 +25,11 @@ Laplace's binary and one-vs-rest streams, whose batches join the window
 (:mod:`vsbayes.estimators._site_window`).
 
 **Structured posteriors** (text scale: more coefficients than the dense p × p covariance
-allows, :func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary):
-a batch under a diagonal prior N(μ, diag(v)) is the model's own prior, which the
-structured Laplace fit takes as ``fit`` does; the carried structured posterior is
-projected onto the Gaussians whose coefficients are independent given the intercept, held
-in O(p), never p × p, and fitted in the coordinates where it is diagonal
+allows, :func:`~vsbayes.approximations.structured_laplace.choose_covariance`, binary or
+each one-vs-rest problem): a batch under a diagonal prior N(μ, diag(v)) is the model's
+own prior, which the structured Laplace fit takes as ``fit`` does; the carried structured
+posterior is projected onto the Gaussians whose coefficients are independent given the
+intercept, held in O(p), never p × p, and fitted in the coordinates where it is diagonal
 (:func:`~vsbayes.estimators._priors.carried_prior`). One-row calls take the same
 structured fit (its "dual" form over one row) and join the buffer, refitted every
 ``buffer_size`` rows: the window's sites update a dense covariance. ``decay`` mixes
@@ -207,11 +207,11 @@ class BayesianUpdating(SiteWindowUpdates):
         without the buffer, up to 4 % worse).
 
         Where the dense posterior does not fit (text scale: see ``covariance_structure_``),
-        a binary stream fits each batch, one row too, by the structured Laplace route under
-        the projection of the posterior before it (mean, marginal variances and the
-        intercept's covariances; the correlations between coefficients are dropped,
-        ``covariance_reason_`` says so): memory O(p) between calls, never p × p
-        (``benchmarks/results/sparse_streaming.md``). A multinomial
+        a binary or one-vs-rest stream fits each batch, one row too, by the structured
+        Laplace route under the projection of the posterior before it (mean, marginal
+        variances and the intercept's covariances; the correlations between coefficients
+        are dropped, ``covariance_reason_`` says so): memory O(p) per problem between
+        calls, never p × p (``benchmarks/results/sparse_streaming.md``). A multinomial
         posterior under a prior is dense: beyond its size, stream one-vs-rest
         (``sklearn.multiclass.OneVsRestClassifier(...).partial_fit``).
 
@@ -424,10 +424,9 @@ class BayesianUpdating(SiteWindowUpdates):
         else:
             method = self._new_posterior_method()
             rng = self._random_generator()
-            binary = len(classes) == 2  # (classes_ is set below, once all went well)
             fits = [
                 self._fit_problem(
-                    method, X, *problem, weights, rng, None, None, prior, binary=binary
+                    method, X, *problem, weights, rng, None, None, prior, n_problems=len(problems)
                 )
                 for problem, prior in zip(problems, carried, strict=True)
             ]
@@ -659,12 +658,6 @@ def _why_dense_stream(problems) -> tuple[str, str]:
             "Stream one-vs-rest binary posteriors "
             "(sklearn.multiclass.OneVsRestClassifier(...).partial_fit), which take it.",
         )
-    if len(problems) > 1:
-        return (
-            f"one-vs-rest stream of {len(problems)} classes",
-            "Stream sklearn.multiclass.OneVsRestClassifier(estimator), whose binary "
-            "streams take it.",
-        )
     return (
         "stream begun with the dense covariance (its carried posterior is dense)",
         "Start the stream (fit or its first partial_fit) under the structure.",
@@ -672,21 +665,21 @@ def _why_dense_stream(problems) -> tuple[str, str]:
 
 
 def _structured_stream(estimator, X, problems, weights, carried) -> tuple[bool, str]:
-    """Whether a batch of one binary problem under the diagonal or arrowhead ``carried``
-    prior takes a structured covariance (:func:`choose_covariance` of its model, which
+    """Whether a batch of binary problems (one, or one per class for one-vs-rest) under the
+    diagonal or arrowhead ``carried`` priors takes a structured covariance
+    (:func:`choose_covariance` of its model, each problem's beside the others', which
     sizes it first: refused with a :class:`~vsbayes._memory.MemoryLimitError` where no
     structure fits), and the choice's reason ("" where none was made)."""
-    prior = carried[0]
-    if len(problems) != 1 or problems[0][1] is not None:
+    if problems[0][1] is not None:
         return False, ""
-    if not (prior.diagonal or prior.hub is not None):
+    if not all(prior.diagonal or prior.hub is not None for prior in carried):
         return False, ""
     if estimator.max_iter == 0:
         return False, ""
-    labels = problems[0][0]
+    labels = problems[0][0]  # (the problems differ in their labels only: the same size)
     model, _ = problem_model(estimator, X, labels, None, weights, carried[0])
     try:
-        choice = choose_covariance(model, type(estimator).__name__)
+        choice = choose_covariance(model, type(estimator).__name__, len(problems))
     except MemoryLimitError as error:
         raise MemoryLimitError(
             f"{error} partial_fit: the batch's rows are part of it (its "

@@ -215,14 +215,14 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
     sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
-        With two classes and many features, a
-        :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
-        dense only on request; see ``covariance_structure_``).
+        With many features, a :class:`~vsbayes.gaussian.StructuredCovariance`
+        (diagonal plus low rank, dense only on request; see ``covariance_structure_``);
+        beyond two classes, a :class:`~vsbayes.gaussian.StructuredCovariances` of one
+        per one-vs-rest problem.
     covariance_structure_ : str or ndarray of str
         The posterior covariance's structure: "dense", or for a problem too large
-        for it "dual" (binary), "lowrank" or "diagonal". A one-vs-rest fit beyond two
-        classes keeps one dense covariance per problem (an array of "dense";
-        ``sklearn.multiclass.OneVsRestClassifier`` lets each binary fit take a structure).
+        for it "dual", "lowrank" or "diagonal"; beyond two classes, one per one-vs-rest
+        problem (an array), each chosen as a binary fit's, beside the others' posteriors.
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)
@@ -415,14 +415,14 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
     sigma_ : ndarray of shape (p, p) or (n_classes, p, p)
         Posterior covariance of the parameter vector ``[coef..., intercept]`` (p its
         length); beyond two classes, one per one-vs-rest problem.
-        With two classes and many features, a
-        :class:`~vsbayes.gaussian.StructuredCovariance` (diagonal plus low rank,
-        dense only on request; see ``covariance_structure_``).
+        With many features, a :class:`~vsbayes.gaussian.StructuredCovariance`
+        (diagonal plus low rank, dense only on request; see ``covariance_structure_``);
+        beyond two classes, a :class:`~vsbayes.gaussian.StructuredCovariances` of one
+        per one-vs-rest problem.
     covariance_structure_ : str or ndarray of str
-        The posterior covariance's structure: "dense", or for a binary problem too
-        large for it "dual", "lowrank" or "diagonal". Beyond two classes, one dense
-        covariance per one-vs-rest problem (an array of "dense";
-        ``sklearn.multiclass.OneVsRestClassifier`` lets each binary fit take a structure).
+        The posterior covariance's structure: "dense", or for a problem too large
+        for it "dual", "lowrank" or "diagonal"; beyond two classes, one per one-vs-rest
+        problem (an array), each chosen as a binary fit's, beside the others' posteriors.
     covariance_reason_ : str or list of str
         Why that structure (the problem's size and the memory limit).
     log_marginal_likelihood_value_ : float or ndarray of shape (n_classes,)

@@ -9,6 +9,10 @@ and coefficient draws at new rows, whatever the posterior's structure.
   (:meth:`~vsbayes.models.links.Link.predictive_log_proba`).
 - :class:`OneVsRestPredictive`: one independent posterior per class; the binary
   probabilities normalized.
+
+Each has a structured form (``sigma_`` a :class:`~vsbayes.gaussian.StructuredCovariance`,
+or one-vs-rest's :class:`~vsbayes.gaussian.StructuredCovariances`) whose latent moments
+come from the covariances' factors, never a p × p matrix.
 - :class:`MultinomialPredictive`: one joint posterior of the K classes' scores; the
   softmax's predictive on the centred latent moments
   (:func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`).
@@ -26,8 +30,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .._sums import logsumexp
-from ..gaussian import Gaussian, StructuredCovariance
-from .latent import IndependentLatents, JointLatents, StructuredJointLatents, StructuredLatents
+from ..gaussian import Gaussian, StructuredCovariance, StructuredCovariances
+from .latent import (
+    IndependentLatents,
+    JointLatents,
+    StructuredIndependentLatents,
+    StructuredJointLatents,
+    StructuredLatents,
+)
 from .links import Link, get_link
 from .softmax_predictive import centred_softmax_predictive_log_proba
 
@@ -38,6 +48,7 @@ __all__ = [
     "OneVsRestPredictive",
     "StructuredBinaryPredictive",
     "StructuredMultinomialPredictive",
+    "StructuredOneVsRestPredictive",
     "fitted_predictive",
 ]
 
@@ -205,6 +216,15 @@ class StructuredBinaryPredictive(BinaryPredictive):
         return StructuredLatents(X, self.coef, self.intercept, self.sigma)
 
 
+class StructuredOneVsRestPredictive(OneVsRestPredictive):
+    """One-vs-rest posteriors whose covariances are structured (``sigma``, a
+    :class:`~vsbayes.gaussian.StructuredCovariances`): each problem's latent variances from
+    its factors (:class:`~vsbayes.models.latent.StructuredIndependentLatents`)."""
+
+    def latent(self, X) -> StructuredIndependentLatents:
+        return StructuredIndependentLatents(X, self.coef, self.intercept, self.sigma)
+
+
 class MultinomialPredictive(FittedPredictive):
     """One joint posterior of the K classes' scores, in the multinomial model's layout
     θ = ``[W.ravel(), b]``: ``sigma`` is (p, p), p = K d (+ K with intercepts)."""
@@ -283,10 +303,11 @@ def fitted_predictive(
     ----------
     coef : ndarray of shape (n_problems, d)
     intercept : ndarray of shape (n_problems,)
-    sigma : ndarray of shape (p, p) or (n_problems, p, p), or StructuredCovariance
-        One covariance per problem (one-vs-rest), or one covariance: of one binary
-        problem's ``[w, b]`` when ``coef`` has one row (dense or structured), else of the
-        multinomial θ.
+    sigma : ndarray, StructuredCovariance or StructuredCovariances
+        One covariance per problem (one-vs-rest: (n_problems, p, p), dense or
+        structured), or one (p, p) covariance:
+        of one binary problem's ``[w, b]`` when ``coef`` has one row (dense or
+        structured), else of the multinomial θ.
     link : str or Link
         The binary link of binary and one-vs-rest posteriors (the multinomial's is the
         softmax).
@@ -297,6 +318,8 @@ def fitted_predictive(
     -------
     FittedPredictive
     """
+    if isinstance(sigma, StructuredCovariances):
+        return StructuredOneVsRestPredictive(coef, intercept, sigma, link, posteriors)
     if isinstance(sigma, StructuredCovariance):
         if len(coef) > 1:
             return StructuredMultinomialPredictive(coef, intercept, sigma, posteriors)

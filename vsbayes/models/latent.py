@@ -28,7 +28,8 @@ A factorization per call is negligible next to the products over the rows.
 **From a structured covariance** ``Σ = diag(δ) + U K Uᵀ``
 (:class:`~vsbayes.gaussian.StructuredCovariance`, text-scale posteriors):
 :class:`StructuredLatents`, ``x̃ᵀΣx̃ = Σ δ_j x̃_j² + (Uᵀx̃)ᵀ K (Uᵀx̃)`` — one product of the
-rows with the p × r factor, O(nnz · r) per chunk, sparse rows as such.
+rows with the p × r factor, O(nnz · r) per chunk, sparse rows as such; one-vs-rest's
+:class:`StructuredIndependentLatents`, each problem's side by side.
 
 **Sparse rows** with few non-zeros among many features take ``Σ_ab x_a x_b Σ_ab`` over
 each row's non-zero pairs instead (one gather for both uses): ``k(k + 1)/2`` terms for
@@ -52,6 +53,7 @@ __all__ = [
     "IndependentLatents",
     "InformativeRows",
     "JointLatents",
+    "StructuredIndependentLatents",
     "StructuredJointLatents",
     "StructuredLatents",
     "constant_rows",
@@ -713,6 +715,44 @@ class StructuredLatents(_RowChunks):
         var += projected @ self.kappa
         np.maximum(var, 0.0, out=var)  # round-off only: Σ is positive definite
         return mean, var[:, None]
+
+
+class StructuredIndependentLatents(_RowChunks):
+    """Mean and variance of each one-vs-rest problem's latent score at X's rows under its
+    own structured covariance: each problem's :class:`StructuredLatents` (the binary
+    case's, one home) on the same chunk, side by side.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, d)
+        Validated float64 rows.
+    coef : ndarray of shape (n_problems, d)
+        Posterior means of the coefficients.
+    intercept : ndarray of shape (n_problems,)
+        Posterior means of the intercepts (zeros without one).
+    covariances : sequence of StructuredCovariance
+        One per problem, of ``[w, b]`` (d + 1) or of ``w`` (d).
+    """
+
+    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covariances):
+        X = _summed_duplicates(X)  # (once for every problem)
+        self.parts = [
+            StructuredLatents(X, coef[k : k + 1], intercept[k : k + 1], covariance)
+            for k, covariance in enumerate(covariances)
+        ]
+        n_rows = X.shape[0]
+        threads = blas_thread_count()
+        # Per row: each problem's product (r + 1), its core product, the squares' pass.
+        width = sum(2 * part.kappa.size + 12 for part in self.parts)
+        rows = block_length(8.0 * width * threads)
+        rows = min(rows, max(1, _CACHE_ENTRIES // max(width // 2, 1)))
+        self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
+        self.threads = max(1, min(threads, len(self.chunks)))
+
+    def __call__(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, var)`` of the rows, each of shape (n_rows_in_chunk, n_problems)."""
+        moments = [part(rows) for part in self.parts]
+        return np.hstack([m for m, _ in moments]), np.hstack([v for _, v in moments])
 
 
 class StructuredJointLatents(_RowChunks):
