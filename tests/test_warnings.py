@@ -92,3 +92,23 @@ def test_a_warning_through_a_third_party_callback_points_at_the_users_line(tmp_p
 def _line_of(text: str) -> int:
     source = Path(__file__).read_text().splitlines()
     return 1 + next(i for i, line in enumerate(source) if text in line)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        vsbayes.LaplaceLogisticRegression(penalty="l2", l1_ratio=0.5),
+        vsbayes.EPLogisticRegression(penalty="l1"),
+    ],
+    ids=["l2 with l1_ratio (PSIS)", "l1 with l1_ratio=0 (EP)"],
+)
+def test_posterior_reads_do_not_repeat_the_fits_parameter_warnings(data, estimator):
+    """fit warns about penalty/l1_ratio once, as LogisticRegression does; loo() and the
+    ArviZ export read the fit's prior and stay silent (they repeated it on each call)."""
+    X, y = data
+    with pytest.warns(UserWarning, match="penalty"):
+        estimator.fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        estimator.loo(X, y)
+        estimator.to_inference_data(X, y, n_draws=20)
