@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.integrate import quad
 from scipy.special import expit, log_expit
+from sklearn import metrics
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
@@ -1535,3 +1536,22 @@ def test_a_declared_class_without_rows_is_warned_about(cancer):
     with warnings.catch_warnings():
         warnings.simplefilter("error", vb.exceptions.UnreliableFitWarning)
         first.partial_fit(X[order][10:], y[order][10:])
+
+
+def test_the_unseen_class_warning_says_later_rows_do_not_undo_it(cancer):
+    """After a batch of one class, a binary EP stream's carried Gaussian keeps little of
+    what those rows say about the coefficients; the other class's rows arriving later do
+    not restore it (assumed-density filtering), so the warning advises shuffling, not
+    reading the predictions once every class has had rows, as it did."""
+    X, y = cancer
+    order = np.argsort(y, kind="stable")
+    Xs, ys = X[order], y[order]
+    split = int(np.sum(y == 0))
+    stream = vb.EPLogisticRegression()
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match="shuffle such a stream"):
+        stream.partial_fit(Xs[:split], ys[:split], classes=[0, 1])  # class 0 only
+    stream.partial_fit(Xs[split:], ys[split:])  # class 1 only
+    fit = vb.EPLogisticRegression().fit(X, y)
+    # (what the warning says: far from the fit of the same rows, every class seen)
+    loss = metrics.log_loss
+    assert loss(y, stream.predict_proba(X)) > 2 * loss(y, fit.predict_proba(X))

@@ -539,7 +539,12 @@ def _warn_unseen(labels: np.ndarray, estimator) -> None:
         f"which the Gaussian approximations represent poorly, so predict_proba gives the "
         f"class a probability set by the approximation, not by the data (a 2-class stream "
         f"declared with 3 classes: 0.48 in every row with Laplace's). Declare only the "
-        f"classes the stream will show, or read the predictions once each has had rows.",
+        f"classes the stream will show. Rows of the missing class(es) arriving later do not "
+        f"undo this: the posterior carried from batches without them keeps little of what "
+        f"their rows say about the coefficients, so a stream sorted by class ends far from a "
+        f"fit of its rows (breast cancer sorted by label, two batches: log loss 4.4 times "
+        f"the fit's with EP, 8 with VS, 13 with VB, 1.1 with Laplace); shuffle such a "
+        f"stream.",
         UnreliableFitWarning,
     )
 
