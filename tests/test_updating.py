@@ -1555,3 +1555,17 @@ def test_the_unseen_class_warning_says_later_rows_do_not_undo_it(cancer):
     # (what the warning says: far from the fit of the same rows, every class seen)
     loss = metrics.log_loss
     assert loss(y, stream.predict_proba(X)) > 2 * loss(y, fit.predict_proba(X))
+
+
+@pytest.mark.parametrize("flat", [{"penalty": None}, {"C": np.inf}])
+def test_partial_fit_after_a_flat_prior_fit_names_a_remedy_that_works(cancer, flat):
+    """After fit under the flat prior, partial_fit refused saying the flat prior "was set
+    after the stream's first batch" (it was not) and to "set it back" (after C=inf, setting
+    C back to inf is the refusal again). The remedy it names now runs."""
+    X, y = cancer
+    model = vb.EPLogisticRegression(**flat).fit(X[:300], y[:300])
+    with pytest.raises(ValueError, match="start a stream from it") as error:
+        model.partial_fit(X[300:], y[300:])
+    assert "was set after" not in str(error.value)
+    stream = vb.EPLogisticRegression(prior=model).partial_fit(X[300:], y[300:], classes=[0, 1])
+    assert stream.score(X, y) > 0.9

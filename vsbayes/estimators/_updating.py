@@ -255,11 +255,16 @@ class BayesianUpdating(SiteWindowUpdates):
         first = not hasattr(self, "posteriors_")
         if self._flat_prior() and self.prior is None:
             if not first:
+                # (after a stream's first batch, or after a fit under the flat prior: the
+                # posterior is proper either way, but the stream's prior, which forgetting
+                # nears, is not)
                 raise ValueError(
-                    f"penalty={self.penalty!r} with C={self.C!r} (a flat prior) was set after "
-                    f"the stream's first batch: partial_fit continues from the posterior, and "
-                    f"a flat prior has nothing for forgetting to near. Set it back, or call "
-                    f"fit (sklearn.base.clone to start over)."
+                    f"penalty={self.penalty!r} with C={self.C!r} is a flat prior, which "
+                    f"partial_fit does not continue under: a stream's prior is what "
+                    f"forgetting (decay < 1) nears, and the flat prior is none. To update "
+                    f"this posterior with more rows, start a stream from it: "
+                    f"{type(self).__name__}(prior=model).partial_fit(X, y, classes=...), "
+                    f"or call fit on all the rows."
                 )
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
