@@ -247,6 +247,8 @@ def test_multinomial_prior_from_an_earlier_posterior(cls, iris):
         ((np.zeros(3), np.eye(3)), "prior has 3 parameters; this fit has 7"),
         ((np.zeros(7), -np.eye(7)), "not positive definite"),
         ("flat", "prior must be a fitted vsbayes estimator"),
+        # a name for a shrinkage prior: the message names the prior objects and penalty=
+        ("laplace", r"got 'laplace'.*LaplacePrior.*penalty='l1'|LaplacePrior.*got 'laplace'"),
         ({"mean": np.zeros(7)}, "exactly one of a covariance and a precision"),
         ("fitted LogisticRegression", "which holds no posterior"),
     ],
