@@ -260,9 +260,10 @@ class BayesianUpdating(SiteWindowUpdates):
                 # nears, is not)
                 raise ValueError(
                     f"penalty={self.penalty!r} with C={self.C!r} is a flat prior, which "
-                    f"partial_fit does not continue under: a stream's prior is what "
-                    f"forgetting (decay < 1) nears, and the flat prior is none. To update "
-                    f"this posterior with more rows, start a stream from it: "
+                    f"partial_fit does not continue under after the stream's first batch "
+                    f"or a fit: a stream's prior is what forgetting (decay < 1) nears, and "
+                    f"the flat prior is none. If it was changed, set it back; to update a "
+                    f"posterior fitted under it with more rows, start a stream from it: "
                     f"{type(self).__name__}(prior=model).partial_fit(X, y, classes=...), "
                     f"or call fit on all the rows."
                 )
@@ -547,9 +548,9 @@ def _warn_unseen(labels: np.ndarray, estimator) -> None:
         f"classes the stream will show. Rows of the missing class(es) arriving later do not "
         f"undo this: the posterior carried from batches without them keeps little of what "
         f"their rows say about the coefficients, so a stream sorted by class ends far from a "
-        f"fit of its rows (breast cancer sorted by label, two batches: log loss 4.4 times "
-        f"the fit's with EP, 8 with VS, 13 with VB, 1.1 with Laplace); shuffle such a "
-        f"stream.",
+        f"fit of its rows (breast cancer's first six features sorted by label, two "
+        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 13 with VB, 1.1 with "
+        f"Laplace); shuffle such a stream.",
         UnreliableFitWarning,
     )
 
