@@ -703,3 +703,10 @@ def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, m
     assert "--n-samples 1 is fewer than the n = 15 parameters" in err
     assert "--n-samples 15 or more" in err and "--n-samples auto" in err
     assert "family" not in err and "n_samples" not in err
+
+
+def test_fit_counts_one_feature_in_the_singular(capsys, tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("x,y\n0.5,1\n0.25,0\n0.75,1\n0.1,0\n0.3,1\n")
+    status, out, _ = run(capsys, "fit", str(path), "--method", "laplace")
+    assert status == 0 and "5 rows, 1 feature, standardized" in out

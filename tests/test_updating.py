@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.integrate import quad
 from scipy.special import expit, log_expit
+from sklearn import metrics
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
@@ -246,6 +247,8 @@ def test_multinomial_prior_from_an_earlier_posterior(cls, iris):
         ((np.zeros(3), np.eye(3)), "prior has 3 parameters; this fit has 7"),
         ((np.zeros(7), -np.eye(7)), "not positive definite"),
         ("flat", "prior must be a fitted vsbayes estimator"),
+        # a name for a shrinkage prior: the message names the prior objects and penalty=
+        ("laplace", r"got 'laplace'.*LaplacePrior.*penalty='l1'|LaplacePrior.*got 'laplace'"),
         ({"mean": np.zeros(7)}, "exactly one of a covariance and a precision"),
         ("fitted LogisticRegression", "which holds no posterior"),
     ],
@@ -1535,3 +1538,36 @@ def test_a_declared_class_without_rows_is_warned_about(cancer):
     with warnings.catch_warnings():
         warnings.simplefilter("error", vb.exceptions.UnreliableFitWarning)
         first.partial_fit(X[order][10:], y[order][10:])
+
+
+def test_the_unseen_class_warning_says_later_rows_do_not_undo_it(cancer):
+    """After a batch of one class, a binary EP stream's carried Gaussian keeps little of
+    what those rows say about the coefficients; the other class's rows arriving later do
+    not restore it (assumed-density filtering), so the warning advises shuffling, not
+    reading the predictions once every class has had rows, as it did."""
+    X, y = cancer
+    order = np.argsort(y, kind="stable")
+    Xs, ys = X[order], y[order]
+    split = int(np.sum(y == 0))
+    stream = vb.EPLogisticRegression()
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match="shuffle such a stream"):
+        stream.partial_fit(Xs[:split], ys[:split], classes=[0, 1])  # class 0 only
+    stream.partial_fit(Xs[split:], ys[split:])  # class 1 only
+    fit = vb.EPLogisticRegression().fit(X, y)
+    # (what the warning says: far from the fit of the same rows, every class seen)
+    loss = metrics.log_loss
+    assert loss(y, stream.predict_proba(X)) > 2 * loss(y, fit.predict_proba(X))
+
+
+@pytest.mark.parametrize("flat", [{"penalty": None}, {"C": np.inf}])
+def test_partial_fit_after_a_flat_prior_fit_names_a_remedy_that_works(cancer, flat):
+    """After fit under the flat prior, partial_fit refused saying the flat prior "was set
+    after the stream's first batch" (it was not) and to "set it back" (after C=inf, setting
+    C back to inf is the refusal again). The remedy it names now runs."""
+    X, y = cancer
+    model = vb.EPLogisticRegression(**flat).fit(X[:300], y[:300])
+    with pytest.raises(ValueError, match="start a stream from it") as error:
+        model.partial_fit(X[300:], y[300:])
+    assert "was set after" not in str(error.value)
+    stream = vb.EPLogisticRegression(prior=model).partial_fit(X[300:], y[300:], classes=[0, 1])
+    assert stream.score(X, y) > 0.9

@@ -53,3 +53,62 @@ def test_fit_warnings_point_at_the_calling_line(data, case):
 def _fit_line() -> int:
     source = Path(__file__).read_text().splitlines()
     return 1 + next(i for i, line in enumerate(source) if "the line every warning must" in line)
+
+
+def test_a_warning_through_a_third_party_callback_points_at_the_users_line(tmp_path, monkeypatch):
+    """vsbayes → a third-party caller (SciPy's minimize_scalar in EmpiricalBayesClassifier)
+    → vsbayes → warn: the warning points at the user's line, not the third party's."""
+    import importlib.util
+
+    from vsbayes import _warnings
+
+    sources = {
+        # stands for vsbayes: an entry point that hands its objective to a third party
+        "fake_vsbayes": (
+            "from vsbayes._warnings import warn\n"
+            "import fake_third_party\n"
+            "def objective():\n"
+            "    warn('the inner fit is unreliable', UserWarning)\n"
+            "def fit():\n"
+            "    return fake_third_party.minimize(objective)\n"
+        ),
+        "fake_third_party": "def minimize(f):\n    return f()\n",
+    }
+    for name, source in sources.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = str(tmp_path / "fake_vsbayes.py")
+    monkeypatch.setattr(_warnings, "_in_package", lambda filename: filename == package)
+    spec = importlib.util.spec_from_file_location("fake_vsbayes", package)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module.fit()  # the user's line
+    (w,) = caught
+    assert (w.filename, w.lineno) == (__file__, _line_of("module.fit()  # the user's line"))
+
+
+def _line_of(text: str) -> int:
+    source = Path(__file__).read_text().splitlines()
+    return 1 + next(i for i, line in enumerate(source) if text in line)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        vsbayes.LaplaceLogisticRegression(penalty="l2", l1_ratio=0.5),
+        vsbayes.EPLogisticRegression(penalty="l1"),
+    ],
+    ids=["l2 with l1_ratio (PSIS)", "l1 with l1_ratio=0 (EP)"],
+)
+def test_posterior_reads_do_not_repeat_the_fits_parameter_warnings(data, estimator):
+    """fit warns about penalty/l1_ratio once, as LogisticRegression does; loo() and the
+    ArviZ export read the fit's prior and stay silent (they repeated it on each call)."""
+    X, y = data
+    with pytest.warns(UserWarning, match="penalty"):
+        estimator.fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        estimator.loo(X, y)
+        estimator.to_inference_data(X, y, n_draws=20)

@@ -16,18 +16,24 @@ def _in_package(filename: str) -> bool:
 
 
 def warn(message: str, category: type[Warning]) -> None:
-    """Emit a warning attributed to the first calling frame outside vsbayes.
+    """Emit a warning attributed to the caller of the outermost vsbayes frame.
 
     A hard-coded ``stacklevel`` breaks whenever a call path changes, and on Python 3.12 a
     comprehension's frame is inlined (a warning once pointed at ``sys:1``). Walking the
     frames finds the user's line (or a third-party caller such as scikit-learn's
     ``cross_validate``) on every path and version; ``skip_file_prefixes`` (3.12+) would
-    do the same but not on the older Pythons we support.
+    do the same but not on the older Pythons we support. The walk goes past third-party
+    frames that vsbayes itself called back through (SciPy's ``minimize_scalar`` running
+    ``EmpiricalBayesClassifier``'s objective): the first frame outside the package would
+    be SciPy's, a line the user never wrote, and the ``"default"`` filter would show
+    such a warning once per SciPy line, not once per call of the user's.
     """
-    frame, level = sys._getframe(0), 1
-    while frame is not None and _in_package(frame.f_code.co_filename):
+    frame, level, outermost = sys._getframe(0), 1, 1
+    while frame is not None:
+        if _in_package(frame.f_code.co_filename):
+            outermost = level
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(message, category, stacklevel=outermost + 1)
 
 
 def reemit(caught) -> None:

@@ -36,7 +36,7 @@ from ..models.work import likelihood_point_work
 from .data import Dataset, load_dataset
 from .methods import DETERMINISTIC, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, new_figure
-from .summary import Console, format_table, write_json
+from .summary import Console, counted, format_table, write_json
 
 __all__ = [
     "REFERENCE_FACTOR",
@@ -387,7 +387,8 @@ def _format(summary: dict) -> str:
     lines = [
         f"vsbayes compare: every method against a reference posterior ({settings['link']} link)",
         f"data:      {data['source']}",
-        f"           {data['rows']} rows, {data['features']} features, standardized (mean 0, sd 1)",
+        f"           {counted(data['rows'], 'row')}, {counted(data['features'], 'feature')}, "
+        f"standardized (mean 0, sd 1)",
         f"target:    {data['target']}; classes {classes}",
         f"prior:     coefficients N(0, C I) with C = {settings['C']:g}; "
         f"p = {p} parameters, n = (p+1)(p+2)/2 = {n}",
@@ -470,7 +471,7 @@ def _plot(path, rows: list[Row], data: Dataset, args) -> bool:
     axes.set_ylabel("excess KL to the reference")
     axes.set_title(
         f"{data.source}\n{args.link} link, C = {args.C:g}, {len(data.y)} rows, "
-        f"{data.X.shape[1]} features",
+        f"{counted(data.X.shape[1], 'feature')}",
         fontsize=9,
     )
     axes.grid(True, which="major", alpha=0.3)

@@ -15,6 +15,7 @@ from .plots import PLOT_HINT, write_fit_plot
 from .summary import (
     Console,
     coefficient_summary,
+    counted,
     diagnostics,
     format_diagnostics,
     format_number,
@@ -291,7 +292,8 @@ def _format_summary(summary: dict) -> str:
         f"vsbayes fit: Bayesian {settings['link']} regression, "
         f"{METHOD_TITLES[settings['method']]} ({settings['estimator']})",
         f"data:      {data['source']}",
-        f"           {data['rows']} rows, {data['features']} features, standardized "
+        f"           {counted(data['rows'], 'row')}, {counted(data['features'], 'feature')}, "
+        f"standardized "
         f"(mean 0, sd 1: the prior treats every coefficient alike)",
         f"target:    {data['target']}; classes {classes}",
         f"prior:     coefficients N(0, C I) with C = {settings['C']:g}, "

@@ -22,6 +22,7 @@ __all__ = [
     "Console",
     "check_output_path",
     "coefficient_summary",
+    "counted",
     "diagnostics",
     "format_diagnostics",
     "format_number",
@@ -29,6 +30,11 @@ __all__ = [
     "jsonable",
     "write_json",
 ]
+
+
+def counted(n: int, noun: str) -> str:
+    """``"1 feature"``, ``"3 features"``: a count and its noun, plural but for one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @dataclass(frozen=True)

@@ -605,9 +605,7 @@ def _warm_refit_terms(estimator, data: _Training, rows) -> np.ndarray | None:
 def _refit_model_inputs(estimator, data: _Training) -> tuple[np.ndarray, dict]:
     """The training rows in float64 and the priors the fit's model was built under (the
     refits' models are built again from them)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (fit showed the flat prior's warnings)
-        flat = estimator._flat_prior()
+    flat = estimator._resolved_penalty() is None  # (read, not checked: fit warned)
     X = data.X.astype(np.float64, copy=False)
     return X, estimator._priors(X, data.weights, flat)
 
@@ -747,7 +745,8 @@ def _log_prior(estimator, data: _Training, n_problems: int, d: int, size: int):
     if given:  # N(μ₀, Σ₀) in θ's layout: the fit's own (binary, or the multinomial's one)
         problem = (None, None if n_problems == 1 else n_problems)
         return estimator._problem_priors(d, [problem], estimator.classes_)[0].log_density
-    priors = estimator._priors(data.X, data.weights, estimator._flat_prior())
+    flat = estimator._resolved_penalty() is None  # (not _flat_prior: fit warned already)
+    priors = estimator._priors(data.X, data.weights, flat)
     prior_var = np.empty(size)  # θ: every problem's (or class's) d, then intercepts
     prior_var[: n_problems * d] = np.tile(np.broadcast_to(priors["prior_var"], (d,)), n_problems)
     prior_var[n_problems * d :] = priors["intercept_prior_var"] or 1.0

@@ -133,10 +133,13 @@ def as_prior(spec) -> GaussianPrior:
         return GaussianPrior(spec["mean"], spec.get("cov"), spec.get("precision"))
     if isinstance(spec, tuple) and len(spec) == 2:
         return GaussianPrior(*spec)
+    given = repr(spec) if isinstance(spec, str) else type(spec).__name__
     raise ValueError(
         f"prior must be a fitted vsbayes estimator, a Gaussian, a (mean, cov) pair or a dict "
-        f"with 'mean' and 'cov' or 'precision' (or a list of them, one per problem); got "
-        f"{type(spec).__name__}."
+        f"with 'mean' and 'cov' or 'precision' (or a list of them, one per problem), or a "
+        f"shrinkage prior (vsbayes.LaplacePrior, StudentTPrior, HorseshoePrior; the L1 and "
+        f"elastic-net priors are also penalty='l1'/'elasticnet'); got "
+        f"{given}."
     )
 
 

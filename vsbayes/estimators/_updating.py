@@ -255,11 +255,17 @@ class BayesianUpdating(SiteWindowUpdates):
         first = not hasattr(self, "posteriors_")
         if self._flat_prior() and self.prior is None:
             if not first:
+                # (after a stream's first batch, or after a fit under the flat prior: the
+                # posterior is proper either way, but the stream's prior, which forgetting
+                # nears, is not)
                 raise ValueError(
-                    f"penalty={self.penalty!r} with C={self.C!r} (a flat prior) was set after "
-                    f"the stream's first batch: partial_fit continues from the posterior, and "
-                    f"a flat prior has nothing for forgetting to near. Set it back, or call "
-                    f"fit (sklearn.base.clone to start over)."
+                    f"penalty={self.penalty!r} with C={self.C!r} is a flat prior, which "
+                    f"partial_fit does not continue under after the stream's first batch "
+                    f"or a fit: a stream's prior is what forgetting (decay < 1) nears, and "
+                    f"the flat prior is none. If it was changed, set it back; to update a "
+                    f"posterior fitted under it with more rows, start a stream from it: "
+                    f"{type(self).__name__}(prior=model).partial_fit(X, y, classes=...), "
+                    f"or call fit on all the rows."
                 )
             raise ValueError(
                 "partial_fit needs a proper prior for its first batch, which may be one row: "
@@ -538,7 +544,12 @@ def _warn_unseen(labels: np.ndarray, estimator) -> None:
         f"which the Gaussian approximations represent poorly, so predict_proba gives the "
         f"class a probability set by the approximation, not by the data (a 2-class stream "
         f"declared with 3 classes: 0.48 in every row with Laplace's). Declare only the "
-        f"classes the stream will show, or read the predictions once each has had rows.",
+        f"classes the stream will show. Rows of the missing class(es) arriving later do not "
+        f"undo this: the posterior carried from batches without them keeps little of what "
+        f"their rows say about the coefficients, so a stream sorted by class ends far from a "
+        f"fit of its rows (breast cancer's first six features sorted by label, two "
+        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 13 with VB, 1.1 with "
+        f"Laplace); shuffle such a stream.",
         UnreliableFitWarning,
     )
 
