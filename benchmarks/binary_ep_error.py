@@ -24,7 +24,12 @@ it (docs/decisions.md D-220):
    marginal ``q(x) Π_i E_{q(t_i | x)}[F(t_i) / site_i(t_i)]`` on a grid of 41 points within
    ±7 EP sds (closed-form tilted normalizers: the logistic's mixture of probits).
 4. **Importance sampling** from EP's Gaussian: 20 000 draws, three seeds.
-5. With ``--global-fits``: the global VS fit from EP's kernel (``strategy="global"``) at
+5. With ``--conditional``: on digits3, Cseke & Heskes' EP-L marginal of the intercept and
+   of EP's three worst other coefficients: EP refitted with the coefficient held at each
+   point of a grid (21 points within ±5 EP sds; its prior N(x, 1e-8)), the marginal
+   ``∝ Z_EP(x) N(x; 0, prior variance)``: what EP itself gives with that coefficient's
+   uncertainty taken out of its sites.
+6. With ``--global-fits``: the global VS fit from EP's kernel (``strategy="global"``) at
    16n and 32n points (n = the Gaussian's parameters), random_state 0 to 4, on digits3
    (``posterior_checks.py`` has 8n and 64n).
 
@@ -33,9 +38,10 @@ forms the M × M coupling; the factorized correction loops over the coefficients
 times, against EP's fit in the same process on one BLAS thread, are what such code
 costs, not a tuned library version's.
 
-Usage: python benchmarks/binary_ep_error.py [--cases digits3 ...] [--global-fits] [--out DIR]
+Usage: python benchmarks/binary_ep_error.py [--cases digits3 ...] [--conditional]
+[--global-fits] [--out DIR]
 Writes DIR/binary_ep_error.{json,md}; DIR defaults to benchmarks/results (about a minute;
-the global fits four more).
+the conditional marginals one more, the global fits four).
 """
 
 from __future__ import annotations
@@ -68,6 +74,11 @@ Z95 = 1.959963984540054
 GRID = np.linspace(-7.0, 7.0, 41)  # the factorized correction's grid, in EP sds
 IS_DRAWS, IS_SEEDS = 20_000, 3
 GLOBAL_FACTORS, GLOBAL_SEEDS = (16, 32), 5
+CONDITIONAL_GRID = np.linspace(-5.0, 5.0, 21)  # EP-L's grid, in EP sds
+# The held coefficient's prior variance: tight (sd 1e-4 of a coefficient of sd ~1), yet
+# its term x²/var in EP's evidence (x ~ 10) stays ~1e10, whose round-off (~1e-6 nats) is
+# far below the evidence's curvature over the grid.
+HELD_VAR = 1e-8
 
 
 def endpoint_gaps(mean, sd, ref_mean, ref_sd) -> np.ndarray:
@@ -244,6 +255,36 @@ def timed_fit(estimator_class, X, y, repeats: int = 5) -> float:
     return float(np.median(times))
 
 
+def conditional_marginal(X, y, link: str, ep, j: int) -> tuple[float, float, float]:
+    """EP-L's mean and sd of coefficient ``j`` (see the module docstring), and its time."""
+    start = time.perf_counter()
+    sd = np.sqrt(ep.cov[j, j])
+    grid = ep.mean[j] + sd * CONDITIONAL_GRID
+    prior_var = np.r_[np.full(X.shape[1], PRIOR_VAR), INTERCEPT_PRIOR_VAR]
+    log_p = []
+    for x in grid:
+        variances, means = prior_var.copy(), np.zeros(prior_var.size)
+        variances[j], means[j] = HELD_VAR, x
+        held = BinaryGLMPosterior(
+            X,
+            np.where(y > 0, 1.0, -1.0),
+            np.ones(len(y)),
+            link,
+            prior_var=variances[:-1],
+            intercept_prior_var=variances[-1],
+            prior_mean=means,
+        )
+        start_at = ep.mean.copy()
+        start_at[j] = x
+        fit = expectation_propagation(held, tol=1e-8, start=start_at)
+        log_p.append(fit.log_Z - 0.5 * x * x / prior_var[j])
+    log_p = np.asarray(log_p)
+    w = np.exp(log_p - log_p.max())
+    w /= w.sum()
+    mean = float(w @ grid)
+    return mean, float(np.sqrt(w @ (grid - mean) ** 2)), time.perf_counter() - start
+
+
 def global_fits(X, y, link: str, ref_mean, ref_sd, ep_seconds: float) -> list[dict]:
     """The global VS fit from EP's kernel at each of GLOBAL_FACTORS × n points: the largest
     endpoint gap over random_state 0 to GLOBAL_SEEDS − 1 and the median time."""
@@ -272,7 +313,9 @@ def global_fits(X, y, link: str, ref_mean, ref_sd, ep_seconds: float) -> list[di
     return rows
 
 
-def run_case(case: str, link: str, with_global: bool = False) -> dict | None:
+def run_case(
+    case: str, link: str, with_global: bool = False, with_conditional: bool = False
+) -> dict | None:
     reference = load_reference(case, link)
     if reference is None:
         return None
@@ -320,6 +363,23 @@ def run_case(case: str, link: str, with_global: bool = False) -> dict | None:
         row["importance"] = [
             {**summarize(mean, sd_, ref_mean, ref_sd), "ess": ess} for mean, sd_, ess in runs
         ]
+        if with_conditional and case == "digits3":
+            gap = endpoint_gaps(ep.mean, sd, ref_mean, ref_sd)
+            chosen = [ref_sd.size - 1, *np.argsort(gap[:-1])[::-1][:3]]
+            row["conditional"] = []
+            for j in chosen:
+                mean_j, sd_j, seconds = conditional_marginal(X, y, link, ep, int(j))
+                row["conditional"].append(
+                    {
+                        "coefficient": int(j),
+                        "ep_mean_gap_sd": float((ep.mean[j] - ref_mean[j]) / ref_sd[j]),
+                        "ep_sd_relative_gap": float(sd[j] / ref_sd[j] - 1.0),
+                        "mean_gap_sd": (mean_j - ref_mean[j]) / ref_sd[j],
+                        "sd_relative_gap": sd_j / ref_sd[j] - 1.0,
+                        "lr_sd_relative_gap": float(lr_sd[j] / ref_sd[j] - 1.0),
+                        "seconds": seconds,
+                    }
+                )
         if with_global and case == "digits3":
             row["global"] = global_fits(X, y01, link, ref_mean, ref_sd, row["ep_fit_seconds"])
     print(
@@ -376,6 +436,25 @@ def write_report(out: Path, rows: list[dict], info: dict) -> None:
                 f"{name} importance sampling, {IS_DRAWS} draws, seed {seed} (ESS "
                 f"{s['ess']:.0f}) | {cells(s)} | — |"
             )
+    held = [(r, c) for r in rows for c in r.get("conditional", [])]
+    if held:
+        lines += [
+            "",
+            "EP-L, EP refitted with the coefficient held on a grid (the intercept is the "
+            "last): each coefficient's mean gap (in sd) and sd relative gap, against EP's "
+            "and the linear response's sd:",
+            "",
+            "| case | link | coefficient | EP mean / sd | EP-L mean / sd | linear-response sd "
+            "| seconds |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['case']} | {r['link']} | {c['coefficient']} | {c['ep_mean_gap_sd']:+.3f} / "
+            f"{c['ep_sd_relative_gap']:+.3f} | {c['mean_gap_sd']:+.3f} / "
+            f"{c['sd_relative_gap']:+.3f} | {c['lr_sd_relative_gap']:+.3f} | "
+            f"{c['seconds']:.1f} |"
+            for r, c in held
+        ]
     fits = [(r, g) for r in rows for g in r.get("global", [])]
     if fits:
         lines += [
@@ -407,6 +486,7 @@ def write_report(out: Path, rows: list[dict], info: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--conditional", action="store_true", help="digits3's EP-L marginals")
     parser.add_argument("--global-fits", action="store_true", help="digits3's global VS fits")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -415,7 +495,7 @@ def main() -> None:
         row
         for case in args.cases
         for link in LINKS
-        if (row := run_case(case, link, args.global_fits))
+        if (row := run_case(case, link, args.global_fits, args.conditional))
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     write_report(args.out, rows, info)
