@@ -40,7 +40,7 @@ costs, not a tuned library version's.
 
 Usage: python benchmarks/binary_ep_error.py [--cases digits3 ...] [--conditional]
 [--global-fits] [--out DIR]
-Writes DIR/binary_ep_error.{json,md}; DIR defaults to benchmarks/results (about a minute;
+Writes DIR/binary_ep_error.{csv,json,md,png}; DIR defaults to benchmarks/results (about a minute;
 the conditional marginals one more, the global fits four).
 """
 
@@ -51,8 +51,12 @@ import time
 import warnings
 from pathlib import Path
 
+import matplotlib
 import numpy as np
-from _common import RESULTS, machine, machine_line, write_json
+from _common import RESULTS, machine, machine_line, write_csv, write_json
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 from _high_dim_cases import INTERCEPT_PRIOR_VAR, PRIOR_VAR, load_case, load_reference
 from scipy.sparse.linalg import LinearOperator, gmres
 from threadpoolctl import threadpool_limits
@@ -392,8 +396,61 @@ def run_case(
     return row
 
 
+#: The posteriors every case reports, as (CSV/plot label, the row's key).
+POSTERIORS = (
+    ("EP (estimator)", "ep"),
+    ("EP, tol 1e-8", "ep_tol_1e-8"),
+    ("EP mean, linear-response sd", "ep_mean_lr_sd"),
+    ("linear response, own rows only", "own_rows_lr"),
+    ("factorized correction", "factorized"),
+    ("factorized mean, linear-response sd", "factorized_mean_lr_sd"),
+)
+
+
+def summary_rows(rows: list[dict]) -> list[dict]:
+    """One flat row per (case, link, posterior): the CSV's and the plot's."""
+    flat = []
+    for r in rows:
+        named = [(label, r[key]) for label, key in POSTERIORS]
+        named += [
+            (f"importance sampling, seed {seed}", s) for seed, s in enumerate(r["importance"])
+        ]
+        for label, s in named:
+            flat.append(
+                {
+                    "case": r["case"],
+                    "link": r["link"],
+                    "posterior": label,
+                    **{k: v for k, v in s.items() if k != "ess"},
+                    "ess": s.get("ess", ""),
+                }
+            )
+    return flat
+
+
+def plot(path: Path, rows: list[dict]) -> None:
+    """The largest endpoint gap of each posterior, per case and link, against 0.05."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(POSTERIORS)
+    for i, (label, key) in enumerate(POSTERIORS):
+        gaps = [r[key]["max_gap"] for r in rows]
+        ax.bar(np.arange(len(rows)) + i * width, gaps, width, label=label)
+    ax.axhline(0.05, color="k", lw=0.8, ls="--")
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2)
+    ax.set_xticklabels([f"{r['case']}\n{r['link']}" for r in rows], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("largest 95 % endpoint gap / NUTS sd")
+    ax.set_title("Binary EP against NUTS, and its corrections (target 0.05, dashed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def write_report(out: Path, rows: list[dict], info: dict) -> None:
     write_json(out / "binary_ep_error.json", {"machine": info, "rows": rows})
+    write_csv(out / "binary_ep_error.csv", summary_rows(rows))
+    plot(out / "binary_ep_error.png", rows)
 
     def cells(s: dict) -> str:
         return (
