@@ -92,7 +92,7 @@ to compute), or for three classes its largest eigenvalue λ.
   rows × 20 features (Laplace, C = 1; as D-195's), the grid's rows err by at most 2.1e-7,
   2.9e-7 and 3.2e-7 with 13, 20 and 23 classes where the QMC level erred by 2.1e-6,
   8.8e-7 and 1.2e-6 (59, 54 and 48 of the 60 rows kept it); on random rows (30 a trace,
-  13 and 16 classes, t = 0.3, 1, 1.5) at most 1.2e-6 where the QMC level erred by up to
+  13 to 23 classes, t = 0.3, 1, 1.5) at most 1.2e-6 where the QMC level erred by up to
   2.7e-5. A row costs 0.22, 0.47 and 0.58 of the QMC level's with 13, 20 and 23 classes
   (µs a row on one thread, load 11: 201 + 124 for the turn, an eigendecomposition, against
   1458; 581 + 292 against 1862; 811 + 306 against 1921); rows wider than t = 1.5, which

@@ -445,8 +445,10 @@ def _rule_log_average(factor, centred, z, w, max_bytes, embedded=None):
     reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
         np.linalg.norm(z, axis=1).max()
     )
-    # Per row: K float64 latent values per node, their exponentials, one sum per node.
-    for rows in _row_blocks(n, 8.0 * len(z) * (2 * k + 1), len(z) * k, max_bytes):
+    # Per row: K float64 latent values per node, their exponentials, one sum per node (and
+    # the embedded rule's weights over it).
+    per_node = 2 * k + 1 + (embedded is not None)
+    for rows in _row_blocks(n, 8.0 * len(z) * per_node, len(z) * k, max_bytes):
         m = rows.stop - rows.start
         f = (factor[rows].reshape(-1, dim) @ z_t).reshape(m, k, len(z))  # one GEMM
         f += centred[rows][:, :, None]
