@@ -581,6 +581,13 @@ def rule_of_rows(cov):
             if k - 1 <= largest_dim:
                 nodes = len(_rules.sparse_grid_nodes(k - 1, degree)[0])
                 names[trace <= widest] = f"degree {degree} ({nodes} nodes)"
+        low, high = _rules.ANISOTROPIC_GRID_DIMS
+        if low <= k - 1 <= high:
+            # Kept where its embedded estimate holds (D-215), which the means decide.
+            nodes = len(_rules.anisotropic_grid_nodes(k - 1)[0])
+            names[trace <= _rules.ANISOTROPIC_GRID_MAX_TRACE] = (
+                f"anisotropic grid ({nodes} nodes) or QMC"
+            )
     names[trace <= _rules.STROUD_MAX_TRACE] = f"degree 5 ({2 * (k - 1) ** 2 + 1} nodes)"
     return names
 

@@ -19,10 +19,14 @@ from vsbayes.models.softmax_predictive import (
     softmax_predictive_log_proba,
 )
 from vsbayes.models.softmax_predictive_rules import (
+    ANISOTROPIC_GRID_DIMS,
+    ANISOTROPIC_GRID_ESTIMATE,
+    ANISOTROPIC_GRID_MAX_TRACE,
     GAUSS_HERMITE_LEVELS,
     SPARSE_GRID_LEVELS,
     STROUD_MAX_TRACE,
     TRAPEZOID_LEVELS,
+    anisotropic_grid_nodes,
     centred_basis,
     gauss_hermite_nodes,
     sparse_grid_nodes,
@@ -128,6 +132,77 @@ def test_rows_just_wider_take_the_sparse_grids_within_their_bound(k, monkeypatch
     log_p = softmax_predictive_log_proba(mean, cov)
     assert rows_per_level == []  # no row left for the adaptive rule
     reference = _sobol_reference(mean, cov, 2**15)
+    np.testing.assert_allclose(np.exp(log_p), reference, atol=SPARSE_GRID_ERROR)
+
+
+def test_anisotropic_grid_is_exact_to_its_degrees():
+    dim = 13
+    z, w, embedded = anisotropic_grid_nodes(dim)
+    assert w.sum() == pytest.approx(1.0, abs=1e-10)
+    assert embedded.sum() == pytest.approx(1.0, abs=1e-10)
+
+    def error(weights, powers):  # powers: {axis: exponent}
+        value = weights @ np.prod([z[:, a] ** p for a, p in powers.items()], axis=0)
+        return abs(value - np.prod([_normal_moment(p) for p in powers.values()]))
+
+    # The grid: degree 7 among the three leading coordinates, degree 5 (every product of
+    # two squares) in all; odd monomials vanish by symmetry.
+    exact = [{0: 6}, {0: 4, 1: 2}, {0: 2, 1: 2, 2: 2}, {5: 4}, {4: 2, 9: 2}, {1: 2, 12: 2}]
+    exact += [{0: 3, 1: 1}, {3: 1, 4: 3}, {0: 5, 2: 1}]
+    for powers in exact:
+        assert error(w, powers) < 1e-9, powers
+    # Not beyond: three squares unless all three lead, a sixth power outside them.
+    for powers in ({0: 2, 3: 2, 4: 2}, {0: 2, 1: 2, 3: 2}, {5: 6}):
+        assert error(w, powers) > 0.1, powers
+    # The embedded rule: degree 5 among the leading ones, 3 in all, and not the products
+    # of two squares outside them (what makes it differ from the grid on a row).
+    for powers in ({0: 4}, {0: 2, 1: 2}, {3: 2}, {0: 2, 3: 1, 4: 1}):
+        assert error(embedded, powers) < 1e-9, powers
+    for powers in ({3: 2, 4: 2}, {0: 6}):
+        assert error(embedded, powers) > 0.1, powers
+
+
+def test_curvature_rotation_keeps_each_rows_gaussian():
+    mean, cov = _rows(16, np.linspace(0.2, 1.5, 5), seed=2)
+    q = centred_basis(16)
+    factor = q @ np.linalg.cholesky(q.T @ cov @ q)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    turned = rules_module._curvature_rotation(factor, centred)
+    # Only the basis of z turns: the latent covariance stays.
+    np.testing.assert_allclose(
+        turned @ np.swapaxes(turned, 1, 2), factor @ np.swapaxes(factor, 1, 2), atol=1e-12
+    )
+    # The first direction bends the probabilities most: the softmax's Hessian at the mean.
+    p = np.exp(centred - centred.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    hessian = np.einsum("nk,kl->nkl", p, np.eye(16)) - p[:, :, None] * p[:, None, :]
+    curvature = np.einsum("nka,nkl,nla->na", turned, hessian, turned)
+    assert (np.diff(curvature, axis=1) <= 1e-12).all()
+
+
+@pytest.mark.parametrize("k", [ANISOTROPIC_GRID_DIMS[0] + 1, ANISOTROPIC_GRID_DIMS[1] + 1])
+def test_many_class_rows_keep_the_anisotropic_grid_only_within_its_estimate(k, monkeypatch):
+    traces = np.linspace(STROUD_MAX_TRACE * 1.01, 0.99 * ANISOTROPIC_GRID_MAX_TRACE, 12)
+    mean, cov = _rows(k, traces, seed=5)
+    q = centred_basis(k)
+    factor = q @ np.linalg.cholesky(q.T @ cov @ q)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    z, w, embedded = anisotropic_grid_nodes(k - 1)
+    logs, estimated = rules_module._rule_log_average(
+        rules_module._curvature_rotation(factor, centred), centred, z, w, 1e8, embedded=embedded
+    )
+    reference = _sobol_reference(mean, cov, 2**15)
+    # The estimate (the embedded rule's difference) bounds the grid's error: measured 4 to
+    # 25 times it (D-215); 2e-6 allows for the 2^15-node reference's own error.
+    assert (np.abs(np.exp(logs) - reference).max(axis=1) <= estimated + 2e-6).all()
+    kept = estimated <= ANISOTROPIC_GRID_ESTIMATE
+    assert kept.sum() >= 6  # most of these rows keep it
+    rows_per_level = count_replicate_rows(monkeypatch)
+    log_p = softmax_predictive_log_proba(mean, cov)
+    assert rows_per_level[:1] == ([(~kept).sum()] if (~kept).any() else [])
+    # The rows kept have the grid's values (normalized), the others the adaptive rule's.
+    normalized = logs - np.log(np.exp(logs).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(log_p[kept], normalized[kept], rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(np.exp(log_p), reference, atol=SPARSE_GRID_ERROR)
 
 
@@ -340,7 +415,7 @@ def test_replicate_averages_do_not_depend_on_the_chunks(monkeypatch):
     np.testing.assert_allclose(whole.sum(axis=2), 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("k", [3, 4, 10])
+@pytest.mark.parametrize("k", [3, 4, 10, 16])
 def test_probabilities_sum_to_one_and_repeat_exactly(k):
     mean, cov = _rows(k, np.geomspace(1e-4, 30.0, 12), seed=4)
     log_p = softmax_predictive_log_proba(mean, cov)

@@ -1,14 +1,16 @@
 """The softmax predictive's node sets and deterministic rules.
 
 What :mod:`vsbayes.models.softmax_predictive` places its nodes with, and the sums over
-them that need no estimate of their error: the centred basis Q; the tensor trapezoid
-rules (three classes), Stroud's degree-5 rule and the tensor Gauss–Hermite rules (narrow
-rows), the sparse grids of degree 7 and 9 (rows just wider, five classes or more), with
-the spreads up to which each is used; the replicates' scrambled Sobol nodes
-of the adaptive QMC rule (:mod:`vsbayes.models.softmax_predictive_qmc`) and of
-``argmax_only``'s screen; the weighted averages of the softmax over a deterministic rule's
-nodes (log sums, or linear sums for signed weights); and the blocks of rows and the
-Cholesky factors that every rule shares. The rules' sizes and measured errors are in
+them whose error needs no replicates: the centred basis Q; the tensor trapezoid rules
+(three classes), Stroud's degree-5 rule and the tensor Gauss–Hermite rules (narrow rows),
+the sparse grids of degree 7 and 9 (rows just wider, five classes or more), with the
+spreads up to which each is used; the anisotropic grid of 13 to 23 classes, with its
+embedded rule (its estimate), and the turn of each row to its curvature directions that it
+is placed in; the replicates' scrambled Sobol nodes of the adaptive QMC rule
+(:mod:`vsbayes.models.softmax_predictive_qmc`) and of ``argmax_only``'s screen; the
+weighted averages of the softmax over a deterministic rule's nodes (log sums, or linear
+sums for signed weights); and the blocks of rows and the Cholesky factors that every rule
+shares. The rules' sizes and measured errors are in
 :mod:`vsbayes.models.softmax_predictive`'s docstring.
 """
 
@@ -24,6 +26,7 @@ from ..sampling.rules import SOBOL_SEED, sobol_normal_points, symmetric_sobol_no
 
 __all__ = [
     "N_NODES",
+    "anisotropic_grid_nodes",
     "centred_basis",
     "gauss_hermite_nodes",
     "replicate_nodes",
@@ -66,6 +69,19 @@ GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
 #: tail steepens beyond), and its nodes cost less than the adaptive rule's first 4096 up
 #: to its largest dimension (D-195).
 SPARSE_GRID_LEVELS = ((7, 0.3, 11), (9, 0.6, 7))
+#: Dimensions (K − 1) of the anisotropic grid (:func:`anisotropic_grid_nodes`; D-215): from
+#: where the sparse grids stop to where its nodes reach a quarter of the adaptive rule's
+#: first 4096 (995 nodes at 22).
+ANISOTROPIC_GRID_DIMS = (12, 22)
+#: Largest trace of a row's centred latent covariance for which the anisotropic grid is
+#: tried (a cost bound: wider rows seldom meet its estimate and take the adaptive rule).
+ANISOTROPIC_GRID_MAX_TRACE = 1.5
+#: Largest estimated error (the grid's value less its embedded rule's, on any class) at
+#: which a row keeps the anisotropic grid's value: the accuracy class of the other
+#: deterministic rules; the estimate measured 4 to 25 times the error (D-215).
+ANISOTROPIC_GRID_ESTIMATE = 2e-5
+#: Leading directions of the anisotropic grid (degree 7 among them).
+_GRID_LEADING = 3
 # Largest latent value below which float64's exponentials of K ≤ 10^6 classes cannot
 # overflow (e^709.8 is float64's largest); with a margin.
 _NO_SHIFT_FLOAT64 = 600.0
@@ -282,6 +298,96 @@ def sparse_grid_nodes(dim: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
     return nodes, weights
 
 
+def _combination(costs: tuple[int, ...], budget: int) -> dict[tuple[tuple[int, int], ...], float]:
+    """Smolyak's combination technique on the downward-closed set of multi-indices l with
+    ``Σ costs[i] l_i ≤ budget`` over the nested Genz–Keister rules: the nodes (their nonzero
+    (axis, point id) entries) and their summed weights."""
+    dim = len(costs)
+    summed: dict[tuple[tuple[int, int], ...], float] = {}
+
+    def indices(start: int, left: int):
+        """Nonzero entries ((axis, level), …) of the multi-indices within ``left``."""
+        yield ()
+        for axis in range(start, dim):
+            for level in range(1, left // costs[axis] + 1):
+                for rest in indices(axis + 1, left - level * costs[axis]):
+                    yield ((axis, level), *rest)
+
+    def alternating(steps: list[int], left: int) -> int:
+        """``Σ (−1)^|E|`` over the subsets E of ``steps`` whose costs fit in ``left``."""
+        total = 1
+        for j, step in enumerate(steps):
+            if step <= left:
+                total -= alternating(steps[j + 1 :], left - step)
+        return total
+
+    for index in indices(0, budget):
+        left = budget - sum(costs[axis] * level for axis, level in index)
+        # The coefficient Σ_e (−1)^|e| [l + e in the set], e over {0, 1}^dim.
+        coefficient = alternating([c for c in costs if c <= left], left)
+        if coefficient == 0:
+            continue
+        rules = [_genz_keister_rule(level) for _, level in index]
+        for combination in itertools.product(*(range(len(r[0])) for r in rules)):
+            node = tuple(
+                (axis, int(rule[0][c]))
+                for (axis, _), rule, c in zip(index, rules, combination, strict=True)
+                if rule[0][c] != 0
+            )
+            weight = coefficient * math.prod(
+                rule[1][c] for rule, c in zip(rules, combination, strict=True)
+            )
+            summed[node] = summed.get(node, 0.0) + weight
+    return summed
+
+
+@functools.lru_cache(maxsize=16)
+def anisotropic_grid_nodes(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An anisotropic sparse grid for N(0, I_dim) with an embedded rule (D-215): the nodes
+    (n, dim), the grid's signed weights (n,) and the embedded rule's on the same nodes (n,),
+    each summing to 1 (read-only, cached).
+
+    Smolyak's combination technique (as :func:`sparse_grid_nodes`) on the multi-indices l
+    with ``2 Σ_{i<3} l_i + 3 Σ_{i≥3} l_i ≤ 6``: exact for polynomials of total degree 7 in
+    the first three coordinates (the row's leading directions), of degree 5 in all of them
+    (products of two squares included); the embedded rule, the same with ``≤ 4``, to degree
+    5 in the first three and 3 in all. Nodes: ``2 dim² + 27`` (315 for dim 12, 749 for
+    19, 995 for 22), most of them the pairs of coordinates.
+    """
+    costs = tuple(2 if axis < _GRID_LEADING else 3 for axis in range(dim))
+    high, low = _combination(costs, 6), _combination(costs, 4)
+    kept = [
+        node
+        for node in dict.fromkeys([*high, *low])
+        if abs(high.get(node, 0.0)) > 1e-13 or abs(low.get(node, 0.0)) > 1e-13
+    ]
+    points = _genz_keister_points()[0]
+    nodes = np.zeros((len(kept), dim))
+    for row, node in enumerate(kept):
+        for axis, point in node:
+            nodes[row, axis] = points[point]
+    weights = np.array([high.get(node, 0.0) for node in kept])
+    embedded = np.array([low.get(node, 0.0) for node in kept])
+    nodes.flags.writeable = weights.flags.writeable = embedded.flags.writeable = False
+    return nodes, weights, embedded
+
+
+def _curvature_rotation(factor: np.ndarray, centred: np.ndarray) -> np.ndarray:
+    """The factors (n, K, K − 1) turned to each row's curvature directions, most curved
+    first: ``F U``, U the eigenvectors of ``Fᵀ H F`` by decreasing eigenvalue, H the
+    softmax's Hessian ``diag(p) − p pᵀ`` at the row's mean (the directions of z along which
+    the probabilities bend most; D-215). A rule placed in these coordinates integrates the
+    same Gaussian."""
+    shifted = centred - centred.max(axis=1, keepdims=True)
+    p = np.exp(shifted)
+    p /= p.sum(axis=1, keepdims=True)
+    weighted = factor * np.sqrt(p)[:, :, None]
+    slope = np.einsum("nk,nka->na", p, factor)  # Fᵀ p
+    curvature = np.swapaxes(weighted, 1, 2) @ weighted - slope[:, :, None] * slope[:, None, :]
+    _, vectors = np.linalg.eigh(curvature)
+    return factor @ vectors[:, :, ::-1]
+
+
 def _roots(cov: np.ndarray) -> np.ndarray:
     """Lower Cholesky factors (n, r, r) of the stacked covariances, a ridge of 1e-12 of
     their largest variance added where round-off leaves one not positive definite."""
@@ -322,21 +428,27 @@ def _log_average(factor, centred, z, log_w, max_bytes) -> np.ndarray:
     return out
 
 
-def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
+def _rule_log_average(factor, centred, z, w, max_bytes, embedded=None):
     """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of few nodes and
     signed weights ``w`` summing to 1: float64 sums in the linear domain, log sums for the
     rows where some class's average is below ``_FLOAT64_FLOOR``; NaN where a sum is not
-    positive (a rule with negative weights on a row too wide for it)."""
+    positive (a rule with negative weights on a row too wide for it).
+
+    With ``embedded`` weights (an embedded rule on the same nodes), also each row's largest
+    difference over the classes between the two rules' averages (n,): the logs and it."""
     n, k, dim = factor.shape
     out = np.empty((n, k))
+    difference = np.empty(n) if embedded is not None else None
     z_t = np.ascontiguousarray(z.T)
     # As in _replicate_averages: the largest latent value at a node is ≥ 0, so only a row
     # reaching beyond float64's exponent range needs the shift by the largest value.
     reach = np.abs(centred).max(axis=1) + np.linalg.norm(factor, axis=2).max(axis=1) * float(
         np.linalg.norm(z, axis=1).max()
     )
-    # Per row: K float64 latent values per node, their exponentials, one sum per node.
-    for rows in _row_blocks(n, 8.0 * len(z) * (2 * k + 1), len(z) * k, max_bytes):
+    # Per row: K float64 latent values per node, their exponentials, one sum per node (and
+    # the embedded rule's weights over it).
+    per_node = 2 * k + 1 + (embedded is not None)
+    for rows in _row_blocks(n, 8.0 * len(z) * per_node, len(z) * k, max_bytes):
         m = rows.stop - rows.start
         f = (factor[rows].reshape(-1, dim) @ z_t).reshape(m, k, len(z))  # one GEMM
         f += centred[rows][:, :, None]
@@ -348,9 +460,13 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
         total = e[:, 0].copy()
         for c in range(1, k):
             total += e[:, c]
+        if embedded is not None:
+            low = embedded / total
         np.divide(w, total, out=total)
         # Σ_j w_j e_kj / Σ_l e_lj (einsum: batched products of small matrices cost per row)
         average = np.einsum("nkj,nj->nk", e, total)
+        if embedded is not None:
+            difference[rows] = np.abs(average - np.einsum("nkj,nj->nk", e, low)).max(axis=1)
         tiny = average.min(axis=1) < _FLOAT64_FLOOR
         with np.errstate(divide="ignore", invalid="ignore"):
             logs = np.log(average)
@@ -363,4 +479,4 @@ def _rule_log_average(factor, centred, z, w, max_bytes) -> np.ndarray:
         if tiny.any() or not (average > 0).all():
             logs[~np.isfinite(logs).all(axis=1)] = np.nan
         out[rows] = logs
-    return out
+    return out if embedded is None else (out, difference)
