@@ -262,8 +262,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
         ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
         links): two rounds halve the error of one round in the same time; a third round
-        gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
-        second than 8n but 2–4× slower per fit.
+        gains no consistent accuracy per second; N = 32n is up to 1.35× more accurate per
+        second than 8n (two rounds) but 2–4× slower per fit.
     target_kl : float, "auto" or None, default="auto"
         Ask for an accuracy instead of a sample size: the global variational-sampling fit
         adds pooled rounds after its ``n_samples`` points until its predicted error
@@ -566,8 +566,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         The defaults of ``n_samples``, ``rounds`` and ``kernel_scale`` were chosen on
         ``benchmarks/estimator_defaults.py`` (breast cancer and a synthetic problem, both
         links): two rounds halve the error of one round in the same time; a third round
-        gains no consistent accuracy per second; N = 32n is up to 1.7× more accurate per
-        second than 8n but 2–4× slower per fit.
+        gains no consistent accuracy per second; N = 32n is up to 1.35× more accurate per
+        second than 8n (two rounds) but 2–4× slower per fit.
     target_kl : float, "auto" or None, default="auto"
         Ask for an accuracy instead of a sample size: the global variational-sampling fit
         adds pooled rounds after its ``n_samples`` points until its predicted error
