@@ -45,8 +45,9 @@ _CHORD_MAX = 4e-10
 
 
 def _chord_tol(tol: float) -> float:
-    """The decrement per unit of fitted mass at which the VS site fits' chord steps stop
-    in the sweeps of an EP that stops at relative site changes of ``tol``:
+    """The decrement per unit of fitted mass at which the VS site fits' chord steps (and,
+    leaving less, their Newton steps: :func:`~vsbayes.engine.site_fits.fit_sites`'s
+    ``chord_tol``) stop in the sweeps of an EP that stops at relative site changes of ``tol``:
     ``(2 × _CHORD_SHARE × tol)²``, at least :data:`_CHORD_TOL` and at most
     :data:`_CHORD_MAX`.
 
@@ -188,9 +189,14 @@ def _log_softmax_affine(
     np.negative(out, out=out)
     lost = np.isinf(total)
     if lost.any():
-        rows, at = np.nonzero(lost)
-        far = middle[rows] + np.einsum("nca,na->nc", maps[rows], z[at])
-        out[rows, at] = _log_softmax_shifted(far)
+        # The rows with such nodes, at all their nodes in float64: within the block's
+        # budget of K float64 latent values per node (_site_fits) whatever the number of
+        # such nodes, where a gather of each node's map would take r times more.
+        del d
+        rows = np.flatnonzero(lost.any(axis=1))
+        far = np.matmul(maps[rows], z.T)  # (n, K − 1, P)
+        far += middle[rows][:, :, None]
+        out[rows] = np.where(lost[rows], _log_softmax_shifted(far), out[rows])
     return out
 
 
@@ -203,10 +209,16 @@ def _contrasts(q: np.ndarray) -> np.ndarray:
 
 
 def _log_softmax_shifted(d: np.ndarray) -> np.ndarray:
-    """``−log(1 + Σ_c e^{d_c})`` of differences ``d`` (n, K − 1), with the largest of 0 and
-    the ``d_c`` taken out of the exponentials: finite wherever the differences are."""
+    """``−log(1 + Σ_c e^{d_c})`` of differences ``d`` (n, K − 1, P) (overwritten): (n, P),
+    with the largest of 0 and the ``d_c`` taken out of the exponentials: finite wherever
+    the differences are."""
     top = np.maximum(d.max(axis=1), 0.0)
-    return -(top + np.log(np.exp(-top) + np.exp(d - top[:, None]).sum(axis=1)))
+    d -= top[:, None, :]
+    np.exp(d, out=d)
+    total = np.exp(-top)
+    for c in range(d.shape[1]):
+        total += d[:, c, :]
+    return -(top + np.log(total))
 
 
 def _rules(rule: SamplingRule) -> list[SamplingRule]:
