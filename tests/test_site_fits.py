@@ -224,3 +224,43 @@ def test_inverse_with_rcond_flags_the_ill_conditioned_matrices():
     kept = [0, 3, 4]  # well conditioned: the LU inverses, round-off from the eigen ones
     np.testing.assert_allclose(inverse[kept], eigen[0][kept], rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(log_det[kept], np.log(spectra[kept]).sum(axis=1), atol=1e-12)
+
+
+def test_newton_sites_stopped_at_a_loose_chord_stop_are_left_within_its_square():
+    """A Newton step taken at a decrement δ per unit of fitted mass leaves an error (in the
+    objective's metric per unit of mass) of about ½ √κ δ, κ ≤ 81 the kurtosis of the step's
+    change of the log-fit (a quadratic) under the fit's Gaussian weights: so the sites on
+    Newton's steps stopped at ``chord_tol = δ`` are within KL ≲ κ δ² / 8 and log Z within
+    ½ √κ δ of the fits run to Newton's own stop (the chord steps' bound: ½ √δ)."""
+    from vsbayes.sampling import SymmetricSobol
+
+    rng = np.random.default_rng(2)
+    m, k = 40, 3
+    slopes = 1.5 * rng.normal(size=(m, 4, k))
+    offsets = rng.normal(size=(m, 4))
+
+    def log_target(t):  # four logistic factors per site: far from Gaussian
+        logits = np.einsum("mca,mpa->mpc", slopes, t) + offsets[:, None, :]
+        return -np.logaddexp(0.0, -logits).sum(axis=2)
+
+    mean = rng.normal(size=(m, k))
+    chol = np.broadcast_to(np.sqrt(2.0) * np.eye(k), (m, k, k))
+    cavity = (np.broadcast_to(0.5 * np.eye(k), (m, k, k)), 0.5 * mean)
+    # A chord spread of 0: every site forms its own Hessian (Newton's steps).
+    common = {"gaussian_factor": cavity, "chord_spread": 0.0}
+    tight = fit_sites(log_target, mean, chol, SymmetricSobol(16), **common)
+    stop = 1e-6
+    loose = fit_sites(log_target, mean, chol, SymmetricSobol(16), chord_tol=stop, **common)
+    assert tight.integrable.all() and loose.integrable.all()
+    assert loose.n_iter < tight.n_iter  # the loose stop did stop earlier
+    prec = np.linalg.inv(loose.cov)
+    gap = loose.mean - tight.mean
+    divergence = 0.5 * (
+        np.einsum("mab,mba->m", prec, tight.cov)
+        + np.einsum("ma,mab,mb->m", gap, prec, gap)
+        - k
+        + np.linalg.slogdet(loose.cov)[1]
+        - np.linalg.slogdet(tight.cov)[1]
+    )
+    assert np.abs(divergence).max() <= 81 * stop**2 / 8
+    np.testing.assert_allclose(loose.log_Z, tight.log_Z, rtol=0, atol=4.5 * stop)

@@ -881,6 +881,36 @@ def test_softmax_site_fits_loose_chord_stop_stays_within_its_bound():
     assert fits_module._chord_tol(1e-8) == fits_module._CHORD_TOL
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("mirrored", [True, False])
+def test_log_softmax_from_the_differences_is_the_shifted_one_where_they_overflow(dtype, mirrored):
+    """``−log1p(Σ_c e^{d_c})`` from the differences to the label's latent value equals the
+    log-softmax with the classes' maximum taken out to a few roundings of the latent values
+    (ε of their size), also at the nodes where some e^{d_c} overflows ``dtype`` (recomputed
+    shifted in float64): the latent values here spread about log(``dtype``'s largest)."""
+    rng = np.random.default_rng(3)
+    k, m = 4, 25
+    r, q = k - 1, centred_basis(k)
+    label = rng.integers(k, size=m)
+    scale = np.log(np.finfo(dtype).max)  # where e^d overflows: ~88 (float32), ~709
+    mean = scale * rng.normal(size=(m, r))
+    root = scale * rng.normal(size=(m, r, r)) / np.sqrt(r) + np.eye(r)
+    chol = np.linalg.cholesky(root @ root.transpose(0, 2, 1))
+    if mirrored:
+        z = symmetric_sobol_nodes(r, 64, None)
+    else:
+        z = np.random.default_rng(4).normal(size=(64, r))
+    got = fits_module._log_softmax_affine(mean, chol, z, mirrored, q, label, dtype)
+    assert got.dtype == dtype
+    latent = np.einsum("ka,mpa->mpk", q, mean[:, None, :] + z @ chol.transpose(0, 2, 1))
+    shifted = log_softmax(latent, axis=2)[np.arange(m), :, label]  # the former formula
+    differences = latent - latent[np.arange(m), :, label][:, :, None]
+    overflow = differences.max(axis=2) > np.log(np.finfo(dtype).max)
+    assert 0.05 < overflow.mean() < 0.95  # both forms taken
+    size = np.abs(latent).max() + np.log(k)
+    np.testing.assert_allclose(got, shifted, rtol=0, atol=8 * np.finfo(dtype).eps * size)
+
+
 def test_softmax_site_fits_single_targets_move_the_fits_by_their_rounding():
     """The targets' log-softmax in float32 differs from float64's by a few roundings of the
     latent values (ε ≈ 6·10⁻⁸ of their size); a perturbation of the log target by at most

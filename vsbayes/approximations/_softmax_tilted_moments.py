@@ -250,7 +250,7 @@ def _tilted_block(q, y, kernels, power, z, log_w, workspace=None):
         f = f.reshape(b, k, len(z))
     else:
         g, log_mixed = _mixture_nodes(kernels, workspace)
-        # Class-major (b, K, nodes), as in _log_softmax_of: reductions over K contiguous slices.
+        # Class-major (b, K, nodes): reductions over K contiguous (b, nodes) slices.
         f = np.matmul(q, g)
     # Reductions over the classes' axis of (b, K, nodes): contiguous (b, nodes) slices
     # accumulated in class order.

@@ -108,7 +108,10 @@ def fit_sites(
         ``1e-28 / spread²``, the chord steps' linear convergence (rate ``spread`` ≤ 0.1)
         taken to Newton's ~1e-14; a looser one stops where the last step is
         ~√chord_tol relative and leaves about ``spread`` times that (above ``1e-14``,
-        that last step is taken without a line search, as Newton's last one is).
+        that last step is taken without a line search, as Newton's last one is). The
+        sites on Newton's steps then stop there too (at ``1e-14`` if that is looser):
+        their last step leaves an error of the order of the decrement itself, below the
+        chord steps' ``spread × √chord_tol``.
     chord_spread : float, default=0.1
         Largest relative spread of the fit over the kernel at the points (``q̄`` about its
         mean) at which a site takes a chord step (the rule's shared Gram matrix as its
@@ -231,7 +234,19 @@ def fit_sites(
         with np.errstate(divide="ignore"):
             limit = np.where(chord, np.minimum(_TOL, _TOL**2 / spread**2), _TOL)
         if chord_tol is not None:
-            limit = np.where(chord, chord_tol, limit)
+            # Newton's sites stop at the chord sites' stop too. A Newton step s (H s = −g)
+            # leaves the gradient ∫₀¹ (H(v + ts) − H(v)) s dt, where H(v + ts) weighs node j
+            # by w_j q̄_j e^{t a_j}, a_j = φ_j·s the step's change of the fit's log there:
+            # by Cauchy–Schwarz over the weights w q̄, an error (in the objective's metric
+            # per unit of mass) of about ½ √E[a⁴] = ½ √κ δ, with E the mean under the
+            # fit's weights, δ = E[a²] the step's decrement per unit of mass and κ the
+            # kurtosis of a (a quadratic in z: at most 81 under a Gaussian weighting, by
+            # hypercontractivity). A chord step at the same δ leaves up to spread × √δ
+            # (≤ ½ √δ, the bound _chord_tol of the multinomial EP is built on): Newton's
+            # is about √(κδ) of that, 2·10⁻⁴ at δ = 4·10⁻¹⁰ (the loosest stop) and κ = 81.
+            # So its last step, at δ up to chord_tol, is taken without a line search too.
+            # Measured on digits' EP (D-210): each row's fit moved by ≤ 1.1·10⁻¹⁴ nats (KL).
+            limit = np.where(chord, chord_tol, max(chord_tol, _TOL))
         # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
         # round-off is larger): the step is taken as is, as Newton's last one. So is a chord
         # step below a looser chord_tol (a step ~√chord_tol relative, inside the region
