@@ -217,6 +217,10 @@ def test_sigma_is_indexed_by_class_and_refuses_a_dense_index_clearly(data):
     chosen = model.sigma_[[2, 0]]
     assert isinstance(chosen, StructuredCovariances) and chosen.shape == (2, P + 1, P + 1)
     np.testing.assert_array_equal(chosen.diagonal(), model.sigma_.diagonal()[[2, 0]])
+    masked = model.sigma_[np.array([True, False, True])]
+    assert masked.covariances == model.sigma_[[0, 2]].covariances
+    with pytest.raises(IndexError, match="one entry per class"):
+        model.sigma_[np.array([True, False])]
     for index in [(0, 1, 1), (slice(None), 1, 1), "0", 1.0]:
         with pytest.raises(TypeError, match=r"sigma_\[k\]\.toarray\(\)\[i, j\]"):
             model.sigma_[index]

@@ -643,8 +643,8 @@ class StructuredCovariances:
         return len(self.covariances)
 
     def __getitem__(self, index):
-        """Problem ``index``'s :class:`StructuredCovariance` (a slice, or a sequence of
-        problems' positions: those problems')."""
+        """Problem ``index``'s :class:`StructuredCovariance` (a slice, a sequence of
+        problems' positions or a boolean mask over them: those problems')."""
         if isinstance(index, slice):
             return StructuredCovariances(self.covariances[index])
         try:
@@ -652,13 +652,20 @@ class StructuredCovariances:
         except TypeError:
             pass
         positions = np.asarray(index) if not isinstance(index, tuple) else None
+        if positions is not None and positions.ndim == 1 and positions.dtype.kind == "b":
+            if len(positions) != len(self):
+                raise IndexError(
+                    f"A boolean index of sigma_ needs one entry per class ({len(self)}), "
+                    f"got {len(positions)}."
+                )
+            positions = np.flatnonzero(positions)
         if positions is not None and positions.ndim == 1 and positions.dtype.kind in "iu":
             return StructuredCovariances(self.covariances[int(k)] for k in positions)
         # A dense stack's sigma_[k, i, j] or sigma_[:, i, i] would need the p × p matrices
         # the structures avoid: say what reads them (Python's own message named a tuple).
         raise TypeError(
             f"sigma_ holds {len(self)} structured covariances, not a dense array: index it "
-            "by class only (sigma_[k], a slice, or a list of classes' positions). For "
+            "by class only (sigma_[k], a slice, a list of classes' positions or a mask). For "
             "entries use sigma_[k].toarray()[i, j] (or np.asarray(sigma_) for the dense "
             "stack, where it fits the memory limit); sigma_.diagonal() gives the marginal "
             "variances, sigma_[k].dot(v) products."
