@@ -206,3 +206,21 @@ def test_a_callback_sees_the_later_problems_at_their_diagonal_prior(data):
     np.testing.assert_array_equal(later[:, :P], 1.0)  # C = 1
     np.testing.assert_array_equal(later[:, P], INTERCEPT_PRIOR_VAR)
     np.testing.assert_array_equal(ends[-1].coef_, model.coef_)
+
+
+def test_sigma_is_indexed_by_class_and_refuses_a_dense_index_clearly(data):
+    """sigma_[k] (an int, a NumPy integer, a slice, a list of classes) reads the structures;
+    a dense stack's element index says what to read instead, not Python's tuple error."""
+    X, y = data
+    model = fitted(vsbayes.LaplaceProbitRegression, X, y, "dual")
+    assert model.sigma_[np.int64(2)] is model.sigma_[-1] is model.sigma_.covariances[2]
+    chosen = model.sigma_[[2, 0]]
+    assert isinstance(chosen, StructuredCovariances) and chosen.shape == (2, P + 1, P + 1)
+    np.testing.assert_array_equal(chosen.diagonal(), model.sigma_.diagonal()[[2, 0]])
+    masked = model.sigma_[np.array([True, False, True])]
+    assert masked.covariances == model.sigma_[[0, 2]].covariances
+    with pytest.raises(IndexError, match="one entry per class"):
+        model.sigma_[np.array([True, False])]
+    for index in [(0, 1, 1), (slice(None), 1, 1), "0", 1.0]:
+        with pytest.raises(TypeError, match=r"sigma_\[k\]\.toarray\(\)\[i, j\]"):
+            model.sigma_[index]

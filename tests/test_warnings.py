@@ -112,3 +112,22 @@ def test_posterior_reads_do_not_repeat_the_fits_parameter_warnings(data, estimat
         warnings.simplefilter("error", UserWarning)
         estimator.loo(X, y)
         estimator.to_inference_data(X, y, n_draws=20)
+
+
+def test_a_sibling_directory_named_like_the_package_is_the_users(data):
+    """A user's file in "vsbayes_study/" beside the package is not the package's: the
+    warning points at its line (the bare path prefix counted it as vsbayes's, and the
+    warning went to the line that called it)."""
+    from vsbayes import _warnings
+
+    X, y = data
+    user_file = _warnings._PACKAGE + "_study/run.py"
+    namespace: dict = {}
+    exec(
+        compile("def run(estimator, X, y):\n    estimator.fit(X, y)\n", user_file, "exec"),
+        namespace,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        namespace["run"](vsbayes.LaplaceLogisticRegression(penalty="l2", l1_ratio=0.5), X, y)
+    assert caught and {(w.filename, w.lineno) for w in caught} == {(user_file, 2)}

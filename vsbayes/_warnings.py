@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -9,10 +10,20 @@ from pathlib import Path
 __all__ = ["reemit", "warn"]
 
 _PACKAGE = str(Path(__file__).resolve().parent)
+# The directory with its separator: a bare prefix also matched a sibling such as a user's
+# "vsbayes_study/", whose frames then counted as the package's (the whole-stack walk of
+# warn would skip the user's line for the caller of theirs). The path as imported beside
+# the resolved one: the frames' file names are the import's, which a symlink leaves
+# unresolved.
+_PREFIXES = tuple(
+    dict.fromkeys(
+        os.path.join(directory, "") for directory in (_PACKAGE, os.path.dirname(__file__))
+    )
+)
 
 
 def _in_package(filename: str) -> bool:
-    return filename.startswith(_PACKAGE)
+    return filename.startswith(_PREFIXES)
 
 
 def warn(message: str, category: type[Warning]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -642,10 +643,33 @@ class StructuredCovariances:
         return len(self.covariances)
 
     def __getitem__(self, index):
-        """Problem ``index``'s :class:`StructuredCovariance` (a slice: those problems')."""
+        """Problem ``index``'s :class:`StructuredCovariance` (a slice, a sequence of
+        problems' positions or a boolean mask over them: those problems')."""
         if isinstance(index, slice):
             return StructuredCovariances(self.covariances[index])
-        return self.covariances[index]
+        try:
+            return self.covariances[operator.index(index)]
+        except TypeError:
+            pass
+        positions = np.asarray(index) if not isinstance(index, tuple) else None
+        if positions is not None and positions.ndim == 1 and positions.dtype.kind == "b":
+            if len(positions) != len(self):
+                raise IndexError(
+                    f"A boolean index of sigma_ needs one entry per class ({len(self)}), "
+                    f"got {len(positions)}."
+                )
+            positions = np.flatnonzero(positions)
+        if positions is not None and positions.ndim == 1 and positions.dtype.kind in "iu":
+            return StructuredCovariances(self.covariances[int(k)] for k in positions)
+        # A dense stack's sigma_[k, i, j] or sigma_[:, i, i] would need the p × p matrices
+        # the structures avoid: say what reads them (Python's own message named a tuple).
+        raise TypeError(
+            f"sigma_ holds {len(self)} structured covariances, not a dense array: index it "
+            "by class only (sigma_[k], a slice, a list of classes' positions or a mask). For "
+            "entries use sigma_[k].toarray()[i, j] (or np.asarray(sigma_) for the dense "
+            "stack, where it fits the memory limit); sigma_.diagonal() gives the marginal "
+            "variances, sigma_[k].dot(v) products."
+        )
 
     def __iter__(self):
         return iter(self.covariances)
