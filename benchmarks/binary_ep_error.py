@@ -4,7 +4,7 @@ On the binary references of ``nuts_reference.py`` (breast_cancer, classif_d100, 
 logistic and probit), the 95 % endpoints of EP's marginals against those of the NUTS
 Gaussian, in the reference's sds (as ``posterior_checks.py``; target 0.05), for EP as
 ``EPLogisticRegression`` fits it (the default VS's route "sites") and for corrections of
-it (docs/decisions.md D-220):
+it (docs/decisions.md D-205):
 
 1. **The site fits.** EP with every tilted density integrated by the adaptive trapezoid
    rule (``site_fit="quadrature"``, the reference of the VS site fits), both at
@@ -468,7 +468,7 @@ def write_report(out: Path, rows: list[dict], info: dict) -> None:
         "(target 0.05); worst: the coefficient of the largest gap (the intercept is the "
         "last); intercept: its mean gap (sd) / sd relative gap. Times on one BLAS thread, "
         "the estimator's EP fit the median of 5; the corrections are dense prototypes "
-        "(docs/decisions.md D-220).",
+        "(docs/decisions.md D-205).",
         "",
         "| case | link | posterior | max gap / sd | worst | share ≤ 0.05 | mean / sd | sd rel. "
         "| intercept | seconds |",

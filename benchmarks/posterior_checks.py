@@ -741,7 +741,7 @@ NUTS_FINDINGS = (
     " or nearly all of other digits (pixel 47: 22 rows, none a 3; pixel 7: 48 rows, one a 3); the "
     "means are within 0.05–0.07 sd. EP's linear-response covariance brings the sds within 3 % "
     "(endpoints 0.088 logistic, 0.107 probit, with EP's means) at 3-4 × EP's fit: not adopted "
-    "(`binary_ep_error.py`, D-220). The default VS keeps EP (route sites, kl_error_ NaN): within "
+    "(`binary_ep_error.py`, D-205). The default VS keeps EP (route sites, kl_error_ NaN): within "
     "its work limit the global fit would get 1171 points, < 16n = 35 376 (n = 2211 Gaussian "
     "parameters). KL(NUTS‖EP) is 0.20 (logistic) and 0.24 nats (probit) over a noise floor of 0.04"
     " — above the 0.01 the strategy aims at, but so is classif_d100's 0.18, whose endpoints are "

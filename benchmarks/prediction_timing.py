@@ -583,7 +583,7 @@ def rule_of_rows(cov):
                 names[trace <= widest] = f"degree {degree} ({nodes} nodes)"
         low, high = _rules.ANISOTROPIC_GRID_DIMS
         if low <= k - 1 <= high:
-            # Kept where its embedded estimate holds (D-215), which the means decide.
+            # Kept where its embedded estimate holds (D-204), which the means decide.
             nodes = len(_rules.anisotropic_grid_nodes(k - 1)[0])
             names[trace <= _rules.ANISOTROPIC_GRID_MAX_TRACE] = (
                 f"anisotropic grid ({nodes} nodes) or QMC"

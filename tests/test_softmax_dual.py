@@ -176,7 +176,7 @@ def test_dual_form_is_sized_before_any_work():
 
 
 def test_a_wide_fit_forms_its_covariance_once_and_factorizes_it_on_first_draw(monkeypatch):
-    """The dual form's covariance, formed in θ's representative from its factors (D-205):
+    """The dual form's covariance, formed in θ's representative from its factors (D-202):
     the dense route's ``sigma_`` to round-off, never factorized by the fit."""
     newton_module = importlib.import_module("vsbayes.approximations.newton_laplace")
     X = sp.random(30, 150, density=0.1, format="csr", random_state=1)

@@ -193,7 +193,7 @@ def test_many_class_rows_keep_the_anisotropic_grid_only_within_its_estimate(k, m
     )
     reference = _sobol_reference(mean, cov, 2**15)
     # The estimate (the embedded rule's difference) bounds the grid's error: measured 4 to
-    # 25 times it (D-215); 2e-6 allows for the 2^15-node reference's own error.
+    # 25 times it (D-204); 2e-6 allows for the 2^15-node reference's own error.
     assert (np.abs(np.exp(logs) - reference).max(axis=1) <= estimated + 2e-6).all()
     kept = estimated <= ANISOTROPIC_GRID_ESTIMATE
     assert kept.sum() >= 6  # most of these rows keep it

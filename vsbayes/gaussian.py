@@ -87,7 +87,7 @@ def _symmetrize(matrix: np.ndarray, block_entries: int = 2**22) -> float:
 def _exactly_symmetric(matrix: np.ndarray, tile: int = 256) -> bool:
     """Whether ``A = Aᵀ`` bitwise, by tiles that fit in cache (each compared with its
     mirror's transpose; the first difference stops it): a covariance formed symmetric
-    (mirrored from one triangle, D-205) is checked in one pass, where the arithmetic of
+    (mirrored from one triangle, D-202) is checked in one pass, where the arithmetic of
     :func:`_symmetrize` took six and a transposed copy (2 s of a 4503² one's fit)."""
     d = matrix.shape[0]
     for start in range(0, d, tile):
@@ -118,7 +118,7 @@ class Gaussian:
         log-determinant, the precision) — for a covariance that is costly to form and
         often not needed, e.g. the inverse of a large Hessian whose mean alone is used, or
         whose factor a fit does not need (a dense multinomial posterior: its p³/3
-        factorization was most of a wide fit, D-205). The function must return a positive
+        factorization was most of a wide fit, D-202). The function must return a positive
         definite matrix by its construction (the inverse of a factorized precision, or a
         Woodbury form of one): a failure shows as NotPositiveDefiniteError when the factor
         is first needed.

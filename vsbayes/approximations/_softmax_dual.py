@@ -18,7 +18,7 @@ A sweep then costs about ``(M r)³ · 4/3`` multiply-adds. B's covariance is hel
 factors, ``blockdiag(I ⊗ D_x − YᵀY, 0) + U Uᵀ`` (``Y = L⁻¹ S Z D_x``, M r × r d; U the
 intercepts' r columns): a stalled sweep's marginals read their column norms, and θ's dense
 covariance (the result, an observer) is formed from them rotated to θ by two symmetric rank
-updates, directly in θ's layout and scikit-learn's representative (D-205), once.
+updates, directly in θ's layout and scikit-learn's representative (D-202), once.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class DualContrast:
         ``(11ᵀ/K) ⊗ D_x`` is ``I_K ⊗ D_x``, so Σ is the prior's diagonal (the intercepts'
         block ``v_b 11ᵀ / K``) less ``Y_θᵀ Y_θ`` plus ``U_θ U_θᵀ`` — Y and U rotated by Q
         (M r × K d and p × r): two symmetric rank updates (``dsyrk``, half a GEMM) into one
-        p × p array, its lower triangle mirrored, formed once (D-205). Already in the
+        p × p array, its lower triangle mirrored, formed once (D-202). Already in the
         centred representative, to round-off."""
         m, r, d = self.m, self.r, self.d
         k = q.shape[0]

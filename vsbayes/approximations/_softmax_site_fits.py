@@ -161,7 +161,7 @@ def _log_softmax_affine(
     the maximum-subtracted form over the K latent values, on digits' 12 sweeps (10 classes,
     1024 nodes): the site fits 8.9 % faster; float32's largest error against float64 over
     all rows 3.0·10⁻⁵, 1.6·10⁻⁵, 1.9·10⁻⁵ at sweeps 1, 8, 12 (that form's 2.5·10⁻⁵,
-    1.6·10⁻⁵, 2.2·10⁻⁵), float64's 10⁻¹³ from that form's (D-210)."""
+    1.6·10⁻⁵, 2.2·10⁻⁵), float64's 10⁻¹³ from that form's (D-203)."""
     m, r = centre.shape
     nodes = z[: len(z) // 2] if mirrored else z
     contrasts = _contrasts(q)[label]  # (m, K − 1, r): the rows' D_y

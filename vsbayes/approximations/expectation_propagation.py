@@ -149,7 +149,7 @@ def with_constant_rows(result: EPResult, informative: InformativeRows) -> EPResu
             return out
 
         sites = EPSites(spread(sites.precision), spread(sites.linear), sites.space)
-    # (A copy: a covariance still to be formed stays so, D-205.)
+    # (A copy: a covariance still to be formed stays so, D-202.)
     moved = result.with_log_Z(result.log_Z + informative.log_likelihood)
     return moved.with_sites(
         sites, result.prior_cavities, result.prior_sites, result.prior_nonnegative

@@ -564,7 +564,7 @@ class NewtonLaplaceSolver:
             with single_blas_thread():  # as the fit itself (blas_policy)
                 return curvature.covariance(gaussian)
 
-        # (The multinomial dual form's is in scikit-learn's representative already, D-205.)
+        # (The multinomial dual form's is in scikit-learn's representative already, D-202.)
         cov.in_representative = getattr(curvature, "in_representative", False)
 
         return LaplaceResult(

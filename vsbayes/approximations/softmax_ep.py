@@ -16,7 +16,7 @@ digits) and linear term ``Σ_i η_i x̃_iᵀ``, without the vague intercepts' 10
 **Wide problems.** Where the rows' contrasts are far fewer than B's entries (more
 columns than rows), B's posterior is held in the rows' space instead, exactly
 (:mod:`~vsbayes.approximations._softmax_dual`, D-197): an M·r square factorization a
-sweep, θ's dense covariance formed only for the result (once, when read: D-205).
+sweep, θ's dense covariance formed only for the result (once, when read: D-202).
 
 **The sweep.** All sites at once (no loop over observations), from the posterior
 N(μ, Σ) of B: each row's latent moments ``(m_i, V_i)``, its cavity ``V_i⁻¹ − Λ_i/c_i``
@@ -559,7 +559,7 @@ def softmax_ep(
     else:
         log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state)
     # θ's dense covariance is formed when first read (the estimators' sigma_, once), its
-    # factor when first needed (D-205).
+    # factor when first needed (D-202).
     mean, cov = contrast.to_theta(post[0], post[1], formed=False)
     return EPResult(
         mean, cov, log_Z, n_iter=run.n_iter, converged=run.converged, site_change=run.change

@@ -347,7 +347,7 @@ def _choose_softmax_covariance(model, asked: str, rank: int, estimator_name: str
         return CovarianceChoice(asked, reason, rank if asked == "lowrank" else 0)
     if p <= MAX_SOFTMAX_PARAMS and fits["dense"]:
         # (Where the rows are fewer, the fit runs in their dual form and forms the dense
-        # covariance once, at the end: D-197, D-205.)
+        # covariance once, at the end: D-197, D-202.)
         dual = f"; fitted in the {m} rows' dual form, the dense covariance formed once from it"
         return CovarianceChoice(
             "dense",

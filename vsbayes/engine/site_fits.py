@@ -245,7 +245,7 @@ def fit_sites(
             # (≤ ½ √δ, the bound _chord_tol of the multinomial EP is built on): Newton's
             # is about √(κδ) of that, 2·10⁻⁴ at δ = 4·10⁻¹⁰ (the loosest stop) and κ = 81.
             # So its last step, at δ up to chord_tol, is taken without a line search too.
-            # Measured on digits' EP (D-210): each row's fit moved by ≤ 1.1·10⁻¹⁴ nats (KL).
+            # Measured on digits' EP (D-203): each row's fit moved by ≤ 1.1·10⁻¹⁴ nats (KL).
             limit = np.where(chord, chord_tol, max(chord_tol, _TOL))
         # Below a decrement of _TOL the objective no longer resolves a step's decrease (its
         # round-off is larger): the step is taken as is, as Newton's last one. So is a chord

@@ -221,7 +221,7 @@ class SoftmaxGLMPosterior:
         :class:`~vsbayes.models.softmax_contrasts.ContrastPosterior`), up to round-off: this
         makes the representative exact. ``log_Z`` and the diagnostics are kept. A
         covariance still to be formed by a function marked ``in_representative`` (the dual
-        form's, D-205) is already the representative: kept as it is, to be formed when
+        form's, D-202) is already the representative: kept as it is, to be formed when
         first read and factorized when first needed. Under a
         general prior (``prior_precision`` or a non-zero ``prior_mean``) the posterior is
         returned as it is, and so under a shrinkage prior on the coefficients
@@ -250,7 +250,7 @@ class SoftmaxGLMPosterior:
         mean = self._centre_classes(np.array(posterior.mean)[:, None])[:, 0]
         form = posterior.pending_cov
         if getattr(form, "in_representative", False):
-            # Formed in the representative already (the dual form's, D-205: the contrasts
+            # Formed in the representative already (the dual form's, D-202: the contrasts
             # rotated back by a basis orthogonal to 1, plus the shift's prior), to
             # round-off as this projection's own: not formed here, nor projected again.
             return posterior.with_moments(mean, form)

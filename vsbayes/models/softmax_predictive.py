@@ -74,7 +74,7 @@ to compute), or for three classes its largest eigenvalue λ.
   and 1.0e-5). End to end, after 20,000 rows × 20 features (Laplace, C = 1), most test
   rows are in the grids' range: ``predict_proba`` takes 2.1 times less time with 10
   classes, 11 times less with 6 (D-195).
-- *Thirteen to 23 classes, just wider* (D-215; t ≤ 1.5): the sparse grids' nodes grow
+- *Thirteen to 23 classes, just wider* (D-204; t ≤ 1.5): the sparse grids' nodes grow
   as (K − 1)³ and the rows' latent covariances are not concentrated in a few directions,
   but the softmax bends along a few of them. Each row is turned to its curvature
   directions (:func:`~vsbayes.models.softmax_predictive_rules._curvature_rotation`: the
@@ -98,7 +98,7 @@ to compute), or for three classes its largest eigenvalue λ.
   1458; 581 + 292 against 1862; 811 + 306 against 1921); rows wider than t = 1.5, which
   seldom meet the estimate, are not tried. The rows of wider fits (classes20's, traces 5
   to 73) stay with the QMC level, which errs less there than the grids tried on as many
-  nodes or more (D-215).
+  nodes or more (D-204).
 
 The rows that none of these takes (K ≥ 4 with t above their range or beyond the
 anisotropic grid's estimate, K = 3 with λ > 40):
@@ -574,7 +574,7 @@ def centred_softmax_predictive_log_proba(
                 )
     if ANISOTROPIC_GRID_DIMS[0] <= dim <= ANISOTROPIC_GRID_DIMS[1]:
         # Many classes, just wider: the anisotropic grid in each row's curvature directions,
-        # kept where its embedded rule agrees to the deterministic rules' accuracy (D-215).
+        # kept where its embedded rule agrees to the deterministic rules' accuracy (D-204).
         tried = np.flatnonzero(~done & (spread <= ANISOTROPIC_GRID_MAX_TRACE))
         if tried.size:
             z_an, w_an, w_embedded = anisotropic_grid_nodes(dim)

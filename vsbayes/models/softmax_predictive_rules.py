@@ -69,7 +69,7 @@ GAUSS_HERMITE_LEVELS = ((6, 0.3), (8, 1.0), (16, 2.0))
 #: tail steepens beyond), and its nodes cost less than the adaptive rule's first 4096 up
 #: to its largest dimension (D-195).
 SPARSE_GRID_LEVELS = ((7, 0.3, 11), (9, 0.6, 7))
-#: Dimensions (K − 1) of the anisotropic grid (:func:`anisotropic_grid_nodes`; D-215): from
+#: Dimensions (K − 1) of the anisotropic grid (:func:`anisotropic_grid_nodes`; D-204): from
 #: where the sparse grids stop to where its nodes reach a quarter of the adaptive rule's
 #: first 4096 (995 nodes at 22).
 ANISOTROPIC_GRID_DIMS = (12, 22)
@@ -78,7 +78,7 @@ ANISOTROPIC_GRID_DIMS = (12, 22)
 ANISOTROPIC_GRID_MAX_TRACE = 1.5
 #: Largest estimated error (the grid's value less its embedded rule's, on any class) at
 #: which a row keeps the anisotropic grid's value: the accuracy class of the other
-#: deterministic rules; the estimate measured 4 to 25 times the error (D-215).
+#: deterministic rules; the estimate measured 4 to 25 times the error (D-204).
 ANISOTROPIC_GRID_ESTIMATE = 2e-5
 #: Leading directions of the anisotropic grid (degree 7 among them).
 _GRID_LEADING = 3
@@ -343,7 +343,7 @@ def _combination(costs: tuple[int, ...], budget: int) -> dict[tuple[tuple[int, i
 
 @functools.lru_cache(maxsize=16)
 def anisotropic_grid_nodes(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An anisotropic sparse grid for N(0, I_dim) with an embedded rule (D-215): the nodes
+    """An anisotropic sparse grid for N(0, I_dim) with an embedded rule (D-204): the nodes
     (n, dim), the grid's signed weights (n,) and the embedded rule's on the same nodes (n,),
     each summing to 1 (read-only, cached).
 
@@ -376,7 +376,7 @@ def _curvature_rotation(factor: np.ndarray, centred: np.ndarray) -> np.ndarray:
     """The factors (n, K, K − 1) turned to each row's curvature directions, most curved
     first: ``F U``, U the eigenvectors of ``Fᵀ H F`` by decreasing eigenvalue, H the
     softmax's Hessian ``diag(p) − p pᵀ`` at the row's mean (the directions of z along which
-    the probabilities bend most; D-215). A rule placed in these coordinates integrates the
+    the probabilities bend most; D-204). A rule placed in these coordinates integrates the
     same Gaussian."""
     shifted = centred - centred.max(axis=1, keepdims=True)
     p = np.exp(shifted)
