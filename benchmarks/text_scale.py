@@ -573,10 +573,36 @@ def worker(args: list[str]) -> None:
     print(json.dumps(rows, default=float))
 
 
-def report(rows: list[dict], out: Path, machine: str) -> None:
+def _part_machines(earlier: dict) -> dict[str, str]:
+    """Each part's machine line in a previous run's JSON (``machines``; older runs kept
+    one line, with the parts rerun and the line of the others' rows inside it)."""
+    if "machines" in earlier:
+        return earlier["machines"]
+    line = earlier["machine"]
+    head, _, rest = line.partition(" Parts rerun here: ")
+    if not rest:
+        return dict.fromkeys(PARTS, line)
+    rerun, _, others = rest.partition("; the others' rows are from: ")
+    machines = dict.fromkeys(PARTS, others)
+    machines.update(dict.fromkeys(rerun.split(", "), head))
+    return machines
+
+
+def report(rows: list[dict], out: Path, machines: dict[str, str]) -> None:
     from _common import fmt, write_csv, write_json
 
-    write_json(out / "text_scale.json", {"machine": machine, "rows": rows})
+    present = [p for p in PARTS if any(r.get("part", "").split("-")[0] == p for r in rows)]
+    lines_of: dict[str, list[str]] = {}
+    for part in present:
+        lines_of.setdefault(machines[part], []).append(part)
+    if len(lines_of) == 1:
+        machine = next(iter(lines_of))
+    else:
+        machine = " ".join(f"Parts {', '.join(ps)}: {m}" for m, ps in lines_of.items())
+    write_json(
+        out / "text_scale.json",
+        {"machine": machine, "machines": {p: machines[p] for p in present}, "rows": rows},
+    )
     columns = sorted({key for row in rows for key in row if key not in ("times",)})
     write_csv(out / "text_scale.csv", [{c: row.get(c, "") for c in columns} for row in rows])
     lines = [
@@ -817,15 +843,16 @@ def main() -> None:
     if "guard" in parts:
         rows += in_subprocess(["guard"])
     line = machine_line(machine())
+    machines = dict.fromkeys(parts, line)
     previous = args.out / "text_scale.json"
     if args.part != "all" and previous.exists():
-        # A partial rerun keeps the other parts' rows of the previous run, and says so.
+        # A partial rerun keeps the other parts' rows of the previous run, and their
+        # machine lines.
         earlier = json.loads(previous.read_text())
         kept = [r for r in earlier["rows"] if r.get("part", "").split("-")[0] not in parts]
-        before = earlier["machine"].split(" the others' rows are from: ")[-1]
-        line += f" Parts rerun here: {', '.join(parts)}; the others' rows are from: {before}"
+        machines = {**_part_machines(earlier), **machines}
         rows = kept + rows
-    report(rows, args.out, line)
+    report(rows, args.out, machines)
     print((args.out / "text_scale.md").read_text())
 
 
