@@ -261,7 +261,6 @@ def sparse_grid_nodes(dim: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
     if degree not in (5, 7, 9):
         raise ValueError(f"degree must be 5, 7 or 9; got {degree!r}.")
     top = (degree - 1) // 2
-    points = _genz_keister_points()[0]
     summed: dict[tuple[tuple[int, int], ...], float] = {}
 
     def indices(start: int, left: int):
@@ -277,22 +276,9 @@ def sparse_grid_nodes(dim: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
     for total in range(max(0, top - dim + 1), top + 1):
         coefficient = (-1) ** (top - total) * math.comb(dim - 1, top - total)
         for index in indices(0, total):
-            rules = [_genz_keister_rule(level) for _, level in index]
-            for combination in itertools.product(*(range(len(r[0])) for r in rules)):
-                node = tuple(
-                    (axis, int(rule[0][c]))
-                    for (axis, _), rule, c in zip(index, rules, combination, strict=True)
-                    if rule[0][c] != 0
-                )
-                weight = coefficient * math.prod(
-                    rule[1][c] for rule, c in zip(rules, combination, strict=True)
-                )
-                summed[node] = summed.get(node, 0.0) + weight
+            _add_tensor_rule(summed, index, coefficient)
     kept = [(node, w) for node, w in summed.items() if abs(w) > 1e-13]
-    nodes = np.zeros((len(kept), dim))
-    for row, (node, _) in enumerate(kept):
-        for axis, point in node:
-            nodes[row, axis] = points[point]
+    nodes = _node_array([node for node, _ in kept], dim)
     weights = np.array([w for _, w in kept])
     nodes.flags.writeable = weights.flags.writeable = False
     return nodes, weights
@@ -327,18 +313,39 @@ def _combination(costs: tuple[int, ...], budget: int) -> dict[tuple[tuple[int, i
         coefficient = alternating([c for c in costs if c <= left], left)
         if coefficient == 0:
             continue
-        rules = [_genz_keister_rule(level) for _, level in index]
-        for combination in itertools.product(*(range(len(r[0])) for r in rules)):
-            node = tuple(
-                (axis, int(rule[0][c]))
-                for (axis, _), rule, c in zip(index, rules, combination, strict=True)
-                if rule[0][c] != 0
-            )
-            weight = coefficient * math.prod(
-                rule[1][c] for rule, c in zip(rules, combination, strict=True)
-            )
-            summed[node] = summed.get(node, 0.0) + weight
+        _add_tensor_rule(summed, index, coefficient)
     return summed
+
+
+def _add_tensor_rule(
+    summed: dict[tuple[tuple[int, int], ...], float],
+    index: tuple[tuple[int, int], ...],
+    coefficient: float,
+) -> None:
+    """Add ``coefficient`` times the tensor product of the levels' Genz–Keister rules of
+    the multi-index ``index`` (its nonzero (axis, level) entries) to ``summed``: each node
+    keyed by its nonzero (axis, point id) entries, the weights of equal nodes added."""
+    rules = [_genz_keister_rule(level) for _, level in index]
+    for combination in itertools.product(*(range(len(r[0])) for r in rules)):
+        node = tuple(
+            (axis, int(rule[0][c]))
+            for (axis, _), rule, c in zip(index, rules, combination, strict=True)
+            if rule[0][c] != 0
+        )
+        weight = coefficient * math.prod(
+            rule[1][c] for rule, c in zip(rules, combination, strict=True)
+        )
+        summed[node] = summed.get(node, 0.0) + weight
+
+
+def _node_array(kept: list[tuple[tuple[int, int], ...]], dim: int) -> np.ndarray:
+    """The nodes (n, dim) of the keys ``kept`` of :func:`_add_tensor_rule`'s sums."""
+    points = _genz_keister_points()[0]
+    nodes = np.zeros((len(kept), dim))
+    for row, node in enumerate(kept):
+        for axis, point in node:
+            nodes[row, axis] = points[point]
+    return nodes
 
 
 @functools.lru_cache(maxsize=16)
@@ -361,11 +368,7 @@ def anisotropic_grid_nodes(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
         for node in dict.fromkeys([*high, *low])
         if abs(high.get(node, 0.0)) > 1e-13 or abs(low.get(node, 0.0)) > 1e-13
     ]
-    points = _genz_keister_points()[0]
-    nodes = np.zeros((len(kept), dim))
-    for row, node in enumerate(kept):
-        for axis, point in node:
-            nodes[row, axis] = points[point]
+    nodes = _node_array(kept, dim)
     weights = np.array([high.get(node, 0.0) for node in kept])
     embedded = np.array([low.get(node, 0.0) for node in kept])
     nodes.flags.writeable = weights.flags.writeable = embedded.flags.writeable = False
