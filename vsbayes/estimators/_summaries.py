@@ -114,28 +114,26 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     ones (the prior identifies them)."""
     check_is_fitted(estimator)
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
-    if isinstance(estimator.sigma_, StructuredCovariances):  # one-vs-rest: diagonals only
-        coef = np.asarray(coef, dtype=float)
-        intercept = np.ravel(estimator.intercept_).astype(float)
-        sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
+    coef = np.asarray(coef, dtype=float)
+    intercept = np.ravel(estimator.intercept_).astype(float)
+    sigma = estimator.sigma_
+    binary_structured = isinstance(sigma, StructuredCovariance) and len(coef) == 1
+    if binary_structured or isinstance(sigma, StructuredCovariances):
+        # Binary, or one-vs-rest's problem by problem: each structure's diagonal only.
         means = np.column_stack([coef, intercept]) if estimator.fit_intercept else coef
-        return [(label, means[k], sd[k]) for k, label in enumerate(estimator.classes_)]
-    if isinstance(estimator.sigma_, StructuredCovariance):  # its diagonal only
-        coef = np.asarray(coef, dtype=float)
-        intercept = np.ravel(estimator.intercept_).astype(float)
-        if len(coef) == 1:  # binary
-            sd = np.sqrt(np.maximum(estimator.sigma_.diagonal(), 0.0))
-            mean = np.concatenate([coef[0], intercept[:1]])
-            return [(None, mean if estimator.fit_intercept else mean[:-1], sd)]
+        sd = np.sqrt(np.maximum(np.atleast_2d(sigma.diagonal()), 0.0))
+        labels = [None] if binary_structured else estimator.classes_
+        return [(label, means[k], sd[k]) for k, label in enumerate(labels)]
+    if isinstance(sigma, StructuredCovariance):  # the multinomial's: its diagonal only
         # The multinomial θ = [W.ravel(), b], centred over the classes as the dense one's.
         means = np.column_stack([coef, intercept]) if estimator.fit_intercept else coef
         means = means - means.mean(axis=0, keepdims=True)
-        sd = np.sqrt(np.maximum(_centred_variances(estimator.sigma_, *coef.shape), 0.0))
+        sd = np.sqrt(np.maximum(_centred_variances(sigma, *coef.shape), 0.0))
         return [(label, means[c], sd[:, c]) for c, label in enumerate(estimator.classes_)]
     per_problem = gaussian_marginals(
-        np.asarray(coef, dtype=float),
+        coef,
         np.asarray(estimator.intercept_, dtype=float),
-        np.asarray(estimator.sigma_, dtype=float),
+        np.asarray(sigma, dtype=float),
         bool(estimator.fit_intercept),
         centred=not _prior_identifies_classes(estimator),
     )

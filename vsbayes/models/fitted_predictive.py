@@ -9,13 +9,13 @@ and coefficient draws at new rows, whatever the posterior's structure.
   (:meth:`~vsbayes.models.links.Link.predictive_log_proba`).
 - :class:`OneVsRestPredictive`: one independent posterior per class; the binary
   probabilities normalized.
+- :class:`MultinomialPredictive`: one joint posterior of the K classes' scores; the
+  softmax's predictive on the centred latent moments
+  (:func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`).
 
 Each has a structured form (``sigma_`` a :class:`~vsbayes.gaussian.StructuredCovariance`,
 or one-vs-rest's :class:`~vsbayes.gaussian.StructuredCovariances`) whose latent moments
 come from the covariances' factors, never a p × p matrix.
-- :class:`MultinomialPredictive`: one joint posterior of the K classes' scores; the
-  softmax's predictive on the centred latent moments
-  (:func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`).
 
 Every method runs chunk by chunk of rows (:mod:`vsbayes.models.latent`): the predictive
 rule on each chunk's latent moments, so that its temporaries stay within the chunks'
