@@ -131,3 +131,23 @@ def test_a_sibling_directory_named_like_the_package_is_the_users(data):
         warnings.simplefilter("always")
         namespace["run"](vsbayes.LaplaceLogisticRegression(penalty="l2", l1_ratio=0.5), X, y)
     assert caught and {(w.filename, w.lineno) for w in caught} == {(user_file, 2)}
+
+
+@pytest.mark.parametrize(
+    "estimator, forced",
+    [
+        (vsbayes.VBLogisticRegression(), {"covariance": "diagonal"}),
+        (vsbayes.LaplaceLogisticRegression(penalty="l2", l1_ratio=0.5), {}),
+    ],
+    ids=["forced covariance", "inconsistent l1_ratio"],
+)
+def test_evidence_search_shows_each_inner_warning_once(data, estimator, forced):
+    """The grid's fits warn alike at every C; the search shows each warning once (the
+    "default" filter cannot: each inner fit's catch_warnings resets what it has shown)."""
+    X, y = data
+    with warnings.catch_warnings(record=True) as caught, vsbayes.config_context(**forced):
+        warnings.simplefilter("default")
+        vsbayes.EmpiricalBayesClassifier(estimator).fit(X, y)
+    shown = [(w.category, str(w.message)) for w in caught]
+    assert shown and len(shown) == len(set(shown))
+    assert {w.filename for w in caught} == {__file__}

@@ -47,8 +47,19 @@ def warn(message: str, category: type[Warning]) -> None:
     warnings.warn(message, category, stacklevel=outermost + 1)
 
 
-def reemit(caught) -> None:
+def reemit(caught, *, once: bool = False) -> None:
     """Emit again warnings recorded by ``warnings.catch_warnings(record=True)``, each at
-    the place it was first attributed to."""
+    the place it was first attributed to.
+
+    ``once`` drops repeats of a warning (the same category, text and place): a
+    meta-estimator's many inner fits each warn alike, and the ``"default"`` filter cannot
+    drop the repeats itself, because every ``catch_warnings`` inside a fit resets its
+    record of what was shown.
+    """
+    shown = set()
     for w in caught:
+        key = (w.category, str(w.message), w.filename, w.lineno)
+        if once and key in shown:
+            continue
+        shown.add(key)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
