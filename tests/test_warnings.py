@@ -151,3 +151,16 @@ def test_evidence_search_shows_each_inner_warning_once(data, estimator, forced):
     shown = [(w.category, str(w.message)) for w in caught]
     assert shown and len(shown) == len(set(shown))
     assert {w.filename for w in caught} == {__file__}
+
+
+def test_one_vs_rest_problems_share_their_warnings_once():
+    """Each class's binary problem warns alike under a forced structure: one fit, one
+    warning (it was shown once per class)."""
+    X, y = make_blobs(n_samples=60, centers=3, cluster_std=3.0, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        with vsbayes.config_context(covariance="diagonal"):
+            vsbayes.VBLogisticRegression().fit(X, y)
+    shown = [(w.category, str(w.message)) for w in caught]
+    assert len(shown) == 1 and "diagonal covariance" in str(caught[0].message)
+    assert caught[0].filename == __file__

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["reemit", "warn"]
+__all__ = ["each_once", "reemit", "warn"]
 
 _PACKAGE = str(Path(__file__).resolve().parent)
 # The directory with its separator: a bare prefix also matched a sibling such as a user's
@@ -63,3 +64,21 @@ def reemit(caught, *, once: bool = False) -> None:
             continue
         shown.add(key)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextlib.contextmanager
+def each_once():
+    """Show each distinct warning of the block once, at its end (also when it raises).
+
+    For loops of fits that warn alike (one-vs-rest's problems, an evidence search's
+    grid): one call of the user's is one warning. The block's warnings are recorded and
+    re-emitted through the user's own filters, so an ``"error"`` filter still raises,
+    after the block instead of inside it.
+    """
+    recorded: list = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        reemit(recorded, once=True)

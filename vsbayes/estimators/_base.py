@@ -31,7 +31,7 @@ from .._blas import one_blas_thread
 from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
-from .._warnings import reemit, warn
+from .._warnings import each_once, reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
 from ..approximations.structured_laplace import (
@@ -462,7 +462,9 @@ class BayesianGLMClassifier(
         if observer is not None:  # what a callback sees of each problem
             pending = self._pending_prior(X.shape[1], priors, given)
             watch = {"observer": observer, "pending": pending}
-        with observed(observer):
+        # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
+        # once per fit (D-225).
+        with observed(observer), each_once():
             return [
                 self._fit_problem(
                     method,

@@ -46,7 +46,7 @@ from sklearn.utils import check_scalar
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._warnings import reemit, warn
+from .._warnings import each_once, warn
 from ..approximations import structured_laplace
 from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
@@ -365,28 +365,22 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """
         # The grid's fits warn alike (a forced covariance structure, say, at every C), and
         # the "default" filter cannot drop the repeats (each fit's own catch_warnings
-        # resets its record): each distinct warning is shown once per fit of this class.
-        recorded = []
-        try:
-            with warnings.catch_warnings(record=True) as recorded:
-                warnings.simplefilter("always")
-                # Its fits' estimated evidences are reported once, by evidence_is_estimate_
-                # and its own warning (D-107), not by each candidate's (D-178).
-                warnings.filterwarnings(
-                    "ignore",
-                    message=f".*{re.escape(ESTIMATED_EVIDENCE)}",
-                    category=UnreliableFitWarning,
-                )
-                # Nor does each fit compare its Laplace predictive with its mode: the cost
-                # would be paid at every C, and separable classes get this class's own
-                # warning.
-                unchecked = check_predictive_against_mode.set(False)
-                try:
-                    self._fit(X, y, sample_weight)
-                finally:
-                    check_predictive_against_mode.reset(unchecked)
-        finally:
-            reemit(recorded, once=True)
+        # resets its record): each distinct warning is shown once per search (D-225).
+        with each_once():
+            # Its fits' estimated evidences are reported once, by evidence_is_estimate_
+            # and its own warning (D-107), not by each candidate's (D-178).
+            warnings.filterwarnings(
+                "ignore",
+                message=f".*{re.escape(ESTIMATED_EVIDENCE)}",
+                category=UnreliableFitWarning,
+            )
+            # Nor does each fit compare its Laplace predictive with its mode: the cost
+            # would be paid at every C, and separable classes get this class's own warning.
+            unchecked = check_predictive_against_mode.set(False)
+            try:
+                self._fit(X, y, sample_weight)
+            finally:
+                check_predictive_against_mode.reset(unchecked)
         return self
 
     def _fit(self, X, y, sample_weight):
