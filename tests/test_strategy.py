@@ -220,6 +220,32 @@ def test_bmc_refuses_more_gaussian_parameters_than_its_point_cap():
     assert "VSLogisticRegression" in str(error.value)
 
 
+def test_bmc_auto_counts_its_gaussian_process_solve(monkeypatch):
+    """BMC's "auto" plans the N³/6 of its Cholesky factor within the work limit: without
+    it, 100 rows × 100 features took the cap's 16384 points, a ~100 s factorization."""
+    sized = {}
+    sizing = sampling.SamplingMethod.auto_samples
+
+    class Sized(Exception):
+        pass
+
+    def spy(method, model):
+        sized.update(n=sizing(method, model), limit=method.work_limit(model), dim=model.dim)
+        return sized["n"]
+
+    def stop(*args, **kwargs):
+        raise Sized
+
+    monkeypatch.setattr(sampling.SamplingMethod, "auto_samples", spy)
+    monkeypatch.setattr(sampling.SamplingMethod, "sampling_kernel", stop)  # nothing drawn
+    X = np.random.default_rng(0).standard_normal((100, 100))
+    with pytest.raises(Sized):
+        vsbayes.BMCLogisticRegression().fit(X, X[:, 0] > 0)
+    n = vsbayes.engine.n_family_params(sized["dim"])
+    assert n <= sized["n"] < 8 * n  # fewer points than the rule's, enough to resolve
+    assert sized["n"] ** 3 / 6 <= sized["limit"]  # the factorization within the limit
+
+
 def _work_limit(monkeypatch, limit):
     """Set the work limit of the sampling estimators' "auto" (EP's share of it left out)."""
     monkeypatch.setattr(sampling, "SAMPLING_WORK_LIMIT", limit)

@@ -303,9 +303,19 @@ class BMCMethod(SamplingMethod):
         # The Gaussian-process solve holds a few N × N matrices.
         return super().planned_bytes(dim, n_samples) + 24.0 * n_samples**2
 
+    def planned_work(self, model, n_samples: int) -> float:
+        """The points' work (:meth:`SamplingMethod.planned_work`) and the Gaussian process's
+        solve: the Gram matrix of the points (N² d multiply-adds, d the sampled dimension)
+        and its Cholesky factor (N³/6). Beyond a few thousand points the solve is most of
+        the fit: left out, "auto" took the cap's 16384 points from 36 features on, a
+        ~100 s factorization per problem (docs/decisions.md D-221)."""
+        n = float(n_samples)
+        solve = n * n * sampled_dim(model) + n**3 / 6.0
+        return super().planned_work(model, n_samples) + solve
+
     def total_samples(self, dim: int) -> int:
-        # The GP stores an N×N matrix: "auto" stops at the engine's limit (which bounds its
-        # O(N³) solve's time and O(N²) memory: planned_work counts the points' work alone).
+        # The GP stores an N×N matrix: "auto" stops at the engine's limit (its O(N²) memory
+        # at 16384 points; the O(N³) solve's time is planned_work's).
         total = super().total_samples(dim)
         if not isinstance(self.n_samples, str):
             return total

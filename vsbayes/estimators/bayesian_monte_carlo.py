@@ -156,7 +156,9 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
         one round, all sampling estimators evaluate the posterior at exactly the same
         points, so comparisons between them are paired. ``"auto"`` is sized before any
         work: where that N would exceed its work limit (6e10 multiply-adds, or 8 times
-        EP's expected work where that is more) or the memory limit, it takes as many
+        EP's expected work where that is more; the work counts the Gaussian process's
+        solve, N³/6, so that beyond about 40 features "auto" takes fewer than 8n points,
+        about 7000, and beyond about 115 refuses) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
         given (checked against memory), and must be at least n: fewer points cannot
@@ -356,7 +358,9 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
         one round, all sampling estimators evaluate the posterior at exactly the same
         points, so comparisons between them are paired. ``"auto"`` is sized before any
         work: where that N would exceed its work limit (6e10 multiply-adds, or 8 times
-        EP's expected work where that is more) or the memory limit, it takes as many
+        EP's expected work where that is more; the work counts the Gaussian process's
+        solve, N³/6, so that beyond about 40 features "auto" takes fewer than 8n points,
+        about 7000, and beyond about 115 refuses) or the memory limit, it takes as many
         points as fit, and where fewer than n fit it raises ValueError (MemoryLimitError
         where memory binds) before drawing, naming the remedies. An integer is used as
         given (checked against memory), and must be at least n: fewer points cannot
