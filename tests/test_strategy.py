@@ -279,7 +279,7 @@ def test_auto_sampling_refuses_before_drawing_beyond_the_work_limit(
         y = np.arange(len(y)) % 3
     _work_limit(monkeypatch, 1e4)
     _refusing_draws(monkeypatch)
-    with pytest.raises(ValueError, match="n_samples='auto' would draw") as error:
+    with pytest.raises(ValueError, match="n_samples='auto': its rule asks for") as error:
         cls().fit(X, y)
     assert not isinstance(error.value, MemoryLimitError)  # the work limit binds
     message = str(error.value)

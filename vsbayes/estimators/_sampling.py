@@ -198,8 +198,9 @@ class SamplingMethod:
         memory_binds = within_memory < min(wanted, within_work)
         error = MemoryLimitError if memory_binds else ValueError
         raise error(
-            f"{method} with n_samples='auto' would draw N={rule} points ({self.auto_factor}n, "
-            f"n = {n_family_params(model.dim, self.family)}) for {model.dim} parameters and "
+            f"{method} with n_samples='auto': its rule asks for N={rule} points "
+            f"({self.auto_factor}n, n = {n_family_params(model.dim, self.family)}) for "
+            f"{model.dim} parameters and "
             f"{model.n_observations} rows: {self.planned_work(model, rule):.3g} multiply-adds "
             f"and {format_bytes(self.planned_bytes(model.dim, rule))}. Points that fit: "
             f"{', '.join(limits)}: fewer than the n = {needed} parameters of the Gaussian they "
