@@ -145,16 +145,31 @@ def screen_nodes(dim: int) -> np.ndarray:
 @functools.lru_cache(maxsize=16)
 def trapezoid_nodes(dim: int, n_nodes: int = N_NODES) -> tuple[np.ndarray, np.ndarray]:
     """Tensor trapezoid rule for N(0, I_dim): ``r = ⌊n_nodes^(1/dim)⌋`` equally spaced nodes
-    per axis over ±7, weights ∝ the normal density, normalized (read-only, cached)."""
-    r = math.floor(n_nodes ** (1.0 / dim) + 1e-9)
-    t = np.linspace(-_HALF_WIDTH, _HALF_WIDTH, r)
-    w = np.exp(-0.5 * t * t)
-    w /= w.sum()
+    per axis over ±7, weights ∝ the normal density, normalized; the nodes and the log
+    weights (read-only, cached)."""
+    t = _trapezoid_axis(dim, n_nodes)
     grids = np.meshgrid(*([t] * dim), indexing="ij")
     nodes = np.stack([g.ravel() for g in grids], axis=1)
-    log_w = np.log(np.prod(np.meshgrid(*([w] * dim), indexing="ij"), axis=0).ravel())
+    log_w = np.log(trapezoid_weights(dim, n_nodes))
     nodes.flags.writeable = log_w.flags.writeable = False
     return nodes, log_w
+
+
+@functools.lru_cache(maxsize=16)
+def trapezoid_weights(dim: int, n_nodes: int = N_NODES) -> np.ndarray:
+    """The weights of :func:`trapezoid_nodes`' rule themselves, for the sums in the linear
+    domain (read-only, cached)."""
+    t = _trapezoid_axis(dim, n_nodes)
+    w = np.exp(-0.5 * t * t)
+    w /= w.sum()
+    weights = np.prod(np.meshgrid(*([w] * dim), indexing="ij"), axis=0).ravel()
+    weights.flags.writeable = False
+    return weights
+
+
+def _trapezoid_axis(dim: int, n_nodes: int) -> np.ndarray:
+    """The trapezoid rule's ``⌊n_nodes^(1/dim)⌋`` nodes on each axis, over ±7."""
+    return np.linspace(-_HALF_WIDTH, _HALF_WIDTH, math.floor(n_nodes ** (1.0 / dim) + 1e-9))
 
 
 @functools.lru_cache(maxsize=16)
@@ -432,8 +447,8 @@ def _log_average(factor, centred, z, log_w, max_bytes) -> np.ndarray:
 
 
 def _rule_log_average(factor, centred, z, w, max_bytes, embedded=None):
-    """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of few nodes and
-    signed weights ``w`` summing to 1: float64 sums in the linear domain, log sums for the
+    """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of signed weights
+    ``w`` summing to 1 (few nodes, or the three-class trapezoid's positive weights): float64 sums in the linear domain, log sums for the
     rows where some class's average is below ``_FLOAT64_FLOOR``; NaN where a sum is not
     positive (a rule with negative weights on a row too wide for it).
 
