@@ -25,8 +25,9 @@ to compute), or for three classes its largest eigenvalue λ.
 
 - *Three classes* (K − 1 = 2): tensor trapezoid rules, equally spaced nodes over ±7
   standard deviations, weighted by the normal density, averaged in float64 in the linear
-  domain (the log domain on rows where a class's average is below ~1e-280): 64 × 64 nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1,
-  48² up to 3), at the same accuracy. For analytic integrands such rules converge
+  domain (the log domain on rows where a class's average is below ~1e-280): 64 × 64
+  nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1, 48² up to 3), at the
+  same accuracy. For analytic integrands such rules converge
   geometrically; measured against a 321 × 321 rule, the absolute error is below 1e-10 where
   the centred latent variances are ≤ 10 (the smaller rules: ≤ 5e-12 at their largest λ on
   rows with tied classes). The node spacing grows with the widest direction's standard

@@ -448,9 +448,10 @@ def _log_average(factor, centred, z, log_w, max_bytes) -> np.ndarray:
 
 def _rule_log_average(factor, centred, z, w, max_bytes, embedded=None):
     """``log Σ_j w_j softmax(centred + factor z_j)`` per row for a rule of signed weights
-    ``w`` summing to 1 (few nodes, or the three-class trapezoid's positive weights): float64 sums in the linear domain, log sums for the
-    rows where some class's average is below ``_FLOAT64_FLOOR``; NaN where a sum is not
-    positive (a rule with negative weights on a row too wide for it).
+    ``w`` summing to 1 (few nodes, or the three-class trapezoid's positive weights):
+    float64 sums in the linear domain, log sums for the rows where some class's average is
+    below ``_FLOAT64_FLOOR``; NaN where a sum is not positive (a rule with negative
+    weights on a row too wide for it).
 
     With ``embedded`` weights (an embedded rule on the same nodes), also each row's largest
     difference over the classes between the two rules' averages (n,): the logs and it."""
