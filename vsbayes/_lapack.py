@@ -3,7 +3,7 @@
 ``scipy.linalg.cho_factor``, ``cho_solve`` and ``solve_triangular`` pass every call through
 SciPy's array-API and batching wrappers and a LAPACK lookup: about 25 µs a call on this
 machine, against 3-10 µs for the LAPACK routine on the matrices of a small fit (d ≤ 30),
-and a small fit makes some 50-100 such calls (D-212). These functions take the same
+and a small fit makes 13-85 such calls (D-212). These functions take the same
 arguments and call the same LAPACK routines (``potrf``, ``potrs``, ``trtrs``) with the
 same flags on the same arrays, so their results are SciPy's to the bit; anything else
 (another dtype, a stack of matrices, an empty right-hand side) goes to SciPy itself.
