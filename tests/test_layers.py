@@ -15,6 +15,7 @@ LAYERS = {
     "vsbayes._blas": 0,
     "vsbayes._choices": 0,
     "vsbayes._indices": 0,
+    "vsbayes._lapack": 0,
     "vsbayes._linalg": 0,
     "vsbayes._memory": 0,
     "vsbayes._random": 0,

@@ -247,6 +247,28 @@ def test_three_classes_keep_the_trapezoids_accuracy():
     assert TRAPEZOID_LEVELS[-1][1] == 40.0
 
 
+@pytest.mark.parametrize("per_axis", [row[0] for row in TRAPEZOID_LEVELS])
+def test_three_class_trapezoids_linear_sums_are_its_log_sums(per_axis):
+    # The trapezoid's weights are positive: the linear-domain sums equal the log sums to
+    # round-off, on ordinary rows, on rows with a class 700 to 2000 nats down (the log
+    # sums' rows) and on rows beyond the unshifted exponentials' reach.
+    rng = np.random.default_rng(5)
+    q = centred_basis(3)
+    mean = 2.0 * rng.standard_normal((9, 3))
+    mean[3:6, 2] -= [700.0, 1000.0, 2000.0]
+    mean[6:] *= 400.0
+    a = rng.standard_normal((9, 2, 2))
+    root = np.linalg.cholesky(a @ np.swapaxes(a, 1, 2) + 0.1 * np.eye(2))
+    factor, centred = q @ root, mean - mean.mean(axis=1, keepdims=True)
+    z, log_w = rules_module.trapezoid_nodes(2, per_axis**2)
+    w = rules_module.trapezoid_weights(2, per_axis**2)
+    linear = rules_module._rule_log_average(factor, centred, z, w, 1e8)
+    logs = rules_module._log_average(factor, centred, z, log_w, 1e8)
+    assert np.isfinite(linear).all()
+    # (log values up to ~3000 in size: round-off relative to each)
+    np.testing.assert_allclose(linear, logs, rtol=1e-13, atol=1e-12)
+
+
 def test_wide_ten_class_rows_meet_the_adaptive_tolerance():
     mean, cov = _rows(10, [5.0, 40.0], seed=2)
     log_p = softmax_predictive_log_proba(mean, cov)

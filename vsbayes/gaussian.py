@@ -14,8 +14,8 @@ import operator
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import cho_solve, solve_triangular
 
+from ._lapack import cho_solve, solve_triangular
 from ._linalg import thin_qr
 from ._memory import block_length, check_memory
 from ._random import as_generator

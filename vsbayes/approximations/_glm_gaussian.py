@@ -37,11 +37,11 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import cho_solve, solve_triangular
 from scipy.linalg.lapack import dpotri, dtrtri
 
 from .._blas import block_slices, map_blocks, single_blas_thread
 from .._indices import triu_indices
+from .._lapack import cho_solve, solve_triangular
 from .._memory import check_memory, format_bytes
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import cho_solve, solve_triangular
 from scipy.linalg.blas import dsyrk
 
+from .._lapack import cho_solve, solve_triangular
 from .._linalg import mirror_lower_to_upper
 from .._memory import check_memory
 from ..gaussian import lower_cholesky

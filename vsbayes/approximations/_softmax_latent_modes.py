@@ -35,8 +35,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import cho_solve
 
+from .._lapack import cho_solve
 from ..engine import LaplaceResult
 from ..models.softmax_predictive_rules import centred_basis
 from ._glm_gaussian import BlockLatent

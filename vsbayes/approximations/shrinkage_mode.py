@@ -26,10 +26,10 @@ import math
 import warnings
 
 import numpy as np
-from scipy.linalg import cho_solve
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.linear_model import Lasso
 
+from .._lapack import cho_solve
 from .._warnings import warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError

@@ -75,10 +75,10 @@ import functools
 import math
 
 import numpy as np
-from scipy.linalg import cho_solve
 from scipy.linalg.lapack import dpotri
 
 from .._indices import triu_indices
+from .._lapack import cho_solve
 from .._memory import block_bytes, check_memory, format_bytes
 from .._warnings import warn
 from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning

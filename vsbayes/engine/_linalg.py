@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
+from scipy.linalg import LinAlgError, eigh
 
+from .._lapack import cho_factor, cho_solve
 from ..exceptions import DegenerateEstimateError
 
 __all__ = ["flushed_exp", "solve_psd"]

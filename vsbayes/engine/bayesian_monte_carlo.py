@@ -14,8 +14,9 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError
 
+from .._lapack import cho_factor, cho_solve
 from ..exceptions import DegenerateEstimateError, NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._agreement import check_mean_against_is

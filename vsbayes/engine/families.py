@@ -21,11 +21,11 @@ from __future__ import annotations
 import abc
 
 import numpy as np
-from scipy.linalg import cho_solve
 from scipy.linalg.blas import dsyrk, dtrmm
 
 from .._blas import block_slices, map_blocks, sum_blocks
 from .._indices import triu_indices
+from .._lapack import cho_solve
 from .._memory import block_length
 from ..gaussian import Gaussian
 from ._linalg import solve_psd

@@ -6,9 +6,9 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.linalg import cho_solve
 from scipy.optimize import minimize
 
+from .._lapack import cho_solve
 from .._warnings import warn
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky

@@ -12,9 +12,9 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from .._blas import block_slices, map_blocks
+from .._lapack import solve_triangular
 from .._memory import check_memory
 from .._sums import logsumexp
 from ..exceptions import EstimationError

@@ -19,8 +19,8 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import solve_triangular
 
+from .._lapack import solve_triangular
 from .._memory import check_memory
 from ..gaussian import Gaussian, StructuredGaussian
 

@@ -331,11 +331,14 @@ class SoftmaxGLMPosterior:
             for j in range(0, m, block_m)
         ]
         W, b = self.split(theta)
-        # Each block of rows' weighted label sums (_label_sums), formed once for its points.
-        sums = {
-            cols.start: _label_sums(self.X[cols], self.y[cols], self.sample_weight[cols], k)
-            for _, cols in tasks
-        }
+        # Each block of rows' weighted label sums (_label_sums), formed once for all its
+        # blocks of points.
+        sums = {}
+        for _, cols in tasks:
+            if cols.start not in sums:
+                sums[cols.start] = _label_sums(
+                    self.X[cols], self.y[cols], self.sample_weight[cols], k
+                )
         args = [
             (self.X[cols], self.sample_weight[cols], sums[cols.start], W[rows], b[rows], single)
             for rows, cols in tasks

@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
+from .._lapack import cho_factor, cho_solve, solve_triangular
 from ..gaussian import Gaussian, lower_cholesky
 from .softmax_predictive_rules import centred_basis
 

@@ -24,9 +24,10 @@ the trace t of ``Qᵀ S Q`` (the sum of the centred variances, ≥ the largest o
 to compute), or for three classes its largest eigenvalue λ.
 
 - *Three classes* (K − 1 = 2): tensor trapezoid rules, equally spaced nodes over ±7
-  standard deviations, weighted by the normal density, averaged in the log domain
-  (float64): 64 × 64 nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1,
-  48² up to 3), at the same accuracy. For analytic integrands such rules converge
+  standard deviations, weighted by the normal density, averaged in float64 in the linear
+  domain (the log domain on rows where a class's average is below ~1e-280): 64 × 64
+  nodes, and fewer where λ is small (20² up to λ = 0.3, 32² up to 1, 48² up to 3), at the
+  same accuracy. For analytic integrands such rules converge
   geometrically; measured against a 321 × 321 rule, the absolute error is below 1e-10 where
   the centred latent variances are ≤ 10 (the smaller rules: ≤ 5e-12 at their largest λ on
   rows with tied classes). The node spacing grows with the widest direction's standard
@@ -303,6 +304,7 @@ from .softmax_predictive_rules import (
     sparse_grid_nodes,
     stroud_nodes,
     trapezoid_nodes,
+    trapezoid_weights,
 )
 
 __all__ = [
@@ -541,13 +543,16 @@ def centred_softmax_predictive_log_proba(
     dim = k - 1
     if dim <= TRAPEZOID_MAX_DIM:
         # Two dimensions: the trapezoid rule, as accurate as 64 × 64 nodes (1e-10 up to a
-        # largest variance of 10) on fewer nodes where the rows are narrower.
+        # largest variance of 10) on fewer nodes where the rows are narrower. Its weights
+        # are positive: sums in the linear domain (the rows with a class's average below
+        # float64's range in log sums) are its log sums to round-off, in half the time.
         largest = np.linalg.eigvalsh(reduced).max(axis=1)
         for per_axis, widest in TRAPEZOID_LEVELS:
-            z_tr, log_w = trapezoid_nodes(dim, per_axis**dim)
+            z_tr = trapezoid_nodes(dim, per_axis**dim)[0]
+            w_tr = trapezoid_weights(dim, per_axis**dim)
             take(
                 np.flatnonzero(~done & (largest <= widest)),
-                lambda f, c, z_tr=z_tr, log_w=log_w: _log_average(f, c, z_tr, log_w, max_bytes),
+                lambda f, c, z_tr=z_tr, w_tr=w_tr: _rule_log_average(f, c, z_tr, w_tr, max_bytes),
             )
     else:
         z, w = stroud_nodes(dim)
