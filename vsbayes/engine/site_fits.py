@@ -183,17 +183,26 @@ def fit_sites(
     v = _kernel_start(wp, k, family.n_params)
     # At the kernel q̄ is the sampled mass at every node: no exponentials.
     level = np.exp(v[:, 0] + 0.5 * k * math.log(2.0 * math.pi))
-    wq_all = weights * level[:, None]
-    value = wq_all.sum(axis=1) - np.einsum("mn,mn->m", target_moments, v)
     starts = everyone
     if k > 1:
+        # The kernel's objective from its mass alone; its weighted fit is formed only for
+        # the few sites that stay there (the step's evaluation is every other site's).
+        mass = level * weights.sum()
+        value = mass - np.einsum("mn,mn->m", target_moments, v)
         grad = level[:, None] * shared.gram[0] - target_moments
         step = grad @ shared.gram_inverse()
         step /= -level[:, None]
-        # Per unit of mass (the mass is the level times the weights' sum).
-        decrement = -np.einsum("mn,mn->m", grad, step) / wq_all.sum(axis=1)
-        _take_better(v, value, wq_all, everyone, v + step, objective)
+        decrement = -np.einsum("mn,mn->m", grad, step) / mass  # per unit of mass
+        stepped_value, wq_all = objective(everyone, v + step)
+        better = stepped_value < value
+        v[better] += step[better]
+        value[better] = stepped_value[better]
+        if not better.all():
+            wq_all[~better] = weights * level[~better, None]
         starts = np.flatnonzero(~(decrement <= _MOMENT_START))
+    else:
+        wq_all = weights * level[:, None]
+        value = wq_all.sum(axis=1) - np.einsum("mn,mn->m", target_moments, v)
     if starts.size:
         if starts is not everyone:
             wp = wp[starts]
@@ -203,13 +212,16 @@ def fit_sites(
             _take_better(v, value, wq_all, starts, matched, objective)
     del folded
     active = everyone  # sites still iterating
+    # Their weighted fits, in the order of `active` (gathered only when sites leave it, and
+    # replaced by the line search's evaluations where every site took its full step: each
+    # pass over these (M, P) values costs as much as a fitted value's exponential).
+    wq, wq_all = wq_all, None
     failed = np.zeros(m, dtype=bool)
     n_iter = 0
     while active.size and n_iter < max_iter:
         n_iter += 1
         # (At the first iteration every site: the arrays themselves, not gathered copies.)
         every = active is everyone
-        wq = wq_all if every else wq_all[active]
         mass = wq.sum(axis=1)
         folded = shared.folded(wq)  # (the gradient's and the full sites' Hessians' share it)
         grad = shared.sums(wq, folded) - (target_moments if every else target_moments[active])
@@ -277,8 +289,10 @@ def fit_sites(
         v[active[resolved]] += step[resolved]
         again = active[resolved & (decrement > limit * mass)]  # chord sites not done
         if again.size:
-            value[again], wq_all[again] = objective(again, v[again])
-        active, step, decrement = active[~resolved], step[~resolved], decrement[~resolved]
+            value[again], again_wq = objective(again, v[again])
+        if resolved.any():
+            kept = ~resolved
+            active, step, decrement, wq = active[kept], step[kept], decrement[kept], wq[kept]
         # Backtracking on each site's convex objective; the sites whose full step is taken
         # (nearly all, from a kernel near the target) need one evaluation.
         pending = np.arange(active.size)
@@ -289,11 +303,11 @@ def fit_sites(
             trial = v[sites] + scale[pending, None] * step[pending]
             trial_value, trial_wq = objective(sites, trial)
             ok = trial_value <= value[sites] - 1e-4 * scale[pending] * decrement[pending]
-            v[sites[ok]], value[sites[ok]], wq_all[sites[ok]] = (
-                trial[ok],
-                trial_value[ok],
-                trial_wq[ok],
-            )
+            v[sites[ok]], value[sites[ok]] = trial[ok], trial_value[ok]
+            if ok.all() and len(pending) == len(active):
+                wq = trial_wq
+            else:
+                wq[pending[ok]] = trial_wq[ok]
             pending = pending[~ok]
             if not pending.size:
                 break
@@ -301,7 +315,10 @@ def fit_sites(
         else:
             # No decrease along a Newton step: the site sits at round-off from its optimum.
             stalled[pending] = True
-        active = np.concatenate([active[~stalled], again])
+        if stalled.any():
+            active, wq = active[~stalled], wq[~stalled]
+        if again.size:
+            active, wq = np.concatenate([active, again]), np.concatenate([wq, again_wq])
     precision, eta, c = family.natural_from_theta(family.theta_from_basis(v))
     return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
 
