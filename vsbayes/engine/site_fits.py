@@ -147,17 +147,29 @@ def fit_sites(
         t = np.matmul(kernel_chol, z.T).transpose(0, 2, 1)  # (M, P, k): L_i z_j
         t += kernel_mean[:, None, :]
         log_p = log_target(t)
-    # log p̄ = log p/π, in float64 whatever the target's dtype (one pass: the same bits as
-    # converting first).
-    log_ratio = np.subtract(log_p, log_window, dtype=float)
-    if gaussian_factor is not None:
-        log_ratio += shared.values(_factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol))
-    # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p.
+    weighted = gaussian_factor is not None and shared.uniform
+    if weighted:
+        # log(w p̄) = log w − log π + the factor + log p, the first three one quadratic in
+        # the frame (the factor's coordinates plus the window's, as weighted_fit takes
+        # them): one product and one pass, where the window's subtraction and the weights'
+        # product took a pass over the (M, P) values each.
+        factor = _factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol)
+        log_ratio = shared.values(factor + shared._window_basis)
+        np.add(log_ratio, log_p, out=log_ratio)
+    else:
+        # log p̄ = log p/π, in float64 whatever the target's dtype (one pass: the same bits
+        # as converting first).
+        log_ratio = np.subtract(log_p, log_window, dtype=float)
+        if gaussian_factor is not None:
+            log_ratio += shared.values(_factor_in_frame(*gaussian_factor, kernel_mean, kernel_chol))
+    # One shift per site: the largest ratio is 1, so no overflow whatever the scale of p
+    # (with the weights in it, w p̄ at most 1: the same shift of p̄, whose scale log Z adds).
     shift = np.max(log_ratio, axis=1)
     shift = np.where(np.isfinite(shift), shift, 0.0)
     log_ratio -= shift[:, None]
     wp = flushed_exp(log_ratio)
-    wp *= weights  # (M, P)
+    if not weighted:
+        wp *= weights  # (M, P)
     folded = shared.folded(wp)  # (the target's moments and the moment start share it)
     target_moments = shared.sums(wp, folded)  # (M, n): Σ_j w_j p̄_ij φ_j
 
