@@ -264,3 +264,63 @@ def test_newton_sites_stopped_at_a_loose_chord_stop_are_left_within_its_square()
     )
     assert np.abs(divergence).max() <= 81 * stop**2 / 8
     np.testing.assert_allclose(loose.log_Z, tight.log_Z, rtol=0, atol=4.5 * stop)
+
+
+def _gaussian_divergence(mean, cov, other_mean, other_cov):
+    """KL(N(mean, cov) ‖ N(other_mean, other_cov)) per row."""
+    k = mean.shape[1]
+    prec = np.linalg.inv(other_cov)
+    gap = other_mean - mean
+    return 0.5 * (
+        np.einsum("mab,mba->m", prec, cov)
+        + np.einsum("ma,mab,mb->m", gap, prec, gap)
+        - k
+        + np.linalg.slogdet(other_cov)[1]
+        - np.linalg.slogdet(cov)[1]
+    )
+
+
+def test_site_fits_from_the_kernels_newton_step_reach_the_moment_starts_optimum(monkeypatch):
+    """The fits start from the kernel, its exact Newton step, and (only where that step's
+    decrement exceeds ``_MOMENT_START``) the Gaussian of the target's moments on the rule:
+    the objective is convex, so every start reaches the same optimum, each within its stop
+    (a remaining decrement ≤ _TOL = 10⁻¹⁴ per unit of mass: two fits within KL ≤ 2 _TOL of
+    each other, above the KL's own round-off of ~10⁻¹⁵ at k = 3). The kernel's step is
+    Newton's (the Hessian there is the mass times the Gram matrix): where the kernel is
+    near the optimum (KL₀ = δ/2 at a decrement δ), the step leaves a decrement of at most
+    about κ δ² / 4 (κ ≤ 81, D-203), a KL of at most κ KL₀² / 2."""
+    from vsbayes.engine import site_fits
+    from vsbayes.sampling import SymmetricSobol
+
+    rng = np.random.default_rng(3)
+    m, k = 40, 3
+    # Factors from nearly flat (short kernel steps) to sharp (long ones).
+    slopes = np.geomspace(0.01, 3.0, m)[:, None, None] * rng.normal(size=(m, 4, k))
+    offsets = rng.normal(size=(m, 4))
+
+    def log_target(t):
+        logits = np.einsum("mca,mpa->mpc", slopes, t) + offsets[:, None, :]
+        return -np.logaddexp(0.0, -logits).sum(axis=2)
+
+    mean = rng.normal(size=(m, k))
+    chol = np.broadcast_to(np.sqrt(2.0) * np.eye(k), (m, k, k))
+    cavity = (np.broadcast_to(0.5 * np.eye(k), (m, k, k)), 0.5 * mean)
+    rule = SymmetricSobol(16)
+
+    def fit(threshold, **options):
+        monkeypatch.setattr(site_fits, "_MOMENT_START", threshold)
+        return fit_sites(log_target, mean, chol, rule, gaussian_factor=cavity, **options)
+
+    default = fit(site_fits._MOMENT_START)
+    for threshold in (0.0, np.inf):  # every site also from its moments; none
+        other = fit(threshold)
+        assert other.integrable.all()
+        divergence = _gaussian_divergence(other.mean, other.cov, default.mean, default.cov)
+        assert np.abs(divergence).max() <= 2 * site_fits._TOL
+    kernel_step = fit(np.inf, max_iter=0)
+    kernel = fit_sites(lambda t: np.zeros(t.shape[:2]), mean, chol, rule, max_iter=0)
+    step_gap = _gaussian_divergence(kernel_step.mean, kernel_step.cov, default.mean, default.cov)
+    kernel_gap = _gaussian_divergence(kernel.mean, kernel.cov, default.mean, default.cov)
+    near = kernel_gap <= 1e-2
+    assert near.sum() >= 5
+    assert (step_gap[near] <= 40.5 * kernel_gap[near] ** 2).all()
