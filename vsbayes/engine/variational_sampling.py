@@ -349,6 +349,16 @@ def variational_sampling(
         the fit (chi-square tail probability below 1e-9 in the fit's own metric): the fit
         extrapolates beyond the few points that carry the weight.
 
+    Warns
+    -----
+    UnreliableFitWarning
+        If the fit has fewer than 2n points, an effective sample size below d + 1, an
+        unknown predicted error (:class:`~vsbayes.exceptions.UnknownErrorWarning`), or a
+        predicted error ``kl_error`` above :data:`UNRELIABLE_KL` (0.25 nats) without
+        meeting a ``target_kl`` asked for.
+    ConvergenceWarning
+        If the solver reached ``max_iter``.
+
     Examples
     --------
     >>> import numpy as np

@@ -209,6 +209,13 @@ class BayesianUpdating(SiteWindowUpdates):
         four data sets and a 4-class problem (``benchmarks/results/streaming.md``; VS
         without the buffer, up to 4 % worse).
 
+        The order of the rows matters: a stream sorted by class ends far from a fit of its
+        rows, since the Gaussian that carries the earlier batches stands for their rows
+        poorly where a later batch moves the posterior. A call of more than one row warns
+        (UnreliableFitWarning) where its class shares reject a random order and it moved
+        the posterior beyond what a batch of a shuffled stream moves it; shuffle such a
+        stream.
+
         Where the dense posterior does not fit (text scale: see ``covariance_structure_``),
         a binary or one-vs-rest stream fits each batch, one row too, by the structured
         Laplace route under the projection of the posterior before it (mean, marginal
