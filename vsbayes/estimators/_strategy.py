@@ -314,9 +314,11 @@ class VSMethod(SamplingMethod):
     def _check_predicted(self, fit: MethodFit) -> None:
         """Warn where a route kept EP with a predicted error above UNRELIABLE_KL (its
         departure from the global fit plus that fit's error; a global fit's own, the
-        engine warns of)."""
+        engine warns of, as of an unknown one, inf, which this sum then is too)."""
         error = fit.kl_error
-        if error is None or fit.stop_reason == "target_kl" or not error > UNRELIABLE_KL:
+        if error is None or fit.stop_reason == "target_kl" or math.isinf(error):
+            return
+        if not error > UNRELIABLE_KL:
             return
         warn(
             f"{self.estimator_name}: the posterior kept (strategy_={fit.strategy!r}) has a "
