@@ -525,3 +525,29 @@ def test_the_evidence_tensor_norm_from_pairs_of_rows_is_the_tensors(step):
     np.testing.assert_array_equal(by_pairs[0], by_tensor[0])
     assert by_pairs[2:] == by_tensor[2:]
     assert by_pairs[1] == pytest.approx(np.sum(by_tensor[1] ** 2), rel=1e-12)
+
+
+def test_a_kept_ep_whose_predicted_error_is_large_warns():
+    """strategy="auto" keeps EP where the global fit departs from it within 4 times that
+    fit's error, and reports EP's predicted error as the sum of both: above UNRELIABLE_KL
+    it warns as a global fit's would (D-215); an unknown one (inf: the global fit's own
+    UnknownErrorWarning says so) or one that met the target does not."""
+    from vsbayes.engine.variational_sampling import UNRELIABLE_KL
+    from vsbayes.estimators._methods import MethodFit
+
+    method = vsbayes.VSLogisticRegression()._new_posterior_method()
+    posterior = vsbayes.Gaussian(np.zeros(2), np.eye(2))
+
+    def kept(error, stop=None):
+        return MethodFit(
+            posterior, 1, strategy="sites", reason="why", kl_error=error, stop_reason=stop
+        )
+
+    with pytest.warns(UnreliableFitWarning, match=r"predicted error of 0\.5 nats"):
+        method._check_predicted(kept(2 * UNRELIABLE_KL))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreliableFitWarning)
+        method._check_predicted(kept(UNRELIABLE_KL / 2))
+        method._check_predicted(kept(np.inf))
+        method._check_predicted(kept(2 * UNRELIABLE_KL, "target_kl"))
+        method._check_predicted(kept(None))

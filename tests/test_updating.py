@@ -1571,3 +1571,132 @@ def test_partial_fit_after_a_flat_prior_fit_names_a_remedy_that_works(cancer, fl
     assert "was set after" not in str(error.value)
     stream = vb.EPLogisticRegression(prior=model).partial_fit(X[300:], y[300:], classes=[0, 1])
     assert stream.score(X, y) > 0.9
+
+
+def _sorted_batches(y, mixed: int, size: int) -> list[np.ndarray]:
+    """Row indices of a stream sorted by class in batches of ``size``, each batch with
+    ``mixed`` rows of the other classes (taken in turn from the ends of their rows)."""
+    pools = [list(np.flatnonzero(y == c)) for c in np.unique(y)]
+    batches = []
+    for c, pool in enumerate(pools):
+        others = [d for d in range(len(pools)) if d != c]
+        taken = [pools[others[i % len(others)]].pop() for i in range(mixed)]
+        batches.append(np.array(pool[: size - mixed] + taken))
+        del pool[: size - mixed]
+    return batches
+
+
+@pytest.fixture(scope="module")
+def sorted_stream():
+    X, y = make_classification(1000, random_state=0)
+    return X, y, _sorted_batches(y, 9, 500)
+
+
+def test_an_ordered_stream_whose_batch_moves_the_posterior_far_warns(sorted_stream):
+    """A stream sorted by class whose first batch holds 9 rows of the other class (of 500):
+    its posterior is skewed, and the second batch moves it into the tail of the Gaussian
+    that carries it, where the earlier rows are its extrapolation (the exact moments of the
+    first batch's posterior carried give the same collapse, D-216). The second call
+    warns; the stream's log loss is twice the fit's (what the warning is about)."""
+    X, y, batches = sorted_stream
+    ordered = r"class shares .* are not the earlier rows'"
+    stream = vb.EPLogisticRegression()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", ordered, vb.exceptions.UnreliableFitWarning)
+        stream.partial_fit(X[batches[0]], y[batches[0]], classes=[0, 1])
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match=ordered):
+        stream.partial_fit(X[batches[1]], y[batches[1]])
+    fit = vb.EPLogisticRegression().fit(X, y)
+    loss = metrics.log_loss
+    assert loss(y, stream.predict_proba(X)) > 1.5 * loss(y, fit.predict_proba(X))
+    # A stream after a fit: the fit's rows are the earlier ones.
+    after = vb.EPLogisticRegression().fit(X[batches[0]], y[batches[0]])
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match=ordered):
+        after.partial_fit(X[batches[1]], y[batches[1]])
+
+
+def test_a_posterior_move_beyond_its_bound_is_rare_where_the_posterior_is_exact(rng):
+    """The move test's premise: under an exchangeable stream the posterior mean is a
+    martingale whose step has covariance Σ₀ − Σ₁. In the conjugate linear-Gaussian model
+    the posteriors are exact: over data drawn from the prior predictive, the Chernoff
+    bound of the move falls below α in at most a fraction α of the streams (within Monte
+    Carlo error), and the statistic's mean is the Σλ it is compared with."""
+    from vsbayes.estimators._stream_order import move_bound
+
+    d, n0, n1, trials, alpha = 4, 20, 30, 2000, 0.05
+    noise = 0.5
+
+    def posterior(X, y, precision, shift):  # N(0, I) prior, Gaussian rows of sd noise
+        precision = precision + X.T @ X / noise**2
+        shift = shift + X.T @ y / noise**2
+        cov = np.linalg.inv(precision)
+        return cov @ shift, cov, precision, shift
+
+    below, stats, expected = 0, [], []
+    for _ in range(trials):
+        theta = rng.standard_normal(d)
+        X = rng.standard_normal((n0 + n1, d))
+        y = X @ theta + noise * rng.standard_normal(n0 + n1)
+        mean0, cov0, precision, shift = posterior(X[:n0], y[:n0], np.eye(d), np.zeros(d))
+        mean1, cov1, _, _ = posterior(X[n0:], y[n0:], precision, shift)
+        stat, mean, bound = move_bound(mean0, np.linalg.cholesky(cov0), mean1, cov1)
+        below += bound < np.log(alpha)
+        stats.append(stat)
+        expected.append(mean)
+    assert below / trials <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / trials)
+    # (the statistic is what the bound assumes: its mean within 4 standard errors)
+    assert abs(np.mean(stats) - np.mean(expected)) < 4 * np.std(stats) / np.sqrt(trials)
+
+
+def test_an_ordered_multinomial_stream_warns():
+    """Three classes sorted, 300 rows a batch with 9 of the other classes: the multinomial
+    posterior collapses as the binary one (log loss 2.2× the fit's with EP)."""
+    X, y = make_classification(900, n_features=6, n_informative=4, n_classes=3, random_state=0)
+    batches = _sorted_batches(y, 9, 300)
+    stream = vb.EPLogisticRegression()
+    with pytest.warns(vb.exceptions.UnreliableFitWarning, match="class shares"):
+        for batch in batches:
+            stream.partial_fit(X[batch], y[batch], classes=[0, 1, 2])
+
+
+@pytest.mark.parametrize(("share", "decay"), [(0.5, 1.0), (0.9, 0.99)])
+def test_shuffled_streams_do_not_warn_of_their_order(share, decay):
+    """Rows in random order, batches of 5 to 150 rows, balanced and 9:1 classes, with and
+    without forgetting: the class-share test's bound holds for any size (the smallest of
+    2.4·10⁶ shuffled batches' was 5·10⁻⁵, against 10⁻⁹), so no call warns of order."""
+    X, y = make_classification(300, n_features=5, weights=[share], random_state=1)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "class shares", vb.exceptions.UnreliableFitWarning)
+        for size in (5, 50, 150):
+            for cls in (vb.LaplaceLogisticRegression, vb.EPProbitRegression):
+                stream, order = cls(decay=decay), rng.permutation(len(y))
+                for start in range(0, len(y), size):
+                    rows = order[start : start + size]
+                    stream.partial_fit(X[rows], y[rows], classes=[0, 1])
+
+
+def test_the_class_order_bound_holds_against_the_exact_hypergeometric_tail():
+    """Under rows in random order a batch's count of a class is hypergeometric: the bound
+    on the probability of counts at least as far from the pooled share (in KL, seen from
+    the batch's rows or the earlier ones) is never below the exact tail."""
+    from scipy.stats import hypergeom
+
+    from vsbayes.estimators._stream_order import class_order_bound
+
+    for n_earlier, n_batch, ones in [(10, 5, 6), (40, 40, 20), (200, 30, 12), (30, 200, 190)]:
+        draws = np.arange(max(0, ones - n_earlier), min(ones, n_batch) + 1)
+        pmf = hypergeom(n_earlier + n_batch, ones, n_batch).pmf(draws)
+        bounds = np.array(
+            [
+                class_order_bound(
+                    np.array([n_earlier - (ones - b), ones - b], float),
+                    np.array([n_batch - b, b], float),
+                )
+                for b in draws
+            ]
+        )
+        for bound in bounds:
+            tail = pmf[bounds <= bound].sum()  # counts at least as far (a smaller bound)
+            assert tail <= np.exp(bound) * (1 + 1e-12)
+        assert bounds.min() < np.log(pmf.max())  # (not the trivial bound 0)

@@ -27,7 +27,17 @@ from .rounds import run_rounds
 from .sample_pool import Frame, SamplePool, isotropic_start
 from .vs_solver import EXACT_HESSIAN_MAX_PARAMS, VSSolver
 
-__all__ = ["n_family_params", "variational_sampling"]
+__all__ = ["UNRELIABLE_KL", "n_family_params", "variational_sampling"]
+
+#: A fit whose predicted error ``kl_error`` (expected excess KL, nats) exceeds this warns
+#: (UnreliableFitWarning), unless it met a ``target_kl`` asked for: the level at which
+#: importance sampling's moments warn (effective sample size below 2n: n/(2·ESS) nats,
+#: D-173), so that a sampled fit's own prediction is held to one standard. A Gaussian a
+#: quarter of a nat away moves a mean by 0.7 sd along some direction; single fits'
+#: errors reach 1.6-3× the prediction (its calibration). Default fits predict 0.003-0.06
+#: (8n-64n points); iris's multinomial fit forced to family="diagonal" predicted 0.3-22,
+#: one at training accuracy 0.65 against 0.97 (D-215).
+UNRELIABLE_KL = 0.25
 
 # An intermediate round only provides the next kernel: its fit stops once the optimization
 # error is below this fraction of its own sampling error, without the exact-Hessian
@@ -155,7 +165,7 @@ def _not_integrable(sol, n_samples: int, n_params: int, dim: int) -> str:
     )
 
 
-def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
+def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int, family: str) -> None:
     """Warn when the final fit's own diagnostics say it may be inaccurate."""
     if not sol.converged:
         warn(
@@ -193,6 +203,35 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int) -> None:
             f"rounds > 1) or more samples.",
             UnknownErrorWarning,
         )
+    elif sol.kl_error > UNRELIABLE_KL and sol.stop_reason != "target_kl":
+        # (A fit that met a target_kl asked for is what was asked, whatever its level.)
+        warn(unreliable_message(sol, family), UnreliableFitWarning)
+
+
+def unreliable_message(sol: VSResult, family: str) -> str:
+    """The warning of a fit whose predicted error is above :data:`UNRELIABLE_KL`: what
+    was measured and what lowers it."""
+    remedies = [
+        f"more points (n_samples; the error falls like 1/N, so about "
+        f"{math.ceil(sol.kl_error / UNRELIABLE_KL * sol.n_samples)} for {UNRELIABLE_KL:g} nats)"
+    ]
+    if family == "diagonal":
+        remedies.insert(
+            0,
+            "family='gaussian' (a diagonal fit's adapted kernels ignore the target's "
+            "correlations, which scatters the weights)",
+        )
+    remedies.append(
+        "or an approximation that does not sample (expectation propagation, the Laplace "
+        "approximation)"
+    )
+    return (
+        f"Variational sampling's predicted error is {sol.kl_error:.3g} nats (excess KL, "
+        f"N={sol.n_samples} points, effective sample size {sol.ess:.3g}), above "
+        f"{UNRELIABLE_KL:g}: the fitted Gaussian may be far from the target (its mean off "
+        f"by about sqrt(2·{sol.kl_error:.3g}) = {math.sqrt(2 * sol.kl_error):.2g} sd along "
+        f"some direction). Use {', '.join(remedies)}."
+    )
 
 
 def variational_sampling(
@@ -310,6 +349,16 @@ def variational_sampling(
         the fit (chi-square tail probability below 1e-9 in the fit's own metric): the fit
         extrapolates beyond the few points that carry the weight.
 
+    Warns
+    -----
+    UnreliableFitWarning
+        If the fit has fewer than 2n points, an effective sample size below d + 1, an
+        unknown predicted error (:class:`~vsbayes.exceptions.UnknownErrorWarning`), or a
+        predicted error ``kl_error`` above :data:`UNRELIABLE_KL` (0.25 nats) without
+        meeting a ``target_kl`` asked for.
+    ConvergenceWarning
+        If the solver reached ``max_iter``.
+
     Examples
     --------
     >>> import numpy as np
@@ -373,5 +422,5 @@ def variational_sampling(
     )
     if extend is None:
         result = result.replace(stop_reason="n_samples")
-    _warn_about(result, kernel.dim, n_params, max_iter)
+    _warn_about(result, kernel.dim, n_params, max_iter, family)
     return result

@@ -429,8 +429,12 @@ class BayesianGLMClassifier(
             self._store(method, fits, X.shape[1], dtype, evidence_defined=not flat)
             if isinstance(method, LaplaceMethod) and self._is_multinomial() and not is_dask(X):
                 _warn_if_predictive_leaves_the_mode(self, X, y_index, weights)
+            vars(self).pop("_stream_class_counts_", None)
             if not is_dask(X):  # (loo checks its rows are these; a dask X is not read twice)
                 self._training_fingerprint_ = TrainingFingerprint.of(X, y_index, weights)
+                # (a stream after the fit tests its batches' class shares against these)
+                counts = np.bincount(y_index[weights > 0], minlength=len(self.classes_))
+                self._stream_class_counts_ = counts.astype(float)
             vars(self).pop("_stream_buffer", None)  # partial_fit restarts from this posterior
             vars(self).pop("_unseen_classes_", None)  # (fit's classes_ all have rows)
             self._coefficient_factor_ = factor  # the summary's relevance of each coefficient

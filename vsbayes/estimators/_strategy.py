@@ -26,6 +26,7 @@ from ..approximations.expectation_propagation import factor_is_log_concave
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..engine.sample_pool import grown_bytes_per_point
+from ..engine.variational_sampling import UNRELIABLE_KL
 from ..exceptions import (
     ConvergenceWarning,
     EstimationError,
@@ -226,6 +227,7 @@ class VSMethod(SamplingMethod):
         else:
             fit = self._binary(model, laplace, rng)
         self._check_target(fit)
+        self._check_predicted(fit)
         if note and fit.reason:
             fit = dataclasses.replace(fit, reason=f"{note}; {fit.reason}")
         return fit
@@ -308,6 +310,24 @@ class VSMethod(SamplingMethod):
                 f"of {error:.3g} nats, short of target_kl={self.target_kl:g}. {remedy}",
                 ConvergenceWarning,
             )
+
+    def _check_predicted(self, fit: MethodFit) -> None:
+        """Warn where a route kept EP with a predicted error above UNRELIABLE_KL (its
+        departure from the global fit plus that fit's error; a global fit's own, the
+        engine warns of, as of an unknown one, inf, which this sum then is too)."""
+        error = fit.kl_error
+        if error is None or fit.stop_reason == "target_kl" or math.isinf(error):
+            return
+        if not error > UNRELIABLE_KL:
+            return
+        warn(
+            f"{self.estimator_name}: the posterior kept (strategy_={fit.strategy!r}) has a "
+            f"predicted error of {error:.3g} nats (kl_error_), above {UNRELIABLE_KL:g}: "
+            f"{fit.reason}. Use more points (n_samples) for the global fit that measures "
+            f"it, or compare with LaplaceLogisticRegression/EPLogisticRegression "
+            f"(or the probit ones).",
+            UnreliableFitWarning,
+        )
 
     def _say_planned_work(self, model) -> None:
         """The binary routes' planned work, before any of it."""

@@ -371,6 +371,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         calibrated in median, not a bound: single fits measured up to 1.6 times it on the
         multinomial benchmarks, within a factor 3 in 99 % of the binary ones.
         It is the posterior's error, not the evidence's (``log_marginal_likelihood_value_``).
+        Above 0.25 nats the fit warns (UnreliableFitWarning), unless it met a ``target_kl``
+        asked for.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
         ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
@@ -674,6 +676,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         calibrated in median, not a bound: single fits measured up to 1.6 times it on the
         multinomial benchmarks, within a factor 3 in 99 % of the binary ones.
         It is the posterior's error, not the evidence's (``log_marginal_likelihood_value_``).
+        Above 0.25 nats the fit warns (UnreliableFitWarning), unless it met a ``target_kl``
+        asked for.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
         ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
