@@ -32,7 +32,8 @@ Multinomial part (D-044): ``predict_proba`` of ``LaplaceLogisticRegression`` (C 
 standardized digits (10 classes × 64 features: its own 1,797 rows, and 1e5 rows resampled
 from them), on make_classification 4000 × 8 with 4 classes, and on 20,000 held-out rows of
 make_classification 40,000 × 20 with 6 and 10 classes (rows of moderate spread, which the
-sparse grids take: D-195), against
+sparse grids take: D-195) and with 15, 20 and 30 classes (most rows of the first two on the
+anisotropic grid, D-204; the third beyond its dimensions, on the QMC rule), against
 ``LogisticRegression().predict_proba`` on the same rows (interleaved rounds, medians; LR's
 time the faster of its default-thread and one-thread medians), with one pass of the latent
 moments alone (the floor of any rule on exact moments), the share of rows per rule, and
@@ -40,7 +41,9 @@ the largest and 99th-percentile absolute errors on 200 rows stratified by latent
 against references (cached under ``results/cache``; two references on other scramblings
 compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
 of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
-QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4). Also ``predict`` against
+QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4; not for 15 to 30 classes, whose
+references are on 100 rows). On the anisotropic grid's rows, its own values' error beside
+its estimate (D-204: kept where the estimate is ≤ 2e-5). Also ``predict`` against
 ``LogisticRegression().predict`` in the same rounds (D-157: each wide row refined only
 until its class is settled). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
 
@@ -443,11 +446,18 @@ PLAIN_REFERENCE_NODES = 2**20
 #: and predicted on the other, whose rows' centred latent traces (0.06-0.7 at 10 classes)
 #: lie mostly just past the degree-5 rule's range (D-195: the sparse grids take them).
 MODERATE_CLASSES = (6, 10)
+#: Classes of the many-class cases, as the moderate ones: 15 and 20 classes (rows of traces
+#: ~0.1-2.3, which the anisotropic grid tries up to 1.5: D-204) and 30 (beyond the grid's
+#: dimensions: the QMC rule). Their references are built on fewer rows
+#: (:data:`MANY_REFERENCE_ROWS`): a 2^20-node reference costs a time linear in K a row.
+MANY_CLASSES = (15, 20, 30)
+MANY_REFERENCE_ROWS = 100
 
 
 def multinomial_problems():
     """Standardized digits (10 classes × 64), make_classification 4000 × 8 (4 classes) and
-    the moderate-spread cases (:data:`MODERATE_CLASSES`): LaplaceLogisticRegression and
+    the moderate-spread and many-class cases (:data:`MODERATE_CLASSES`,
+    :data:`MANY_CLASSES`): LaplaceLogisticRegression and
     LogisticRegression, both C = 1, and the rows to predict (the training rows, or for the
     moderate cases the held-out half)."""
     from sklearn.datasets import load_digits, make_classification
@@ -459,7 +469,7 @@ def multinomial_problems():
     X, y = load_digits(return_X_y=True)
     Xc, yc = make_classification(4000, 8, n_informative=6, n_classes=4, random_state=0)
     data = {"digits": (X, y, None), "4 classes": (Xc, yc, None)}
-    for k in MODERATE_CLASSES:
+    for k in MODERATE_CLASSES + MANY_CLASSES:
         Xm, ym = make_classification(
             40_000, 20, n_informative=16, n_classes=k, n_clusters_per_class=1, random_state=0
         )
@@ -686,9 +696,63 @@ def references(name, mean, cov, rows, n_nodes):
     return reference, second
 
 
-def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
+def anisotropic_grid_rows(mean, reduced, tried):
+    """The anisotropic grid's probabilities (normalized) and estimates on the ``tried`` rows
+    (D-204: rows of 13 to 23 classes in its trace range), as the predictive computes them,
+    and which rows keep them (estimate ≤ ``ANISOTROPIC_GRID_ESTIMATE``, default ``tol``)."""
+    k = mean.shape[1]
+    reduced = reduced[tried]
+    factor = _rules.centred_basis(k) @ _rules._roots(0.5 * (reduced + np.swapaxes(reduced, 1, 2)))
+    centred = mean[tried] - mean[tried].mean(axis=1, keepdims=True)
+    z, w, embedded = _rules.anisotropic_grid_nodes(k - 1)
+    logs, estimate = _rules._rule_log_average(
+        _rules._curvature_rotation(factor, centred), centred, z, w, 2**27, embedded=embedded
+    )
+    kept = ~np.isnan(logs).any(axis=1) & (estimate <= _rules.ANISOTROPIC_GRID_ESTIMATE)
+    with np.errstate(invalid="ignore"):
+        proba = np.exp(logs - np.log(np.exp(logs).sum(axis=1, keepdims=True)))
+    return proba, estimate, kept
+
+
+def grid_check(proba, mean, reduced, rules, rows, reference):
+    """The anisotropic grid's rows: their share, and on the reference rows among them the
+    grid's error against the references beside its estimate (D-204's claim: the error is
+    below the estimate, so ≤ 2e-5 on the rows that keep the grid). Relabels ``rules``."""
+    tried = np.flatnonzero([str(r).startswith("anisotropic") for r in rules])
+    if not tried.size:
+        return None
+    grid, estimate, kept = anisotropic_grid_rows(mean, reduced, tried)
+    nodes = len(_rules.anisotropic_grid_nodes(mean.shape[1] - 1)[0])
+    rules[tried[kept]] = f"anisotropic grid ({nodes} nodes)"
+    rules[tried[~kept]] = "QMC (grid tried, estimate > 2e-5)"
+    at = np.flatnonzero(np.isin(tried, rows))  # tried rows among the reference rows
+    where = np.searchsorted(rows, tried[at])
+    error = np.abs(grid[at] - reference[where]).max(axis=1)
+    on = kept[at]
+    ratio = error / estimate[at]
+    return {
+        "tried_share": tried.size / len(rules),
+        "kept_share": int(kept.sum()) / len(rules),
+        "reference_rows_tried": int(at.size),
+        "reference_rows_kept": int(on.sum()),
+        "max_error_kept": float(error[on].max()) if on.any() else None,
+        "max_estimate_kept": float(estimate[at][on].max()) if on.any() else None,
+        "max_error_over_estimate": float(ratio.max()),
+        "max_error_not_kept": float(error[~on].max()) if (~on).any() else None,
+        # The grid's values here against predict_proba's on the rows that keep them: the
+        # rows labelled as the grid's are the ones the predictive took on it.
+        "kept_vs_predict_proba": float(np.abs(grid[at][on] - proba[tried[at][on]]).max())
+        if on.any()
+        else None,
+    }
+
+
+def multinomial_case(
+    label, X, lr, estimator, rounds, reference_rows, n_nodes, convergence_tables=True
+):
     """Interleaved timing of predict_proba (LR at both thread settings, the estimator, and
-    the latent moments alone), the rules' shares and the errors against references."""
+    the latent moments alone), the rules' shares and the errors against references (and
+    the QMC and Gumbel–orthant rules' errors against their nodes if ``convergence_tables``)."""
     print(f"{label}: {X.shape[0]} × {X.shape[1]}, {len(lr.classes_)} classes", flush=True)
     lr.predict_proba(X[:100]), estimator.predict_proba(X[:100])  # warm-up
     lr_default, lr_one, vs, moments = [], [], [], []
@@ -715,6 +779,11 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
     lr_predict = min(float(np.median(lr_predict_default)), float(np.median(lr_predict_one)))
     cov = full_covariance(reduced)
     rules = rule_of_rows(cov)
+    rows = stratified_rows(cov, reference_rows) if reference_rows else np.arange(0)
+    reference = second = None
+    if reference_rows:
+        reference, second = references(label, mean, cov, rows, n_nodes)
+    grid = grid_check(proba, mean, reduced, rules, rows, reference) if reference_rows else None
     shares = {str(r): float(np.mean(rules == r)) for r in dict.fromkeys(rules)}
     row = {
         "case": label,
@@ -737,9 +806,10 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
         f"{row['predict_seconds']:.3f} s = {row['predict_ratio_to_lr']:.0f} × LR's; rules {shares}",
         flush=True,
     )
+    if grid is not None:
+        row["anisotropic_grid"] = grid
+        print(f"  anisotropic grid: {grid}", flush=True)
     if reference_rows:
-        rows = stratified_rows(cov, reference_rows)
-        reference, second = references(label, mean, cov, rows, n_nodes)
         error = np.abs(proba[rows] - reference).max(axis=1)
         row |= {
             "reference_rows": len(rows),
@@ -749,7 +819,7 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
             "median_error": float(np.median(error)),
             "reference_self_error": float(np.abs(reference[:20] - second).max()),
         }
-        if len(lr.classes_) > _rules.GAUSS_HERMITE_MAX_DIM + 1:
+        if convergence_tables and len(lr.classes_) > _rules.GAUSS_HERMITE_MAX_DIM + 1:
             row["convergence"] = convergence(mean, cov, rows, reference, lr_seconds / len(X))
             row["convergence"]["orthant"] = orthant_convergence(
                 mean, cov, rows, reference, lr_seconds / len(X)
@@ -763,6 +833,7 @@ def multinomial_case(label, X, lr, estimator, rounds, reference_rows, n_nodes):
 
 
 def run_multinomial(args):
+    start = time.perf_counter()
     problems = multinomial_problems()
     X_digits, lr_digits, laplace_digits = problems["digits"]
     n_resampled = 10**4 if args.quick else 10**5
@@ -773,29 +844,41 @@ def run_multinomial(args):
     n_nodes = 2**14 if args.quick else REFERENCE_NODES
     X4, lr4, laplace4 = problems["4 classes"]
     cases = [
-        ("digits", X_digits, lr_digits, laplace_digits, n_reference),
-        (f"digits resampled ({n_resampled:,} rows)", resampled, lr_digits, laplace_digits, 0),
-        ("make_classification 4000 × 8, 4 classes", X4, lr4, laplace4, n_reference),
+        ("digits", X_digits, lr_digits, laplace_digits, n_reference, True),
+        (f"digits resampled ({n_resampled:,} rows)", resampled, lr_digits, laplace_digits, 0, True),
+        ("make_classification 4000 × 8, 4 classes", X4, lr4, laplace4, n_reference, True),
     ]
-    for k in MODERATE_CLASSES:
+    for k in MODERATE_CLASSES + MANY_CLASSES:
         Xk, lrk, laplacek = problems[f"{k} classes"]
         label = f"make_classification 20,000 held-out × 20, {k} classes"
-        cases.append((label, Xk, lrk, laplacek, n_reference))
+        if k in MANY_CLASSES:
+            # No tables of the QMC and orthant rules against their nodes: with 15 to 30
+            # classes they would cost more than the rest of the case.
+            n_ref = n_reference if args.quick else MANY_REFERENCE_ROWS
+            cases.append((label, Xk, lrk, laplacek, n_ref, False))
+        else:
+            cases.append((label, Xk, lrk, laplacek, n_reference, True))
     rows, shares = [], {}
     load_before = os.getloadavg()
-    for label, X, lr, estimator, n_ref in cases:
-        row, shares[label] = multinomial_case(label, X, lr, estimator, rounds, n_ref, n_nodes)
+    for label, X, lr, estimator, n_ref, tables in cases:
+        row, shares[label] = multinomial_case(
+            label, X, lr, estimator, rounds, n_ref, n_nodes, tables
+        )
         rows.append(row)
     # The resampled rows are digits rows and the rule is row by row: the same errors.
     for key in ("reference_rows", "max_error", "p99_error", "median_error"):
         rows[1][key] = rows[0][key]
     info = machine()
     info["load_average_1_5_15min"] = {"before": load_before, "after": os.getloadavg()}
+    # Fits, timings and references (those not cached) of the whole part.
+    info["part_seconds"] = time.perf_counter() - start
     out = args.out
-    # The convergence table (nested) stays in the JSON and the Markdown.
+    # The nested tables (convergence, the anisotropic grid's check) stay in the JSON and
+    # the Markdown.
+    nested = ("convergence", "anisotropic_grid")
     write_csv(
         out / "prediction_timing_multinomial.csv",
-        [{key: value for key, value in r.items() if key != "convergence"} for r in rows],
+        [{key: value for key, value in r.items() if key not in nested} for r in rows],
     )
     write_json(
         out / "prediction_timing_multinomial.json",
@@ -838,7 +921,8 @@ def multinomial_markdown(rows, shares, info, args):
         "",
         machine_line(info) + " Load average (1 min) of the shared machine: "
         f"{info['load_average_1_5_15min']['before'][0]:.1f} before the run, "
-        f"{info['load_average_1_5_15min']['after'][0]:.1f} after.",
+        f"{info['load_average_1_5_15min']['after'][0]:.1f} after. The whole part (fits, "
+        f"timings, references not cached) took {info['part_seconds'] / 60:.0f} min.",
         "",
         "## Targets",
         "",
@@ -867,6 +951,33 @@ def multinomial_markdown(rows, shares, info, args):
     lines += ["", "Share of rows by rule:", ""]
     for label, s in shares.items():
         lines.append(f"- {label}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+    grids = [r for r in rows if "anisotropic_grid" in r]
+    if grids:
+        lines += [
+            "",
+            "## The anisotropic grid's estimate (D-204)",
+            "",
+            "Rows of 13 to 23 classes with a centred trace in (0.08, 1.5] try the anisotropic "
+            "grid and keep its value where its embedded rule's estimate (the largest "
+            "difference over the classes) is ≤ 2e-5, the others going on to the QMC rule. On "
+            "the reference rows that try it, the grid's own value against the references: "
+            "on the rows that keep it, the largest error and the largest estimate; on all of "
+            "them, the largest ratio of error to estimate (the claim: below 1), and the "
+            "largest error of the rows that do not keep it.",
+            "",
+            "| case | rows trying / keeping the grid | reference rows trying / keeping | "
+            "max error (kept) | max estimate (kept) | max error / estimate | "
+            "max error (not kept) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in grids:
+            g = r["anisotropic_grid"]
+            lines.append(
+                f"| {r['case']} | {g['tried_share']:.1%} / {g['kept_share']:.1%} | "
+                f"{g['reference_rows_tried']} / {g['reference_rows_kept']} | "
+                f"{_fmt(g['max_error_kept'])} | {_fmt(g['max_estimate_kept'])} | "
+                f"{fmt(g['max_error_over_estimate'])} | {_fmt(g['max_error_not_kept'])} |"
+            )
     for r in rows:
         if "convergence" not in r:
             continue
@@ -919,19 +1030,32 @@ def multinomial_markdown(rows, shares, info, args):
     return "\n".join(lines)
 
 
+def _fmt(x):
+    """``fmt`` of a value that may be missing (None)."""
+    return fmt(np.nan if x is None else x)
+
+
+def _plot_label(case):
+    """A case's name on short lines: the classes first for make_classification's."""
+    if case.startswith("make_classification "):
+        size, classes = case.removeprefix("make_classification ").rsplit(", ", 1)
+        return f"{classes}\n({size.replace(' held-out ', chr(10) + 'held-out' + chr(10))})"
+    return case.replace(" (", "\n(")
+
+
 def multinomial_plot(rows, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.3))
-    labels = [r["case"].replace(" (", "\n(").replace(", ", ",\n") for r in rows]
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(14, 4.8))
+    labels = [_plot_label(r["case"]) for r in rows]
     x = np.arange(len(rows))
     ax_t.bar(x - 0.2, [r["ratio_to_lr"] for r in rows], 0.4, label="predict_proba")
     ax_t.bar(x + 0.2, [r["moments_ratio_to_lr"] for r in rows], 0.4, label="latent moments alone")
     ax_t.axhline(MULTINOMIAL_TARGETS["ratio"], color="k", ls=":", label="target 10 ×")
-    ax_t.set_xticks(x, labels, fontsize=8)
+    ax_t.set_xticks(x, labels, fontsize=7)
     ax_t.set_yscale("log")
     ax_t.set_ylabel("time / LogisticRegression.predict_proba")
     ax_t.grid(True, which="both", axis="y", alpha=0.3)
@@ -942,7 +1066,7 @@ def multinomial_plot(rows, path):
     ax_e.bar(xe + 0.2, [r["p99_error"] for r in measured], 0.4, label="99th percentile")
     ax_e.plot(xe, [r["reference_self_error"] for r in measured], "kx", label="references differ")
     ax_e.axhline(MULTINOMIAL_TARGETS["error"], color="k", ls=":", label="target 1e-4")
-    ax_e.set_xticks(xe, [r["case"].replace(", ", ",\n") for r in measured], fontsize=8)
+    ax_e.set_xticks(xe, [_plot_label(r["case"]) for r in measured], fontsize=7)
     ax_e.set_yscale("log")
     ax_e.set_ylabel("absolute error of p (largest over classes)")
     ax_e.grid(True, which="both", axis="y", alpha=0.3)
