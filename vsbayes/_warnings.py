@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -80,7 +81,13 @@ def _module_of(filename: str) -> str | None:
     (D-226). None where no imported module has that file (a notebook's cell): the path,
     as before."""
     for name, module in list(sys.modules.items()):
-        if getattr(module, "__file__", None) == filename:
+        # (not through a module's own attribute access: a lazily imported one, such as
+        # importlib's LazyLoader makes, would be imported by the look)
+        if (
+            isinstance(module, types.ModuleType)
+            and type(module).__getattribute__ is types.ModuleType.__getattribute__
+            and module.__dict__.get("__file__") == filename
+        ):
             return name
     return None
 
