@@ -1,5 +1,6 @@
 """Every warning vsbayes raises during fit points at the caller's line."""
 
+import re
 import warnings
 from pathlib import Path
 
@@ -164,3 +165,20 @@ def test_one_vs_rest_problems_share_their_warnings_once():
     shown = [(w.category, str(w.message)) for w in caught]
     assert len(shown) == 1 and "diagonal covariance" in str(caught[0].message)
     assert caught[0].filename == __file__
+
+
+def test_a_module_filter_applies_to_the_warnings_shown_once():
+    """Re-emitted warnings match a user's filter by their module, as the first emission
+    did (they were matched against the file's path, so a module filter missed them)."""
+    X, y = make_blobs(n_samples=60, centers=3, cluster_std=3.0, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=re.escape(__name__) + r"\Z")
+        with vsbayes.config_context(covariance="diagonal"):
+            vsbayes.VBLogisticRegression().fit(X, y)
+    assert not caught
+    with warnings.catch_warnings(record=True) as caught:  # (and the fit does warn)
+        warnings.simplefilter("always")
+        with vsbayes.config_context(covariance="diagonal"):
+            vsbayes.VBLogisticRegression().fit(X, y)
+    assert caught

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -58,12 +59,37 @@ def reemit(caught, *, once: bool = False) -> None:
     record of what was shown.
     """
     shown = set()
+    modules: dict = {}
     for w in caught:
         key = (w.category, str(w.message), w.filename, w.lineno)
         if once and key in shown:
             continue
         shown.add(key)
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if w.filename not in modules:
+            modules[w.filename] = _module_of(w.filename)
+        warnings.warn_explicit(
+            w.message, w.category, w.filename, w.lineno, module=modules[w.filename]
+        )
+
+
+def _module_of(filename: str) -> str | None:
+    """The name of the module whose file is ``filename``: what a filter's ``module``
+    matches, as ``warnings.warn`` gives it (the frame's ``__name__``: ``"__main__"``
+    for a script). The record keeps only the file, and ``warn_explicit`` without a
+    module matches the filters against the file's path less ".py", so that a user's
+    ``filterwarnings("ignore", module="__main__")`` let re-emitted warnings through
+    (D-226). None where no imported module has that file (a notebook's cell): the path,
+    as before."""
+    for name, module in list(sys.modules.items()):
+        # (not through a module's own attribute access: a lazily imported one, such as
+        # importlib's LazyLoader makes, would be imported by the look)
+        if (
+            isinstance(module, types.ModuleType)
+            and type(module).__getattribute__ is types.ModuleType.__getattribute__
+            and module.__dict__.get("__file__") == filename
+        ):
+            return name
+    return None
 
 
 @contextlib.contextmanager
