@@ -475,7 +475,7 @@ def test_a_negative_sample_weight_is_refused_with_the_remedy(dask, binary):
 def test_a_fallback_on_separated_classes_names_them():
     # EP's sweeps stall at C = 1e8 on these three separated classes (EP converges on
     # others alike: which fits fall back depends on the draws — of seeds 0-5, 0-2 fell back
-    # before the site fits' start from the kernel's Newton step, 1 and 2 after it, D-209);
+    # before the site fits' start from the kernel's Newton step, 1 and 2 after it, D-213);
     # the fallback's warning names the cause and a remedy, where VS's had advised more
     # samples.
     rng = np.random.default_rng(1)

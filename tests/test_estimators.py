@@ -33,7 +33,7 @@ _BMC_EXTREME = (
 _VS_EXTREME = (
     "class weights 1e3 and 1e-4: EP's sweeps stall and raise, and the global fit after it "
     "predicts 0.7 nats (effective sample size 13.5 of its 320 points), above "
-    "UNRELIABLE_KL: unreliable by its own diagnostics (D-215)"
+    "UNRELIABLE_KL: unreliable by its own diagnostics (D-214)"
 )
 _MULTINOMIAL_EXTREME = (
     "class weights 1e3 and 1e-4 on 3 classes: the multinomial posterior's sampling kernel is "

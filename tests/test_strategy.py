@@ -530,7 +530,7 @@ def test_the_evidence_tensor_norm_from_pairs_of_rows_is_the_tensors(step):
 def test_a_kept_ep_whose_predicted_error_is_large_warns():
     """strategy="auto" keeps EP where the global fit departs from it within 4 times that
     fit's error, and reports EP's predicted error as the sum of both: above UNRELIABLE_KL
-    it warns as a global fit's would (D-215); an unknown one (inf: the global fit's own
+    it warns as a global fit's would (D-214); an unknown one (inf: the global fit's own
     UnknownErrorWarning says so) or one that met the target does not."""
     from vsbayes.engine.variational_sampling import UNRELIABLE_KL
     from vsbayes.estimators._methods import MethodFit

@@ -1596,7 +1596,7 @@ def test_an_ordered_stream_whose_batch_moves_the_posterior_far_warns(sorted_stre
     """A stream sorted by class whose first batch holds 9 rows of the other class (of 500):
     its posterior is skewed, and the second batch moves it into the tail of the Gaussian
     that carries it, where the earlier rows are its extrapolation (the exact moments of the
-    first batch's posterior carried give the same collapse, D-216). The second call
+    first batch's posterior carried give the same collapse, D-215). The second call
     warns; the stream's log loss is twice the fit's (what the warning is about)."""
     X, y, batches = sorted_stream
     ordered = r"class shares .* are not the earlier rows'"

@@ -161,7 +161,7 @@ def seed_errors(d, delta, mult, seed, rule):
     target = GaussianMixtureTarget.paper(d, delta, random_state=1000 + seed)
     truth = target.moment_matched()
     kernel = laplace(target, target.means.mean(0), target.gradient, target.hessian)
-    try:  # (where its own prediction is unknown, inf, it warns: D-188; large, D-215)
+    try:  # (where its own prediction is unknown, inf, it warns: D-188; large, D-214)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnknownErrorWarning)
             warnings.filterwarnings("ignore", "Variational sampling's predicted error")

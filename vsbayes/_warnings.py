@@ -78,7 +78,7 @@ def _module_of(filename: str) -> str | None:
     for a script). The record keeps only the file, and ``warn_explicit`` without a
     module matches the filters against the file's path less ".py", so that a user's
     ``filterwarnings("ignore", module="__main__")`` let re-emitted warnings through
-    (D-226). None where no imported module has that file (a notebook's cell): the path,
+    (D-217). None where no imported module has that file (a notebook's cell): the path,
     as before."""
     for name, module in list(sys.modules.items()):
         # (not through a module's own attribute access: a lazily imported one, such as

@@ -221,7 +221,7 @@ def _psd(lam: np.ndarray) -> np.ndarray:
         # Only the rows that fail a per-row test (_definite_rows) are decomposed: the new
         # sites of digits' VS fits fail it on 80-99 % of the rows, but their Anderson
         # extrapolations on 0 to 1771 of its 1797 (16 in the median, 8 of 10 below 210),
-        # where the batched check, failing for one row, had every row decomposed (D-209).
+        # where the batched check, failing for one row, had every row decomposed (D-213).
         symmetric = _symmetric(lam)
         rows = np.flatnonzero(~_definite_rows(symmetric))
         if not rows.size:

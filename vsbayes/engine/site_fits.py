@@ -192,7 +192,7 @@ def fit_sites(
     # site (with its objective's evaluation, a tenth of a late EP sweep's fits at k = 9),
     # and the kernel's step is as close wherever that step is short: from k = 2 on it is
     # formed only for the sites whose kernel step's decrement exceeds _MOMENT_START
-    # (D-209).
+    # (D-213).
     v = _kernel_start(wp, k, family.n_params)
     # At the kernel q̄ is the sampled mass at every node: no exponentials.
     level = np.exp(v[:, 0] + 0.5 * k * math.log(2.0 * math.pi))

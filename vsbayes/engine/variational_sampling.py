@@ -36,7 +36,7 @@ __all__ = ["UNRELIABLE_KL", "n_family_params", "variational_sampling"]
 #: quarter of a nat away moves a mean by 0.7 sd along some direction; single fits'
 #: errors reach 1.6-3× the prediction (its calibration). Default fits predict 0.003-0.06
 #: (8n-64n points); iris's multinomial fit forced to family="diagonal" predicted 0.3-22,
-#: one at training accuracy 0.65 against 0.97 (D-215).
+#: one at training accuracy 0.65 against 0.97 (D-214).
 UNRELIABLE_KL = 0.25
 
 # An intermediate round only provides the next kernel: its fit stops once the optimization

@@ -467,7 +467,7 @@ class BayesianGLMClassifier(
             pending = self._pending_prior(X.shape[1], priors, given)
             watch = {"observer": observer, "pending": pending}
         # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
-        # once per fit (D-225).
+        # once per fit (D-209).
         with observed(observer), each_once():
             return [
                 self._fit_problem(

@@ -309,7 +309,7 @@ class BMCMethod(SamplingMethod):
         solve: the Gram matrix of the points (N² d multiply-adds, d the sampled dimension)
         and its Cholesky factor (N³/6). Beyond a few thousand points the solve is most of
         the fit: left out, "auto" took the cap's 16384 points from 36 features on, a
-        ~100 s factorization per problem (docs/decisions.md D-221)."""
+        ~100 s factorization per problem (docs/decisions.md D-211)."""
         n = float(n_samples)
         solve = n * n * sampled_dim(model) + n**3 / 6.0
         return super().planned_work(model, n_samples) + solve

@@ -9,7 +9,7 @@ bounds its intercept on one side only, nearly as D-172's class without rows) and
 batch moves it by many of its sds: ``make_classification(1000)`` sorted by class, two
 batches of 500, the first with 9 rows of class 1, ended at 2.2× the log loss of a fit of
 the rows with EP, 2.8× with VS; even the exact moments of the first batch's posterior
-(10⁵-draw importance sampling) carried as the prior gave the same collapse (D-216).
+(10⁵-draw importance sampling) carried as the prior gave the same collapse (D-215).
 
 A call of more than one row warns where both tests reject: (1) its class counts against
 the earlier rows' — under rows in random order, the batch's counts given both are

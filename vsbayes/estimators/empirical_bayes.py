@@ -365,7 +365,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """
         # The grid's fits warn alike (a forced covariance structure, say, at every C), and
         # the "default" filter cannot drop the repeats (each fit's own catch_warnings
-        # resets its record): each distinct warning is shown once per search (D-225).
+        # resets its record): each distinct warning is shown once per search (D-209).
         with each_once():
             # Its fits' estimated evidences are reported once, by evidence_is_estimate_
             # and its own warning (D-107), not by each candidate's (D-178).
