@@ -30,6 +30,18 @@ def _plain(a, check_finite: bool):
     return array, array.base is None
 
 
+def _lapack_shaped(matrix: np.ndarray, rhs: np.ndarray) -> bool:
+    """Whether a solve takes the LAPACK call: a float64 matrix and a non-empty float64
+    right-hand side of one or two dimensions (SciPy itself takes the rest)."""
+    return (
+        matrix.dtype == _FLOAT
+        and rhs.dtype == _FLOAT
+        and matrix.ndim == 2
+        and rhs.ndim in (1, 2)
+        and rhs.size > 0
+    )
+
+
 def cho_factor(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True):
     """``scipy.linalg.cho_factor``, the same bits."""
     a1, copied = _plain(a, check_finite)
@@ -48,13 +60,7 @@ def cho_solve(c_and_lower, b, overwrite_b: bool = False, check_finite: bool = Tr
     c, lower = c_and_lower
     c1, _ = _plain(c, check_finite)
     b1, copied = _plain(b, check_finite)
-    if (
-        c1.dtype != _FLOAT
-        or b1.dtype != _FLOAT
-        or c1.ndim != 2
-        or b1.ndim not in (1, 2)
-        or b1.size == 0
-    ):
+    if not _lapack_shaped(c1, b1):
         return scipy.linalg.cho_solve((c1, lower), b1, overwrite_b=overwrite_b)
     if c1.shape[0] != c1.shape[1]:
         raise ValueError("The factored matrix c is not square.")
@@ -79,14 +85,7 @@ def solve_triangular(
     a1, _ = _plain(a, check_finite)
     b1, copied = _plain(b, check_finite)
     trans = {"N": 0, "T": 1, "C": 2}.get(trans, trans)
-    if (
-        a1.dtype != _FLOAT
-        or b1.dtype != _FLOAT
-        or a1.ndim != 2
-        or b1.ndim not in (1, 2)
-        or b1.size == 0
-        or trans not in (0, 1)
-    ):
+    if not _lapack_shaped(a1, b1) or trans not in (0, 1):
         return scipy.linalg.solve_triangular(
             a1, b1, trans=trans, lower=lower, unit_diagonal=unit_diagonal, overwrite_b=overwrite_b
         )
