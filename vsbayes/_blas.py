@@ -42,6 +42,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from ._memory import keep_freed_pages
+from ._warnings import carried
 
 __all__ = [
     "SMALL_WORK",
@@ -278,7 +279,8 @@ def map_blocks(func: Callable[[T], R], blocks: Sequence[T] | Iterable[T]) -> lis
     threads = worker_threads()
     if threads <= 1 or len(blocks) <= 1:
         return [func(b) for b in blocks]
-    return list(_get_pool(threads).map(func, blocks))
+    # (in the calling fit's warning blocks: the pool's threads are not its thread)
+    return list(_get_pool(threads).map(carried(func), blocks))
 
 
 def sum_blocks(func: Callable[[T], np.ndarray], blocks: Sequence[T]) -> np.ndarray:

@@ -1,15 +1,20 @@
-"""Warnings that point at the user's line, not at the library's."""
+"""Warnings that point at the user's line, not at the library's; a fit's warnings
+recorded in its own thread (:func:`catch`)."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
+import re
 import sys
+import threading
 import types
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["each_once", "reemit", "warn"]
+__all__ = ["carried", "catch", "each_once", "reemit", "warn"]
 
 _PACKAGE = str(Path(__file__).resolve().parent)
 # The directory with its separator: a bare prefix also matched a sibling such as a user's
@@ -46,7 +51,19 @@ def warn(message: str, category: type[Warning]) -> None:
         if _in_package(frame.f_code.co_filename):
             outermost = level
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=outermost + 1)
+    capture = _capture.get()
+    if capture is None:
+        warnings.warn(message, category, stacklevel=outermost + 1)
+        return
+    # Inside a catch block: handed to it here, not through the process's filters (which
+    # another library's catch_warnings in another thread may have swapped): a fit's
+    # decisions read what its block recorded. (The frame warnings.warn would take.)
+    try:
+        frame = sys._getframe(outermost)
+    except ValueError:  # no caller: warnings.warn's fallback
+        _deliver(capture, category(message), "sys", 1, None)
+    else:
+        _deliver(capture, category(message), frame.f_code.co_filename, frame.f_lineno, frame)
 
 
 def reemit(caught, *, once: bool = False) -> None:
@@ -60,15 +77,20 @@ def reemit(caught, *, once: bool = False) -> None:
     """
     shown = set()
     modules: dict = {}
+    capture = _capture.get()
     for w in caught:
         key = (w.category, str(w.message), w.filename, w.lineno)
         if once and key in shown:
             continue
         shown.add(key)
+        message = w.message if isinstance(w.message, Warning) else w.category(w.message)
+        if capture is not None:  # into the enclosing block
+            _deliver(capture, message, w.filename, w.lineno, None, w.source)
+            continue
         if w.filename not in modules:
             modules[w.filename] = _module_of(w.filename)
         warnings.warn_explicit(
-            w.message, w.category, w.filename, w.lineno, module=modules[w.filename]
+            message, w.category, w.filename, w.lineno, module=modules[w.filename]
         )
 
 
@@ -103,8 +125,210 @@ def each_once():
     """
     recorded: list = []
     try:
-        with warnings.catch_warnings(record=True) as recorded:
-            warnings.simplefilter("always")
+        with catch(("always", Warning), record=True) as recorded:
             yield
     finally:
         reemit(recorded, once=True)
+
+
+# --- catch: warnings.catch_warnings for one thread (D-225) ----------------------------------
+#
+# Before Python 3.14, catch_warnings replaces the process's warnings.filters and
+# showwarning on entry and puts back what it found on exit: two fits in threads whose blocks
+# do not nest (the first enters, the second, the first leaves, the second) leave the first's
+# state installed for good, and every later warning of the process goes to its dead record.
+# A fit's block also recorded the other threads' warnings, which its decisions then read
+# (another fit's ConvergenceWarning taken as its own Newton's). catch installs instead, once
+# while any block is open, two hooks that read the block of the current context: a filter
+# first in warnings.filters whose message pattern matches only in a thread inside a block
+# (its action "always" hands the warning on), and warnings._showwarnmsg (the hook
+# catch_warnings never swaps), which gives the block's filters their say, then the user's,
+# and records what passes. vsbayes's own warnings (warn, reemit) go to the block directly.
+
+#: The innermost open block of this context (a thread's own: threads start without one).
+_capture: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar(
+    "vsbayes_warnings_capture", default=None
+)
+_local = threading.local()  # this thread's warning in flight: intercepted, or re-dispatched
+_lock = threading.Lock()
+_open = 0  # blocks open in the process
+_shown_before: Callable | None = None  # warnings._showwarnmsg before _dispatch took its place
+
+
+class _Capture:
+    """One block: its filters, first match first, then its parents'; its record, or its
+    innermost recording parent's (None: warnings that pass are shown)."""
+
+    __slots__ = ("filters", "log", "parent")
+
+    def __init__(self, filters: tuple, parent: _Capture | None, log: list | None):
+        self.filters = filters
+        self.parent = parent
+        self.log = log if log is not None or parent is None else parent.log
+
+    def action(self, category: type[Warning], text: str) -> str | None:
+        capture = self
+        while capture is not None:
+            for action, cls, message in capture.filters:
+                if issubclass(category, cls) and (message is None or message.match(text)):
+                    return action
+            capture = capture.parent
+        return None
+
+
+class _InBlock:
+    """The message pattern of the filter that hands a warning raised inside a block to
+    :func:`_dispatch`: it matches only in such a thread (a filter's pattern is any object
+    with ``match``)."""
+
+    def match(self, text: str) -> bool:
+        if (
+            _capture.get() is None
+            or getattr(_local, "redispatched", False)
+            or warnings._showwarnmsg is not _dispatch
+        ):
+            return False
+        _local.intercepted = text
+        return True
+
+    def __repr__(self) -> str:
+        return "<a vsbayes fit's warnings, in its thread>"
+
+
+_IN_BLOCK = ("always", _InBlock(), Warning, None, 0)
+
+
+def _dispatch(msg: warnings.WarningMessage) -> None:
+    """``warnings._showwarnmsg`` while a block is open, in every thread."""
+    text, _local.intercepted = getattr(_local, "intercepted", None), None
+    capture = _capture.get()
+    if capture is not None and text is not None and text == str(msg.message):
+        frame = _frame_at(msg.filename, msg.lineno)
+        _deliver(capture, msg.message, msg.filename, msg.lineno, frame, msg.source)
+    elif getattr(_local, "redispatched", False) and _local.log is not None:
+        _local.log.append(msg)  # the user's filters let it through, into the block's record
+    else:
+        _shown_before(msg)
+
+
+def _frame_at(filename: str, lineno: int) -> types.FrameType | None:
+    """The frame a third party's warning is attributed to (its module's registry, for the
+    user's "default" filter, as warnings.warn used it), if on this stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_lineno == lineno and frame.f_code.co_filename == filename:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _deliver(capture: _Capture, message: Warning, filename: str, lineno: int, frame, source=None):
+    """A warning raised inside ``capture``: its filters decide, else the user's, as
+    catch_warnings's copy of them would have; what passes goes to its record."""
+    category = type(message)
+    action = capture.action(category, str(message))
+    if action == "ignore":
+        return
+    if action == "always":
+        shown = warnings.WarningMessage(message, category, filename, lineno, source=source)
+        if capture.log is not None:
+            capture.log.append(shown)
+        else:
+            _shown_before(shown)
+        return
+    if frame is None:
+        module, registry, module_globals = _module_of(filename), None, None
+    else:
+        module_globals = frame.f_globals
+        module = module_globals.get("__name__", "<string>")
+        registry = module_globals.setdefault("__warningregistry__", {})
+    before = getattr(_local, "redispatched", False), getattr(_local, "log", None)
+    _local.redispatched, _local.log = True, capture.log
+    try:  # (an "error" filter raises here, where the warning was raised)
+        warnings.warn_explicit(
+            message, category, filename, lineno, module, registry, module_globals, source=source
+        )
+    finally:
+        _local.redispatched, _local.log = before
+
+
+def _opened() -> None:
+    global _open, _shown_before
+    with _lock:
+        if warnings._showwarnmsg is not _dispatch:
+            _shown_before = warnings._showwarnmsg
+            warnings._showwarnmsg = _dispatch
+        filters = warnings.filters  # (in place: whoever holds the list keeps it)
+        if not filters or filters[0] is not _IN_BLOCK:
+            filters[:] = [_IN_BLOCK, *(f for f in filters if f is not _IN_BLOCK)]
+        _open += 1
+        _mutated()
+
+
+def _closed() -> None:
+    global _open
+    with _lock:
+        _open -= 1
+        if _open == 0:
+            filters = warnings.filters
+            if any(f is _IN_BLOCK for f in filters):
+                filters[:] = [f for f in filters if f is not _IN_BLOCK]
+            if warnings._showwarnmsg is _dispatch:
+                warnings._showwarnmsg = _shown_before
+        _mutated()
+
+
+def _mutated() -> None:
+    # As catch_warnings on entry and exit: the modules' records of the warnings the
+    # "default" filter has shown start again (single-threaded fits show what they showed).
+    mutated = getattr(warnings, "_filters_mutated", None)
+    if mutated is not None:
+        mutated()
+
+
+@contextlib.contextmanager
+def catch(*filters: tuple, record: bool = False) -> Iterator[list | None]:
+    """``warnings.catch_warnings`` for the calling thread: ``with catch(("always",
+    ConvergenceWarning), record=True) as caught`` as ``with
+    warnings.catch_warnings(record=True) as caught: warnings.simplefilter("always",
+    ConvergenceWarning)``, without replacing the process's filters and hooks, which
+    threads share.
+
+    Each filter is ``(action, category)`` or ``(action, category, message)``, ``action``
+    "always" or "ignore", ``message`` a pattern the text must start with (any case), as
+    :func:`warnings.filterwarnings`'s. Warnings the block's filters (then its enclosing
+    blocks') do not match meet the user's, as inside catch_warnings's copy of them (an
+    "error" filter raises where the warning is raised). The block covers its thread and
+    the pool threads :func:`carried` functions run on, not the other threads of the
+    process.
+    """
+    parsed = []
+    for action, category, *message in filters:
+        if action not in ("always", "ignore"):
+            raise ValueError(f"catch's actions are 'always' and 'ignore'; got {action!r}.")
+        parsed.append((action, category, re.compile(message[0], re.I) if message else None))
+    log: list | None = [] if record else None
+    _opened()
+    token = _capture.set(_Capture(tuple(parsed), _capture.get(), log))
+    try:
+        yield log
+    finally:
+        _capture.reset(token)
+        _closed()
+
+
+def carried(func: Callable) -> Callable:
+    """``func``, run in any thread inside the calling thread's open blocks (the blocks of a
+    fit's pool threads, as catch_warnings's process-wide record covered them)."""
+    capture = _capture.get()
+    if capture is None:
+        return func
+
+    def run(*args, **kwargs):
+        token = _capture.set(capture)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _capture.reset(token)
+
+    return run

@@ -23,14 +23,13 @@ local scales at their median), gives the starting Gaussian.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.linear_model import Lasso
 
 from .._lapack import cho_solve
-from .._warnings import warn
+from .._warnings import catch, warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
@@ -333,8 +332,7 @@ def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
         selection="cyclic",
     )
     lasso.coef_ = theta[:d].copy()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SklearnConvergenceWarning)
+    with catch(("ignore", SklearnConvergenceWarning)):
         lasso.fit(lower.T, y)
     target = theta.copy()
     target[:d] = lasso.coef_

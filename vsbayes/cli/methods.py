@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._choices import METHODS, SAMPLING_METHODS
+from .._warnings import catch
 from ..estimators import METHODS as _REGISTRY
 from ..estimators import BayesianGLMClassifier, estimator_class
 
@@ -86,8 +86,7 @@ def timed_fit(estimator: BayesianGLMClassifier, X: np.ndarray, y: np.ndarray) ->
     Warnings are recorded rather than shown so that the command line can print each once,
     as a single line, whatever the process's warning filters (e.g. pytest's).
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with catch(("always", Warning), record=True) as caught:
         start = time.perf_counter()
         estimator.fit(X, y)
         seconds = time.perf_counter() - start

@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import functools
 import numbers
-import warnings
 from contextlib import nullcontext
 from numbers import Integral, Real
 from typing import ClassVar
@@ -31,7 +30,7 @@ from .._blas import one_blas_thread
 from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
-from .._warnings import each_once, reemit, warn
+from .._warnings import catch, each_once, reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory
 from ..approximations.structured_laplace import (
@@ -976,8 +975,7 @@ class BayesianGLMClassifier(
     def _posterior_fit(self, method, model, newton, what: str, start, rng) -> MethodFit:
         """Newton's method for the mode of ``model`` from ``start``, then ``method``'s fit
         from its Laplace approximation (in the model's coordinates)."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
+        with catch(("always", ConvergenceWarning), record=True) as caught:
             try:
                 laplace = newton(
                     model,

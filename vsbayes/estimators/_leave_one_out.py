@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 
 import numpy as np
 import scipy.linalg
@@ -41,7 +40,7 @@ from .._blas import one_blas_thread
 from .._memory import block_length, check_memory, memory_limit
 from .._random import reproducible_generator
 from .._sums import logsumexp
-from .._warnings import warn
+from .._warnings import catch, warn
 from ..approximations.ep_leave_one_out import (
     refit_softmax_without_rows,
     refit_without_rows,
@@ -526,9 +525,8 @@ def _refit_terms(estimator, X, y, sample_weight, data: _Training, rows) -> np.nd
             keep[i] = True
             out[j] = -np.inf
             continue
-        with warnings.catch_warnings():
-            # The estimator's own warnings were shown by its fit; n refits repeat them.
-            warnings.simplefilter("ignore")
+        # The estimator's own warnings were shown by its fit; n refits repeat them.
+        with catch(("ignore", Warning)):
             refit = clone(estimator).fit(
                 X.iloc[kept] if hasattr(X, "iloc") else X[kept],  # (a DataFrame's names kept)
                 y[kept],

@@ -7,7 +7,6 @@ expectation-propagation posterior (default) or the Laplace one — and the engin
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -15,6 +14,7 @@ from typing import ClassVar
 
 from .._memory import check_memory, format_bytes, memory_limit
 from .._progress import mapped_states
+from .._warnings import catch
 from ..engine import bayesian_monte_carlo, importance_sampling, n_family_params
 from ..engine.bayesian_monte_carlo import MAX_BMC_SAMPLES
 from ..engine.sample_pool import pool_bytes
@@ -237,8 +237,7 @@ class SamplingMethod:
             return laplace  # the multinomial EP over dask chunks is not implemented
         ep_fit = ep_posterior if ep_fit is None else ep_fit
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
+            with catch(("ignore", ConvergenceWarning)):
                 ep = ep_fit(model, laplace, tol=self.tol)
         except EstimationError:
             return laplace

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Real
@@ -21,7 +20,7 @@ import numpy as np
 
 from .._choices import VS_STRATEGIES
 from .._memory import memory_limit
-from .._warnings import reemit, warn
+from .._warnings import catch, reemit, warn
 from ..approximations.expectation_propagation import factor_is_log_concave
 from ..approximations.laplace_error import skew_correction
 from ..engine import n_family_params, variational_sampling
@@ -366,8 +365,7 @@ class VSMethod(SamplingMethod):
                 if trouble is None:
                     return _chose("global", cheaper, fit)
         # EP is the kernel, the site-fit posterior, or both: one EP fit to fit tolerance.
-        with warnings.catch_warnings(record=True) as ep_warnings:
-            warnings.simplefilter("always", ConvergenceWarning)
+        with catch(("always", ConvergenceWarning), record=True) as ep_warnings:
             try:
                 ep, ep_trouble = ep_posterior(model, laplace, tol=self.tol), None
             except EstimationError as error:
@@ -722,8 +720,7 @@ class VSMethod(SamplingMethod):
 
     def _quiet_global(self, model, kernel, rng, n_samples=None, *, default_target=False):
         """The global fit and why it is not trusted (None: it is), its doubts unshown."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with catch(("always", Warning), record=True) as caught:
             try:
                 fit = self._global_fit(model, kernel, rng, n_samples, default_target=default_target)
                 trouble = None

@@ -34,7 +34,6 @@ import dataclasses
 import math
 import numbers
 import re
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -46,7 +45,7 @@ from sklearn.utils import check_scalar
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._warnings import each_once, warn
+from .._warnings import catch, each_once, warn
 from ..approximations import structured_laplace
 from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
@@ -364,16 +363,12 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             The fitted estimator.
         """
         # The grid's fits warn alike (a forced covariance structure, say, at every C), and
-        # the "default" filter cannot drop the repeats (each fit's own catch_warnings
+        # the "default" filter cannot drop the repeats (each fit's own warning blocks
         # resets its record): each distinct warning is shown once per search (D-209).
-        with each_once():
-            # Its fits' estimated evidences are reported once, by evidence_is_estimate_
-            # and its own warning (D-107), not by each candidate's (D-178).
-            warnings.filterwarnings(
-                "ignore",
-                message=f".*{re.escape(ESTIMATED_EVIDENCE)}",
-                category=UnreliableFitWarning,
-            )
+        # Its fits' estimated evidences are reported once, by evidence_is_estimate_ and
+        # its own warning (D-107), not by each candidate's (D-178).
+        estimated = ("ignore", UnreliableFitWarning, f".*{re.escape(ESTIMATED_EVIDENCE)}")
+        with each_once(), catch(estimated):
             # Nor does each fit compare its Laplace predictive with its mode: the cost
             # would be paid at every C, and separable classes get this class's own warning.
             unchecked = check_predictive_against_mode.set(False)
@@ -475,8 +470,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
 
         def grid_evidence(c):
             if shrinkage is not None:  # a horseshoe has no mode: the estimator's own evidence
-                with warnings.catch_warnings():  # exploratory fits; the final one warns
-                    warnings.simplefilter("ignore")
+                with catch(("ignore", Warning)):  # exploratory fits; the final one warns
                     fit = fit_at(c)
             else:
                 fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)

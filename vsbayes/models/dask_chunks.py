@@ -14,13 +14,12 @@ dask is an optional dependency: it is imported only when a dask array is passed.
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .._sums import CompensatedSum
-from .._warnings import warn
+from .._warnings import catch, warn
 
 __all__ = ["DaskChunks", "is_dask", "is_dask_array", "is_dask_frame"]
 
@@ -57,8 +56,7 @@ def _active_client():
 
 def _recorded(function: Callable, *args):
     """``(function(*args), warnings)``: the warnings as (category, text) pairs, picklable."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with catch(("always", Warning), record=True) as caught:
         result = function(*args)
     return result, [(w.category, str(w.message)) for w in caught]
 

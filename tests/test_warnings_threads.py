@@ -1,0 +1,162 @@
+"""Fits running side by side in threads record their warnings without touching the
+process's warnings state (D-225). Events force the interleavings; nothing is timed."""
+
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+from sklearn.datasets import make_blobs
+
+import vsbayes
+from vsbayes import _warnings
+from vsbayes.estimators import _base
+from vsbayes.exceptions import ConvergenceWarning
+
+WAIT = 60  # seconds: a guard against a deadlock, never reached when the test passes
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_blobs(n_samples=60, centers=2, cluster_std=3.0, random_state=0)
+
+
+def _line_of(text: str) -> int:
+    source = Path(__file__).read_text().splitlines()
+    return 1 + next(i for i, line in enumerate(source) if text in line)
+
+
+def _in_threads(*targets):
+    """Run each target in its own thread (named "0", "1", ...), re-raising their errors."""
+    errors = []
+
+    def guarded(target):
+        try:
+            target()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=guarded, args=(t,), name=str(i)) for i, t in enumerate(targets)
+    ]
+    return threads, errors
+
+
+def _fit_out_of_order(monkeypatch, data):
+    """Two warning fits in threads whose warning blocks do not nest: the first enters,
+    the second enters, the first leaves, then the second (each fit's problem loop runs
+    inside a block that records its warnings)."""
+    X, y = data
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    fit_problem = _base.BayesianGLMClassifier._fit_problem
+
+    def paced(self, *args, **kwargs):
+        result = fit_problem(self, *args, **kwargs)
+        if threading.current_thread().name == "0":
+            first_in.set()
+            assert second_in.wait(WAIT)
+        else:
+            second_in.set()
+            assert first_out.wait(WAIT)
+        return result
+
+    monkeypatch.setattr(_base.BayesianGLMClassifier, "_fit_problem", paced)
+
+    def first():
+        try:
+            vsbayes.VBLogisticRegression(max_iter=1).fit(X, y)  # the first thread's fit
+        finally:
+            first_out.set()
+
+    def second():
+        vsbayes.VBLogisticRegression(max_iter=1).fit(X, y)  # the second thread's fit
+
+    (one, two), errors = _in_threads(first, second)
+    one.start()
+    assert first_in.wait(WAIT)
+    two.start()
+    one.join(WAIT)
+    two.join(WAIT)
+    assert not errors, errors
+
+
+def test_fits_whose_blocks_do_not_nest_leave_the_users_warnings_state(monkeypatch, data):
+    """After two fits in threads left their blocks out of order, the user's filters and
+    hooks are theirs, a later warning of theirs shows, one they filter out does not, and
+    each fit's own warning reached them (with catch_warnings, the second block restored
+    the first's: later warnings went to its dead record)."""
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="muted by the user")
+        filters, hooks = list(warnings.filters), (warnings.showwarning, warnings._showwarnmsg)
+        _fit_out_of_order(monkeypatch, data)
+        assert warnings.filters == filters
+        assert (warnings.showwarning, warnings._showwarnmsg) == hooks
+        warnings.warn("after the fits", UserWarning, stacklevel=1)
+        warnings.warn("muted by the user", UserWarning, stacklevel=1)
+    texts = [str(w.message) for w in shown]
+    assert "after the fits" in texts and "muted by the user" not in texts
+    fits = {w.lineno for w in shown if issubclass(w.category, ConvergenceWarning)}
+    assert fits == {_line_of("the first thread's fit"), _line_of("the second thread's fit")}
+
+
+def test_a_block_records_its_own_threads_warnings_only():
+    """A block records the warnings of its thread (and of the vsbayes workers it starts),
+    not those another thread raises meanwhile: a fit's decisions read what it recorded
+    (an unconverged mode, a doubtful global fit), and another fit's warning would have
+    changed them. The other thread's warning goes to the user."""
+    inside, warned = threading.Event(), threading.Event()
+    records = {}
+
+    def recording():
+        with _warnings.catch(("always", Warning), record=True) as log:
+            inside.set()
+            assert warned.wait(WAIT)
+            _warnings.warn("from the recording thread", ConvergenceWarning)
+        records["log"] = [str(w.message) for w in log]
+
+    def other():
+        assert inside.wait(WAIT)
+        try:
+            _warnings.warn("from the other thread (vsbayes)", ConvergenceWarning)
+            warnings.warn("from the other thread (user)", UserWarning, stacklevel=1)
+        finally:
+            warned.set()
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        threads, errors = _in_threads(recording, other)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT)
+    assert not errors, errors
+    assert records["log"] == ["from the recording thread"]
+    assert sorted(str(w.message) for w in shown) == [
+        "from the other thread (user)",
+        "from the other thread (vsbayes)",
+    ]
+
+
+def test_a_block_reaches_the_workers_of_its_fit(monkeypatch):
+    """The blocks' pool threads (vsbayes._blas.map_blocks) run in the block of the fit
+    that started them, as catch_warnings's process-wide record caught them."""
+    import numpy as np
+
+    from vsbayes import _blas
+
+    monkeypatch.setattr(_blas, "worker_threads", lambda: 2)
+
+    def block(i):
+        warnings.warn(f"from block {i}", UserWarning, stacklevel=1)  # a third party
+        _warnings.warn(f"from block {i} (vsbayes)", UserWarning)
+        return np.float64(i)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with _warnings.catch(("always", Warning), record=True) as log:
+            assert _blas.map_blocks(block, range(4)) == [0, 1, 2, 3]
+    assert not shown
+    assert sorted(str(w.message) for w in log) == sorted(
+        f"from block {i}{s}" for i in range(4) for s in ("", " (vsbayes)")
+    )
