@@ -160,3 +160,128 @@ def test_a_block_reaches_the_workers_of_its_fit(monkeypatch):
     assert sorted(str(w.message) for w in log) == sorted(
         f"from block {i}{s}" for i in range(4) for s in ("", " (vsbayes)")
     )
+
+
+def _body():
+    """What a block meets: vsbayes's warnings, a third party's (twice from one line, for
+    the "default" filter's record of what it showed), NumPy's from C."""
+    import numpy as np
+
+    _warnings.warn("vsbayes's", ConvergenceWarning)
+    for _ in range(2):
+        warnings.warn("a third party's", UserWarning, stacklevel=1)
+    np.log(np.zeros(1))
+
+
+USER_FILTERS = {
+    "default": [("default",)],
+    "always": [("always",)],
+    "ignore": [("ignore",)],
+    "error": [("error",)],
+    "error for RuntimeWarning": [("default",), ("error", "", RuntimeWarning)],
+    "module": [("always",), ("ignore", "", Warning, __name__)],
+}
+BLOCKS = {
+    "record ConvergenceWarning": ((("always", ConvergenceWarning),), True),
+    "record all": ((("always", Warning),), True),
+    "ignore UserWarning": ((("ignore", UserWarning),), False),
+    "ignore all": ((("ignore", Warning),), False),
+    "ignore a message": ((("ignore", UserWarning, "A THIRD"),), False),
+}
+
+
+def _seen(user, block):
+    """(raised, recorded, shown) of ``_body`` in ``block`` (catch, or catch_warnings with
+    the same filters), under the user's filters."""
+    filters, record = BLOCKS[block]
+    raised, recorded = None, []
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.resetwarnings()
+        for spec in USER_FILTERS[user]:
+            warnings.filterwarnings(*spec)
+        try:
+            with _warnings.catch(*filters, record=record) as log:
+                _body()
+            recorded = log or []
+        except Warning as error:
+            raised = (type(error), str(error))
+    return raised, recorded, shown
+
+
+def _seen_by_catch_warnings(user, block):
+    filters, record = BLOCKS[block]
+    raised, recorded = None, []
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.resetwarnings()
+        for spec in USER_FILTERS[user]:
+            warnings.filterwarnings(*spec)
+        try:
+            with warnings.catch_warnings(record=record) as log:
+                for action, category, *message in reversed(filters):
+                    warnings.filterwarnings(action, *(message or [""]), category=category)
+                _body()
+            recorded = log or []
+        except Warning as error:
+            raised = (type(error), str(error))
+    return raised, recorded, shown
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("user", USER_FILTERS)
+def test_a_block_in_one_thread_is_catch_warnings(user, block):
+    """In one thread a block records, ignores, shows and raises what catch_warnings with
+    the same filters did, through each of the user's filters, with each warning's place."""
+
+    def seen(how):
+        raised, recorded, shown = how(user, block)
+        return raised, *(
+            [(w.category, str(w.message), w.filename, w.lineno) for w in ws]
+            for ws in (recorded, shown)
+        )
+
+    assert seen(_seen) == seen(_seen_by_catch_warnings)
+
+
+def test_an_error_filter_raises_a_fits_warning_after_its_block(data):
+    """A user's "error" filter turns a fit's warning into the exception its fit raises,
+    as before: the fit's own blocks record it, and it is raised where they show it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConvergenceWarning, match="converge"):
+            vsbayes.VBLogisticRegression(max_iter=1).fit(*data)
+        warnings.simplefilter("ignore")
+        vsbayes.VBLogisticRegression(max_iter=1).fit(*data)
+
+
+def test_the_block_filter_is_inert_where_rebuilt_and_gone_after():
+    """While a block is open its filter leads warnings.filters; code that rebuilds
+    filters from their patterns (scikit-learn's Parallel, for its workers) gets one that
+    matches nothing; after the last block the filters and hook are as before."""
+    import re
+
+    filters, hook = list(warnings.filters), warnings._showwarnmsg
+    with _warnings.catch(("ignore", UserWarning)):
+        action, pattern = warnings.filters[0][:2]
+        assert pattern.match("any text") and action == "always"
+        rebuilt = re.compile(pattern.pattern, re.I)
+        assert not rebuilt.match("") and not rebuilt.match("any text")
+    assert warnings.filters == filters and warnings._showwarnmsg is hook
+
+
+def test_the_package_enters_no_catch_warnings():
+    """Every block of the package is a catch (D-225): catch_warnings and the filter
+    functions change the process's state, which threads share."""
+    import ast
+
+    package = Path(vsbayes.__file__).parent
+    banned = {"catch_warnings", "simplefilter", "filterwarnings", "resetwarnings"}
+    found = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in banned
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "warnings"
+    ]
+    assert found == [], found

@@ -153,6 +153,7 @@ _local = threading.local()  # this thread's warning in flight: intercepted, or r
 _lock = threading.Lock()
 _open = 0  # blocks open in the process
 _shown_before: Callable | None = None  # warnings._showwarnmsg before _dispatch took its place
+_holders: list[list] = []  # the filter lists the filter went into while blocks were open
 
 
 class _Capture:
@@ -190,6 +191,10 @@ class _InBlock:
             return False
         _local.intercepted = text
         return True
+
+    #: What code that rebuilds filters from their patterns (scikit-learn's Parallel hands
+    #: the filters to its workers so) reads: a pattern that matches nothing, an inert filter.
+    pattern = "(?!)"
 
     def __repr__(self) -> str:
         return "<a vsbayes fit's warnings, in its thread>"
@@ -258,9 +263,13 @@ def _opened() -> None:
         if warnings._showwarnmsg is not _dispatch:
             _shown_before = warnings._showwarnmsg
             warnings._showwarnmsg = _dispatch
-        filters = warnings.filters  # (in place: whoever holds the list keeps it)
+        # In place: whoever holds the list keeps it. (Another thread's catch_warnings may
+        # have replaced it: each list it went into is kept, to take it out of.)
+        filters = warnings.filters
         if not filters or filters[0] is not _IN_BLOCK:
             filters[:] = [_IN_BLOCK, *(f for f in filters if f is not _IN_BLOCK)]
+        if not any(held is filters for held in _holders):
+            _holders.append(filters)
         _open += 1
         _mutated()
 
@@ -270,9 +279,10 @@ def _closed() -> None:
     with _lock:
         _open -= 1
         if _open == 0:
-            filters = warnings.filters
-            if any(f is _IN_BLOCK for f in filters):
-                filters[:] = [f for f in filters if f is not _IN_BLOCK]
+            for filters in (*_holders, warnings.filters):
+                if any(f is _IN_BLOCK for f in filters):
+                    filters[:] = [f for f in filters if f is not _IN_BLOCK]
+            _holders.clear()
             if warnings._showwarnmsg is _dispatch:
                 warnings._showwarnmsg = _shown_before
         _mutated()
