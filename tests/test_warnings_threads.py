@@ -138,6 +138,50 @@ def test_a_block_records_its_own_threads_warnings_only():
     ]
 
 
+def test_a_fit_does_not_take_another_threads_warning_as_its_own(monkeypatch, data):
+    """An EP fit whose Newton's mode converged, while another thread's fit warns that its
+    own did not (inside the first fit's block, forced by events): the first fit is what
+    it is alone (its block recorded the other's ConvergenceWarning and stopped it at the
+    Laplace approximation, 3 iterations against 10)."""
+    import numpy as np
+
+    X, y = data
+    alone = vsbayes.EPLogisticRegression().fit(X, y)
+    inside, warned = threading.Event(), threading.Event()
+    glm_laplace = _base.glm_laplace
+
+    def paced(*args, **kwargs):
+        result = glm_laplace(*args, **kwargs)
+        if threading.current_thread().name == "0":  # in the block that reads its warnings
+            inside.set()
+            assert warned.wait(WAIT)
+        return result
+
+    monkeypatch.setattr(_base, "glm_laplace", paced)
+    fitted = {}
+
+    def converging():
+        fitted["fit"] = vsbayes.EPLogisticRegression().fit(X, y)
+
+    def unconverged():
+        assert inside.wait(WAIT)
+        try:
+            vsbayes.LaplaceLogisticRegression(max_iter=1).fit(X, y)
+        finally:
+            warned.set()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads, errors = _in_threads(converging, unconverged)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT)
+    assert not errors, errors
+    assert np.array_equal(fitted["fit"].coef_, alone.coef_)
+    assert np.array_equal(fitted["fit"].n_iter_, alone.n_iter_)
+
+
 def test_a_block_reaches_the_workers_of_its_fit(monkeypatch):
     """The blocks' pool threads (vsbayes._blas.map_blocks) run in the block of the fit
     that started them, as catch_warnings's process-wide record caught them."""

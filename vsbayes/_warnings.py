@@ -67,13 +67,16 @@ def warn(message: str, category: type[Warning]) -> None:
 
 
 def reemit(caught, *, once: bool = False) -> None:
-    """Emit again warnings recorded by ``warnings.catch_warnings(record=True)``, each at
-    the place it was first attributed to.
+    """Emit again warnings recorded by :func:`catch` (or ``warnings.catch_warnings``)
+    with ``record=True``, each at the place it was first attributed to: into the
+    enclosing block if one is open, else through the user's filters.
 
     ``once`` drops repeats of a warning (the same category, text and place): a
     meta-estimator's many inner fits each warn alike, and the ``"default"`` filter cannot
-    drop the repeats itself, because every ``catch_warnings`` inside a fit resets its
-    record of what was shown.
+    drop the repeats itself, because every block inside a fit resets its record of what
+    was shown. Without a registry of its own, the ``"default"`` filter shows a fit's
+    warning again at the next fit from the same line, as scikit-learn's own fits'
+    warnings show again (D-225).
     """
     shown = set()
     modules: dict = {}
