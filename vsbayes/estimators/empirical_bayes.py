@@ -51,7 +51,7 @@ from ..approximations import structured_laplace
 from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
-from . import _arviz_export, _summaries
+from . import _arviz_export, _leave_one_out, _summaries
 from ._base import (
     ESTIMATED_EVIDENCE,
     INTERCEPT_PRIOR_VAR,
@@ -898,13 +898,16 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         LeaveOneOut
         """
         check_is_fitted(self, "estimator_")
-        return self.estimator_.loo(
-            self._estimator_input(X),
+        inner = self.estimator_
+        return _leave_one_out.leave_one_out(
+            inner,
+            inner._in_memory(self._estimator_input(X), "loo"),
             y,
             sample_weight,
-            n_draws=n_draws,
-            random_state=random_state,
-            refit_above=refit_above,
+            n_draws,
+            random_state,
+            refit_above,
+            name=type(self).__name__,  # (the fit the user made, not its estimator_)
         )
 
     def to_inference_data(
@@ -937,7 +940,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             X = inner._in_memory(self._estimator_input(X), "to_inference_data")
         names = [n for n, kept in zip(self._feature_names(), self.support_, strict=True) if kept]
         return _arviz_export.to_inference_data(
-            inner, X, y, sample_weight, n_draws, random_state, feature_names=names
+            inner, X, y, sample_weight, n_draws, random_state, names, type(self).__name__
         )
 
     def _coefficient_columns(self) -> dict:
