@@ -542,3 +542,25 @@ def test_a_refit_without_feature_names_forgets_the_earlier_ones(data):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         model.predict(X)
+
+
+@pytest.mark.parametrize("scales", ["shared", "ard"])
+def test_posterior_reads_name_the_estimator_called(data, scales):
+    # loo and to_inference_data delegate to estimator_, whose checks named it ("not the
+    # data LaplaceLogisticRegression was fitted on"): the user fitted this class.
+    X, y = data
+    weights = np.linspace(0.5, 2.0, len(y))
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales=scales)
+    model.fit(X, y, sample_weight=weights)
+    for read in (model.loo, lambda X, y: model.to_inference_data(X, y, n_draws=10)):
+        with pytest.raises(ValueError, match="not the data EmpiricalBayesClassifier was") as e:
+            read(X, y)  # (without the fit's weights)
+        assert "LaplaceLogisticRegression" not in str(e.value)
+    assert np.isfinite(model.loo(X, y, weights).elpd_loo)  # (the fit's data: scored)
+
+
+def test_one_vs_rest_loo_names_the_estimator_called():
+    X, y = make_classification(n_samples=60, n_classes=3, n_informative=3, random_state=0)
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceProbitRegression(), Cs=3).fit(X, y)
+    with pytest.raises(ValueError, match="EmpiricalBayesClassifier fitted one binary posterior"):
+        model.loo(X, y)

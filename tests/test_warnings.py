@@ -182,3 +182,27 @@ def test_a_module_filter_applies_to_the_warnings_shown_once():
         with vsbayes.config_context(covariance="diagonal"):
             vsbayes.VBLogisticRegression().fit(X, y)
     assert caught
+
+
+class _WarnsItsScale(vsbayes.LaplaceLogisticRegression):
+    """A Laplace fit that warns with its prior's scale: each C a search tries warns its own
+    text, as VS's predicted error does."""
+
+    def fit(self, X, y, sample_weight=None):
+        message = f"fitted at C={self.C:.6g}, prior={self.prior!r}"
+        warnings.warn(message, UserWarning, stacklevel=1)  # (this file's line)
+        return super().fit(X, y, sample_weight)
+
+
+@pytest.mark.parametrize("prior", [None, vsbayes.LaplacePrior()], ids=["C", "prior's scale"])
+def test_evidence_search_shows_the_kept_fits_warnings_only(data, prior):
+    """The search's fits at the C values it drops are exploratory: their warnings are not
+    shown, the kept fit's are (each C's, distinct in its numbers, all came through)."""
+    X, y = data
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search = vsbayes.EmpiricalBayesClassifier(_WarnsItsScale(prior=prior)).fit(X, y)
+    assert len(search.refined_Cs_) > 1  # several fits of the estimator, at other scales
+    kept = search.estimator_
+    assert [str(w.message) for w in caught] == [f"fitted at C={kept.C:.6g}, prior={kept.prior!r}"]
+    assert caught[0].filename == __file__

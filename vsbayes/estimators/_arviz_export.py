@@ -35,10 +35,11 @@ __all__ = ["to_inference_data"]
 
 
 def to_inference_data(
-    estimator, X, y, sample_weight, n_draws: int, random_state, feature_names=None
+    estimator, X, y, sample_weight, n_draws: int, random_state, feature_names=None, name=None
 ):
     """ArviZ's DataTree of a fitted estimator (see
-    :meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`)."""
+    :meth:`~vsbayes.estimators._prediction.PosteriorPrediction.to_inference_data`);
+    ``name``: the class the user called, if it delegated here (errors name it)."""
     n_draws = check_n_draws(n_draws)
     if (X is None) != (y is None) or (X is None and sample_weight is not None):
         given, missing = ("X", "y") if X is not None else ("y", "X")
@@ -52,7 +53,7 @@ def to_inference_data(
     check_is_fitted(estimator)
     data = None  # (checked before ArviZ's import, which takes longer than the checks)
     if X is not None:
-        data = _training_data(estimator, X, y, sample_weight)
+        data = _training_data(estimator, X, y, sample_weight, name)
         if len(estimator.classes_) > 2 and not estimator._is_multinomial():
             raise ValueError(
                 "log_likelihood needs a joint model of the labels; a one-vs-rest fit has "

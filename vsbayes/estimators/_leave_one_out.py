@@ -315,9 +315,10 @@ _FINGERPRINT_SEED = 20130501
 _FINGERPRINT_ROWS = 1024
 
 
-def _check_fitted_rows(estimator, data: _Training) -> None:
+def _check_fitted_rows(estimator, data: _Training, name: str) -> None:
     """A ValueError naming what differs where ``data`` are not the rows ``fit`` saw (a
-    stream's: their count alone; no check where the fit kept nothing: a dask fit's)."""
+    stream's: their count alone; no check where the fit kept nothing: a dask fit's);
+    ``name`` is the class the user called."""
     fitted = vars(estimator).get("_training_fingerprint_")
     if fitted is None:
         return
@@ -338,14 +339,18 @@ def _check_fitted_rows(estimator, data: _Training) -> None:
         verb = "differs" if len(differences) == 1 else "differ"
         what = f"{' and '.join(differences)} {verb} from the fit's (or its rows' order)"
     raise ValueError(
-        f"X, y and sample_weight are not the data {type(estimator).__name__} was fitted on: "
+        f"X, y and sample_weight are not the data {name} was fitted on: "
         f"{what}. Leave-one-out scores the training rows, in the fit's order with its "
         f"sample_weight (each term leaves one of them out of the posterior). To score "
         f"held-out rows, use predict_proba (e.g. sklearn.metrics.log_loss)."
     )
 
 
-def _training_data(estimator, X, y, sample_weight) -> _Training:
+def _training_data(estimator, X, y, sample_weight, name: str | None = None) -> _Training:
+    """The training rows as leave-one-out and the ArviZ export read them, checked against
+    the fit's; ``name``: the class the user called, where it delegated to ``estimator``
+    (``EmpiricalBayesClassifier``'s ``estimator_``), so that errors name the fit they
+    made."""
     check_is_fitted(estimator)
     X = estimator._validate_prediction_data(X)
     y = column_or_1d(y, warn=True)
@@ -373,7 +378,7 @@ def _training_data(estimator, X, y, sample_weight) -> _Training:
         totals = np.bincount(index, weights, minlength=len(classes))
         weights = weights * class_weights(estimator.class_weight, classes, totals)[index]
     data = _Training(X, index, weights)
-    _check_fitted_rows(estimator, data)
+    _check_fitted_rows(estimator, data, name or type(estimator).__name__)
     return data
 
 
@@ -400,12 +405,14 @@ def _psis_remedy(estimator) -> str:
 # rows 8.3-9.0 s of CPU on one thread against 10.2-11.4 s.
 @one_blas_thread
 def leave_one_out(
-    estimator, X, y, sample_weight, n_draws: int, random_state, refit_above="auto"
+    estimator, X, y, sample_weight, n_draws: int, random_state, refit_above="auto", name=None
 ) -> LeaveOneOut:
     """:class:`LeaveOneOut` of a fitted estimator on its training data (see the module
     docstring); where EP ran, the rows whose ``p_loo`` share exceeds ``refit_above`` (None:
     none; "auto": :data:`REFIT_P_LOO`, multinomial :data:`REFIT_P_LOO_MULTINOMIAL`)
-    refitted without the row."""
+    refitted without the row. ``name``: the class the user called, if it delegated here
+    (messages name it; default the estimator's class)."""
+    name = name or type(estimator).__name__
     if not (isinstance(refit_above, str) and refit_above == "auto") and (
         refit_above is not None
         and (
@@ -423,13 +430,13 @@ def leave_one_out(
             f"n_draws must be at least 100 for leave-one-out (Pareto smoothing fits the "
             f"largest of the weights); got {n_draws}."
         )
-    data = _training_data(estimator, X, y, sample_weight)
+    data = _training_data(estimator, X, y, sample_weight, name)
     multinomial = estimator._is_multinomial()
     if isinstance(refit_above, str):
         refit_above = REFIT_P_LOO_MULTINOMIAL if multinomial else REFIT_P_LOO
     if len(estimator.classes_) > 2 and not multinomial:
         raise ValueError(
-            f"{type(estimator).__name__} fitted one binary posterior per class "
+            f"{name} fitted one binary posterior per class "
             f"(one-vs-rest), which is no joint model of the labels, so leave-one-out has "
             f"no predictive density to score. Use an estimator with a multinomial posterior "
             f"(LaplaceLogisticRegression, EPLogisticRegression, VSLogisticRegression)."
@@ -462,7 +469,7 @@ def leave_one_out(
         bad = np.flatnonzero(pareto_k > PARETO_K_THRESHOLD)
         if draws.posterior_pareto_k > PARETO_K_THRESHOLD:
             warn(
-                f"The Gaussian approximation of {type(estimator).__name__} is too far from "
+                f"The Gaussian approximation of {name} is too far from "
                 f"the posterior for importance sampling to correct it (Pareto k̂ = "
                 f"{draws.posterior_pareto_k:.2f} > {PARETO_K_THRESHOLD}): every "
                 f"leave-one-out term is unreliable. {_psis_remedy(estimator)}",
@@ -796,13 +803,27 @@ class _PosteriorDraws:
         if isinstance(sigma, StructuredCovariance):  # θ = μ + Σ^½ z, no p × p matrix
             width, spread = mean.size, sigma.sample_normal
         else:
-            values, vectors = scipy.linalg.eigh(np.asarray(sigma, dtype=float))
-            keep = values > values.max() * 1e-14
-            root, basis = np.sqrt(values[keep]), vectors[:, keep].T
-            width = int(keep.sum())
+            sigma = np.asarray(sigma, dtype=float)
+            try:
+                # Cholesky's factor is continuous in Σ, so posteriors equal to round-off
+                # (fits on CSR and on dense X) get the same draws. eigh's vectors are each
+                # fixed up to a sign, a repeated eigenvalue's (the multinomial shift
+                # directions') up to a rotation: round-off flipped them, drawing another
+                # sample (Pareto k̂ 0.28 apart on breast cancer, and other rows warned; D-242).
+                lower = scipy.linalg.cholesky(sigma, lower=True)
+                width = mean.size
 
-            def spread(z: np.ndarray) -> np.ndarray:
-                return (z * root) @ basis
+                def spread(z: np.ndarray) -> np.ndarray:
+                    return z @ lower.T
+
+            except scipy.linalg.LinAlgError:  # semidefinite to round-off: its range only
+                values, vectors = scipy.linalg.eigh(sigma)
+                keep = values > values.max() * 1e-14
+                root, basis = np.sqrt(values[keep]), vectors[:, keep].T
+                width = int(keep.sum())
+
+                def spread(z: np.ndarray) -> np.ndarray:
+                    return (z * root) @ basis
 
         log_prior_of = _log_prior(estimator, data, n_problems, d, mean.size)
         theta = np.empty((n_draws, mean.size))
