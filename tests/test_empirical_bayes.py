@@ -542,3 +542,59 @@ def test_a_refit_without_feature_names_forgets_the_earlier_ones(data):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         model.predict(X)
+
+
+def _wide_sparse_truth():
+    """120 rows × 400 sparse features, 4 of them dense and relevant: more features than
+    rows, as text is."""
+    rng = np.random.default_rng(0)
+    X = sp.random(120, 400, density=0.05, random_state=rng, format="lil")
+    X[:, :4] = rng.standard_normal((120, 4))
+    X = sp.csr_matrix(X)
+    coef = np.zeros(400)
+    coef[:4] = [2.0, -2.0, 1.5, -1.5]
+    y = (rng.random(120) < 1.0 / (1.0 + np.exp(-(X @ coef)))).astype(int)
+    return X, y
+
+
+def test_ard_reads_a_structured_posteriors_marginal_variances_only():
+    # Under a memory limit below the dense 401 × 401 covariance (a stand-in for text
+    # scale), ARD's Laplace fits take the structured covariance (exact marginals, M ≤
+    # 4096), and its steps read their marginal variances (it densified the covariance,
+    # 6.2 GiB at 5000 × 20,000; here beyond the limit: MemoryLimitError). Same steps as
+    # the dense fits, to round-off: the marginal variances are exact.
+    X, y = _wide_sparse_truth()
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    dense = clone(model).fit(X, y)
+    # 1 MB: room for the "lowrank" structure (0.7 MB), none for the dense covariance
+    # (1.3 MB).
+    with vsbayes.config_context(memory_limit=1e6):
+        probe = vsbayes.LaplaceLogisticRegression(prior=(np.zeros(401), np.ones(401)))
+        assert probe.fit(X, y).covariance_structure_ != "dense"
+        structured = clone(model).fit(X, y)
+    np.testing.assert_array_equal(structured.support_, dense.support_)
+    assert set(np.flatnonzero(dense.support_)) >= {0, 1, 2, 3}
+    # Round-off of the evidence's terms (~1e-13 relative), grown by ARD's few steps.
+    np.testing.assert_allclose(structured.prior_variances_, dense.prior_variances_, rtol=1e-8)
+    np.testing.assert_allclose(structured.ard_log_evidence_, dense.ard_log_evidence_, rtol=1e-10)
+
+
+def test_multinomial_ard_beyond_the_dense_posterior_is_refused_before_the_search(monkeypatch):
+    # ARD's prior on the multinomial posterior keeps its dense covariance: a problem whose
+    # first ARD step cannot be fitted is refused before the grid's fits (which took
+    # minutes at 5000 × 20,000 with 5 classes before the refusal), naming ARD and the
+    # most features that fit.
+
+    def no_grid(*args, **kwargs):
+        raise AssertionError("the grid was fitted")
+
+    X, y = load_iris(return_X_y=True)
+    X = np.hstack([X, np.random.default_rng(0).standard_normal((150, 3400))])
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    monkeypatch.setattr(vsbayes.LaplaceLogisticRegression, "fit", no_grid)
+    with pytest.raises(ValueError, match=r"scales='ard' on 3 classes .* at most 3332 features"):
+        model.fit(X, y)
+    # Within the size, it fits (3 classes × 11 parameters).
+    monkeypatch.undo()
+    model.fit(X[:, :10], y)
+    assert model.coef_.shape == (3, 10)

@@ -60,6 +60,7 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
         model.n_features + int(model.fit_intercept),
         model.n_observations,
         n_chunks=0 if chunks is None else chunks.n_chunks,
+        shrinkage=getattr(model, "coefficient_prior", None),
     )
 
 
@@ -79,7 +80,13 @@ def softmax_dense_bytes(
 
 
 def check_softmax_dims(
-    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False, n_chunks: int = 0
+    n_classes: int,
+    per_class: int,
+    n_rows: int,
+    *,
+    under_prior: bool = False,
+    n_chunks: int = 0,
+    shrinkage=None,
 ) -> None:
     """:func:`check_softmax_size` from the problem's dimensions, before its model exists:
     ``per_class`` parameters (features and intercept) per class, ``n_rows`` rows.
@@ -87,10 +94,16 @@ def check_softmax_dims(
     carried posterior), which the structured covariance does not take, and whose dense
     prior precision and carried covariance are two more p × p matrices. ``n_chunks``: the
     dask chunks of the rows, each pass over which gathers one p × p Hessian per chunk
-    before their (compensated) sum, two more."""
+    before their (compensated) sum, two more. ``shrinkage``: the model's shrinkage prior
+    (a :class:`~vsbayes.models.shrinkage_priors.CoefficientFactor`), whose fits keep the
+    dense covariance whatever its size, so that the structured one is no remedy."""
     p, k, m = n_classes * per_class, n_classes, n_rows
     structured = (
-        "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
+        f"A shrinkage prior ({shrinkage!r}) keeps the dense covariance (its sites, one per "
+        f"coefficient, are fitted on it): the Gaussian prior (penalty='l2' or l1_ratio=0, "
+        f"no shrinkage prior=) takes the structured covariance beyond this size; "
+        if shrinkage is not None
+        else "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
         "covariance, which the structured one does not replace: fit all the rows at once "
         "with fit and no prior= (a structured covariance beyond this size), stream "
         "one-vs-rest binary posteriors (OneVsRestClassifier(...).partial_fit: each binary "
