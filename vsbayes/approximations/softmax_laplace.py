@@ -31,7 +31,7 @@ from 0 stay in the centred subspace (``Σ_k w_k = 0``, ``Σ_k b_k = 0``), where 
 
 from __future__ import annotations
 
-from .._memory import block_bytes, check_memory, format_bytes
+from .._memory import MAX_DENSE_PARAMS, block_bytes, check_memory, format_bytes
 from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
@@ -47,8 +47,9 @@ __all__ = [
 ]
 
 #: The most parameters K(d + 1) of a dense multinomial posterior: a p × p factorization
-#: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens.
-MAX_SOFTMAX_PARAMS = 10_000
+#: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens
+#: (the bound of every dense posterior without a structured one, ``MAX_DENSE_PARAMS``).
+MAX_SOFTMAX_PARAMS = MAX_DENSE_PARAMS
 
 
 def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
