@@ -577,6 +577,22 @@ def test_ard_reads_a_structured_posteriors_marginal_variances_only():
     # Round-off of the evidence's terms (~1e-13 relative), grown by ARD's few steps.
     np.testing.assert_allclose(structured.prior_variances_, dense.prior_variances_, rtol=1e-8)
     np.testing.assert_allclose(structured.ard_log_evidence_, dense.ard_log_evidence_, rtol=1e-10)
+    assert not structured.evidence_is_estimate_
+
+
+@pytest.mark.filterwarnings("ignore:The evidence is largest at the edge")
+@pytest.mark.filterwarnings("ignore:C_ = .* was chosen among estimated")
+def test_ard_on_estimated_marginal_variances_warns(monkeypatch):
+    # Over 4096 rows the structured covariance's marginal variances are estimated: ARD's
+    # steps then rest on them, and say so.
+    import vsbayes.approximations.structured_laplace as structured
+
+    X, y = _wide_sparse_truth()
+    monkeypatch.setattr(structured, "EXACT_DIAGONAL_MAX_ROWS", 0)  # as over 4096 rows
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    estimated = vsbayes.config_context(covariance="lowrank", covariance_rank=2)
+    with estimated, pytest.warns(vsbayes.exceptions.UnreliableFitWarning, match="ARD's per-"):
+        assert model.fit(X, y).evidence_is_estimate_
 
 
 def test_multinomial_ard_beyond_the_dense_posterior_is_refused_before_the_search(monkeypatch):

@@ -511,8 +511,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             )
         if ard:
             self.C_ = float(grid[best])
-            self._fit_ard(base, link, shared, X, y, sample_weight, n_classes)
-            self._record_estimated_evidence(estimated)
+            steps_estimated = self._fit_ard(base, link, shared, X, y, sample_weight, n_classes)
+            self._record_estimated_evidence(estimated, steps_estimated)
             self.refined_Cs_ = np.empty(0)
             self.refined_log_evidence_ = np.empty(0)
             self.classes_ = self.estimator_.classes_
@@ -551,12 +551,24 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self._record_estimated_evidence(estimated)
         return self
 
-    def _record_estimated_evidence(self, estimated: list) -> None:
+    def _record_estimated_evidence(self, estimated: list, ard_steps: bool = False) -> None:
         """``evidence_is_estimate_``, and a warning where C was chosen among estimated
         evidences: their log-determinant estimate is low by an error that grows with C
         (measured in docs/decisions.md: from 0.3 nats at C = 0.01 to 220 at C = 100), so
-        that the maximum moves toward small C."""
-        self.evidence_is_estimate_ = bool(estimated)
+        that the maximum moves toward small C; or (``ard_steps``) where ARD's steps read
+        estimated marginal variances and evidences."""
+        self.evidence_is_estimate_ = bool(estimated) or ard_steps
+        exact_rows = structured_laplace.EXACT_DIAGONAL_MAX_ROWS
+        if ard_steps:
+            warn(
+                f"ARD's per-feature variances were set from estimated marginal variances: "
+                f"its Laplace fits' covariance is structured without exact marginals (see "
+                f"estimator_.covariance_reason_; each variance within the fit's "
+                f"error_factor of the exact one), and the evidences its steps compared "
+                f"are estimates. Run ARD on at most {exact_rows} rows (a subsample), "
+                f"where they are exact.",
+                UnreliableFitWarning,
+            )
         if not estimated:
             return
         values = ", ".join(f"{c:.3g}" for c in sorted(set(estimated)))
@@ -567,15 +579,17 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             f"by an error that grows with C, so that the choice leans toward small C. "
             f"Choose C by cross-validation (GridSearchCV, LogisticRegressionCV) instead, "
             f"or by the evidence on a subsample where it is exact (binary: at most "
-            f"{structured_laplace.EXACT_DIAGONAL_MAX_ROWS} rows).",
+            f"{exact_rows} rows).",
             UnreliableFitWarning,
         )
 
     # --- automatic relevance determination ------------------------------------------------
 
-    def _fit_ard(self, base, link, shared, X, y, sample_weight, n_classes: int) -> None:
+    def _fit_ard(self, base, link, shared, X, y, sample_weight, n_classes: int) -> bool:
         """ARD's per-feature variances from Laplace fits (module docstring), then the
-        estimator on the features kept, under them; ``n_classes`` those the fits take."""
+        estimator on the features kept, under them; ``n_classes`` those the fits take.
+        Returns whether a step's fit had estimated marginal variances (a structured
+        covariance beyond the exact marginals' rows)."""
         d = X.shape[1]
         fit_intercept = bool(shared.get("fit_intercept", True))
         by_evidence = isinstance(self.inclusion_prior, str)
@@ -583,7 +597,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         alpha = np.full(d, 1.0 / self.C_)
         gain = np.zeros(d)  # of each feature's log evidence, at its last step in the model
         keep = np.ones(d, dtype=bool)
-        evidence, converged = [], False
+        evidence, converged, steps_estimated = [], False, False
         laplace_blocks = n_classes if n_classes > 2 and _LAPLACE[link]._multinomial else 1
         step = None  # where the last step started, if it pruned among several changes
         for _ in range(self.max_iter):
@@ -608,6 +622,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 step = None
                 continue
             evidence.append(value)
+            steps_estimated = steps_estimated or _evidence_is_estimate(fit)
             s, q = _data_factors(fit, alpha[kept])
             new_alpha, gain[kept] = _evidence_optimum(s, q, alpha[kept])
             # In while the posterior inclusion probability expit(G + logit π) exceeds ½, and
@@ -663,6 +678,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self.n_features_selected_ = int(kept.size)
         self.ard_log_evidence_ = np.array(evidence)
         self.n_iter_ = len(evidence)
+        return steps_estimated
 
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")
