@@ -388,7 +388,7 @@ def test_ard_step_maximizes_a_gaussian_evidence(n_classes):
         precision[np.ix_(index[j], index[j])] = S[j] + alpha[j] * np.eye(k)
         natural[index[j]] = h[j]
     cov = np.linalg.inv(precision)
-    posterior = SimpleNamespace(mean=cov @ natural, cov=cov)
+    posterior = SimpleNamespace(mean=cov @ natural, cov=cov, var=np.diag(cov).copy())
     if k == 1:
         fit = SimpleNamespace(posteriors_=[posterior], _is_multinomial=lambda: False)
     else:
