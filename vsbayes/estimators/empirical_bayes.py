@@ -1012,15 +1012,18 @@ def _check_ard_size(link: str, shared: dict, X, y, sample_weight) -> int:
         per_class = X.shape[1] + int(shared.get("fit_intercept", True))
         try:
             check_softmax_dims(n_classes, per_class, X.shape[0], under_prior=True)
-        except ValueError as error:  # (MemoryLimitError is one)
+        except ValueError as error:  # (MemoryLimitError is one: its sizes in the cause)
+            p = n_classes * per_class
             raise type(error)(
                 f"scales='ard' on {n_classes} classes fits the multinomial posterior of "
-                f"{n_classes * per_class} parameters under ARD's per-feature prior, which "
-                f"keeps its dense covariance; refused before the search: {error} With "
-                f"ARD, select features first (e.g. sklearn.feature_selection.SelectKBest "
-                f"in a pipeline, to at most {_most_ard_features(n_classes, X.shape[0])} "
-                f"features here), or use scales='shared' (one C, whose fits take the "
-                f"structured covariance)."
+                f"{p} parameters ({n_classes} classes × {per_class}) under ARD's "
+                f"per-feature prior, which keeps its dense {p} × {p} covariance (the "
+                f"structured one takes a shared C only): beyond {MAX_SOFTMAX_PARAMS} "
+                f"parameters, or the memory limit, its steps cannot run, so it is refused "
+                f"before the search. Select features first (e.g. "
+                f"sklearn.feature_selection.SelectKBest in a pipeline, to at most "
+                f"{_most_ard_features(n_classes, X.shape[0])} features here), or use "
+                f"scales='shared' (one C, whose fits take the structured covariance)."
             ) from error
     return n_classes
 
