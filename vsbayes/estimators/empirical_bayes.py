@@ -562,11 +562,11 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         if ard_steps:
             warn(
                 f"ARD's per-feature variances were set from estimated marginal variances: "
-                f"its Laplace fits' covariance is structured without exact marginals (see "
-                f"estimator_.covariance_reason_; each variance within the fit's "
-                f"error_factor of the exact one), and the evidences its steps compared "
-                f"are estimates. Run ARD on at most {exact_rows} rows (a subsample), "
-                f"where they are exact.",
+                f"its Laplace fits on many features took a structured covariance without "
+                f"exact marginals (more than {exact_rows} rows, or over the memory "
+                f"limit; each variance within the fit's error_factor of the exact one), "
+                f"and the evidences its steps compared are estimates. Run ARD on at most "
+                f"{exact_rows} rows (a subsample), where they are exact.",
                 UnreliableFitWarning,
             )
         if not estimated:
