@@ -388,7 +388,7 @@ def test_ard_step_maximizes_a_gaussian_evidence(n_classes):
         precision[np.ix_(index[j], index[j])] = S[j] + alpha[j] * np.eye(k)
         natural[index[j]] = h[j]
     cov = np.linalg.inv(precision)
-    posterior = SimpleNamespace(mean=cov @ natural, cov=cov)
+    posterior = SimpleNamespace(mean=cov @ natural, cov=cov, var=np.diag(cov).copy())
     if k == 1:
         fit = SimpleNamespace(posteriors_=[posterior], _is_multinomial=lambda: False)
     else:
@@ -564,3 +564,75 @@ def test_one_vs_rest_loo_names_the_estimator_called():
     model = EmpiricalBayesClassifier(vsbayes.LaplaceProbitRegression(), Cs=3).fit(X, y)
     with pytest.raises(ValueError, match="EmpiricalBayesClassifier fitted one binary posterior"):
         model.loo(X, y)
+
+
+def _wide_sparse_truth():
+    """120 rows × 400 sparse features, 4 of them dense and relevant: more features than
+    rows, as text is."""
+    rng = np.random.default_rng(0)
+    X = sp.random(120, 400, density=0.05, random_state=rng, format="lil")
+    X[:, :4] = rng.standard_normal((120, 4))
+    X = sp.csr_matrix(X)
+    coef = np.zeros(400)
+    coef[:4] = [2.0, -2.0, 1.5, -1.5]
+    y = (rng.random(120) < 1.0 / (1.0 + np.exp(-(X @ coef)))).astype(int)
+    return X, y
+
+
+def test_ard_reads_a_structured_posteriors_marginal_variances_only():
+    # Under a memory limit below the dense 401 × 401 covariance (a stand-in for text
+    # scale), ARD's Laplace fits take the structured covariance (exact marginals, M ≤
+    # 4096), and its steps read their marginal variances (it densified the covariance,
+    # 6.2 GiB at 5000 × 20,000; here beyond the limit: MemoryLimitError). Same steps as
+    # the dense fits, to round-off: the marginal variances are exact.
+    X, y = _wide_sparse_truth()
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    dense = clone(model).fit(X, y)
+    # 1 MB: room for the "lowrank" structure (0.7 MB), none for the dense covariance
+    # (1.3 MB).
+    with vsbayes.config_context(memory_limit=1e6):
+        probe = vsbayes.LaplaceLogisticRegression(prior=(np.zeros(401), np.ones(401)))
+        assert probe.fit(X, y).covariance_structure_ != "dense"
+        structured = clone(model).fit(X, y)
+    np.testing.assert_array_equal(structured.support_, dense.support_)
+    assert set(np.flatnonzero(dense.support_)) >= {0, 1, 2, 3}
+    # Round-off of the evidence's terms (~1e-13 relative), grown by ARD's few steps.
+    np.testing.assert_allclose(structured.prior_variances_, dense.prior_variances_, rtol=1e-8)
+    np.testing.assert_allclose(structured.ard_log_evidence_, dense.ard_log_evidence_, rtol=1e-10)
+    assert not structured.evidence_is_estimate_
+
+
+@pytest.mark.filterwarnings("ignore:The evidence is largest at the edge")
+@pytest.mark.filterwarnings("ignore:C_ = .* was chosen among estimated")
+def test_ard_on_estimated_marginal_variances_warns(monkeypatch):
+    # Over 4096 rows the structured covariance's marginal variances are estimated: ARD's
+    # steps then rest on them, and say so.
+    import vsbayes.approximations.structured_laplace as structured
+
+    X, y = _wide_sparse_truth()
+    monkeypatch.setattr(structured, "EXACT_DIAGONAL_MAX_ROWS", 0)  # as over 4096 rows
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    estimated = vsbayes.config_context(covariance="lowrank", covariance_rank=2)
+    with estimated, pytest.warns(vsbayes.exceptions.UnreliableFitWarning, match="ARD's per-"):
+        assert model.fit(X, y).evidence_is_estimate_
+
+
+def test_multinomial_ard_beyond_the_dense_posterior_is_refused_before_the_search(monkeypatch):
+    # ARD's prior on the multinomial posterior keeps its dense covariance: a problem whose
+    # first ARD step cannot be fitted is refused before the grid's fits (which took
+    # minutes at 5000 × 20,000 with 5 classes before the refusal), naming ARD and the
+    # most features that fit.
+
+    def no_grid(*args, **kwargs):
+        raise AssertionError("the grid was fitted")
+
+    X, y = load_iris(return_X_y=True)
+    X = np.hstack([X, np.random.default_rng(0).standard_normal((150, 3400))])
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=3, scales="ard")
+    monkeypatch.setattr(vsbayes.LaplaceLogisticRegression, "fit", no_grid)
+    with pytest.raises(ValueError, match=r"scales='ard' on 3 classes .* at most 3332 features"):
+        model.fit(X, y)
+    # Within the size, it fits (3 classes × 11 parameters).
+    monkeypatch.undo()
+    model.fit(X[:, :10], y)
+    assert model.coef_.shape == (3, 10)

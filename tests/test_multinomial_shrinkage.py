@@ -163,6 +163,16 @@ def test_unsupported_multinomial_routes_say_what_is(iris):
     assert np.all(np.isfinite(fit.coef_))
 
 
+def test_a_wide_multinomial_under_a_shrinkage_prior_is_refused_naming_it(iris):
+    # Beyond the dense multinomial posterior's size the refusal said to use the structured
+    # covariance, which a shrinkage prior does not take: it names the prior and the
+    # Gaussian prior that does.
+    X, y = iris
+    X = np.hstack([X, np.random.default_rng(0).standard_normal((150, 3400))])
+    with pytest.raises(ValueError, match=r"LaplacePrior.*keeps the dense.*penalty='l2'"):
+        LaplaceLogisticRegression(penalty="l1", l1_ratio=1).fit(X, y)
+
+
 def test_a_cavity_below_the_base_by_round_off_is_the_base():
     # A nearly untouched column (a digit's corner pixel): its posterior precision is its
     # prior site's plus the base's plus ~0, which round-off put 1e-12 below the two.

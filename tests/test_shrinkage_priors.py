@@ -497,3 +497,24 @@ def test_elastic_net_normalizer_is_exact_to_either_limit(ratio):
         np.testing.assert_allclose(
             factor.log_density(grid), laplace.log_density(grid), rtol=0, atol=1e-9
         )
+
+
+@pytest.mark.parametrize("prior", [{"penalty": "l1"}, {"prior": HorseshoePrior(0.1)}])
+def test_a_dense_shrinkage_fit_beyond_the_work_limit_is_refused_first(monkeypatch, prior):
+    # A shrinkage prior keeps the dense covariance: beyond MAX_DENSE_PARAMS coefficients
+    # (here lowered to 40) its p × p steps would run for hours (text scale: 20,001), so
+    # the fit is refused before any, naming the structure the Gaussian prior takes and the
+    # most features that pass; at the limit it fits.
+    from vsbayes.approximations import _glm_gaussian, newton_laplace
+
+    monkeypatch.setattr(_glm_gaussian, "MAX_DENSE_PARAMS", 40)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 40))
+    y = (X[:, 0] + rng.logistic(size=60) > 0).astype(int)
+    with monkeypatch.context() as patched:
+        patched.setattr(newton_laplace, "shrinkage_laplace", None)  # a Newton step raises
+        for estimator in (VSLogisticRegression(**prior), EPLogisticRegression(**prior)):
+            with pytest.raises(ValueError, match=r"41 coefficients, above the 40 .* 39 feat"):
+                estimator.fit(X, y)
+    fit = EPLogisticRegression(**prior).fit(X[:, :39], y)
+    assert np.all(np.isfinite(fit.coef_))

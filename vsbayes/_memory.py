@@ -66,6 +66,7 @@ from sklearn import get_config as sklearn_config
 from .exceptions import MemoryLimitError
 
 __all__ = [
+    "MAX_DENSE_PARAMS",
     "MEMORY_FRACTION",
     "block_bytes",
     "block_length",
@@ -152,6 +153,12 @@ def config_context(**settings) -> Iterator[None]:
         _settings.clear()
         _settings.update(saved)
 
+
+#: The most parameters of a posterior fitted with dense p × p matrices where no structured
+#: covariance replaces them (the multinomial posterior's, a shrinkage prior's): a p × p
+#: factorization then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores, and a
+#: fit makes tens. Work, not memory: beyond it a fit that fits in memory runs for hours.
+MAX_DENSE_PARAMS = 10_000
 
 #: Fraction of physical memory that one computation may use: the rest is left to the
 #: interpreter, the data and the other processes of the machine.

@@ -31,7 +31,7 @@ from 0 stay in the centred subspace (``Σ_k w_k = 0``, ``Σ_k b_k = 0``), where 
 
 from __future__ import annotations
 
-from .._memory import block_bytes, check_memory, format_bytes
+from .._memory import MAX_DENSE_PARAMS, block_bytes, check_memory, format_bytes
 from ..engine import LaplaceResult
 from ..models.softmax import SoftmaxGLMPosterior
 from ._threads import blas_policy
@@ -47,8 +47,9 @@ __all__ = [
 ]
 
 #: The most parameters K(d + 1) of a dense multinomial posterior: a p × p factorization
-#: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens.
-MAX_SOFTMAX_PARAMS = 10_000
+#: then takes up to 3.3·10¹¹ multiply-adds, about 10 s on two cores; a fit makes tens
+#: (the bound of every dense posterior without a structured one, ``MAX_DENSE_PARAMS``).
+MAX_SOFTMAX_PARAMS = MAX_DENSE_PARAMS
 
 
 def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
@@ -60,6 +61,7 @@ def check_softmax_size(model: SoftmaxGLMPosterior) -> None:
         model.n_features + int(model.fit_intercept),
         model.n_observations,
         n_chunks=0 if chunks is None else chunks.n_chunks,
+        shrinkage=getattr(model, "coefficient_prior", None),
     )
 
 
@@ -79,7 +81,13 @@ def softmax_dense_bytes(
 
 
 def check_softmax_dims(
-    n_classes: int, per_class: int, n_rows: int, *, under_prior: bool = False, n_chunks: int = 0
+    n_classes: int,
+    per_class: int,
+    n_rows: int,
+    *,
+    under_prior: bool = False,
+    n_chunks: int = 0,
+    shrinkage=None,
 ) -> None:
     """:func:`check_softmax_size` from the problem's dimensions, before its model exists:
     ``per_class`` parameters (features and intercept) per class, ``n_rows`` rows.
@@ -87,10 +95,16 @@ def check_softmax_dims(
     carried posterior), which the structured covariance does not take, and whose dense
     prior precision and carried covariance are two more p × p matrices. ``n_chunks``: the
     dask chunks of the rows, each pass over which gathers one p × p Hessian per chunk
-    before their (compensated) sum, two more."""
+    before their (compensated) sum, two more. ``shrinkage``: the model's shrinkage prior
+    (a :class:`~vsbayes.models.shrinkage_priors.CoefficientFactor`), whose fits keep the
+    dense covariance whatever its size, so that the structured one is no remedy."""
     p, k, m = n_classes * per_class, n_classes, n_rows
     structured = (
-        "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
+        f"A shrinkage prior ({shrinkage!r}) keeps the dense covariance (its sites, one per "
+        f"coefficient, are fitted on it): the Gaussian prior (penalty='l2' or l1_ratio=0, "
+        f"no shrinkage prior=) takes the structured covariance beyond this size; "
+        if shrinkage is not None
+        else "A fit under a prior (prior=, or partial_fit's carried posterior) has the dense "
         "covariance, which the structured one does not replace: fit all the rows at once "
         "with fit and no prior= (a structured covariance beyond this size), stream "
         "one-vs-rest binary posteriors (OneVsRestClassifier(...).partial_fit: each binary "

@@ -32,7 +32,7 @@ from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import catch, each_once, reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
-from ..approximations._glm_gaussian import check_posterior_memory
+from ..approximations._glm_gaussian import check_posterior_memory, check_shrinkage_size
 from ..approximations.structured_laplace import (
     CovarianceChoice,
     choose_covariance,
@@ -887,11 +887,13 @@ class BayesianGLMClassifier(
                             fit = finish(fit)
                     else:
                         if n_classes is None:  # sized before the first Newton step
+                            remedy = _shrinkage_memory_remedy(model, n_problems)
+                            check_shrinkage_size(model, type(self).__name__, remedy)
                             check_posterior_memory(
                                 model,
                                 type(self).__name__,
                                 under_prior=prior is not None,
-                                remedy=_shrinkage_memory_remedy(model, n_problems),
+                                remedy=remedy,
                             )
                             _check_route_memory(model, method, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))

@@ -47,6 +47,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from .._warnings import catch, each_once, reemit, warn
 from ..approximations import structured_laplace
+from ..approximations.softmax_laplace import MAX_SOFTMAX_PARAMS, check_softmax_dims
 from ..exceptions import ConvergenceWarning, UnreliableFitWarning
 from ..models.dask_chunks import is_dask
 from ..models.shrinkage_priors import HorseshoePrior, LaplacePrior, StudentTPrior
@@ -392,6 +393,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         check_scalar(self.refine, "refine", (bool, np.bool_))
         self._check_ard_params(base)
         ard = self.scales == "ard"
+        params = base.get_params()
+        shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         if ard:
             if is_dask(X):
                 raise ValueError(
@@ -400,13 +403,12 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 )
             X, y = _validate_training_data(self, X, y)  # (the estimators' check and remedies)
             check_classification_targets(y)
+            n_classes = _check_ard_size(link, shared, X, y, sample_weight)
         elif not is_dask(X):
             # Checked here only, so that an error (NaN, no rows, a wrong shape) names this
             # class, not the Laplace fit of the grid the user did not call; X goes on as
             # given (the estimator keeps its feature names).
             validate_data(self, X, y, accept_sparse=True, dtype=None)
-        params = base.get_params()
-        shared = {k: v for k, v in params.items() if k in ("fit_intercept", "class_weight")}
         shrinkage = _shrinkage_prior(base)
         if is_dask(X) and not ard:
             # Refused here, naming what was set: each grid fit would name its own prior
@@ -514,8 +516,8 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             )
         if ard:
             self.C_ = float(grid[best])
-            self._fit_ard(base, link, shared, X, y, sample_weight)
-            self._record_estimated_evidence(estimated)
+            steps_estimated = self._fit_ard(base, link, shared, X, y, sample_weight, n_classes)
+            self._record_estimated_evidence(estimated, steps_estimated)
             self.refined_Cs_ = np.empty(0)
             self.refined_log_evidence_ = np.empty(0)
             self.classes_ = self.estimator_.classes_
@@ -553,12 +555,24 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self._record_estimated_evidence(estimated)
         return self
 
-    def _record_estimated_evidence(self, estimated: list) -> None:
+    def _record_estimated_evidence(self, estimated: list, ard_steps: bool = False) -> None:
         """``evidence_is_estimate_``, and a warning where C was chosen among estimated
         evidences: their log-determinant estimate is low by an error that grows with C
         (measured in docs/decisions.md: from 0.3 nats at C = 0.01 to 220 at C = 100), so
-        that the maximum moves toward small C."""
-        self.evidence_is_estimate_ = bool(estimated)
+        that the maximum moves toward small C; or (``ard_steps``) where ARD's steps read
+        estimated marginal variances and evidences."""
+        self.evidence_is_estimate_ = bool(estimated) or ard_steps
+        exact_rows = structured_laplace.EXACT_DIAGONAL_MAX_ROWS
+        if ard_steps:
+            warn(
+                f"ARD's per-feature variances were set from estimated marginal variances: "
+                f"its Laplace fits on many features took a structured covariance without "
+                f"exact marginals (more than {exact_rows} rows, or over the memory "
+                f"limit; each variance within the fit's error_factor of the exact one), "
+                f"and the evidences its steps compared are estimates. Run ARD on at most "
+                f"{exact_rows} rows (a subsample), where they are exact.",
+                UnreliableFitWarning,
+            )
         if not estimated:
             return
         values = ", ".join(f"{c:.3g}" for c in sorted(set(estimated)))
@@ -569,27 +583,25 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             f"by an error that grows with C, so that the choice leans toward small C. "
             f"Choose C by cross-validation (GridSearchCV, LogisticRegressionCV) instead, "
             f"or by the evidence on a subsample where it is exact (binary: at most "
-            f"{structured_laplace.EXACT_DIAGONAL_MAX_ROWS} rows).",
+            f"{exact_rows} rows).",
             UnreliableFitWarning,
         )
 
     # --- automatic relevance determination ------------------------------------------------
 
-    def _fit_ard(self, base, link, shared, X, y, sample_weight) -> None:
+    def _fit_ard(self, base, link, shared, X, y, sample_weight, n_classes: int) -> bool:
         """ARD's per-feature variances from Laplace fits (module docstring), then the
-        estimator on the features kept, under them."""
+        estimator on the features kept, under them; ``n_classes`` those the fits take.
+        Returns whether a step's fit had estimated marginal variances (a structured
+        covariance beyond the exact marginals' rows)."""
         d = X.shape[1]
-        # The classes the fits take: those of positive weight (D-148), one prior block each.
-        probe = _LAPLACE[link](**shared)
-        probe._fit_data(X, y, sample_weight)
-        n_classes = len(probe.classes_)
         fit_intercept = bool(shared.get("fit_intercept", True))
         by_evidence = isinstance(self.inclusion_prior, str)
         inclusion = 0.5 if by_evidence else float(self.inclusion_prior)
         alpha = np.full(d, 1.0 / self.C_)
         gain = np.zeros(d)  # of each feature's log evidence, at its last step in the model
         keep = np.ones(d, dtype=bool)
-        evidence, converged = [], False
+        evidence, converged, steps_estimated = [], False, False
         laplace_blocks = n_classes if n_classes > 2 and _LAPLACE[link]._multinomial else 1
         step = None  # where the last step started, if it pruned among several changes
         for _ in range(self.max_iter):
@@ -614,6 +626,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
                 step = None
                 continue
             evidence.append(value)
+            steps_estimated = steps_estimated or _evidence_is_estimate(fit)
             s, q = _data_factors(fit, alpha[kept])
             new_alpha, gain[kept] = _evidence_optimum(s, q, alpha[kept])
             # In while the posterior inclusion probability expit(G + logit π) exceeds ½, and
@@ -669,6 +682,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         self.n_features_selected_ = int(kept.size)
         self.ard_log_evidence_ = np.array(evidence)
         self.n_iter_ = len(evidence)
+        return steps_estimated
 
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")
@@ -989,6 +1003,53 @@ class _PruningStep(NamedTuple):
     retry: tuple
 
 
+def _check_ard_size(link: str, shared: dict, X, y, sample_weight) -> int:
+    """The number of classes ARD's Laplace fits take (those of positive weight, D-148: one
+    prior block each), after refusing, before the grid's fits, a multinomial problem whose
+    first ARD step cannot be fitted: ARD's per-feature prior on the multinomial posterior
+    is a prior ``prior=``, which keeps the dense (K·p)² covariance (the structured
+    multinomial covariance takes the default prior only), and the step reads each
+    feature's K × K block of it. Binary problems (and one-vs-rest ones) take their
+    structured covariance under ARD's diagonal prior, and ARD reads its marginal variances
+    only."""
+    probe = _LAPLACE[link](**shared)
+    probe._fit_data(X, y, sample_weight)
+    n_classes = len(probe.classes_)
+    if n_classes > 2 and _LAPLACE[link]._multinomial:
+        per_class = X.shape[1] + int(shared.get("fit_intercept", True))
+        try:
+            check_softmax_dims(n_classes, per_class, X.shape[0], under_prior=True)
+        except ValueError as error:  # (MemoryLimitError is one: its sizes in the cause)
+            p = n_classes * per_class
+            raise type(error)(
+                f"scales='ard' on {n_classes} classes fits the multinomial posterior of "
+                f"{p} parameters ({n_classes} classes × {per_class}) under ARD's "
+                f"per-feature prior, which keeps its dense {p} × {p} covariance (the "
+                f"structured one takes a shared C only): beyond {MAX_SOFTMAX_PARAMS} "
+                f"parameters, or the memory limit, its steps cannot run, so it is refused "
+                f"before the search. Select features first (e.g. "
+                f"sklearn.feature_selection.SelectKBest in a pipeline, to at most "
+                f"{_most_ard_features(n_classes, X.shape[0])} features here), or use "
+                f"scales='shared' (one C, whose fits take the structured covariance)."
+            ) from error
+    return n_classes
+
+
+def _most_ard_features(n_classes: int, n_rows: int) -> int:
+    """The most features (with an intercept) whose multinomial posterior under a prior
+    passes :func:`check_softmax_dims` (0 if none)."""
+    low, high = 0, MAX_SOFTMAX_PARAMS // n_classes
+    while low < high:  # (the count grows with the features: bisection)
+        middle = (low + high + 1) // 2
+        try:
+            check_softmax_dims(n_classes, middle + 1, n_rows, under_prior=True)
+        except ValueError:
+            high = middle - 1
+        else:
+            low = middle
+    return low
+
+
 def _diagonal_prior(variances: np.ndarray, n_blocks: int, fit_intercept: bool):
     """``(mean, variances)`` of the estimator's ``prior``: the features' variances (one
     block, or one per class of the multinomial layout ``[W.ravel(), b]``), then the
@@ -1019,7 +1080,9 @@ def _data_factors(fit, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tiny = np.finfo(float).tiny
     if not fit._is_multinomial():
         mean = np.stack([np.asarray(g.mean)[:n] for g in posteriors])
-        var = np.stack([np.diag(np.asarray(g.cov))[:n] for g in posteriors])
+        # The marginal variances only: a structured posterior's (text scale: p beyond
+        # 4096) in O(p r²), never its p × p covariance (6.2 GiB at 5000 × 20,000).
+        var = np.stack([np.asarray(g.var)[:n] for g in posteriors])
         # A feature the data say nothing about has s ≤ 0 up to round-off: no gain, out.
         return np.maximum(1.0 / var - alpha, tiny), mean / var
     posterior = posteriors[0]
