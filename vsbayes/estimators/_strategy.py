@@ -585,11 +585,14 @@ class VSMethod(SamplingMethod):
         if trouble:
             if asked:
                 # What was asked for is not met: say so, never return EP silently (D-230).
+                target = self.target()
+                missed = f"target_kl={target:g} is not met" if target is not None else ""
                 warn(
-                    f"{self.estimator_name}: {asked} not met: {trouble}. Expectation "
-                    f"propagation's posterior is kept, its error unmeasured (kl_error_ is "
-                    f"NaN). Ask for a larger target_kl, or compare with "
-                    f"strategy='global' and more points (n_samples).",
+                    f"{self.estimator_name}: the global fit run for {asked} is not kept: "
+                    f"{trouble.rstrip('.')}. Expectation propagation's posterior is kept "
+                    f"instead, its error unmeasured (kl_error_ is NaN)"
+                    + (f": {missed}. Ask for a larger target_kl, or" if missed else ". Or")
+                    + " compare with strategy='global' and more points (n_samples).",
                     ConvergenceWarning,
                 )
             return _chose("sites", trouble, ep, ep_warnings)
