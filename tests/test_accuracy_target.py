@@ -201,3 +201,42 @@ def test_the_default_route_honours_a_target_beyond_its_work_limits(data, monkeyp
     assert np.isfinite(asked.kl_error_[0])
     if asked.strategy_[0] == "sites":  # the departure from the global fit plus its error
         assert asked.stop_reason_[0] in ("target_kl", None)
+
+
+def test_an_added_round_is_at_most_a_few_times_the_pool():
+    # The 1/N law sizes a round from the pool's error, which holds only while the added
+    # kernel sees the target as the pool's did: one round of 32× the pool on digits3's
+    # probit lowered the effective sample size (D-230). At most _MOST_GROWTH × the pool.
+    from vsbayes.engine.results import RoundInfo
+    from vsbayes.engine.round_planning import _MOST_GROWTH, extension_rule
+
+    kernel = vsbayes.Gaussian(np.zeros(2), np.eye(2))
+    extend = extension_rule(100, 6, 1e-3, 10**6, None, 2)
+    infos = [RoundInfo(kernel, 100, 1, True)]
+
+    class Fit:
+        kl_error = 1.0  # the law asks for ~1900× the points
+
+    assert extend(Fit, infos, 0.0).size == (_MOST_GROWTH - 1) * 100
+    # The law asks for 1.1 × 2 × 1.74 - 1 = 2.8 times the pool: within the cap.
+    Fit.kl_error = 2e-3
+    quantile = 1 + 1.2816 * math.sqrt(2 / 6)
+    assert extend(Fit, infos, 0.0).size == math.ceil(100 * (1.1 * 2 * quantile - 1))
+
+
+def test_a_target_missed_by_an_unreliable_global_fit_is_said(data, monkeypatch):
+    # "auto" runs the global fit for a target beyond its work limits; where that fit ends
+    # unreliable it keeps EP, and said nothing of the target asked for: digits3's probit
+    # returned EP's posterior silently after 84 s (D-230).
+    import importlib
+
+    engine = importlib.import_module("vsbayes.engine.variational_sampling")
+    X, y = data
+    monkeypatch.setattr(strategy_module, "GLOBAL_WORK_LIMIT", 1.0)
+    monkeypatch.setattr(strategy_module.VSMethod, "auto_minimum", 1)
+    monkeypatch.setattr(strategy_module, "SKEW_VALID", 0.0)  # past the Laplace shortcut
+    monkeypatch.setattr(engine, "UNRELIABLE_KL", 1e-9)  # the global fit beyond it
+    est = vsbayes.VSProbitRegression(target_kl=1e-12, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="the global fit run for target_kl=1e-12"):
+        est.fit(X, y)
+    assert est.strategy_.tolist() == ["sites"] and np.isnan(est.kl_error_[0])

@@ -10,7 +10,7 @@ import vsbayes
 import vsbayes._memory
 import vsbayes.estimators._sampling as sampling
 import vsbayes.estimators._strategy as strategy_module
-from vsbayes.exceptions import MemoryLimitError, UnreliableFitWarning
+from vsbayes.exceptions import ConvergenceWarning, MemoryLimitError, UnreliableFitWarning
 
 
 @pytest.fixture(scope="module")
@@ -551,3 +551,27 @@ def test_a_kept_ep_whose_predicted_error_is_large_warns():
         method._check_predicted(kept(np.inf))
         method._check_predicted(kept(2 * UNRELIABLE_KL, "target_kl"))
         method._check_predicted(kept(None))
+
+
+@pytest.mark.parametrize("stopped", ["stalled", "failed"])
+def test_a_global_fit_stopped_short_of_the_target_by_its_rounds_warns(stopped):
+    """A global fit whose added rounds stopped short of target_kl — one raising no
+    effective sample size, or a failed one — returned silently (D-230)."""
+    from vsbayes.engine.results import VSResult
+    from vsbayes.estimators._methods import MethodFit
+
+    method = vsbayes.VSLogisticRegression(target_kl=0.01)._new_posterior_method()
+    fields = {"n_iter": 1, "converged": True, "decrement": 0.0, "objective": 0.0, "ess": 10.0}
+    fields.update(n_samples=100, family="gaussian", rounds=None)
+
+    def fitted(error, stop):
+        posterior = VSResult(
+            np.zeros(2), np.eye(2), 0.0, kl_error=error, stop_reason=stop, **fields
+        )
+        return MethodFit(posterior, 1, strategy="global", reason="why")
+
+    with pytest.warns(ConvergenceWarning, match=f"stopped at {stopped} .* short of target_kl"):
+        method._check_target(fitted(0.2, stopped))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        method._check_target(fitted(0.005, stopped))

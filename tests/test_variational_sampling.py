@@ -497,3 +497,62 @@ def test_isotropic_start_values_are_the_log_density_at_the_points():
     assert isotropic_start(skewed, np.ones(50))[1] is None
     shifted = Gaussian(np.full(4, 1e-6), 0.7 * np.eye(4))
     assert isotropic_start(shifted, np.ones(50))[1] is None
+
+
+def _rounds_of(records):
+    """run_rounds with an estimate whose fits have the (ess, kl_error) of ``records``, in
+    order, and an extension that adds a round of the pool's size while it is asked."""
+    import dataclasses
+
+    from vsbayes.engine.rounds import Extension, run_rounds
+
+    @dataclasses.dataclass(frozen=True)
+    class Fit:
+        mean: np.ndarray
+        cov: np.ndarray
+        ess: float
+        kl_error: float
+        rounds: object = None
+        stop_reason: object = None
+
+        def replace(self, **changes):
+            return dataclasses.replace(self, **changes)
+
+    calls = iter(records)
+
+    def estimate(pool, previous, final):
+        ess, kl = next(calls)
+        return Fit(np.zeros(1), np.eye(1), ess, kl)
+
+    def extend(fit, infos, seconds):
+        n_total = sum(info.n_samples for info in infos)
+        return Extension(n_total if len(infos) < len(records) else 0, "max_samples")
+
+    def log_target(x):
+        return -0.5 * np.square(x).sum(axis=1)
+
+    kernel = Gaussian(np.zeros(1), np.eye(1))
+    return run_rounds(
+        log_target,
+        kernel,
+        10,
+        rounds=1,
+        kernel_scale=1.5,
+        rule="mc",
+        random_state=0,
+        estimate=estimate,
+        extend=extend,
+    )
+
+
+def test_an_added_round_that_raises_no_effective_sample_size_stops_sampling():
+    # digits3's probit (d = 65): the round added for target_kl, drawn from the latest fit
+    # widened, lowered the pool's effective sample size and raised the predicted error
+    # (1733 → 1287, 0.76 → 2.09 nats), and further rounds would be drawn alike (D-230).
+    fit = _rounds_of([(50.0, 0.9), (120.0, 0.3), (100.0, 0.8), (400.0, 0.1)])
+    assert fit.stop_reason == "stalled" and len(fit.rounds) == 3
+    assert (fit.ess, fit.kl_error) == (120.0, 0.3)  # the fit with the smaller error
+    fit = _rounds_of([(50.0, 0.9), (120.0, 0.3), (120.0, 0.2), (400.0, 0.1)])
+    assert fit.stop_reason == "stalled" and (fit.ess, fit.kl_error) == (120.0, 0.2)
+    fit = _rounds_of([(50.0, 0.9), (120.0, 0.3), (130.0, 0.35)])
+    assert fit.stop_reason == "max_samples" and (fit.ess, fit.kl_error) == (130.0, 0.35)

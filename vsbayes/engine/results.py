@@ -179,8 +179,11 @@ class VSResult(DiagnosedGaussian):
         Per-round record when kernel adaptation is used.
     stop_reason : str or None
         Why sampling stopped: ``"n_samples"`` (the points asked for), ``"target_kl"`` (the
-        predicted error met ``target_kl``), ``"max_samples"``, ``"time_budget"``, or
-        ``"failed"`` (an added round's fit failed; the previous fit is kept).
+        predicted error met ``target_kl``), ``"max_samples"``, ``"time_budget"``,
+        ``"stalled"`` (an added round raised no effective sample size ``ess``: its kernel
+        sees less of the target than the pool's did; the fit before it is kept where it
+        predicts a smaller error), or ``"failed"`` (an added round's fit failed; the
+        previous fit is kept).
     """
 
     n_iter: int

@@ -93,7 +93,9 @@ def run_rounds(
         (drawn from the latest fit, ``kernel_scale`` times wider, and fitted as a last
         round with all points so far); ``size == 0`` stops with ``reason``, recorded as
         the result's ``stop_reason`` when it has one. A failed added round stops with
-        ``"failed"`` and keeps the previous fit.
+        ``"failed"`` and keeps the previous fit; one whose fit has no larger effective
+        sample size (``ess``) than the fit before it stops with ``"stalled"`` and keeps
+        whichever of the two predicts the smaller error (``kl_error``).
     name : str, default="sampling"
         The method, as an observer of the fit (:mod:`vsbayes._progress`) sees it; each
         round is one of its iterations, with the fit it ends with.
@@ -190,12 +192,21 @@ def _rounds(
             break
         current = Gaussian(fit.mean, kernel_scale * fit.cov)
         try:
-            info, fit = run_round(size, True, enough, most)
+            info, new_fit = run_round(size, True, enough, most)
         except EstimationError:
             infos.append(RoundInfo(current, size, 0, False))
             reason = "failed"
             break
         infos.append(info)
+        if not new_fit.ess > fit.ess:
+            # The added points raised no effective sample size of the target's weights:
+            # their kernel (the latest fit, widened) sees less of the target than the pool
+            # did, and further rounds drawn from such kernels would too (D-230). The fit
+            # with the smaller predicted error is kept.
+            fit = new_fit if new_fit.kl_error <= fit.kl_error else fit
+            reason = "stalled"
+            break
+        fit = new_fit
     return fit.replace(rounds=infos, stop_reason=reason)
 
 

@@ -293,16 +293,29 @@ class VSMethod(SamplingMethod):
         if not isinstance(self.target_kl, Real) or fit.strategy != "global":
             return
         error, stopped = fit.posterior.kl_error, fit.posterior.stop_reason
-        if stopped in ("max_samples", "time_budget") and error > self.target_kl:
+        if stopped in ("max_samples", "time_budget", "stalled", "failed") and (
+            error > self.target_kl
+        ):
             # The remedy is the limit that stopped it: under a target the points stop at
             # TARGET_POINTS_FACTOR × n_samples (or memory), which more time does not lift.
-            remedy = (
-                "Allow more time (time_budget) or a larger target_kl."
-                if stopped == "time_budget"
-                else f"Ask for a larger target_kl, or more points (the added rounds stop at "
-                f"{TARGET_POINTS_FACTOR} times the first ones, n_samples, or at what fits "
-                f"in memory)."
-            )
+            if stopped == "time_budget":
+                remedy = "Allow more time (time_budget) or a larger target_kl."
+            elif stopped == "stalled":
+                # Silent before D-230, as "failed" was.
+                remedy = (
+                    "An added round raised no effective sample size: its kernel, the fit "
+                    "widened by kernel_scale, sees less of the posterior than the earlier "
+                    "ones, and more rounds drawn alike would not help. Ask for a larger "
+                    "target_kl, or try a smaller kernel_scale."
+                )
+            elif stopped == "failed":
+                remedy = "An added round's fit failed. Ask for a larger target_kl."
+            else:
+                remedy = (
+                    f"Ask for a larger target_kl, or more points (the added rounds stop at "
+                    f"{TARGET_POINTS_FACTOR} times the first ones, n_samples, or at what fits "
+                    f"in memory)."
+                )
             warn(
                 f"{self.estimator_name}: the global fit stopped at {stopped} "
                 f"({getattr(fit.posterior, 'n_samples', '?')} points) with a predicted error "
@@ -568,6 +581,18 @@ class VSMethod(SamplingMethod):
         if trouble and ep is None:
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
+            if asked:
+                # What was asked for is not met: say so, never return EP silently (D-230).
+                target = self.target()
+                missed = f"target_kl={target:g} is not met" if target is not None else ""
+                warn(
+                    f"{self.estimator_name}: the global fit run for {asked} is not kept: "
+                    f"{trouble.rstrip('.')}. Expectation propagation's posterior is kept "
+                    f"instead, its error unmeasured (kl_error_ is NaN)"
+                    + (f": {missed}. Ask for a larger target_kl, or" if missed else ". Or")
+                    + " compare with strategy='global' and more points (n_samples).",
+                    ConvergenceWarning,
+                )
             return _chose("sites", trouble, ep, ep_warnings)
         if ep_trouble:  # the global fit's N, where below the rule's, said too
             return _chose("global", f"{ep_trouble}; {why_not}" if why_not else ep_trouble, fit)

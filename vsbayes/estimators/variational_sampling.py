@@ -269,8 +269,10 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         Ask for an accuracy instead of a sample size: the global variational-sampling fit
         adds pooled rounds after its ``n_samples`` points until its predicted error
         ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
-        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
-        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
+        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory,
+        or until an added round raises no effective sample size (see
+        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped; a
+        target missed warns, ConvergenceWarning, also where EP is kept instead). Only
         the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
         the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
         ``strategy_reason_``, rows in memory or in dask chunks) — and no target
@@ -375,7 +377,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         asked for.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
-        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
+        ``"max_samples"``, ``"time_budget"``, ``"stalled"``, ``"failed"``; see
+        ``target_kl``);
         ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
         approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
@@ -576,8 +579,10 @@ class VSProbitRegression(VariationalSamplingClassifier):
         Ask for an accuracy instead of a sample size: the global variational-sampling fit
         adds pooled rounds after its ``n_samples`` points until its predicted error
         ``kl_error`` (excess KL, nats), times its 90 % quantile factor, is at most
-        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory (see
-        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped). Only
+        ``target_kl``, up to 64 times ``n_samples`` points, or as many as fit in memory,
+        or until an added round raises no effective sample size (see
+        :func:`vsbayes.variational_sampling`; ``stop_reason_`` says why it stopped; a
+        target missed warns, ConvergenceWarning, also where EP is kept instead). Only
         the global fit samples: EP's site fits are unaffected. ``"auto"``: 0.01 nats for
         the global fits ``strategy="auto"`` takes by itself — data-rich problems (see
         ``strategy_reason_``, rows in memory or in dask chunks) — and no target
@@ -680,7 +685,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         asked for.
     stop_reason_ : ndarray of object, same shape
         Why each global fit stopped sampling (``"n_samples"``, ``"target_kl"``,
-        ``"max_samples"``, ``"time_budget"``, ``"failed"``; see ``target_kl``);
+        ``"max_samples"``, ``"time_budget"``, ``"stalled"``, ``"failed"``; see
+        ``target_kl``);
         ``"target_kl"`` too where ``strategy="auto"`` stopped at the corrected Laplace
         approximation or EP with a predicted error within the target; None for the others.
     strategy_ : ndarray of str, shape (1,) or (n_classes,)
