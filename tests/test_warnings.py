@@ -184,6 +184,20 @@ def test_a_module_filter_applies_to_the_warnings_shown_once():
     assert caught
 
 
+@pytest.mark.parametrize("filename", ["<string>", "<stdin>", "/tmp/ipykernel_0/cell.py"])
+def test_warnings_reach_code_that_no_module_holds(filename):
+    """A fit run from ``python -c``, the REPL or a notebook's cell (a file no imported
+    module has): its re-emitted warnings are shown. ``warn_explicit`` drops a warning whose
+    module is None, which the re-emission passed for such files: all were lost."""
+    X, y = make_blobs(n_samples=60, centers=2, cluster_std=3.0, random_state=0)
+    source = "vsbayes.LaplaceLogisticRegression(max_iter=1).fit(X, y)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(source, filename, "exec"), {"vsbayes": vsbayes, "X": X, "y": y})
+    assert [w.category for w in caught] == [ConvergenceWarning]
+    assert caught[0].filename == filename
+
+
 class _WarnsItsScale(vsbayes.LaplaceLogisticRegression):
     """A Laplace fit that warns with its prior's scale: each C a search tries warns its own
     text, as VS's predicted error does."""

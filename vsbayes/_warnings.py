@@ -97,14 +97,17 @@ def reemit(caught, *, once: bool = False) -> None:
         )
 
 
-def _module_of(filename: str) -> str | None:
+def _module_of(filename: str) -> str:
     """The name of the module whose file is ``filename``: what a filter's ``module``
     matches, as ``warnings.warn`` gives it (the frame's ``__name__``: ``"__main__"``
     for a script). The record keeps only the file, and ``warn_explicit`` without a
     module matches the filters against the file's path less ".py", so that a user's
     ``filterwarnings("ignore", module="__main__")`` let re-emitted warnings through
-    (D-217). None where no imported module has that file (a notebook's cell): the path,
-    as before."""
+    (D-217). Where no imported module has that file (a notebook's cell, ``python -c``'s
+    ``"<string>"``, the REPL's ``"<stdin>"``): that path less ".py", as ``warn_explicit``
+    derives it. Never None: ``warn_explicit`` drops a warning whose module is None
+    (CPython's guard for warnings during shutdown), which lost every re-emitted warning
+    of a fit run from a notebook or ``python -c``."""
     for name, module in list(sys.modules.items()):
         # (not through a module's own attribute access: a lazily imported one, such as
         # importlib's LazyLoader makes, would be imported by the look)
@@ -114,7 +117,9 @@ def _module_of(filename: str) -> str | None:
             and module.__dict__.get("__file__") == filename
         ):
             return name
-    return None
+    if not filename:
+        return "<unknown>"
+    return filename[:-3] if filename[-3:].lower() == ".py" else filename
 
 
 @contextlib.contextmanager
