@@ -507,7 +507,7 @@ def latent_moments(estimator, X):
     mean, reduced = np.empty((X.shape[0], k)), np.empty((X.shape[0], k - 1, k - 1))
     # On one BLAS thread, as predict_proba's chunks run: at the default two threads OpenBLAS's
     # pool spins between the chunks' small products (20,000 rows × 20 features, 30 classes,
-    # load 9: 8.4 s against 1.0 s on one thread; the 192 × LR of an earlier run).
+    # load 3: 2.07 s against 0.29 s on one thread; the 192 × LR of an earlier run; D-236).
     with single_blas_thread():
         for rows in latent.chunks:
             mean[rows], reduced[rows] = latent.centred(rows)
