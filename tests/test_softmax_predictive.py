@@ -206,6 +206,26 @@ def test_many_class_rows_keep_the_anisotropic_grid_only_within_its_estimate(k, m
     np.testing.assert_allclose(np.exp(log_p), reference, atol=SPARSE_GRID_ERROR)
 
 
+def test_anisotropic_grid_estimate_bounds_the_error_up_to_its_threshold():
+    # Rows near the grid's largest trace, whose estimates reach past the threshold: the
+    # estimate bounds the error there too (measured ≤ 0.08 of it above 2e-5, D-235), so
+    # the rows kept err by less than the threshold; 2e-6 allows for the reference's error.
+    mean, cov = _rows(14, np.linspace(1.0, 0.99 * ANISOTROPIC_GRID_MAX_TRACE, 16), seed=7)
+    q = centred_basis(14)
+    factor = q @ np.linalg.cholesky(q.T @ cov @ q)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    z, w, embedded = anisotropic_grid_nodes(13)
+    logs, estimated = rules_module._rule_log_average(
+        rules_module._curvature_rotation(factor, centred), centred, z, w, 1e8, embedded=embedded
+    )
+    assert ((estimated > 2e-5) & (estimated <= ANISOTROPIC_GRID_ESTIMATE)).sum() >= 3
+    reference = _sobol_reference(mean, cov, 2**15)
+    assert (np.abs(np.exp(logs) - reference).max(axis=1) <= estimated + 2e-6).all()
+    kept = estimated <= ANISOTROPIC_GRID_ESTIMATE
+    log_p = softmax_predictive_log_proba(mean[kept], cov[kept])
+    assert np.abs(np.exp(log_p) - reference[kept]).max() <= ANISOTROPIC_GRID_ESTIMATE + 2e-6
+
+
 @pytest.mark.parametrize("k", [4, 10])
 def test_narrow_rows_take_the_degree_five_rule_within_its_bound(k):
     mean, cov = _rows(k, np.linspace(0.005, STROUD_MAX_TRACE, 8), seed=0)
