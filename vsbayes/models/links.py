@@ -26,6 +26,19 @@ class Link(abc.ABC):
     """A binary link ``F``; subclasses implement the abstract methods below."""
 
     name = ""
+    # The nearest complex singularity t₀ (upper half-plane) of F^p for 0 < p < 1, where
+    # F(t) ≈ c (t - t₀)^{±1}, and log |c|: they size the quadrature of a fractional power
+    # (:func:`~vsbayes.models.tilted.quadrature_tilted_moments`); None: the rule of power 1.
+    singularity: complex | None = None
+    singular_log_scale = 0.0
+    # sup_t -d²/dt² log F(t): bounds the tilted density's curvature (its width from below);
+    # and the curvature of |F(x + iy)|'s growth in y away from t₀ (Φ: like e^{y²/2}).
+    max_curvature = math.inf
+    growth_curvature = math.inf
+    # Whether F(t) = e^t (1 + O(e^t)) as t → -∞ (σ): the link rule of a fractional power
+    # (:func:`~vsbayes.models.tilted.fractional_link_moments`) takes F^p's left tail e^{pt}
+    # in closed form.
+    exponential_left_tail = False
 
     @staticmethod
     @abc.abstractmethod
@@ -108,6 +121,11 @@ class LogisticLink(Link):
     """``F = σ``, the logistic sigmoid."""
 
     name = "logistic"
+    # σ's poles at ±iπ, where σ(t) ≈ 1/(t ∓ iπ).
+    singularity = complex(0.0, math.pi)
+    max_curvature = 0.25
+    growth_curvature = 0.0  # |σ(x + 2πik)| = σ(x): bounded between its poles
+    exponential_left_tail = True
 
     @staticmethod
     def log_cdf(t, out=None):
@@ -154,6 +172,12 @@ class ProbitLink(Link):
     """``F = Φ``, the standard normal CDF."""
 
     name = "probit"
+    # Φ's zeros nearest the real axis, 1.916 ± 2.816i (the first zero of erfc, times -√2),
+    # where Φ(t) ≈ φ(t₀)(t - t₀), |φ(t₀)| = exp(1.2115).
+    singularity = complex(1.91599085761643, 2.8163594181520017)
+    singular_log_scale = 1.2115
+    max_curvature = 1.0
+    growth_curvature = 1.0
 
     @staticmethod
     def log_cdf(t, out=None):
