@@ -165,14 +165,12 @@ def vs_tilted_moments(link, mean, var, power=1.0):
         log_z[wide], t_mean[wide], t_var[wide] = link_variable_moments(link, mean[wide], var[wide])
     # A fractional power (a sample weight below 1) on the link's scale too, where the
     # link's left tail is exponential (σ): it covers every cavity (see its docstring).
-    wide_fraction = (var > _WIDE_VAR) & (power < 1.0) & link.exponential_left_tail
-    if wide_fraction.any():
-        log_z[wide_fraction], t_mean[wide_fraction], t_var[wide_fraction] = (
-            fractional_link_moments(
-                link, mean[wide_fraction], var[wide_fraction], power[wide_fraction]
-            )
+    fraction = (var > _WIDE_VAR) & (power < 1.0) & link.exponential_left_tail
+    if fraction.any():
+        log_z[fraction], t_mean[fraction], t_var[fraction] = fractional_link_moments(
+            link, mean[fraction], var[fraction], power[fraction]
         )
-        wide |= wide_fraction
+        wide |= fraction
     rest = np.flatnonzero(~wide)
     order_index = _order_index(var[rest])
     for index in np.unique(order_index):
@@ -590,7 +588,8 @@ def _fractional_step(link, mean, var, power, mode, width, peak):
     )
 
     def excess(h_t):  # log(bound / _RULE_ERROR) at a step h_t in t, increasing in h_t
-        return log_bound - 2.0 * math.pi * d / h_t + 2.0 * np.log(np.maximum(1.0, h_t / (2 * math.pi)))
+        wide_step = 2.0 * np.log(np.maximum(1.0, h_t / (2.0 * math.pi)))
+        return log_bound - 2.0 * math.pi * d / h_t + wide_step
 
     # Bisection in log h_t between power 1's step and the Gaussian's, 40 halvings.
     lo = np.log(np.minimum(0.25 * width, _MAX_T_STEP))
