@@ -10,16 +10,13 @@ import abc
 import math
 
 import numpy as np
-from scipy.special import erfcx, expit, log_ndtr
+from scipy.special import expit, log_ndtr
 
 from .predictive import logistic_predictive_log_proba
 from .probit_predictive import probit_predictive_log_proba
-from .tilted import mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
+from .tilted import _mills, mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_SQRT_HALF = math.sqrt(0.5)
 
 
 class Link(abc.ABC):
@@ -189,9 +186,9 @@ class ProbitLink(Link):
 
     @staticmethod
     def derivatives(t):
-        # Inverse Mills ratio φ(t)/Φ(t) = √(2/π) / erfcx(-t/√2): accurate to round-off for
-        # any t (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
-        ratio = _SQRT_2_OVER_PI / erfcx(-t * _SQRT_HALF)
+        # Inverse Mills ratio φ(t)/Φ(t), through erfcx: accurate to round-off for any t
+        # (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
+        ratio = _mills(t)
         return ratio, ratio * (t + ratio)
 
     predictive_log_proba = staticmethod(probit_predictive_log_proba)
@@ -207,7 +204,7 @@ class ProbitLink(Link):
         mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
         root = np.sqrt(1.0 + var)
         z = mean / root
-        ratio = _SQRT_2_OVER_PI / erfcx(-z * _SQRT_HALF)
+        ratio = _mills(z)
         tilted_mean = mean + var * ratio / root
         tilted_var = var - var * var * ratio * (z + ratio) / (1.0 + var)
         return log_ndtr(z), tilted_mean, tilted_var

@@ -371,11 +371,13 @@ def link_variable_moments(link, mean, var):
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 
 def _mills(x):
-    """``φ(x)/Φ(x)`` through erfcx: accurate for any x (≈ -x as x → -∞, 0 far right)."""
-    return _SQRT_2_OVER_PI / erfcx(-x * math.sqrt(0.5))
+    """The inverse Mills ratio ``φ(x)/Φ(x) = √(2/π) / erfcx(-x/√2)``: accurate for any x
+    (≈ -x as x → -∞, 0 far right, where erfcx overflows); the probit link's too."""
+    return _SQRT_2_OVER_PI / erfcx(-x * _SQRT_HALF)
 
 
 def fractional_link_moments(link, mean, var, power):
@@ -437,7 +439,7 @@ def fractional_link_moments(link, mean, var, power):
     with np.errstate(over="ignore"):  # erfcx of a large argument: only where x₁ ≥ 0
         stable = (2.0 * power * mean * scale2 + power * power * var * scale2 - mean * mean) / (
             2.0 * (scale2 + var)
-        ) + np.log(0.5 * erfcx(-x1 * math.sqrt(0.5)))
+        ) + np.log(0.5 * erfcx(-x1 * _SQRT_HALF))
     direct = power * mean + 0.5 * power * power * var + log_ndtr(x1)
     log_left = np.where(x1 < 0.0, stable, direct)
     log_right = log_ndtr(x2)
