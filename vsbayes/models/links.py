@@ -10,22 +10,32 @@ import abc
 import math
 
 import numpy as np
-from scipy.special import erfcx, expit, log_ndtr
+from scipy.special import expit, log_ndtr
 
 from .predictive import logistic_predictive_log_proba
 from .probit_predictive import probit_predictive_log_proba
-from .tilted import mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
+from .tilted import _mills, mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_SQRT_HALF = math.sqrt(0.5)
 
 
 class Link(abc.ABC):
     """A binary link ``F``; subclasses implement the abstract methods below."""
 
     name = ""
+    # The nearest complex singularity t₀ (upper half-plane) of F^p for 0 < p < 1, where
+    # F(t) ≈ c (t - t₀)^{±1}, and log |c|: they size the quadrature of a fractional power
+    # (:func:`~vsbayes.models.tilted.quadrature_tilted_moments`); None: the rule of power 1.
+    singularity: complex | None = None
+    singular_log_scale = 0.0
+    # sup_t -d²/dt² log F(t): bounds the tilted density's curvature (its width from below);
+    # and the curvature of |F(x + iy)|'s growth in y away from t₀ (Φ: like e^{y²/2}).
+    max_curvature = math.inf
+    growth_curvature = math.inf
+    # Whether F(t) = e^t (1 + O(e^t)) as t → -∞ (σ): the link rule of a fractional power
+    # (:func:`~vsbayes.models.tilted.fractional_link_moments`) takes F^p's left tail e^{pt}
+    # in closed form.
+    exponential_left_tail = False
 
     @staticmethod
     @abc.abstractmethod
@@ -108,6 +118,11 @@ class LogisticLink(Link):
     """``F = σ``, the logistic sigmoid."""
 
     name = "logistic"
+    # σ's poles at ±iπ, where σ(t) ≈ 1/(t ∓ iπ).
+    singularity = complex(0.0, math.pi)
+    max_curvature = 0.25
+    growth_curvature = 0.0  # |σ(x + 2πik)| = σ(x): bounded between its poles
+    exponential_left_tail = True
 
     @staticmethod
     def log_cdf(t, out=None):
@@ -154,6 +169,12 @@ class ProbitLink(Link):
     """``F = Φ``, the standard normal CDF."""
 
     name = "probit"
+    # Φ's zeros nearest the real axis, 1.916 ± 2.816i (the first zero of erfc, times -√2),
+    # where Φ(t) ≈ φ(t₀)(t - t₀), |φ(t₀)| = exp(1.2115).
+    singularity = complex(1.91599085761643, 2.8163594181520017)
+    singular_log_scale = 1.2115
+    max_curvature = 1.0
+    growth_curvature = 1.0
 
     @staticmethod
     def log_cdf(t, out=None):
@@ -165,9 +186,9 @@ class ProbitLink(Link):
 
     @staticmethod
     def derivatives(t):
-        # Inverse Mills ratio φ(t)/Φ(t) = √(2/π) / erfcx(-t/√2): accurate to round-off for
-        # any t (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
-        ratio = _SQRT_2_OVER_PI / erfcx(-t * _SQRT_HALF)
+        # Inverse Mills ratio φ(t)/Φ(t), through erfcx: accurate to round-off for any t
+        # (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
+        ratio = _mills(t)
         return ratio, ratio * (t + ratio)
 
     predictive_log_proba = staticmethod(probit_predictive_log_proba)
@@ -183,7 +204,7 @@ class ProbitLink(Link):
         mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
         root = np.sqrt(1.0 + var)
         z = mean / root
-        ratio = _SQRT_2_OVER_PI / erfcx(-z * _SQRT_HALF)
+        ratio = _mills(z)
         tilted_mean = mean + var * ratio / root
         tilted_var = var - var * var * ratio * (z + ratio) / (1.0 + var)
         return log_ndtr(z), tilted_mean, tilted_var
