@@ -43,7 +43,7 @@ compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows,
 of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
 QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4; not for 15 to 30 classes, whose
 references are on 100 rows). On the anisotropic grid's rows, its own values' error beside
-its estimate (D-204, D-235: kept where the estimate is ≤ 5e-5). Also ``predict`` against
+its estimate (D-204, D-226: kept where the estimate is ≤ 5e-5). Also ``predict`` against
 ``LogisticRegression().predict`` in the same rounds (D-157: each wide row refined only
 until its class is settled). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
 
@@ -507,7 +507,7 @@ def latent_moments(estimator, X):
     mean, reduced = np.empty((X.shape[0], k)), np.empty((X.shape[0], k - 1, k - 1))
     # On one BLAS thread, as predict_proba's chunks run: at the default two threads OpenBLAS's
     # pool spins between the chunks' small products (20,000 rows × 20 features, 30 classes,
-    # load 3: 2.07 s against 0.29 s on one thread; the 192 × LR of an earlier run; D-236).
+    # load 3: 2.07 s against 0.29 s on one thread; the 192 × LR of an earlier run; D-227).
     with single_blas_thread():
         for rows in latent.chunks:
             mean[rows], reduced[rows] = latent.centred(rows)
@@ -965,7 +965,7 @@ def multinomial_markdown(rows, shares, info, args):
     if grids:
         lines += [
             "",
-            "## The anisotropic grid's estimate (D-204, D-235)",
+            "## The anisotropic grid's estimate (D-204, D-226)",
             "",
             "Rows of 13 to 23 classes with a centred trace in (0.08, 1.5] try the anisotropic "
             "grid and keep its value where its embedded rule's estimate (the largest "

@@ -206,7 +206,7 @@ def test_the_default_route_honours_a_target_beyond_its_work_limits(data, monkeyp
 def test_an_added_round_is_at_most_a_few_times_the_pool():
     # The 1/N law sizes a round from the pool's error, which holds only while the added
     # kernel sees the target as the pool's did: one round of 32× the pool on digits3's
-    # probit lowered the effective sample size (D-230). At most _MOST_GROWTH × the pool.
+    # probit lowered the effective sample size (D-224). At most _MOST_GROWTH × the pool.
     from vsbayes.engine.results import RoundInfo
     from vsbayes.engine.round_planning import _MOST_GROWTH, extension_rule
 
@@ -227,7 +227,7 @@ def test_an_added_round_is_at_most_a_few_times_the_pool():
 def test_a_target_missed_by_an_unreliable_global_fit_is_said(data, monkeypatch):
     # "auto" runs the global fit for a target beyond its work limits; where that fit ends
     # unreliable it keeps EP, and said nothing of the target asked for: digits3's probit
-    # returned EP's posterior silently after 84 s (D-230).
+    # returned EP's posterior silently after 84 s (D-224).
     import importlib
 
     engine = importlib.import_module("vsbayes.engine.variational_sampling")

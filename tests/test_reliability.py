@@ -566,7 +566,7 @@ def test_an_unknown_error_in_many_dimensions_is_no_divergence():
     in-sample correction's pole, although it stays within a factor 2 of EP's variances in
     every direction (0.68-1.77). The warning said its kernel was narrower than the fit,
     which it is not; in many dimensions small differences along each spread the weights
-    (D-230). On the 64 pixels the same fit is ~1 nat off by the spread of its seeds."""
+    (D-224). On the 64 pixels the same fit is ~1 nat off by the spread of its seeds."""
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)

@@ -208,7 +208,7 @@ def test_many_class_rows_keep_the_anisotropic_grid_only_within_its_estimate(k, m
 
 def test_anisotropic_grid_estimate_bounds_the_error_up_to_its_threshold():
     # Rows near the grid's largest trace, whose estimates reach past the threshold: the
-    # estimate bounds the error there too (measured ≤ 0.08 of it above 2e-5, D-235), so
+    # estimate bounds the error there too (measured ≤ 0.08 of it above 2e-5, D-226), so
     # the rows kept err by less than the threshold; 2e-6 allows for the reference's error.
     mean, cov = _rows(14, np.linspace(1.0, 0.99 * ANISOTROPIC_GRID_MAX_TRACE, 16), seed=7)
     q = centred_basis(14)

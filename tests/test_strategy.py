@@ -556,7 +556,7 @@ def test_a_kept_ep_whose_predicted_error_is_large_warns():
 @pytest.mark.parametrize("stopped", ["stalled", "failed"])
 def test_a_global_fit_stopped_short_of_the_target_by_its_rounds_warns(stopped):
     """A global fit whose added rounds stopped short of target_kl — one raising no
-    effective sample size, or a failed one — returned silently (D-230)."""
+    effective sample size, or a failed one — returned silently (D-224)."""
     from vsbayes.engine.results import VSResult
     from vsbayes.estimators._methods import MethodFit
 

@@ -548,7 +548,7 @@ def _rounds_of(records):
 def test_an_added_round_that_raises_no_effective_sample_size_stops_sampling():
     # digits3's probit (d = 65): the round added for target_kl, drawn from the latest fit
     # widened, lowered the pool's effective sample size and raised the predicted error
-    # (1733 → 1287, 0.76 → 2.09 nats), and further rounds would be drawn alike (D-230).
+    # (1733 → 1287, 0.76 → 2.09 nats), and further rounds would be drawn alike (D-224).
     fit = _rounds_of([(50.0, 0.9), (120.0, 0.3), (100.0, 0.8), (400.0, 0.1)])
     assert fit.stop_reason == "stalled" and len(fit.rounds) == 3
     assert (fit.ess, fit.kl_error) == (120.0, 0.3)  # the fit with the smaller error

@@ -1,5 +1,5 @@
 """Fits running side by side in threads record their warnings without touching the
-process's warnings state (D-225). Events force the interleavings; nothing is timed."""
+process's warnings state (D-218). Events force the interleavings; nothing is timed."""
 
 import threading
 import warnings
@@ -313,7 +313,7 @@ def test_the_block_filter_is_inert_where_rebuilt_and_gone_after():
 
 
 def test_the_package_enters_no_catch_warnings():
-    """Every block of the package is a catch (D-225): catch_warnings and the filter
+    """Every block of the package is a catch (D-218): catch_warnings and the filter
     functions change the process's state, which threads share."""
     import ast
 

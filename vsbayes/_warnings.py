@@ -76,7 +76,7 @@ def reemit(caught, *, once: bool = False) -> None:
     drop the repeats itself, because every block inside a fit resets its record of what
     was shown. Without a registry of its own, the ``"default"`` filter shows a fit's
     warning again at the next fit from the same line, as scikit-learn's own fits'
-    warnings show again (D-225).
+    warnings show again (D-218).
     """
     shown = set()
     modules: dict = {}
@@ -139,7 +139,7 @@ def each_once():
         reemit(recorded, once=True)
 
 
-# --- catch: warnings.catch_warnings for one thread (D-225) ----------------------------------
+# --- catch: warnings.catch_warnings for one thread (D-218) ----------------------------------
 #
 # Before Python 3.14, catch_warnings replaces the process's warnings.filters and
 # showwarning on entry and puts back what it found on exit: two fits in threads whose blocks

@@ -33,7 +33,7 @@ _FIT_GROWTH = 0.15
 # "stalled"). digits3's probit (d = 65): one round of 32× the pool, planned by the law from
 # 32n, lowered the effective sample size of p/π from 1733 to 1287 (most of 84 s). At 4×,
 # heavy-tailed targets' noisy effective sample sizes stalled fits that met their target
-# (29 of 72 met against 35); at 8× as many met as without a cap (D-230).
+# (29 of 72 met against 35); at 8× as many met as without a cap (D-224).
 _MOST_GROWTH = 8.0
 
 # A round under a budget alone may draw up to what this many times the rest of the budget

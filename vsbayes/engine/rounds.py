@@ -201,7 +201,7 @@ def _rounds(
         if not new_fit.ess > fit.ess:
             # The added points raised no effective sample size of the target's weights:
             # their kernel (the latest fit, widened) sees less of the target than the pool
-            # did, and further rounds drawn from such kernels would too (D-230). The fit
+            # did, and further rounds drawn from such kernels would too (D-224). The fit
             # with the smaller predicted error is kept.
             fit = new_fit if new_fit.kl_error <= fit.kl_error else fit
             reason = "stalled"

@@ -809,7 +809,7 @@ class _PosteriorDraws:
                 # (fits on CSR and on dense X) get the same draws. eigh's vectors are each
                 # fixed up to a sign, a repeated eigenvalue's (the multinomial shift
                 # directions') up to a rotation: round-off flipped them, drawing another
-                # sample (Pareto k̂ 0.28 apart on breast cancer, and other rows warned; D-242).
+                # sample (Pareto k̂ 0.28 apart on breast cancer, and other rows warned; D-221).
                 lower = scipy.linalg.cholesky(sigma, lower=True)
                 width = mean.size
 

@@ -301,7 +301,7 @@ class VSMethod(SamplingMethod):
             if stopped == "time_budget":
                 remedy = "Allow more time (time_budget) or a larger target_kl."
             elif stopped == "stalled":
-                # Silent before D-230, as "failed" was.
+                # Silent before D-224, as "failed" was.
                 remedy = (
                     "An added round raised no effective sample size: its kernel, the fit "
                     "widened by kernel_scale, sees less of the posterior than the earlier "
@@ -582,7 +582,7 @@ class VSMethod(SamplingMethod):
             raise EstimationError(f"Both fits failed: {ep_trouble}; {trouble}")
         if trouble:
             if asked:
-                # What was asked for is not met: say so, never return EP silently (D-230).
+                # What was asked for is not met: say so, never return EP silently (D-224).
                 target = self.target()
                 missed = f"target_kl={target:g} is not met" if target is not None else ""
                 warn(

@@ -455,7 +455,7 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         # Each fit's own warnings: the search's fits at the C values it does not keep are
         # exploratory (their evidences are compared, their posteriors dropped), so only the
         # kept fit's are shown, at the end. Shown all, a refined search on iris gave nine
-        # UnreliableFitWarnings, one per C tried, each with its own numbers (D-240).
+        # UnreliableFitWarnings, one per C tried, each with its own numbers (D-219).
         fit_warnings = {}
         estimated = []  # the C values whose evidence was an estimate
 

@@ -90,7 +90,7 @@ to compute), or for three classes its largest eigenvalue λ.
   and ≤ ``tol``), the others go on to the adaptive rule. On every row measured the error was
   below the estimate (at most 0.23 of it on fitted models' rows, 0.87 on random ones, the
   latter at errors of 2e-8; where the estimate is above 2e-5, at most 0.08 on 480 rows of
-  13 to 30 classes, D-235), so a kept row errs by less than half the 1e-4 target. Against
+  13 to 30 classes, D-226), so a kept row errs by less than half the 1e-4 target. Against
   references on 2^19 and 2^20 nodes: on 60 rows a fit stratified by trace, after 20,000
   rows × 20 features (Laplace, C = 1; as D-195's), the grid's rows err by at most 2.1e-7,
   2.9e-7 and 3.2e-7 with 13, 20 and 23 classes where the QMC level erred by 2.1e-6,

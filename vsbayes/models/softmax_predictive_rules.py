@@ -79,7 +79,7 @@ ANISOTROPIC_GRID_MAX_TRACE = 1.5
 #: Largest estimated error (the grid's value less its embedded rule's, on any class) at
 #: which a row keeps the anisotropic grid's value. The estimate bounds the error on every
 #: row measured (error / estimate ≤ 0.87 at errors of 2e-8, ≤ 0.08 where the estimate is
-#: above 2e-5: D-204, D-235), so a kept row errs by less than 5e-5, half the predictive's
+#: above 2e-5: D-204, D-226), so a kept row errs by less than 5e-5, half the predictive's
 #: 1e-4 target: a factor 2 kept for an estimate below its error, never seen.
 ANISOTROPIC_GRID_ESTIMATE = 5e-5
 #: Leading directions of the anisotropic grid (degree 7 among them).
