@@ -499,7 +499,9 @@ def test_elastic_net_normalizer_is_exact_to_either_limit(ratio):
         )
 
 
-@pytest.mark.parametrize("prior", [{"penalty": "l1"}, {"prior": HorseshoePrior(0.1)}])
+@pytest.mark.parametrize(
+    "prior", [{"penalty": "l1", "l1_ratio": 1.0}, {"prior": HorseshoePrior(0.1)}]
+)
 def test_a_dense_shrinkage_fit_beyond_the_work_limit_is_refused_first(monkeypatch, prior):
     # A shrinkage prior keeps the dense covariance: beyond MAX_DENSE_PARAMS coefficients
     # (here lowered to 40) its p × p steps would run for hours (text scale: 20,001), so
