@@ -637,3 +637,18 @@ def test_multinomial_ard_beyond_the_dense_posterior_is_refused_before_the_search
     with pytest.warns(ConvergenceWarning, match="edge of Cs"):  # (iris's classes separate)
         model.fit(X[:, :10], y)
     assert model.coef_.shape == (3, 10)
+
+
+def test_a_refused_grid_fit_names_the_search(monkeypatch):
+    # The grid's fits refuse a shrinkage prior beyond the dense size before any work; the
+    # refusal names the estimator and the scale the grid tried, which the user never
+    # wrote: the error says whose search it is (and keeps the cause's type and text).
+    from vsbayes.approximations import _glm_gaussian
+
+    monkeypatch.setattr(_glm_gaussian, "MAX_DENSE_PARAMS", 40)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 40))
+    y = (X[:, 0] > 0).astype(int)
+    base = vsbayes.LaplaceLogisticRegression(penalty="l1", l1_ratio=1.0)
+    with pytest.raises(ValueError, match=r"^EmpiricalBayesClassifier's evidence search .*41 co"):
+        EmpiricalBayesClassifier(base, Cs=3).fit(X, y)

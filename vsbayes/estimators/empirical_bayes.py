@@ -483,12 +483,20 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         largest = {}  # the grid's fit at its largest C (the upper edge's warning)
 
         def grid_evidence(c):
-            if shrinkage is not None:  # a horseshoe has no mode: the estimator's own evidence
-                fit = fit_at(c)
-            else:
-                fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
-                if _evidence_is_estimate(fit):
-                    estimated.append(c)
+            try:
+                if shrinkage is not None:  # a horseshoe has no mode: the estimator's own
+                    fit = fit_at(c)
+                else:
+                    fit = _LAPLACE[link](C=c, **bracket).fit(X, y, sample_weight)
+            except ValueError as error:
+                # A refusal (a size, a memory limit) names the grid's estimator and the
+                # scale it tried, neither of which the user wrote: say whose search it is.
+                raise type(error)(
+                    f"{type(self).__name__}'s evidence search fits at each value of Cs, "
+                    f"and its fit at {c:.3g} failed: {error}"
+                ) from error
+            if shrinkage is None and _evidence_is_estimate(fit):
+                estimated.append(c)
             if c == grid[-1]:
                 largest["fit"] = fit
             return _total_evidence(fit)
