@@ -42,6 +42,16 @@ def _in_threads(*targets):
     return threads, errors
 
 
+def _run_together(*targets):
+    """Run the targets in threads (as :func:`_in_threads`) to their end; their errors."""
+    threads, errors = _in_threads(*targets)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    return errors
+
+
 def _fit_out_of_order(monkeypatch, data):
     """Two warning fits in threads whose warning blocks do not nest: the first enters,
     the second enters, the first leaves, then the second (each fit's problem loop runs
@@ -125,11 +135,7 @@ def test_a_block_records_its_own_threads_warnings_only():
 
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        threads, errors = _in_threads(recording, other)
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(WAIT)
+        errors = _run_together(recording, other)
     assert not errors, errors
     assert records["log"] == ["from the recording thread"]
     assert sorted(str(w.message) for w in shown) == [
@@ -172,11 +178,7 @@ def test_a_fit_does_not_take_another_threads_warning_as_its_own(monkeypatch, dat
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        threads, errors = _in_threads(converging, unconverged)
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(WAIT)
+        errors = _run_together(converging, unconverged)
     assert not errors, errors
     assert np.array_equal(fitted["fit"].coef_, alone.coef_)
     assert np.array_equal(fitted["fit"].n_iter_, alone.n_iter_)

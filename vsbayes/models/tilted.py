@@ -347,15 +347,8 @@ def link_variable_moments(link, mean, var):
     log_Z, tilted_mean, tilted_var : ndarray of shape (M,)
     """
     nodes, scale, basis = _link_rule(link)
-    # Gaussian weights scaled to 1 at the node nearest the mean: no underflow far out.
-    nearest = np.clip(mean, _LINK_LOW, nodes[-1])
-    gauss = nodes - mean[:, None]
-    np.square(gauss, out=gauss)
-    gauss -= ((nearest - mean) ** 2)[:, None]
-    gauss *= (-0.5 / var)[:, None]
-    np.exp(gauss, out=gauss)
+    gauss, log_scale = _link_rule_gauss(nodes, mean, var)
     s0, s1, s2 = (gauss @ basis).T
-    log_scale = -0.5 * (nearest - mean) ** 2 / var - 0.5 * np.log(var) - _LOG_SQRT_2PI
     root = np.sqrt(scale * scale + var)
     x = mean / root
     log_ref = log_ndtr(x)
@@ -368,6 +361,19 @@ def link_variable_moments(link, mean, var):
     z2 = -(x / root) * d1 + k * ((s2 - 2.0 * mean * s1 + mean * mean * s0) / var - s0) / var
     slope = z1 / z0
     return top + np.log(z0), mean + var * slope, var + var * var * (z2 / z0 - slope * slope)
+
+
+def _link_rule_gauss(nodes, mean, var):
+    """The cavities' Gaussian densities at the link rule's nodes, one row per site, scaled
+    to 1 at the node nearest each mean (no underflow far out), and the log of that scale."""
+    nearest = np.clip(mean, _LINK_LOW, nodes[-1])
+    gauss = nodes - mean[:, None]
+    np.square(gauss, out=gauss)
+    gauss -= ((nearest - mean) ** 2)[:, None]
+    gauss *= (-0.5 / var)[:, None]
+    np.exp(gauss, out=gauss)
+    log_scale = -0.5 * (nearest - mean) ** 2 / var - 0.5 * np.log(var) - _LOG_SQRT_2PI
+    return gauss, log_scale
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -420,16 +426,9 @@ def fractional_link_moments(link, mean, var, power):
     diff = np.exp(p * log_f)
     diff -= np.exp(p * nodes) * left
     diff -= right
-    # Gaussian weights scaled to 1 at the node nearest the mean: no underflow far out.
-    nearest = np.clip(mean, _LINK_LOW, nodes[-1])
-    gauss = nodes - mean[:, None]
-    np.square(gauss, out=gauss)
-    gauss -= ((nearest - mean) ** 2)[:, None]
-    gauss *= (-0.5 / var)[:, None]
-    np.exp(gauss, out=gauss)
+    gauss, log_scale = _link_rule_gauss(nodes, mean, var)
     gauss *= diff
     s0, s1, s2 = (gauss @ moments).T
-    log_scale = -0.5 * (nearest - mean) ** 2 / var - 0.5 * np.log(var) - _LOG_SQRT_2PI
     root = np.sqrt(scale * scale + var)
     x1, x2 = -(mean + power * var) / root, mean / root
     # log(e^{pm + p²v/2} Φ(x₁)); for x₁ < 0 as log(erfcx(-x₁/√2)/2) - x₁²/2, whose
