@@ -710,3 +710,17 @@ def test_fit_counts_one_feature_in_the_singular(capsys, tmp_path):
     path.write_text("x,y\n0.5,1\n0.25,0\n0.75,1\n0.1,0\n0.3,1\n")
     status, out, _ = run(capsys, "fit", str(path), "--method", "laplace")
     assert status == 0 and "5 rows, 1 feature, standardized" in out
+
+
+def test_a_round_off_mean_prints_as_zero_beside_its_sd():
+    """A cell reads at the table's resolution against its row's sd: a mean of round-off
+    beside an sd of order one is 0.0000 (it printed 2.764e-16, a number of its own); a
+    small value whose row is as small keeps its digits in scientific form."""
+    from vsbayes.cli.summary import format_number
+
+    assert format_number(2.764e-16, scale=1.2) == "0.0000"
+    assert format_number(-2.764e-16, scale=1.2) == "0.0000"
+    assert format_number(-3e-5, scale=1e-3) == "0.0000"  # (a zero has no sign)
+    assert format_number(2.764e-16) == "2.764e-16"
+    assert format_number(3.2e-7, scale=1e-6) == "3.200e-07"
+    assert format_number(0.25, scale=1.0) == "0.2500"

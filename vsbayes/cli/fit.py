@@ -324,7 +324,9 @@ def _format_summary(summary: dict) -> str:
         rows = [
             [
                 c["name"],
-                *(format_number(c[key]) for key in ("mean", "sd", "q025", "q975")),
+                format_number(c["mean"], scale=c["sd"]),
+                format_number(c["sd"]),
+                *(format_number(c[key], scale=c["sd"]) for key in ("q025", "q975")),
                 f"{c['p_sign']:.3f}",
             ]
             for c in problem["coefficients"]

@@ -184,8 +184,13 @@ def check_output_path(path: str | Path, option: str, data: str | Path | None = N
         raise ValueError(f"{option} {path}: that is the data file; name another file.")
 
 
-def format_number(value, digits: int = 4) -> str:
-    """A table cell: fixed point for ordinary magnitudes, scientific beyond them."""
+def format_number(value, digits: int = 4, scale: float | None = None) -> str:
+    """A table cell: fixed point for ordinary magnitudes, scientific beyond them.
+
+    ``scale``: the magnitude the value is read against (a coefficient's sd, for its mean
+    and interval): a value below the fixed point's resolution where ``scale`` is not, is
+    zero at that resolution and printed so (a mean of round-off, 2.764e-16, beside an sd
+    of 1.2 reads 0.0000, not as a number of its own)."""
     if isinstance(value, bool | np.bool_):
         return str(bool(value))
     if isinstance(value, int | np.integer):
@@ -194,8 +199,14 @@ def format_number(value, digits: int = 4) -> str:
         value = float(value)
         if not math.isfinite(value):
             return str(value)
-        if value == 0.0 or 10.0**-digits <= abs(value) < 1e6:
-            return f"{value:.{digits}f}"
+        resolution = 10.0**-digits
+        if (
+            value == 0.0
+            or resolution <= abs(value) < 1e6
+            or (abs(value) < resolution and scale is not None and abs(scale) >= resolution)
+        ):
+            text = f"{value:.{digits}f}"
+            return text[1:] if text.startswith("-") and float(text) == 0.0 else text
         return f"{value:.{digits - 1}e}"
     return str(value)
 
