@@ -272,10 +272,13 @@ def _opened() -> None:
             _shown_before = warnings._showwarnmsg
             warnings._showwarnmsg = _dispatch
         # In place: whoever holds the list keeps it. (Another thread's catch_warnings may
-        # have replaced it: each list it went into is kept, to take it out of.)
+        # have replaced it: each list it went into is kept, to take it out of.) By single
+        # list operations, each atomic: another thread's filterwarnings between two of them
+        # is kept; a list rebuilt from a copy lost it, or doubled a filter beside it.
         filters = warnings.filters
         if not filters or filters[0] is not _IN_BLOCK:
-            filters[:] = [_IN_BLOCK, *(f for f in filters if f is not _IN_BLOCK)]
+            _take_out(filters)
+            filters.insert(0, _IN_BLOCK)
         if not any(held is filters for held in _holders):
             _holders.append(filters)
         _open += 1
@@ -288,12 +291,21 @@ def _closed() -> None:
         _open -= 1
         if _open == 0:
             for filters in (*_holders, warnings.filters):
-                if any(f is _IN_BLOCK for f in filters):
-                    filters[:] = [f for f in filters if f is not _IN_BLOCK]
+                _take_out(filters)
             _holders.clear()
             if warnings._showwarnmsg is _dispatch:
                 warnings._showwarnmsg = _shown_before
         _mutated()
+
+
+def _take_out(filters: list) -> None:
+    # (list.remove compares by ==: no filter equals _IN_BLOCK but itself, its pattern being
+    # an _InBlock, which equals only itself)
+    while True:
+        try:
+            filters.remove(_IN_BLOCK)
+        except ValueError:
+            return
 
 
 def _mutated() -> None:
