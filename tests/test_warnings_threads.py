@@ -1,6 +1,7 @@
 """Fits running side by side in threads record their warnings without touching the
 process's warnings state (D-218). Events force the interleavings; nothing is timed."""
 
+import contextvars
 import threading
 import warnings
 from pathlib import Path
@@ -392,3 +393,20 @@ def test_a_filter_added_by_another_thread_while_a_block_opens_or_closes_is_kept(
             assert [f[1].pattern for f in added] == ["added meanwhile"], at
             assert [f for f in list.__iter__(filters) if f in found] == found, at
     assert at > 4  # opening and closing took several operations, each interrupted
+
+
+def test_a_block_left_in_another_context_still_takes_its_hooks_out():
+    # A generator suspended inside a block and closed in another context: the context
+    # variable cannot be reset there (ValueError), and the hooks stayed installed for good.
+    shown_before, filters = warnings._showwarnmsg, list(warnings.filters)
+
+    def suspended():
+        with _warnings.catch(("ignore", Warning)):
+            yield
+
+    block = suspended()
+    contextvars.copy_context().run(next, block)
+    with pytest.raises(ValueError, match="different Context"):
+        contextvars.copy_context().run(block.close)
+    assert warnings.filters == filters
+    assert warnings._showwarnmsg is shown_before

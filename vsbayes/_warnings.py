@@ -343,8 +343,10 @@ def catch(*filters: tuple, record: bool = False) -> Iterator[list | None]:
     try:
         yield log
     finally:
-        _capture.reset(token)
-        _closed()
+        try:
+            _capture.reset(token)
+        finally:  # (a block left in another context: reset raises; the hooks still go)
+            _closed()
 
 
 def carried(func: Callable) -> Callable:
