@@ -104,10 +104,12 @@ def _module_of(filename: str) -> str:
     module matches the filters against the file's path less ".py", so that a user's
     ``filterwarnings("ignore", module="__main__")`` let re-emitted warnings through
     (D-217). Where no imported module has that file (a notebook's cell, ``python -c``'s
-    ``"<string>"``, the REPL's ``"<stdin>"``): that path less ".py", as ``warn_explicit``
-    derives it. Never None: ``warn_explicit`` drops a warning whose module is None
-    (CPython's guard for warnings during shutdown), which lost every re-emitted warning
-    of a fit run from a notebook or ``python -c``."""
+    ``"<string>"``, the REPL's ``"<stdin>"``): the ``__name__`` of a frame of that file on
+    the stack (the user's call of the fit: ``"__main__"`` for a cell, as ``warnings.warn``
+    gives the fit's own warnings there; D-231), else that path less ".py", as
+    ``warn_explicit`` derives it. Never None: ``warn_explicit`` drops a warning whose
+    module is None (CPython's guard for warnings during shutdown), which lost every
+    re-emitted warning of a fit run from a notebook or ``python -c``."""
     for name, module in list(sys.modules.items()):
         # (not through a module's own attribute access: a lazily imported one, such as
         # importlib's LazyLoader makes, would be imported by the look)
@@ -117,6 +119,11 @@ def _module_of(filename: str) -> str:
             and module.__dict__.get("__file__") == filename
         ):
             return name
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == filename:
+            return frame.f_globals.get("__name__", "<string>")  # (as warnings.warn's)
+        frame = frame.f_back
     if not filename:
         return "<unknown>"
     return filename[:-3] if filename[-3:].lower() == ".py" else filename
