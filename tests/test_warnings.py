@@ -198,6 +198,25 @@ def test_warnings_reach_code_that_no_module_holds(filename):
     assert caught[0].filename == filename
 
 
+@pytest.mark.parametrize("filename", ["<string>", "<stdin>", "/tmp/ipykernel_0/cell.py"])
+def test_a_module_filter_meets_code_that_no_module_holds_by_its_name(filename):
+    """Such code runs as ``__main__`` (a cell, ``python -c``): ``warnings.warn`` gives the
+    fit's own warnings that module, and the re-emitted ones must match the same filter
+    (by the path less ".py", ``filterwarnings(module="__main__")`` let them through)."""
+    X, y = make_blobs(n_samples=60, centers=2, cluster_std=3.0, random_state=0)
+    source = "vsbayes.LaplaceLogisticRegression(max_iter=1).fit(X, y)"
+    scope = {"__name__": "__main__", "vsbayes": vsbayes, "X": X, "y": y}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(source, filename, "exec"), dict(scope))
+    assert [w.category for w in caught] == [ConvergenceWarning]  # (the fit does warn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module="__main__")
+        exec(compile(source, filename, "exec"), dict(scope))
+    assert caught == []
+
+
 class _WarnsItsScale(vsbayes.LaplaceLogisticRegression):
     """A Laplace fit that warns with its prior's scale: each C a search tries warns its own
     text, as VS's predicted error does."""

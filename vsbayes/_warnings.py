@@ -104,10 +104,12 @@ def _module_of(filename: str) -> str:
     module matches the filters against the file's path less ".py", so that a user's
     ``filterwarnings("ignore", module="__main__")`` let re-emitted warnings through
     (D-217). Where no imported module has that file (a notebook's cell, ``python -c``'s
-    ``"<string>"``, the REPL's ``"<stdin>"``): that path less ".py", as ``warn_explicit``
-    derives it. Never None: ``warn_explicit`` drops a warning whose module is None
-    (CPython's guard for warnings during shutdown), which lost every re-emitted warning
-    of a fit run from a notebook or ``python -c``."""
+    ``"<string>"``, the REPL's ``"<stdin>"``): the ``__name__`` of a frame of that file on
+    the stack (the user's call of the fit: ``"__main__"`` for a cell, as ``warnings.warn``
+    gives the fit's own warnings there; D-231), else that path less ".py", as
+    ``warn_explicit`` derives it. Never None: ``warn_explicit`` drops a warning whose
+    module is None (CPython's guard for warnings during shutdown), which lost every
+    re-emitted warning of a fit run from a notebook or ``python -c``."""
     for name, module in list(sys.modules.items()):
         # (not through a module's own attribute access: a lazily imported one, such as
         # importlib's LazyLoader makes, would be imported by the look)
@@ -117,6 +119,11 @@ def _module_of(filename: str) -> str:
             and module.__dict__.get("__file__") == filename
         ):
             return name
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == filename:
+            return frame.f_globals.get("__name__", "<string>")  # (as warnings.warn's)
+        frame = frame.f_back
     if not filename:
         return "<unknown>"
     return filename[:-3] if filename[-3:].lower() == ".py" else filename
@@ -272,10 +279,13 @@ def _opened() -> None:
             _shown_before = warnings._showwarnmsg
             warnings._showwarnmsg = _dispatch
         # In place: whoever holds the list keeps it. (Another thread's catch_warnings may
-        # have replaced it: each list it went into is kept, to take it out of.)
+        # have replaced it: each list it went into is kept, to take it out of.) By single
+        # list operations, each atomic: another thread's filterwarnings between two of them
+        # is kept; a list rebuilt from a copy lost it, or doubled a filter beside it.
         filters = warnings.filters
         if not filters or filters[0] is not _IN_BLOCK:
-            filters[:] = [_IN_BLOCK, *(f for f in filters if f is not _IN_BLOCK)]
+            _take_out(filters)
+            filters.insert(0, _IN_BLOCK)
         if not any(held is filters for held in _holders):
             _holders.append(filters)
         _open += 1
@@ -288,12 +298,21 @@ def _closed() -> None:
         _open -= 1
         if _open == 0:
             for filters in (*_holders, warnings.filters):
-                if any(f is _IN_BLOCK for f in filters):
-                    filters[:] = [f for f in filters if f is not _IN_BLOCK]
+                _take_out(filters)
             _holders.clear()
             if warnings._showwarnmsg is _dispatch:
                 warnings._showwarnmsg = _shown_before
         _mutated()
+
+
+def _take_out(filters: list) -> None:
+    # (list.remove compares by ==: no filter equals _IN_BLOCK but itself, its pattern being
+    # an _InBlock, which equals only itself)
+    while True:
+        try:
+            filters.remove(_IN_BLOCK)
+        except ValueError:
+            return
 
 
 def _mutated() -> None:
@@ -331,8 +350,10 @@ def catch(*filters: tuple, record: bool = False) -> Iterator[list | None]:
     try:
         yield log
     finally:
-        _capture.reset(token)
-        _closed()
+        try:
+            _capture.reset(token)
+        finally:  # (a block left in another context: reset raises; the hooks still go)
+            _closed()
 
 
 def carried(func: Callable) -> Callable:
