@@ -1,6 +1,7 @@
 """Fits running side by side in threads record their warnings without touching the
 process's warnings state (D-218). Events force the interleavings; nothing is timed."""
 
+import contextlib
 import contextvars
 import threading
 import warnings
@@ -237,9 +238,18 @@ BLOCKS = {
 }
 
 
-def _seen(user, block):
-    """(raised, recorded, shown) of ``_body`` in ``block`` (catch, or catch_warnings with
-    the same filters), under the user's filters."""
+@contextlib.contextmanager
+def _catch_warnings_block(*filters, record):
+    """catch_warnings with ``catch``'s filters (the first one given matching first)."""
+    with warnings.catch_warnings(record=record) as log:
+        for action, category, *message in reversed(filters):
+            warnings.filterwarnings(action, *(message or [""]), category=category)
+        yield log
+
+
+def _seen(user, block, opened=_warnings.catch):
+    """(raised, recorded, shown) of ``_body`` in ``block`` (``catch``, or
+    ``_catch_warnings_block`` with the same filters), under the user's filters."""
     filters, record = BLOCKS[block]
     raised, recorded = None, []
     with warnings.catch_warnings(record=True) as shown:
@@ -247,25 +257,7 @@ def _seen(user, block):
         for spec in USER_FILTERS[user]:
             warnings.filterwarnings(*spec)
         try:
-            with _warnings.catch(*filters, record=record) as log:
-                _body()
-            recorded = log or []
-        except Warning as error:
-            raised = (type(error), str(error))
-    return raised, recorded, shown
-
-
-def _seen_by_catch_warnings(user, block):
-    filters, record = BLOCKS[block]
-    raised, recorded = None, []
-    with warnings.catch_warnings(record=True) as shown:
-        warnings.resetwarnings()
-        for spec in USER_FILTERS[user]:
-            warnings.filterwarnings(*spec)
-        try:
-            with warnings.catch_warnings(record=record) as log:
-                for action, category, *message in reversed(filters):
-                    warnings.filterwarnings(action, *(message or [""]), category=category)
+            with opened(*filters, record=record) as log:
                 _body()
             recorded = log or []
         except Warning as error:
@@ -279,14 +271,14 @@ def test_a_block_in_one_thread_is_catch_warnings(user, block):
     """In one thread a block records, ignores, shows and raises what catch_warnings with
     the same filters did, through each of the user's filters, with each warning's place."""
 
-    def seen(how):
-        raised, recorded, shown = how(user, block)
+    def seen(opened):
+        raised, recorded, shown = _seen(user, block, opened)
         return raised, *(
             [(w.category, str(w.message), w.filename, w.lineno) for w in ws]
             for ws in (recorded, shown)
         )
 
-    assert seen(_seen) == seen(_seen_by_catch_warnings)
+    assert seen(_warnings.catch) == seen(_catch_warnings_block)
 
 
 def test_an_error_filter_raises_a_fits_warning_after_its_block(data):
