@@ -578,7 +578,7 @@ def _warn_unseen(labels: np.ndarray, estimator) -> None:
         f"undo this: the posterior carried from batches without them keeps little of what "
         f"their rows say about the coefficients, so a stream sorted by class ends far from a "
         f"fit of its rows (breast cancer's first six features sorted by label, two "
-        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 13 with VB, 1.1 with "
+        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 9.5 with VB, 1.1 with "
         f"Laplace); shuffle such a stream.",
         UnreliableFitWarning,
     )
