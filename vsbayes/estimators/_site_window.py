@@ -462,17 +462,14 @@ class SiteWindowUpdates:
             fresh = chosen if window.errors is not None else np.arange(window.n_rows)
             rows = np.concatenate([window.rows[fresh], row[None, :]])
             powers = np.append(window.powers[fresh], weight)
-            computed = sum(
-                (
-                    taylor_errors(signed, powers, fit.posterior.mean, fit.posterior.cov, link)
-                    if rule == "mode"
-                    else bound_gaps(signed, powers, fit.posterior.mean, fit.posterior.cov)
-                )
-                for signed, fit in (
-                    (np.append(window.labels[j, fresh], signs[j])[:, None] * rows, fit)
-                    for j, fit in enumerate(fits)
-                )
-            )
+            computed = np.zeros(rows.shape[0])
+            for j, fit in enumerate(fits):
+                signed = np.append(window.labels[j, fresh], signs[j])[:, None] * rows
+                mean, cov = fit.posterior.mean, fit.posterior.cov
+                if rule == "mode":
+                    computed += taylor_errors(signed, powers, mean, cov, link)
+                else:
+                    computed += bound_gaps(signed, powers, mean, cov)
             errors = np.empty(window.n_rows + 1)
             if window.errors is not None:
                 errors[: window.n_rows] = window.errors
