@@ -27,7 +27,15 @@ from ..models.latent import row_variances
 from ._glm_gaussian import GLMGaussian, RowLatent
 from ._threads import blas_policy
 
-__all__ = ["VBResult", "jaakkola_jordan", "jaakkola_jordan_latent", "jaakkola_jordan_row"]
+__all__ = [
+    "VBResult",
+    "bound_constant",
+    "bound_curvature",
+    "bound_xi",
+    "jaakkola_jordan",
+    "jaakkola_jordan_latent",
+    "jaakkola_jordan_row",
+]
 
 
 class VBResult(DiagnosedGaussian):
@@ -54,6 +62,33 @@ def _lambda(xi: np.ndarray) -> np.ndarray:
     small = xi < 1e-6
     safe = np.where(small, 1.0, xi)
     return np.where(small, 0.125, np.tanh(0.5 * safe) / (4.0 * safe))
+
+
+def bound_curvature(xi: np.ndarray) -> np.ndarray:
+    """λ(ξ) = ``tanh(ξ/2) / (4ξ)``: a row's bound is the Gaussian site ``exp(c + s t/2 −
+    s λ t²)`` in its latent t (precision τ = 2 s λ)."""
+    return _lambda(np.asarray(xi, dtype=float))
+
+
+def bound_constant(xi: np.ndarray) -> np.ndarray:
+    """The bound's constant per unit weight, ``c(ξ) = log σ(ξ) − ξ/2 + λ(ξ) ξ²``."""
+    xi = np.asarray(xi, dtype=float)
+    return log_expit(xi) - 0.5 * xi + _lambda(xi) * xi * xi
+
+
+def bound_xi(lam: np.ndarray) -> np.ndarray:
+    """The ξ ≥ 0 whose λ(ξ) is ``lam`` (in (0, 1/8]; λ decreases from 1/8 at 0): the
+    variational parameter of a site of precision ``2 s lam``. Bisection on [0, 1/(4λ)]
+    (λ ≤ 1/(4ξ)), vectorized, to round-off of λ (120 halvings: below 1e-20 absolute for
+    any ξ under 1e16)."""
+    lam = np.minimum(np.asarray(lam, dtype=float), 0.125)
+    low = np.zeros_like(lam)
+    high = 1.0 / (4.0 * np.maximum(lam, 1e-300))
+    for _ in range(120):  # (each halves the bracket: 2^-120 of 2^1000 at most)
+        mid = 0.5 * (low + high)
+        above = _lambda(mid) > lam
+        low, high = np.where(above, mid, low), np.where(above, high, mid)
+    return 0.5 * (low + high)
 
 
 @blas_policy

@@ -19,10 +19,12 @@ binary the K = 2 case. The math of those sites, on arrays:
 - :func:`row_mode_result` and :func:`softmax_row_mode_result`: a Laplace one-row call's
   posterior with its own row's Laplace fit as diagnostics, read off the row's site.
 - :func:`frozen_part`: the posterior without the window's sites (the prior and the sites
-  of the rows that left), under which a Laplace batch is fitted jointly with the window.
+  of the rows that left), under which a Laplace or VB batch is fitted jointly with the
+  window.
 - :func:`taylor_errors`: how far a Laplace site (the expansion of the row's
   log-likelihood at a mode) is from its likelihood where the posterior may still move:
-  the rows where it is smallest leave a Laplace window.
+  the rows where it is smallest leave a Laplace window. :func:`bound_gaps`: the same for
+  a Jaakkola–Jordan site (the bound at the row's ξ), for a VB window.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import functools
 import math
 
 import numpy as np
+from scipy.special import log_expit
 
 from ..engine import LaplaceResult
 from ..exceptions import EstimationError, NotPositiveDefiniteError
@@ -39,9 +42,10 @@ from ..models.softmax_predictive_rules import centred_basis
 from ..models.tilted import NARROW_MAX_VAR, narrow_tilted_moments, tilted_mode
 from ._softmax_latent_modes import softmax_mode_site_updates
 from .softmax_ep import softmax_site_updates
-from .variational_bayes import jaakkola_jordan_latent
+from .variational_bayes import bound_constant, bound_curvature, bound_xi, jaakkola_jordan_latent
 
 __all__ = [
+    "bound_gaps",
     "contrast_basis",
     "frozen_part",
     "revisit_sites",
@@ -106,12 +110,36 @@ def taylor_errors(signed_rows, powers, mean, cov, link) -> np.ndarray:
     return powers * (np.abs(log_f - quadratic) @ _ERROR_WEIGHTS)
 
 
-def frozen_part(prior: GaussianPrior, signed, tau, nu, powers, link):
+def bound_gaps(signed_rows, powers, mean, cov) -> np.ndarray:
+    """How far each row's Jaakkola–Jordan site is from its likelihood where the posterior
+    puts the row: ``E [s log σ(t) − s b_ξ(t)]`` over the latent's marginal ``t ~ N(m, v)``
+    under N(``mean``, ``cov``), ``b_ξ`` the bound at the row's optimal ξ there
+    (``ξ² = m² + v``, the site a VB fit gives the row at this posterior) and ``s`` its
+    power (the rule of :func:`taylor_errors`; the bound is below the likelihood, so the
+    gap is its mean error). A VB stream's window keeps the rows where this is largest:
+    the bound is tight at ``t = ±ξ`` only, and a site frozen with the ξ of an earlier
+    posterior is off by what the gap measures once the posterior moves within its
+    spread; the bound's curvature ``2λ(ξ) ≈ 1/|t|`` far from the boundary dies out
+    slowly, so unlike a Laplace site's a far row's site still depends on where the
+    posterior puts it."""
+    latent_mean = signed_rows @ mean
+    latent_var = np.maximum(np.einsum("ij,ij->i", signed_rows @ cov, signed_rows), 0.0)
+    xi = np.sqrt(latent_var + latent_mean * latent_mean)[:, None]
+    t = latent_mean[:, None] + np.sqrt(latent_var)[:, None] * _ERROR_NODES
+    lam = bound_curvature(xi)
+    bound = log_expit(xi) + 0.5 * (t - xi) - lam * (t * t - xi * xi)
+    return powers * (np.maximum(log_expit(t) - bound, 0.0) @ _ERROR_WEIGHTS)
+
+
+def frozen_part(prior: GaussianPrior, signed, tau, nu, powers, link, rule: str = "mode"):
     """``(frozen, evidence)``: the Gaussian ``prior`` (a stream's posterior) without the
     sites ``(tau, nu)`` of a window's ``signed`` rows (its natural parameters less theirs:
-    the prior and the sites of the rows that left the window), and the Laplace evidence of
-    the window's rows, of ``powers``, under it at ``prior``'s mean μ, ``Σ s log F(t(μ)) +
-    log N_frozen(μ) − log N_prior(μ)`` (0 without rows)."""
+    the prior and the sites of the rows that left the window), and the evidence of the
+    window's rows, of ``powers``, under it (0 without rows): ``rule`` "mode", the Laplace
+    evidence at ``prior``'s mean μ, ``Σ s log F(t(μ)) + log N_frozen(μ) − log
+    N_prior(μ)``; "bound", the Jaakkola–Jordan bound at the sites' ξ (read off τ = 2sλ(ξ)),
+    ``Σ c(ξ) + ½ hᵀμ − ½ h_fᵀμ_f + ½ log|Λ_f| − ½ log|Λ|`` (``c`` each site's constant,
+    h and Λ the natural parameters)."""
     if signed.shape[0] == 0:
         return prior, 0.0
     precision = prior.precision - (signed.T * tau) @ signed
@@ -121,6 +149,13 @@ def frozen_part(prior: GaussianPrior, signed, tau, nu, powers, link):
     shift = prior.mean - frozen.mean
     # log N_frozen(μ) − log N_prior(μ) = ½ log|Λ_f| − ½ log|Λ| − ½ (μ − μ_f)ᵀ Λ_f (μ − μ_f)
     log_det = 2.0 * float(np.log(np.diag(prior.lower)).sum() - np.log(np.diag(frozen.lower)).sum())
+    if rule == "bound":
+        # The sites' constants s c(ξ) (τ = 2 s λ(ξ)), times their Gaussian integral against
+        # the frozen part.
+        xi = bound_xi(0.5 * tau / np.where(powers > 0.0, powers, 1.0))
+        evidence = float(powers @ bound_constant(xi)) + 0.5 * log_det
+        evidence += 0.5 * float(prior.mean @ prior.precision @ prior.mean - linear @ frozen.mean)
+        return frozen, evidence
     evidence = float(powers @ link.log_cdf(signed @ prior.mean))
     evidence += 0.5 * log_det - 0.5 * float(shift @ precision @ shift)
     return frozen, evidence

@@ -245,7 +245,8 @@ class LaplaceMethod:
     #: (estimators/_site_window.py): "mode" (the Laplace approximation, by Newton's method in
     #: the row's latent), "moments" (the tilted moments: EP's fixed point with one site,
     #: which is also the exact posterior's moments), "bound" (the Jaakkola–Jordan bound's
-    #: optimum for the row), None (the general fit).
+    #: optimum for the row), None (the general fit). "mode" and "bound" streams also fit
+    #: their batches of several rows jointly with the window's (binary, one-vs-rest).
     one_row: ClassVar[str | None] = "mode"
     #: Whether it fits a multinomial posterior under a shrinkage prior.
     multinomial_shrinkage: ClassVar[bool] = True
@@ -305,7 +306,7 @@ class VBMethod:
 
     falls_back: ClassVar[bool] = True
     records_strategy: ClassVar[bool] = False
-    one_row: ClassVar[str | None] = "bound"  # (see LaplaceMethod's; no window of sites)
+    one_row: ClassVar[str | None] = "bound"  # (see LaplaceMethod's)
     multinomial_shrinkage: ClassVar[bool] = False  # (binary only)
     #: As LaplaceMethod's (measured 7.1 p² at 2000 × 1000 sparse, 6.0 at 20 × 1500).
     peak_covariances: ClassVar[float] = 8.0

@@ -54,8 +54,8 @@ proper, else, and for a row in the tail, the tilted density's Laplace approximat
 the same call. Forgetting (``decay``) scales the window's sites as the rest of the
 posterior, and a revisit fits the row's likelihood to the power ``decay**k`` (power EP).
 A larger batch freezes the window (its sites stay in the posterior) and starts the buffer
-of batches, but for Laplace's binary and one-vs-rest streams, whose batches join the window
-(below).
+of batches, but for Laplace's and VB's binary and one-vs-rest streams, whose batches join
+the window (below).
 
 **Laplace's window.** A Laplace site is the Taylor expansion of the row's log-likelihood
 at a mode: batch Laplace expands every row at the final mode, a stream where the mode was
@@ -77,6 +77,22 @@ row is in the window, the stream is the batch Laplace fit (its evidence too: a c
 evidence replaces the window rows' terms of the running evidence by the joint fit's; after
 one-row calls, which credit ADF's terms, it starts from the frozen part's evidence as the
 window recorded it, ``SiteWindow.frozen_evidence``, D-150).
+
+**VB's window.** A Jaakkola–Jordan site is the bound at the row's ξ, tight at t = ±ξ, and
+batch VB takes every row's ξ where the final posterior puts it (ξ² = E[t²]); a stream
+froze each batch's ξ where the earlier batches' posterior put its rows, and the bound's
+curvature 2λ(ξ) ≈ 1/|t| far from the boundary does not die out as the likelihood's does,
+so every frozen site is off once the posterior moves (breast cancer's first ten features
+in weighted batches of 100: coefficients 0.38 from the batch fit's, against 0.02-0.07 for
+the other methods). So a VB batch of several rows (binary, one-vs-rest) is fitted as
+Laplace's: jointly with the window's rows under the frozen part (the general VB fit, every
+ξ re-optimized), each row's site then the bound at its ξ of the joint fit (whose
+posterior is exactly the frozen part times those sites), and the rows that leave, by
+one-row calls and batches alike, are those whose bound is closest to their likelihood
+over the posterior (:func:`~vsbayes.approximations.window_sites.bound_gaps`). While every
+row is in the window, the stream is the batch VB fit, its evidence (the bound) too; the
+rows that left keep their last ξ, which no later batch can revise without them: the
+floor of a stream whose memory does not grow (docs/decisions.md, D-241).
 """
 
 from __future__ import annotations
@@ -94,10 +110,12 @@ from ..approximations.newton_laplace import row_laplace
 from ..approximations.softmax_ep import assumed_density_softmax_row
 from ..approximations.variational_bayes import (
     VBResult,
+    bound_curvature,
     jaakkola_jordan_latent,
     jaakkola_jordan_row,
 )
 from ..approximations.window_sites import (
+    bound_gaps,
     contrast_basis,
     frozen_part,
     revisit_sites,
@@ -158,8 +176,8 @@ class SiteWindow:
     visited: np.ndarray  #: (n,): the call that last fitted each row's site
     calls: int = 0  #: one-row calls so far
     #: Laplace's (n,): each row's :func:`~vsbayes.approximations.window_sites.taylor_errors`
-    #: (summed over the problems) under the posterior of the call that last fitted its
-    #: site; None for the other methods.
+    #: (VB's: ``bound_gaps``), summed over the problems, under the posterior of the call
+    #: that last fitted its site; None for the other methods.
     errors: np.ndarray | None = None
     #: The running evidence less the window rows' terms: that of the frozen part (the
     #: prior and the sites of the rows that left), recorded when the window began or at
@@ -250,7 +268,7 @@ class SiteWindow:
         )
 
     def _replaced(self, chosen, revised, row, labels, weight, site, size, errors) -> SiteWindow:
-        """:meth:`stepped` of a Laplace window: below ``size`` rows the new row appended;
+        """:meth:`stepped` of a Laplace or VB window: below ``size`` rows the new row appended;
         at ``size``, the row of the smallest of ``errors`` leaves, the new row (unless it
         is that row) taking its place (the rows' order is not their arrival's: the
         revisits go by ``visited``)."""
@@ -435,24 +453,23 @@ class SiteWindowUpdates:
             fits.append(self._row_fit(posterior, WINDOW_ROW_REASON))
         self._report(fits)
         errors = None
-        if rule == "mode":
-            # Laplace's sites are expansions at a mode: the row leaving a full window is
-            # the one whose site is closest to its likelihood over the posterior
-            # (taylor_errors), each row's as of its last visit: this call's rows', and
-            # every row's where the window has none yet (a window begun by other calls).
+        if rule in ("mode", "bound"):
+            # Laplace's sites are expansions at a mode, VB's the bound at a ξ: the row
+            # leaving a full window is the one whose site is closest to its likelihood
+            # over the posterior (taylor_errors, bound_gaps), each row's as of its last
+            # visit: this call's rows', and every row's where the window has none yet (a
+            # window begun by other calls).
             fresh = chosen if window.errors is not None else np.arange(window.n_rows)
             rows = np.concatenate([window.rows[fresh], row[None, :]])
             powers = np.append(window.powers[fresh], weight)
-            computed = sum(
-                taylor_errors(
-                    np.append(window.labels[j, fresh], signs[j])[:, None] * rows,
-                    powers,
-                    fit.posterior.mean,
-                    fit.posterior.cov,
-                    link,
-                )
-                for j, fit in enumerate(fits)
-            )
+            computed = np.zeros(rows.shape[0])
+            for j, fit in enumerate(fits):
+                signed = np.append(window.labels[j, fresh], signs[j])[:, None] * rows
+                mean, cov = fit.posterior.mean, fit.posterior.cov
+                if rule == "mode":
+                    computed += taylor_errors(signed, powers, mean, cov, link)
+                else:
+                    computed += bound_gaps(signed, powers, mean, cov)
             errors = np.empty(window.n_rows + 1)
             if window.errors is not None:
                 errors[: window.n_rows] = window.errors
@@ -472,24 +489,25 @@ class SiteWindowUpdates:
     def _window_batch_fits(
         self, method, X, problems, weights, carried, window, keep, rng, evidence
     ):
-        """``(fits, window, frozen_evidence)`` of a Laplace batch of several rows in a
-        binary (or one-vs-rest) stream: the joint Laplace fit of the window's rows and the
-        batch under the posterior without the window's sites (its frozen part), each row's
-        site then its Taylor expansion at the joint mode, and the window keeping the
-        ``buffer_size`` rows whose sites are the least accurate (``taylor_errors``);
-        the others' sites stay in the posterior, expanded where the joint mode is now.
+        """``(fits, window, frozen_evidence)`` of a Laplace or VB batch of several rows in
+        a binary (or one-vs-rest) stream: the joint fit of the window's rows and the batch
+        under the posterior without the window's sites (its frozen part), each row's site
+        then its Taylor expansion at the joint mode (VB: the bound at its ξ of the joint
+        fit), and the window keeping the ``buffer_size`` rows whose sites are the least
+        accurate (``taylor_errors``, ``bound_gaps``); the others' sites stay in the
+        posterior, expanded where the joint mode is now (at the joint fit's ξ).
         ``frozen_evidence``: the running evidence ``evidence`` (before the call) without
         the window's rows' terms, to which the joint fit's evidence is added: the
         window's record of it where one-row calls credited rows since and the frozen part
         is unchanged (``SiteWindow.credited``), else ``evidence`` less each problem's
-        Laplace evidence of the window's rows under the frozen part."""
+        Laplace evidence (VB: bound) of the window's rows under the frozen part."""
         size = int(self.buffer_size)
         p = X.shape[1] + int(self.fit_intercept)
         if window is None or not window.fits(p, None) or window.labels.shape[0] != len(problems):
             window = SiteWindow.empty(p, len(problems))
         check_memory(  # (before a sparse batch is made dense)
             8.0 * (window.n_rows + X.shape[0]) * p * 3,
-            f"the Laplace window's {window.n_rows} rows and this batch's {X.shape[0]}, "
+            f"the window's {window.n_rows} rows and this batch's {X.shape[0]}, "
             f"dense, with their latent moments",
             "Pass the stream in smaller batches, or lower buffer_size.",
         )
@@ -498,6 +516,7 @@ class SiteWindowUpdates:
         if self.fit_intercept:
             rows = np.column_stack([rows, np.ones(rows.shape[0])])
         link = get_link(self._link)
+        rule = self._one_row_rule()
         try:
             parts = [
                 frozen_part(
@@ -507,6 +526,7 @@ class SiteWindowUpdates:
                     window.nu[j],
                     window.powers,
                     link,
+                    rule,
                 )
                 for j, prior in enumerate(carried)
             ]
@@ -542,6 +562,14 @@ class SiteWindowUpdates:
             )
             posterior = fit.posterior
             signed = signs[:, None] * joined
+            if rule == "bound":
+                site_tau, errors_j = self._bound_sites(fit, frozen, signed, powers)
+                tau.append(site_tau)
+                nu.append(0.5 * powers)  # (the bound's linear term, whatever ξ)
+                errors += errors_j
+                fits.append(fit)
+                all_signs.append(signs)
+                continue
             latent = signed @ posterior.mean
             slope, curvature = link.derivatives(latent)
             tau.append(powers * curvature)
@@ -582,6 +610,27 @@ class SiteWindowUpdates:
             frozen_evidence if kept.size == joined.shape[0] and keep == 1.0 else None,
         )
         return fits, window, frozen_evidence
+
+    @staticmethod
+    def _bound_sites(fit, frozen, signed, powers):
+        """``(tau, gaps)`` of a VB window's joint fit: each row's site precision
+        ``2 s λ(ξ)`` at the ξ of the fit's last update, whose posterior is the frozen part
+        times those sites exactly (so the next call divides them out exactly), and its
+        :func:`bound_gaps` under that posterior. A fit that fell back to Laplace's
+        posterior has no ξ: its rows take the ξ its marginals give (ξ² = m² + v)."""
+        posterior = fit.posterior
+        xi = getattr(posterior, "xi", None)
+        positive = powers > 0.0  # (the model's rows: those of zero weight have no site)
+        if xi is None or xi.size != np.count_nonzero(positive):
+            latent = signed @ posterior.mean
+            spread = np.einsum("ij,ij->i", signed @ posterior.cov, signed)
+            xi = np.sqrt(np.maximum(spread, 0.0) + latent * latent)
+        else:
+            placed = np.zeros(powers.size)
+            placed[positive] = xi
+            xi = placed
+        gaps = bound_gaps(signed, powers, posterior.mean, posterior.cov)
+        return 2.0 * powers * bound_curvature(xi), gaps
 
     def _window_softmax_row_fits(self, row, label, n_classes, weight, rule, prior, window, keep):
         """:meth:`_window_row_fits` of a multinomial row: its (K − 1)-dimensional site and

@@ -21,7 +21,7 @@ batches' ADF; memory: fewer than W rows; the call that refits costs a fit of its
 updates' cost): each row's site joins a window of the last W rows' sites, some of which
 each call refits (incremental EP over a sliding window); a larger batch freezes the
 window (its sites stay in the posterior) and starts the buffer of batches, but for
-Laplace's binary and one-vs-rest streams, whose batches join the window
+Laplace's and VB's binary and one-vs-rest streams, whose batches join the window
 (:mod:`vsbayes.estimators._site_window`).
 
 **Structured posteriors** (text scale: more coefficients than the dense p × p covariance
@@ -204,10 +204,12 @@ class BayesianUpdating(SiteWindowUpdates):
         expansions are least accurate over the posterior, the others' sites staying in it
         (the module docstring of ``vsbayes.estimators._site_window``; without this, breast
         cancer's held-out log loss was 5 % above the batch fit's in batches of 100 rows).
-        With the default buffer, the Laplace, EP and VS streams in batches of 1, 10 and 100
-        rows were within 1 % of their batch fits' log loss on breast cancer, the paper's
-        four data sets and a 4-class problem (``benchmarks/results/streaming.md``; VS
-        without the buffer, up to 4 % worse).
+        VB's streams do the same, each row's site the bound at its ξ of the joint fit
+        (``VBLogisticRegression``'s Notes say how far they stay). With the default
+        buffer, the Laplace, EP and VS streams in batches of 1, 10 and 100 rows were within
+        1 % of their batch fits' log loss on breast cancer, the paper's four data sets and
+        a 4-class problem (``benchmarks/results/streaming.md``; VS without the buffer, up
+        to 4 % worse).
 
         The order of the rows matters: a stream sorted by class ends far from a fit of its
         rows, since the Gaussian that carries the earlier batches stands for their rows
@@ -399,8 +401,9 @@ class BayesianUpdating(SiteWindowUpdates):
             )
             # (covariance_reason_ of the fits below that record none)
             reason = reason or dense_reason
-        # Laplace's batches of several rows (binary, one-vs-rest) join its window of sites:
-        # refitted jointly with its rows, which leave it by how well their sites fit.
+        # Laplace's and VB's batches of several rows (binary, one-vs-rest) join the window
+        # of sites: refitted jointly with its rows, which leave it by how well their sites
+        # fit.
         mode_window = (
             not structured
             and n_rows > 1
@@ -408,7 +411,7 @@ class BayesianUpdating(SiteWindowUpdates):
             and size > 1
             and problems[0][1] is None
             and self.max_iter != 0
-            and self._one_row_rule() == "mode"
+            and self._one_row_rule() in ("mode", "bound")
         )
         if mode_window:
             method = self._new_posterior_method()
@@ -575,7 +578,7 @@ def _warn_unseen(labels: np.ndarray, estimator) -> None:
         f"undo this: the posterior carried from batches without them keeps little of what "
         f"their rows say about the coefficients, so a stream sorted by class ends far from a "
         f"fit of its rows (breast cancer's first six features sorted by label, two "
-        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 13 with VB, 1.1 with "
+        f"batches: log loss 4.4 times the fit's with EP, 8 with VS, 9.5 with VB, 1.1 with "
         f"Laplace); shuffle such a stream.",
         UnreliableFitWarning,
     )
