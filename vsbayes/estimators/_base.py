@@ -1310,8 +1310,28 @@ def _refuse_overflowing_features(X) -> None:
         )
 
 
+def _refuse_dates(X) -> None:
+    """A ValueError with the remedy where X holds dates or durations (numpy's datetime64 or
+    timedelta64, a DataFrame's datetime columns): an array of them became nanosecond
+    counts (~1e18), whose fit ran to a meaningless posterior, and a DataFrame with one
+    raised numpy's ``DTypePromotionError``."""
+    dtypes = getattr(X, "dtypes", None)  # a DataFrame's, one per column
+    if dtypes is not None and hasattr(dtypes, "items"):
+        columns = [(f"column {name!r} of X", dtype) for name, dtype in dtypes.items()]
+    else:
+        columns = [("X", getattr(X, "dtype", None))]
+    for where, dtype in columns:
+        if getattr(dtype, "kind", None) in ("M", "m"):
+            raise ValueError(
+                f"{where} holds dates or times ({dtype}), not numbers. Convert them to "
+                f"numeric features first, e.g. days since a reference date, or the year, "
+                f"month and weekday as columns."
+            )
+
+
 def _validate_training_data(estimator, X, y):
-    """``validate_data`` for fit, with a remedy when X holds text."""
+    """``validate_data`` for fit, with a remedy when X holds text, dates or times."""
+    _refuse_dates(X)
     try:
         return validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
     except ValueError as error:
