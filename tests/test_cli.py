@@ -236,6 +236,7 @@ def error_cases(tmp_path):
     text = write_csv(tmp_path / "text.csv", ["x", "colour", "y"], [["1", "red", "a"]] * 3)
     one_class = write_csv(tmp_path / "one.csv", ["x", "z", "y"], [["1", "2", "a"]] * 3)
     missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
+    no_label = write_csv(tmp_path / "no_label.csv", ["x", "z", "y"], [*good, ["0", "1", ""]])
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
     out_png = str(tmp_path / "o.png")
@@ -297,6 +298,7 @@ def error_cases(tmp_path):
         "huge feature": (["fit", huge], 1),
         "trailing comma": (["fit", str(trailing_comma)], 1),
         "unknown option": (["fit", good_path, "--random-state", "0"], 2),
+        "missing label": (["fit", no_label], 1),
     }
 
 
@@ -338,6 +340,7 @@ CASES = [
     "huge feature",
     "trailing comma",
     "unknown option",
+    "missing label",
 ]
 
 
@@ -375,6 +378,7 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("huge feature", ["'x'", "too large to standardize", "rescale"]),
         ("trailing comma", ["column 4", "a comma at the end of each line"]),
         ("unknown option", ["--random-state 0", "see vsbayes fit --help"]),
+        ("missing label", ["missing label in column 'y'", "drop the rows"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:

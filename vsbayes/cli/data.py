@@ -17,8 +17,6 @@ from sklearn.preprocessing import StandardScaler
 
 __all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
 
-#: Name of the intercept row in the tables and the JSON output.
-
 
 @dataclass(frozen=True)
 class Dataset:
@@ -344,7 +342,10 @@ def _labels(name: str, values: list[str], lines: list[int], column: str) -> np.n
     """Labels as integers, else floats, else strings; at least two classes."""
     for value, line in zip(values, lines, strict=True):
         if not value:
-            raise ValueError(f"{name}, line {line}: missing label in column {column!r}.")
+            raise ValueError(
+                f"{name}, line {line}: missing label in column {column!r}; drop the rows "
+                f"without a label (or name the label column with --target)."
+            )
     labels: np.ndarray | None = None
     for kind in (int, float):
         try:
