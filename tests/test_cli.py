@@ -178,6 +178,8 @@ def test_fit_warnings_are_one_line_each_on_stderr(capsys, small_csv):
     lines = err.splitlines()
     assert lines and all(line.startswith("vsbayes: warning: ") for line in lines)
     assert "UnreliableFitWarning" in err
+    # The estimator's remedy named in the command's option (it said "Use n_samples >= 30").
+    assert "Use --n-samples >= 30" in err and "n_samples" not in err
 
 
 def test_fit_default_vs_records_its_strategy(capsys, small_csv):

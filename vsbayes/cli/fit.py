@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import numpy as np
 
@@ -66,6 +67,7 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
             f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
         ) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
+    fit.warnings = [_in_options(text) for text in fit.warnings]
     for text in fit.warnings:
         console.warn(text)
     summary = fit_summary(data, fit, args)
@@ -78,6 +80,17 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_json(args.json, summary)
     return 0
+
+
+#: The estimators' parameters that ``vsbayes fit`` sets by an option, as their warnings'
+#: remedies name them ("Use n_samples >= 30", "a larger target_kl").
+_OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
+_PARAMETER = re.compile(rf"\b({'|'.join(_OPTIONS)})\b")
+
+
+def _in_options(text: str) -> str:
+    """A warning's text with the parameters the command sets named by their options."""
+    return _PARAMETER.sub(lambda match: _OPTIONS[match.group(1)], text)
 
 
 def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
