@@ -204,6 +204,9 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert status == 0 and err == ""
     assert "ran as:           the Laplace approximation with its mean moved" in out
     assert "failed" not in out and "accuracy:         predicted error" in out
+    # The target it is within, and how to set it ("within the target" read as the label
+    # column, which the header calls the target).
+    assert "within the 0.01-nat target (--target-kl)" in out
     # Importance sampling draws through EP's posterior by default, not Laplace's.
     status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--method", "is")
     assert status == 0

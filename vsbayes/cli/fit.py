@@ -9,6 +9,7 @@ import numpy as np
 
 from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
+from ..estimators._strategy import DEFAULT_TARGET_KL
 from ..exceptions import TooFewSamplesError
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
@@ -154,7 +155,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
             problem["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
             problem["stop_reason"] = estimator.stop_reason_[k]
         problem["ran_as"] = _ran_as(args.method, problem, posterior)
-        problem["accuracy"] = _accuracy(args.method, problem)
+        problem["accuracy"] = _accuracy(args.method, problem, args.target_kl)
         problems.append(problem)
     sampling = args.method in SAMPLING
     return {
@@ -245,16 +246,18 @@ def _kernel_name(posterior) -> str | None:
     return "the Laplace approximation"
 
 
-def _accuracy(method: str, problem: dict) -> str:
-    """How close the posterior is to the exact one, as far as the method can tell."""
+def _accuracy(method: str, problem: dict, target_kl: float | None = None) -> str:
+    """How close the posterior is to the exact one, as far as the method can tell
+    (``target_kl``: --target-kl, None for the estimator's default)."""
     values = problem["diagnostics"]
     if problem["laplace_fallback"]:
         return "unknown (the Laplace approximation has no error estimate)"
     error = problem.get("predicted_error")
     if "strategy" in problem and _route(problem) == "skew":
+        target = DEFAULT_TARGET_KL if target_kl is None else target_kl
         return (
             f"predicted error {error:.2g} nats of excess KL (from the likelihood's skewness "
-            f"at the mode), within the target"
+            f"at the mode), within the {target:g}-nat target (--target-kl)"
         )
     if problem.get("strategy") == "global" and error is not None:
         closeness = "close" if error < 0.1 else "approximate"
