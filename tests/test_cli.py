@@ -242,6 +242,8 @@ def error_cases(tmp_path):
     one_class = write_csv(tmp_path / "one.csv", ["x", "z", "y"], [["1", "2", "a"]] * 3)
     missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
     no_label = write_csv(tmp_path / "no_label.csv", ["x", "z", "y"], [*good, ["0", "1", ""]])
+    intercept = write_csv(tmp_path / "intercept.csv", ["(intercept)", "x", "z", "y"],
+                          [["1", *row] for row in good])  # fmt: skip
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
     out_png = str(tmp_path / "o.png")
@@ -304,6 +306,7 @@ def error_cases(tmp_path):
         "trailing comma": (["fit", str(trailing_comma)], 1),
         "unknown option": (["fit", good_path, "--random-state", "0"], 2),
         "missing label": (["fit", no_label], 1),
+        "a feature named as the intercept": (["fit", intercept], 1),
     }
 
 
@@ -346,6 +349,7 @@ CASES = [
     "trailing comma",
     "unknown option",
     "missing label",
+    "a feature named as the intercept",
 ]
 
 
@@ -384,6 +388,7 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("trailing comma", ["column 4", "a comma at the end of each line"]),
         ("unknown option", ["--random-state 0", "see vsbayes fit --help"]),
         ("missing label", ["missing label in column 'y'", "drop the rows"]),
+        ("a feature named as the intercept", ["'(intercept)'", "drop the column"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:

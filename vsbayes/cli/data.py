@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.preprocessing import StandardScaler
 
+from ..estimators._summaries import INTERCEPT_LABEL
+
 __all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
 
 
@@ -173,6 +175,12 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
         )
     feature_index = [j for j in range(len(header)) if j != target_index]
     feature_names = [header[j] for j in feature_index]
+    if INTERCEPT_LABEL in feature_names:  # two rows of that name in the table and the JSON
+        raise ValueError(
+            f"{name}: a feature column is named {INTERCEPT_LABEL!r}, the name the output gives "
+            f"the intercept, which the fit adds itself: drop the column if it holds the "
+            f"intercept's ones, else rename it."
+        )
     X = _numeric_features(name, rows, lines, feature_index, feature_names)
     y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
     fractional = y[y != np.round(y)] if y.dtype.kind == "f" else y[:0]
