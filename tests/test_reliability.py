@@ -79,6 +79,12 @@ def _frame(X):
     return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
 
 
+def _with_na(y):
+    labels = pd.Series(np.where(y == 1, "yes", "no"), dtype="string")
+    labels[2] = pd.NA
+    return labels
+
+
 INVALID = {
     "NaN in X": (lambda X, y: (_with(X, (3, 1), np.nan), y, None), "NaN"),
     "inf in X": (lambda X, y: (_with(X, (3, 1), np.inf), y, None), "infinity"),
@@ -91,6 +97,9 @@ INVALID = {
     # datetime column raised numpy's DTypePromotionError.
     "dates in X": (lambda X, y: (_dates(len(y))[:, None], y, None), "X holds dates"),
     "a date column": (lambda X, y: (_frame(X).assign(t=_dates(len(y))), y, None), "'t' of X"),
+    # scikit-learn's check of a nullable pandas y with pd.NA raised "TypeError: boolean
+    # value of NA is ambiguous".
+    "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),
     "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
     "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
     "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),

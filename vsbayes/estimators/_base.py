@@ -1329,9 +1329,26 @@ def _refuse_dates(X) -> None:
             )
 
 
+def _refuse_missing_labels(y) -> None:
+    """A ValueError with the remedy where a pandas y has missing labels: scikit-learn's
+    check of a nullable y (``"string"``, ``"Int64"``, ``"boolean"``) holding ``pd.NA``
+    raised ``TypeError: boolean value of NA is ambiguous``."""
+    if not type(y).__module__.startswith("pandas") or not hasattr(y, "isna"):
+        return
+    missing = np.flatnonzero(np.asarray(y.isna()).ravel())
+    if missing.size:
+        raise ValueError(
+            f"y has {missing.size} missing label{'s' if missing.size > 1 else ''} (NA or "
+            f"NaN; the first at position {missing[0]}); a classifier needs every row's "
+            f"label: drop those rows (e.g. keep = y.notna(); X[keep], y[keep])."
+        )
+
+
 def _validate_training_data(estimator, X, y):
-    """``validate_data`` for fit, with a remedy when X holds text, dates or times."""
+    """``validate_data`` for fit, with a remedy when X holds text, dates or times, or a
+    pandas y misses labels."""
     _refuse_dates(X)
+    _refuse_missing_labels(y)
     try:
         return validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
     except ValueError as error:
