@@ -738,3 +738,16 @@ def test_a_round_off_mean_prints_as_zero_beside_its_sd():
     assert format_number(2.764e-16) == "2.764e-16"
     assert format_number(3.2e-7, scale=1e-6) == "3.200e-07"
     assert format_number(0.25, scale=1.0) == "0.2500"
+
+
+def test_fit_errors_name_the_command_lines_options(capsys, small_csv, monkeypatch):
+    # The estimators' remedies name their parameters; a command-line user has the options.
+    from vsbayes.cli import fit as fit_module
+
+    def refuse(*args):
+        raise ValueError("too big: pass an explicit n_samples, or strategy='sites'.")
+
+    monkeypatch.setattr(fit_module, "timed_fit", refuse)
+    status, out, err = run(capsys, "fit", small_csv, "--target", "outcome")
+    assert status == 1 and out == ""
+    assert err == "vsbayes: error: too big: pass an explicit --n-samples, or --strategy sites.\n"

@@ -10,7 +10,7 @@ import numpy as np
 from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
 from ..estimators._strategy import DEFAULT_TARGET_KL
-from ..exceptions import TooFewSamplesError
+from ..exceptions import EstimationError, TooFewSamplesError
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, write_fit_plot
@@ -67,6 +67,13 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
             f"of the Gaussian the points determine, too few for --method {args.method}: "
             f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
         ) from None
+    except (ValueError, EstimationError) as error:
+        # The library's remedies name its parameters: say them as this command's options
+        # (main prints either kind as one line, exit status 1).
+        text = _in_options(str(error))
+        if text == str(error):
+            raise
+        raise ValueError(text) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
     fit.warnings = [_in_options(text) for text in fit.warnings]
     for text in fit.warnings:
@@ -84,14 +91,21 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
 
 
 #: The estimators' parameters that ``vsbayes fit`` sets by an option, as their warnings'
-#: remedies name them ("Use n_samples >= 30", "a larger target_kl").
+#: and errors' remedies name them ("Use n_samples >= 30", "a larger target_kl",
+#: "strategy='global'").
 _OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
-_PARAMETER = re.compile(rf"\b({'|'.join(_OPTIONS)})\b")
+_PARAMETER = re.compile(rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'")
 
 
 def _in_options(text: str) -> str:
-    """A warning's text with the parameters the command sets named by their options."""
-    return _PARAMETER.sub(lambda match: _OPTIONS[match.group(1)], text)
+    """A warning's or error's text with the parameters the command sets named by their
+    options."""
+    return _PARAMETER.sub(
+        lambda match: (
+            _OPTIONS[match.group(1)] if match.group(1) else f"--strategy {match.group(2)}"
+        ),
+        text,
+    )
 
 
 def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
