@@ -100,6 +100,8 @@ INVALID = {
     # scikit-learn's check of a nullable pandas y with pd.NA raised "TypeError: boolean
     # value of NA is ambiguous".
     "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),
+    # Text labels with a None: "'<' not supported between instances of 'NoneType' and 'str'".
+    "None in y": (lambda X, y: (X, _with_na(y).to_numpy(object, na_value=None), None), "1 missing"),
     "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
     "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
     "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),

@@ -1330,12 +1330,19 @@ def _refuse_dates(X) -> None:
 
 
 def _refuse_missing_labels(y) -> None:
-    """A ValueError with the remedy where a pandas y has missing labels: scikit-learn's
-    check of a nullable y (``"string"``, ``"Int64"``, ``"boolean"``) holding ``pd.NA``
-    raised ``TypeError: boolean value of NA is ambiguous``."""
-    if not type(y).__module__.startswith("pandas") or not hasattr(y, "isna"):
+    """A ValueError with the remedy where y has missing labels: scikit-learn's check of a
+    nullable pandas y (``"string"``, ``"Int64"``, ``"boolean"``) holding ``pd.NA`` raised
+    ``TypeError: boolean value of NA is ambiguous``, and its sort of text labels with a
+    None, ``TypeError: '<' not supported between instances of 'NoneType' and 'str'``."""
+    if type(y).__module__.startswith("pandas") and hasattr(y, "isna"):
+        missing = np.flatnonzero(np.asarray(y.isna()).ravel())
+    elif isinstance(y, (list, tuple, np.ndarray)):
+        labels = np.asarray(y)
+        if labels.dtype != object:
+            return
+        missing = np.flatnonzero(np.equal(labels, None).ravel())
+    else:
         return
-    missing = np.flatnonzero(np.asarray(y.isna()).ravel())
     if missing.size:
         raise ValueError(
             f"y has {missing.size} missing label{'s' if missing.size > 1 else ''} (NA or "
