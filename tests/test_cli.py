@@ -207,6 +207,9 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     # The target it is within, and how to set it ("within the target" read as the label
     # column, which the header calls the target).
     assert "within the 0.01-nat target (--target-kl)" in out
+    # It drew no points: its stop at the target is not said to be sampling's.
+    status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
+    assert "stopped, no sampling: target_kl" in out and "sampling stopped" not in out
     # Importance sampling draws through EP's posterior by default, not Laplace's.
     status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--method", "is")
     assert status == 0

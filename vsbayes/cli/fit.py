@@ -376,7 +376,11 @@ def _format_summary(summary: dict) -> str:
                     f"strategy:         {problem['strategy']} ({problem['strategy_reason']})"
                 )
             if problem.get("stop_reason") is not None:
-                lines.append(f"sampling stopped: {problem['stop_reason']}")
+                # The skewness-corrected Laplace and the multinomial EP routes stop at the
+                # target too ("target_kl"), with no points drawn ("N: none" above).
+                drew = problem.get("strategy") == "global"
+                label = "sampling stopped" if drew else "stopped, no sampling"
+                lines.append(f"{label}: {problem['stop_reason']}")
     lines += [
         "",
         "P(sign): posterior probability that the coefficient has the sign of its mean.",
