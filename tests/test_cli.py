@@ -722,6 +722,19 @@ def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, m
     assert "family" not in err and "n_samples" not in err
 
 
+def test_fit_warns_of_a_constant_column(capsys, tmp_path):
+    # Its row is the prior's (mean 0, sd 1, P(sign) 0.5), which read as "no effect".
+    rows = [[f"{v:.3f}", "7", "ab"[i % 2]] for i, v in enumerate(np.linspace(-1, 1, 12))]
+    path = write_csv(tmp_path / "constant.csv", ["x", "same", "y"], rows)
+    status, out, err = run(capsys, "fit", path, "--method", "laplace")
+    row = next(line.split() for line in out.splitlines() if line.startswith("same "))
+    assert status == 0 and row[1:3] == ["0.0000", "1.0000"]
+    assert err == (
+        f"vsbayes: warning: {path}: column 'same' is constant: the data say nothing of its "
+        f"coefficient, whose posterior is the prior's (mean 0, sd √C); drop such columns.\n"
+    )
+
+
 def test_fit_counts_one_feature_in_the_singular(capsys, tmp_path):
     path = tmp_path / "one.csv"
     path.write_text("x,y\n0.5,1\n0.25,0\n0.75,1\n0.1,0\n0.3,1\n")

@@ -201,6 +201,15 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
             f"(an identifier?); name the label column with --target."
         )
     notes = []
+    constant = [column for column, same in zip(feature_names, np.ptp(X, axis=0) == 0, strict=True)
+                if same]  # fmt: skip
+    if constant:  # its row of the table is the prior's, which reads as "no effect"
+        notes.append(
+            f"{name}: column{'s' if len(constant) > 1 else ''} {_shorten(constant)} "
+            f"{'are' if len(constant) > 1 else 'is'} constant: the data say nothing of "
+            f"{'their coefficients' if len(constant) > 1 else 'its coefficient'}, whose "
+            f"posterior is the prior's (mean 0, sd √C); drop such columns."
+        )
     if has_header and _reads_as_data(header):
         notes.append(
             f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
