@@ -710,6 +710,13 @@ class BayesianGLMClassifier(
             values["estimator_name"] = type(self).__name__
         return self._posterior_method(**values)
 
+    def _refuse_unreadable_input(self, X, y) -> None:
+        """Dates in X, missing labels in y: refused with the remedy before
+        ``validate_data`` (which passes the first and fails the second unclearly), by
+        ``fit`` (:func:`_validate_training_data`) and ``partial_fit``."""
+        _refuse_dates(X)
+        _refuse_missing_labels(y)
+
     def _fit_data(self, X, y, sample_weight):
         """Checked in-memory ``(X, y_index, weights, dtype)``, X in float64 and ``dtype``
         the input's (float32 or float64: the fitted coefficients keep it); sets
