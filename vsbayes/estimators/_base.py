@@ -1341,7 +1341,8 @@ def _refuse_missing_labels(y) -> None:
     nullable pandas y (``"string"``, ``"Int64"``, ``"boolean"``) holding ``pd.NA`` raised
     ``TypeError: boolean value of NA is ambiguous``, and its sort of text labels with a
     None, ``TypeError: '<' not supported between instances of 'NoneType' and 'str'``."""
-    if type(y).__module__.startswith("pandas") and hasattr(y, "isna"):
+    pandas = type(y).__module__.startswith("pandas") and hasattr(y, "isna")
+    if pandas:
         missing = np.flatnonzero(np.asarray(y.isna()).ravel())
     elif isinstance(y, (list, tuple, np.ndarray)):
         labels = np.asarray(y)
@@ -1351,16 +1352,17 @@ def _refuse_missing_labels(y) -> None:
     else:
         return
     if missing.size:
+        example = " (e.g. keep = y.notna(); X[keep], y[keep])" if pandas else ""
         raise ValueError(
-            f"y has {missing.size} missing label{'s' if missing.size > 1 else ''} (NA or "
-            f"NaN; the first at position {missing[0]}); a classifier needs every row's "
-            f"label: drop those rows (e.g. keep = y.notna(); X[keep], y[keep])."
+            f"y has {missing.size} missing label{'s' if missing.size > 1 else ''} (the "
+            f"first at position {missing[0]}); a classifier needs every row's label: drop "
+            f"those rows{example}."
         )
 
 
 def _validate_training_data(estimator, X, y):
-    """``validate_data`` for fit, with a remedy when X holds text, dates or times, or a
-    pandas y misses labels."""
+    """``validate_data`` for fit, with a remedy when X holds text, dates or times, or y
+    misses labels."""
     _refuse_dates(X)
     _refuse_missing_labels(y)
     try:

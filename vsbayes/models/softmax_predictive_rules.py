@@ -130,12 +130,11 @@ def replicate_nodes(dim: int, level: int) -> np.ndarray:
     (read-only, cached).
 
     Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened up to
-    256 dimensions: :func:`_half_nodes`). Level
-    1: the first 1024 points of the replicate's Sobol sequence
-    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened; each level
-    l ≥ 2 the next 1024 · 2^(l − 2), so that up to level l ≥ 1 the replicate's
-    1024 · 2^l nodes are the sequence's first points and their mirror images (see
-    :mod:`vsbayes.models.softmax_predictive`).
+    256 dimensions: :func:`_half_nodes`). Level 1: the first 1024 points of the
+    replicate's Sobol sequence (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not
+    whitened; each level l ≥ 2 the next 1024 · 2^(l − 2), so that up to level l ≥ 1 the
+    replicate's 1024 · 2^l nodes are the sequence's first points and their mirror images
+    (see :mod:`vsbayes.models.softmax_predictive`).
     """
     if level == 0:
         halves = [_half_nodes(dim, _FIRST_NODES, (_SEED, 0, r)) for r in range(REPLICATES)]
