@@ -178,6 +178,8 @@ def test_fit_warnings_are_one_line_each_on_stderr(capsys, small_csv):
     lines = err.splitlines()
     assert lines and all(line.startswith("vsbayes: warning: ") for line in lines)
     assert "UnreliableFitWarning" in err
+    # The estimator's remedy named in the command's option (it said "Use n_samples >= 30").
+    assert "Use --n-samples >= 30" in err and "n_samples" not in err
 
 
 def test_fit_default_vs_records_its_strategy(capsys, small_csv):
@@ -202,6 +204,12 @@ def test_fit_says_which_computation_ran_without_a_false_failure(capsys, small_cs
     assert status == 0 and err == ""
     assert "ran as:           the Laplace approximation with its mean moved" in out
     assert "failed" not in out and "accuracy:         predicted error" in out
+    # The target it is within, and how to set it ("within the target" read as the label
+    # column, which the header calls the target).
+    assert "within the 0.01-nat target (--target-kl)" in out
+    # It drew no points: its stop at the target is not said to be sampling's.
+    status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--verbose")
+    assert "stopped, no sampling: target_kl" in out and "sampling stopped" not in out
     # Importance sampling draws through EP's posterior by default, not Laplace's.
     status, out, _ = run(capsys, "fit", small_csv, "--target", "outcome", "--method", "is")
     assert status == 0
@@ -236,6 +244,9 @@ def error_cases(tmp_path):
     text = write_csv(tmp_path / "text.csv", ["x", "colour", "y"], [["1", "red", "a"]] * 3)
     one_class = write_csv(tmp_path / "one.csv", ["x", "z", "y"], [["1", "2", "a"]] * 3)
     missing = write_csv(tmp_path / "missing.csv", ["x", "z", "y"], [*good, ["", "1", "b"]])
+    no_label = write_csv(tmp_path / "no_label.csv", ["x", "z", "y"], [*good, ["0", "1", ""]])
+    intercept = write_csv(tmp_path / "intercept.csv", ["(intercept)", "x", "z", "y"],
+                          [["1", *row] for row in good])  # fmt: skip
     multi = write_csv(tmp_path / "multi.csv", ["x", "z", "y"], [*good, ["0", "0", "c"]])
     good_path = write_csv(tmp_path / "good.csv", ["x", "z", "y"], good)
     out_png = str(tmp_path / "o.png")
@@ -297,6 +308,8 @@ def error_cases(tmp_path):
         "huge feature": (["fit", huge], 1),
         "trailing comma": (["fit", str(trailing_comma)], 1),
         "unknown option": (["fit", good_path, "--random-state", "0"], 2),
+        "missing label": (["fit", no_label], 1),
+        "a feature named as the intercept": (["fit", intercept], 1),
     }
 
 
@@ -338,6 +351,8 @@ CASES = [
     "huge feature",
     "trailing comma",
     "unknown option",
+    "missing label",
+    "a feature named as the intercept",
 ]
 
 
@@ -375,6 +390,8 @@ def test_error_messages_name_the_problem(capsys, tmp_path):
         ("huge feature", ["'x'", "too large to standardize", "rescale"]),
         ("trailing comma", ["column 4", "a comma at the end of each line"]),
         ("unknown option", ["--random-state 0", "see vsbayes fit --help"]),
+        ("missing label", ["missing label in column 'y'", "drop the rows"]),
+        ("a feature named as the intercept", ["'(intercept)'", "drop the column"]),
     ]:
         _, _, err = run(capsys, *cases[case][0])
         for word in words:
@@ -705,6 +722,19 @@ def test_fit_too_few_points_names_the_command_lines_options(capsys, small_csv, m
     assert "family" not in err and "n_samples" not in err
 
 
+def test_fit_warns_of_a_constant_column(capsys, tmp_path):
+    # Its row is the prior's (mean 0, sd 1, P(sign) 0.5), which read as "no effect".
+    rows = [[f"{v:.3f}", "7", "ab"[i % 2]] for i, v in enumerate(np.linspace(-1, 1, 12))]
+    path = write_csv(tmp_path / "constant.csv", ["x", "same", "y"], rows)
+    status, out, err = run(capsys, "fit", path, "--method", "laplace")
+    row = next(line.split() for line in out.splitlines() if line.startswith("same "))
+    assert status == 0 and row[1:3] == ["0.0000", "1.0000"]
+    assert err == (
+        f"vsbayes: warning: {path}: column 'same' is constant: the data say nothing of its "
+        f"coefficient, whose posterior is the prior's (mean 0, sd √C); drop such columns.\n"
+    )
+
+
 def test_fit_counts_one_feature_in_the_singular(capsys, tmp_path):
     path = tmp_path / "one.csv"
     path.write_text("x,y\n0.5,1\n0.25,0\n0.75,1\n0.1,0\n0.3,1\n")
@@ -724,3 +754,16 @@ def test_a_round_off_mean_prints_as_zero_beside_its_sd():
     assert format_number(2.764e-16) == "2.764e-16"
     assert format_number(3.2e-7, scale=1e-6) == "3.200e-07"
     assert format_number(0.25, scale=1.0) == "0.2500"
+
+
+def test_fit_errors_name_the_command_lines_options(capsys, small_csv, monkeypatch):
+    # The estimators' remedies name their parameters; a command-line user has the options.
+    from vsbayes.cli import fit as fit_module
+
+    def refuse(*args):
+        raise ValueError("too big: pass an explicit n_samples, or strategy='sites'.")
+
+    monkeypatch.setattr(fit_module, "timed_fit", refuse)
+    status, out, err = run(capsys, "fit", small_csv, "--target", "outcome")
+    assert status == 1 and out == ""
+    assert err == "vsbayes: error: too big: pass an explicit --n-samples, or --strategy sites.\n"

@@ -10,6 +10,7 @@ import threading
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from _helpers import ALL, SAMPLING, assert_valid_fit, make
 from sklearn.datasets import load_breast_cancer, load_iris, make_classification
@@ -70,6 +71,20 @@ def _with(X, index, value):
     return X
 
 
+def _dates(n):
+    return np.datetime64("2020-01-01") + np.arange(n).astype("timedelta64[D]")
+
+
+def _frame(X):
+    return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+
+
+def _with_na(y):
+    labels = pd.Series(np.where(y == 1, "yes", "no"), dtype="string")
+    labels[2] = pd.NA
+    return labels
+
+
 INVALID = {
     "NaN in X": (lambda X, y: (_with(X, (3, 1), np.nan), y, None), "NaN"),
     "inf in X": (lambda X, y: (_with(X, (3, 1), np.inf), y, None), "infinity"),
@@ -78,6 +93,15 @@ INVALID = {
     "empty X": (lambda X, y: (X[:0], y[:0], None), "0 sample"),
     "mismatched lengths": (lambda X, y: (X, y[:-1], None), "inconsistent numbers of samples"),
     "text in X": (lambda X, y: (_with(X, (0, 0), "a"), y, None), "numeric"),
+    # A datetime64 array became nanosecond counts (~1e18), a meaningless fit; a DataFrame's
+    # datetime column raised numpy's DTypePromotionError.
+    "dates in X": (lambda X, y: (_dates(len(y))[:, None], y, None), "X holds dates"),
+    "a date column": (lambda X, y: (_frame(X).assign(t=_dates(len(y))), y, None), "'t' of X"),
+    # scikit-learn's check of a nullable pandas y with pd.NA raised "TypeError: boolean
+    # value of NA is ambiguous".
+    "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),
+    # Text labels with a None: "'<' not supported between instances of 'NoneType' and 'str'".
+    "None in y": (lambda X, y: (X, _with_na(y).to_numpy(object, na_value=None), None), "1 missing"),
     "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
     "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
     "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),

@@ -66,3 +66,7 @@ def test_the_rounds_driver_returns_a_complete_result_that_survives_pickling():
     assert again.diagnostics().keys() == fit.diagnostics().keys()
     assert again.n_iter == fit.n_iter and np.array_equal(again.cov, fit.cov)
     assert "n_iter=" in repr(fit) and "rounds" not in repr(fit)
+    # Floats to 4 digits (verbose=1 prints the repr): "kl_error=0.027008145385293756" was
+    # unreadable beside the integers and flags.
+    shown = dict(item.split("=") for item in repr(fit).split("(", 1)[1][:-1].split(", "))
+    assert shown["kl_error"] == f"{fit.kl_error:.4g}" and shown["converged"] == repr(fit.converged)

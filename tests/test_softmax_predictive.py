@@ -599,3 +599,36 @@ def test_argmax_only_leaves_the_deterministic_rules_bitwise(k):
         centred_softmax_predictive_log_proba(mean, reduced, argmax_only=True),
         centred_softmax_predictive_log_proba(mean, reduced),
     )
+
+
+def test_rules_beyond_the_nodes_whitening_reach_still_run():
+    # n mirrored nodes span at most n / 2 directions: the screen's 64 cannot be whitened
+    # beyond 32 dimensions (34 classes), level 0's 512 beyond 256, where predict and
+    # predict_proba raised numpy's "Matrix is not positive definite". Up to there the
+    # nodes are the whitened ones as before; beyond, the Sobol points as they are.
+    half = rules_module._SCREEN_NODES // 2
+    within = rules_module.screen_nodes(half)
+    z = within.astype(float).reshape(half, -1).T
+    np.testing.assert_allclose(2 * z.T @ z / (2 * len(z)), np.eye(half), atol=1e-5)
+    for dim, nodes in [
+        (half + 1, rules_module.screen_nodes(half + 1)),
+        (257, rules_module.replicate_nodes(257, 0)),
+    ]:
+        assert nodes.shape[:2] == (dim, rules_module.REPLICATES)
+        assert np.isfinite(nodes).all()
+        first = sobol_normal_points(dim, nodes.shape[2], (rules_module._SEED, 0, 0))
+        np.testing.assert_array_equal(nodes[:, 0], first.T.astype(np.float32))
+
+
+def test_argmax_only_runs_and_keeps_the_argmax_beyond_33_classes():
+    k = 34  # the screen's nodes span 32 of the 33 dimensions
+    mean, cov = _rows(k, [20.0, 40.0], seed=3)
+    q = centred_basis(k)
+    reduced = q.T @ cov @ q
+    full = np.exp(centred_softmax_predictive_log_proba(mean, reduced))
+    fast = np.exp(centred_softmax_predictive_log_proba(mean, reduced, argmax_only=True))
+    np.testing.assert_allclose(fast.sum(axis=1), 1.0, rtol=1e-12)
+    ordered = np.sort(full, axis=1)
+    clear = ordered[:, -1] - ordered[:, -2] > 4 * sp_module.DECISION_MARGIN * TOLERANCE
+    assert clear.any()
+    np.testing.assert_array_equal(fast[clear].argmax(axis=1), full[clear].argmax(axis=1))

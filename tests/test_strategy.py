@@ -575,3 +575,16 @@ def test_a_global_fit_stopped_short_of_the_target_by_its_rounds_warns(stopped):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         method._check_target(fitted(0.005, stopped))
+
+
+@pytest.mark.parametrize("strategy", ["auto", "global", "sites"])
+def test_verbose_says_the_route_taken_once_with_its_reason(data, strategy, capsys):
+    # verbose=1 said some routes (the skewness-corrected Laplace, the multinomial EP) and
+    # not others: EP's site fits on breast cancer printed the plan, then EP's result.
+    X, y = data
+    model = vsbayes.VSLogisticRegression(strategy=strategy, random_state=0, verbose=1)
+    model.fit(X, y)
+    said = [line for line in capsys.readouterr().out.splitlines() if ": route '" in line]
+    assert said == [
+        f"VSLogisticRegression: route {str(model.strategy_[0])!r}: {model.strategy_reason_[0]}"
+    ]

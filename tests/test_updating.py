@@ -615,6 +615,19 @@ def test_partial_fit_bad_input_is_refused_and_keeps_the_posterior(cancer):
     model.partial_fit(X[50:51], y[50:51])  # one row, one class: fine under the prior
 
 
+def test_partial_fit_refuses_dates_and_missing_labels_as_fit_does(cancer):
+    # Its batches take their own validation: a datetime64 X fitted its nanosecond counts,
+    # and text labels with a None failed in a sort ("'<' not supported").
+    X, y = cancer
+    dates = (np.datetime64("2020-01-01") + np.arange(10).astype("timedelta64[D]"))[:, None]
+    with pytest.raises(ValueError, match="X holds dates or times"):
+        vb.LaplaceLogisticRegression().partial_fit(dates, y[:10], classes=[0, 1])
+    labels = np.array(["a", "b"] * 5, dtype=object)
+    labels[3] = None
+    with pytest.raises(ValueError, match="1 missing label"):
+        vb.LaplaceLogisticRegression().partial_fit(X[:10], labels, classes=["a", "b"])
+
+
 def _bad_batches():
     """Later batches that scikit-learn's validate_data refuses, by name: ``(X, y)`` from a
     valid one-row batch ``(row, label)`` of 4 features."""

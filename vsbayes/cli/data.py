@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.preprocessing import StandardScaler
 
-__all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
+from ..estimators._summaries import INTERCEPT_LABEL
 
-#: Name of the intercept row in the tables and the JSON output.
+__all__ = ["Dataset", "load_breast_cancer_data", "load_csv", "load_dataset"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,12 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
         )
     feature_index = [j for j in range(len(header)) if j != target_index]
     feature_names = [header[j] for j in feature_index]
+    if INTERCEPT_LABEL in feature_names:  # two rows of that name in the table and the JSON
+        raise ValueError(
+            f"{name}: a feature column is named {INTERCEPT_LABEL!r}, the name the output gives "
+            f"the intercept, which the fit adds itself: drop the column if it holds the "
+            f"intercept's ones, else rename it."
+        )
     X = _numeric_features(name, rows, lines, feature_index, feature_names)
     y = _labels(name, [row[target_index] for row in rows], lines, header[target_index])
     fractional = y[y != np.round(y)] if y.dtype.kind == "f" else y[:0]
@@ -195,6 +201,15 @@ def load_csv(path: str | Path, target: str | None = None, header: bool = True) -
             f"(an identifier?); name the label column with --target."
         )
     notes = []
+    constant = [column for column, same in zip(feature_names, np.ptp(X, axis=0) == 0, strict=True)
+                if same]  # fmt: skip
+    if constant:  # its row of the table is the prior's, which reads as "no effect"
+        notes.append(
+            f"{name}: column{'s' if len(constant) > 1 else ''} {_shorten(constant)} "
+            f"{'are' if len(constant) > 1 else 'is'} constant: the data say nothing of "
+            f"{'their coefficients' if len(constant) > 1 else 'its coefficient'}, whose "
+            f"posterior is the prior's (mean 0, sd √C); drop such columns."
+        )
     if has_header and _reads_as_data(header):
         notes.append(
             f"{name}: the header row reads as data ({_shorten(header, 4)}); if the file has "
@@ -344,7 +359,10 @@ def _labels(name: str, values: list[str], lines: list[int], column: str) -> np.n
     """Labels as integers, else floats, else strings; at least two classes."""
     for value, line in zip(values, lines, strict=True):
         if not value:
-            raise ValueError(f"{name}, line {line}: missing label in column {column!r}.")
+            raise ValueError(
+                f"{name}, line {line}: missing label in column {column!r}; drop the rows "
+                f"without a label (or name the label column with --target)."
+            )
     labels: np.ndarray | None = None
     for kind in (int, float):
         try:

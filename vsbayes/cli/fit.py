@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import numpy as np
 
 from ..engine import n_family_params
 from ..estimators import INTERCEPT_PRIOR_VAR
-from ..exceptions import TooFewSamplesError
+from ..estimators._strategy import DEFAULT_TARGET_KL
+from ..exceptions import EstimationError, TooFewSamplesError
 from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, write_fit_plot
@@ -65,7 +67,15 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
             f"of the Gaussian the points determine, too few for --method {args.method}: "
             f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
         ) from None
+    except (ValueError, EstimationError) as error:
+        # The library's remedies name its parameters: say them as this command's options
+        # (main prints either kind as one line, exit status 1).
+        text = _in_options(str(error))
+        if text == str(error):
+            raise
+        raise ValueError(text) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
+    fit.warnings = [_in_options(text) for text in fit.warnings]
     for text in fit.warnings:
         console.warn(text)
     summary = fit_summary(data, fit, args)
@@ -78,6 +88,24 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_json(args.json, summary)
     return 0
+
+
+#: The estimators' parameters that ``vsbayes fit`` sets by an option, as their warnings'
+#: and errors' remedies name them ("Use n_samples >= 30", "a larger target_kl",
+#: "strategy='global'").
+_OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
+_PARAMETER = re.compile(rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'")
+
+
+def _in_options(text: str) -> str:
+    """A warning's or error's text with the parameters the command sets named by their
+    options."""
+    return _PARAMETER.sub(
+        lambda match: (
+            _OPTIONS[match.group(1)] if match.group(1) else f"--strategy {match.group(2)}"
+        ),
+        text,
+    )
 
 
 def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
@@ -141,7 +169,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
             problem["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
             problem["stop_reason"] = estimator.stop_reason_[k]
         problem["ran_as"] = _ran_as(args.method, problem, posterior)
-        problem["accuracy"] = _accuracy(args.method, problem)
+        problem["accuracy"] = _accuracy(args.method, problem, args.target_kl)
         problems.append(problem)
     sampling = args.method in SAMPLING
     return {
@@ -232,16 +260,18 @@ def _kernel_name(posterior) -> str | None:
     return "the Laplace approximation"
 
 
-def _accuracy(method: str, problem: dict) -> str:
-    """How close the posterior is to the exact one, as far as the method can tell."""
+def _accuracy(method: str, problem: dict, target_kl: float | None = None) -> str:
+    """How close the posterior is to the exact one, as far as the method can tell
+    (``target_kl``: --target-kl, None for the estimator's default)."""
     values = problem["diagnostics"]
     if problem["laplace_fallback"]:
         return "unknown (the Laplace approximation has no error estimate)"
     error = problem.get("predicted_error")
     if "strategy" in problem and _route(problem) == "skew":
+        target = DEFAULT_TARGET_KL if target_kl is None else target_kl
         return (
             f"predicted error {error:.2g} nats of excess KL (from the likelihood's skewness "
-            f"at the mode), within the target"
+            f"at the mode), within the {target:g}-nat target (--target-kl)"
         )
     if problem.get("strategy") == "global" and error is not None:
         closeness = "close" if error < 0.1 else "approximate"
@@ -346,7 +376,11 @@ def _format_summary(summary: dict) -> str:
                     f"strategy:         {problem['strategy']} ({problem['strategy_reason']})"
                 )
             if problem.get("stop_reason") is not None:
-                lines.append(f"sampling stopped: {problem['stop_reason']}")
+                # The skewness-corrected Laplace and the multinomial EP routes stop at the
+                # target too ("target_kl"), with no points drawn ("N: none" above).
+                drew = problem.get("strategy") == "global"
+                label = "sampling stopped" if drew else "stopped, no sampling"
+                lines.append(f"{label}: {problem['stop_reason']}")
     lines += [
         "",
         "P(sign): posterior probability that the coefficient has the sign of its mean.",

@@ -144,9 +144,18 @@ class DiagnosedGaussian(Gaussian):
         return changed
 
     def __repr__(self) -> str:
-        # Scalars only: per-round records and per-observation arrays would flood the repr.
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.diagnostics().items() if np.ndim(v) == 0)
+        # Scalars only: per-round records and per-observation arrays would flood the repr;
+        # floats to 4 digits, as a reader compares them (verbose=1 prints this repr, where
+        # "decrement=0.00014888825311503142" hid the figure in its round-off).
+        shown = ", ".join(
+            f"{k}={_short(v)}" for k, v in self.diagnostics().items() if np.ndim(v) == 0
+        )
         return f"{type(self).__name__}(dim={self.dim}, log_Z={self.log_Z:.6g}, {shown})"
+
+
+def _short(value) -> str:
+    """A diagnostic's value in a repr: a float (numpy's too) to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, (float, np.floating)) else repr(value)
 
 
 class VSResult(DiagnosedGaussian):

@@ -710,6 +710,13 @@ class BayesianGLMClassifier(
             values["estimator_name"] = type(self).__name__
         return self._posterior_method(**values)
 
+    def _refuse_unreadable_input(self, X, y) -> None:
+        """Dates in X, missing labels in y: refused with the remedy before
+        ``validate_data`` (which passes the first and fails the second unclearly), by
+        ``fit`` (:func:`_validate_training_data`) and ``partial_fit``."""
+        _refuse_dates(X)
+        _refuse_missing_labels(y)
+
     def _fit_data(self, X, y, sample_weight):
         """Checked in-memory ``(X, y_index, weights, dtype)``, X in float64 and ``dtype``
         the input's (float32 or float64: the fitted coefficients keep it); sets
@@ -1310,8 +1317,54 @@ def _refuse_overflowing_features(X) -> None:
         )
 
 
+def _refuse_dates(X) -> None:
+    """A ValueError with the remedy where X holds dates or durations (numpy's datetime64 or
+    timedelta64, a DataFrame's datetime columns): an array of them became nanosecond
+    counts (~1e18), whose fit ran to a meaningless posterior, and a DataFrame with one
+    raised numpy's ``DTypePromotionError``."""
+    dtypes = getattr(X, "dtypes", None)  # a DataFrame's, one per column
+    if dtypes is not None and hasattr(dtypes, "items"):
+        columns = [(f"column {name!r} of X", dtype) for name, dtype in dtypes.items()]
+    else:
+        columns = [("X", getattr(X, "dtype", None))]
+    for where, dtype in columns:
+        if getattr(dtype, "kind", None) in ("M", "m"):
+            raise ValueError(
+                f"{where} holds dates or times ({dtype}), not numbers. Convert them to "
+                f"numeric features first, e.g. days since a reference date, or the year, "
+                f"month and weekday as columns."
+            )
+
+
+def _refuse_missing_labels(y) -> None:
+    """A ValueError with the remedy where y has missing labels: scikit-learn's check of a
+    nullable pandas y (``"string"``, ``"Int64"``, ``"boolean"``) holding ``pd.NA`` raised
+    ``TypeError: boolean value of NA is ambiguous``, and its sort of text labels with a
+    None, ``TypeError: '<' not supported between instances of 'NoneType' and 'str'``."""
+    pandas = type(y).__module__.startswith("pandas") and hasattr(y, "isna")
+    if pandas:
+        missing = np.flatnonzero(np.asarray(y.isna()).ravel())
+    elif isinstance(y, (list, tuple, np.ndarray)):
+        labels = np.asarray(y)
+        if labels.dtype != object:
+            return
+        missing = np.flatnonzero(np.equal(labels, None).ravel())
+    else:
+        return
+    if missing.size:
+        example = " (e.g. keep = y.notna(); X[keep], y[keep])" if pandas else ""
+        raise ValueError(
+            f"y has {missing.size} missing label{'s' if missing.size > 1 else ''} (the "
+            f"first at position {missing[0]}); a classifier needs every row's label: drop "
+            f"those rows{example}."
+        )
+
+
 def _validate_training_data(estimator, X, y):
-    """``validate_data`` for fit, with a remedy when X holds text."""
+    """``validate_data`` for fit, with a remedy when X holds text, dates or times, or y
+    misses labels."""
+    _refuse_dates(X)
+    _refuse_missing_labels(y)
     try:
         return validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
     except ValueError as error:

@@ -216,6 +216,14 @@ class VSMethod(SamplingMethod):
     verbose: int = 0
 
     def fit(self, model, laplace, rng) -> MethodFit:
+        fit = self._routed(model, laplace, rng)
+        # Said once, for every route (verbose=1 had said some routes and not others, e.g.
+        # not EP's site fits on breast cancer): which one ran, and why.
+        self._say(f"route {fit.strategy!r}: {fit.reason}")
+        return fit
+
+    def _routed(self, model, laplace, rng) -> MethodFit:
+        """The route's fit, checked against the target and the predictions."""
         stopped, note, laplace_error = self._gaussian_enough(model, laplace)
         if stopped is not None:
             return stopped
@@ -266,7 +274,6 @@ class VSMethod(SamplingMethod):
                 f"by the skewness correction, within target_kl={target:.3g}: a global fit or "
                 f"EP cannot change the posterior beyond the target, and is not run"
             )
-            self._say(f"route 'laplace' (skewness-corrected): {reason}")
             fit = MethodFit(
                 correction.corrected(laplace),
                 laplace.n_iter,
@@ -470,7 +477,6 @@ class VSMethod(SamplingMethod):
                 near = self._laplace_kernel_enough(model, laplace_error, n_samples)
                 if near is not None:
                     n_near, why = near
-                    self._say(f"route 'global' from the Laplace kernel: {why}")
                     fit = self._global_fit(model, laplace, rng, n_near)
                     return _chose("global", f"{reason}; {why}", fit)
                 # EP to the fit's tolerance where it may be the result, else as a kernel.
@@ -552,7 +558,6 @@ class VSMethod(SamplingMethod):
             f"the Laplace approximation's {laplace_error:.3g}) is within target_kl="
             f"{target:.3g}: the global fit from it ({n_samples} points) is not run"
         )
-        self._say(f"route 'sites': {why}")
         return _chose("sites", why, ep, kl_error=predicted, stop_reason="target_kl")
 
     def _auto(self, model, laplace, kernel, rng, ep, ep_warnings, ep_trouble) -> MethodFit:
@@ -679,7 +684,6 @@ class VSMethod(SamplingMethod):
         """The Laplace approximation where no route is left to run, said in
         ``strategy_reason_`` and warned as a fallback (``laplace_fallback_``)."""
         reason = f"{reason}: the Laplace approximation is kept"
-        self._say(f"route 'laplace': {reason}")
         warn(
             f"{self.estimator_name}: {reason} (recorded in laplace_fallback_).",
             UnreliableFitWarning,

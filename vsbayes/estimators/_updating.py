@@ -320,6 +320,7 @@ class BayesianUpdating(SiteWindowUpdates):
                 "many rows is one fit: use fit with prior=the earlier posterior)."
             )
         if first or not _plain_batch(self, X, y):
+            self._refuse_unreadable_input(X, y)
             X, y = validate_data(
                 self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first
             )

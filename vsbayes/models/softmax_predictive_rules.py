@@ -110,25 +110,34 @@ def centred_basis(k: int) -> np.ndarray:
     return q
 
 
+def _half_nodes(dim: int, n_nodes: int, seed) -> np.ndarray:
+    """The first half (n_nodes / 2, dim) of a replicate's ``n_nodes`` symmetric nodes:
+    :func:`symmetric_sobol_nodes`' whitened ones where their n_nodes / 2 directions can
+    span the dim dimensions, else the Sobol sequence's first n_nodes / 2 points as they
+    are. Beyond n_nodes / 2 dimensions (the screen's 32: 34 classes or more; level 0's
+    256) the mirrored points' second moment is singular and cannot be whitened; unwhitened,
+    each replicate's average stays unbiased, and the replicates' spread still measures its
+    error."""
+    if dim <= n_nodes // 2:
+        return symmetric_sobol_nodes(dim, n_nodes, seed)[: n_nodes // 2]
+    return sobol_normal_points(dim, n_nodes // 2, seed)
+
+
 @functools.lru_cache(maxsize=64)
 def replicate_nodes(dim: int, level: int) -> np.ndarray:
     """The first halves of the nodes that ``level`` adds to each replicate, float32
     (dim, REPLICATES, n / 2): each replicate's new nodes are these and their negatives
     (read-only, cached).
 
-    Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened). Level
-    1: the first 1024 points of the replicate's Sobol sequence
-    (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not whitened; each level
-    l ≥ 2 the next 1024 · 2^(l − 2), so that up to level l ≥ 1 the replicate's
-    1024 · 2^l nodes are the sequence's first points and their mirror images (see
-    :mod:`vsbayes.models.softmax_predictive`).
+    Level 0: the replicate's 512 nodes of :func:`symmetric_sobol_nodes` (whitened up to
+    256 dimensions: :func:`_half_nodes`). Level 1: the first 1024 points of the
+    replicate's Sobol sequence (:func:`~vsbayes.sampling.rules.sobol_normal_points`), not
+    whitened; each level l ≥ 2 the next 1024 · 2^(l − 2), so that up to level l ≥ 1 the
+    replicate's 1024 · 2^l nodes are the sequence's first points and their mirror images
+    (see :mod:`vsbayes.models.softmax_predictive`).
     """
-    half = _FIRST_NODES // 2
     if level == 0:
-        halves = [
-            symmetric_sobol_nodes(dim, _FIRST_NODES, (_SEED, 0, r))[:half]
-            for r in range(REPLICATES)
-        ]
+        halves = [_half_nodes(dim, _FIRST_NODES, (_SEED, 0, r)) for r in range(REPLICATES)]
     else:
         end = 2 * _FIRST_NODES * 2 ** (level - 1)
         first = 0 if level == 1 else end // 2
@@ -142,11 +151,9 @@ def replicate_nodes(dim: int, level: int) -> np.ndarray:
 def screen_nodes(dim: int) -> np.ndarray:
     """The first halves of the screen's nodes (dim, REPLICATES, 32), float32: each
     replicate's :func:`symmetric_sobol_nodes` of 64 (the first 32 points of the
-    replicate's Sobol sequence, whitened) for ``argmax_only`` (read-only, cached)."""
-    half = _SCREEN_NODES // 2
-    halves = [
-        symmetric_sobol_nodes(dim, _SCREEN_NODES, (_SEED, 0, r))[:half] for r in range(REPLICATES)
-    ]
+    replicate's Sobol sequence, whitened up to 32 dimensions: :func:`_half_nodes`) for
+    ``argmax_only`` (read-only, cached)."""
+    halves = [_half_nodes(dim, _SCREEN_NODES, (_SEED, 0, r)) for r in range(REPLICATES)]
     z = np.ascontiguousarray(np.stack(halves, axis=1).transpose(2, 1, 0), dtype=np.float32)
     z.flags.writeable = False
     return z
