@@ -767,3 +767,22 @@ def test_fit_errors_name_the_command_lines_options(capsys, small_csv, monkeypatc
     status, out, err = run(capsys, "fit", small_csv, "--target", "outcome")
     assert status == 1 and out == ""
     assert err == "vsbayes: error: too big: pass an explicit --n-samples, or --strategy sites.\n"
+
+
+@pytest.mark.parametrize("command", ["fit", "compare"])
+def test_json_to_standard_output_replaces_the_table(
+    capsys, tmp_path, small_csv, command, monkeypatch
+):
+    # "--json -" is standard output, as Unix tools read it: the output is one JSON document
+    # (a file named "-" was written before), the same as --json FILE writes.
+    monkeypatch.chdir(tmp_path)
+    argv = [command, small_csv, "--target", "outcome"]
+    argv += ["--method", "laplace"] if command == "fit" else ["--budget", "0.05"]
+    status, out, _ = run(capsys, *argv, "--json", "-")
+    assert status == 0
+    assert not (tmp_path / "-").exists()
+    streamed = json.loads(out)
+    status, table, _ = run(capsys, *argv, "--json", str(tmp_path / "out.json"))
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert streamed.keys() == written.keys()
+    assert not table.lstrip().startswith("{")

@@ -94,7 +94,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """The files --json and --plot will write, checked before the fit rather than after it
     (``args.plot`` becomes the name the plot is written to)."""
     from .plots import plot_file
-    from .summary import check_output_path
+    from .summary import STDOUT, check_output_path
 
     if args.plot:
         try:
@@ -109,7 +109,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise
     data = args.data if args.data is not None and Path(args.data).is_file() else None
     outputs = [(option, path) for option, path in (("--json", args.json), ("--plot", args.plot))]
-    outputs = [(option, path) for option, path in outputs if path]
+    outputs = [(option, path) for option, path in outputs if path and path != STDOUT]
     for option, path in outputs:
         check_output_path(path, option, data)
     if len(outputs) == 2 and Path(args.json).resolve() == Path(args.plot).resolve():

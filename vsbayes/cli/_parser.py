@@ -127,7 +127,8 @@ def _add_common(parser: argparse.ArgumentParser, verbose_help: str = _PROGRESS) 
     parser.add_argument(
         "--json",
         metavar="OUT",
-        help="also write the summary as JSON to OUT (replaced if it exists)",
+        help="also write the summary as JSON to OUT (replaced if it exists); "
+        "'-' prints the JSON in place of the table",
     )
     parser.add_argument(
         "--verbose",

@@ -36,7 +36,7 @@ from ..models.work import likelihood_point_work
 from .data import Dataset, load_dataset
 from .methods import DETERMINISTIC, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, new_figure
-from .summary import Console, counted, format_table, write_json
+from .summary import STDOUT, Console, counted, format_table, write_json
 
 __all__ = [
     "REFERENCE_FACTOR",
@@ -137,7 +137,8 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     plot_written = bool(args.plot) and _plot(args.plot, rows, data, args)
     plot = args.plot if plot_written else None
     summary = _summary(data, args, n, reference_record, rows, plot)
-    print(_format(summary))
+    if args.json != STDOUT:  # "--json -": the JSON is the output, in the table's place
+        print(_format(summary))
     if args.plot and not plot_written:
         console.warn(f"no plot written: it needs matplotlib ({PLOT_HINT}).")
     if args.json:

@@ -15,6 +15,7 @@ from .data import Dataset, load_dataset
 from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
 from .plots import PLOT_HINT, write_fit_plot
 from .summary import (
+    STDOUT,
     Console,
     coefficient_summary,
     counted,
@@ -84,7 +85,8 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
             summary["plot"] = str(args.plot)
         else:
             console.warn(f"no plot written: it needs matplotlib ({PLOT_HINT}).")
-    print(_format_summary(summary))
+    if args.json != STDOUT:  # "--json -": the JSON is the output, in the table's place
+        print(_format_summary(summary))
     if args.json:
         write_json(args.json, summary)
     return 0

@@ -18,6 +18,7 @@ from ..estimators._summaries import coefficient_table
 from ..gaussian import Gaussian
 
 __all__ = [
+    "STDOUT",
     "Coefficient",
     "Console",
     "check_output_path",
@@ -137,8 +138,13 @@ def jsonable(value):
     return value
 
 
+#: The --json file name that means standard output, as Unix tools read "-".
+STDOUT = "-"
+
+
 def write_json(path: str | Path, document: dict) -> None:
-    """Write ``document`` as indented JSON (strict: no NaN) to ``path``.
+    """Write ``document`` as indented JSON (strict: no NaN) to ``path``, or to standard
+    output where ``path`` is :data:`STDOUT`.
 
     Raises
     ------
@@ -146,6 +152,9 @@ def write_json(path: str | Path, document: dict) -> None:
         If the file cannot be written; the message names it.
     """
     text = json.dumps(jsonable(document), indent=2, allow_nan=False, ensure_ascii=False)
+    if str(path) == STDOUT:
+        print(text)
+        return
     try:
         Path(path).write_text(text + "\n", encoding="utf-8")
     except OSError as error:
