@@ -349,12 +349,10 @@ def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     g = model.to_vector(model.latent_transpose(weights))
     shift = cov @ g
     mean_term = float(g @ shift) / 8.0
-    quartic, residual_cov = _softmax_quartic(probabilities, latent_cov, model.sample_weight)
+    quartic = _softmax_quartic(probabilities, latent_cov, model.sample_weight)
     log_z_shift = None
     if model.dim <= _MAX_TENSOR_DIM:
-        log_z_shift = _softmax_log_z_shift(
-            model, cov, probabilities, residual_cov, quartic, g, shift
-        )
+        log_z_shift = _softmax_log_z_shift(model, cov, probabilities, latent_cov, quartic, g, shift)
     return SkewCorrection(
         mean_term,
         0.5 * shift,
@@ -365,35 +363,42 @@ def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     )
 
 
-def _softmax_quartic(probabilities, latent_cov, weight) -> tuple[float, np.ndarray]:
-    """``Σ_i s_i ℓ⁽⁴⁾ : V_i V_i`` of the rows (the binary ``Σ_i s_i ℓ⁽⁴⁾ v_i²``), and the
-    rows' latent covariances along the classes' residuals ``N_rs = d_rᵀ V d_s``.
+def _softmax_quartic(probabilities, latent_cov, weight) -> float:
+    """``Σ_i s_i ℓ⁽⁴⁾ : V_i V_i`` of the rows (the binary ``Σ_i s_i ℓ⁽⁴⁾ v_i²``).
 
-    The row's third and fourth derivatives are minus the cumulants of its one-hot class
-    Y (probabilities π), ``−Σ_r π_r d_r^{⊗3}`` with ``d_r = e_r − π`` for the third.
-    Contracted twice with the latent covariance V, the fourth is
-    ``−(Var(A) − 2 tr((V C)²))`` with ``A = (Y − π)ᵀ V (Y − π)`` (``q_r`` for class r) and
-    C = diag(π) − ππᵀ the class's covariance (the fourth cumulant of linear forms of Y)."""
+    The row's fourth derivatives are minus the fourth cumulant of its one-hot class Y
+    (probabilities π); contracted twice with the latent covariance V they are
+    ``−(Var(A) − 2 tr((V C)²))`` with ``A = (Y − π)ᵀ V (Y − π)`` (``q_r = d_rᵀ V d_r``
+    for class r, ``d_r = e_r − π``) and C = diag(π) − ππᵀ the class's covariance (the
+    fourth cumulant of linear forms of Y). With ``a = V π``, ``tr((V C)²) =
+    Σ_kl π_k π_l V_kl² − 2 Σ_l π_l a_l² + (πᵀa)²``: no (M, K, K) temporary beside V."""
     pi, v = probabilities, latent_cov
     v_pi = np.einsum("ikl,il->ik", v, pi)
     pi_v_pi = np.einsum("ik,ik->i", pi, v_pi)
-    residual_cov = v - v_pi[:, :, None] - v_pi[:, None, :] + pi_v_pi[:, None, None]
-    q = np.einsum("ikk->ik", residual_cov)
+    q = np.einsum("ikk->ik", v) - 2.0 * v_pi + pi_v_pi[:, None]
     mean_a = np.einsum("ik,ik->i", pi, q)
     var_a = np.einsum("ik,ik->i", pi, q * q) - mean_a**2
-    vc = v * pi[:, None, :] - v_pi[:, :, None] * pi[:, None, :]  # V C
-    trace = np.einsum("ikl,ilk->i", vc, vc)
-    return -float(weight @ (var_a - 2.0 * trace)), residual_cov
+    trace = (
+        np.einsum("ik,ikl,ikl,il->i", pi, v, v, pi)
+        - 2.0 * np.einsum("il,il,il->i", pi, v_pi, v_pi)
+        + pi_v_pi**2
+    )
+    return -float(weight @ (var_a - 2.0 * trace))
 
 
-def _softmax_log_z_shift(model, cov, probabilities, residual_cov, quartic, g, shift) -> float:
+def _softmax_log_z_shift(model, cov, probabilities, latent_cov, quartic, g, shift) -> float:
     """The binary evidence correction's three terms for the K latent scores of each row
-    (``residual_cov`` and ``quartic``: :func:`_softmax_quartic`'s).
+    (``quartic``: :func:`_softmax_quartic`'s).
 
-    The whitened tensor of the third derivatives is the binary one of K "rows"
-    ``X̃_iᵀ d_r`` per row, of coefficients ``−s_i π_r`` (``d_r = e_r − π``)."""
+    The row's third derivatives are minus the third cumulant of its one-hot class Y,
+    ``−Σ_r π_r d_r^{⊗3}`` with ``d_r = e_r − π``: the whitened tensor is the binary one of
+    K "rows" ``X̃_iᵀ d_r`` per row, of coefficients ``−s_i π_r``."""
     weight = model.sample_weight
-    pi = probabilities
+    pi, v = probabilities, latent_cov
+    v_pi = np.einsum("ikl,il->ik", v, pi)
+    pi_v_pi = np.einsum("ik,ik->i", pi, v_pi)
+    # N_rs = d_rᵀ V d_s, the latent covariance along the classes' residuals.
+    residual_cov = v - v_pi[:, :, None] - v_pi[:, None, :] + pi_v_pi[:, None, None]
     cubes = residual_cov**3
     both = weight[:, None] * pi
     per_row = np.einsum("ik,ikl,il->i", both, cubes, both)
