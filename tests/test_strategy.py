@@ -455,6 +455,68 @@ def test_the_two_class_softmax_evidence_correction_is_the_binary_ones():
     assert shift_s == pytest.approx(shift_b, rel=1e-5)
 
 
+def test_laplace_error_at_tiny_weights_is_its_excess_over_the_prior_like_posterior():
+    """Weights 1e-8 leave the intercept's latent spread at its prior sd of 1000, where
+    log σ is linear: the posterior is the prior's Gaussian to O(c), the Laplace one has
+    the likelihood's curvature at the mode on top, and the skewness expansion, taken over
+    that spread, predicted ~1e8 nats. The truth (the posterior's moments on a grid of the
+    prior's ±12 sds, dim 2) is below the bound, by the relative curvature the likelihood
+    keeps under the prior's spread: at most 1/√(2π v) per row (∫σ' = 1) against the
+    curvature σ'(t̂) at the mode, twice for KL's square (4× that allowed)."""
+    from vsbayes.approximations import glm_laplace
+    from vsbayes.approximations.laplace_error import skew_correction
+    from vsbayes.gaussian import Gaussian, kl_divergence
+    from vsbayes.models import BinaryGLMPosterior
+
+    rng = np.random.default_rng(0)
+    m = 60
+    X = rng.standard_normal((m, 1))
+    y = np.where(rng.random(m) < 1.0 / (1.0 + np.exp(-(0.5 + X[:, 0]))), 1.0, -1.0)
+    model = BinaryGLMPosterior(
+        X, y, np.full(m, 1e-8), "logistic", prior_var=1.0, intercept_prior_var=1e6
+    )
+    laplace = glm_laplace(model, tol=1e-12)
+    predicted = skew_correction(model, laplace).laplace_error
+    u = np.linspace(-12.0, 12.0, 1201)
+    grid = np.stack(np.meshgrid(u, u, indexing="ij"), -1).reshape(-1, 2)
+    theta = grid * np.sqrt(model.prior_var)
+    log_p = model.log_density(theta)
+    w = np.exp(log_p - log_p.max())
+    w /= w.sum()
+    mean = w @ theta
+    cov = (theta - mean).T @ ((theta - mean) * w[:, None])
+    truth = kl_divergence(Gaussian(mean, cov), laplace)
+    t = model.design @ np.asarray(laplace.mean)
+    curvature = np.min(np.exp(-np.abs(t)) / (1.0 + np.exp(-np.abs(t))) ** 2)
+    relative = 1.0 / (np.sqrt(2.0 * np.pi * 1e6) * curvature)
+    assert truth <= predicted <= truth * (1.0 + 4.0 * relative)
+
+
+def test_auto_at_tiny_weights_does_not_keep_the_laplace_covariance():
+    """Balanced classes leave the multinomial expansion's mean term ~0 at weights 1e-8
+    however wide the rows' latent spreads: "auto" kept the Laplace approximation (its
+    predicted error 1e-10), whose intercepts' variance is the prior's 1e6 shrunk by the
+    curvature at the mode (to 7.8e5 here), where the posterior's is the prior's to
+    O(c · 1000) relative. Out of the expansion's range (its quartic term), the fit must
+    keep more than half of the gap."""
+    X, y = make_classification(
+        150,
+        4,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=3,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    est = vsbayes.VSLogisticRegression(random_state=0)
+    est.fit(X, y, sample_weight=np.full(150, 1e-8))
+    assert est.strategy_[0] != "laplace"
+    intercepts = np.diag(np.asarray(est.posteriors_[0].cov))[-3:]
+    laplace = vsbayes.LaplaceLogisticRegression().fit(X, y, sample_weight=np.full(150, 1e-8))
+    shrunk = np.diag(np.asarray(laplace.posteriors_[0].cov))[-3:]
+    assert np.all(intercepts > (shrunk + 1e6) / 2.0)
+
+
 @pytest.mark.parametrize("strategy", ["global", "auto", "sites"])
 def test_a_prior_of_1e300_gives_a_valid_posterior_or_a_clear_error(strategy):
     # Unscaled features: EP's Gaussian overflows; the routes through EP fall back to

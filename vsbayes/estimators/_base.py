@@ -33,6 +33,7 @@ from .._random import DEFAULT_SEED, reproducible_generator
 from .._warnings import catch, each_once, reemit, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory, check_shrinkage_size
+from ..approximations.laplace_error import skew_correction
 from ..approximations.structured_laplace import (
     CovarianceChoice,
     choose_covariance,
@@ -222,6 +223,9 @@ def _separated_hint(model, laplace) -> str:
     cure)."""
     if not separates_at(model, laplace.mean):
         return ""
+    held = _likelihood_held_hint(model, laplace)
+    if held:
+        return held
     return (
         " The mode classifies every training row right: the classes are linearly "
         "separable, so the posterior is one-sided along the separating directions and "
@@ -229,6 +233,32 @@ def _separated_hint(model, laplace) -> str:
         "approximation's Gaussian about the mode holds it (its predictions can be nearly "
         "uniform, or favour wrong classes). Use a smaller C or a narrower prior "
         "(EmpiricalBayesClassifier chooses C by the evidence)."
+    )
+
+
+def _likelihood_held_hint(model, laplace) -> str:
+    """Where the likelihood holds the posterior about a separating mode — the skewness
+    expansion in its range, as under weights of 10⁶ at C = 1, whose mode is C = 10⁶'s and
+    whose spread is 10⁶ times narrower — the posterior is nearly Gaussian and the Laplace
+    fallback accurate: the prior-limited one-sided posterior of the separable hint is not
+    what happened, the arithmetic of so narrow a posterior is (docs/decisions.md, D-229);
+    else ""."""
+    if getattr(model, "coefficient_prior", None) is not None or model.n_observations < model.dim:
+        return ""
+    correction = skew_correction(model, laplace)
+    if correction is None or not correction.in_range():
+        return ""
+    weights = np.asarray(model.sample_weight)
+    heavy = f" under sample weights up to {weights.max():.3g}" if weights.max() > 1 else ""
+    spread = np.linalg.eigvalsh(np.asarray(laplace.cov))
+    return (
+        f" The mode classifies every training row right, but the likelihood{heavy}, not "
+        f"the prior, holds the posterior about it: the Laplace approximation's predicted "
+        f"error is {correction.laplace_error:.3g} nats (from the likelihood's skewness at "
+        f"the mode), so the fallback is the posterior to about that accuracy. What failed "
+        f"is the arithmetic: the posterior's variances span a ratio of "
+        f"{spread[-1] / spread[0]:.2g}, whose round-off the method's updates could not get "
+        f"below."
     )
 
 

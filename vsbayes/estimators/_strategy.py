@@ -22,7 +22,7 @@ from .._choices import VS_STRATEGIES
 from .._memory import memory_limit
 from .._warnings import catch, reemit, warn
 from ..approximations.expectation_propagation import factor_is_log_concave
-from ..approximations.laplace_error import skew_correction
+from ..approximations.laplace_error import SKEW_VALID, skew_correction
 from ..engine import n_family_params, variational_sampling
 from ..engine.sample_pool import grown_bytes_per_point
 from ..engine.variational_sampling import UNRELIABLE_KL
@@ -166,13 +166,8 @@ LAPLACE_KERNEL_ERROR, LAPLACE_KERNEL_FACTOR = 0.6, 1.5
 # its mean moved by the leading-order correction, and stops there when that prediction is
 # within the target (the user's target_kl, DEFAULT_TARGET_KL for "auto"): no global fit or
 # EP can then change the posterior by more than the accuracy asked for. The expansion is
-# trusted only where its leading term — the plain Laplace approximation's mean error — is
-# at most SKEW_VALID nats: measured on 13 problems (binary logistic and probit, 300 to
-# 2·10⁴ rows; multinomial 150 to 4000 rows), the prediction of the Laplace error was within
-# 0.96-1.03 of the error against a 64n global fit wherever that term was below 0.05, and the
-# corrected Gaussian's error was below its prediction on all of them
-# (benchmarks/data_rich.py).
-SKEW_VALID = 0.05
+# trusted only where its leading terms are at most SKEW_VALID nats (measured: see its
+# definition in laplace_error.py).
 
 #: The predicted error (excess KL, nats) ``target_kl="auto"`` asks of the global fits the
 #: estimator takes by itself without comparing them with EP: the data-rich branch of
@@ -266,7 +261,7 @@ class VSMethod(SamplingMethod):
         if correction is None:
             return None, "", None
         predicted = correction.corrected_error
-        if correction.mean_term <= SKEW_VALID and predicted <= target:
+        if correction.in_range(SKEW_VALID) and predicted <= target:
             reason = (
                 f"{model.n_observations} rows for {model.dim} parameters: the Laplace "
                 f"approximation's predicted error {correction.laplace_error:.3g} nats (from "
@@ -283,15 +278,22 @@ class VSMethod(SamplingMethod):
                 stop_reason="target_kl",
             )
             return fit, "", correction.laplace_error
-        why = (
-            f"beyond the expansion's range ({correction.mean_term:.3g} > {SKEW_VALID:g})"
-            if correction.mean_term > SKEW_VALID
-            else f"above target_kl={target:.3g}"
-        )
+        if not correction.in_range(SKEW_VALID):
+            term = max(correction.mean_term, correction.quartic_term or 0.0)
+            why = f"beyond the expansion's range ({term:.3g} > {SKEW_VALID:g})"
+        else:
+            why = f"above target_kl={target:.3g}"
         note = (
             f"the Laplace approximation's predicted error {correction.laplace_error:.3g} "
             f"nats ({predicted:.3g} with its mean corrected) is {why}"
         )
+        if correction.prior_bound == correction.laplace_error:
+            # The likelihood's curvature against the prior's bounded it (laplace_error.py).
+            note = (
+                f"the Laplace approximation's predicted error from the likelihood's "
+                f"skewness is {why}; bounded by the likelihood's curvature against the "
+                f"prior's, it is {correction.laplace_error:.3g} nats"
+            )
         self._say(note)
         return None, note, correction.laplace_error
 
