@@ -207,11 +207,11 @@ def test_predicted_error_matches_measured_error():
 
 def test_a_predicted_error_near_the_correction_pole_is_finite_and_calibrated():
     """A Student-t target (ν = 5, d = 10, n = 66) from a kernel 1.4 times as wide, at 4n
-    points: the fits' weights q/π have ESS 23-70, n at 1-3 times ESS/2, where
-    generalized cross-validation's (1 - n/ESS)⁻² overshoots and is infinite from n =
-    ESS (9 of these 10 fits: inf). The leverages' correction is finite, and its median
-    ratio to the measured excess KL within D-008's [1/2, 2] (over 30 seeds: 0.66, 29
-    within ×3; D-238)."""
+    points: n is above the effective sample size of the fits' weights (p/π's: 23-51),
+    where generalized cross-validation's (1 - n/ESS)⁻² is infinite (all 10 fits
+    before). The leverages' correction is finite, and its median ratio to the measured
+    excess KL within D-008's [1/2, 2] (0.78 here; over 30 seeds 0.66, 29 within ×3;
+    D-238)."""
     from scipy import stats
 
     d, nu = 10, 5.0

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._memory import memory_limit
 from .._sums import logsumexp
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
@@ -387,15 +388,20 @@ class VSSolver:
         optimistic by 1.6-1.8× at 8n points and 1.1× at 32n. Beyond n = ESS/2 that factor
         overshoots (and is infinite from n = ESS), so there each residual is corrected by
         its own point's leverage h (:meth:`_leverage_corrected`); where those cost more
-        than ``_LEVERAGE_BUDGET``, the factor stays, and with n ≥ ESS the error is
-        unknown: infinite.
+        than ``_LEVERAGE_BUDGET`` multiply-adds or their n×n matrix more than the memory
+        limit, the factor stays, and with n ≥ ESS the error is unknown: infinite.
         """
         qbar = self.iterate.qbar
         ess = float(qbar.sum()) ** 2 / float(np.square(qbar).sum())
         fam = self.family
-        share = fam.n_params / ess
-        affordable = self.leverages and fam.n_samples * fam.n_params**2 <= _LEVERAGE_BUDGET
-        if share > _GCV_MOST_SHARE and affordable:
+        n = fam.n_params
+        share = n / ess
+        if (
+            share > _GCV_MOST_SHARE
+            and self.leverages
+            and fam.n_samples * n * n <= _LEVERAGE_BUDGET
+            and 16.0 * n * n <= memory_limit()  # H and its factor; block_length the rest
+        ):
             return self._leverage_corrected()
         return kl / (1.0 - share) ** 2 if share < 1.0 else math.inf
 
