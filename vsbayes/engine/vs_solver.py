@@ -71,8 +71,8 @@ _EXACT_BUDGET = 5e9
 _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
 # The in-sample correction (generalized cross-validation's (1 - n/ESS)⁻²) holds while the
 # fit's n parameters are at most half its weights' ESS: over the paper's data at 2n-16n
-# points its ratio to the measured error had a median of 0.95-1.1 up to n/ESS = 0.4,
-# 1.4 at 0.45-0.5, 1.8 at 0.55-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then infinite.
+# points its ratio to the measured error had a median of 0.95-1.13 up to n/ESS = 0.4,
+# 1.2-1.4 at 0.4-0.5, 1.6-1.8 at 0.5-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then inf.
 # Beyond, the points' own leverages correct each residual (D-238): 0.46-0.92 there. They
 # cost N n² multiply-adds (a rank-k update and a triangular solve over the points): up
 # to _LEVERAGE_BUDGET (digits3 at 8n, n = 2211, is 8.6e10; at 16n 1.7e11 is beyond),
