@@ -30,11 +30,6 @@ _BMC_EXTREME = (
     "class weights 1e3 and 1e-4: nearly all the mass sits on few of BMC's points (ESS ~10), "
     "so its Gaussian-process estimate is rejected"
 )
-_VS_EXTREME = (
-    "class weights 1e3 and 1e-4: EP's sweeps stall and raise, and the global fit after it "
-    "predicts 0.7 nats (effective sample size 13.5 of its 320 points), above "
-    "UNRELIABLE_KL: unreliable by its own diagnostics (D-214)"
-)
 _MULTINOMIAL_EXTREME = (
     "class weights 1e3 and 1e-4 on 3 classes: the multinomial posterior's sampling kernel is "
     "Laplace's (there is no multinomial EP), and nearly all the mass sits on a few points "
@@ -44,7 +39,6 @@ LAPLACE_FALLBACKS: dict[tuple[str, str], str] = {
     ("ISLogisticRegression", "check_class_weight_classifiers"): _MULTINOMIAL_EXTREME,
     ("EPLogisticRegression", "check_class_weight_classifiers"): _EXTREME_WEIGHTS,
     ("EPProbitRegression", "check_class_weight_classifiers"): _EXTREME_WEIGHTS,
-    ("VSProbitRegression", "check_class_weight_classifiers"): _VS_EXTREME,
     ("BMCLogisticRegression", "check_class_weight_classifiers"): _BMC_EXTREME,
     ("BMCProbitRegression", "check_class_weight_classifiers"): _BMC_EXTREME,
 }

@@ -583,20 +583,27 @@ def test_a_binary_global_fit_whose_predicted_error_is_large_warns():
     assert model.kl_error_[0] > UNRELIABLE_KL
 
 
-def test_an_unknown_error_in_many_dimensions_is_no_divergence():
+def test_an_unknown_error_in_many_dimensions_is_no_divergence(monkeypatch):
     """digits3 (3 against the rest) on its 32 most variable pixels, 600 rows, probit: a
-    near-separable posterior in 33 dimensions. The global fit at its 8n points predicts
-    kl_error=inf: its weights q/π have an effective sample size below n = 595, the
-    in-sample correction's pole, although it stays within a factor 2 of EP's variances in
-    every direction (0.68-1.77). The warning said its kernel was narrower than the fit,
-    which it is not; in many dimensions small differences along each spread the weights
-    (D-224). On the 64 pixels the same fit is ~1 nat off by the spread of its seeds."""
+    near-separable posterior in 33 dimensions. The global fit at its 8n points has
+    weights q/π of an effective sample size below n = 595, the in-sample correction's
+    pole, although it stays within a factor 2 of EP's variances in every direction
+    (0.68-1.77). Its leverages give a finite error (0.94 nats; 0.42 from the spread of
+    seeds 0-2), which warns as large (D-238); without them (beyond their budget)
+    kl_error is inf, whose warning said the kernel was narrower than the fit, which it is
+    not: in many dimensions small differences along each spread the weights (D-224)."""
     from sklearn.datasets import load_digits
+
+    from vsbayes.engine import vs_solver
 
     X, y = load_digits(return_X_y=True)
     columns = np.argsort(-X.var(axis=0), kind="stable")[:32]
     X, y = StandardScaler().fit_transform(X[:600, columns]), (y[:600] == 3).astype(int)
     fit = vsbayes.VSProbitRegression(strategy="global", random_state=0)
+    with pytest.warns(UnreliableFitWarning, match="predicted error is"):
+        fit.fit(X, y)
+    assert np.isfinite(fit.kl_error_[0])
+    monkeypatch.setattr(vs_solver, "_LEVERAGE_BUDGET", 0.0)
     with pytest.warns(UnknownErrorWarning, match="along many of its 33 dimensions"):
         fit.fit(X, y)
     assert np.isinf(fit.kl_error_[0])

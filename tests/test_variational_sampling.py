@@ -205,6 +205,47 @@ def test_predicted_error_matches_measured_error():
     assert ratio <= 3, ratio
 
 
+def test_a_predicted_error_near_the_correction_pole_is_finite_and_calibrated():
+    """A Student-t target (ν = 5, d = 10, n = 66) from a kernel 1.4 times as wide, at 4n
+    points: n is above the effective sample size of the fits' weights (p/π's: 23-51),
+    where generalized cross-validation's (1 - n/ESS)⁻² is infinite (all 10 fits
+    before). The leverages' correction is finite, and its median ratio to the measured
+    excess KL within D-008's [1/2, 2] (0.78 here; over 30 seeds 0.66, 29 within ×3;
+    D-238)."""
+    from scipy import stats
+
+    d, nu = 10, 5.0
+    n = n_family_params(d)
+    truth = Gaussian(np.zeros(d), nu / (nu - 2) * np.eye(d), log_Z=0.0)
+    kernel = Gaussian(np.zeros(d), 1.8**2 * np.eye(d))
+
+    def log_target(x):
+        return stats.t.logpdf(x, nu).sum(axis=1)
+
+    ratios, shares = [], []
+    for seed in range(10):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnreliableFitWarning)  # errors above 0.25
+            fit = variational_sampling(log_target, kernel, 4 * n, rounds=1, random_state=seed)
+        ratios.append(fit.kl_error / excess_kl(truth, fit))
+        shares.append(n / fit.ess)
+    assert np.median(shares) > 1.0  # at the pole
+    assert np.all(np.isfinite(ratios))
+    assert 0.5 <= np.median(ratios) <= 2.0, ratios
+
+
+@pytest.mark.parametrize("family", ["gaussian", "diagonal"])
+def test_leverages_are_the_weighted_hat_matrix_diagonal(rng, family):
+    fam = make_family(family, rng.standard_normal((60, 4)))
+    weights = rng.exponential(size=60) ** 3  # spread, as importance weights are
+    phi = fam.feature_rows(slice(0, 60))
+    root = np.sqrt(weights)[:, None]
+    hat = (root * phi) @ np.linalg.solve(phi.T @ (weights[:, None] * phi), (root * phi).T)
+    leverage = fam.leverages(weights)
+    np.testing.assert_allclose(leverage, np.diag(hat), rtol=EXACT, atol=EXACT)
+    assert leverage.sum() == pytest.approx(fam.n_params, rel=EXACT)
+
+
 # -- extremes ----------------------------------------------------------------------------
 @pytest.mark.parametrize("log_Z", [5000.0, -5000.0])
 def test_huge_and_tiny_normalizing_constants(rng, log_Z):
@@ -294,15 +335,23 @@ def test_a_gaussian_far_wider_than_the_kernel_stays_exact(sd):
     assert_recovers(fit, target)
 
 
-def test_a_fit_that_cannot_predict_its_error_says_so():
+def test_a_fit_that_cannot_predict_its_error_says_so(monkeypatch):
     # A Cauchy target in 10 dimensions from its Laplace kernel (covariance 1/11): the
-    # fit's own weights q/π sit on fewer than its n = 66 parameters, kl_error is inf, and
-    # the effective sample size of p/π (54 > d+1) and N = 32n raised no warning (D-188).
+    # fit's own weights q/π sit on fewer than its n = 66 parameters, and the effective
+    # sample size of p/π (54 > d+1) and N = 32n raised no warning (D-188). Its leverages
+    # give a finite error, large, which warns (D-238); where they cost more than their
+    # budget, kl_error is inf, and says so.
     from scipy import stats
+
+    from vsbayes.engine import vs_solver
 
     d = 10
     cauchy = stats.multivariate_t(np.zeros(d), np.eye(d), df=1)
     kernel = Gaussian(np.zeros(d), np.eye(d) / (d + 1))
+    with pytest.warns(UnreliableFitWarning, match="predicted error is"):
+        fit = variational_sampling(cauchy.logpdf, kernel, random_state=0)
+    assert math.isfinite(fit.kl_error) and fit.ess < n_family_params(d)
+    monkeypatch.setattr(vs_solver, "_LEVERAGE_BUDGET", 0.0)
     with pytest.warns(UnknownErrorWarning, match="its error is unknown"):
         fit = variational_sampling(cauchy.logpdf, kernel, random_state=0)
     assert math.isinf(fit.kl_error) and fit.ess > d + 1

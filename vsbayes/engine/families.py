@@ -11,6 +11,10 @@ holds the points and provides the few operations the VS solver needs, all O(N d�
   to a moment vector, in closed form (no n×n matrix);
 * conversions between θ and :class:`~vsbayes.gaussian.Gaussian`.
 
+Two operations form the n×n sampled Hessian ``Σ w_k φ_k φ_kᵀ`` from row blocks of the
+feature matrix, O(N n²): ``newton_direction`` (exact Newton steps, where n is small) and
+``leverages`` (the in-sample correction of the predicted error near its pole, D-238).
+
 The full family never forms the N×n feature matrix: with homogeneous coordinates
 ``y = (z, 1)`` its features are ``φ(z) = -y yᵀ / 2`` and θ is a symmetric
 (d+1)×(d+1) matrix, so values and moments are single matrix products.
@@ -25,8 +29,9 @@ from scipy.linalg.blas import dsyrk, dtrmm
 
 from .._blas import block_slices, map_blocks, sum_blocks
 from .._indices import triu_indices
-from .._lapack import cho_solve
+from .._lapack import cho_factor, cho_solve, solve_triangular
 from .._memory import block_length
+from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
 from ._linalg import solve_psd
 
@@ -133,6 +138,36 @@ class QuadraticFamily(abc.ABC):
             hess += (phi.T * weights[rows]) @ phi
             grad += residual[rows] @ phi
         return self.theta_from_basis(-solve_psd(hess, grad))
+
+    def leverages(self, weights: np.ndarray) -> np.ndarray:
+        """The points' leverages ``h_k = w_k φ_kᵀ H⁻¹ φ_k`` with ``H = Σ_k w_k φ_k φ_kᵀ``.
+
+        The diagonal of the weighted fit's hat matrix: each in [0, 1], summing to n. Two
+        passes over row blocks of the feature matrix (a symmetric rank-k update, then a
+        triangular solve), each O(N n²) within :func:`~vsbayes._memory.block_bytes`.
+        Raises :class:`~vsbayes.exceptions.NotPositiveDefiniteError` when H is singular.
+        """
+        n_rows = self.n_samples
+        root = np.sqrt(weights)
+        # The block of features, its scaled copy (never in place: the diagonal family's
+        # rows are a view of its features) and its solved copy.
+        block = block_length(24.0 * self.n_params)
+        slices = [slice(a, min(a + block, n_rows)) for a in range(0, n_rows, block)]
+        hess = np.zeros((self.n_params, self.n_params), order="F")
+        for rows in slices:
+            scaled = self.feature_rows(rows) * root[rows, None]
+            hess = dsyrk(1.0, scaled.T, beta=1.0, c=hess, overwrite_c=1)
+        try:
+            upper, _ = cho_factor(hess, overwrite_a=True, check_finite=False)
+        except np.linalg.LinAlgError as exc:
+            raise NotPositiveDefiniteError("The sampled Hessian is singular.") from exc
+        out = np.empty(n_rows)
+        for rows in slices:
+            scaled = self.feature_rows(rows) * root[rows, None]
+            # U⁻ᵀ (√w φ)ᵀ: its columns' squared norms are the leverages.
+            solved = solve_triangular(upper, scaled.T, trans=1, check_finite=False)
+            np.einsum("ij,ij->j", solved, solved, out=out[rows])
+        return out
 
     def _block_features(self, rows: slice, whole: bool) -> np.ndarray:
         if not whole:

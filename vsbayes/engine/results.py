@@ -171,7 +171,9 @@ class VSResult(DiagnosedGaussian):
         Predicted excess KL of the fit, ``tr(Σ H⁻¹) / (2N)`` per unit mass (paper,
         Proposition 2), estimated from the sample's residuals and corrected for their
         in-sample optimism by generalized cross-validation's ``(1 - n/ESS)⁻²`` (ESS of the
-        fit's weights; infinite when n ≥ ESS); conservative for QMC.
+        fit's weights) while n ≤ ESS/2, beyond by each point's leverage in the sampled
+        Hessian (up to a budget of N n² multiply-adds; past it, as before: infinite when
+        n ≥ ESS); conservative for QMC.
     decrement : float
         Half the squared Newton decrement per unit mass at the last iterate: the
         optimization error, in the same units as ``kl_error``.

@@ -98,7 +98,13 @@ def fit_vs_pool(
         large = fam.n_params > EXACT_HESSIAN_MAX_PARAMS
         round_tol, hessian = max(tol, INTERMEDIATE_TOL), "natural" if large else hessian
     solver = VSSolver(
-        fam, offsets, log_iw - shift, tol=round_tol, max_iter=max_iter, hessian=hessian
+        fam,
+        offsets,
+        log_iw - shift,
+        tol=round_tol,
+        max_iter=max_iter,
+        hessian=hessian,
+        leverages=final,
     )
     sol = solver.solve(fam.theta_from_gaussian(start_z), start_values)
     if sol.gaussian is None:
@@ -196,9 +202,10 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int, family: s
         # The fit's own weights q/π sit on fewer than n points: a kernel narrower than the
         # fit in its tails, or one that differs from it a little along each of many
         # directions (digits3, d = 65: the fit within 0.46-0.9 of its kernel's variances,
-        # yet 1695 effective points of 17688 for n = 2211; D-224). The in-sample
-        # correction then predicts nothing of the error, which is not infinite (there
-        # ~1 nat, from the spread of fits over seeds).
+        # yet 1695 effective points of 17688 for n = 2211; D-224), and the points'
+        # leverages, which correct the error there, cost more than their budget (D-238).
+        # The in-sample correction then predicts nothing of the error, which is not
+        # infinite (there ~1 nat, from the spread of fits over seeds).
         warn(
             f"The fitted Gaussian's weights q/π at the {sol.n_samples} points have an "
             f"effective sample size below its n={n_params} parameters, so its error is "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._memory import memory_limit
 from .._sums import logsumexp
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import Gaussian
@@ -68,6 +69,19 @@ _EXACT_BUDGET = 5e9
 # at 1e6 (λ = 1e-12). A precision eigenvalue below this bound does not determine even its
 # own sign: the fit is refused as not integrable (D-188).
 _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
+# The in-sample correction (generalized cross-validation's (1 - n/ESS)⁻²) holds while the
+# fit's n parameters are at most half its weights' ESS: over the paper's data at 2n-16n
+# points its ratio to the measured error had a median of 0.95-1.13 up to n/ESS = 0.4,
+# 1.2-1.4 at 0.4-0.5, 1.6-1.8 at 0.5-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then inf.
+# Beyond, the points' own leverages correct each residual (D-238): 0.46-0.92 there. They
+# cost N n² multiply-adds (a rank-k update and a triangular solve over the points): up
+# to _LEVERAGE_BUDGET (digits3 at 8n, n = 2211, is 8.6e10; at 16n 1.7e11 is beyond),
+# in a final round only.
+_GCV_MOST_SHARE = 0.5
+_LEVERAGE_BUDGET = 1e11
+# A point whose leverage is this close to 1 holds a direction of the fit by itself: its
+# residual, zero, says nothing of the error along it.
+_PINNED = 1.0 - 1e-6
 
 
 def _widest_variance(gaussian: Gaussian) -> float:
@@ -141,10 +155,14 @@ class VSSolver:
         affordable and the natural iterations' rate says it would converge sooner (see
         ``_EXACT_STEPS``); ``"auto"``: exact when ``n <= EXACT_HESSIAN_MAX_PARAMS``,
         otherwise ``"switch"``.
+    leverages : bool, default=True
+        Whether a predicted error near the in-sample correction's pole may be corrected
+        by the points' leverages (O(N n²), see :meth:`_in_sample_corrected`); False for
+        an intermediate round, whose error nothing reads.
 
     Attributes
     ----------
-    family, offsets, log_pbar, tol, max_iter, memory
+    family, offsets, log_pbar, tol, max_iter, memory, leverages
         The parameters.
     pbar : ndarray of shape (N,)
         ``p̄_k``, the weighted target values (set by ``__init__``, as are the next two).
@@ -176,6 +194,7 @@ class VSSolver:
         max_iter,
         memory=10,
         hessian="auto",
+        leverages=True,
     ):
         if hessian not in ("auto", "exact", "natural", "switch"):
             raise ValueError(
@@ -187,6 +206,7 @@ class VSSolver:
         self.tol = tol
         self.max_iter = max_iter
         self.memory = memory
+        self.leverages = leverages
         n, n_points = family.n_params, family.n_samples
         self.exact_hessian = hessian == "exact" or (
             hessian == "auto" and n <= EXACT_HESSIAN_MAX_PARAMS
@@ -365,13 +385,47 @@ class VSSolver:
         residual sum of squares of least squares is: by the factor ``(1 - n/N)²`` of
         generalized cross-validation, with N the effective number of points of the fit's
         weights q̄ (their ESS). Measured on the paper's data, the uncorrected estimate was
-        optimistic by 1.6-1.8× at 8n points and 1.1× at 32n. With n ≥ ESS the fit
-        interpolates its points and predicts nothing: infinite.
+        optimistic by 1.6-1.8× at 8n points and 1.1× at 32n. Beyond n = ESS/2 that factor
+        overshoots (and is infinite from n = ESS), so there each residual is corrected by
+        its own point's leverage h (:meth:`_leverage_corrected`); where those cost more
+        than ``_LEVERAGE_BUDGET`` multiply-adds or their n×n matrix more than the memory
+        limit, the factor stays, and with n ≥ ESS the error is unknown: infinite.
         """
         qbar = self.iterate.qbar
         ess = float(qbar.sum()) ** 2 / float(np.square(qbar).sum())
-        share = self.family.n_params / ess
+        fam = self.family
+        n = fam.n_params
+        share = n / ess
+        if (
+            share > _GCV_MOST_SHARE
+            and self.leverages
+            and fam.n_samples * n * n <= _LEVERAGE_BUDGET
+            and 16.0 * n * n <= memory_limit()  # H and its factor; block_length the rest
+        ):
+            return self._leverage_corrected()
         return kl / (1.0 - share) ** 2 if share < 1.0 else math.inf
+
+    def _leverage_corrected(self) -> float:
+        """``Σ r_k² c_k / (1 - h_k) / (2 M²)``: each squared residual of :meth:`_kl_error`
+        divided by ``1 - h_k``, with ``h_k = q̄_k φ_kᵀ H⁻¹ φ_k`` the leverage of point k
+        in the fit's sampled Hessian ``H = Σ q̄ φ φᵀ`` (White's HC2 sandwich).
+
+        Linearized, the fit is a least-squares fit of the log target with weights q̄, whose
+        residual at point k has ``1 - h_k`` of its noise's variance: dividing by it removes
+        the optimism point by point, where GCV assumes every leverage n/ESS. It stays
+        finite while no point holds a direction by itself (``h < 1``); the leverages sum
+        to n whatever the ESS. Infinite when one does (``_PINNED``) or H is singular.
+        """
+        fam, it = self.family, self.iterate
+        try:
+            leverage = fam.leverages(it.qbar)
+        except NotPositiveDefiniteError:
+            return math.inf
+        if not leverage.max() < _PINNED:
+            return math.inf
+        chris = fam.christoffel(it.theta, it.values)
+        terms = np.square(it.qbar - self.pbar) * chris
+        return 0.5 * float(terms @ (1.0 / (1.0 - leverage))) / self.mass_p**2
 
     def _kl_error(self, chris: np.ndarray) -> float:
         """Predicted excess KL ``tr(Σ H⁻¹) / (2N)`` per unit mass (paper, Prop. 2)."""
