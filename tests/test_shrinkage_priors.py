@@ -616,3 +616,33 @@ def test_negative_prior_sites_in_the_dual_form_are_the_dense_posterior(monkeypat
     assert np.linalg.eigvalsh(gram + np.diag(diagonal)).min() < 0
     with pytest.raises(NotPositiveDefiniteError):
         NegativeSitesGaussian(model, tau, linear, diagonal, floor)
+
+
+def test_a_shrinkage_fit_of_much_work_warns_before_its_first_step(monkeypatch):
+    # Under MAX_DENSE_PARAMS a fit is not refused, but many rows make each step long (the
+    # dense route's M p² Gram matrices, or the dual form's M³): the work is counted before
+    # the first step, and beyond the bound (here lowered to the count's tenth) it warns
+    # with the count, then fits.
+    from vsbayes.approximations import _glm_gaussian
+    from vsbayes.models.work import expected_shrinkage_work
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 5))
+    y = (X[:, 0] + rng.logistic(size=60) > 0).astype(int)
+    model = BinaryGLMPosterior(
+        X,
+        2.0 * y - 1.0,
+        np.ones(60),
+        "logistic",
+        prior_var=1.0,
+        intercept_prior_var=1e6,
+        coefficient_prior=StudentTPrior().coefficient_factor(),
+    )
+    monkeypatch.setattr(_glm_gaussian, "MAX_SHRINKAGE_WORK", 0.1 * expected_shrinkage_work(model))
+    for estimator in (
+        VSLogisticRegression(prior=StudentTPrior()),
+        LaplaceLogisticRegression(penalty="l1", l1_ratio=1.0),
+    ):
+        with pytest.warns(UserWarning, match=r"6 coefficients, 60 rows\) will take about"):
+            estimator.fit(X, y)
+        assert np.all(np.isfinite(estimator.coef_))
