@@ -37,11 +37,11 @@ import numpy as np
 from .._warnings import warn
 from ..engine import DiagnosedGaussian
 from ..engine.site_fits import FIT_RELATIVE_ERROR
-from ..exceptions import EstimationError, UnreliableFitWarning
+from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
 from ..models.latent import InformativeRows, untouched_columns
 from ._damped_sweeps import ArraySites, damped_sweeps
-from ._glm_gaussian import GLMGaussian, RowLatent
+from ._glm_gaussian import _DUAL_MIN_DIM, GLMGaussian, NegativeSitesGaussian, RowLatent
 from ._threads import blas_policy
 from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
@@ -471,6 +471,12 @@ def _proper_precision(model, tau, prior_tau) -> bool:
     diagonal = 1.0 / model.prior_var[:d] + prior_tau
     if np.all(diagonal > 0):
         return True
+    if _negative_sites_dual(model, diagonal):
+        try:
+            _negative_sites_gaussian(model, tau, None, diagonal)
+        except NotPositiveDefiniteError:
+            return False
+        return True
     precision = model.weighted_gram(tau)
     precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
     precision[np.diag_indices(d)] += prior_tau
@@ -479,6 +485,27 @@ def _proper_precision(model, tau, prior_tau) -> bool:
     except np.linalg.LinAlgError:
         return False
     return True
+
+
+def _negative_sites_dual(model, diagonal: np.ndarray) -> bool:
+    """Whether the posterior of prior sites with some diagonal precisions ``diagonal ≤ 0``
+    takes :class:`NegativeSitesGaussian` (the dual form with a rank-k correction): more
+    coefficients than rows, as GLMGaussian's dual form, and k at most ``max(M, 256)`` (its
+    p × k solves at most the dual form's own p × M)."""
+    bound = max(model.n_observations, _DUAL_MIN_DIM)
+    return model.dim > bound and int(np.count_nonzero(diagonal <= 0)) <= bound
+
+
+def _negative_sites_gaussian(model, tau, linear, diagonal) -> NegativeSitesGaussian:
+    """The posterior of the likelihood's sites ``tau`` and the prior's diagonal precisions
+    ``diagonal`` on the coefficients (the intercept keeps its prior) by
+    :class:`NegativeSitesGaussian`, the coefficients' Gaussian base as its floor."""
+    d = model.n_features
+    full = 1.0 / model.prior_var
+    full[:d] = diagonal
+    return NegativeSitesGaussian(
+        model, tau, linear, full, 1.0 / model.prior_var, what="EP posterior precision"
+    )
 
 
 def factor_is_log_concave(factor) -> bool:
@@ -540,7 +567,10 @@ def _sweeps_with_prior_sites(
             view.prior_var = model.prior_var.copy()
             view.prior_var[:d] = 1.0 / diagonal
             return GLMGaussian(view, tau, linear, what="EP posterior precision")
-        # Heavy-tailed priors' sites may have precisions below -1/base: the full matrix.
+        # Heavy-tailed priors' sites may have precisions below -1/base: with more
+        # coefficients than rows a rank-k correction of the dual form, else the full matrix.
+        if _negative_sites_dual(model, diagonal):
+            return _negative_sites_gaussian(model, tau, linear, diagonal)
         precision = model.weighted_gram(tau)
         precision[np.diag_indices(model.dim)] += 1.0 / model.prior_var
         precision[np.diag_indices(d)] += p_tau

@@ -9,9 +9,13 @@ where ``-log p`` is not convex, its scale-mixture majorizer ``-p'(t) / (t p(t))`
 the L1-penalized quadratic is minimized exactly — the intercept, unpenalized, eliminated in
 closed form, the coefficients' lasso by scikit-learn's coordinate descent (``Lasso`` on the
 Cholesky factor of the reduced quadratic) — then a backtracking line search on the true
-objective. The fixed point (``0 ∈ ∇f(θ) - λ ∂|θ|``) is the same for any positive-definite
-expansion, so the mode is exact: with a Laplace prior of scale C it is LogisticRegression's
-L1 solution.
+objective. A smooth prior (no L1 part: Student-t, the horseshoe's stand-in) takes Newton's
+step on the exact Hessian where it is positive definite, else on the majorizer's in the
+prior's tail (the majorizer alone converged linearly, 77 steps at 2000 × 1000 rows ×
+features), through :class:`GLMGaussian`: its Cholesky factor, or with more coefficients
+than rows the dual form through the M × M matrix (docs/decisions.md D-235). The fixed
+point (``0 ∈ ∇f(θ) - λ ∂|θ|``) is the same for any positive-definite expansion, so the
+mode is exact: with a Laplace prior of scale C it is LogisticRegression's L1 solution.
 
 The Laplace approximation at such a mode is degenerate where a coefficient sits at the
 kink (the curvature of ``|θ|`` at 0 is undefined): there the prior's curvature is taken as
@@ -22,6 +26,7 @@ local scales at their median), gives the starting Gaussian.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -31,8 +36,9 @@ from sklearn.linear_model import Lasso
 from .._lapack import cho_solve
 from .._warnings import catch, warn
 from ..engine import LaplaceResult
-from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
+from ..exceptions import ConvergenceWarning
 from ..gaussian import lower_cholesky
+from ._glm_gaussian import _DUAL_MIN_DIM, GLMGaussian
 
 __all__ = [
     "mode_prior_curvature",
@@ -54,6 +60,10 @@ _RIDGE = 1e-10
 _LASSO_TOL = 1e-12
 # At most this share of a coefficient's own curvature in the ridge.
 _RIDGE_SHARE = 1e-3
+# A smooth prior's coefficient whose exact curvature is below this share of its majorizer's
+# (a Student-t's beyond |t| = s√(ν/3)) is in the tail: its Newton system's precision takes
+# the majorizer's, and the exact curvature enters by Woodbury's identity (_GLMNewton).
+_TAIL_SHARE = 0.5
 
 
 def shrinkage_laplace(
@@ -99,12 +109,16 @@ def shrinkage_laplace(
         value = objective(theta, t)
         slope, curvature = model.link.derivatives(t)
         grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
-        hess = model.weighted_gram(model.sample_weight * curvature)
         _, prior_grad, prior_curv = factor.smooth_part(theta[:d])
         grad[:d] += prior_grad
-        hess[np.diag_indices(d)] += prior_curv
         if p > d:
             grad[d] -= theta[d] / model.prior_var[d]
+        if lam == 0.0:  # a smooth prior: Newton's step (module docstring), no p × p lasso
+            exact = factor.exact_curvature(theta[:d])
+            return value, grad, _GLMNewton(model, curvature, exact, prior_curv)
+        hess = model.weighted_gram(model.sample_weight * curvature)
+        hess[np.diag_indices(d)] += prior_curv
+        if p > d:
             hess[d, d] += 1.0 / model.prior_var[d]
         return value, grad, hess
 
@@ -118,6 +132,17 @@ def shrinkage_laplace(
     grad = np.asarray(model.design.T @ (model.sample_weight * slope)).ravel()
     _, prior_grad, _ = factor.smooth_part(theta[:d])
     grad[:d] += prior_grad - lam * np.sign(theta[:d])
+    if _dual_at_mode(model):
+        gaussian = _dual_mode_gaussian(model, theta, curvature)
+        return LaplaceResult(
+            theta,
+            gaussian.cov,
+            value + 0.5 * p * math.log(2.0 * math.pi) - gaussian.half_log_det,
+            n_iter=n_iter,
+            converged=converged,
+            grad_norm=float(np.linalg.norm(grad)),
+            log_density_at_mode=value,
+        )
     precision = model.weighted_gram(model.sample_weight * curvature)
     if p > d:
         grad[d] -= theta[d] / model.prior_var[d]
@@ -163,6 +188,9 @@ def softmax_shrinkage_laplace(
         hess[np.diag_indices(n_coef)] += prior_curv
         grad[n_coef:] -= theta[n_coef:] / intercept_var
         hess[n_coef:, n_coef:][np.diag_indices(p - n_coef)] += 1.0 / intercept_var
+        if lam == 0.0:  # a smooth prior: Newton's step (module docstring)
+            exact = factor.exact_curvature(theta[:n_coef])
+            hess = _DenseNewton(hess, exact - prior_curv)
         return log_lik + prior_value(theta), grad, hess
 
     theta, n_iter, converged = _proximal_newton(
@@ -243,6 +271,8 @@ def mode_prior_curvature(model, theta: np.ndarray) -> np.ndarray:
     """The prior's curvature per coefficient in the Laplace approximation at the mode
     ``theta`` of ``model`` (its ``coefficient_prior``): what :func:`shrinkage_laplace`
     adds to the likelihood's, and EP's prior sites start from."""
+    if _dual_at_mode(model):
+        return model.coefficient_prior.mode_curvature(theta[: model.n_features])
     t = np.asarray(model.design @ theta).ravel()
     _, curvature = model.link.derivatives(t)
     precision = model.weighted_gram(model.sample_weight * curvature)
@@ -261,6 +291,33 @@ def softmax_mode_prior_curvature(model, theta: np.ndarray) -> np.ndarray:
     intercept = np.arange(n_coef, model.dim)
     precision[intercept, intercept] += 1.0 / model.prior_var[n_coef:]
     return _with_prior_curvature(precision, model.coefficient_prior, theta[:n_coef])[1]
+
+
+def _dual_at_mode(model) -> bool:
+    """Whether the Laplace Gaussian at a smooth prior's mode takes the dual form (more
+    coefficients than rows, as :class:`GLMGaussian`'s ``form="auto"``): the prior's
+    curvature there is positive (``mode_curvature``), so the precision is the dual form's,
+    a diagonal plus the rows' Gram matrix, with no p × p factorization. (Under a Laplace
+    prior or the elastic net the Gaussian at an L1 mode keeps the dense factor, whose
+    pivots ``_with_prior_curvature`` checks at exact collinearity.)"""
+    return model.coefficient_prior.l1 == 0.0 and model.dim > max(
+        model.n_observations, _DUAL_MIN_DIM
+    )
+
+
+def _dual_mode_gaussian(model, theta: np.ndarray, curvature: np.ndarray) -> GLMGaussian:
+    """The Laplace Gaussian at the mode ``theta`` in the dual form (``_dual_at_mode``),
+    ``curvature`` the link's at the rows' latent values there."""
+    d = model.n_features
+    view = copy.copy(model)
+    view.prior_var = model.prior_var.copy()  # the intercept's; the coefficients' is p's
+    view.prior_var[:d] = 1.0 / model.coefficient_prior.mode_curvature(theta[:d])
+    return GLMGaussian(
+        view,
+        model.sample_weight * curvature,
+        form="dual",
+        what="negative Hessian of the log-posterior at the mode",
+    )
 
 
 def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarray):
@@ -292,13 +349,8 @@ def _with_prior_curvature(precision: np.ndarray, factor, coefficients: np.ndarra
 def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
     """The maximizer of ``gᵀ(z - θ) - (z - θ)ᵀH(z - θ)/2 - λ|z_w|₁`` (w the first d
     coordinates, an intercept beyond them unpenalized, or the multinomial's K: a block)."""
-    if lam == 0.0:
-        try:
-            return theta + np.linalg.solve(hess, grad)
-        except np.linalg.LinAlgError:
-            raise NotPositiveDefiniteError(
-                "The negative Hessian of the log-posterior is singular at the iterate."
-            ) from None
+    if lam == 0.0:  # a smooth prior's Newton system (_GLMNewton, _DenseNewton)
+        return theta + hess.solve(grad)
     p = theta.size
     h_ww, g_w = hess[:d, :d], grad[:d].copy()
     block = p > d + 1  # the multinomial's intercepts
@@ -343,3 +395,67 @@ def _proximal_step(theta, grad, hess, lam: float, d: int) -> np.ndarray:
         delta = target[:d] - theta[:d]
         target[d] = theta[d] + (grad[d] - h_wb @ delta) / h_bb
     return target
+
+
+class _GLMNewton:
+    """The Newton system of a binary GLM posterior under a smooth prior at an iterate:
+    ``H = Aᵀ diag(s h) A + D`` with D the prior's exact curvature (and the intercept's prior
+    precision), solved through :class:`GLMGaussian` (its Cholesky factor,
+    or with more coefficients than rows its dual form through the M × M matrix) where D is
+    positive. Where the prior is not convex (a Student-t coefficient in its tail, exact
+    curvature below ``_TAIL_SHARE`` of the majorizer's), D takes the majorizer's there,
+    ``H₊``, and the exact ``H = H₊ − U N Uᵀ`` (U those coordinates, N the majorizer's
+    excess) by Woodbury's identity through the k × k capacitance ``N⁻¹ − Uᵀ H₊⁻¹ U``,
+    positive definite exactly when H is; where it is not (far from the mode, or beyond
+    ``max(M, 256)`` such coordinates), the step is H₊'s, a positive definite expansion
+    all the same (the line search keeps the ascent, the fixed point is the same)."""
+
+    def __init__(self, model, curvature, exact, majorizer):
+        d = exact.size
+        self.tail = np.flatnonzero(exact < _TAIL_SHARE * majorizer)
+        self.lack = (majorizer - exact)[self.tail]  # N > 0
+        view = copy.copy(model)
+        view.prior_var = model.prior_var.copy()  # the intercept's; the coefficients' is p's
+        view.prior_var[:d] = 1.0 / np.where(exact < _TAIL_SHARE * majorizer, majorizer, exact)
+        self.gaussian = GLMGaussian(
+            view, model.sample_weight * curvature, what="proximal Newton step's quadratic"
+        )
+        self.max_tail = max(model.n_observations, _DUAL_MIN_DIM)
+
+    def solve(self, grad: np.ndarray) -> np.ndarray:
+        """``H⁻¹ grad`` (or ``H₊⁻¹ grad``, class docstring)."""
+        step = self.gaussian.solve(grad)
+        k = self.tail.size
+        if k == 0 or k > self.max_tail:
+            return step
+        columns = np.zeros((grad.size, k))
+        columns[self.tail, np.arange(k)] = 1.0
+        spread = self.gaussian.solve(columns)  # H₊⁻¹ U
+        capacitance = -spread[self.tail]
+        capacitance = 0.5 * (capacitance + capacitance.T)
+        capacitance[np.diag_indices(k)] += 1.0 / self.lack
+        try:
+            lower = np.linalg.cholesky(capacitance)
+        except np.linalg.LinAlgError:  # H is not positive definite here
+            return step
+        return step + spread @ cho_solve((lower, True), step[self.tail], check_finite=False)
+
+
+class _DenseNewton:
+    """:class:`_GLMNewton` of a dense negative Hessian (the multinomial's): ``hess`` with the
+    majorizer's curvature, ``excess`` the exact curvature's difference on the first
+    coordinates. The exact Hessian's Cholesky factor where it is positive definite, else
+    the majorizer's."""
+
+    def __init__(self, hess: np.ndarray, excess: np.ndarray):
+        self.hess, self.excess = hess, excess
+
+    def solve(self, grad: np.ndarray) -> np.ndarray:
+        """``H⁻¹ grad``, H the exact Hessian if positive definite, else the majorizer's."""
+        exact = self.hess.copy()
+        exact[np.diag_indices(self.excess.size)] += self.excess
+        try:
+            lower = np.linalg.cholesky(exact)
+        except np.linalg.LinAlgError:
+            lower = lower_cholesky(self.hess, "proximal Newton step's quadratic")
+        return cho_solve((lower, True), grad, check_finite=False)

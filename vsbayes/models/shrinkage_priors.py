@@ -243,6 +243,12 @@ class CoefficientFactor(abc.ABC):
         majorizer's) of ``log p(t) + λ|t|``, elementwise: what the mode's proximal Newton
         method expands."""
 
+    def exact_curvature(self, t: np.ndarray) -> np.ndarray:
+        """The negative second derivative of ``log p(t) + λ|t|``, elementwise (negative in a
+        heavy tail, where ``-log p`` is not convex); :meth:`smooth_part`'s curvature where
+        that is exact already (as here: every prior but the Student-t's)."""
+        return self.smooth_part(t)[2]
+
     @abc.abstractmethod
     def mode_curvature(self, t: np.ndarray) -> np.ndarray:
         """The prior's curvature in the Laplace approximation at the mode ``t``: the negative
@@ -586,9 +592,12 @@ class _StudentTFactor(CoefficientFactor):
         alpha, beta = 0.5 * self.df, 0.5 * self._c
         return alpha * math.log(beta) - float(gammaln(alpha)) - alpha * s - beta * np.exp(-s)
 
-    def mode_curvature(self, t):
+    def exact_curvature(self, t):
         denom = self._c + t * t
-        exact = (self.df + 1.0) * (self._c - t * t) / (denom * denom)
+        return (self.df + 1.0) * (self._c - t * t) / (denom * denom)
+
+    def mode_curvature(self, t):
+        exact = self.exact_curvature(t)
         return np.where(exact > 0, exact, 1.0 / self.start_var)
 
 

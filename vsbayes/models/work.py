@@ -7,14 +7,18 @@ Work is counted in multiply-adds, a deterministic stand-in for time: VS's strate
 
 from __future__ import annotations
 
+import numpy as np
+
 from .chunked import ChunkedSoftmaxPosterior
 from .softmax import SoftmaxGLMPosterior
 
 __all__ = [
     "EP_SWEEPS",
     "LINK_COST",
+    "SHRINKAGE_STEPS",
     "SITE_WORK",
     "expected_ep_work",
+    "expected_shrinkage_work",
     "likelihood_point_work",
     "sampled_dim",
 ]
@@ -46,6 +50,44 @@ def expected_ep_work(model) -> float:
     EP_SWEEPS)."""
     m, p = model.n_observations, model.dim
     return EP_SWEEPS * m * (2.0 * p * p + SITE_WORK)
+
+
+# A binary fit under a shrinkage prior keeps the dense posterior (no structured covariance):
+# its mode's Newton steps and EP's sweeps each factor its precision, p × p, or with more
+# coefficients than rows the dual M × M form (docs/decisions.md D-235), and EP's sweeps
+# read the marginal variances from it; SHRINKAGE_STEPS such steps in all (measured: 8
+# Newton steps and 41 sweeps, two factorizations each, under the Student-t at 2000 × 5000
+# sparse; the L1 mode's steps add a p × p factorization and the lasso on it, counted as
+# p³ each, at most L1_MODE_STEPS of them: 14 there).
+SHRINKAGE_STEPS, L1_MODE_STEPS = 100, 20
+# The dual form's threshold (approximations._glm_gaussian._DUAL_MIN_DIM, which takes the
+# primal form up to this p whatever M).
+_DUAL_MIN_DIM = 256
+
+
+def expected_shrinkage_work(model) -> float:
+    """Multiply-adds of a binary fit of ``model``'s posterior under its shrinkage prior
+    (``coefficient_prior``, rows in memory), before running it: SHRINKAGE_STEPS steps of
+    the primal form (the Gram matrix, its factor and inverse, ``M p² + p³``; a sparse
+    design's Gram matrix the pairs of each row's non-zeros) or of the dual form (``M³``
+    for the M × M factor, its inverse and the variances' solves, and twice M times the
+    design's entries for the kernel and the p × M spread), and for a prior with an L1
+    part its mode's dense steps (L1_MODE_STEPS × p³)."""
+    m, p = model.n_observations, model.dim
+    entries = float(model.n_design_entries)
+    if p > max(m, _DUAL_MIN_DIM):
+        step = float(m) ** 3 + 2.0 * m * entries
+    else:
+        design = model.design
+        if hasattr(design, "indptr"):
+            gram = float(np.square(np.diff(design.indptr).astype(float)).sum())
+        else:
+            gram = float(m) * p * p
+        step = float(p) ** 3 + gram
+    work = SHRINKAGE_STEPS * step
+    if model.coefficient_prior.l1 > 0:
+        work += L1_MODE_STEPS * float(p) ** 3
+    return work
 
 
 def sampled_dim(model) -> int:
