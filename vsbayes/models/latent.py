@@ -67,10 +67,10 @@ __all__ = [
 # near the processor's caches (1e6 × 20 on 2 cores: 2^17 to 2^19 entries per chunk ran in
 # 0.6× the time of one chunk of all rows; far smaller chunks pay Python's per-call cost).
 _CACHE_ENTRIES = 2**19
-# Entries per row chunk of the multinomial latent forms' temporaries: within a core's
-# level-2 cache or two (30 classes × 21 parameters, 2·10⁴ rows, one thread, load 9: 64-128
-# rows a chunk 0.34-0.35 s, 512 rows 0.78 s; digits, 65 parameters: 32-64 rows 0.58-0.60 s,
-# 16 rows 0.91, 1024 rows 1.22; D-244).
+# Entries per row chunk of the temporaries of the multinomial latent forms' products of
+# pairs (JointLatents): within a core's level-2 cache or two (30 classes × 21 parameters,
+# 2·10⁴ rows, one thread, load 9: 64-128 rows a chunk 0.34-0.35 s, 512 rows 0.78 s; 65
+# parameters, 10 classes: 32-64 rows 0.58-0.60 s, 16 rows 0.91, 1024 rows 1.22; D-244).
 _FORM_ENTRIES = 2**18
 # A gathered pair costs about this many multiply-adds of the product (random access into Σ).
 _GATHER_COST = 8
@@ -566,13 +566,15 @@ class JointLatents(_RowChunks):
     covariance ``Cov(g)_ab = x̃ᵀ Σ^Q_ab x̃`` with ``Σ^Q = (Qᵀ ⊗ I) Σ (Q ⊗ I)`` — centring
     first removes the posterior's prior-only directions (wide along the sum of the
     intercepts) before any product. The ``(K − 1)K/2`` forms of a ≤ b (the blocks
-    symmetrized: a quadratic form sees only that) cost a chunk of rows one product of the
-    rows' products ``x̃_i x̃_j``, i ≤ j, with the blocks' upper triangles side by side (off
-    the diagonal doubled), (w(w + 1)/2, (K − 1)K/2): per row ``(K − 1)K/2 · w(w + 1)/2``
-    multiply-adds, against ``K w · K p`` for the product with a factor of Σ (digits,
-    K = 10, w = 65: 9.7e4 against 4.2e6). Sparse rows with few non-zeros take the forms
-    from their non-zero pairs (:func:`_pair_quadratic_forms`), the others a dense copy of
-    the chunk.
+    symmetrized: a quadratic form sees only that) cost a chunk of rows one product: with
+    at least as many pairs as w, of the rows' products ``x̃_i x̃_j``, i ≤ j, with the
+    blocks' upper triangles side by side (off the diagonal doubled), per row
+    ``(K − 1)K/2 · w(w + 1)/2`` multiply-adds; with fewer, of the rows with the
+    (w, (K − 1)K/2 · w) blocks side by side, then a contraction with the rows, per row
+    ``(K − 1)K/2 · w²``; against ``K w · K p`` for the product with a factor of Σ (digits,
+    K = 10, w = 65: 1.9e5 against 4.2e6 — measured 5.5 times faster on 2·10⁴ rows, one
+    thread). Sparse rows with few non-zeros take the forms from their non-zero pairs
+    (:func:`_pair_quadratic_forms`), the others a dense copy of the chunk.
     The centred covariance returned is ``Q Cov(g) Qᵀ``.
 
     Parameters
@@ -626,22 +628,31 @@ class JointLatents(_RowChunks):
         del centred
         self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
         del pairs
-        # (T, P), T = w(w + 1)/2: the product x̃_i x̃_j (i ≤ j) against every pair's block,
-        # doubled off the diagonal. The former form, a product of x̃ with the (w, P·w)
-        # blocks side by side and a contraction of that (m, P·w) product with x̃, took
-        # twice the multiply-adds, over an inner dimension of w, through a temporary of
-        # P·w per row (2^19 entries a chunk): 30 classes × 21 parameters, 2·10⁴ rows on
-        # one thread, 0.85 s against 0.36 s now (D-244).
-        self.triangle = np.triu_indices(w)
-        doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
-        self.triangles = np.ascontiguousarray(
-            (self.pairs_blocks[:, self.triangle[0], self.triangle[1]] * doubled).T
-        )
+        # Two forms of the same sums. With at least as many pairs as parameters, the rows'
+        # products x̃_i x̃_j (i ≤ j) against the (T, P) upper triangles, T = w(w + 1)/2,
+        # doubled off the diagonal: half the multiply-adds of the other form, over an
+        # inner dimension of T, and P entries a row. With fewer, x̃ against the (w, P·w)
+        # blocks side by side and that (m, P·w) product contracted with x̃: T gathered
+        # products a row cost more than P·w. One thread, 2·10⁴ random rows, triangles'
+        # time over blocks' (load 18): w = 21 with 30, 10 and 6 classes 0.37, 0.63, 1.81;
+        # w = 41 with 10 and 6 classes 0.93, 1.60; w = 65 with 10 1.03; w = 101 with 20 and
+        # 10 classes 0.79, 1.30 (D-244).
+        self.triangular = n_pairs >= w
+        if self.triangular:
+            self.triangle = np.triu_indices(w)
+            doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
+            self.triangles = np.ascontiguousarray(
+                (self.pairs_blocks[:, self.triangle[0], self.triangle[1]] * doubled).T
+            )
+            row_cost = self.triangles.shape[0]
+        else:
+            # (w, P·w): column j of x̃ against every pair's block.
+            self.spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2)).reshape(w, -1)
+            row_cost = w * w
         self.width = w
-        n_products = self.triangles.shape[0]
-        # Per block: a gathered pair costs _GATHER_COST, a densified row T (its products).
+        # Per block: a gathered pair costs _GATHER_COST, a densified row its form's product.
         self.pairs = sp.issparse(X) and bool(
-            _gathers_pairs(X, n_products * X.shape[0] / max(X.nnz, 1))
+            _gathers_pairs(X, row_cost * X.shape[0] / max(X.nnz, 1))
         )
         threads = blas_thread_count()
         self.budget = block_bytes() / threads
@@ -649,12 +660,17 @@ class JointLatents(_RowChunks):
         if self.pairs:
             self.chunks = list(_pair_chunks(_row_counts(X), self.budget))
         else:
-            # Per row: the products and their two gathered factors (3 T), a dense copy of
-            # the row, the forms (P), the covariances (K²).
-            per_row = 3 * n_products + w + n_pairs + k * k
+            if self.triangular:
+                # Per row: the products and their two gathered factors (3 T), a dense copy
+                # of the row, the forms (P), the covariances (K²).
+                per_row = 3 * row_cost + w + n_pairs + k * k
+                cached = _FORM_ENTRIES // per_row
+            else:
+                # Per row: the product (P w), a dense copy of the row, the covariances (K²).
+                per_row = n_pairs * w + w + 2 * k * k
+                cached = _CACHE_ENTRIES // (n_pairs * w)
             rows = block_length(8.0 * per_row * threads)
-            rows = min(rows, max(1, _FORM_ENTRIES // per_row), -(-n_rows // threads))
-            rows = max(rows, 1)
+            rows = max(min(rows, max(1, cached), -(-n_rows // threads)), 1)
             self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
         self.threads = max(1, min(threads, len(self.chunks)))
 
@@ -678,8 +694,12 @@ class JointLatents(_RowChunks):
             dense = x.toarray() if sp.issparse(x) else np.asarray(x)
             if self.width > d:
                 dense = np.hstack([dense, np.ones((m, 1))])
-            first, second = self.triangle
-            forms = (dense[:, first] * dense[:, second]) @ self.triangles
+            if self.triangular:
+                first, second = self.triangle
+                forms = (dense[:, first] * dense[:, second]) @ self.triangles
+            else:
+                product = (dense @ self.spread).reshape(m, -1, self.width)
+                forms = np.matmul(product, dense[:, :, None])[..., 0]
         return mean, forms[:, self.fill].reshape(m, k - 1, k - 1)
 
 
