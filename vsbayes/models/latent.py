@@ -72,6 +72,14 @@ _CACHE_ENTRIES = 2**19
 # 2·10⁴ rows, one thread, load 9: 64-128 rows a chunk 0.34-0.35 s, 512 rows 0.78 s; 65
 # parameters, 10 classes: 32-64 rows 0.58-0.60 s, 16 rows 0.91, 1024 rows 1.22; D-244).
 _FORM_ENTRIES = 2**18
+# The blocks' form's batched contraction costs a call per row, about as long as passes over
+# this many entries. Measured, one thread, 2·10⁴ random rows, time of the triangles' form
+# over the blocks' (load 13-18; w parameters, K classes): w = 5, K = 3: 0.11; w = 9, K = 4:
+# 0.48; w = 11, K = 6: 0.34; w = 14, K = 3: 1.28; w = 21, K = 3, 4, 6, 10, 30: 0.95, 0.90,
+# 1.36-1.81, 0.63, 0.37; w = 31, K = 4, 6: 1.10, 1.16; w = 41, K = 6, 10: 1.60, 0.93;
+# w = 65, K = 3, 6, 10: 2.78, 1.80, 0.93-1.03; w = 101, K = 10, 20: 1.30, 0.79. The count
+# with this term takes the faster form in each but w = 21 with 3 and 4 classes (by 5-10 %).
+_CONTRACTION_ROW_ENTRIES = 48
 # A gathered pair costs about this many multiply-adds of the product (random access into Σ).
 _GATHER_COST = 8
 # Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
@@ -628,16 +636,14 @@ class JointLatents(_RowChunks):
         del centred
         self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
         del pairs
-        # Two forms of the same sums. With at least as many pairs as parameters, the rows'
+        # Two forms of the same sums, each bound by its passes over memory: the rows'
         # products x̃_i x̃_j (i ≤ j) against the (T, P) upper triangles, T = w(w + 1)/2,
-        # doubled off the diagonal: half the multiply-adds of the other form, over an
-        # inner dimension of T, and P entries a row. With fewer, x̃ against the (w, P·w)
-        # blocks side by side and that (m, P·w) product contracted with x̃: T gathered
-        # products a row cost more than P·w. One thread, 2·10⁴ random rows, triangles'
-        # time over blocks' (load 18): w = 21 with 30, 10 and 6 classes 0.37, 0.63, 1.81;
-        # w = 41 with 10 and 6 classes 0.93, 1.60; w = 65 with 10 1.03; w = 101 with 20 and
-        # 10 classes 0.79, 1.30 (D-244).
-        self.triangular = n_pairs >= w
+        # doubled off the diagonal (half the multiply-adds, an inner dimension of T; the
+        # products and their two gathered factors, 3T entries a row); or x̃ against the
+        # (w, P·w) blocks side by side and that product contracted with x̃ (2·P·w entries
+        # a row, and the contraction's call per row). The cheaper by that count (D-244).
+        n_products = w * (w + 1) // 2
+        self.triangular = 3 * n_products <= 2 * n_pairs * w + _CONTRACTION_ROW_ENTRIES
         if self.triangular:
             self.triangle = np.triu_indices(w)
             doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
