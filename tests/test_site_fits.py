@@ -286,6 +286,25 @@ def test_quadrature_of_a_cavity_far_wider_than_the_link(link):
             assert abs(t_var[i] / ref_var - 1) < 1e-12
 
 
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_quadrature_of_cavities_of_any_width_in_one_call(link):
+    # Sites of very different widths share a block's node count: each site's own nodes
+    # only (the mapped rule's sinh would overflow on a wider site's count), as if alone.
+    f = get_link(link)
+    power = np.array([1.0, 1e-12, 0.5, 1.0, 1e-3])
+    for var in (1e10, 1e15):
+        mean = np.array([-1e4, 0.0, 3e3, -40.0 * np.sqrt(var), 40.0 * np.sqrt(var)])
+        together = quadrature_tilted_moments(f, mean, var, power)
+        assert np.isfinite(together).all() and (together[2] > 0).all()
+        for i in range(mean.size):
+            log_z, t_mean, t_var = (
+                a[0] for a in quadrature_tilted_moments(f, mean[i], var, power[i])
+            )
+            assert abs(log_z - together[0][i]) < 1e-13
+            assert abs(t_mean - together[1][i]) < 1e-13 * np.sqrt(t_var)
+            assert abs(t_var / together[2][i] - 1) < 1e-13
+
+
 def test_fractional_link_moments_err_about_the_power_times_the_link_rule():
     # The logistic's rule on its own scale for F^p, p < 1: its error is the link rule's
     # (test_link_variable_moments_match_quadrature_from_unit_variance) times about p, F^p's

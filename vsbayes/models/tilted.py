@@ -559,10 +559,10 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
         # geometrically, so its error is about the square of that difference; the sites not
         # within _MAPPED_CHECK halve their step, until _MAPPED_MAX_NODES.
         error = np.empty(todo.size)
-        for sites, k_block in _blocks(k):
+        for sites, _ in _blocks(k):
             i = todo[sites]
             log_z[i], t_mean[i], t_var[i], error[sites] = _mapped_rule(
-                link, mean[i], var[i], power[i], mode[i], peak[i], h[sites], scale[sites], k_block
+                link, mean[i], var[i], power[i], mode[i], peak[i], h[sites], scale[sites], k[sites]
             )
         again = (error > _MAPPED_CHECK) & (2 * k <= _MAPPED_MAX_NODES)
         todo, h, scale, k = todo[again], 0.5 * h[again], scale[again], 2 * k[again]
@@ -707,21 +707,29 @@ def _mapped_sizes(centre, var, mode, width, reach, step):
         ]
     )
     scale = step * width / h
-    k = np.ceil(np.arcsinh(far / scale) / h).astype(int)
-    return h, scale, k
+    # At most _MAPPED_MAX_NODES per side (a coarser h beyond: a mode Newton left short of
+    # the peak, cavities of variance ~10¹⁵, can ask for 10⁸).
+    reach_v = np.arcsinh(far / scale)
+    k = np.minimum(np.ceil(reach_v / h), _MAPPED_MAX_NODES).astype(int)
+    return np.maximum(h, reach_v / k), scale, k
 
 
 def _mapped_rule(link, mean, var, power, mode, peak, h, scale, k):
-    """Trapezoid rule in v on ``t = centre + scale · sinh(h j)``, j = -k … k, weights
-    ``scale · cosh(h j) · h`` (see :func:`_mapped_sizes`); centre: the link's bend."""
-    j = np.arange(-k, k + 1)[None, :] * h[:, None]
+    """Trapezoid rule in v on ``t = centre + scale · sinh(h j)``, j = -k … k per site,
+    weights ``scale · cosh(h j) · h`` (see :func:`_mapped_sizes`); centre: the link's
+    bend. The block's sites share the largest k, a site's nodes beyond its own k weighted
+    zero (beyond them sinh(h j) would overflow a site of larger h)."""
+    largest = int(k.max())
+    j = np.arange(-largest, largest + 1)[None, :]
+    inside = np.abs(j) <= k[:, None]
+    j = np.where(inside, j * h[:, None], 0.0)
     t = link.singularity.real + scale[:, None] * np.sinh(j)
     psi = _psi(link, t, mean[:, None], var[:, None], power[:, None])
     peak = np.maximum(peak, psi.max(axis=1))
-    f = np.exp(psi - peak[:, None]) * np.cosh(j)
+    f = np.where(inside, np.exp(psi - peak[:, None]) * np.cosh(j), 0.0)
     centred = t - mode[:, None]  # moments about the mode: no cancellation
     moments = []
-    for nodes in (slice(None), slice(k % 2, None, 2)):  # all, and the even j (step 2h)
+    for nodes in (slice(None), slice(largest % 2, None, 2)):  # all, and the even j (step 2h)
         total = f[:, nodes].sum(axis=1)
         shift = (f[:, nodes] * centred[:, nodes]).sum(axis=1) / total
         second = (f[:, nodes] * centred[:, nodes] ** 2).sum(axis=1) / total
