@@ -81,11 +81,19 @@ def test_one_score_is_the_row_variance():
 
 @pytest.mark.parametrize(
     "sparse, k, d, density",
-    [(False, 3, 6, 0.5), (True, 3, 6, 0.5), (False, 5, 6, 1.0), (True, 4, 60, 0.03)],
+    [
+        (False, 3, 6, 0.5),
+        (True, 3, 6, 0.5),
+        (False, 5, 6, 1.0),
+        (False, 3, 20, 1.0),
+        (True, 4, 60, 0.03),
+    ],
 )
 def test_joint_latents_are_the_centred_moments(sparse, k, d, density):
     # The multinomial posterior's K scores, centred: P J Σ Jᵀ P with P = I - 11ᵀ/K; sparse
-    # rows by a dense copy of the chunk, or (few non-zeros among many features) by pairs.
+    # rows by a dense copy of the chunk, or (few non-zeros among many features) by pairs;
+    # the dense forms: the rows' pair products against the blocks' triangles (d = 6), or
+    # the blocks side by side (3 classes × 21 parameters: more products than pairs' work).
     rng = np.random.default_rng(5)
     X = sparse_rows(rng, 60, d, density=density)
     X = X if sparse else X.toarray()
@@ -99,6 +107,7 @@ def test_joint_latents_are_the_centred_moments(sparse, k, d, density):
     centre = np.eye(k) - 1.0 / k
     joint = latent.JointLatents(X, coef, intercept, cov)
     assert joint.pairs == (sparse and d == 60)
+    assert joint.triangular == (d == 6)
     mean, cov_rows = joint(slice(0, 60))
     np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cov_rows, centre @ want_cov @ centre, rtol=1e-10, atol=1e-12)

@@ -67,6 +67,19 @@ __all__ = [
 # near the processor's caches (1e6 × 20 on 2 cores: 2^17 to 2^19 entries per chunk ran in
 # 0.6× the time of one chunk of all rows; far smaller chunks pay Python's per-call cost).
 _CACHE_ENTRIES = 2**19
+# Entries per row chunk of the temporaries of the multinomial latent forms' products of
+# pairs (JointLatents): within a core's level-2 cache or two (30 classes × 21 parameters,
+# 2·10⁴ rows, one thread, load 9: 64-128 rows a chunk 0.34-0.35 s, 512 rows 0.78 s; 65
+# parameters, 10 classes: 32-64 rows 0.58-0.60 s, 16 rows 0.91, 1024 rows 1.22; D-244).
+_FORM_ENTRIES = 2**18
+# The blocks' form's batched contraction costs a call per row, about as long as passes over
+# this many entries. Measured, one thread, 2·10⁴ random rows, time of the triangles' form
+# over the blocks' (load 13-18; w parameters, K classes): w = 5, K = 3: 0.11; w = 9, K = 4:
+# 0.48; w = 11, K = 6: 0.34; w = 14, K = 3: 1.28; w = 21, K = 3, 4, 6, 10, 30: 0.95, 0.90,
+# 1.36-1.81, 0.63, 0.37; w = 31, K = 4, 6: 1.10, 1.16; w = 41, K = 6, 10: 1.60, 0.93;
+# w = 65, K = 3, 6, 10: 2.78, 1.80, 0.93-1.03; w = 101, K = 10, 20: 1.30, 0.79. The count
+# with this term takes the faster form in each but w = 21 with 3 and 4 classes (by 5-10 %).
+_CONTRACTION_ROW_ENTRIES = 48
 # A gathered pair costs about this many multiply-adds of the product (random access into Σ).
 _GATHER_COST = 8
 # Bytes per pair of the pair gather's temporaries (a dozen index and value arrays).
@@ -561,12 +574,15 @@ class JointLatents(_RowChunks):
     covariance ``Cov(g)_ab = x̃ᵀ Σ^Q_ab x̃`` with ``Σ^Q = (Qᵀ ⊗ I) Σ (Q ⊗ I)`` — centring
     first removes the posterior's prior-only directions (wide along the sum of the
     intercepts) before any product. The ``(K − 1)K/2`` forms of a ≤ b (the blocks
-    symmetrized: a quadratic form sees only that) cost a chunk of rows one product with
-    the (w, (K − 1)K/2 · w) blocks side by side and a contraction with the rows: per row
-    ``(K − 1)K/2 · w²`` multiply-adds, against ``K w · K p`` for the product with a factor
-    of Σ (digits, K = 10, w = 65: 1.9e5 against 4.2e6 — measured 5.5 times faster on
-    2·10⁴ rows, one thread). Sparse rows with few non-zeros take the forms from their
-    non-zero pairs (:func:`_pair_quadratic_forms`), the others a dense copy of the chunk.
+    symmetrized: a quadratic form sees only that) cost a chunk of rows one product: with
+    at least as many pairs as w, of the rows' products ``x̃_i x̃_j``, i ≤ j, with the
+    blocks' upper triangles side by side (off the diagonal doubled), per row
+    ``(K − 1)K/2 · w(w + 1)/2`` multiply-adds; with fewer, of the rows with the
+    (w, (K − 1)K/2 · w) blocks side by side, then a contraction with the rows, per row
+    ``(K − 1)K/2 · w²``; against ``K w · K p`` for the product with a factor of Σ (digits,
+    K = 10, w = 65: 1.9e5 against 4.2e6 — measured 5.5 times faster on 2·10⁴ rows, one
+    thread). Sparse rows with few non-zeros take the forms from their non-zero pairs
+    (:func:`_pair_quadratic_forms`), the others a dense copy of the chunk.
     The centred covariance returned is ``Q Cov(g) Qᵀ``.
 
     Parameters
@@ -610,25 +626,57 @@ class JointLatents(_RowChunks):
         centred = np.einsum("ka,kilj,lb->aibj", q, blocks, q, optimize=True)
         del blocks
         self.upper = np.triu_indices(k - 1)
+        # Entry (a, b) of the (K − 1)² covariance is form P(min(a, b), max(a, b)): one
+        # gather fills the chunk's covariances (two scatters into the triangles cost as
+        # much as the forms' product at 30 classes).
+        position = np.empty((k - 1, k - 1), dtype=np.intp)
+        position[self.upper] = position[self.upper[::-1]] = np.arange(n_pairs)
+        self.fill = position.ravel()
         pairs = centred[self.upper[0], :, self.upper[1], :]  # (P, w, w)
         del centred
         self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
         del pairs
-        # (w, P·w): column j of x̃ against every pair's block.
-        self.spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2)).reshape(w, -1)
+        # Two forms of the same sums, each bound by its passes over memory: the rows'
+        # products x̃_i x̃_j (i ≤ j) against the (T, P) upper triangles, T = w(w + 1)/2,
+        # doubled off the diagonal (half the multiply-adds, an inner dimension of T; the
+        # products and their two gathered factors, 3T entries a row); or x̃ against the
+        # (w, P·w) blocks side by side and that product contracted with x̃ (2·P·w entries
+        # a row, and the contraction's call per row). The cheaper by that count (D-244).
+        n_products = w * (w + 1) // 2
+        self.triangular = 3 * n_products <= 2 * n_pairs * w + _CONTRACTION_ROW_ENTRIES
+        if self.triangular:
+            self.triangle = np.triu_indices(w)
+            doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
+            self.triangles = np.ascontiguousarray(
+                (self.pairs_blocks[:, self.triangle[0], self.triangle[1]] * doubled).T
+            )
+            row_cost = self.triangles.shape[0]
+        else:
+            # (w, P·w): column j of x̃ against every pair's block.
+            self.spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2)).reshape(w, -1)
+            row_cost = w * w
         self.width = w
-        # Per block: a gathered pair costs _GATHER_COST, a densified row w (its product).
-        self.pairs = sp.issparse(X) and bool(_gathers_pairs(X, w * X.shape[0] * w / max(X.nnz, 1)))
+        # Per block: a gathered pair costs _GATHER_COST, a densified row its form's product.
+        self.pairs = sp.issparse(X) and bool(
+            _gathers_pairs(X, row_cost * X.shape[0] / max(X.nnz, 1))
+        )
         threads = blas_thread_count()
         self.budget = block_bytes() / threads
         n_rows = X.shape[0]
         if self.pairs:
             self.chunks = list(_pair_chunks(_row_counts(X), self.budget))
         else:
-            # Per row: the product (P w), a dense copy of the row, the covariances (K²).
-            rows = block_length(8.0 * (n_pairs * w + w + 2 * k * k) * threads)
-            rows = min(rows, max(1, _CACHE_ENTRIES // (n_pairs * w)), -(-n_rows // threads))
-            rows = max(rows, 1)
+            if self.triangular:
+                # Per row: the products and their two gathered factors (3 T), a dense copy
+                # of the row, the forms (P), the covariances (K²).
+                per_row = 3 * row_cost + w + n_pairs + k * k
+                cached = _FORM_ENTRIES // per_row
+            else:
+                # Per row: the product (P w), a dense copy of the row, the covariances (K²).
+                per_row = n_pairs * w + w + 2 * k * k
+                cached = _CACHE_ENTRIES // (n_pairs * w)
+            rows = block_length(8.0 * per_row * threads)
+            rows = max(min(rows, max(1, cached), -(-n_rows // threads)), 1)
             self.chunks = [slice(i, min(i + rows, n_rows)) for i in range(0, n_rows, rows)]
         self.threads = max(1, min(threads, len(self.chunks)))
 
@@ -652,12 +700,13 @@ class JointLatents(_RowChunks):
             dense = x.toarray() if sp.issparse(x) else np.asarray(x)
             if self.width > d:
                 dense = np.hstack([dense, np.ones((m, 1))])
-            product = (dense @ self.spread).reshape(m, -1, self.width)
-            forms = np.matmul(product, dense[:, :, None])[..., 0]
-        reduced = np.empty((m, k - 1, k - 1))
-        reduced[:, self.upper[0], self.upper[1]] = forms
-        reduced[:, self.upper[1], self.upper[0]] = forms
-        return mean, reduced
+            if self.triangular:
+                first, second = self.triangle
+                forms = (dense[:, first] * dense[:, second]) @ self.triangles
+            else:
+                product = (dense @ self.spread).reshape(m, -1, self.width)
+                forms = np.matmul(product, dense[:, :, None])[..., 0]
+        return mean, forms[:, self.fill].reshape(m, k - 1, k - 1)
 
 
 class StructuredLatents(_RowChunks):
