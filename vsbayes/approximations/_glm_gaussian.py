@@ -79,7 +79,23 @@ _FEATURES_REMEDY = (
 )
 
 
-class GLMGaussian:
+class _SolvedMoments:
+    """The mean and the rows' latent means of a Gaussian given by its ``solve`` (``H⁻¹ v``),
+    ``linear`` (h) and signed ``_design`` (A): shared by the primal/dual and the
+    negative-sites forms."""
+
+    @cached_property
+    def mean(self) -> np.ndarray:
+        """``μ = H⁻¹ h``, shape (p,)."""
+        return self.solve(self.linear)
+
+    @cached_property
+    def t_mean(self) -> np.ndarray:
+        """Mean ``a_iᵀμ`` of each ``t_i = a_iᵀθ``, shape (M,)."""
+        return np.asarray(self._design @ self.mean).ravel()
+
+
+class GLMGaussian(_SolvedMoments):
     """N(H⁻¹h, H⁻¹) with ``H = diag(1/prior_var) + Aᵀ diag(τ) A``, in primal or dual form.
 
     Parameters
@@ -196,16 +212,6 @@ class GLMGaussian:
             mean_b = -self._intercept.var * (g @ v)  # γ (v_b - gᵀv_w), as ĝ_b = -1
             out -= np.multiply.outer(g, mean_b)
         return out
-
-    @cached_property
-    def mean(self) -> np.ndarray:
-        """``μ = H⁻¹ h``, shape (p,)."""
-        return self.solve(self.linear)
-
-    @cached_property
-    def t_mean(self) -> np.ndarray:
-        """Mean ``a_iᵀμ`` of each ``t_i = a_iᵀθ``, shape (M,)."""
-        return np.asarray(self._design @ self.mean).ravel()
 
     @cached_property
     def t_var(self) -> np.ndarray:
@@ -334,7 +340,7 @@ class GLMGaussian:
         return spread
 
 
-class NegativeSitesGaussian:
+class NegativeSitesGaussian(_SolvedMoments):
     """:class:`GLMGaussian` whose diagonal prior precisions ``diagonal`` (length p, the
     prior's and any coefficient sites') are negative on a few coordinates S (a heavy-tailed
     prior's EP sites, where the tilted density is wider than its cavity), in the dual form.
@@ -386,16 +392,6 @@ class NegativeSitesGaussian:
     def _whitened(self) -> np.ndarray:
         # L_C⁻¹ Gᵀ, (k, p): the correction G C⁻¹ Gᵀ is its Gram matrix.
         return solve_triangular(self._lower, self._spread.T, lower=True, check_finite=False)
-
-    @cached_property
-    def mean(self) -> np.ndarray:
-        """``μ = H⁻¹ h``, shape (p,)."""
-        return self.solve(self.linear)
-
-    @cached_property
-    def t_mean(self) -> np.ndarray:
-        """Mean ``a_iᵀμ`` of each ``t_i = a_iᵀθ``, shape (M,)."""
-        return np.asarray(self._design @ self.mean).ravel()
 
     @cached_property
     def t_var(self) -> np.ndarray:
