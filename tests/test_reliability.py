@@ -85,6 +85,10 @@ def _with_na(y):
     return labels
 
 
+def _text_with_nan(y):
+    return _with_na(y).to_numpy(object, na_value=np.nan)
+
+
 INVALID = {
     "NaN in X": (lambda X, y: (_with(X, (3, 1), np.nan), y, None), "NaN"),
     "inf in X": (lambda X, y: (_with(X, (3, 1), np.inf), y, None), "infinity"),
@@ -102,6 +106,8 @@ INVALID = {
     "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),
     # Text labels with a None: "'<' not supported between instances of 'NoneType' and 'str'".
     "None in y": (lambda X, y: (X, _with_na(y).to_numpy(object, na_value=None), None), "1 missing"),
+    # Text labels with a NaN (pandas' missing text once in numpy): "Input contains NaN".
+    "NaN in text y": (lambda X, y: (X, _text_with_nan(y), None), "1 missing"),
     "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
     "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
     "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),
