@@ -75,6 +75,10 @@ def _dates(n):
     return np.datetime64("2020-01-01") + np.arange(n).astype("timedelta64[D]")
 
 
+def _periods(n):
+    return pd.period_range("2020-01-01", periods=n, freq="D")
+
+
 def _frame(X):
     return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
 
@@ -101,6 +105,8 @@ INVALID = {
     # datetime column raised numpy's DTypePromotionError.
     "dates in X": (lambda X, y: (_dates(len(y))[:, None], y, None), "X holds dates"),
     "a date column": (lambda X, y: (_frame(X).assign(t=_dates(len(y))), y, None), "'t' of X"),
+    # A column of pandas periods: "TypeError: float() argument must be ... not 'Period'".
+    "a period column": (lambda X, y: (_frame(X).assign(t=_periods(len(y))), y, None), "'t' of X"),
     # scikit-learn's check of a nullable pandas y with pd.NA raised "TypeError: boolean
     # value of NA is ambiguous".
     "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),

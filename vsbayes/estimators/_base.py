@@ -1359,7 +1359,9 @@ def _refuse_dates(X) -> None:
     else:
         columns = [("X", getattr(X, "dtype", None))]
     for where, dtype in columns:
-        if getattr(dtype, "kind", None) in ("M", "m"):
+        # pandas' periods (kind "O") are dates too: numpy's float() of one, a TypeError.
+        period = str(dtype).startswith("period[")
+        if getattr(dtype, "kind", None) in ("M", "m") or period:
             raise ValueError(
                 f"{where} holds dates or times ({dtype}), not numbers. Convert them to "
                 f"numeric features first, e.g. days since a reference date, or the year, "
