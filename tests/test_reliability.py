@@ -75,6 +75,10 @@ def _dates(n):
     return np.datetime64("2020-01-01") + np.arange(n).astype("timedelta64[D]")
 
 
+def _periods(n):
+    return pd.period_range("2020-01-01", periods=n, freq="D")
+
+
 def _frame(X):
     return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
 
@@ -83,6 +87,10 @@ def _with_na(y):
     labels = pd.Series(np.where(y == 1, "yes", "no"), dtype="string")
     labels[2] = pd.NA
     return labels
+
+
+def _text_with_nan(y):
+    return _with_na(y).to_numpy(object, na_value=np.nan)
 
 
 INVALID = {
@@ -97,11 +105,15 @@ INVALID = {
     # datetime column raised numpy's DTypePromotionError.
     "dates in X": (lambda X, y: (_dates(len(y))[:, None], y, None), "X holds dates"),
     "a date column": (lambda X, y: (_frame(X).assign(t=_dates(len(y))), y, None), "'t' of X"),
+    # A column of pandas periods: "TypeError: float() argument must be ... not 'Period'".
+    "a period column": (lambda X, y: (_frame(X).assign(t=_periods(len(y))), y, None), "'t' of X"),
     # scikit-learn's check of a nullable pandas y with pd.NA raised "TypeError: boolean
     # value of NA is ambiguous".
     "NA in a pandas y": (lambda X, y: (X, _with_na(y), None), "1 missing label .*drop those"),
     # Text labels with a None: "'<' not supported between instances of 'NoneType' and 'str'".
     "None in y": (lambda X, y: (X, _with_na(y).to_numpy(object, na_value=None), None), "1 missing"),
+    # Text labels with a NaN (pandas' missing text once in numpy): "Input contains NaN".
+    "NaN in text y": (lambda X, y: (X, _text_with_nan(y), None), "1 missing"),
     "negative weight": (lambda X, y: (X, y, np.r_[-1.0, np.ones(len(y) - 1)]), "weight"),
     "all-zero weights": (lambda X, y: (X, y, np.zeros(len(y))), "weight"),
     "one class left by zero weights": (lambda X, y: (X, y, (y == 1) * 1.0), r"class.*weight"),

@@ -305,6 +305,25 @@ def test_quadrature_of_cavities_of_any_width_in_one_call(link):
             assert abs(t_var / together[2][i] - 1) < 1e-13
 
 
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_quadrature_of_a_cavity_beyond_float_resolution_stays_finite(link):
+    # A diverging EP's cavities (|m| ~ 10¹⁹, sd 141: the mean's round-off, 1.6e4, beyond
+    # the width) make every drop of ψ round-off: the node count hits the cap and, before,
+    # the sinh-mapped rule took them and returned -inf and NaN with RuntimeWarnings. The
+    # logistic's log Z there is m + v/2 = m in float64 (F = e^t); the probit's finite.
+    import warnings
+
+    f = get_link(link)
+    mean, var = np.array([-7.26e19, -1e19]), np.array([2e4, 2e4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        log_z, t_mean, t_var = quadrature_tilted_moments(f, mean, var)
+    assert np.isfinite(log_z).all() and np.isfinite(t_mean).all() and np.isfinite(t_var).all()
+    if link == "logistic":
+        np.testing.assert_allclose(log_z, mean, rtol=1e-12)
+        np.testing.assert_allclose(t_mean, mean, rtol=1e-12)
+
+
 def test_fractional_link_moments_err_about_the_power_times_the_link_rule():
     # The logistic's rule on its own scale for F^p, p < 1: its error is the link rule's
     # (test_link_variable_moments_match_quadrature_from_unit_variance) times about p, F^p's

@@ -492,13 +492,15 @@ def test_laplace_error_at_tiny_weights_is_its_excess_over_the_prior_like_posteri
     assert truth <= predicted <= truth * (1.0 + 4.0 * relative)
 
 
-def test_auto_at_tiny_weights_does_not_keep_the_laplace_covariance():
+@pytest.mark.parametrize("chunked", [False, True])
+def test_auto_at_tiny_weights_does_not_keep_the_laplace_covariance(chunked):
     """Balanced classes leave the multinomial expansion's mean term ~0 at weights 1e-8
     however wide the rows' latent spreads: "auto" kept the Laplace approximation (its
     predicted error 1e-10), whose intercepts' variance is the prior's 1e6 shrunk by the
     curvature at the mode (to 7.8e5 here), where the posterior's is the prior's to
     O(c · 1000) relative. Out of the expansion's range (its quartic term), the fit must
-    keep more than half of the gap."""
+    keep more than half of the gap. Rows in dask chunks too: their expansion had no
+    quartic term, and kept the Laplace approximation there (D-250)."""
     X, y = make_classification(
         150,
         4,
@@ -509,7 +511,12 @@ def test_auto_at_tiny_weights_does_not_keep_the_laplace_covariance():
         random_state=0,
     )
     est = vsbayes.VSLogisticRegression(random_state=0)
-    est.fit(X, y, sample_weight=np.full(150, 1e-8))
+    if chunked:
+        import dask.array as da
+
+        est.fit(da.from_array(X, chunks=50), y, sample_weight=np.full(150, 1e-8))
+    else:
+        est.fit(X, y, sample_weight=np.full(150, 1e-8))
     assert est.strategy_[0] != "laplace"
     intercepts = np.diag(np.asarray(est.posteriors_[0].cov))[-3:]
     laplace = vsbayes.LaplaceLogisticRegression().fit(X, y, sample_weight=np.full(150, 1e-8))

@@ -129,9 +129,9 @@ class SkewCorrection:
     quartic_term : float or None
         ``Σ_i s_i ℓ⁽⁴⁾(t_i) v_i² / 8``, the expectation of the quartic term of the
         log-likelihood's expansion under the Laplace Gaussian (for the multinomial
-        posterior, over the K latent scores of each row); None where not computed (a
-        multinomial posterior's rows in dask chunks). With :attr:`mean_term` it says
-        whether the expansion is in its range (:data:`SKEW_VALID`).
+        posterior, over the K latent scores of each row; rows in memory or in dask
+        chunks); None where not computed. With :attr:`mean_term` it says whether the
+        expansion is in its range (:data:`SKEW_VALID`).
     prior_bound : float
         :func:`prior_curvature_bound`: the excess KL of the Laplace approximation against
         the Gaussian of its mean and the prior's covariance (inf: not computed).
@@ -340,10 +340,14 @@ def _cubic_norm2(square: float, diagonal: float, sub_diagonal: float, m: int, ke
 
 def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     if not getattr(model, "rows_in_memory", True):
-        g = _over_rows(model, _softmax_pass, mean, cov)
+        # The quartic term too, a sum over the rows: without it balanced classes' g ≈ 0
+        # kept the Laplace approximation at tiny weights on chunks (D-232, D-250).
+        g, quartic = _over_rows(model, _softmax_pass, mean, cov)
         shift = cov @ g
         mean_term = float(g @ shift) / 8.0
-        return SkewCorrection(mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, None)
+        return SkewCorrection(
+            mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, None, quartic / 8.0
+        )
     probabilities, latent_cov = _softmax_moments(model, mean, cov)
     weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
     g = model.to_vector(model.latent_transpose(weights))
@@ -464,11 +468,14 @@ def _softmax_moments(model: SoftmaxGLMPosterior, mean, cov):
     return probabilities, latent_cov
 
 
-def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> np.ndarray:
-    """``g`` of the rows: ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout."""
+def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> tuple[np.ndarray, float]:
+    """``g`` of the rows, ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout, and their
+    :func:`_softmax_quartic`."""
     probabilities, latent_cov = _softmax_moments(model, mean, cov)
-    weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
-    return model.to_vector(model.latent_transpose(weights))
+    weight = model.sample_weight
+    weights = softmax_row_skewness(probabilities, latent_cov, weight)
+    g = model.to_vector(model.latent_transpose(weights))
+    return g, _softmax_quartic(probabilities, latent_cov, weight)
 
 
 def softmax_row_skewness(

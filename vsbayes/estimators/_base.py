@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import functools
 import numbers
+import sys
 from contextlib import nullcontext
 from numbers import Integral, Real
 from typing import ClassVar
@@ -1358,7 +1359,9 @@ def _refuse_dates(X) -> None:
     else:
         columns = [("X", getattr(X, "dtype", None))]
     for where, dtype in columns:
-        if getattr(dtype, "kind", None) in ("M", "m"):
+        # pandas' periods (kind "O") are dates too: numpy's float() of one, a TypeError.
+        period = str(dtype).startswith("period[")
+        if getattr(dtype, "kind", None) in ("M", "m") or period:
             raise ValueError(
                 f"{where} holds dates or times ({dtype}), not numbers. Convert them to "
                 f"numeric features first, e.g. days since a reference date, or the year, "
@@ -1378,7 +1381,15 @@ def _refuse_missing_labels(y) -> None:
         labels = np.asarray(y)
         if labels.dtype != object:
             return
-        missing = np.flatnonzero(np.equal(labels, None).ravel())
+        # None, or NaN (a float column's missing value; pandas' text labels turned into an
+        # object array): NaN alone is unequal to itself. (pandas' NA, whose comparison has
+        # no truth value, exists only with pandas loaded: its isna then.)
+        pandas_module = sys.modules.get("pandas")
+        if pandas_module is not None:
+            absent = np.asarray(pandas_module.isna(labels), dtype=bool)
+        else:
+            absent = np.equal(labels, None) | np.not_equal(labels, labels)
+        missing = np.flatnonzero(absent.ravel())
     else:
         return
     if missing.size:

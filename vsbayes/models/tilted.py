@@ -540,8 +540,13 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     # Sites whose uniform rule would need more than _MAX_NODES per side (a cavity whose sd
     # is ~10⁴ times the link's scale) take the rule in sinh-mapped nodes instead: the capped
     # uniform step no longer resolves the link's bend (D-246).
+    # A site float64 cannot place (the mode's round-off a share of the width: a diverging
+    # EP's cavities at |m| ~ 10¹⁹, whose drops are round-off and whose reach is so huge)
+    # keeps the capped uniform rule: the mapped rule's nodes there give NaN.
     mapped = (
-        reach / step > _MAX_NODES if link.singularity is not None else np.zeros(mean.size, bool)
+        (reach / step > _MAX_NODES) & (np.abs(mode) * _UNRESOLVED < width)
+        if link.singularity is not None
+        else np.zeros(mean.size, bool)
     )
     uniform = np.flatnonzero(~mapped)
     for sites, k in _blocks(nodes[uniform]):
@@ -684,6 +689,9 @@ _MAPPED_MAX_STEP, _MAPPED_FAR_STEP, _MAPPED_MODE_STEP = 0.25, 0.5, 0.25
 # convergence): round-off's. Steps halve until then, to at most this many nodes per side.
 _MAPPED_CHECK = 1e-8
 _MAPPED_MAX_NODES = 2**17
+# A mode farther than 10¹⁰ widths from 0 (its round-off, 2.2e-16 |t*|, beyond 2e-6 widths)
+# is not resolved; the mapped rule's measured range above is within 10⁸ (|t*| ≲ m + v).
+_UNRESOLVED = 1e-10
 
 
 def _mapped_sizes(centre, var, mode, width, reach, step):
