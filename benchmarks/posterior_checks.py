@@ -754,7 +754,7 @@ NUTS_FINDINGS = (
     "1024n with a predicted 0.083 nats and a warning that the target is missed; one round of 32× "
     "had lowered the pool's effective sample size, and EP was kept silently) — not a default's "
     "cost. The global fit at 8n predicts kl_error_ 0.62 (logistic) and 1.14 (probit) from its "
-    "points' leverages (D-238; inf before: its weights q/π have fewer effective points than its "
+    "points' leverages (D-237; inf before: its weights q/π have fewer effective points than its "
     "2211 parameters, the in-sample correction's pole, D-224), against 0.69 and 1.12 nats from "
     "the NUTS moments. **wine**: the "
     "default's global fit (64 n over the contrasts, D-091) is off by its Monte Carlo error, in its"

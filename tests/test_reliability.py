@@ -601,7 +601,7 @@ def test_an_unknown_error_in_many_dimensions_is_no_divergence(monkeypatch):
     weights q/π of an effective sample size below n = 595, the in-sample correction's
     pole, although it stays within a factor 2 of EP's variances in every direction
     (0.68-1.77). Its leverages give a finite error (0.94 nats; 0.42 from the spread of
-    seeds 0-2), which warns as large (D-238); without them (beyond their budget)
+    seeds 0-2), which warns as large (D-237); without them (beyond their budget)
     kl_error is inf, whose warning said the kernel was narrower than the fit, which it is
     not: in many dimensions small differences along each spread the weights (D-224)."""
     from sklearn.datasets import load_digits

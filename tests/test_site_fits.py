@@ -270,7 +270,7 @@ def test_quadrature_of_a_cavity_far_wider_than_the_link(link):
     # A cavity of sd 10⁵: the uniform rule in the tilted density's frame would need ~10⁶
     # nodes per side to keep its step of 0.4 at the link's bend, and at its cap (2¹⁵) erred
     # by up to 2.5e-3; the sinh-mapped rule is within round-off (measured ≤ 7.1e-15 over
-    # v in [3·10⁴, 10¹⁴], powers 1 to 1e-8, means within ±6 sds; D-246).
+    # v in [3·10⁴, 10¹⁴], powers 1 to 1e-8, means within ±6 sds; D-241).
     from scipy.special import log_expit, log_ndtr
 
     f = get_link(link)

@@ -500,7 +500,7 @@ def test_auto_at_tiny_weights_does_not_keep_the_laplace_covariance(chunked):
     curvature at the mode (to 7.8e5 here), where the posterior's is the prior's to
     O(c · 1000) relative. Out of the expansion's range (its quartic term), the fit must
     keep more than half of the gap. Rows in dask chunks too: their expansion had no
-    quartic term, and kept the Laplace approximation there (D-250)."""
+    quartic term, and kept the Laplace approximation there (D-245)."""
     X, y = make_classification(
         150,
         4,

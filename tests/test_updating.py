@@ -1219,7 +1219,7 @@ def test_a_vb_stream_keeps_the_rows_whose_bounds_fit_worst(cancer):
     own batch. The batch fit is the optimum of the bound over every ξ, and a stream of
     frozen ξ only approaches it (240 rows in batches of 40 through a window of 40:
     KL(batch ‖ stream) measured 0.45, against filtering's 6.9; the bound's floor:
-    docs/decisions.md, D-241)."""
+    docs/decisions.md, D-238)."""
     X, y = cancer
     weights = np.random.default_rng(4).uniform(0.5, 2.0, 240)
     batch = vb.VBLogisticRegression().fit(X[:240], y[:240], sample_weight=weights)

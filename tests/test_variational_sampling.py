@@ -211,7 +211,7 @@ def test_a_predicted_error_near_the_correction_pole_is_finite_and_calibrated():
     where generalized cross-validation's (1 - n/ESS)⁻² is infinite (all 10 fits
     before). The leverages' correction is finite, and its median ratio to the measured
     excess KL within D-008's [1/2, 2] (0.78 here; over 30 seeds 0.66, 29 within ×3;
-    D-238)."""
+    D-237)."""
     from scipy import stats
 
     d, nu = 10, 5.0
@@ -239,7 +239,7 @@ def test_with_fewer_points_than_twice_the_parameters_the_error_is_not_understate
     least-squares fit's excess risk grows as n/(N − n)), not the weights': the leverages'
     correction predicted 0.025 of the measured excess KL in median (0.003-0.21 over the
     seeds), which would stop a target's rounds early. Below 2n GCV's factor stays
-    (D-250): here infinite, the error unknown."""
+    (D-245): here infinite, the error unknown."""
     from scipy import stats
 
     d, nu = 4, 5.0
@@ -371,7 +371,7 @@ def test_a_fit_that_cannot_predict_its_error_says_so(monkeypatch):
     # A Cauchy target in 10 dimensions from its Laplace kernel (covariance 1/11): the
     # fit's own weights q/π sit on fewer than its n = 66 parameters, and the effective
     # sample size of p/π (54 > d+1) and N = 32n raised no warning (D-188). Its leverages
-    # give a finite error, large, which warns (D-238); where they cost more than their
+    # give a finite error, large, which warns (D-237); where they cost more than their
     # budget, kl_error is inf, and says so.
     from scipy import stats
 

@@ -341,7 +341,7 @@ def _cubic_norm2(square: float, diagonal: float, sub_diagonal: float, m: int, ke
 def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     if not getattr(model, "rows_in_memory", True):
         # The quartic term too, a sum over the rows: without it balanced classes' g ≈ 0
-        # kept the Laplace approximation at tiny weights on chunks (D-232, D-250).
+        # kept the Laplace approximation at tiny weights on chunks (D-232, D-245).
         g, quartic = _over_rows(model, _softmax_pass, mean, cov)
         shift = cov @ g
         mean_term = float(g @ shift) / 8.0

@@ -13,7 +13,7 @@ holds the points and provides the few operations the VS solver needs, all O(N d�
 
 Two operations form the n×n sampled Hessian ``Σ w_k φ_k φ_kᵀ`` from row blocks of the
 feature matrix, O(N n²): ``newton_direction`` (exact Newton steps, where n is small) and
-``leverages`` (the in-sample correction of the predicted error near its pole, D-238).
+``leverages`` (the in-sample correction of the predicted error near its pole, D-237).
 
 The full family never forms the N×n feature matrix: with homogeneous coordinates
 ``y = (z, 1)`` its features are ``φ(z) = -y yᵀ / 2`` and θ is a symmetric

@@ -203,7 +203,7 @@ def _warn_about(sol: VSResult, dim: int, n_params: int, max_iter: int, family: s
         # fit in its tails, or one that differs from it a little along each of many
         # directions (digits3, d = 65: the fit within 0.46-0.9 of its kernel's variances,
         # yet 1695 effective points of 17688 for n = 2211; D-224), and the points'
-        # leverages, which correct the error there, cost more than their budget (D-238).
+        # leverages, which correct the error there, cost more than their budget (D-237).
         # The in-sample correction then predicts nothing of the error, which is not
         # infinite (there ~1 nat, from the spread of fits over seeds).
         warn(

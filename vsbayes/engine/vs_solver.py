@@ -73,18 +73,18 @@ _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
 # fit's n parameters are at most half its weights' ESS: over the paper's data at 2n-16n
 # points its ratio to the measured error had a median of 0.95-1.13 up to n/ESS = 0.4,
 # 1.2-1.4 at 0.4-0.5, 1.6-1.8 at 0.5-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then inf.
-# Beyond, the points' own leverages correct each residual (D-238): 0.46-0.92 there. They
+# Beyond, the points' own leverages correct each residual (D-237): 0.46-0.92 there. They
 # cost N n² multiply-adds (a rank-k update and a triangular solve over the points), as
 # the exact Newton steps' Hessian does, so they share its budget: the paper's sets at
 # 2n-16n (N n² ≤ 4e9) about double a fit's CPU there, 0.04 → 0.09 s; digits3 at 8n
-# (n = 2211: 8.6e10) would take 11× its fit for a diagnostic and keeps GCV's factor (D-238).
+# (n = 2211: 8.6e10) would take 11× its fit for a diagnostic and keeps GCV's factor (D-237).
 # In a final round only.
 _GCV_MOST_SHARE = 0.5
 _LEVERAGE_BUDGET = _EXACT_BUDGET  # 5e9
 # With fewer points than twice the parameters the pole is the points' own (a least-squares
 # fit's excess risk grows as n/(N − n)), not the weights': HC2 there predicted 0.025 (1.2n)
 # and 0.17 (1.5n) of the measured error in median (Student-t, d = 4 and 6, 10 seeds), 0.2-0.5
-# from 2n, where D-238 measured it. Below, GCV's factor stays (D-250).
+# from 2n, where D-237 measured it. Below, GCV's factor stays (D-245).
 _LEVERAGE_MIN_POINTS = 2.0
 # A point whose leverage is this close to 1 holds a direction of the fit by itself: its
 # residual, zero, says nothing of the error along it.

@@ -92,7 +92,7 @@ one-row calls and batches alike, are those whose bound is closest to their likel
 over the posterior (:func:`~vsbayes.approximations.window_sites.bound_gaps`). While every
 row is in the window, the stream is the batch VB fit, its evidence (the bound) too; the
 rows that left keep their last ξ, which no later batch can revise without them: the
-floor of a stream whose memory does not grow (docs/decisions.md, D-241).
+floor of a stream whose memory does not grow (docs/decisions.md, D-238).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ _CACHE_ENTRIES = 2**19
 # Entries per row chunk of the temporaries of the multinomial latent forms' products of
 # pairs (JointLatents): within a core's level-2 cache or two (30 classes × 21 parameters,
 # 2·10⁴ rows, one thread, load 9: 64-128 rows a chunk 0.34-0.35 s, 512 rows 0.78 s; 65
-# parameters, 10 classes: 32-64 rows 0.58-0.60 s, 16 rows 0.91, 1024 rows 1.22; D-244).
+# parameters, 10 classes: 32-64 rows 0.58-0.60 s, 16 rows 0.91, 1024 rows 1.22; D-239).
 _FORM_ENTRIES = 2**18
 # The blocks' form's batched contraction costs a call per row, about as long as passes over
 # this many entries. Measured, one thread, 2·10⁴ random rows, time of the triangles' form
@@ -641,7 +641,7 @@ class JointLatents(_RowChunks):
         # doubled off the diagonal (half the multiply-adds, an inner dimension of T; the
         # products and their two gathered factors, 3T entries a row); or x̃ against the
         # (w, P·w) blocks side by side and that product contracted with x̃ (2·P·w entries
-        # a row, and the contraction's call per row). The cheaper by that count (D-244).
+        # a row, and the contraction's call per row). The cheaper by that count (D-239).
         n_products = w * (w + 1) // 2
         self.triangular = 3 * n_products <= 2 * n_pairs * w + _CONTRACTION_ROW_ENTRIES
         if self.triangular:

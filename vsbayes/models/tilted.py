@@ -516,7 +516,7 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     and the variance relative: within 2.1e-11 of a finer rule for cavity variances up to
     3·10⁴ (the probit's mean within 5.4e-9 at m = −10⁴, the round-off of ψ there; D-228,
     D-231), and within 7.1e-15 of adaptive quadrature from 3·10⁴ to 10¹⁴ (powers 10⁻⁸ to
-    1, means within ±6 standard deviations; D-246).
+    1, means within ±6 standard deviations; D-241).
 
     Parameters
     ----------
@@ -539,7 +539,7 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     log_z, t_mean, t_var = (np.empty_like(mean) for _ in range(3))
     # Sites whose uniform rule would need more than _MAX_NODES per side (a cavity whose sd
     # is ~10⁴ times the link's scale) take the rule in sinh-mapped nodes instead: the capped
-    # uniform step no longer resolves the link's bend (D-246).
+    # uniform step no longer resolves the link's bend (D-241).
     # A site float64 cannot place (the mode's round-off a share of the width: a diverging
     # EP's cavities at |m| ~ 10¹⁹, whose drops are round-off and whose reach is so huge)
     # keeps the capped uniform rule: the mapped rule's nodes there give NaN.
@@ -683,7 +683,7 @@ def _fractional_step(link, mean, var, power, mode, width, peak):
 # quadrature (SciPy's, split at the link's bend, decades of |t|, the mode and the cavity's
 # sds) over v in [3·10⁴, 10¹⁴], m in ±6√v, powers 1, 0.3, 10⁻³ and 10⁻⁸, logistic and
 # probit: log Z, the mean in sds and the variance relative within 7.1e-15 (the uniform
-# rule at its cap: up to 2.6e-3), at most 3868 nodes per side before the check (D-246).
+# rule at its cap: up to 2.6e-3), at most 3868 nodes per side before the check (D-241).
 _MAPPED_MAX_STEP, _MAPPED_FAR_STEP, _MAPPED_MODE_STEP = 0.25, 0.5, 0.25
 # A mapped rule within this of its own even nodes' is within its square (geometric
 # convergence): round-off's. Steps halve until then, to at most this many nodes per side.
