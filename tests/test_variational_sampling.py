@@ -205,6 +205,20 @@ def test_predicted_error_matches_measured_error():
     assert ratio <= 3, ratio
 
 
+def _student_t_target(d: int, nu: float = 5.0):
+    """n, the truth, a kernel of sd 1.8 (1.4 × the target's) and the log density of d independent
+    Student-t coordinates (ν = 5): a target whose fits sit at the in-sample pole."""
+    from scipy import stats
+
+    truth = Gaussian(np.zeros(d), nu / (nu - 2) * np.eye(d), log_Z=0.0)
+    kernel = Gaussian(np.zeros(d), 1.8**2 * np.eye(d))
+
+    def log_target(x):
+        return stats.t.logpdf(x, nu).sum(axis=1)
+
+    return n_family_params(d), truth, kernel, log_target
+
+
 def test_a_predicted_error_near_the_correction_pole_is_finite_and_calibrated():
     """A Student-t target (ν = 5, d = 10, n = 66) from a kernel 1.4 times as wide, at 4n
     points: n is above the effective sample size of the fits' weights (p/π's: 23-51),
@@ -212,15 +226,7 @@ def test_a_predicted_error_near_the_correction_pole_is_finite_and_calibrated():
     before). The leverages' correction is finite, and its median ratio to the measured
     excess KL within D-008's [1/2, 2] (0.78 here; over 30 seeds 0.66, 29 within ×3;
     D-237)."""
-    from scipy import stats
-
-    d, nu = 10, 5.0
-    n = n_family_params(d)
-    truth = Gaussian(np.zeros(d), nu / (nu - 2) * np.eye(d), log_Z=0.0)
-    kernel = Gaussian(np.zeros(d), 1.8**2 * np.eye(d))
-
-    def log_target(x):
-        return stats.t.logpdf(x, nu).sum(axis=1)
+    n, truth, kernel, log_target = _student_t_target(10)
 
     ratios, shares = [], []
     for seed in range(10):
@@ -240,15 +246,7 @@ def test_with_fewer_points_than_twice_the_parameters_the_error_is_not_understate
     correction predicted 0.025 of the measured excess KL in median (0.003-0.21 over the
     seeds), which would stop a target's rounds early. Below 2n GCV's factor stays
     (D-245): here infinite, the error unknown."""
-    from scipy import stats
-
-    d, nu = 4, 5.0
-    n = n_family_params(d)
-    truth = Gaussian(np.zeros(d), nu / (nu - 2) * np.eye(d), log_Z=0.0)
-    kernel = Gaussian(np.zeros(d), 1.8**2 * np.eye(d))
-
-    def log_target(x):
-        return stats.t.logpdf(x, nu).sum(axis=1)
+    n, truth, kernel, log_target = _student_t_target(4)
 
     ratios = []
     for seed in range(10):
