@@ -786,3 +786,18 @@ def test_json_to_standard_output_replaces_the_table(
     written = json.loads((tmp_path / "out.json").read_text())
     assert streamed.keys() == written.keys()
     assert not table.lstrip().startswith("{")
+
+
+def test_remedies_name_the_method_options_not_the_estimator_classes(capsys, tmp_path):
+    # BMC on 150 features cannot resolve its Gaussian: the library's remedy names the
+    # classes to use ("Use VSLogisticRegression or EPLogisticRegression"), which the command
+    # chooses by --method.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 150))
+    path = tmp_path / "wide.csv"
+    header = ",".join([f"x{i}" for i in range(150)] + ["y"])
+    np.savetxt(path, np.column_stack([X, X[:, 0] > 0]), delimiter=",", header=header, comments="")
+    status, _, err = run(capsys, "fit", str(path), "--method", "bmc")
+    assert status == 1
+    assert "Use --method vs or --method ep" in err
+    assert "LogisticRegression" not in err and "ProbitRegression" not in err

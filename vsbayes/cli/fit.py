@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from ..engine import n_family_params
-from ..estimators import INTERCEPT_PRIOR_VAR
+from ..estimators import INTERCEPT_PRIOR_VAR, LINKS, estimator_class
 from ..estimators._strategy import DEFAULT_TARGET_KL
 from ..exceptions import EstimationError, TooFewSamplesError
 from .data import Dataset, load_dataset
@@ -96,18 +96,41 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
 #: and errors' remedies name them ("Use n_samples >= 30", "a larger target_kl",
 #: "strategy='global'").
 _OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
-_PARAMETER = re.compile(rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'")
+
+
+def _method_options() -> dict[str, str]:
+    """Each estimator class the command fits, by the options that choose it ("Use
+    VSLogisticRegression or EPLogisticRegression" says ``--method vs``, ``--method ep``)."""
+    names = {}
+    for method in METHOD_TITLES:
+        for link in LINKS:
+            try:
+                cls = estimator_class(method, link)
+            except ValueError:  # no such link for the method (VB is logistic only)
+                continue
+            probit = "" if link == "logistic" else f" --link {link}"
+            names[cls.__name__] = f"--method {method}{probit}"
+    return names
+
+
+_METHOD_OPTIONS = _method_options()
+_PARAMETER = re.compile(
+    rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'|\b({'|'.join(_METHOD_OPTIONS)})\b"
+)
 
 
 def _in_options(text: str) -> str:
-    """A warning's or error's text with the parameters the command sets named by their
-    options."""
-    return _PARAMETER.sub(
-        lambda match: (
-            _OPTIONS[match.group(1)] if match.group(1) else f"--strategy {match.group(2)}"
-        ),
-        text,
-    )
+    """A warning's or error's text with the parameters the command sets, and the estimator
+    classes it fits, named by their options."""
+
+    def option(match: re.Match) -> str:
+        if match.group(1):
+            return _OPTIONS[match.group(1)]
+        if match.group(2):
+            return f"--strategy {match.group(2)}"
+        return _METHOD_OPTIONS[match.group(3)]
+
+    return _PARAMETER.sub(option, text)
 
 
 def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
