@@ -40,8 +40,9 @@ from ..engine.site_fits import FIT_RELATIVE_ERROR
 from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning
 from ..models import BinaryGLMPosterior
 from ..models.latent import InformativeRows, untouched_columns
+from ..models.work import DUAL_MIN_DIM, takes_dual_form
 from ._damped_sweeps import ArraySites, damped_sweeps
-from ._glm_gaussian import _DUAL_MIN_DIM, GLMGaussian, NegativeSitesGaussian, RowLatent
+from ._glm_gaussian import GLMGaussian, NegativeSitesGaussian, RowLatent
 from ._threads import blas_policy
 from .chunked_ep import ChunkedSites
 from .newton_laplace import glm_laplace
@@ -492,8 +493,10 @@ def _negative_sites_dual(model, diagonal: np.ndarray) -> bool:
     takes :class:`NegativeSitesGaussian` (the dual form with a rank-k correction): more
     coefficients than rows, as GLMGaussian's dual form, and k at most ``max(M, 256)`` (its
     p × k solves at most the dual form's own p × M)."""
-    bound = max(model.n_observations, _DUAL_MIN_DIM)
-    return model.dim > bound and int(np.count_nonzero(diagonal <= 0)) <= bound
+    bound = max(model.n_observations, DUAL_MIN_DIM)
+    return takes_dual_form(model.n_observations, model.dim) and (
+        int(np.count_nonzero(diagonal <= 0)) <= bound
+    )
 
 
 def _negative_sites_gaussian(model, tau, linear, diagonal) -> NegativeSitesGaussian:

@@ -13,6 +13,7 @@ from .chunked import ChunkedSoftmaxPosterior
 from .softmax import SoftmaxGLMPosterior
 
 __all__ = [
+    "DUAL_MIN_DIM",
     "EP_SWEEPS",
     "LINK_COST",
     "SHRINKAGE_STEPS",
@@ -21,6 +22,7 @@ __all__ = [
     "expected_shrinkage_work",
     "likelihood_point_work",
     "sampled_dim",
+    "takes_dual_form",
 ]
 
 _SOFTMAX_MODELS = (SoftmaxGLMPosterior, ChunkedSoftmaxPosterior)
@@ -60,9 +62,17 @@ def expected_ep_work(model) -> float:
 # sparse; the L1 mode's steps add a p × p factorization and the lasso on it, counted as
 # p³ each, at most L1_MODE_STEPS of them: 14 there).
 SHRINKAGE_STEPS, L1_MODE_STEPS = 100, 20
-# The dual form's threshold (approximations._glm_gaussian._DUAL_MIN_DIM, which takes the
-# primal form up to this p whatever M).
-_DUAL_MIN_DIM = 256
+#: The Gaussian posteriors (``approximations._glm_gaussian``) take the dual form through
+#: the M × M matrix only beyond this p: below, the primal factorization costs under 10⁷
+#: flops, and it keeps the digits the dual loses when D⁻¹ - V Vᵀ cancels (a vague intercept
+#: prior, or features on a scale of 10⁷, made it lose all of them).
+DUAL_MIN_DIM = 256
+
+
+def takes_dual_form(n_rows: int, dim: int) -> bool:
+    """Whether a posterior of ``dim`` coefficients over ``n_rows`` rows takes the dual
+    M × M form: more coefficients than rows, and than :data:`DUAL_MIN_DIM`."""
+    return dim > max(n_rows, DUAL_MIN_DIM)
 
 
 def expected_shrinkage_work(model) -> float:
@@ -75,7 +85,7 @@ def expected_shrinkage_work(model) -> float:
     part its mode's dense steps (L1_MODE_STEPS × p³)."""
     m, p = model.n_observations, model.dim
     entries = float(model.n_design_entries)
-    if p > max(m, _DUAL_MIN_DIM):
+    if takes_dual_form(m, p):
         step = float(m) ** 3 + 2.0 * m * entries
     else:
         design = model.design
