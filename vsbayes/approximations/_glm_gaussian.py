@@ -49,7 +49,7 @@ from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior
 from ..models.latent import row_variances
-from ..models.work import expected_shrinkage_work
+from ..models.work import expected_shrinkage_work, takes_dual_form
 
 __all__ = [
     "BlockLatent",
@@ -58,13 +58,10 @@ __all__ = [
     "RowLatent",
     "check_posterior_memory",
     "check_shrinkage_size",
+    "unit_columns_correction",
 ]
 
 _FORMS = ("auto", "primal", "dual")
-# "auto" takes the dual form only beyond this p: below, the primal factorization costs
-# under 10⁷ flops, and it keeps the digits the dual loses when D⁻¹ - V Vᵀ cancels (a vague
-# intercept prior, or features on a scale of 10⁷, made it lose all of them).
-_DUAL_MIN_DIM = 256
 # Dual t_var: below this τ_i t_var_i, the shortcut 1 - (B⁻¹)_ii would lose more than one
 # digit to the subtraction, and the site takes the direct form.
 _CANCELLATION = 0.1
@@ -150,7 +147,7 @@ class GLMGaussian(_SolvedMoments):
             raise ValueError("Give either the site precisions tau or the precision H.")
         p, m = model.dim, model.n_observations
         if form == "auto":
-            form = "dual" if p > max(m, _DUAL_MIN_DIM) and precision is None else "primal"
+            form = "dual" if takes_dual_form(m, p) and precision is None else "primal"
         self.form = form
         self.linear = np.zeros(p) if linear is None else np.asarray(linear, dtype=float)
         # None for a model whose rows are in dask chunks: then H is given, and only the
@@ -370,13 +367,7 @@ class NegativeSitesGaussian(_SolvedMoments):
         view.prior_var = 1.0 / positive
         self._base = base = GLMGaussian(view, tau, linear, form="dual", what=what)
         self.form, self.linear, self._design = base.form, base.linear, base._design
-        k = self.tail.size
-        columns = np.zeros((diagonal.size, k))
-        columns[self.tail, np.arange(k)] = 1.0
-        self._spread = base.solve(columns)  # G = H₊⁻¹ U, (p, k)
-        capacitance = -self._spread[self.tail]
-        capacitance = 0.5 * (capacitance + capacitance.T)
-        capacitance[np.diag_indices(k)] += 1.0 / lack
+        self._spread, capacitance = unit_columns_correction(base, self.tail, lack)
         self._lower = lower_cholesky(capacitance, what)
         self.half_log_det = float(
             base.half_log_det + 0.5 * np.log(lack).sum() + np.log(np.diag(self._lower)).sum()
@@ -411,6 +402,21 @@ class NegativeSitesGaussian(_SolvedMoments):
         del self._base.__dict__["cov"]  # taken over, changed in place: not copied (8·p² bytes)
         cov += self._whitened.T @ self._whitened  # (exactly symmetric: a Gram matrix)
         return cov
+
+
+def unit_columns_correction(base, tail: np.ndarray, lack: np.ndarray):
+    """Woodbury's parts for ``H = H₊ − U N Uᵀ``, ``base`` H₊ (anything with ``solve`` and
+    ``linear``), U the unit columns ``tail``, ``N = diag(lack) > 0``: ``G = H₊⁻¹ U``, (p, k),
+    and the capacitance ``C = N⁻¹ − Uᵀ G``, (k, k), symmetrized. ``H⁻¹ = H₊⁻¹ + G C⁻¹ Gᵀ``,
+    and C is positive definite exactly when H is."""
+    k = tail.size
+    columns = np.zeros((base.linear.size, k))
+    columns[tail, np.arange(k)] = 1.0
+    spread = base.solve(columns)
+    capacitance = -spread[tail]
+    capacitance = 0.5 * (capacitance + capacitance.T)
+    capacitance[np.diag_indices(k)] += 1.0 / lack
+    return spread, capacitance
 
 
 class _Intercept(NamedTuple):

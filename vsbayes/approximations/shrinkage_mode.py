@@ -38,7 +38,8 @@ from .._warnings import catch, warn
 from ..engine import LaplaceResult
 from ..exceptions import ConvergenceWarning
 from ..gaussian import lower_cholesky
-from ._glm_gaussian import _DUAL_MIN_DIM, GLMGaussian
+from ..models.work import DUAL_MIN_DIM, takes_dual_form
+from ._glm_gaussian import GLMGaussian, unit_columns_correction
 
 __all__ = [
     "mode_prior_curvature",
@@ -300,9 +301,7 @@ def _dual_at_mode(model) -> bool:
     a diagonal plus the rows' Gram matrix, with no p × p factorization. (Under a Laplace
     prior or the elastic net the Gaussian at an L1 mode keeps the dense factor, whose
     pivots ``_with_prior_curvature`` checks at exact collinearity.)"""
-    return model.coefficient_prior.l1 == 0.0 and model.dim > max(
-        model.n_observations, _DUAL_MIN_DIM
-    )
+    return model.coefficient_prior.l1 == 0.0 and takes_dual_form(model.n_observations, model.dim)
 
 
 def _dual_mode_gaussian(model, theta: np.ndarray, curvature: np.ndarray) -> GLMGaussian:
@@ -420,7 +419,7 @@ class _GLMNewton:
         self.gaussian = GLMGaussian(
             view, model.sample_weight * curvature, what="proximal Newton step's quadratic"
         )
-        self.max_tail = max(model.n_observations, _DUAL_MIN_DIM)
+        self.max_tail = max(model.n_observations, DUAL_MIN_DIM)
 
     def solve(self, grad: np.ndarray) -> np.ndarray:
         """``H⁻¹ grad`` (or ``H₊⁻¹ grad``, class docstring)."""
@@ -428,12 +427,7 @@ class _GLMNewton:
         k = self.tail.size
         if k == 0 or k > self.max_tail:
             return step
-        columns = np.zeros((grad.size, k))
-        columns[self.tail, np.arange(k)] = 1.0
-        spread = self.gaussian.solve(columns)  # H₊⁻¹ U
-        capacitance = -spread[self.tail]
-        capacitance = 0.5 * (capacitance + capacitance.T)
-        capacitance[np.diag_indices(k)] += 1.0 / self.lack
+        spread, capacitance = unit_columns_correction(self.gaussian, self.tail, self.lack)
         try:
             lower = np.linalg.cholesky(capacitance)
         except np.linalg.LinAlgError:  # H is not positive definite here
