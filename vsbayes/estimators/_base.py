@@ -92,6 +92,10 @@ __all__ = [
 #: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
 INTERCEPT_PRIOR_VAR = 1e6
 
+#: The remedy, in the warnings and errors of a prior too vague for the data, that chooses
+#: C for them (the command line says it in its own terms: ``vsbayes.cli.methods``).
+CHOOSE_C = "EmpiricalBayesClassifier chooses C by the evidence"
+
 #: LogisticRegression's solver names (see ``solver`` in the estimators' docstrings: the mode
 #: is Newton's whatever the name).
 SOLVERS = ("lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga")
@@ -232,8 +236,8 @@ def _separated_hint(model, laplace) -> str:
         "separable, so the posterior is one-sided along the separating directions and "
         "reaches as far as the prior lets it, where neither this fit nor the Laplace "
         "approximation's Gaussian about the mode holds it (its predictions can be nearly "
-        "uniform, or favour wrong classes). Use a smaller C or a narrower prior "
-        "(EmpiricalBayesClassifier chooses C by the evidence)."
+        f"uniform, or favour wrong classes). Use a smaller C or a narrower prior "
+        f"({CHOOSE_C})."
     )
 
 
@@ -272,8 +276,8 @@ def _unseen_directions_hint(model, C: float) -> str:
     return (
         f" Here the {model.n_observations} rows cannot span the {model.dim} parameters: "
         f"along the directions they do not see the posterior keeps the prior's variance "
-        f"C = {C:g}, too far beyond the others' for float64. Use a smaller C (the "
-        f"evidence picks one: EmpiricalBayesClassifier), or fewer features than rows."
+        f"C = {C:g}, too far beyond the others' for float64. Use a smaller C "
+        f"({CHOOSE_C}), or fewer features than rows."
     )
 
 
@@ -1234,8 +1238,7 @@ def _warn_if_predictive_leaves_the_mode(estimator, X, y_index, weights) -> None:
         f"separating directions, and the Gaussian about the mode puts as much mass on the "
         f"wrong side, more as C grows; predict_proba is not the posterior's there. Use "
         f"VSLogisticRegression or EPLogisticRegression, which fit the one-sided posterior, "
-        f"or a smaller C or narrower prior (EmpiricalBayesClassifier chooses C by the "
-        f"evidence).",
+        f"or a smaller C or narrower prior ({CHOOSE_C}).",
         UnreliableFitWarning,
     )
 
