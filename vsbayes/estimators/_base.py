@@ -938,6 +938,8 @@ class BayesianGLMClassifier(
                                 remedy=remedy,
                             )
                             _check_route_memory(model, method, type(self).__name__)
+                        else:  # (its size and memory: softmax_laplace, before Newton)
+                            check_shrinkage_size(model, type(self).__name__)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
                 if observer is not None:
                     observer.done(fit)

@@ -76,17 +76,30 @@ def takes_dual_form(n_rows: int, dim: int) -> bool:
 
 
 def expected_shrinkage_work(model) -> float:
-    """Multiply-adds of a binary fit of ``model``'s posterior under its shrinkage prior
+    """Multiply-adds of a fit of ``model``'s posterior under its shrinkage prior
     (``coefficient_prior``, rows in memory), before running it: SHRINKAGE_STEPS steps of
     the primal form (the Gram matrix, its factor and inverse, ``M p² + p³``; a sparse
     design's Gram matrix the pairs of each row's non-zeros) or of the dual form (``M³``
     for the M × M factor, its inverse and the variances' solves, and twice M times the
     design's entries for the kernel and the p × M spread), and for a prior with an L1
-    part its mode's dense steps (L1_MODE_STEPS × p³)."""
+    part its mode's dense steps (L1_MODE_STEPS × p³).
+
+    A multinomial posterior (p = K(d + 1)) takes the primal form: its Hessian is the
+    K(K + 1)/2 class pairs' Gram matrices of the rows (``SoftmaxGLMPosterior.hessian``),
+    ``M (d + 1)²`` each, and the dual form needs a prior alike for every class, which a
+    shrinkage prior's sites are not (``_softmax_dual.factorizing_prior``)."""
     m, p = model.n_observations, model.dim
-    entries = float(model.n_design_entries)
-    if takes_dual_form(m, p):
-        step = float(m) ** 3 + 2.0 * m * entries
+    if isinstance(model, _SOFTMAX_MODELS):
+        k, intercept = model.n_classes, int(model.fit_intercept)
+        width = model.n_features + intercept
+        if hasattr(model.X, "indptr"):
+            row_entries = np.diff(model.X.indptr).astype(float) + intercept
+            gram = float(np.square(row_entries).sum())
+        else:
+            gram = float(m) * width * width
+        step = float(p) ** 3 + 0.5 * k * (k + 1) * gram
+    elif takes_dual_form(m, p):
+        step = float(m) ** 3 + 2.0 * m * float(model.n_design_entries)
     else:
         design = model.design
         if hasattr(design, "indptr"):
