@@ -49,7 +49,7 @@ from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
 from ..models import BinaryGLMPosterior, SoftmaxGLMPosterior
 from ..models.latent import row_variances
-from ..models.work import expected_shrinkage_work, takes_dual_form
+from ..models.work import SHRINKAGE_STEPS, expected_shrinkage_work, takes_dual_form
 
 __all__ = [
     "BlockLatent",
@@ -523,10 +523,13 @@ def check_posterior_memory(
     )
 
 
-def check_shrinkage_size(model, estimator_name: str = "", remedy: str = "") -> None:
+def check_shrinkage_size(
+    model, estimator_name: str = "", remedy: str = "", steps: int = SHRINKAGE_STEPS
+) -> None:
     """Before any work, for a posterior under a shrinkage prior (``model.coefficient_prior``):
     warn where its fit is expected to take more than ``MAX_SHRINKAGE_WORK`` multiply-adds
-    (:func:`~vsbayes.models.work.expected_shrinkage_work`, binary or multinomial), and raise
+    (:func:`~vsbayes.models.work.expected_shrinkage_work` of ``steps``, binary or
+    multinomial), and raise
     ValueError where a binary one has more than ``MAX_DENSE_PARAMS`` coefficients (a
     multinomial one is refused there by ``softmax_laplace.check_softmax_size``, in its own
     terms).
@@ -545,9 +548,12 @@ def check_shrinkage_size(model, estimator_name: str = "", remedy: str = "") -> N
     name = f"{estimator_name} " if estimator_name else ""
     multinomial = isinstance(model, SoftmaxGLMPosterior)
     if p <= MAX_DENSE_PARAMS:
-        work = expected_shrinkage_work(model)
+        work = expected_shrinkage_work(model, steps)
         if work > MAX_SHRINKAGE_WORK:
             m = model.n_observations
+            stepping = "its mode's steps and EP's sweeps"
+            if steps < SHRINKAGE_STEPS:
+                stepping = "its mode's Newton steps"
             shape = f"{p} coefficients, {m} rows"
             form = f"the dense {p} × {p} precision"
             if multinomial:
@@ -557,8 +563,8 @@ def check_shrinkage_size(model, estimator_name: str = "", remedy: str = "") -> N
             warn(
                 f"The {name}posterior under the shrinkage prior {factor!r} ({shape}) will "
                 f"take about {work:.1g} multiply-adds ({work / SHRINKAGE_RATE / 60:.0f} "
-                f"minutes or more at {SHRINKAGE_RATE:.0g} a second): its mode's steps and "
-                f"EP's sweeps each factor {form}, and no structured covariance takes a "
+                f"minutes or more at {SHRINKAGE_RATE:.0g} a second): {stepping} each "
+                f"factor {form}, and no structured covariance takes a "
                 f"shrinkage prior. {remedy + ' ' if remedy else ''}Or subsample the rows, "
                 f"or select features first (e.g. sklearn.feature_selection.SelectKBest in "
                 f"a pipeline).",

@@ -63,6 +63,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.latent import untouched_columns
 from ..models.separation import check_flat_prior_is_proper, separates_at
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
+from ..models.work import SHRINKAGE_STEPS
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._class_weights import checked_class_weights, class_weights
@@ -928,9 +929,11 @@ class BayesianGLMClassifier(
                         if prior is not None:  # in θ's coordinates (an arrowhead prior's)
                             fit = finish(fit)
                     else:
+                        # (A method that runs no EP counts Newton's steps alone.)
+                        steps = getattr(method, "shrinkage_steps", SHRINKAGE_STEPS)
                         if n_classes is None:  # sized before the first Newton step
                             remedy = _shrinkage_memory_remedy(model, n_problems)
-                            check_shrinkage_size(model, type(self).__name__, remedy)
+                            check_shrinkage_size(model, type(self).__name__, remedy, steps)
                             check_posterior_memory(
                                 model,
                                 type(self).__name__,
@@ -939,7 +942,7 @@ class BayesianGLMClassifier(
                             )
                             _check_route_memory(model, method, type(self).__name__)
                         else:  # (its size and memory: softmax_laplace, before Newton)
-                            check_shrinkage_size(model, type(self).__name__)
+                            check_shrinkage_size(model, type(self).__name__, steps=steps)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
                 if observer is not None:
                     observer.done(fit)
