@@ -758,12 +758,12 @@ def test_a_round_off_mean_prints_as_zero_beside_its_sd():
 
 def test_fit_errors_name_the_command_lines_options(capsys, small_csv, monkeypatch):
     # The estimators' remedies name their parameters; a command-line user has the options.
-    from vsbayes.cli import fit as fit_module
+    import vsbayes
 
     def refuse(*args):
         raise ValueError("too big: pass an explicit n_samples, or strategy='sites'.")
 
-    monkeypatch.setattr(fit_module, "timed_fit", refuse)
+    monkeypatch.setattr(vsbayes.VSLogisticRegression, "fit", refuse)
     status, out, err = run(capsys, "fit", small_csv, "--target", "outcome")
     assert status == 1 and out == ""
     assert err == "vsbayes: error: too big: pass an explicit --n-samples, or --strategy sites.\n"
@@ -801,3 +801,43 @@ def test_remedies_name_the_method_options_not_the_estimator_classes(capsys, tmp_
     assert status == 1
     assert "Use --method vs or --method ep" in err
     assert "LogisticRegression" not in err and "ProbitRegression" not in err
+
+
+def test_a_fallback_says_where_the_summary_shows_it_and_which_option_to_change(
+    capsys, tmp_path, monkeypatch
+):
+    # A fit that fails on separable classes falls back to the Laplace approximation: the
+    # library's warning said "(recorded in laplace_fallback_)" and "Use a smaller C or a
+    # narrower prior (EmpiricalBayesClassifier chooses C by the evidence)", an attribute
+    # and a class the command shows and offers as its "ran as" line and --C.
+    import vsbayes.estimators._methods as methods
+    from vsbayes.exceptions import EstimationError
+
+    def fail(*args, **kwargs):
+        raise EstimationError("EP failed.")
+
+    monkeypatch.setattr(methods, "expectation_propagation", fail)
+    # (More features than rows: separable, and held by the prior, not the likelihood.)
+    X = np.random.default_rng(0).normal(size=(8, 12))
+    path = tmp_path / "separable.csv"
+    header = ",".join([f"x{i}" for i in range(12)] + ["y"])
+    np.savetxt(path, np.column_stack([X, X[:, 0] > 0]), delimiter=",", header=header, comments="")
+    status, out, err = run(capsys, "fit", str(path), "--method", "ep")
+    assert status == 0 and "ran as:           the Laplace approximation" in out
+    assert '(recorded in the summary\'s "ran as" line)' in err
+    assert "Use a smaller --C (the log evidence this command prints compares" in err
+    assert "laplace_fallback_" not in err and "EmpiricalBayesClassifier" not in err
+
+
+def test_compare_says_more_points_as_its_budget():
+    # compare's ladder sets each sampling fit's N, doubling it within --budget: a remedy of
+    # "more points (n_samples; …)" is a larger --budget there (vsbayes fit's --n-samples).
+    from types import SimpleNamespace
+
+    from vsbayes.cli.methods import in_options
+    from vsbayes.engine.variational_sampling import unreliable_message
+
+    text = unreliable_message(SimpleNamespace(kl_error=0.5, n_samples=1000, ess=200.0), "")
+    assert "more points (a larger --budget; the error" in in_options(text, "compare")
+    assert "more points (--n-samples; the error" in in_options(text, "fit")
+    assert "n_samples" not in in_options(text, "compare")

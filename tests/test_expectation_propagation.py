@@ -1,5 +1,6 @@
 """Expectation propagation: tilted moments, accuracy against quadrature, convergence."""
 
+import math
 import re
 import warnings
 
@@ -12,7 +13,11 @@ from scipy.special import log_expit, log_ndtr
 
 import vsbayes
 from vsbayes.approximations import expectation_propagation, glm_laplace
-from vsbayes.approximations.expectation_propagation import new_sites, site_round_off
+from vsbayes.approximations.expectation_propagation import (
+    new_sites,
+    site_log_normalizers,
+    site_round_off,
+)
 from vsbayes.exceptions import ConvergenceWarning
 from vsbayes.models import BinaryGLMPosterior, get_link
 
@@ -176,6 +181,44 @@ def test_sweeps_whose_change_jumps_past_any_damping_raise_at_the_jump():
     assert estimator.laplace_fallback_.all()
     (message,) = [str(w.message) for w in caught if "grew faster" in str(w.message)]
     assert int(re.search(r"after (\d+) sweeps", message).group(1)) <= 40
+
+
+@pytest.mark.parametrize("link", ["logistic", "probit"])
+def test_a_diverging_eps_site_updates_keep_their_sites_without_numpy_warnings(link):
+    # A diverging EP's cavities (a Student-t prior under weights 1e-9 and 1e3: means to
+    # 4e175, variances ~4e7) overflow the tilted moments' and normalizers' squares: 22
+    # (logistic) and 16 (probit) numpy RuntimeWarnings before. Those rows keep their
+    # sites, the finite row gets its own update, and the normalizers' sum is not finite
+    # (the evidence undefined): what the sweeps and the fit's end check.
+    f = get_link(link)
+    t_mean, t_var = np.array([4e175, -1e160, 4e175, 0.5]), np.array([4e7, 4e7, 4e7, 0.5])
+    tau, nu = np.array([1e-16, 1e-16, 1e-16, 0.2]), np.array([0.0, 0.0, 0.0, 0.1])
+    power, copies = np.array([1e-9, 1.0, 1.0, 1.0]), np.ones(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        new_tau, new_nu, total = new_sites(f, t_mean, t_var, tau, nu, copies, power, "auto")
+        normalizers, improper = site_log_normalizers(f, t_mean, t_var, tau, nu, power, "auto")
+    assert np.array_equal(new_tau[:3], tau[:3]) and np.array_equal(new_nu[:3], nu[:3])
+    alone = new_sites(f, *(a[3:] for a in (t_mean, t_var, tau, nu, copies, power)), "auto")
+    # (to round-off: the probit's closed form on an array of one is not bitwise the same)
+    np.testing.assert_allclose([new_tau[3], new_nu[3]], [alone[0][0], alone[1][0]], rtol=1e-12)
+    assert not math.isfinite(total) and not math.isfinite(normalizers) and improper == 0
+
+
+def test_a_diverging_ep_says_so_in_its_own_words():
+    # The fit of the test above: EP under the Student-t prior diverges, is rerun with
+    # non-negative prior sites, and falls back to the Laplace approximation; its warnings
+    # say so, and no numpy RuntimeWarning comes with them (5 before).
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 120))
+    y = (X[:, 0] + 0.5 * rng.normal(size=100) > 0).astype(int)
+    weights = np.tile([1e-9, 1e3], 50)
+    estimator = vsbayes.EPLogisticRegression(prior=vsbayes.StudentTPrior())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X, y, sample_weight=weights)
+    assert {w.category for w in caught} == {vsbayes.exceptions.UnreliableFitWarning}
+    assert estimator.laplace_fallback_.all()
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])

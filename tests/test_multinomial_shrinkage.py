@@ -251,3 +251,42 @@ def test_loo_keeps_the_prior_sites_and_does_not_refit(monkeypatch):
     difference = loo.pointwise[rows] - brute
     assert np.max(np.abs(difference)) < 0.06
     assert abs(difference.mean()) < 0.01
+
+
+def test_a_multinomial_shrinkage_fit_of_much_work_warns_before_its_first_step(monkeypatch):
+    # D-236's count for the multinomial posterior (p = K(d + 1)): its dense steps' p³ and
+    # the K(K + 1)/2 class pairs' Gram matrices of the rows, over EP's steps, or Newton's
+    # alone in the Laplace approximation. Beyond the bound (here lowered to a tenth of the
+    # Laplace approximation's count) the fit warns with the count before it starts, for
+    # the smooth prior (Student-t: the Laplace approximation) and the L1 one (EP), then
+    # fits; at twice that count only EP's sweeps warn. A sparse design with every entry
+    # stored counts as the dense one.
+    import scipy.sparse as sp
+
+    from vsbayes.approximations import _glm_gaussian
+    from vsbayes.models.work import LAPLACE_SHRINKAGE_STEPS, expected_shrinkage_work
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    y = np.argmax(X[:, :3] + rng.gumbel(size=(60, 3)), axis=1)
+    factor = StudentTPrior().coefficient_factor()
+    options = {"prior_var": 1.0, "intercept_prior_var": 1e6, "coefficient_prior": factor}
+    model = SoftmaxGLMPosterior(X, y, np.ones(60), 3, **options)
+    work = expected_shrinkage_work(model, LAPLACE_SHRINKAGE_STEPS)
+    stored = SoftmaxGLMPosterior(sp.csr_matrix(X), y, np.ones(60), 3, **options)
+    assert expected_shrinkage_work(stored, LAPLACE_SHRINKAGE_STEPS) == work
+    said = r"\(15 coefficients of 3 classes, 60 rows\) will take about"
+    laplace = LaplaceLogisticRegression(prior=StudentTPrior())
+    ep = EPLogisticRegression(prior=LaplacePrior())
+    monkeypatch.setattr(_glm_gaussian, "MAX_SHRINKAGE_WORK", 0.1 * work)
+    for estimator in (laplace, ep):
+        with pytest.warns(UserWarning, match=said):
+            estimator.fit(X, y)
+        assert estimator.coef_.shape == (3, 4) and np.all(np.isfinite(estimator.coef_))
+    monkeypatch.setattr(_glm_gaussian, "MAX_SHRINKAGE_WORK", 2.0 * work)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        laplace.fit(X, y)
+    assert not [w for w in caught if "will take about" in str(w.message)]
+    with pytest.warns(UserWarning, match=said):
+        ep.fit(X, y)

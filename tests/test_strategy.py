@@ -119,7 +119,7 @@ def test_strategy_beyond_two_classes():
     "patches, params, route, said",
     [
         # n = 21, 16n = 336: the work limit leaves N = 256 points (12n), 1.4e6 multiply-adds.
-        ({}, {}, "global", "(< 16n = 336)"),
+        ({}, {}, "global", "needs at least 16n = 336 points"),
         ({"UNDERSIZED_WORK_LIMIT": 1e6}, {}, "laplace", "exceed 1e+06 for a fit below 16n"),
         # N = 16 points, whatever the work.
         ({"GLOBAL_WORK_LIMIT": 1.0, "auto_minimum": 16}, {}, "laplace", "below 2n = 42 points"),

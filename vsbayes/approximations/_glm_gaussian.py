@@ -47,9 +47,9 @@ from .._memory import MAX_DENSE_PARAMS, check_memory, format_bytes
 from .._warnings import warn
 from ..exceptions import NotPositiveDefiniteError
 from ..gaussian import lower_cholesky
-from ..models import BinaryGLMPosterior
+from ..models import BinaryGLMPosterior, SoftmaxGLMPosterior
 from ..models.latent import row_variances
-from ..models.work import expected_shrinkage_work, takes_dual_form
+from ..models.work import SHRINKAGE_STEPS, expected_shrinkage_work, takes_dual_form
 
 __all__ = [
     "BlockLatent",
@@ -523,9 +523,16 @@ def check_posterior_memory(
     )
 
 
-def check_shrinkage_size(model, estimator_name: str = "", remedy: str = "") -> None:
-    """Raise ValueError before any work if a binary posterior under a shrinkage prior
-    (``model.coefficient_prior``) has more than ``MAX_DENSE_PARAMS`` coefficients.
+def check_shrinkage_size(
+    model, estimator_name: str = "", remedy: str = "", steps: int = SHRINKAGE_STEPS
+) -> None:
+    """Before any work, for a posterior under a shrinkage prior (``model.coefficient_prior``):
+    warn where its fit is expected to take more than ``MAX_SHRINKAGE_WORK`` multiply-adds
+    (:func:`~vsbayes.models.work.expected_shrinkage_work` of ``steps``, binary or
+    multinomial), and raise
+    ValueError where a binary one has more than ``MAX_DENSE_PARAMS`` coefficients (a
+    multinomial one is refused there by ``softmax_laplace.check_softmax_size``, in its own
+    terms).
 
     Such a fit keeps the dense covariance whatever p (the proximal Newton steps of its mode
     factor the p × p Hessian, its EP sites are fitted on the dense posterior); where that
@@ -539,21 +546,32 @@ def check_shrinkage_size(model, estimator_name: str = "", remedy: str = "") -> N
     if factor is None:
         return
     name = f"{estimator_name} " if estimator_name else ""
+    multinomial = isinstance(model, SoftmaxGLMPosterior)
     if p <= MAX_DENSE_PARAMS:
-        work = expected_shrinkage_work(model)
+        work = expected_shrinkage_work(model, steps)
         if work > MAX_SHRINKAGE_WORK:
+            m = model.n_observations
+            stepping = "its mode's steps and EP's sweeps"
+            if steps < SHRINKAGE_STEPS:
+                stepping = "its mode's Newton steps"
+            shape = f"{p} coefficients, {m} rows"
+            form = f"the dense {p} × {p} precision"
+            if multinomial:
+                shape = f"{p} coefficients of {model.n_classes} classes, {m} rows"
+            elif takes_dual_form(m, p):
+                form = f"the {m} × {m} dual form of the precision"
             warn(
-                f"The {name}posterior under the shrinkage prior {factor!r} ({p} "
-                f"coefficients, {model.n_observations} rows) will take about {work:.1g} "
-                f"multiply-adds ({work / SHRINKAGE_RATE / 60:.0f} minutes or more at "
-                f"{SHRINKAGE_RATE:.0g} a second): its mode's steps and EP's sweeps each "
-                f"factor the dense {p} × {p} precision, or with more coefficients than rows "
-                f"the {model.n_observations} × {model.n_observations} dual form, and no "
-                f"structured covariance takes a shrinkage prior. {remedy} Or subsample the "
-                f"rows, or select features first (e.g. sklearn.feature_selection."
-                f"SelectKBest in a pipeline).",
+                f"The {name}posterior under the shrinkage prior {factor!r} ({shape}) will "
+                f"take about {work:.1g} multiply-adds ({work / SHRINKAGE_RATE / 60:.0f} "
+                f"minutes or more at {SHRINKAGE_RATE:.0g} a second): {stepping} each "
+                f"factor {form}, and no structured covariance takes a "
+                f"shrinkage prior. {remedy + ' ' if remedy else ''}Or subsample the rows, "
+                f"or select features first (e.g. sklearn.feature_selection.SelectKBest in "
+                f"a pipeline).",
                 UserWarning,
             )
+        return
+    if multinomial:
         return
     raise ValueError(
         f"The {name}posterior under the shrinkage prior {factor!r} has {p} coefficients, "

@@ -63,6 +63,14 @@ __all__ = [
 #: sets and up to 300 × 500, both links), to the same fixed point (log Z within 1e-10);
 #: harder problems stall and halve it (see the sweep loop).
 DEFAULT_DAMPING = 0.85
+#: NumPy's floating-point errors ignored in the site updates' arithmetic. A diverging EP
+#: (a heavy-tailed prior under weights 1e-9 and 1e3: cavity means to ~1e160) overflows
+#: the tilted moments' and the normalizers' squares: each such site keeps its parameters
+#: (its moments are not finite), a sum of normalizers that is not finite leaves the
+#: evidence undefined, and the sweeps' stall, the unfitted prior sites and the final
+#: posterior's check report EP's failure in its own words. NumPy's RuntimeWarnings
+#: (some twenty of them) only came before that report.
+_DIVERGING = {"over": "ignore", "invalid": "ignore", "divide": "ignore"}
 
 
 class EPResult(DiagnosedGaussian):
@@ -207,17 +215,18 @@ def new_sites(link, t_mean, t_var, tau, nu, copies, power, site_fit, normalizers
     local to each row); also ``Σ_i copies_i log Z̃_i`` of the sites ``(τ, ν)`` it started
     from (see :func:`site_log_normalizers`; NaN if a cavity is improper, or if not
     ``normalizers``: sweeps that need no evidence skip them)."""
-    cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
     # A site whose cavity is not a proper Gaussian keeps its parameters this sweep.
-    ok = cav_tau > 0
-    cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
-    cav_mean = cav_nu * cav_var
-    log_z, m, v = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
-    total = math.nan
-    if normalizers and ok.all():
-        total = _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies)
+    with np.errstate(**_DIVERGING):
+        cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
+        ok = cav_tau > 0
+        cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
+        cav_mean = cav_nu * cav_var
+        log_z, m, v = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
+        total = math.nan
+        if normalizers and ok.all():
+            total = _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies)
     # So does a site whose tilted moments are not usable (a variance lost to round-off
-    # on cavities of variance ~1e15).
+    # on cavities of variance ~1e15; a diverging EP's, _DIVERGING).
     ok &= (v > 0) & np.isfinite(m) & np.isfinite(v)
     v = np.where(ok, v, 1.0)
     return (
@@ -420,9 +429,9 @@ def _sweeps_in_memory(model, rows, start, damping, tol, max_iter, memory) -> EPR
     last = {}  # the posterior the last sweep started from, and its sites' normalizers
 
     def update(post, sites):
-        new, normalizers = rows.update(
-            model.link, post.t_mean, post.t_var, sites, model.sample_weight
-        )
+        with np.errstate(**_DIVERGING):  # a diverging posterior's mean: its sites are kept
+            t_mean, t_var = post.t_mean, post.t_var
+        new, normalizers = rows.update(model.link, t_mean, t_var, sites, model.sample_weight)
         last.update(post=post, normalizers=normalizers)
         return new
 
@@ -580,21 +589,23 @@ def _sweeps_with_prior_sites(
         return GLMGaussian(model, linear=linear, precision=precision, what="EP posterior precision")
 
     def prior_update(post, p_tau, p_nu):
-        mean, var = post.mean[:d], post.var[:d]
-        cav_tau, cav_nu = 1.0 / var - p_tau, mean / var - p_nu
-        ok = cav_tau > 0
-        cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
-        cav_mean = cav_nu * cav_var
-        if uninformed.any():
-            cav_mean, cav_var, ok = _base_cavities(cav_mean, cav_var, ok, uninformed, model)
-        log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var, mean, var)
-        if uninformed.any():
-            log_z, t_mean = np.where(uninformed, 0.0, log_z), np.where(uninformed, 0.0, t_mean)
-            t_var = np.where(uninformed, factor.start_var, t_var)
-            fitted = fitted | uninformed
-        normalizers = math.nan
-        if ok.all() and fitted.all():
-            normalizers = _normalizer_sum(log_z, cav_mean, cav_var, p_tau, p_nu, np.ones(d))
+        # (A diverging EP's cavities: _DIVERGING; such sites are not ``fitted``.)
+        with np.errstate(**_DIVERGING):
+            mean, var = post.mean[:d], post.var[:d]
+            cav_tau, cav_nu = 1.0 / var - p_tau, mean / var - p_nu
+            ok = cav_tau > 0
+            cav_var = 1.0 / np.where(ok, cav_tau, 1.0)
+            cav_mean = cav_nu * cav_var
+            if uninformed.any():
+                cav_mean, cav_var, ok = _base_cavities(cav_mean, cav_var, ok, uninformed, model)
+            log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var, mean, var)
+            if uninformed.any():
+                log_z, t_mean = np.where(uninformed, 0.0, log_z), np.where(uninformed, 0.0, t_mean)
+                t_var = np.where(uninformed, factor.start_var, t_var)
+                fitted = fitted | uninformed
+            normalizers = math.nan
+            if ok.all() and fitted.all():
+                normalizers = _normalizer_sum(log_z, cav_mean, cav_var, p_tau, p_nu, np.ones(d))
         ok &= fitted
         unfitted["count"] = int((~ok).sum())
         t_var = np.where(ok, t_var, 1.0)
@@ -610,8 +621,10 @@ def _sweeps_with_prior_sites(
         return new_tau, new_nu, normalizers
 
     def update(post, sites):
+        with np.errstate(**_DIVERGING):  # a diverging posterior's mean: its sites are kept
+            t_mean, t_var = post.t_mean, post.t_var
         new, normalizers = rows.update(
-            model.link, post.t_mean, post.t_var, sites[: 2 * m], model.sample_weight
+            model.link, t_mean, t_var, sites[: 2 * m], model.sample_weight
         )
         old_tau, old_nu = sites[2 * m : 2 * m + d], sites[2 * m + d :]
         p_tau, p_nu, prior_normalizers = prior_update(post, old_tau, old_nu)
@@ -737,7 +750,9 @@ def _moments(post: GLMGaussian) -> tuple[np.ndarray, np.ndarray]:
 
 def _result(run, log_evidence: float) -> EPResult:
     post = run.posterior
-    if not (math.isfinite(log_evidence) and np.isfinite(post.mean).all()):
+    with np.errstate(**_DIVERGING):  # (what this check is for)
+        finite = np.isfinite(post.mean).all()
+    if not (math.isfinite(log_evidence) and finite):
         # A vague prior (C = 1e300) on unscaled features: the sites' Gaussian overflows. An
         # EstimationError, so that the estimators fall back or choose another route.
         raise EstimationError(
@@ -771,14 +786,15 @@ def site_log_normalizers(link, t_mean, t_var, tau, nu, weights, site_fit) -> tup
     exp((ν² v + 2 ν m - τ m²) / (2 (1 + τ v)))``.
     """
     copies, power = _split_weights(weights)
-    cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
-    ok = cav_tau > 0
-    if not ok.all():
-        return math.nan, int((~ok).sum())
-    cav_var = 1.0 / cav_tau
-    cav_mean = cav_nu * cav_var
-    log_z, _, _ = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
-    return _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies), 0
+    with np.errstate(**_DIVERGING):  # (a sum that is not finite: the caller's check)
+        cav_tau, cav_nu = _cavity(t_mean, t_var, tau, nu, copies)
+        ok = cav_tau > 0
+        if not ok.all():
+            return math.nan, int((~ok).sum())
+        cav_var = 1.0 / cav_tau
+        cav_mean = cav_nu * cav_var
+        log_z, _, _ = link.tilted_moments(cav_mean, cav_var, power, method=site_fit)
+        return _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies), 0
 
 
 def _normalizer_sum(log_z, cav_mean, cav_var, tau, nu, copies) -> float:

@@ -125,7 +125,7 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     deterministic = [m for m in DETERMINISTIC if not (m == "vb" and args.link == "probit")]
     for method in deterministic:
         estimator = make_estimator(method, args.link, C=args.C, seed=args.seed)
-        rows.append(_row(method, None, timed_fit(estimator, data.X, data.y), reference))
+        rows.append(_row(method, None, timed_fit(estimator, data.X, data.y, "compare"), reference))
         console.progress(f"compare: {method} ({rows[-1].seconds:.2f} s)")
     for method in SAMPLING:
         rows += _ladder(method, data, args, n, reference, console)
@@ -196,7 +196,9 @@ def _reference(data: Dataset, args, n: int, console: Console):
         f"up to {attempts}x that if the proposal must be widened)"
     )
     start = time.perf_counter()
-    ep = timed_fit(make_estimator("ep", args.link, C=args.C, seed=args.seed), data.X, data.y)
+    ep = timed_fit(
+        make_estimator("ep", args.link, C=args.C, seed=args.seed), data.X, data.y, "compare"
+    )
     for text in ep.warnings:
         console.warn(f"reference: {text}")
     if ep.fell_back[0]:
@@ -323,7 +325,8 @@ def _ladder(method: str, data: Dataset, args, n: int, reference, console) -> lis
         estimator = make_estimator(
             method, args.link, C=args.C, n_samples=n_samples, seed=args.seed, **options
         )
-        rows.append(_row(method, n_samples, timed_fit(estimator, data.X, data.y), reference))
+        fit = timed_fit(estimator, data.X, data.y, "compare")
+        rows.append(_row(method, n_samples, fit, reference))
         seconds = rows[-1].seconds
         console.progress(f"compare: {method} N={n_samples} ({seconds:.2f} s)")
         growth = seconds / rows[-2].seconds if len(rows) > 1 else 2.0

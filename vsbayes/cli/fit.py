@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import re
 
 import numpy as np
 
 from ..engine import n_family_params
-from ..estimators import INTERCEPT_PRIOR_VAR, LINKS, estimator_class
+from ..estimators import INTERCEPT_PRIOR_VAR
 from ..estimators._strategy import DEFAULT_TARGET_KL
-from ..exceptions import EstimationError, TooFewSamplesError
+from ..exceptions import TooFewSamplesError
 from .data import Dataset, load_dataset
-from .methods import METHOD_TITLES, SAMPLING, TimedFit, make_estimator, timed_fit
+from .methods import METHOD_TITLES, SAMPLING, TimedFit, in_options, make_estimator, timed_fit
 from .plots import PLOT_HINT, write_fit_plot
 from .summary import (
     STDOUT,
@@ -68,15 +67,7 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
             f"of the Gaussian the points determine, too few for --method {args.method}: "
             f"use --n-samples {error.needed} or more, or --n-samples auto (the default)."
         ) from None
-    except (ValueError, EstimationError) as error:
-        # The library's remedies name its parameters: say them as this command's options
-        # (main prints either kind as one line, exit status 1).
-        text = _in_options(str(error))
-        if text == str(error):
-            raise
-        raise ValueError(text) from None
     console.progress(f"fit: done ({fit.seconds:.2f} s)")
-    fit.warnings = [_in_options(text) for text in fit.warnings]
     for text in fit.warnings:
         console.warn(text)
     summary = fit_summary(data, fit, args)
@@ -90,47 +81,6 @@ def run_fit(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_json(args.json, summary)
     return 0
-
-
-#: The estimators' parameters that ``vsbayes fit`` sets by an option, as their warnings'
-#: and errors' remedies name them ("Use n_samples >= 30", "a larger target_kl",
-#: "strategy='global'").
-_OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
-
-
-def _method_options() -> dict[str, str]:
-    """Each estimator class the command fits, by the options that choose it ("Use
-    VSLogisticRegression or EPLogisticRegression" says ``--method vs``, ``--method ep``)."""
-    names = {}
-    for method in METHOD_TITLES:
-        for link in LINKS:
-            try:
-                cls = estimator_class(method, link)
-            except ValueError:  # no such link for the method (VB is logistic only)
-                continue
-            probit = "" if link == "logistic" else f" --link {link}"
-            names[cls.__name__] = f"--method {method}{probit}"
-    return names
-
-
-_METHOD_OPTIONS = _method_options()
-_PARAMETER = re.compile(
-    rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'|\b({'|'.join(_METHOD_OPTIONS)})\b"
-)
-
-
-def _in_options(text: str) -> str:
-    """A warning's or error's text with the parameters the command sets, and the estimator
-    classes it fits, named by their options."""
-
-    def option(match: re.Match) -> str:
-        if match.group(1):
-            return _OPTIONS[match.group(1)]
-        if match.group(2):
-            return f"--strategy {match.group(2)}"
-        return _METHOD_OPTIONS[match.group(3)]
-
-    return _PARAMETER.sub(option, text)
 
 
 def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
@@ -190,7 +140,7 @@ def fit_summary(data: Dataset, fit: TimedFit, args: argparse.Namespace) -> dict:
         }
         if hasattr(estimator, "strategy_"):  # VS: the global fit or VS site fits in EP
             problem["strategy"] = str(estimator.strategy_[k])
-            problem["strategy_reason"] = estimator.strategy_reason_[k]
+            problem["strategy_reason"] = in_options(estimator.strategy_reason_[k])
             problem["predicted_error"] = _finite_or_none(estimator.kl_error_[k])
             problem["stop_reason"] = estimator.stop_reason_[k]
         problem["ran_as"] = _ran_as(args.method, problem, posterior)

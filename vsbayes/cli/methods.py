@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -9,14 +10,17 @@ import numpy as np
 
 from .._choices import METHODS, SAMPLING_METHODS
 from .._warnings import catch
+from ..estimators import LINKS, BayesianGLMClassifier, estimator_class
 from ..estimators import METHODS as _REGISTRY
-from ..estimators import BayesianGLMClassifier, estimator_class
+from ..estimators._base import CHOOSE_C
+from ..exceptions import EstimationError, TooFewSamplesError
 
 __all__ = [
     "DETERMINISTIC",
     "METHOD_TITLES",
     "SAMPLING",
     "TimedFit",
+    "in_options",
     "make_estimator",
     "timed_fit",
 ]
@@ -80,19 +84,111 @@ class TimedFit:
         return [False] * n_problems if fallback is None else [bool(f) for f in fallback]
 
 
-def timed_fit(estimator: BayesianGLMClassifier, X: np.ndarray, y: np.ndarray) -> TimedFit:
-    """Fit ``estimator``, timing the call and collecting its warnings as one-line texts.
+def timed_fit(
+    estimator: BayesianGLMClassifier, X: np.ndarray, y: np.ndarray, command: str = "fit"
+) -> TimedFit:
+    """Fit ``estimator``, timing the call and collecting its warnings as one-line texts in
+    the terms of ``vsbayes {command}`` (:func:`in_options`), as its errors.
 
     Warnings are recorded rather than shown so that the command line can print each once,
-    as a single line, whatever the process's warning filters (e.g. pytest's).
+    as a single line, whatever the process's warning filters (e.g. pytest's). ``compare``
+    shows each under its row's method and N: the estimator's name that begins a warning is
+    dropped there. An error whose text names the library's terms is raised as a ValueError
+    in the command's.
     """
     with catch(("always", Warning), record=True) as caught:
         start = time.perf_counter()
-        estimator.fit(X, y)
+        try:
+            estimator.fit(X, y)
+        except TooFewSamplesError:
+            raise  # (vsbayes fit says what to do in its own words)
+        except (ValueError, EstimationError) as error:
+            # The library's remedies name its parameters: said as the command's options
+            # (main prints either kind as one line, exit status 1).
+            text = in_options(str(error), command)
+            if text == str(error):
+                raise
+            raise ValueError(text) from None
         seconds = time.perf_counter() - start
+    own = f"{type(estimator).__name__}: "
     messages: list[str] = []
     for warning in caught:
-        text = f"{warning.category.__name__}: {' '.join(str(warning.message).split())}"
+        message = " ".join(str(warning.message).split())
+        if command == "compare" and message.startswith(own):
+            message = message[len(own) :]
+        text = f"{warning.category.__name__}: {in_options(message, command)}"
         if text not in messages:
             messages.append(text)
     return TimedFit(estimator, seconds, messages)
+
+
+#: The estimators' parameters that ``vsbayes fit`` sets by an option, as their warnings'
+#: and errors' remedies name them ("Use n_samples >= 30", "a larger target_kl",
+#: "strategy='global'").
+_OPTIONS = {"n_samples": "--n-samples", "target_kl": "--target-kl", "time_budget": "--budget"}
+
+
+def _method_options() -> dict[str, str]:
+    """Each estimator class the commands fit, by the options that choose it ("Use
+    VSLogisticRegression or EPLogisticRegression" says ``--method vs``, ``--method ep``)."""
+    names = {}
+    for method in METHOD_TITLES:
+        for link in LINKS:
+            try:
+                cls = estimator_class(method, link)
+            except ValueError:  # no such link for the method (VB is logistic only)
+                continue
+            probit = "" if link == "logistic" else f" --link {link}"
+            names[cls.__name__] = f"--method {method}{probit}"
+    return names
+
+
+_METHOD_OPTIONS = _method_options()
+_PARAMETER = re.compile(
+    rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'|\b({'|'.join(_METHOD_OPTIONS)})\b"
+)
+# The library's other names that the commands set or show otherwise, each with what the
+# command offers in its place, per command. (A prior narrower than N(0, C I) is a smaller
+# --C: the commands' only prior.)
+_PHRASES = {
+    "fit": [
+        (r"\blaplace_fallback_\b", 'the summary\'s "ran as" line'),
+        (
+            re.escape(CHOOSE_C),
+            "the log evidence this command prints compares fits at several values of --C",
+        ),
+        (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+    ],
+    "compare": [
+        (r"\blaplace_fallback_\b", "the table's note"),
+        (
+            re.escape(CHOOSE_C),
+            "the log evidence vsbayes fit prints compares fits at several values of --C",
+        ),
+        (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+        # compare's ladder sets each sampling fit's N: it doubles N while the next fit is
+        # predicted within --budget.
+        (r"\bmore (points|samples) \(n_samples\b", r"more \1 (a larger --budget"),
+        (r"\bfewer (points|samples) \(n_samples\b", r"fewer \1 (a smaller --budget"),
+        (r"\bn_samples\b", "N (compare's ladder, within --budget)"),
+    ],
+}
+
+
+def in_options(text: str, command: str = "fit") -> str:
+    """A warning's or error's text with the parameters, attributes and classes of the
+    library it names said as what ``vsbayes {command}`` offers: its options, its output,
+    and the estimator classes by the ``--method`` that fits them (for ``compare``, which
+    fits every method, as ``vsbayes fit``'s)."""
+    for pattern, replacement in _PHRASES[command]:
+        text = re.sub(pattern, replacement, text)
+    prefix = "" if command == "fit" else "vsbayes fit "
+
+    def option(match: re.Match) -> str:
+        if match.group(1):
+            return prefix + _OPTIONS[match.group(1)]
+        if match.group(2):
+            return f"{prefix}--strategy {match.group(2)}"
+        return prefix + _METHOD_OPTIONS[match.group(3)]
+
+    return _PARAMETER.sub(option, text)

@@ -63,6 +63,7 @@ from ..models.dask_chunks import is_dask, is_dask_array
 from ..models.latent import untouched_columns
 from ..models.separation import check_flat_prior_is_proper, separates_at
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
+from ..models.work import SHRINKAGE_STEPS
 from . import _summaries
 from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._class_weights import checked_class_weights, class_weights
@@ -91,6 +92,10 @@ __all__ = [
 #: Prior variance of the intercept: N(0, 10⁶), vague on the logit/probit scale (so the MAP
 #: matches scikit-learn's unpenalized intercept) yet proper (so the evidence is finite).
 INTERCEPT_PRIOR_VAR = 1e6
+
+#: The remedy, in the warnings and errors of a prior too vague for the data, that chooses
+#: C for them (the command line says it in its own terms: ``vsbayes.cli.methods``).
+CHOOSE_C = "EmpiricalBayesClassifier chooses C by the evidence"
 
 #: LogisticRegression's solver names (see ``solver`` in the estimators' docstrings: the mode
 #: is Newton's whatever the name).
@@ -232,8 +237,8 @@ def _separated_hint(model, laplace) -> str:
         "separable, so the posterior is one-sided along the separating directions and "
         "reaches as far as the prior lets it, where neither this fit nor the Laplace "
         "approximation's Gaussian about the mode holds it (its predictions can be nearly "
-        "uniform, or favour wrong classes). Use a smaller C or a narrower prior "
-        "(EmpiricalBayesClassifier chooses C by the evidence)."
+        f"uniform, or favour wrong classes). Use a smaller C or a narrower prior "
+        f"({CHOOSE_C})."
     )
 
 
@@ -272,8 +277,8 @@ def _unseen_directions_hint(model, C: float) -> str:
     return (
         f" Here the {model.n_observations} rows cannot span the {model.dim} parameters: "
         f"along the directions they do not see the posterior keeps the prior's variance "
-        f"C = {C:g}, too far beyond the others' for float64. Use a smaller C (the "
-        f"evidence picks one: EmpiricalBayesClassifier), or fewer features than rows."
+        f"C = {C:g}, too far beyond the others' for float64. Use a smaller C "
+        f"({CHOOSE_C}), or fewer features than rows."
     )
 
 
@@ -924,9 +929,11 @@ class BayesianGLMClassifier(
                         if prior is not None:  # in θ's coordinates (an arrowhead prior's)
                             fit = finish(fit)
                     else:
+                        # (A method that runs no EP counts Newton's steps alone.)
+                        steps = getattr(method, "shrinkage_steps", SHRINKAGE_STEPS)
                         if n_classes is None:  # sized before the first Newton step
                             remedy = _shrinkage_memory_remedy(model, n_problems)
-                            check_shrinkage_size(model, type(self).__name__, remedy)
+                            check_shrinkage_size(model, type(self).__name__, remedy, steps)
                             check_posterior_memory(
                                 model,
                                 type(self).__name__,
@@ -934,6 +941,8 @@ class BayesianGLMClassifier(
                                 remedy=remedy,
                             )
                             _check_route_memory(model, method, type(self).__name__)
+                        else:  # (its size and memory: softmax_laplace, before Newton)
+                            check_shrinkage_size(model, type(self).__name__, steps=steps)
                         fit = stored(self._posterior_fit(method, model, newton, what, start, rng))
                 if observer is not None:
                     observer.done(fit)
@@ -1234,8 +1243,7 @@ def _warn_if_predictive_leaves_the_mode(estimator, X, y_index, weights) -> None:
         f"separating directions, and the Gaussian about the mode puts as much mass on the "
         f"wrong side, more as C grows; predict_proba is not the posterior's there. Use "
         f"VSLogisticRegression or EPLogisticRegression, which fit the one-sided posterior, "
-        f"or a smaller C or narrower prior (EmpiricalBayesClassifier chooses C by the "
-        f"evidence).",
+        f"or a smaller C or narrower prior ({CHOOSE_C}).",
         UnreliableFitWarning,
     )
 

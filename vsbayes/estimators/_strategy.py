@@ -777,10 +777,11 @@ class VSMethod(SamplingMethod):
         if n_samples < MULTINOMIAL_MIN_FACTOR * n:
             return None, (
                 f"the global fit of the multinomial posterior ({model.dim} parameters, "
-                f"{sampled_dim(model)} contrasts: n = {n}) would get N={n_samples} points "
-                f"(< {MULTINOMIAL_MIN_FACTOR}n) within "
-                f"{MULTINOMIAL_WORK_LIMIT:.3g} multiply-adds ({per_point:.3g} per point): "
-                f"expectation propagation of the (K − 1)-dimensional sites instead"
+                f"{sampled_dim(model)} contrasts: n = {n}) needs at least "
+                f"{MULTINOMIAL_MIN_FACTOR}n = {MULTINOMIAL_MIN_FACTOR * n} points, and "
+                f"{MULTINOMIAL_WORK_LIMIT:.3g} multiply-adds ({per_point:.3g} per point) "
+                f"afford it N={n_samples}: expectation propagation of the (K − 1)-dimensional "
+                f"sites instead"
             )
         return n_samples, (
             f"multinomial posterior: the global fit with N={n_samples} "
@@ -826,10 +827,11 @@ class VSMethod(SamplingMethod):
                     why = f"the floor {GLOBAL_WORK_FLOOR:.3g} ({why} is less)"
         n_samples = max(min(MAX_GLOBAL_FACTOR * n, int(limit // per_point)), self.auto_minimum)
         if n_samples < MIN_GLOBAL_FACTOR * n:
+            # (One N: the points it would get; the least worth drawing is a count of n's.)
             return n_samples, (
-                f"the global fit would get N={n_samples} points (< {MIN_GLOBAL_FACTOR}n = "
-                f"{MIN_GLOBAL_FACTOR * n}) within {why} multiply-adds ({per_point:.3g} per "
-                f"point)"
+                f"the global fit needs at least {MIN_GLOBAL_FACTOR}n = "
+                f"{MIN_GLOBAL_FACTOR * n} points, and {why} multiply-adds "
+                f"({per_point:.3g} per point) afford it N={n_samples}"
             )
         return n_samples, None
 
