@@ -8,6 +8,7 @@ import pytest
 from sklearn.datasets import make_blobs
 
 import vsbayes
+from vsbayes._warnings import each_once, warn
 from vsbayes.exceptions import ConvergenceWarning, UnreliableFitWarning
 
 
@@ -239,3 +240,23 @@ def test_evidence_search_shows_the_kept_fits_warnings_only(data, prior):
     kept = search.estimator_
     assert [str(w.message) for w in caught] == [f"fitted at C={kept.C:.6g}, prior={kept.prior!r}"]
     assert caught[0].filename == __file__
+
+
+def test_a_warning_before_long_work_is_shown_before_the_fit_ends():
+    # A fit's warnings are held to its end (each_once); one that says the work ahead is
+    # long is worth nothing there, so it passes the block at once, through the user's
+    # filters, and is not shown again at the end.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with each_once():
+            warn("held to the end", UserWarning)
+            warn("shown at once", UserWarning, now=True)
+            during = [str(w.message) for w in seen]
+        after = [str(w.message) for w in seen]
+        warnings.simplefilter("ignore")
+        with each_once():
+            warn("ignored by the user", UserWarning, now=True)
+        ignored = len(seen) - len(after)
+    assert during == ["shown at once"]
+    assert after == ["shown at once", "held to the end"]
+    assert ignored == 0

@@ -33,8 +33,13 @@ def _in_package(filename: str) -> bool:
     return filename.startswith(_PREFIXES)
 
 
-def warn(message: str, category: type[Warning]) -> None:
+def warn(message: str, category: type[Warning], *, now: bool = False) -> None:
     """Emit a warning attributed to the caller of the outermost vsbayes frame.
+
+    ``now``: shown as it is raised, past the fit's open :func:`catch` blocks, through the
+    user's filters, rather than recorded for the block's end (:func:`each_once` shows a
+    fit's warnings when it ends): for a warning that a long computation is about to start,
+    which is worth nothing once it has ended. The fit's decisions do not see it.
 
     A hard-coded ``stacklevel`` breaks whenever a call path changes, and on Python 3.12 a
     comprehension's frame is inlined (a warning once pointed at ``sys:1``). Walking the
@@ -52,8 +57,14 @@ def warn(message: str, category: type[Warning]) -> None:
             outermost = level
         frame, level = frame.f_back, level + 1
     capture = _capture.get()
-    if capture is None:
-        warnings.warn(message, category, stacklevel=outermost + 1)
+    if capture is None or now:
+        # (outside every block: the _InBlock filter matches nothing, and _dispatch hands
+        # what the user's filters let through to the hook it replaced)
+        token = _capture.set(None)
+        try:
+            warnings.warn(message, category, stacklevel=outermost + 1)
+        finally:
+            _capture.reset(token)
         return
     # Inside a catch block: handed to it here, not through the process's filters (which
     # another library's catch_warnings in another thread may have swapped): a fit's

@@ -569,6 +569,7 @@ def check_shrinkage_size(
                 f"or select features first (e.g. sklearn.feature_selection.SelectKBest in "
                 f"a pipeline).",
                 UserWarning,
+                now=True,  # before the hours of work, not after them
             )
         return
     if multinomial:
