@@ -841,3 +841,11 @@ def test_compare_says_more_points_as_its_budget():
     assert "more points (a larger --budget; the error" in in_options(text, "compare")
     assert "more points (--n-samples; the error" in in_options(text, "fit")
     assert "n_samples" not in in_options(text, "compare")
+    # importance sampling's remedy names the typical N
+    from vsbayes.engine.importance_sampling import _warn_about
+
+    with pytest.warns(UserWarning) as caught:
+        _warn_about(SimpleNamespace(ess=10.0, n_samples=100), 20)
+    text = str(caught[0].message)
+    assert "more points (a larger --budget; 8n = 160 is typical" in in_options(text, "compare")
+    assert "more points (--n-samples; 8n = 160 is typical" in in_options(text, "fit")

@@ -158,6 +158,7 @@ _PHRASES = {
             "the log evidence this command prints compares fits at several values of --C",
         ),
         (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+        (r"\bmore (points|samples) \((\d+n = \d+ is typical)", r"more \1 (--n-samples; \2"),
     ],
     "compare": [
         (r"\blaplace_fallback_\b", "the table's note"),
@@ -169,6 +170,7 @@ _PHRASES = {
         # compare's ladder sets each sampling fit's N: it doubles N while the next fit is
         # predicted within --budget.
         (r"\bmore (points|samples) \(n_samples\b", r"more \1 (a larger --budget"),
+        (r"\bmore (points|samples) \((\d+n = \d+ is typical)", r"more \1 (a larger --budget; \2"),
         (r"\bfewer (points|samples) \(n_samples\b", r"fewer \1 (a smaller --budget"),
         (r"\bn_samples\b", "N (compare's ladder, within --budget)"),
     ],
