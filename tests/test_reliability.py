@@ -297,9 +297,7 @@ def test_a_multinomial_shift_beyond_float64_names_its_cause(data, scale, weight,
     X, y = data
     y = np.where(X[:, 2] > 0.8, 2, y)
     with pytest.raises(ValueError, match=cause):
-        vsbayes.LaplaceLogisticRegression().fit(
-            X * scale, y, sample_weight=np.full(len(y), weight)
-        )
+        vsbayes.LaplaceLogisticRegression().fit(X * scale, y, sample_weight=np.full(len(y), weight))
     if weight > 1:  # the remedy named: the intercept as a column of ones, prior variance C
         ones = np.column_stack([X, np.ones(len(X))])
         fitted = vsbayes.LaplaceLogisticRegression(fit_intercept=False)
