@@ -69,6 +69,7 @@ from ._class_weights import checked_class_weights, class_weights
 from ._dask_input import (
     NEGATIVE_SAMPLE_WEIGHT,
     class_weighted,
+    overflowing_features,
     reindexed,
     validate_dask_fit_data,
 )
@@ -1333,19 +1334,13 @@ def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = Fa
 
 
 def _refuse_overflowing_features(X) -> None:
-    """A ValueError with the remedy where a value of X squared overflows float64 (~1e154):
-    the likelihood's curvature cannot be formed, and every route failed further on with
-    messages about its own internals."""
+    """:func:`overflowing_features`'s error where a value of X squared overflows."""
     values = X.data if sp.issparse(X) else X
     if values.size == 0:
         return
     largest = max(float(values.max()), -float(values.min()))  # (no |X| temporary)
-    if not np.isfinite(largest * largest):
-        raise ValueError(
-            f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
-            f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
-            f"sklearn.preprocessing.StandardScaler in a pipeline."
-        )
+    if (error := overflowing_features(largest)) is not None:
+        raise error
 
 
 def _refuse_dates(X) -> None:

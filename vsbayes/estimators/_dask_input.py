@@ -22,6 +22,7 @@ __all__ = [
     "NEGATIVE_SAMPLE_WEIGHT",
     "chunkwise_prediction",
     "class_weighted",
+    "overflowing_features",
     "reindexed",
     "validate_dask_fit_data",
 ]
@@ -35,9 +36,26 @@ NEGATIVE_SAMPLE_WEIGHT = (
 )
 
 
-def _block_finite(block) -> np.ndarray:
+def overflowing_features(largest: float) -> ValueError | None:
+    """The error, with its remedy, where X's largest magnitude ``largest`` squared
+    overflows float64 (~1e154): the likelihood's curvature cannot be formed, and every
+    route failed further on with messages about its own internals; else None."""
+    if np.isfinite(largest * largest):
+        return None
+    return ValueError(
+        f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
+        f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
+        f"sklearn.preprocessing.StandardScaler in a pipeline."
+    )
+
+
+def _block_largest(block) -> np.ndarray:
+    """A block's largest magnitude (inf if it holds NaN or infinity), as a 1 × 1 block."""
     values = block.data if sp.issparse(block) else np.asarray(block)
-    return np.array([[bool(np.isfinite(values).all())]])
+    if not np.isfinite(values).all():
+        return np.array([[np.inf]])
+    largest = max(float(values.max()), -float(values.min())) if values.size else 0.0
+    return np.array([[largest]])
 
 
 def _as_float(block):
@@ -164,7 +182,7 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
         weights = da.full(X.shape[0], float(sample_weight), chunks=(X.chunks[0],))
     else:
         weights = _rows_like(sample_weight, X, "sample_weight").astype(np.float64)
-    finite = X.map_blocks(_block_finite, chunks=((1,) * X.numblocks[0], (1,)), dtype=bool)
+    largest = X.map_blocks(_block_largest, chunks=((1,) * X.numblocks[0], (1,)), dtype=float)
     w_finite, w_negative = (
         (True, False)
         if weights is None
@@ -173,11 +191,13 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
             (weights < 0).any(),
         )
     )
-    x_finite, classes, w_finite, w_negative = dask.compute(
-        finite.all(), da.unique(y), w_finite, w_negative
+    largest, classes, w_finite, w_negative = dask.compute(
+        largest.max(), da.unique(y), w_finite, w_negative
     )
-    if not x_finite:
+    if largest == np.inf:
         raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
+    if (error := overflowing_features(float(largest))) is not None:
+        raise error
     if classes.dtype.kind == "f" and not np.isfinite(classes).all():
         # (before type_of_target, whose cast of NaN to int warns)
         raise ValueError("Input y contains NaN or infinity; drop those rows first.")
