@@ -31,7 +31,7 @@ from .._blas import one_blas_thread
 from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
-from .._warnings import catch, each_once, reemit, warn
+from .._warnings import catch, each_once, reemit, reemit_alike, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory, check_shrinkage_size
 from ..approximations.laplace_error import skew_correction
@@ -68,8 +68,8 @@ from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._class_weights import checked_class_weights, class_weights
 from ._dask_input import (
     NEGATIVE_SAMPLE_WEIGHT,
+    OVERFLOWING_FEATURES,
     class_weighted,
-    overflowing_features,
     reindexed,
     validate_dask_fit_data,
 )
@@ -498,26 +498,36 @@ class BayesianGLMClassifier(
             pending = self._pending_prior(X.shape[1], priors, given)
             watch = {"observer": observer, "pending": pending}
         # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
-        # once per fit (D-209).
+        # once per fit (D-209), and those alike but for their figures once, naming the
+        # classes (D-251).
+        fits, records = [], []
         with observed(observer), each_once():
-            return [
-                self._fit_problem(
-                    method,
-                    X,
-                    *problem,
-                    weights,
-                    rng,
-                    priors,
-                    start,
-                    prior,
-                    index=k,
-                    n_problems=len(problems),
-                    **watch,
-                )
+            try:
                 for k, (problem, start, prior) in enumerate(
                     zip(problems, starts, given, strict=True)
-                )
-            ]
+                ):
+                    with catch(("always", Warning), record=True) as caught:
+                        records.append(caught)
+                        fits.append(
+                            self._fit_problem(
+                                method,
+                                X,
+                                *problem,
+                                weights,
+                                rng,
+                                priors,
+                                start,
+                                prior,
+                                index=k,
+                                n_problems=len(problems),
+                                **watch,
+                            )
+                        )
+            finally:
+                classes = getattr(self, "classes_", ())
+                names = classes if len(problems) == len(classes) > 2 else range(len(problems))
+                reemit_alike(records, list(names)[: len(records)])
+        return fits
 
     def _attributes_of(self, method, fits, n_features, dtype, evidence_defined) -> dict:
         """The fitted attributes ``fits`` would give (a callback's ``fitted_estimator``),
@@ -1334,13 +1344,13 @@ def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = Fa
 
 
 def _refuse_overflowing_features(X) -> None:
-    """:func:`overflowing_features`'s error where a value of X squared overflows."""
+    """:data:`OVERFLOWING_FEATURES` where a value of X squared overflows float64."""
     values = X.data if sp.issparse(X) else X
     if values.size == 0:
         return
     largest = max(float(values.max()), -float(values.min()))  # (no |X| temporary)
-    if (error := overflowing_features(largest)) is not None:
-        raise error
+    if not np.isfinite(largest * largest):
+        raise ValueError(OVERFLOWING_FEATURES.format(largest=largest))
 
 
 def _refuse_dates(X) -> None:

@@ -20,9 +20,9 @@ from ..models.dask_chunks import is_dask_frame
 
 __all__ = [
     "NEGATIVE_SAMPLE_WEIGHT",
+    "OVERFLOWING_FEATURES",
     "chunkwise_prediction",
     "class_weighted",
-    "overflowing_features",
     "reindexed",
     "validate_dask_fit_data",
 ]
@@ -36,17 +36,14 @@ NEGATIVE_SAMPLE_WEIGHT = (
 )
 
 
-def overflowing_features(largest: float) -> ValueError | None:
-    """The error, with its remedy, where X's largest magnitude ``largest`` squared
-    overflows float64 (~1e154): the likelihood's curvature cannot be formed, and every
-    route failed further on with messages about its own internals; else None."""
-    if np.isfinite(largest * largest):
-        return None
-    return ValueError(
-        f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
-        f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
-        f"sklearn.preprocessing.StandardScaler in a pipeline."
-    )
+#: The refusal of an X whose largest magnitude squared overflows float64 (~1e154), in memory
+#: and in dask chunks (``.format(largest=...)``): the likelihood's curvature cannot be
+#: formed, and every route failed further on with messages about its own internals.
+OVERFLOWING_FEATURES = (
+    "X has values up to {largest:.3g} in magnitude, whose squares overflow float64: the "
+    "likelihood's curvature cannot be formed. Rescale X, e.g. with "
+    "sklearn.preprocessing.StandardScaler in a pipeline."
+)
 
 
 def _block_largest(block) -> np.ndarray:
@@ -196,8 +193,9 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
     )
     if largest == np.inf:
         raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
-    if (error := overflowing_features(float(largest))) is not None:
-        raise error
+    largest = float(largest)
+    if not np.isfinite(largest * largest):
+        raise ValueError(OVERFLOWING_FEATURES.format(largest=largest))
     if classes.dtype.kind == "f" and not np.isfinite(classes).all():
         # (before type_of_target, whose cast of NaN to int warns)
         raise ValueError("Input y contains NaN or infinity; drop those rows first.")
