@@ -799,6 +799,19 @@ def test_weights_spread_beyond_exps_range_get_an_infinite_k():
     np.testing.assert_allclose(smoothed, log_w - logsumexp(log_w), rtol=1e-14)
 
 
+def test_a_pareto_shape_far_above_one_overflows_its_top_quantiles_quietly():
+    # k̂ ~ 170 (a LaplaceLogisticRegression at C = 1e6 on 5 separated rows, its loo): the
+    # top quantiles overflow to inf, which the smoothing truncates at the largest raw
+    # weight; numpy's "overflow encountered in expm1" reached the user's loo call.
+    from vsbayes.models.psis import _generalized_pareto_quantiles
+
+    probabilities = (np.arange(190) + 0.5) / 190
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantiles = _generalized_pareto_quantiles(probabilities, 170.0, 1e-220)
+    assert quantiles[0] > 0 and quantiles[-1] == np.inf
+
+
 def test_pareto_k_matches_arviz():
     array_stats = pytest.importorskip("arviz_stats.base").array_stats
     rng = np.random.default_rng(1)
