@@ -182,6 +182,13 @@ def test_one_vs_rest_problems_alike_but_for_their_figures_warn_once_naming_them(
         "with other figures.)"
     )
     assert caught[0].filename == __file__
+    # And a batch of a one-vs-rest stream, whose problems partial_fit fits itself.
+    stream = vsbayes.LaplaceProbitRegression(max_iter=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        stream.partial_fit(X, y, classes=[0, 1, 2])
+    assert [w.category for w in caught] == [ConvergenceWarning]
+    assert "warned alike" in str(caught[0].message)
 
 
 def test_a_module_filter_applies_to_the_warnings_shown_once():

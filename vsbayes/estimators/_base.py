@@ -10,6 +10,7 @@ prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorP
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -500,34 +501,48 @@ class BayesianGLMClassifier(
         # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
         # once per fit (D-209), and those alike but for their figures once, naming the
         # classes (D-251).
-        fits, records = [], []
-        with observed(observer), each_once():
-            try:
-                for k, (problem, start, prior) in enumerate(
-                    zip(problems, starts, given, strict=True)
-                ):
-                    with catch(("always", Warning), record=True) as caught:
-                        records.append(caught)
-                        fits.append(
-                            self._fit_problem(
-                                method,
-                                X,
-                                *problem,
-                                weights,
-                                rng,
-                                priors,
-                                start,
-                                prior,
-                                index=k,
-                                n_problems=len(problems),
-                                **watch,
-                            )
+        fits = []
+        with observed(observer), each_once(), self._problems_alike(len(problems)) as problem:
+            for k, (labels_weights, start, prior) in enumerate(
+                zip(problems, starts, given, strict=True)
+            ):
+                with problem():
+                    fits.append(
+                        self._fit_problem(
+                            method,
+                            X,
+                            *labels_weights,
+                            weights,
+                            rng,
+                            priors,
+                            start,
+                            prior,
+                            index=k,
+                            n_problems=len(problems),
+                            **watch,
                         )
-            finally:
-                classes = getattr(self, "classes_", ())
-                names = classes if len(problems) == len(classes) > 2 else range(len(problems))
-                reemit_alike(records, list(names)[: len(records)])
+                    )
         return fits
+
+    @contextlib.contextmanager
+    def _problems_alike(self, n_problems: int):
+        """A block over one-vs-rest's problems (or the one problem) that gives a block per
+        problem (``with problem():``), whose warnings are recorded apart and shown at the
+        end, those alike but for their figures once, naming the classes (D-251)."""
+        records = []
+
+        @contextlib.contextmanager
+        def problem():
+            with catch(("always", Warning), record=True) as caught:
+                records.append(caught)
+                yield
+
+        try:
+            yield problem
+        finally:
+            classes = getattr(self, "classes_", ())
+            names = classes if n_problems == len(classes) > 2 else range(n_problems)
+            reemit_alike(records, list(names)[: len(records)])
 
     def _attributes_of(self, method, fits, n_features, dtype, evidence_defined) -> dict:
         """The fitted attributes ``fits`` would give (a callback's ``fitted_estimator``),
