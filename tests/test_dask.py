@@ -450,6 +450,8 @@ def test_unknown_chunk_sizes_and_the_local_scheduler(data):
         (lambda X, y: (X.astype(str), y), "real numbers"),
         # (a NaN label was cast to int by type_of_target: a RuntimeWarning first)
         (lambda X, y: (X, da.where(y > 0, np.nan, 0.0)), "y contains NaN"),
+        # (as in memory: was "mean, cov and log_Z must be finite", from a Gaussian's check)
+        (lambda X, y: (X * 1e200, y), "X has values up to .* whose squares overflow"),
     ],
 )
 @pytest.mark.filterwarnings("error::RuntimeWarning")

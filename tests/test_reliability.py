@@ -284,6 +284,26 @@ def test_collinear_columns_on_a_huge_scale_raise_with_the_remedy(data):
     assert not isinstance(raised.value, NotPositiveDefiniteError)  # named, not from deep inside
 
 
+@pytest.mark.parametrize(
+    ("scale", "weight", "cause"),
+    [([1.0, 1.0, 1e8, 1.0], 1.0, "feature 2"), (1.0, 1e9, "sample weights are too large")],
+)
+def test_a_multinomial_shift_beyond_float64_names_its_cause(data, scale, weight, cause):
+    """The softmax does not see a column's shift across the classes, which its prior alone
+    holds: a feature at 1e8 (curvature 1e17 against the prior's 1) or weights summing to
+    6e10 (against the intercepts' 1e-6) leave it below the likelihood's round-off. The
+    error said "Standardize the features, drop duplicated columns, or use a smaller C",
+    which does nothing for weights; it names the column and the remedy that works."""
+    X, y = data
+    y = np.where(X[:, 2] > 0.8, 2, y)
+    with pytest.raises(ValueError, match=cause):
+        vsbayes.LaplaceLogisticRegression().fit(X * scale, y, sample_weight=np.full(len(y), weight))
+    if weight > 1:  # the remedy named: the intercept as a column of ones, prior variance C
+        ones = np.column_stack([X, np.ones(len(X))])
+        fitted = vsbayes.LaplaceLogisticRegression(fit_intercept=False)
+        fit_checked(fitted, ones, y, sample_weight=np.full(len(y), weight))
+
+
 # --- sampling trouble: a warning with the remedy and a documented fallback ---------------
 
 

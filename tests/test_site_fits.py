@@ -324,6 +324,41 @@ def test_quadrature_of_a_cavity_beyond_float_resolution_stays_finite(link):
         np.testing.assert_allclose(t_mean, mean, rtol=1e-12)
 
 
+def test_quadrature_of_a_cavity_far_out_on_a_flank_is_its_tails():
+    # A diverging EP's cavities far out on the logistic's flat left flank (a fit of 3 rows
+    # at weights 1e6 and C = 1e6), whose rule's range ends 10⁶ widths short of the link's
+    # bend: the sinh-mapped nodes, spread from the bend, were 10⁶ apart at the mode, and
+    # the moments NaN (RuntimeWarnings) or a variance of 0 and 2e-6 for 4.6e7 and 1e8.
+    # There F = e^t: the tilted density is N(m + v, v), log Z = m + v/2, to round-off.
+    import warnings
+
+    f = get_link("logistic")
+    mean, var = np.array([-1.63933561e10, -3e10]), np.array([4.6e7, 1e8])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        log_z, t_mean, t_var = quadrature_tilted_moments(f, mean, var)
+    np.testing.assert_allclose(log_z, mean + var / 2, rtol=1e-14)
+    np.testing.assert_allclose(t_mean, mean + var, rtol=1e-14)
+    np.testing.assert_allclose(t_var, var, rtol=1e-7)  # the sum's round-off: 1e-16 m² / v
+
+
+def test_probit_curvature_far_left_keeps_its_digits():
+    # -d² log Φ(t) = r (t + r), r = φ/Φ ≈ -t - 1/t: t + r cancels, and was round-off beyond
+    # |t| ~ 10⁶ (228881 at t = -3e10 for 1 - 1/t², and a tilted mode at -7.6e9 for -300).
+    # Against the series r² (1/u² - 3/u⁴ + 15/u⁶ - 105/u⁸ + 945/u¹⁰), u = -t, whose omitted
+    # term is 10395/u¹⁰ of it: 1e-13 at u = 30; the direct sum errs by ~eps u² there.
+    f = get_link("probit")
+    t = -np.geomspace(30.0, 1e150, 40)
+    ratio, curvature = f.derivatives(t)
+    w = 1.0 / t**2
+    series = ratio**2 * w * (1 - w * (3 - w * (15 - w * (105 - w * 945))))
+    np.testing.assert_allclose(curvature, series, rtol=1e-10)
+    _, t_mean, t_var = quadrature_tilted_moments(f, np.array([-3e10]), np.array([1e8]))
+    # The tilted density Φ(t) N(t; m, v): its mode ≈ m / (1 + v) = -300, width ≈ 1.
+    np.testing.assert_allclose(t_mean, -300.0, rtol=1e-4)
+    np.testing.assert_allclose(t_var, 1.0, rtol=1e-3)
+
+
 def test_fractional_link_moments_err_about_the_power_times_the_link_rule():
     # The logistic's rule on its own scale for F^p, p < 1: its error is the link rule's
     # (test_link_variable_moments_match_quadrature_from_unit_variance) times about p, F^p's

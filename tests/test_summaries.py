@@ -337,6 +337,25 @@ def test_a_rows_interval_is_the_same_in_any_batch(estimator_class):
         np.testing.assert_allclose(batch[5:6], single, rtol=0, atol=1e-12)
 
 
+def test_one_vs_rest_draws_of_far_rows_are_distributions():
+    """Rows far out (radius 300), where a draw can put every class's probit latent below
+    -38: each F(f_k) underflows to 0, and the one-vs-rest normalization F(f_k) / Σ F(f_l),
+    formed in the linear domain, gave 0/0: NaN intervals (on 1932 of 2000 such rows) and
+    drawn probabilities, and sample_y the first class for those draws, silently."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 2)), np.arange(30) % 3  # coefficients near 0, wide
+    model = LaplaceProbitRegression().fit(X, y)
+    rows = 300 * rng.standard_normal((40, 2))
+    lower, upper = model.predict_proba_interval(rows, random_state=0)
+    assert np.isfinite(lower).all() and np.isfinite(upper).all()
+    proba = model.sample_proba(rows, 50, random_state=0)
+    np.testing.assert_allclose(proba.sum(axis=2), 1.0, rtol=1e-12)
+    # The same coefficient draws (the same seed): each drawn label has positive probability
+    # under its draw.
+    index = np.searchsorted(model.classes_, model.sample_y(rows, 50, random_state=0))
+    assert np.all(np.take_along_axis(proba, index[..., None], axis=2) > 0)
+
+
 def test_draws_average_to_predict_proba_and_are_seeded(multinomial):
     X, _, model = multinomial
     draws = model.sample_proba(X[:6], 20_000, random_state=2)
@@ -778,6 +797,19 @@ def test_weights_spread_beyond_exps_range_get_an_infinite_k():
         smoothed, k = pareto_smoothed_log_weights(log_w)
     assert k[0] == np.inf
     np.testing.assert_allclose(smoothed, log_w - logsumexp(log_w), rtol=1e-14)
+
+
+def test_a_pareto_shape_far_above_one_overflows_its_top_quantiles_quietly():
+    # k̂ ~ 170 (a LaplaceLogisticRegression at C = 1e6 on 5 separated rows, its loo): the
+    # top quantiles overflow to inf, which the smoothing truncates at the largest raw
+    # weight; numpy's "overflow encountered in expm1" reached the user's loo call.
+    from vsbayes.models.psis import _generalized_pareto_quantiles
+
+    probabilities = (np.arange(190) + 0.5) / 190
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantiles = _generalized_pareto_quantiles(probabilities, 170.0, 1e-220)
+    assert quantiles[0] > 0 and quantiles[-1] == np.inf
 
 
 def test_pareto_k_matches_arviz():

@@ -168,6 +168,30 @@ def test_one_vs_rest_problems_share_their_warnings_once():
     assert caught[0].filename == __file__
 
 
+def test_one_vs_rest_problems_alike_but_for_their_figures_warn_once_naming_them():
+    """Each class's Newton stops at max_iter=1 with its own predicted gain: the texts
+    differ in their numbers only, and each was shown, K warnings that did not say which
+    class each was about (D-251). One now, naming the classes alike."""
+    X, y = make_blobs(n_samples=60, centers=3, cluster_std=3.0, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        vsbayes.LaplaceProbitRegression(max_iter=1).fit(X, y)
+    assert [w.category for w in caught] == [ConvergenceWarning]
+    text = str(caught[0].message)
+    assert "max_iter=1" in text and text.endswith(
+        "(Class 0's problem of the one-vs-rest fit; those of classes 1, 2 warned alike, "
+        "with other figures.)"
+    )
+    assert caught[0].filename == __file__
+    # And a batch of a one-vs-rest stream, whose problems partial_fit fits itself.
+    stream = vsbayes.LaplaceProbitRegression(max_iter=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        stream.partial_fit(X, y, classes=[0, 1, 2])
+    assert [w.category for w in caught] == [ConvergenceWarning]
+    assert "warned alike" in str(caught[0].message)
+
+
 def test_a_module_filter_applies_to_the_warnings_shown_once():
     """Re-emitted warnings match a user's filter by their module, as the first emission
     did (they were matched against the file's path, so a module filter missed them)."""

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["carried", "catch", "each_once", "reemit", "warn"]
+__all__ = ["carried", "catch", "each_once", "reemit", "reemit_alike", "warn"]
 
 _PACKAGE = str(Path(__file__).resolve().parent)
 # The directory with its separator: a bare prefix also matched a sibling such as a user's
@@ -106,6 +106,45 @@ def reemit(caught, *, once: bool = False) -> None:
         warnings.warn_explicit(
             message, w.category, w.filename, w.lineno, module=modules[w.filename]
         )
+
+
+#: A number in a warning's text (an integer, a decimal, a float in exponent notation).
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def reemit_alike(records, names) -> None:
+    """Re-emit the warnings recorded by several alike blocks (one-vs-rest's problems, the
+    i-th block's ``records[i]`` about ``names[i]``), those whose texts differ only in
+    their numbers once: the first block's, naming the blocks alike (D-251).
+
+    One-vs-rest's problems warn alike with other figures (each Newton's predicted gain,
+    each EP's last site change): ``each_once`` keeps distinct texts, so a fit of K classes
+    showed K warnings that did not say which class each was about.
+    """
+    groups: dict = {}
+    for name, caught in zip(names, records, strict=True):
+        for w in caught:
+            key = (w.category, _NUMBER.sub("#", str(w.message)), w.filename, w.lineno)
+            groups.setdefault(key, []).append((name, w))
+    merged = []
+    for members in groups.values():
+        first_name, first = members[0]
+        others = list(dict.fromkeys(n for n, _ in members[1:] if n != first_name))
+        if others:
+            alike = ", ".join(map(str, others))
+            text = (
+                f"{first.message} (Class {first_name}'s problem of the one-vs-rest fit; "
+                f"those of classes {alike} warned alike, with other figures.)"
+            )
+            first = warnings.WarningMessage(
+                first.category(text),
+                first.category,
+                first.filename,
+                first.lineno,
+                source=first.source,
+            )
+        merged.append(first)
+    reemit(merged, once=True)
 
 
 def _module_of(filename: str) -> str:

@@ -213,11 +213,19 @@ class SoftmaxCurvature(_DenseCurvature):
         log_lik, _ = self.model.probabilities(theta)
         return log_lik + float(self.model.log_prior(theta[None])[0])
 
-    def _not_positive_definite(self, precision: np.ndarray) -> NotPositiveDefiniteError:
-        return NotPositiveDefiniteError(
+    def _not_positive_definite(self, precision: np.ndarray | None) -> NotPositiveDefiniteError:
+        start = (
             "The negative Hessian of the multinomial log-posterior is not numerically "
-            "positive definite: the posterior is too elongated for float64. Standardize "
-            "the features (StandardScaler), drop duplicated columns, or use a smaller C."
+            "positive definite: the posterior is too elongated for float64. "
+        )
+        cause = None if precision is None else _unresolved_shift(self.model, precision)
+        return NotPositiveDefiniteError(
+            start
+            + (
+                cause
+                or "Standardize the features (StandardScaler), drop duplicated columns, "
+                "or use a smaller C."
+            )
         )
 
     def covariance(self, gaussian: GLMGaussian) -> np.ndarray:
@@ -256,6 +264,45 @@ class DualSoftmaxCurvature(SoftmaxCurvature):
 
     def covariance(self, gaussian: DualSoftmaxHessian) -> np.ndarray:
         return gaussian.cov
+
+
+#: The likelihood's curvature along a column, in units of its prior's, beyond which the
+#: softmax's shift direction of that column (all classes' coefficients moved together,
+#: which the likelihood does not see and the prior alone holds) is lost in the round-off of
+#: the likelihood's curvature (~1e-16 of it; the Cholesky factor fails from ~1e15).
+_UNRESOLVED_SHIFT = 1e12
+
+
+def _unresolved_shift(model, precision: np.ndarray) -> str | None:
+    """The cause and remedy of a multinomial negative Hessian without a Cholesky factor
+    when a column's likelihood curvature dwarfs its prior's (a feature on a huge scale,
+    or sample weights summing to ~1e10 beside the intercepts' vague prior), else None."""
+    prior = getattr(model, "prior_precision", None)
+    prior_diagonal = 1.0 / model.prior_var if prior is None else np.diag(prior)
+    ratio = np.diag(precision) / prior_diagonal - 1.0  # the likelihood's, in the prior's units
+    k, d = model.n_classes, model.n_features
+    per_column = np.r_[ratio[: k * d].reshape(k, d).max(axis=0), ratio[k * d :].max(initial=0)]
+    worst = int(np.argmax(per_column))
+    if not per_column[worst] >= _UNRESOLVED_SHIFT:
+        return None
+    shift = (
+        f"The direction that moves every class's {{what}} together is held by the prior "
+        f"alone (the softmax does not see it), and the likelihood's curvature along "
+        f"each class's is {per_column[worst]:.2g} times the prior's: beyond float64's "
+        f"resolution. "
+    )
+    if worst < d:
+        return shift.format(what=f"coefficient of feature {worst}") + (
+            "The feature's scale is too large: standardize the features (StandardScaler)."
+        )
+    weights = getattr(model, "sample_weight", None)
+    total = "" if weights is None else f" (they sum to {float(np.sum(weights)):.3g})"
+    return shift.format(what="intercept") + (
+        f"The sample weights are too large{total} for the intercepts' prior variance: "
+        f"divide sample_weight by a constant if its scale is arbitrary, or fit the "
+        f"intercept as a column of ones with fit_intercept=False (its prior variance is "
+        f"then C's)."
+    )
 
 
 def softmax_curvature(model) -> SoftmaxCurvature:

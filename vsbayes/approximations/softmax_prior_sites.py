@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from .._warnings import warn
+from .._warnings import catch, reemit, warn
 from ..exceptions import ConvergenceWarning, EstimationError
 from ..models.latent import untouched_columns
 from ..models.softmax import SoftmaxGLMPosterior
@@ -151,59 +151,72 @@ def softmax_ep_with_prior_sites(
         "posterior_share": posterior_share,
     }
     sites, sweeps, change, converged = None, 0, math.inf, False
-    for round_ in range(MAX_ROUNDS):
-        tau = np.maximum(tau, floor)
-        view = under_prior_sites(model, tau, nu)
-        # The rows' EP to a tenth of the prior sites' last change (an inexact inner solve:
-        # its sweeps to ``tol`` under prior sites still far from theirs are wasted), to
-        # ``tol`` once they are within it.
-        inner = dict(options, tol=min(max(tol, _INNER_SHARE * change), _INNER_MAX_TOL))
-        if sites is None:
-            result = softmax_ep(view, start=start, **inner)
+    earlier: list = []  # the earlier rounds' other warnings
+    last: list = []  # the last round's
+    try:
+        for round_ in range(MAX_ROUNDS):
+            tau = np.maximum(tau, floor)
+            view = under_prior_sites(model, tau, nu)
+            # The rows' EP to a tenth of the prior sites' last change (an inexact inner solve:
+            # its sweeps to ``tol`` under prior sites still far from theirs are wasted), to
+            # ``tol`` once they are within it.
+            inner = dict(options, tol=min(max(tol, _INNER_SHARE * change), _INNER_MAX_TOL))
+            # Each round's rows' EP may stop short of its (inexact) tolerance and say so:
+            # the warnings kept are the last round's, whose posterior is returned, not one
+            # per round (59 ConvergenceWarnings in one fit on 100 × 10, 3 classes).
+            with catch(("always", ConvergenceWarning), record=True) as caught:
+                if sites is None:
+                    result = softmax_ep(view, start=start, **inner)
+                else:
+                    result = softmax_ep(view, start_sites=sites, **inner)
+            earlier += [w for w in last if not issubclass(w.category, ConvergenceWarning)]
+            last = caught
+            sites, sweeps = result.sites, sweeps + result.n_iter
+            mean, var = result.mean[:n], np.diag(result.cov)[:n]
+            # (``exact``: the coefficients whose data are none, or below round-off.)
+            cav_mean, cav_var, ok, exact = _cavities(
+                mean, var, tau, nu, uninformed, base_var, factor.divides_base
+            )
+            log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var)
+            log_z = np.where(exact, 0.0, log_z)
+            t_mean = np.where(exact, 0.0, t_mean)
+            t_var = np.where(exact, factor.start_var, t_var)
+            ok &= fitted | exact
+            if not ok.all():
+                raise EstimationError(
+                    f"Expectation propagation under the {factor!r} prior met {int((~ok).sum())} "
+                    f"coefficient site(s) whose cavity was improper or whose tilted density had "
+                    f"no finite moments: EP has no proper fixed point here."
+                )
+            cav_tau, cav_nu = 1.0 / cav_var, cav_mean / cav_var
+            new_tau = np.where(uninformed, tau, 1.0 / t_var - cav_tau)
+            new_nu = np.where(uninformed, nu, t_mean / t_var - cav_nu)
+            new_nu = np.where(exact, 0.0, new_nu)
+            change = float(
+                max(
+                    np.max(np.abs(new_tau - tau) / (1.0 + np.abs(tau))),
+                    np.max(np.abs(new_nu - nu) / (1.0 + np.abs(nu))),
+                )
+            )
+            if verbose:
+                print(
+                    f"[softmax EP, prior sites] round {round_ + 1}: prior site change {change:.3g}"
+                )
+            used = (tau, nu)  # the sites of this round's posterior and cavities
+            if change <= tol and inner["tol"] <= tol:
+                converged = result.converged
+                break
+            tau = tau + damping * (new_tau - tau)
+            nu = nu + damping * (new_nu - nu)
         else:
-            result = softmax_ep(view, start_sites=sites, **inner)
-        sites, sweeps = result.sites, sweeps + result.n_iter
-        mean, var = result.mean[:n], np.diag(result.cov)[:n]
-        # (``exact``: the coefficients whose data are none, or below round-off.)
-        cav_mean, cav_var, ok, exact = _cavities(
-            mean, var, tau, nu, uninformed, base_var, factor.divides_base
-        )
-        log_z, t_mean, t_var, fitted = factor.tilted_moments(cav_mean, cav_var)
-        log_z = np.where(exact, 0.0, log_z)
-        t_mean = np.where(exact, 0.0, t_mean)
-        t_var = np.where(exact, factor.start_var, t_var)
-        ok &= fitted | exact
-        if not ok.all():
-            raise EstimationError(
-                f"Expectation propagation under the {factor!r} prior met {int((~ok).sum())} "
-                f"coefficient site(s) whose cavity was improper or whose tilted density had "
-                f"no finite moments: EP has no proper fixed point here."
+            warn(
+                f"The multinomial EP's prior sites under the {factor!r} prior did not converge "
+                f"in {MAX_ROUNDS} rounds (site change {change:.3g}, tol={tol:g}); the last "
+                f"round's posterior is returned.",
+                ConvergenceWarning,
             )
-        cav_tau, cav_nu = 1.0 / cav_var, cav_mean / cav_var
-        new_tau = np.where(uninformed, tau, 1.0 / t_var - cav_tau)
-        new_nu = np.where(uninformed, nu, t_mean / t_var - cav_nu)
-        new_nu = np.where(exact, 0.0, new_nu)
-        change = float(
-            max(
-                np.max(np.abs(new_tau - tau) / (1.0 + np.abs(tau))),
-                np.max(np.abs(new_nu - nu) / (1.0 + np.abs(nu))),
-            )
-        )
-        if verbose:
-            print(f"[softmax EP, prior sites] round {round_ + 1}: prior site change {change:.3g}")
-        used = (tau, nu)  # the sites of this round's posterior and cavities
-        if change <= tol and inner["tol"] <= tol:
-            converged = result.converged
-            break
-        tau = tau + damping * (new_tau - tau)
-        nu = nu + damping * (new_nu - nu)
-    else:
-        warn(
-            f"The multinomial EP's prior sites under the {factor!r} prior did not converge "
-            f"in {MAX_ROUNDS} rounds (site change {change:.3g}, tol={tol:g}); the last "
-            f"round's posterior is returned.",
-            ConvergenceWarning,
-        )
+    finally:
+        reemit(earlier + last, once=True)
     # EP's evidence at the sites of the last round's posterior (their cavities, above).
     tau, nu = used
     v0 = 1.0 / (base_precision + tau)

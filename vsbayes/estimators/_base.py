@@ -10,6 +10,7 @@ prediction lives in the mixin :class:`~vsbayes.estimators._prediction.PosteriorP
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -31,7 +32,7 @@ from .._blas import one_blas_thread
 from .._memory import MemoryLimitError, check_memory, config_context, format_bytes
 from .._progress import observed
 from .._random import DEFAULT_SEED, reproducible_generator
-from .._warnings import catch, each_once, reemit, warn
+from .._warnings import catch, each_once, reemit, reemit_alike, warn
 from ..approximations import glm_laplace, softmax_laplace
 from ..approximations._glm_gaussian import check_posterior_memory, check_shrinkage_size
 from ..approximations.laplace_error import skew_correction
@@ -69,6 +70,7 @@ from ._callbacks import CallbackSupportMixin, FitObserver, prior_fit
 from ._class_weights import checked_class_weights, class_weights
 from ._dask_input import (
     NEGATIVE_SAMPLE_WEIGHT,
+    OVERFLOWING_FEATURES,
     class_weighted,
     reindexed,
     validate_dask_fit_data,
@@ -502,26 +504,50 @@ class BayesianGLMClassifier(
             pending = self._pending_prior(X.shape[1], priors, given)
             watch = {"observer": observer, "pending": pending}
         # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
-        # once per fit (D-209).
-        with observed(observer), each_once():
-            return [
-                self._fit_problem(
-                    method,
-                    X,
-                    *problem,
-                    weights,
-                    rng,
-                    priors,
-                    start,
-                    prior,
-                    index=k,
-                    n_problems=len(problems),
-                    **watch,
-                )
-                for k, (problem, start, prior) in enumerate(
-                    zip(problems, starts, given, strict=True)
-                )
-            ]
+        # once per fit (D-209), and those alike but for their figures once, naming the
+        # classes (D-251).
+        fits = []
+        with observed(observer), each_once(), self._problems_alike(len(problems)) as problem:
+            for k, (labels_weights, start, prior) in enumerate(
+                zip(problems, starts, given, strict=True)
+            ):
+                with problem():
+                    fits.append(
+                        self._fit_problem(
+                            method,
+                            X,
+                            *labels_weights,
+                            weights,
+                            rng,
+                            priors,
+                            start,
+                            prior,
+                            index=k,
+                            n_problems=len(problems),
+                            **watch,
+                        )
+                    )
+        return fits
+
+    @contextlib.contextmanager
+    def _problems_alike(self, n_problems: int):
+        """A block over one-vs-rest's problems (or the one problem) that gives a block per
+        problem (``with problem():``), whose warnings are recorded apart and shown at the
+        end, those alike but for their figures once, naming the classes (D-251)."""
+        records = []
+
+        @contextlib.contextmanager
+        def problem():
+            with catch(("always", Warning), record=True) as caught:
+                records.append(caught)
+                yield
+
+        try:
+            yield problem
+        finally:
+            classes = getattr(self, "classes_", ())
+            names = classes if n_problems == len(classes) > 2 else range(n_problems)
+            reemit_alike(records, list(names)[: len(records)])
 
     def _attributes_of(self, method, fits, n_features, dtype, evidence_defined) -> dict:
         """The fitted attributes ``fits`` would give (a callback's ``fitted_estimator``),
@@ -1341,19 +1367,13 @@ def _validate_sample_weight(sample_weight, n_samples: int, allow_zero: bool = Fa
 
 
 def _refuse_overflowing_features(X) -> None:
-    """A ValueError with the remedy where a value of X squared overflows float64 (~1e154):
-    the likelihood's curvature cannot be formed, and every route failed further on with
-    messages about its own internals."""
+    """:data:`OVERFLOWING_FEATURES` where a value of X squared overflows float64."""
     values = X.data if sp.issparse(X) else X
     if values.size == 0:
         return
     largest = max(float(values.max()), -float(values.min()))  # (no |X| temporary)
     if not np.isfinite(largest * largest):
-        raise ValueError(
-            f"X has values up to {largest:.3g} in magnitude, whose squares overflow float64: "
-            f"the likelihood's curvature cannot be formed. Rescale X, e.g. with "
-            f"sklearn.preprocessing.StandardScaler in a pipeline."
-        )
+        raise ValueError(OVERFLOWING_FEATURES.format(largest=largest))
 
 
 def _refuse_dates(X) -> None:

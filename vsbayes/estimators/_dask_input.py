@@ -20,6 +20,7 @@ from ..models.dask_chunks import is_dask_frame
 
 __all__ = [
     "NEGATIVE_SAMPLE_WEIGHT",
+    "OVERFLOWING_FEATURES",
     "chunkwise_prediction",
     "class_weighted",
     "reindexed",
@@ -35,9 +36,23 @@ NEGATIVE_SAMPLE_WEIGHT = (
 )
 
 
-def _block_finite(block) -> np.ndarray:
+#: The refusal of an X whose largest magnitude squared overflows float64 (~1e154), in memory
+#: and in dask chunks (``.format(largest=...)``): the likelihood's curvature cannot be
+#: formed, and every route failed further on with messages about its own internals.
+OVERFLOWING_FEATURES = (
+    "X has values up to {largest:.3g} in magnitude, whose squares overflow float64: the "
+    "likelihood's curvature cannot be formed. Rescale X, e.g. with "
+    "sklearn.preprocessing.StandardScaler in a pipeline."
+)
+
+
+def _block_largest(block) -> np.ndarray:
+    """A block's largest magnitude (inf if it holds NaN or infinity), as a 1 × 1 block."""
     values = block.data if sp.issparse(block) else np.asarray(block)
-    return np.array([[bool(np.isfinite(values).all())]])
+    if not np.isfinite(values).all():
+        return np.array([[np.inf]])
+    largest = max(float(values.max()), -float(values.min())) if values.size else 0.0
+    return np.array([[largest]])
 
 
 def _as_float(block):
@@ -164,7 +179,7 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
         weights = da.full(X.shape[0], float(sample_weight), chunks=(X.chunks[0],))
     else:
         weights = _rows_like(sample_weight, X, "sample_weight").astype(np.float64)
-    finite = X.map_blocks(_block_finite, chunks=((1,) * X.numblocks[0], (1,)), dtype=bool)
+    largest = X.map_blocks(_block_largest, chunks=((1,) * X.numblocks[0], (1,)), dtype=float)
     w_finite, w_negative = (
         (True, False)
         if weights is None
@@ -173,11 +188,14 @@ def validate_dask_fit_data(estimator, X, y, sample_weight):
             (weights < 0).any(),
         )
     )
-    x_finite, classes, w_finite, w_negative = dask.compute(
-        finite.all(), da.unique(y), w_finite, w_negative
+    largest, classes, w_finite, w_negative = dask.compute(
+        largest.max(), da.unique(y), w_finite, w_negative
     )
-    if not x_finite:
+    if largest == np.inf:
         raise ValueError("Input X contains NaN or infinity; impute or drop those values first.")
+    largest = float(largest)
+    if not np.isfinite(largest * largest):
+        raise ValueError(OVERFLOWING_FEATURES.format(largest=largest))
     if classes.dtype.kind == "f" and not np.isfinite(classes).all():
         # (before type_of_target, whose cast of NaN to int warns)
         raise ValueError("Input y contains NaN or infinity; drop those rows first.")

@@ -546,54 +546,56 @@ class SiteWindowUpdates:
         powers = np.concatenate([window.powers, weights])
         fits, all_signs, tau, nu = [], [], [], []
         errors = np.zeros(joined.shape[0])
-        for j, ((labels, _), (frozen, _)) in enumerate(zip(problems, parts, strict=True)):
-            signs = np.concatenate([window.labels[j], labels])
-            fit = self._fit_problem(
-                method,
-                design,
-                signs,
-                None,
-                powers,
-                rng,
-                None,
-                None,
-                frozen,
-                n_problems=len(problems),
-            )
-            posterior = fit.posterior
-            signed = signs[:, None] * joined
-            if rule == "bound":
-                site_tau, errors_j = self._bound_sites(fit, frozen, signed, powers)
-                tau.append(site_tau)
-                nu.append(0.5 * powers)  # (the bound's linear term, whatever ξ)
-                errors += errors_j
+        with self._problems_alike(len(problems)) as alike:  # (D-251)
+            for j, ((labels, _), (frozen, _)) in enumerate(zip(problems, parts, strict=True)):
+                signs = np.concatenate([window.labels[j], labels])
+                with alike():
+                    fit = self._fit_problem(
+                        method,
+                        design,
+                        signs,
+                        None,
+                        powers,
+                        rng,
+                        None,
+                        None,
+                        frozen,
+                        n_problems=len(problems),
+                    )
+                posterior = fit.posterior
+                signed = signs[:, None] * joined
+                if rule == "bound":
+                    site_tau, errors_j = self._bound_sites(fit, frozen, signed, powers)
+                    tau.append(site_tau)
+                    nu.append(0.5 * powers)  # (the bound's linear term, whatever ξ)
+                    errors += errors_j
+                    fits.append(fit)
+                    all_signs.append(signs)
+                    continue
+                latent = signed @ posterior.mean
+                slope, curvature = link.derivatives(latent)
+                tau.append(powers * curvature)
+                nu.append(tau[-1] * latent + powers * slope)
+                # Newton stops at an iterate m whose gradient g is within tol of zero, and
+                # N(m, H⁻¹) is the frozen part times the sites expanded at m but for g: the
+                # product's mean is m + H⁻¹g. The next call divides the sites out of the
+                # posterior, so g would stay in the frozen part, one more each call (a stream
+                # of 2-row batches at tol=1e-4 drifted 0.3 in the posterior's own norm from
+                # the same stream at round-off, √(2 tol) = 0.014 for one fit). The posterior
+                # kept is that product: Newton's final step, exactly what the sites say.
+                gradient = signed.T @ (powers * slope) - frozen.precision @ (
+                    posterior.mean - frozen.mean
+                )
+                fit = dataclasses.replace(
+                    fit,
+                    posterior=posterior.with_moments(
+                        posterior.mean + posterior.cov @ gradient, posterior.cov
+                    ),
+                )
+                posterior = fit.posterior
+                errors += taylor_errors(signed, powers, posterior.mean, posterior.cov, link)
                 fits.append(fit)
                 all_signs.append(signs)
-                continue
-            latent = signed @ posterior.mean
-            slope, curvature = link.derivatives(latent)
-            tau.append(powers * curvature)
-            nu.append(tau[-1] * latent + powers * slope)
-            # Newton stops at an iterate m whose gradient g is within tol of zero, and
-            # N(m, H⁻¹) is the frozen part times the sites expanded at m but for g: the
-            # product's mean is m + H⁻¹g. The next call divides the sites out of the
-            # posterior, so g would stay in the frozen part, one more each call (a stream
-            # of 2-row batches at tol=1e-4 drifted 0.3 in the posterior's own norm from
-            # the same stream at round-off, √(2 tol) = 0.014 for one fit). The posterior
-            # kept is that product: Newton's final step, exactly what the sites say.
-            gradient = signed.T @ (powers * slope) - frozen.precision @ (
-                posterior.mean - frozen.mean
-            )
-            fit = dataclasses.replace(
-                fit,
-                posterior=posterior.with_moments(
-                    posterior.mean + posterior.cov @ gradient, posterior.cov
-                ),
-            )
-            posterior = fit.posterior
-            errors += taylor_errors(signed, powers, posterior.mean, posterior.cov, link)
-            fits.append(fit)
-            all_signs.append(signs)
         # The rows with the largest errors stay (among equals, the later ones).
         kept = np.sort(np.argsort(errors, kind="stable")[max(joined.shape[0] - size, 0) :])
         calls = window.calls + 1

@@ -443,8 +443,7 @@ def proba_interval(estimator, X, level: float, n_draws: int, random_state):
             proba = np.exp(log_softmax(f, axis=2))
         else:  # independent problems, probabilities normalized
             f = mean + np.sqrt(second) * draws[:, None, :]
-            proba = np.exp(predictive.link.log_cdf(f))
-            proba /= proba.sum(axis=2, keepdims=True)
+            proba = _normalized_links(predictive.link, f)
         lower[rows], upper[rows] = np.quantile(proba, tails, axis=0)
     return lower, upper
 
@@ -532,9 +531,16 @@ def _drawn_probabilities(estimator, X, coef: np.ndarray, intercept: np.ndarray):
         elif multinomial:
             proba = np.exp(log_softmax(f, axis=2))
         else:
-            proba = np.exp(link.log_cdf(f))
-            proba /= proba.sum(axis=2, keepdims=True)
+            proba = _normalized_links(link, f)
         yield rows, proba
+
+
+def _normalized_links(link, f: np.ndarray) -> np.ndarray:
+    """One-vs-rest probabilities ``F(f_k) / Σ_l F(f_l)`` over the last axis, normalized in
+    the log domain: a row far out (a probit latent below -38 for every class) underflows
+    every ``F`` to 0, and the linear sums gave 0/0, NaN probabilities and, in ``sample_y``,
+    the first class silently."""
+    return np.exp(log_softmax(link.log_cdf(f), axis=-1))
 
 
 def _row_blocks(n: int, bytes_per_row: float):

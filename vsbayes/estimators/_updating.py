@@ -444,12 +444,23 @@ class BayesianUpdating(SiteWindowUpdates):
         else:
             method = self._new_posterior_method()
             rng = self._random_generator()
-            fits = [
-                self._fit_problem(
-                    method, X, *problem, weights, rng, None, None, prior, n_problems=len(problems)
-                )
-                for problem, prior in zip(problems, carried, strict=True)
-            ]
+            fits = []
+            with self._problems_alike(len(problems)) as alike:  # (D-251)
+                for problem, prior in zip(problems, carried, strict=True):
+                    with alike():
+                        fits.append(
+                            self._fit_problem(
+                                method,
+                                X,
+                                *problem,
+                                weights,
+                                rng,
+                                None,
+                                None,
+                                prior,
+                                n_problems=len(problems),
+                            )
+                        )
             fits = [carried_note(fit) for fit in fits]
         # A small batch joins the buffer (begun with the posterior before it as the anchor);
         # a refit, or a batch of buffer_size rows or more, leaves it empty.

@@ -14,7 +14,13 @@ from scipy.special import expit, log_ndtr
 
 from .predictive import logistic_predictive_log_proba
 from .probit_predictive import probit_predictive_log_proba
-from .tilted import _mills, mixture_tilted_moments, quadrature_tilted_moments, vs_tilted_moments
+from .tilted import (
+    _mills,
+    _mills_excess,
+    mixture_tilted_moments,
+    quadrature_tilted_moments,
+    vs_tilted_moments,
+)
 
 __all__ = ["LINKS", "Link", "LogisticLink", "ProbitLink", "get_link"]
 
@@ -187,9 +193,10 @@ class ProbitLink(Link):
     @staticmethod
     def derivatives(t):
         # Inverse Mills ratio φ(t)/Φ(t), through erfcx: accurate to round-off for any t
-        # (≈ -t as t → -∞, 0 where erfcx overflows), so t + ratio keeps its digits.
+        # (≈ -t as t → -∞, 0 where erfcx overflows); t + ratio from its series far left,
+        # where the sum cancels.
         ratio = _mills(t)
-        return ratio, ratio * (t + ratio)
+        return ratio, ratio * _mills_excess(t, ratio)
 
     predictive_log_proba = staticmethod(probit_predictive_log_proba)
 
@@ -206,7 +213,7 @@ class ProbitLink(Link):
         z = mean / root
         ratio = _mills(z)
         tilted_mean = mean + var * ratio / root
-        tilted_var = var - var * var * ratio * (z + ratio) / (1.0 + var)
+        tilted_var = var - var * var * ratio * _mills_excess(z, ratio) / (1.0 + var)
         return log_ndtr(z), tilted_mean, tilted_var
 
 

@@ -110,7 +110,9 @@ def _generalized_pareto_fit(excess: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _generalized_pareto_quantiles(probabilities, k, sigma) -> np.ndarray:
     """Quantiles of the generalized Pareto distribution of shape ``k`` and scale ``sigma``."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # (over: a shape far above 1, as k̂ ~ 170 on a one-sided posterior's draws, overflows
+    # the top quantiles to inf, above every raw weight: the caller truncates them there.)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         general = sigma * np.expm1(-k * np.log1p(-probabilities)) / k
     exponential = -sigma * np.log1p(-probabilities)
     return np.where(np.abs(k) < 1e-12, exponential, general)

@@ -391,6 +391,28 @@ def _mills(x):
     return _SQRT_2_OVER_PI / erfcx(-x * _SQRT_HALF)
 
 
+# Beyond this distance left of 0 the Mills ratio's excess over -x comes from its series:
+# the difference x + r keeps ~eps·x² of its digits (1e-10 here, all of them from x ~ 10⁸),
+# the series' first omitted term is 945/x⁸ of it (1e-21 here).
+_MILLS_SERIES_FROM = 1e3
+
+
+def _mills_excess(x, ratio):
+    """``x + r`` for the inverse Mills ratio ``r = _mills(x)``, to round-off for any x: far
+    left r ≈ -x - 1/x and the sum cancels, so there it is ``r (1 - u R)`` with ``u = -x``
+    and ``u R(u) = 1 - 1/u² + 3/u⁴ - 15/u⁶ + 105/u⁸ - …`` (R: the Gaussian's upper-tail Mills
+    ratio ``(1 - Φ(u))/φ(u) = 1/r``). Without it the probit's curvature ``r (x + r)`` was
+    round-off beyond |x| ~ 10⁶ (228881 at x = -3·10¹⁰, for ~1), and a tilted mode on such a
+    cavity came out at -7.6·10⁹ for -300."""
+    excess = x + ratio
+    far = x < -_MILLS_SERIES_FROM
+    if not np.any(far):
+        return excess
+    w = 1.0 / np.square(np.where(far, x, 1.0))
+    series = w * (1.0 - w * (3.0 - w * (15.0 - w * 105.0)))
+    return np.where(far, ratio * series, excess)
+
+
 def fractional_link_moments(link, mean, var, power):
     """Tilted moments of ``F(t)^p N(t; m, v)``, ``0 < p < 1``, from the trapezoid rule on
     the link's own scale, for a link whose left tail is exponential (σ: ``F(t) = e^t
@@ -543,8 +565,14 @@ def quadrature_tilted_moments(link, mean, var, power=1.0):
     # A site float64 cannot place (the mode's round-off a share of the width: a diverging
     # EP's cavities at |m| ~ 10¹⁹, whose drops are round-off and whose reach is so huge)
     # keeps the capped uniform rule: the mapped rule's nodes there give NaN.
+    # And a site whose rule's range ends short of the bend (a cavity far out on a flank,
+    # as a diverging EP's: m = -1.6·10¹⁰, v = 4.6·10⁷) needs no node there: over its range
+    # F is smooth on the tilted width's scale, which the capped uniform step resolves,
+    # whereas the mapped nodes, spread from the bend, were 10⁶ apart at its mode (NaN).
     mapped = (
-        (reach / step > _MAX_NODES) & (np.abs(mode) * _UNRESOLVED < width)
+        (reach / step > _MAX_NODES)
+        & (np.abs(mode) * _UNRESOLVED < width)
+        & (np.abs(mode - link.singularity.real) < reach * width + _BEND_MARGIN)
         if link.singularity is not None
         else np.zeros(mean.size, bool)
     )
@@ -692,6 +720,9 @@ _MAPPED_MAX_NODES = 2**17
 # A mode farther than 10¹⁰ widths from 0 (its round-off, 2.2e-16 |t*|, beyond 2e-6 widths)
 # is not resolved; the mapped rule's measured range above is within 10⁸ (|t*| ≲ m + v).
 _UNRESOLVED = 1e-10
+# A rule's range that ends this many of the link's scales short of its bend (σ within
+# e⁻⁴⁰ of its tail e^t there; Φ's log smooth on the scale of |t|) does not see the bend.
+_BEND_MARGIN = 40.0
 
 
 def _mapped_sizes(centre, var, mode, width, reach, step):
