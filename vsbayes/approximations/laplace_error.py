@@ -195,8 +195,8 @@ def skew_correction(model, laplace) -> SkewCorrection | None:
     else:
         return None
     # Beyond its range the expansion's error is not below its own largest term: its
-    # quartic term's expectation, which the mean term (the multinomial's one term) does
-    # not see (balanced classes leave g ≈ 0 however wide the rows' latent spreads).
+    # quartic term's expectation, which the mean term does not see (balanced classes
+    # leave g ≈ 0 however wide the rows' latent spreads).
     predicted = correction.laplace_error
     if not correction.in_range():
         predicted = max(predicted, correction.quartic_term or 0.0)
