@@ -484,7 +484,15 @@ def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=Non
     along = np.asarray(model.X @ W.T)  # the latent scores' move along S g, (M, K)
     if model.fit_intercept:
         along = along + b
-    weights = _softmax_row_curvature_change(probabilities, latent_cov, along, model.sample_weight)
+    weights = np.empty_like(latent_cov)
+    # In blocks of rows: the contraction's (rows, K, K) temporaries, beside V and B.
+    k = latent_cov.shape[1]
+    block = block_length(8.0 * 4 * k * k)
+    for start in range(0, len(weights), block):
+        rows = slice(start, start + block)
+        weights[rows] = _softmax_row_curvature_change(
+            probabilities[rows], latent_cov[rows], along[rows], model.sample_weight[rows]
+        )
     gram = model.to_layout(model.latent_gram(weights))
     return 0.5 * (gram + gram.T)
 
