@@ -19,9 +19,12 @@ with ``A = H/2 − g gᵀ/4`` and ``H = Σ_i s_i (ℓ''''(t_i) v_i + ℓ'''(t_i)
 parts of the covariance's correction that are weighted Gram matrices of the rows (the one
 left out, ``T_acd T_bcd``, costs M² and is of the same order as those kept: the prediction
 for the corrected Gaussian is doubled). The multinomial posterior's K latent scores
-give the same mean term with ``ℓ'''`` the third cumulant of the categorical distribution
-contracted with each row's latent covariance; its covariance term is not computed (callers
-apply it only where it is the smaller, M ≫ p). Its evidence correction is the binary's:
+give the same two terms, each row's ``ℓ'''`` and ``ℓ''''`` minus the third and fourth
+cumulants of its one-hot class: ``g`` from the third contracted with the row's latent
+covariance, and ``H = Σ_i X̃_iᵀ B_i X̃_i`` with the K × K ``B_i`` the third contracted with
+the row's latent move along ``S g`` plus the fourth with its latent covariance
+(:func:`_softmax_row_curvature_change`; K = 2 is the binary logistic's). Its evidence
+correction is the binary's:
 minus the one-hot class's third cumulant, ``−Σ_r π_r d_r^{⊗3}`` (``d_r = e_r − π``), is a
 tensor of K rows ``X̃_iᵀ d_r`` per row, and the fourth's contraction with the latent
 covariance follows from the class's (:func:`_softmax_log_z_shift`); K = 2 with the one
@@ -44,8 +47,9 @@ with K the likelihood's Hessian at the mode: ¼ Σ_j λ_j² for small eigenvalue
 Σ₀ K, which the weights scale. The prediction is the smaller of the two.
 
 Cost: one pass over the rows for their latent variances (M p², as one Newton step), one
-weighted Gram matrix and, for the evidence, the p³ tensor from at most 2·10⁷ multiply-adds
-of rows; a triangular inverse (p³/3) for the bound; no sampling.
+weighted Gram matrix (for the multinomial, of K × K weights per row: one Newton Hessian)
+and, for the evidence, the p³ tensor from at most 2·10⁷ multiply-adds of rows; a
+triangular inverse (p³/3) for the bound; no sampling.
 """
 
 from __future__ import annotations
@@ -107,8 +111,7 @@ class SkewCorrection:
     ----------
     laplace_error : float
         Predicted excess KL (nats) of the Laplace approximation: the expansion's (the mean
-        term plus, for a binary model, the covariance term), or :attr:`prior_bound` where
-        that is smaller.
+        term plus the covariance term), or :attr:`prior_bound` where that is smaller.
     mean_shift : ndarray of shape (dim,)
         ``S g / 2``: the predicted posterior mean minus the mode.
     corrected_error : float
@@ -116,8 +119,7 @@ class SkewCorrection:
         moved (and its evidence by :attr:`log_z_shift`): twice the covariance term
         plus the square of the mean term (the next order of the mean's expansion; measured
         above the moved Gaussian's error, evidence included, on every problem of
-        ``benchmarks/data_rich.py`` and D-046's); for the multinomial posterior, whose
-        covariance term is not computed, twice that square.
+        ``benchmarks/data_rich.py`` and D-046's).
     mean_term : float
         ``gᵀ S g / 8``, the leading order of the Laplace approximation's error.
     log_z_shift : float or None
@@ -193,8 +195,8 @@ def skew_correction(model, laplace) -> SkewCorrection | None:
     else:
         return None
     # Beyond its range the expansion's error is not below its own largest term: its
-    # quartic term's expectation, which the mean term (the multinomial's one term) does
-    # not see (balanced classes leave g ≈ 0 however wide the rows' latent spreads).
+    # quartic term's expectation, which the mean term does not see (balanced classes
+    # leave g ≈ 0 however wide the rows' latent spreads).
     predicted = correction.laplace_error
     if not correction.in_range():
         predicted = max(predicted, correction.quartic_term or 0.0)
@@ -254,16 +256,12 @@ def _binary(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
     )
     g, quartic, diagonal = _over_rows(model, _first_pass, mean, cov, derivatives)
     shift = cov @ g  # twice the predicted mean shift
-    mean_term = float(g @ shift) / 8.0
     lower = np.linalg.cholesky(cov) if with_evidence else None
     # Every step-th row of each block for the evidence's tensor (see _cubic_norm2).
     step = max(1, int(np.ceil(model.n_observations * model.dim**3 / _TENSOR_WORK)))
     gram, tensor, sub_diagonal, kept = _over_rows(
         model, _second_pass, mean, cov, shift, lower, step, derivatives
     )
-    correction = 0.5 * gram - 0.25 * np.outer(g, g)
-    product = cov @ correction
-    cov_term = max(0.25 * float(np.einsum("ij,ji->", product, product)), 0.0)
     log_z_shift = None
     if with_evidence:
         # log ∫ exp(T z³/6 + Q z⁴/24) dN(z) ≈ E[Q z⁴]/24 + E[(T z³)²]/72.
@@ -271,6 +269,16 @@ def _binary(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
         square = float(tensor) if np.ndim(tensor) == 0 else float(np.sum(tensor * tensor))
         norm2 = _cubic_norm2(square, diagonal, sub_diagonal, model.n_observations, kept)
         log_z_shift = quartic / 8.0 + norm2 / 12.0 + float(g @ shift) / 8.0
+    return _expansion(cov, g, shift, gram, log_z_shift, quartic)
+
+
+def _expansion(cov, g, shift, gram, log_z_shift, quartic) -> SkewCorrection:
+    """The expansion's terms (the module docstring's) from ``g``, ``shift = S g`` and the
+    covariance correction's Gram matrix ``H`` (binary or multinomial rows alike)."""
+    mean_term = float(g @ shift) / 8.0
+    correction = 0.5 * gram - 0.25 * np.outer(g, g)
+    product = cov @ correction
+    cov_term = max(0.25 * float(np.einsum("ij,ji->", product, product)), 0.0)
     # Twice the next order's estimate: measured, the corrected Gaussian's error reached
     # 1.16 times the undoubled one (1000 × 5, within the reference's own error).
     corrected = 2.0 * (cov_term + mean_term**2)
@@ -344,27 +352,16 @@ def _softmax(model, mean: np.ndarray, cov: np.ndarray) -> SkewCorrection:
         # kept the Laplace approximation at tiny weights on chunks (D-232, D-245).
         g, quartic = _over_rows(model, _softmax_pass, mean, cov)
         shift = cov @ g
-        mean_term = float(g @ shift) / 8.0
-        return SkewCorrection(
-            mean_term, 0.5 * shift, 2.0 * mean_term**2, mean_term, None, quartic / 8.0
-        )
-    probabilities, latent_cov = _softmax_moments(model, mean, cov)
-    weights = softmax_row_skewness(probabilities, latent_cov, model.sample_weight)
-    g = model.to_vector(model.latent_transpose(weights))
+        gram = _over_rows(model, _softmax_gram_pass, mean, cov, shift)
+        return _expansion(cov, g, shift, gram, None, quartic)
+    moments = _softmax_moments(model, mean, cov)
+    g, quartic = _softmax_pass(model, mean, cov, moments)
     shift = cov @ g
-    mean_term = float(g @ shift) / 8.0
-    quartic = _softmax_quartic(probabilities, latent_cov, model.sample_weight)
+    gram = _softmax_gram_pass(model, mean, cov, shift, moments)
     log_z_shift = None
     if model.dim <= _MAX_TENSOR_DIM:
-        log_z_shift = _softmax_log_z_shift(model, cov, probabilities, latent_cov, quartic, g, shift)
-    return SkewCorrection(
-        mean_term,
-        0.5 * shift,
-        2.0 * mean_term**2,
-        mean_term,
-        log_z_shift,
-        quartic_term=quartic / 8.0,
-    )
+        log_z_shift = _softmax_log_z_shift(model, cov, *moments, quartic, g, shift)
+    return _expansion(cov, g, shift, gram, log_z_shift, quartic)
 
 
 def _softmax_quartic(probabilities, latent_cov, weight) -> float:
@@ -468,14 +465,66 @@ def _softmax_moments(model: SoftmaxGLMPosterior, mean, cov):
     return probabilities, latent_cov
 
 
-def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov) -> tuple[np.ndarray, float]:
+def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov, moments=None):
     """``g`` of the rows, ``Σ_i s_i X̃_iᵀ h_i`` in θ's layout, and their
-    :func:`_softmax_quartic`."""
-    probabilities, latent_cov = _softmax_moments(model, mean, cov)
+    :func:`_softmax_quartic` (``moments``: :func:`_softmax_moments`', if computed)."""
+    probabilities, latent_cov = moments or _softmax_moments(model, mean, cov)
     weight = model.sample_weight
     weights = softmax_row_skewness(probabilities, latent_cov, weight)
     g = model.to_vector(model.latent_transpose(weights))
     return g, _softmax_quartic(probabilities, latent_cov, weight)
+
+
+def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=None):
+    """The covariance correction's Gram matrix ``H = Σ_i X̃_iᵀ B_i X̃_i`` in θ's layout:
+    the binary's ``s_i (ℓ⁽⁴⁾ v_i + ℓ⁽³⁾ a_iᵀ S g) a_i a_iᵀ`` with each row's K × K
+    :func:`_softmax_row_curvature_change` (``moments`` as :func:`_softmax_pass`')."""
+    probabilities, latent_cov = moments or _softmax_moments(model, mean, cov)
+    W, b = model.split(shift)
+    along = np.asarray(model.X @ W.T)  # the latent scores' move along S g, (M, K)
+    if model.fit_intercept:
+        along = along + b
+    weights = np.empty_like(latent_cov)
+    # In blocks of rows: the contraction's (rows, K, K) temporaries, beside V and B.
+    k = latent_cov.shape[1]
+    block = block_length(8.0 * 4 * k * k)
+    for start in range(0, len(weights), block):
+        rows = slice(start, start + block)
+        weights[rows] = _softmax_row_curvature_change(
+            probabilities[rows], latent_cov[rows], along[rows], model.sample_weight[rows]
+        )
+    gram = model.to_layout(model.latent_gram(weights))
+    return 0.5 * (gram + gram.T)
+
+
+def _softmax_row_curvature_change(probabilities, latent_cov, along, sample_weight):
+    """Each row's ``B_i`` (M, K, K): its third derivatives contracted with the latent move
+    ``u = X̃_i S g`` (``along``) plus its fourth contracted with the latent covariance V.
+
+    They are minus the one-hot class's cumulants (π the probabilities, ``d_r = e_r − π``,
+    C = diag(π) − ππᵀ): ``κ₃[u] = Σ_r π_r (d_r·u) d_r d_rᵀ`` and ``κ₄[V] = Σ_r π_r q_r
+    d_r d_rᵀ − C tr(CV) − 2 CVC`` (``q_r = d_rᵀ V d_r``), with ``(CVC)_jk = π_j π_k
+    N_jk``, ``N_jk = d_jᵀ V d_k``. K = 2 with the one contrast's row is the binary's
+    ``ℓ⁽³⁾ u + ℓ⁽⁴⁾ v``."""
+    pi, v = probabilities, latent_cov
+    v_pi = np.einsum("ikl,il->ik", v, pi)
+    pi_v_pi = np.einsum("ik,ik->i", pi, v_pi)
+    residual_cov = v - v_pi[:, :, None] - v_pi[:, None, :] + pi_v_pi[:, None, None]  # N
+    q = np.einsum("ikk->ik", residual_cov)
+    trace = np.einsum("ik,ik->i", pi, q)  # tr(CV)
+    scaled = pi * (q + along - np.einsum("ik,ik->i", pi, along)[:, None])  # π_r w_r
+    total = scaled.sum(axis=1)
+    # Σ_r π_r w_r d_r d_rᵀ = diag(πw) − (πw)πᵀ − π(πw)ᵀ + (Σ πw) ππᵀ
+    out = -scaled[:, :, None] * pi[:, None, :]
+    out -= pi[:, :, None] * scaled[:, None, :]
+    # − C tr(CV), C = diag(π) − ππᵀ, with the ππᵀ terms of both
+    out += ((total + trace)[:, None, None] * pi[:, :, None]) * pi[:, None, :]
+    classes = np.arange(pi.shape[1])
+    out[:, classes, classes] += scaled - trace[:, None] * pi
+    # − 2 CVC
+    out -= 2.0 * pi[:, :, None] * residual_cov * pi[:, None, :]
+    out *= -sample_weight[:, None, None]
+    return out
 
 
 def softmax_row_skewness(

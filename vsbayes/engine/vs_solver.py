@@ -73,7 +73,8 @@ _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
 # fit's n parameters are at most half its weights' ESS: over the paper's data at 2n-16n
 # points its ratio to the measured error had a median of 0.95-1.13 up to n/ESS = 0.4,
 # 1.2-1.4 at 0.4-0.5, 1.6-1.8 at 0.5-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then inf.
-# Beyond, the points' own leverages correct each residual (D-237): 0.46-0.92 there. They
+# Beyond, the points' own leverages correct each residual (D-237), times the random
+# design's N/(N − n − 1) (D-263): 0.92-1.35 there (HC2 alone 0.46-0.92). They
 # cost N n² multiply-adds (a rank-k update and a triangular solve over the points), as
 # the exact Newton steps' Hessian does, so they share its budget: the paper's sets at
 # 2n-16n (N n² ≤ 4e9) about double a fit's CPU there, 0.04 → 0.09 s; digits3 at 8n
@@ -415,15 +416,20 @@ class VSSolver:
         return kl / (1.0 - share) ** 2 if share < 1.0 else math.inf
 
     def _leverage_corrected(self) -> float:
-        """``Σ r_k² c_k / (1 - h_k) / (2 M²)``: each squared residual of :meth:`_kl_error`
-        divided by ``1 - h_k``, with ``h_k = q̄_k φ_kᵀ H⁻¹ φ_k`` the leverage of point k
-        in the fit's sampled Hessian ``H = Σ q̄ φ φᵀ`` (White's HC2 sandwich).
+        """``Σ r_k² c_k / (1 - h_k) / (2 M²) · N / (N − n − 1)``: each squared residual of
+        :meth:`_kl_error` divided by ``1 - h_k``, with ``h_k = q̄_k φ_kᵀ H⁻¹ φ_k`` the
+        leverage of point k in the fit's sampled Hessian ``H = Σ q̄ φ φᵀ`` (White's HC2
+        sandwich), times the random design's factor of the N points.
 
         Linearized, the fit is a least-squares fit of the log target with weights q̄, whose
         residual at point k has ``1 - h_k`` of its noise's variance: dividing by it removes
-        the optimism point by point, where GCV assumes every leverage n/ESS. It stays
-        finite while no point holds a direction by itself (``h < 1``); the leverages sum
-        to n whatever the ESS. Infinite when one does (``_PINNED``) or H is singular.
+        the optimism point by point, where GCV's first factor ``(1 − n/ESS)⁻¹`` assumes
+        every leverage n/ESS. GCV's second factor is the error of a fit on random points
+        against the sandwich's fixed ones: for N Gaussian rows in n dimensions
+        ``E[(ΦᵀΦ)⁻¹] = F⁻¹ / (N − n − 1)``, against the ``F⁻¹ / N`` the sandwich takes.
+        It stays finite while no point holds a direction by itself (``h < 1``); the
+        leverages sum to n whatever the ESS. Infinite when one does (``_PINNED``) or H is
+        singular.
         """
         fam, it = self.family, self.iterate
         try:
@@ -434,7 +440,13 @@ class VSSolver:
             return math.inf
         chris = fam.christoffel(it.theta, it.values)
         terms = np.square(it.qbar - self.pbar) * chris
-        return 0.5 * float(terms @ (1.0 / (1.0 - leverage))) / self.mass_p**2
+        hc2 = 0.5 * float(terms @ (1.0 / (1.0 - leverage))) / self.mass_p**2
+        # HC2 is the first of GCV's two factors, point by point; the second, the error of
+        # a fit on N random points against the sandwich's fixed ones, E[H⁻¹] = F⁻¹/(N − n
+        # − 1) for Gaussian rows against F⁻¹/N, counts the points: finite from N = 2n
+        # (_LEVERAGE_MIN_POINTS), where it doubles the estimate (D-263).
+        n, points = fam.n_params, fam.n_samples
+        return hc2 * points / (points - n - 1.0)
 
     def _kl_error(self, chris: np.ndarray) -> float:
         """Predicted excess KL ``tr(Σ H⁻¹) / (2N)`` per unit mass (paper, Prop. 2)."""
