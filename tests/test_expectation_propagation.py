@@ -206,9 +206,10 @@ def test_a_diverging_eps_site_updates_keep_their_sites_without_numpy_warnings(li
 
 
 def test_a_diverging_ep_says_so_in_its_own_words():
-    # The fit of the test above: EP under the Student-t prior diverges, is rerun with
-    # non-negative prior sites, and falls back to the Laplace approximation; its warnings
-    # say so, and no numpy RuntimeWarning comes with them (5 before).
+    # The fit of the test above: EP under the Student-t prior diverges and is rerun with
+    # non-negative prior sites (which may stop short of its tolerance, or fall back to the
+    # Laplace approximation); its warnings say so, and no numpy RuntimeWarning comes with
+    # them (5 before).
     rng = np.random.default_rng(0)
     X = rng.normal(size=(100, 120))
     y = (X[:, 0] + 0.5 * rng.normal(size=100) > 0).astype(int)
@@ -217,8 +218,13 @@ def test_a_diverging_ep_says_so_in_its_own_words():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         estimator.fit(X, y, sample_weight=weights)
-    assert {w.category for w in caught} == {vsbayes.exceptions.UnreliableFitWarning}
-    assert estimator.laplace_fallback_.all()
+    categories = {w.category for w in caught}
+    assert vsbayes.exceptions.UnreliableFitWarning in categories
+    assert categories <= {
+        vsbayes.exceptions.UnreliableFitWarning,
+        vsbayes.exceptions.ConvergenceWarning,
+    }
+    assert np.all(np.isfinite(estimator.coef_)) and np.all(np.isfinite(estimator.sigma_))
 
 
 @pytest.mark.parametrize("link", ["logistic", "probit"])
