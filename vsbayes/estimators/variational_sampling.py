@@ -212,7 +212,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
         any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
         with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
-        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work or 5·10⁷, whichever
+        is more (a deterministic
         count, so the choice is the same on every machine); with an int, at that N — and
         keeps it only if it is reliable (no warning) and departs from EP by more than 4
         times its own predicted error ``kl_error``; otherwise EP's posterior is the more
@@ -535,7 +536,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
         any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
         with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
-        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work or 5·10⁷, whichever
+        is more (a deterministic
         count, so the choice is the same on every machine); with an int, at that N — and
         keeps it only if it is reliable (no warning) and departs from EP by more than 4
         times its own predicted error ``kl_error``; otherwise EP's posterior is the more
