@@ -134,14 +134,15 @@ def test_every_page_with_python_blocks_is_run():
 
 
 # What the pages say in prose, not only in the blocks that run: a keyword written in an
-# estimator's call (`VSLogisticRegression(target_kl=0.01)`) is one of its parameters, and
+# estimator's or the engine's call (`VSLogisticRegression(target_kl=0.01)`) is a parameter, and
 # README.md's links lead to files (Sphinx checks the docs pages' own, not README's).
 PROSE_FILES = [
     ROOT / "README.md",
     *sorted(page for page in DOCS.glob("*.md") if page.name != "decisions.md"),
     *sorted((ROOT / "examples").glob("*.py")),
 ]
-ESTIMATOR_CALL = re.compile(r"\b([A-Z]\w*(?:Regression|Classifier|Prior))\(")
+#: A call of one of vsbayes's public names: an estimator, a prior, a fitter of the engine.
+CALL = re.compile(r"(?<![\w.])(?:vsbayes\.)?(\w+)\(")
 
 
 def _keywords(text: str, start: int) -> list[str]:
@@ -159,11 +160,15 @@ def test_keywords_written_in_calls_are_parameters():
     unknown, checked = [], 0
     for path in PROSE_FILES:
         text = path.read_text()
-        for call in ESTIMATOR_CALL.finditer(text):
-            cls = getattr(vsbayes, call.group(1), None)
-            if cls is None:  # scikit-learn's, or a name in a sentence
+        for call in CALL.finditer(text):
+            if call.group(1) not in vsbayes.__all__:  # scikit-learn's, numpy's, a sentence's
                 continue
-            parameters = inspect.signature(cls.__init__).parameters
+            target = getattr(vsbayes, call.group(1))
+            if not callable(target):
+                continue
+            parameters = set(inspect.signature(target).parameters)
+            if target is vsbayes.config_context:  # (**settings): get_config's keys
+                parameters = set(vsbayes.get_config())
             keywords = _keywords(text, call.end())
             checked += len(keywords)
             unknown += [
