@@ -6,7 +6,10 @@ Variational sampling (VS) and importance sampling (IS) estimate the normalizing 
 mean and covariance of a mixture of 100 unit normals in dimension 5 (the paper's
 simulation, section 4.1), from the same draws through the Laplace approximation. The error
 is the excess KL divergence to the exact moment-matched Gaussian; both fall like 1/N, VS
-from much lower. The dashed line is the Laplace approximation itself.
+from much lower. The dashed line is the Laplace approximation itself. At the smallest N,
+importance sampling may warn (``UnreliableFitWarning``) that its weights' effective sample
+size is below twice the Gaussian's parameters: its estimate is then unreliable, which is
+what the plot shows.
 """
 
 import matplotlib.pyplot as plt

@@ -9,14 +9,16 @@ is the best candidate's click probability minus the shown one's.
 *Thompson sampling* with vsbayes: draw coefficients from the posterior, score the
 candidates with that draw, show the best (``thompson_sample`` does both in one call), and
 update the posterior with the clicks by ``partial_fit`` — assumed-density filtering, the
-posterior of the rounds so far is the prior of the next batch (the last batches refitted
-jointly each time 100 rows have come, ``buffer_size``), at a cost that does not grow with
+posterior of the rounds so far is the prior of the next batch (each batch fitted jointly
+with a window of the last 100 rows, ``buffer_size``), at a cost that does not grow with
 the rounds seen. Uncertain items get shown while they might be the best; the
 exploration stops by itself as the posterior narrows.
 
 *ε-greedy* with scikit-learn's ``LogisticRegression``: show the item of highest predicted
 click probability, or a random one with probability ε = 0.1, refitting on every round so
-far. Both update every 10 rounds (a batched bandit, as in practice). The curves are the mean
+far. Both update every 10 rounds (a batched bandit, as in practice), from the first batch
+that has seen a click and a miss: a stream whose first rows are all of one class leaves a
+one-sided posterior, which ``partial_fit`` warns of. The curves are the mean
 cumulative regret over 20 seeds, with one standard error.
 """
 
@@ -47,7 +49,7 @@ def run(policy: str, seed: int, rounds: int = ROUNDS) -> np.ndarray:
     theta, intercept, contexts, rng = environment(seed)
     model = vsbayes.LaplaceLogisticRegression()
     shown, clicks, regret = [], [], np.zeros(rounds)
-    pending = 0  # rows not yet in the model
+    pending, start = 0, 0  # rows not yet in the model; the first of them
     fitted = False
     for t in range(rounds):
         rows = contexts[t]
@@ -64,9 +66,9 @@ def run(policy: str, seed: int, rounds: int = ROUNDS) -> np.ndarray:
         clicks.append(int(rng.random() < p[arm]))
         pending += 1
         if pending == BATCH:
-            if policy == "thompson":  # the batch's rows only
-                model.partial_fit(np.array(shown[-BATCH:]), clicks[-BATCH:], classes=[0, 1])
-                fitted = True
+            if policy == "thompson" and len(set(clicks)) == 2:  # the new rows only
+                model.partial_fit(np.array(shown[start:]), clicks[start:], classes=[0, 1])
+                start, fitted = len(shown), True
             elif len(set(clicks)) == 2:  # every row so far
                 model = LogisticRegression().fit(np.array(shown), clicks)
                 fitted = True

@@ -1,13 +1,17 @@
 """The documentation builds with Sphinx, warnings as errors (needs the `docs` extra), and its
-pages point at files that exist, showing every committed benchmark plot."""
+pages point at files that exist, showing every committed benchmark plot; the keywords
+written in estimator calls are parameters."""
 
 import importlib.util
+import inspect
 import re
 import sys
 from pathlib import Path
 
 import pytest
 from _helpers import EarlySubprocess
+
+import vsbayes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -127,3 +131,69 @@ def test_every_page_with_python_blocks_is_run():
     run_elsewhere = {"developer.md"}  # tests/test_fit_path.py runs its one block
     with_blocks = {page.name for page in DOCS.glob("*.md") if _page_blocks(page.name)}
     assert with_blocks - set(RUN_PAGES) - run_elsewhere == set()
+
+
+# What the pages say in prose, not only in the blocks that run: a keyword written in an
+# estimator's or the engine's call (`VSLogisticRegression(target_kl=0.01)`) is a parameter, and
+# README.md's links lead to files (Sphinx checks the docs pages' own, not README's).
+PROSE_FILES = [
+    ROOT / "README.md",
+    *sorted(page for page in DOCS.glob("*.md") if page.name != "decisions.md"),
+    *sorted((ROOT / "examples").glob("*.py")),
+]
+#: A call of one of vsbayes's public names: an estimator, a prior, a fitter of the engine.
+CALL = re.compile(r"(?<![\w.])(?:vsbayes\.)?(\w+)\(")
+
+
+def _keywords(text: str, start: int) -> list[str]:
+    """The keyword names at the top level of the call whose arguments begin at start."""
+    depth, top = 1, []
+    for char in text[start:]:
+        depth += (char in "([{") - (char in ")]}")
+        if depth == 0:
+            break
+        top.append(char if depth == 1 else " ")
+    return re.findall(r"(?:^|,)\s*(\w+)\s*=(?!=)", "".join(top))
+
+
+#: The estimators' own public methods (scikit-learn's inherited ones are its to document).
+METHODS = {
+    name
+    for klass in vsbayes.VSLogisticRegression.__mro__
+    if klass.__module__.startswith("vsbayes")
+    for name in vars(klass)
+    if not name.startswith("_") and callable(getattr(vsbayes.VSLogisticRegression, name, None))
+}
+
+
+def test_keywords_written_in_calls_are_parameters():
+    unknown, checked = [], 0
+    for path in PROSE_FILES:
+        text = path.read_text()
+        for call in CALL.finditer(text):
+            name = call.group(1)
+            if name in vsbayes.__all__:
+                target = getattr(vsbayes, name)
+            elif name in METHODS:  # `model.loo(X, y, sample_weight=None)`
+                target = getattr(vsbayes.VSLogisticRegression, name)
+            else:  # scikit-learn's, numpy's, a sentence's
+                continue
+            if not callable(target):
+                continue
+            parameters = set(inspect.signature(target).parameters)
+            if target is vsbayes.config_context:  # (**settings): get_config's keys
+                parameters = set(vsbayes.get_config())
+            keywords = _keywords(text, call.end())
+            checked += len(keywords)
+            unknown += [
+                f"{path.name}: {call.group(1)}({keyword}=...)"
+                for keyword in keywords
+                if keyword not in parameters
+            ]
+    assert checked > 50 and not unknown
+
+
+def test_readme_links_lead_to_files():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert links and not missing

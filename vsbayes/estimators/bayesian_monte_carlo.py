@@ -94,7 +94,8 @@ class BMCLogisticRegression(BayesianMonteCarloClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes, on each
+        one-vs-rest problem. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
@@ -296,7 +297,8 @@ class BMCProbitRegression(BayesianMonteCarloClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes, on each
+        one-vs-rest problem. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode

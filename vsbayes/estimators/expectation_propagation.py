@@ -93,7 +93,8 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes the prior is on
+        every class's coefficients, as scikit-learn's multinomial L1. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
@@ -153,8 +154,9 @@ class EPLogisticRegression(ExpectationPropagationClassifier):
         it if EP does not converge (near-separable data).
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
-        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
-        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
+        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (beyond two
+        classes the multinomial posterior takes ``LaplacePrior`` only; the intercept keeps
+        N(0, 10⁶); checked at fit) — or a Gaussian prior
         N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
         the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
         ``l1_ratio`` are then unused): an earlier fitted estimator (its
@@ -277,7 +279,8 @@ class EPProbitRegression(ExpectationPropagationClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes, on each
+        one-vs-rest problem. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode

@@ -37,7 +37,9 @@ class VBLogisticRegression(BayesianGLMClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). The Jaakkola–Jordan bound needs a
+        Gaussian prior: this estimator refuses ``"l1"`` and ``"elasticnet"`` (a ValueError
+        naming ``EPLogisticRegression``). The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
@@ -89,11 +91,11 @@ class VBLogisticRegression(BayesianGLMClassifier):
         Parallel workers (joblib) evaluating the likelihood in chunks; ``None`` means 1
         unless in a :func:`joblib.parallel_config` context, so a Dask or Ray backend
         spreads the evaluations over a cluster. Results do not depend on it.
-    prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
-        A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
-        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
-        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
-        N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
+    prior : estimator, Gaussian, tuple, dict or None, default=None
+        A Gaussian prior N(μ₀, Σ₀) on the parameter vector (the shrinkage priors
+        :class:`~vsbayes.LaplacePrior`, :class:`~vsbayes.StudentTPrior` and
+        :class:`~vsbayes.HorseshoePrior` raise a ValueError: the bound needs a Gaussian
+        prior), in ``sigma_``'s layout, in place of N(0, C·I) on
         the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
         ``l1_ratio`` are then unused): an earlier fitted estimator (its
         posterior; the same classes, features and ``fit_intercept``), a

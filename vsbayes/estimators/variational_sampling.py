@@ -120,7 +120,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes the prior is on
+        every class's coefficients, as scikit-learn's multinomial L1. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
@@ -211,7 +212,8 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
         any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
         with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
-        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work or 5·10⁷, whichever
+        is more (a deterministic
         count, so the choice is the same on every machine); with an int, at that N — and
         keeps it only if it is reliable (no warning) and departs from EP by more than 4
         times its own predicted error ``kl_error``; otherwise EP's posterior is the more
@@ -288,8 +290,9 @@ class VSLogisticRegression(VariationalSamplingClassifier):
         records the points).
     prior : estimator, Gaussian, tuple, dict, shrinkage prior or None, default=None
         A shrinkage prior on each coefficient — :class:`~vsbayes.LaplacePrior`,
-        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (binary and
-        one-vs-rest; the intercept keeps N(0, 10⁶); checked at fit) — or a Gaussian prior
+        :class:`~vsbayes.StudentTPrior` or :class:`~vsbayes.HorseshoePrior` (beyond two
+        classes the multinomial posterior takes ``LaplacePrior`` only; the intercept keeps
+        N(0, 10⁶); checked at fit) — or a Gaussian prior
         N(μ₀, Σ₀) on the parameter vector, in ``sigma_``'s layout, in place of N(0, C·I) on
         the coefficients and N(0, 10⁶) on the intercepts (``C``, ``penalty`` and
         ``l1_ratio`` are then unused): an earlier fitted estimator (its
@@ -448,7 +451,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         LogisticRegression's L1 solution; ``"elasticnet"`` the prior
         ``∝ exp(-r|θ_j|/C - (1 - r)θ_j²/(2C))`` (r = ``l1_ratio``), whose mode is its
         elastic-net solution. The posterior is the Bayesian one: its mean (``coef_``) is
-        not sparse (the user guide's "Shrinkage priors"). Binary and one-vs-rest only. The
+        not sparse (the user guide's "Shrinkage priors"). Beyond two classes, on each
+        one-vs-rest problem. The
         default, ``"deprecated"`` as in scikit-learn 1.9, lets ``l1_ratio`` and ``C`` decide.
     C : float, default=1.0
         Prior variance of each coefficient: the prior is N(0, C·I), so the posterior mode
@@ -532,7 +536,8 @@ class VSProbitRegression(VariationalSamplingClassifier):
         sweep; the probit sites have a closed form that those fits reproduce to 1e-7), for
         any p. ``"auto"`` runs the global fit from the EP kernel (Laplace's if EP fails) —
         with ``n_samples="auto"`` only if it can have at least 16n points (up to 32n) within
-        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work (a deterministic
+        2·10⁸ multiply-adds of likelihood passes and 8 times EP's own work or 5·10⁷, whichever
+        is more (a deterministic
         count, so the choice is the same on every machine); with an int, at that N — and
         keeps it only if it is reliable (no warning) and departs from EP by more than 4
         times its own predicted error ``kl_error``; otherwise EP's posterior is the more
