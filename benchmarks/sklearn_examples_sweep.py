@@ -16,8 +16,10 @@ runnable: the unchanged run failed on a dataset download (no network here; the r
 vsbayes is then skipped, never faked) — its wall time, the warnings shown to the user (the
 default filters: what reaches ``warnings.showwarning``), and of those the ones shown while a
 vsbayes frame was on the stack (raised by vsbayes or by code it called), with the first.
-The unchanged runs go first; the runs with vsbayes follow in the order of the unchanged
-runs' times, so that a sweep cut short leaves the slowest undone.
+Each example runs unchanged, then with vsbayes (interleaved, so that both see the machine
+in the same state; the clock starts after scikit-learn, matplotlib and vsbayes are imported),
+in the order of the last results' times, fastest first, so that a sweep cut short leaves
+the slowest undone; the results are written after each example.
 
     nice -n 10 python benchmarks/sklearn_examples_sweep.py \\
         --examples-dir /path/to/scikit-learn-1.9.1/examples     # ~40 min, 2 loaded cores
@@ -99,6 +101,12 @@ def _record(message, category, filename, lineno, file=None, line=None):
 
 
 warnings.showwarning = _record
+
+# What both runs import before the clock starts (the example's own imports of them are
+# then free in both): the replacement imports scikit-learn and vsbayes; vsbayes's import
+# is charged to neither.
+import matplotlib.pyplot
+import sklearn.linear_model
 
 if REPLACE:
     import _vs_factory
@@ -291,13 +299,14 @@ def write(rows: list[dict], info: dict, timeouts: tuple[int, int]) -> None:
         f"{summary['ran_with_sklearn']} run unchanged; with "
         "`sklearn.linear_model.LogisticRegression` replaced by the VS factory, "
         f"**{len(both)} run with both** ({len(both_made)} of them making the VS estimator; "
-        f"{len(runnable) - len(made)} make none: `LogisticRegressionCV` only, or the name "
-        f"in the text only), **{len(lost)} run unchanged and not with vsbayes**"
+        f"{len(runnable) - len(made)} make none in the main process: `LogisticRegressionCV` "
+        "only, the name in the text only, or fits in worker processes), "
+        f"**{len(lost)} run unchanged and not with vsbayes**"
         + (f", {len(pending)} not run (the sweep was cut short)" if pending else "")
         + ". Timeouts: "
         f"{timeouts[0]} s unchanged, {timeouts[1]} s with vsbayes."
         + (
-            f" Median ratio of wall times (vsbayes / unchanged, whole scripts, imports and "
+            f" Median ratio of wall times (vsbayes / unchanged, whole scripts but the imports, "
             f"plots included) over the {len(both_made)}: {summary['median_ratio']:.2g}."
             if ratios
             else ""
@@ -336,6 +345,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=300, help="seconds, with vsbayes")
     parser.add_argument("--no-write", action="store_true", help="print, write no results")
     parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the committed results' rows of the examples not run (with --only)",
+    )
+    parser.add_argument(
         "--estimator",
         default="VSLogisticRegression",
         help="the vsbayes classifier put in LogisticRegression's place; another than "
@@ -359,50 +373,38 @@ def main() -> None:
     print(f"{len(examples)} examples name LogisticRegression(CV) under {folder}", flush=True)
     timeouts = (args.sklearn_timeout, args.timeout)
 
-    base, ours = {}, {}
-
-    def report() -> None:
-        rows = [
-            row_of(e, base[e["example"]], ours.get(e["example"]))
-            for e in examples
-            if e["example"] in base
-        ]
-        if write_results:
-            write(rows, machine(), timeouts)
-
-    for e in examples:
-        base[e["example"]] = run_example(
-            folder / e["example"], False, args.sklearn_timeout, args.estimator
-        )
-        b = base[e["example"]]
-        note = " (download)" if b.get("network") else " (import)" if b.get("missing") else ""
-        print(
-            f"unchanged  {e['example']}: {b['status']}{note}, {b['seconds']:.1f} s "
-            f"{b.get('error', '')[:120]}",
-            flush=True,
-        )
-    report()
-    # The fastest first: a sweep cut short leaves the slowest undone.
-    order = sorted(
-        (
-            e
-            for e in examples
-            if not (base[e["example"]].get("network") or base[e["example"]].get("missing"))
-        ),
-        key=lambda e: base[e["example"]]["seconds"],
+    committed = RESULTS / "sklearn_examples_sweep.json"
+    previous = (
+        {r["example"]: r for r in json.loads(committed.read_text())["rows"]}
+        if committed.is_file()
+        else {}
     )
-    for e in order:
-        o = ours[e["example"]] = run_example(
-            folder / e["example"], True, args.timeout, args.estimator
-        )
-        count, first = _warnings(o, True)
+    # The fastest first by the last run's times (unknown ones first): a sweep cut short
+    # leaves the slowest undone.
+    examples.sort(key=lambda e: float(previous.get(e["example"], {}).get("sklearn_seconds", 0)))
+    rerun = {e["example"] for e in examples}
+    kept = [r for name, r in previous.items() if name not in rerun] if args.merge else []
+    order = {e["example"]: k for k, e in enumerate(find_examples(folder))}
+    rows = []
+    for e in examples:
+        # Interleaved: each example with both estimators, the machine in the same state.
+        b = run_example(folder / e["example"], False, args.sklearn_timeout, args.estimator)
+        o = None
+        if not (b.get("network") or b.get("missing")):
+            o = run_example(folder / e["example"], True, args.timeout, args.estimator)
+        rows.append(row_of(e, b, o))
+        r = rows[-1]
         print(
-            f"vsbayes    {e['example']}: {o['status']}, {o['seconds']:.1f} s "
-            f"(unchanged {base[e['example']]['seconds']:.1f} s), made {o.get('made_vs', 0)}, "
-            f"{count} vsbayes warnings {first[:100]} {o.get('error', '')[:200]}",
+            f"{e['example']}: unchanged {r['sklearn_status']} {r['sklearn_seconds']} s; "
+            f"vsbayes {r['vsbayes_status']} {r['vsbayes_seconds']} s, "
+            f"made {r['vsbayes_made']}, {r['vsbayes_warnings']} vsbayes warnings "
+            f"{r['vsbayes_warning_first'][:100]} "
+            f"{(r['vsbayes_error'] or r['sklearn_error'])[:200]}",
             flush=True,
         )
-        report()
+        if write_results:  # after each example: a sweep cut short keeps what it ran
+            everything = sorted(kept + rows, key=lambda r: order.get(r["example"], len(order)))
+            write(everything, machine(), timeouts)
 
 
 if __name__ == "__main__":
