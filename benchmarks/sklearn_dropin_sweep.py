@@ -114,8 +114,24 @@ def _recording_fit(self, *args, **kwargs):
 
 
 LogisticRegression.fit = _recording_fit
+
+
+# The factory in scikit-learn's place, before the code run imports it: both
+# "from sklearn.linear_model import LogisticRegression" and linear_model.LogisticRegression
+# then find it.
+def install():
+    import sklearn.linear_model
+
+    sklearn.linear_model.LogisticRegression = LogisticRegression
 """
 )
+
+
+def write_factory(folder: Path, estimator: str = "VSLogisticRegression") -> None:
+    """Write the factory module ``_vs_factory.py`` into ``folder`` (put it on the run's
+    path); another of vsbayes's classifiers takes VSLogisticRegression's place if named."""
+    (folder / "_vs_factory.py").write_text(SWEEP_FACTORY.replace("VSLogisticRegression", estimator))
+
 
 # A pytest plugin (loaded with -p before any conftest or test module is imported): puts the
 # factory in sklearn.linear_model, records each test's outcome as one JSON line as it ends
@@ -126,12 +142,11 @@ import os
 import signal
 
 import pytest
-import sklearn.linear_model
 
 import _vs_factory
 
 if os.environ.get("VSBAYES_SWEEP_REPLACE") == "1":
-    sklearn.linear_model.LogisticRegression = _vs_factory.LogisticRegression
+    _vs_factory.install()
 
 TIMEOUT = int(os.environ.get("VSBAYES_SWEEP_TEST_TIMEOUT", "120"))
 
@@ -184,10 +199,7 @@ def run_module(
     """``(records, finished, seconds)`` of one test module's run."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        # Another of vsbayes's classifiers in the same place (--estimator).
-        (folder / "_vs_factory.py").write_text(
-            SWEEP_FACTORY.replace("VSLogisticRegression", estimator)
-        )
+        write_factory(folder, estimator)  # (--estimator: another classifier in its place)
         (folder / "_vs_sweep_plugin.py").write_text(PLUGIN)
         out = folder / "records.jsonl"
         # The tests import the vsbayes this script imports (the tree it runs from).
