@@ -284,3 +284,14 @@ def test_thin_qr_in_place_and_by_blocks_on_any_threads(rng, monkeypatch):
     for one, two in zip(*results, strict=True):
         np.testing.assert_array_equal(one, two)
     np.testing.assert_allclose(results[0][0], q, rtol=0, atol=_QR_TOL)
+
+
+@pytest.mark.parametrize("k, r, w", [(3, 2, 7), (10, 9, 4), (2, 5, 1)])
+def test_class_congruence_is_the_contraction_on_both_class_indices(k, r, w):
+    # out[k, i, l, j] = Σ_ab q[k, a] blocks[a, i, b, j] q[l, b], against einsum's own sum.
+    from vsbayes._linalg import class_congruence
+
+    rng = np.random.default_rng(k + r + w)
+    q, blocks = rng.standard_normal((k, r)), rng.standard_normal((r, w, r, w))
+    expected = np.einsum("ka,aibj,lb->kilj", q, blocks, q)
+    np.testing.assert_allclose(class_congruence(q, blocks), expected, rtol=1e-12, atol=1e-12)

@@ -206,3 +206,16 @@ def mirror_lower_to_upper(matrix: np.ndarray) -> None:
         square = matrix[rows, rows]
         upper = np.triu_indices(square.shape[0], 1)
         square[upper] = square.T[upper]
+
+
+def class_congruence(q: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """``out[k, i, l, j] = Σ_ab q[k, a] blocks[a, i, b, j] q[l, b]``: a covariance whose
+    rows and columns are (class, parameter) pairs, its class index changed by ``q`` on
+    both sides (a multinomial posterior's centred basis or its rotation).
+
+    Two GEMMs by ``tensordot``: ``einsum(..., optimize=True)`` of the same contraction took
+    1.1-3 × as long (3 classes × 805 parameters: 0.19 s against 0.06 s), the copies of its
+    own transposes.
+    """
+    left = np.tensordot(q, blocks, axes=(1, 0))  # (k, i, b, j)
+    return np.tensordot(left, q, axes=(2, 1)).transpose(0, 1, 3, 2)  # (k, i, j, l) → (k, i, l, j)

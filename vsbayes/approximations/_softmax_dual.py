@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 
 from .._lapack import cho_solve, solve_triangular
-from .._linalg import mirror_lower_to_upper
+from .._linalg import class_congruence, mirror_lower_to_upper
 from .._memory import check_memory
 from ..gaussian import lower_cholesky
 from ..models import SoftmaxGLMPosterior
@@ -335,7 +335,7 @@ def theta_moments(model, q, column_var, mean, cov) -> tuple[np.ndarray, np.ndarr
     factorizing prior: B's rotated back by the basis q, plus the shift's prior."""
     k, r, w = model.n_classes, q.shape[1], len(column_var)
     theta = model.to_vector(q @ mean.reshape(r, w))
-    blocks = np.einsum("ka,ajcm,lc->kljm", q, cov.reshape(r, w, r, w), q, optimize=True)
+    blocks = class_congruence(q, cov.reshape(r, w, r, w)).transpose(0, 2, 1, 3)
     shift = np.diag(column_var) / k
     blocks += shift  # every (k, l) block: the prior of 1ᵀΘ/√K, spread over the classes
     full = model.to_layout(blocks)

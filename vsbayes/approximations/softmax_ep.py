@@ -79,6 +79,7 @@ from scipy.linalg.lapack import dpotri
 
 from .._indices import triu_indices
 from .._lapack import cho_solve
+from .._linalg import class_congruence
 from .._memory import block_bytes, check_memory, format_bytes
 from .._warnings import warn
 from ..exceptions import EstimationError, NotPositiveDefiniteError, UnreliableFitWarning
@@ -318,7 +319,7 @@ class _Contrast:
         rotated[:r, :, r, :] = cross.reshape(w, r, w).transpose(1, 2, 0)
         rotated[r, :, r, :] = self.shift_cov + cross @ self.gain.T
         theta = self.model.to_vector(u @ np.vstack([mean.reshape(r, w), shift_mean]))
-        blocks = np.einsum("ka,ajbm,lb->kljm", u, rotated, u, optimize=True)
+        blocks = class_congruence(u, rotated).transpose(0, 2, 1, 3)
         full = self.model.to_layout(blocks)
         return theta, 0.5 * (full + full.T)
 

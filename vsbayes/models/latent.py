@@ -47,6 +47,7 @@ import scipy.sparse as sp
 
 from .._blas import blas_thread_count, block_slices, map_blocks, single_blas_thread
 from .._indices import triu_indices
+from .._linalg import class_congruence
 from .._memory import block_bytes, block_length, check_memory
 
 __all__ = [
@@ -623,7 +624,7 @@ class JointLatents(_RowChunks):
         )
         blocks = cov[np.ix_(index.ravel(), index.ravel())].reshape(k, w, k, w)
         q = self.basis
-        centred = np.einsum("ka,kilj,lb->aibj", q, blocks, q, optimize=True)
+        centred = class_congruence(q.T, blocks)  # (K − 1, w, K − 1, w)
         del blocks
         self.upper = np.triu_indices(k - 1)
         # Entry (a, b) of the (K − 1)² covariance is form P(min(a, b), max(a, b)): one
