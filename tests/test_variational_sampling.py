@@ -245,7 +245,7 @@ def test_at_twice_the_parameters_the_leverages_error_counts_the_random_points():
     not the error of a fit on N random points against the sandwich's fixed ones, E[(ΦᵀΦ)⁻¹]
     = F⁻¹/(N − n − 1) against F⁻¹/N: without that factor (2.08 here) the median ratio to
     the measured excess KL was 0.43 here (0.40 over 20 seeds), a target's rounds stopping
-    early; with it 0.89, within D-008's [1/2, 2] (D-263)."""
+    early; with it 0.89, within D-008's [1/2, 2] (D-254)."""
     n, truth, kernel, log_target = _student_t_target(6)
 
     ratios = []

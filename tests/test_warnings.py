@@ -171,7 +171,7 @@ def test_one_vs_rest_problems_share_their_warnings_once():
 def test_one_vs_rest_problems_alike_but_for_their_figures_warn_once_naming_them():
     """Each class's Newton stops at max_iter=1 with its own predicted gain: the texts
     differ in their numbers only, and each was shown, K warnings that did not say which
-    class each was about (D-251). One now, naming the classes alike."""
+    class each was about (D-248). One now, naming the classes alike."""
     X, y = make_blobs(n_samples=60, centers=3, cluster_std=3.0, random_state=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")

@@ -115,7 +115,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 def reemit_alike(records, names) -> None:
     """Re-emit the warnings recorded by several alike blocks (one-vs-rest's problems, the
     i-th block's ``records[i]`` about ``names[i]``), those whose texts differ only in
-    their numbers once: the first block's, naming the blocks alike (D-251).
+    their numbers once: the first block's, naming the blocks alike (D-248).
 
     One-vs-rest's problems warn alike with other figures (each Newton's predicted gain,
     each EP's last site change): ``each_once`` keeps distinct texts, so a fit of K classes

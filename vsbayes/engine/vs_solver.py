@@ -74,7 +74,7 @@ _ROUNDOFF_PRECISION = 256.0 * np.finfo(float).eps
 # points its ratio to the measured error had a median of 0.95-1.13 up to n/ESS = 0.4,
 # 1.2-1.4 at 0.4-0.5, 1.6-1.8 at 0.5-0.6, 4.6 at 0.7-0.85 and 14 at 0.85-1, then inf.
 # Beyond, the points' own leverages correct each residual (D-237), times the random
-# design's N/(N − n − 1) (D-263): 0.92-1.35 there (HC2 alone 0.46-0.92). They
+# design's N/(N − n − 1) (D-254): 0.92-1.35 there (HC2 alone 0.46-0.92). They
 # cost N n² multiply-adds (a rank-k update and a triangular solve over the points), as
 # the exact Newton steps' Hessian does, so they share its budget: the paper's sets at
 # 2n-16n (N n² ≤ 4e9) about double a fit's CPU there, 0.04 → 0.09 s; digits3 at 8n
@@ -444,7 +444,7 @@ class VSSolver:
         # HC2 is the first of GCV's two factors, point by point; the second, the error of
         # a fit on N random points against the sandwich's fixed ones, E[H⁻¹] = F⁻¹/(N − n
         # − 1) for Gaussian rows against F⁻¹/N, counts the points: finite from N = 2n
-        # (_LEVERAGE_MIN_POINTS), where it doubles the estimate (D-263).
+        # (_LEVERAGE_MIN_POINTS), where it doubles the estimate (D-254).
         n, points = fam.n_params, fam.n_samples
         return hc2 * points / (points - n - 1.0)
 

@@ -505,7 +505,7 @@ class BayesianGLMClassifier(
             watch = {"observer": observer, "pending": pending}
         # One-vs-rest's problems warn alike (a forced structure, a prior's parameter):
         # once per fit (D-209), and those alike but for their figures once, naming the
-        # classes (D-251).
+        # classes (D-248).
         fits = []
         with observed(observer), each_once(), self._problems_alike(len(problems)) as problem:
             for k, (labels_weights, start, prior) in enumerate(
@@ -533,7 +533,7 @@ class BayesianGLMClassifier(
     def _problems_alike(self, n_problems: int):
         """A block over one-vs-rest's problems (or the one problem) that gives a block per
         problem (``with problem():``), whose warnings are recorded apart and shown at the
-        end, those alike but for their figures once, naming the classes (D-251)."""
+        end, those alike but for their figures once, naming the classes (D-248)."""
         records = []
 
         @contextlib.contextmanager

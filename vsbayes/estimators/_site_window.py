@@ -546,7 +546,7 @@ class SiteWindowUpdates:
         powers = np.concatenate([window.powers, weights])
         fits, all_signs, tau, nu = [], [], [], []
         errors = np.zeros(joined.shape[0])
-        with self._problems_alike(len(problems)) as alike:  # (D-251)
+        with self._problems_alike(len(problems)) as alike:  # (D-248)
             for j, ((labels, _), (frozen, _)) in enumerate(zip(problems, parts, strict=True)):
                 signs = np.concatenate([window.labels[j], labels])
                 with alike():

@@ -147,7 +147,7 @@ HEAVY_TAILED_WORK_LIMIT = 1e9
 # the NUTS references, EP's error / (Laplace's predicted error)² was 0.32 (iris), 0.0035
 # (wine), 0.15 (20 classes); against 32n global fits on 2000 rows × 8 features, ≤ 0.09
 # (3 classes) and ≤ 0.07 (5 classes). Those predictions were the mean term alone; with
-# the covariance term (D-262) they are 1.1-1.7× higher near the thresholds (iris 0.32 →
+# the covariance term (D-253) they are 1.1-1.7× higher near the thresholds (iris 0.32 →
 # 0.45 nats: its ratio 0.16), so this factor and LAPLACE_KERNEL_ERROR now hand over to
 # sampling a little sooner; not retuned.
 EP_ERROR_FACTOR = 0.5

@@ -445,7 +445,7 @@ class BayesianUpdating(SiteWindowUpdates):
             method = self._new_posterior_method()
             rng = self._random_generator()
             fits = []
-            with self._problems_alike(len(problems)) as alike:  # (D-251)
+            with self._problems_alike(len(problems)) as alike:  # (D-248)
                 for problem, prior in zip(problems, carried, strict=True):
                     with alike():
                         fits.append(
