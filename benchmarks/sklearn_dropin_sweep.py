@@ -133,6 +133,24 @@ def write_factory(folder: Path, estimator: str = "VSLogisticRegression") -> None
     (folder / "_vs_factory.py").write_text(SWEEP_FACTORY.replace("VSLogisticRegression", estimator))
 
 
+def run_environment(folder: Path, replace: bool, **variables: str) -> dict:
+    """The environment of a sweep's subprocess run from ``folder``: the factory there and
+    the vsbayes this script imports (the tree it runs from) first on its path, the
+    replacement on or off, nothing written into the installed packages, matplotlib's Agg
+    backend; plus ``variables``."""
+    paths = [str(folder), str(Path(vsbayes.__file__).resolve().parents[1])]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    return dict(
+        os.environ,
+        VSBAYES_SWEEP_REPLACE="1" if replace else "0",
+        PYTHONPATH=os.pathsep.join(paths),
+        PYTHONDONTWRITEBYTECODE="1",
+        MPLBACKEND="Agg",
+        **variables,
+    )
+
+
 # A pytest plugin (loaded with -p before any conftest or test module is imported): puts the
 # factory in sklearn.linear_model, records each test's outcome as one JSON line as it ends
 # (a module cut short by its timeout keeps what it recorded), bounds each test by an alarm.
@@ -202,18 +220,11 @@ def run_module(
         write_factory(folder, estimator)  # (--estimator: another classifier in its place)
         (folder / "_vs_sweep_plugin.py").write_text(PLUGIN)
         out = folder / "records.jsonl"
-        # The tests import the vsbayes this script imports (the tree it runs from).
-        paths = [str(folder), str(Path(vsbayes.__file__).resolve().parents[1])]
-        if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
-        env = dict(
-            os.environ,
+        env = run_environment(
+            folder,
+            replace,
             VSBAYES_SWEEP_OUT=str(out),
-            VSBAYES_SWEEP_REPLACE="1" if replace else "0",
             VSBAYES_SWEEP_TEST_TIMEOUT=str(test_timeout),
-            PYTHONPATH=os.pathsep.join(paths),
-            PYTHONDONTWRITEBYTECODE="1",  # nothing written into the installed package
-            MPLBACKEND="Agg",
         )
         # The module runs where it is installed, under scikit-learn's own conftest files.
         targets = (

@@ -45,9 +45,7 @@ from pathlib import Path
 
 import sklearn
 from _common import RESULTS, machine, machine_line, write_csv, write_json
-from sklearn_dropin_sweep import write_factory
-
-import vsbayes
+from sklearn_dropin_sweep import run_environment, write_factory
 
 NAME = re.compile(r"\bLogisticRegression(CV)?\b")
 # The gallery's datasets that are downloaded (fetch_*, OpenML): with no network, their
@@ -165,17 +163,10 @@ def run_example(path: Path, replace: bool, timeout: int, estimator: str) -> dict
         write_factory(folder, estimator)
         (folder / "_vs_example_runner.py").write_text(RUNNER)
         out = folder / "record.json"
-        # The run imports the vsbayes this script imports (the tree it runs from).
-        paths = [str(folder), str(Path(vsbayes.__file__).resolve().parents[1])]
-        if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
-        env = dict(
-            os.environ,
+        env = run_environment(
+            folder,
+            replace,
             VSBAYES_EXAMPLE_OUT=str(out),
-            VSBAYES_SWEEP_REPLACE="1" if replace else "0",
-            PYTHONPATH=os.pathsep.join(paths),
-            PYTHONDONTWRITEBYTECODE="1",
-            MPLBACKEND="Agg",
             # Datasets that scikit-learn caches go to the run's folder, not the user's home.
             SCIKIT_LEARN_DATA=str(folder / "scikit_learn_data"),
         )

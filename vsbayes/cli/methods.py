@@ -147,26 +147,30 @@ _METHOD_OPTIONS = _method_options()
 _PARAMETER = re.compile(
     rf"\b({'|'.join(_OPTIONS)})\b|\bstrategy='(\w+)'|\b({'|'.join(_METHOD_OPTIONS)})\b"
 )
+
+
+def _shared_phrases(fallback: str, evidence: str) -> list[tuple[str, str]]:
+    """Both commands' phrases: where the fallback shows, the evidence's remedy, and C."""
+    return [
+        (r"\blaplace_fallback_\b", fallback),
+        (
+            re.escape(CHOOSE_C),
+            f"the log evidence {evidence} compares fits at several values of --C",
+        ),
+        (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+    ]
+
+
 # The library's other names that the commands set or show otherwise, each with what the
 # command offers in its place, per command. (A prior narrower than N(0, C I) is a smaller
 # --C: the commands' only prior.)
 _PHRASES = {
     "fit": [
-        (r"\blaplace_fallback_\b", 'the summary\'s "ran as" line'),
-        (
-            re.escape(CHOOSE_C),
-            "the log evidence this command prints compares fits at several values of --C",
-        ),
-        (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+        *_shared_phrases('the summary\'s "ran as" line', "this command prints"),
         (r"\bmore (points|samples) \((\d+n = \d+ is typical)", r"more \1 (--n-samples; \2"),
     ],
     "compare": [
-        (r"\blaplace_fallback_\b", "the table's note"),
-        (
-            re.escape(CHOOSE_C),
-            "the log evidence vsbayes fit prints compares fits at several values of --C",
-        ),
-        (r"\b(a smaller|a larger|a finite) C( or (a )?narrower prior)?\b", r"\1 --C"),
+        *_shared_phrases("the table's note", "vsbayes fit prints"),
         # compare's ladder sets each sampling fit's N: it doubles N while the next fit is
         # predicted within --budget.
         (r"\bmore (points|samples) \(n_samples\b", r"more \1 (a larger --budget"),
