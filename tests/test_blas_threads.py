@@ -164,3 +164,28 @@ def test_loo_runs_on_one_blas_thread(two_threads, monkeypatch):
     fitted.loo(X, y)
     assert seen and set(seen) == {1}
     assert _limits() == two_threads  # restored after
+
+
+def test_a_large_reads_covariance_factor_runs_on_one_blas_thread(two_threads, monkeypatch):
+    # predict_proba above SMALL_WORK runs at BLAS's threads (its row blocks each take one);
+    # its covariance's Cholesky on two OpenBLAS threads took 1.65 s at 805 × 805 under
+    # another process's load, 35 ms on one.
+    import scipy.linalg
+
+    from vsbayes.models import latent
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 200))
+    y = (X[:, 0] + rng.standard_normal(60) > 0).astype(int)
+    fitted = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    seen, cholesky = [], scipy.linalg.cholesky
+
+    def recording(*args, **kwargs):
+        seen.extend(_limits())
+        return cholesky(*args, **kwargs)
+
+    monkeypatch.setattr(latent.scipy.linalg, "cholesky", recording)
+    monkeypatch.setattr(_blas, "SMALL_WORK", 1.0)  # (the read's own policy: default threads)
+    fitted.predict_proba(X)
+    assert seen and set(seen) == {1}
+    assert _limits() == two_threads

@@ -487,16 +487,21 @@ def _intercept_first_factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.nda
     """
     order = np.r_[d, :d] if cov.shape[0] > d else np.arange(d)
     ordered = cov[np.ix_(order, order)]
-    try:
-        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
-    except scipy.linalg.LinAlgError:
-        # Positive semi-definite to round-off only: its clipped eigenvalues, plus a ridge
-        # of 1e-13 of the largest (a change of v below round-off), make it definite.
-        eigval, eigvec = np.linalg.eigh(ordered)
-        clipped = np.maximum(eigval, 0.0)
-        ordered = (eigvec * clipped) @ eigvec.T
-        ordered[np.diag_indices_from(ordered)] += 1e-13 * max(clipped.max(), 1e-300)
-        lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
+    # On one BLAS thread, as the fits' factorizations: under another process's load two
+    # OpenBLAS threads took 1.65 s for an 805 × 805 Cholesky (one: 35 ms); idle, one
+    # thread is as fast up to p = 2000 (805: 6 against 10 ms) and 1.5× slower at 4096.
+    with single_blas_thread():
+        try:
+            lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
+        except scipy.linalg.LinAlgError:
+            # Positive semi-definite to round-off only: its clipped eigenvalues, plus a
+            # ridge of 1e-13 of the largest (a change of v below round-off), make it
+            # definite.
+            eigval, eigvec = np.linalg.eigh(ordered)
+            clipped = np.maximum(eigval, 0.0)
+            ordered = (eigvec * clipped) @ eigvec.T
+            ordered[np.diag_indices_from(ordered)] += 1e-13 * max(clipped.max(), 1e-300)
+            lower = scipy.linalg.cholesky(ordered, lower=True, check_finite=False)
     if cov.shape[0] == d:
         return lower, np.zeros(d), 0.0
     return np.ascontiguousarray(lower[1:, 1:]), lower[1:, 0].copy(), float(lower[0, 0])
