@@ -724,3 +724,13 @@ def test_verbose_says_the_route_taken_once_with_its_reason(data, strategy, capsy
     assert said == [
         f"VSLogisticRegression: route {str(model.strategy_[0])!r}: {model.strategy_reason_[0]}"
     ]
+
+
+def test_verbose_auto_names_no_sample_count_before_the_route(data, capsys):
+    # strategy='auto' printed "the global fit plans N=4224 points" (the auto rule's 8n),
+    # then a route reason naming another N (the work limit's, checked against 16n): two
+    # N's for one decision. Before the route only the unit costs are known.
+    X, y = data
+    vsbayes.VSLogisticRegression(random_state=0, verbose=1).fit(X, y)
+    planned = [line for line in capsys.readouterr().out.splitlines() if "per sweep" in line]
+    assert len(planned) == 1 and "per point" in planned[0] and "N=" not in planned[0]

@@ -360,8 +360,16 @@ class VSMethod(SamplingMethod):
         if self.strategy == "sites":
             self._say(f"strategy='sites': EP, ~{sweep:.3g} multiply-adds per sweep")
             return
-        n_samples = self.total_samples(p)
         pass_work = likelihood_point_work(model)
+        if self.strategy == "auto":
+            # The route, and with it the global fit's N, is chosen after this line: say
+            # the unit costs the choice weighs, not an N it may not use.
+            self._say(
+                f"strategy='auto': EP ~{sweep:.3g} multiply-adds per sweep, "
+                f"a global fit ~{pass_work:.3g} per point"
+            )
+            return
+        n_samples = self.total_samples(p)
         self._say(
             f"strategy={self.strategy!r}: the global fit plans N={n_samples} points "
             f"({n_samples * pass_work:.3g} multiply-adds); EP ~{sweep:.3g} per sweep"
