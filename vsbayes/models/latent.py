@@ -625,7 +625,7 @@ class JointForms:
     One per posterior: a fitted estimator computes it on its first read and keeps it
     (:class:`~vsbayes.models.fitted_predictive.PredictiveSetup`); its arrays are read-only.
     Its products run on one BLAS thread, as a read's covariance factor (D-256): under
-    another process's load, BLAS's two threads took 6 to 3 times as long (D-261).
+    another process's load, BLAS's two threads took 2.6 to 6 times as long (D-261).
 
     Parameters
     ----------
