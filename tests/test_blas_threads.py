@@ -189,3 +189,28 @@ def test_a_large_reads_covariance_factor_runs_on_one_blas_thread(two_threads, mo
     fitted.predict_proba(X)
     assert seen and set(seen) == {1}
     assert _limits() == two_threads
+
+
+def test_the_multinomial_reads_blocks_run_on_one_blas_thread(two_threads, monkeypatch):
+    # The multinomial predictive's set-up (the centred covariance's blocks, two GEMMs of
+    # K·w² · K·w) as the binary factor: under another process's load, two OpenBLAS threads
+    # took 6 times as long on digits' 650 parameters (D-261).
+    from sklearn.datasets import make_classification
+
+    from vsbayes.models import latent
+
+    X, y = make_classification(
+        n_samples=90, n_features=5, n_informative=4, n_redundant=0, n_classes=3, random_state=0
+    )
+    fitted = vsbayes.LaplaceLogisticRegression().fit(X, y)
+    seen, congruence = [], latent.class_congruence
+
+    def recording(*args, **kwargs):
+        seen.extend(_limits())
+        return congruence(*args, **kwargs)
+
+    monkeypatch.setattr(latent, "class_congruence", recording)
+    monkeypatch.setattr(_blas, "SMALL_WORK", 1.0)  # (the read's own policy: default threads)
+    fitted.predict_proba(X)
+    assert seen and set(seen) == {1}
+    assert _limits() == two_threads

@@ -107,7 +107,7 @@ def test_joint_latents_are_the_centred_moments(sparse, k, d, density):
     centre = np.eye(k) - 1.0 / k
     joint = latent.JointLatents(X, coef, intercept, cov)
     assert joint.pairs == (sparse and d == 60)
-    assert joint.triangular == (d == 6)
+    assert joint.forms.triangular == (d == 6)
     mean, cov_rows = joint(slice(0, 60))
     np.testing.assert_allclose(mean, want_mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cov_rows, centre @ want_cov @ centre, rtol=1e-10, atol=1e-12)

@@ -61,6 +61,7 @@ from ..models import (
     SoftmaxGLMPosterior,
 )
 from ..models.dask_chunks import is_dask, is_dask_array
+from ..models.fitted_predictive import PredictiveSetup
 from ..models.latent import untouched_columns
 from ..models.separation import check_flat_prior_is_proper, separates_at
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS, elastic_net_factor
@@ -1109,7 +1110,7 @@ class BayesianGLMClassifier(
             self.coef_ = mean[: k * n_features].reshape(k, n_features).copy()
             self.intercept_ = mean[k * n_features :].copy() if self.fit_intercept else np.zeros(k)
             structured = isinstance(posterior, StructuredGaussian)
-            self.sigma_ = posterior.covariance if structured else np.array(posterior.cov)
+            self.sigma_ = posterior.covariance if structured else _read_only(posterior.cov)
             self.log_marginal_likelihood_value_ = float(posterior.log_Z)
         elif all(isinstance(g, StructuredGaussian) for g in posteriors):  # never dense here
             # Binary: its one structured covariance; one-vs-rest: one per class, together.
@@ -1126,7 +1127,7 @@ class BayesianGLMClassifier(
             means = np.array([g.mean for g in posteriors])
             self.coef_ = means[:, :n_features]
             self.intercept_ = means[:, n_features] if self.fit_intercept else np.zeros(len(means))
-            covs = np.array([g.cov for g in posteriors])
+            covs = _read_only([g.cov for g in posteriors])
             evidence = np.array([g.log_Z for g in posteriors])
             binary = len(posteriors) == 1
             self.sigma_ = covs[0] if binary else covs
@@ -1144,6 +1145,9 @@ class BayesianGLMClassifier(
         self.covariance_reason_ = reasons[0] if binary else reasons
         self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int32)
         self.posteriors_ = posteriors
+        # The reads' set-ups of this fit's sigma_ (its factors), kept from the first read
+        # that needs one: made afresh by every fit, so that no read sees an earlier fit's.
+        self._predictive_setup_ = PredictiveSetup()
         self._fitted_prior_ = self.prior  # (partial_fit refuses a later change it would ignore)
         # The rows behind the posterior: fit's sets them after this; a stream's are many
         # batches, not kept: partial_fit sets their count (leave-one-out's check).
@@ -1272,6 +1276,14 @@ def _warn_if_predictive_leaves_the_mode(estimator, X, y_index, weights) -> None:
         f"or a smaller C or narrower prior ({CHOOSE_C}).",
         UnreliableFitWarning,
     )
+
+
+def _read_only(array) -> np.ndarray:
+    """A read-only copy of ``array`` (a dense ``sigma_``): the reads keep what they compute
+    from it (its factors, D-260), which an in-place change would leave stale."""
+    out = np.array(array)
+    out.flags.writeable = False
+    return out
 
 
 def _warn_estimated_evidence(name: str, laplace, choice: CovarianceChoice) -> None:

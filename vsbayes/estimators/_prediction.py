@@ -224,6 +224,8 @@ class PosteriorPrediction:
             _covariance(self.sigma_),
             self._link,
             posteriors,
+            # (None for an estimator fitted before it was kept: then computed each read)
+            getattr(self, "_predictive_setup_", None),
         )
 
     def sparsify(self):

@@ -19,20 +19,26 @@ come from the covariances' factors, never a p × p matrix.
 
 Every method runs chunk by chunk of rows (:mod:`vsbayes.models.latent`): the predictive
 rule on each chunk's latent moments, so that its temporaries stay within the chunks'
-memory bound, the chunks side by side on the threads BLAS may use.
+memory bound, the chunks side by side on the threads BLAS may use. What the latent moments
+need of a dense covariance whatever the rows (its factors, or the multinomial's blocks) is
+kept in a :class:`PredictiveSetup` the fitted estimator holds, from one read to the next.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from .._sums import logsumexp
 from ..gaussian import Gaussian, StructuredCovariance, StructuredCovariances
 from .latent import (
+    IndependentFactors,
     IndependentLatents,
+    JointForms,
     JointLatents,
     StructuredIndependentLatents,
     StructuredJointLatents,
@@ -46,6 +52,7 @@ __all__ = [
     "FittedPredictive",
     "MultinomialPredictive",
     "OneVsRestPredictive",
+    "PredictiveSetup",
     "StructuredBinaryPredictive",
     "StructuredMultinomialPredictive",
     "StructuredOneVsRestPredictive",
@@ -53,6 +60,43 @@ __all__ = [
 ]
 
 Transform = Callable[[np.ndarray], np.ndarray]
+T = TypeVar("T")
+
+
+class PredictiveSetup:
+    """What a fitted posterior's reads need of its covariance whatever the rows
+    (:class:`~vsbayes.models.latent.IndependentFactors`,
+    :class:`~vsbayes.models.latent.JointForms`), computed by the first read that needs it
+    and kept for the next.
+
+    A fitted estimator holds one, made afresh by every fit (``fit``, ``partial_fit``, a
+    warm start or a refit after ``set_params``): a read never sees an earlier fit's. Each
+    entry is kept with the covariance it was computed from and computed again for another
+    (``sigma_`` replaced; ``sigma_`` is read-only, so it cannot change in place). Reads in
+    several threads at once compute an entry once (the others wait for it) and share it
+    (its arrays are read-only). Neither pickled nor copied (``copy``, ``deepcopy``): a
+    loaded estimator computes its entries again on its first read.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict = {}
+
+    def get(self, key: Hashable, source: object, compute: Callable[[], T]) -> T:
+        """The entry ``key`` computed from ``source`` (a covariance): kept, or ``compute()``
+        (then kept)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] is not source:
+                entry = (source, compute())
+                self._entries[key] = entry
+            return entry[1]
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
 
 
 class FittedPredictive(abc.ABC):
@@ -68,6 +112,9 @@ class FittedPredictive(abc.ABC):
         Posterior covariance(s), intercept last when it is fitted.
     posteriors : sequence of Gaussian, optional
         The posteriors themselves, which :meth:`sample` draws from.
+    setup : PredictiveSetup, optional
+        Where the set-ups computed from ``sigma`` are kept between reads (by default
+        computed by each read).
     """
 
     def __init__(
@@ -76,9 +123,17 @@ class FittedPredictive(abc.ABC):
         intercept: np.ndarray,
         sigma: np.ndarray,
         posteriors: Sequence[Gaussian] | None = None,
+        setup: PredictiveSetup | None = None,
     ):
         self.coef, self.intercept, self.sigma = coef, intercept, sigma
         self.posteriors = posteriors
+        self.setup = setup
+
+    def _kept(self, name: str, compute: Callable[[], T]) -> T:
+        """``compute()`` of ``sigma``, kept in :attr:`setup` (if any) for the next read."""
+        if self.setup is None:
+            return compute()
+        return self.setup.get((name, self.coef.shape), self.sigma, compute)
 
     @abc.abstractmethod
     def latent(self, X):
@@ -117,15 +172,22 @@ class OneVsRestPredictive(FittedPredictive):
     :class:`~vsbayes.models.links.Link`).
     """
 
-    def __init__(self, coef, intercept, sigma, link: str | Link, posteriors=None):
-        super().__init__(coef, intercept, sigma, posteriors)
+    def __init__(self, coef, intercept, sigma, link: str | Link, posteriors=None, setup=None):
+        super().__init__(coef, intercept, sigma, posteriors, setup)
         self.link = get_link(link)
 
     def _covs(self) -> np.ndarray:
         return self.sigma
 
     def latent(self, X) -> IndependentLatents:
-        return IndependentLatents(X, self.coef, self.intercept, self._covs())
+        covs, d = self._covs(), self.coef.shape[1]
+        return IndependentLatents(
+            X,
+            self.coef,
+            self.intercept,
+            covs,
+            lambda: self._kept("factors", lambda: IndependentFactors(covs, d)),
+        )
 
     def latent_mean_and_variance(self, X):
         latent = self.latent(X)
@@ -230,7 +292,9 @@ class MultinomialPredictive(FittedPredictive):
     θ = ``[W.ravel(), b]``: ``sigma`` is (p, p), p = K d (+ K with intercepts)."""
 
     def latent(self, X) -> JointLatents:
-        return JointLatents(X, self.coef, self.intercept, self.sigma)
+        k, d = self.coef.shape
+        forms = self._kept("forms", lambda: JointForms(self.sigma, k, d))
+        return JointLatents(X, self.coef, self.intercept, self.sigma, forms)
 
     def latent_mean_and_variance(self, X):
         latent = self.latent(X)
@@ -296,6 +360,7 @@ def fitted_predictive(
     sigma: np.ndarray,
     link: str | Link,
     posteriors: Sequence[Gaussian] | None = None,
+    setup: PredictiveSetup | None = None,
 ) -> FittedPredictive:
     """The predictive of a fitted posterior, its kind read from the arrays' shapes.
 
@@ -313,19 +378,21 @@ def fitted_predictive(
         softmax).
     posteriors : sequence of Gaussian, optional
         The posteriors, for :meth:`FittedPredictive.sample`.
+    setup : PredictiveSetup, optional
+        Where the set-ups computed from ``sigma`` are kept between reads.
 
     Returns
     -------
     FittedPredictive
     """
     if isinstance(sigma, StructuredCovariances):
-        return StructuredOneVsRestPredictive(coef, intercept, sigma, link, posteriors)
+        return StructuredOneVsRestPredictive(coef, intercept, sigma, link, posteriors, setup)
     if isinstance(sigma, StructuredCovariance):
         if len(coef) > 1:
-            return StructuredMultinomialPredictive(coef, intercept, sigma, posteriors)
-        return StructuredBinaryPredictive(coef, intercept, sigma, link, posteriors)
+            return StructuredMultinomialPredictive(coef, intercept, sigma, posteriors, setup)
+        return StructuredBinaryPredictive(coef, intercept, sigma, link, posteriors, setup)
     if sigma.ndim == 3:
-        return OneVsRestPredictive(coef, intercept, sigma, link, posteriors)
+        return OneVsRestPredictive(coef, intercept, sigma, link, posteriors, setup)
     if len(coef) == 1:
-        return BinaryPredictive(coef, intercept, sigma, link, posteriors)
-    return MultinomialPredictive(coef, intercept, sigma, posteriors)
+        return BinaryPredictive(coef, intercept, sigma, link, posteriors, setup)
+    return MultinomialPredictive(coef, intercept, sigma, posteriors, setup)

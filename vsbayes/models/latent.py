@@ -23,7 +23,9 @@ with the Cholesky factor of Σ ordered intercept first,
 ``F = [[r, 0], [c, W]]``, ``Fᵀ x̃ = [r + c·x, Wᵀ x]``, so that the intercept's column joins
 the means' small product, and the variance ``‖Wᵀ x‖² + (r + c·x)²`` is a sum of squares:
 no cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features), never negative.
-A factorization per call is negligible next to the products over the rows.
+The factors (:class:`IndependentFactors`) and the blocks (:class:`JointForms`) depend on
+the posterior alone: a fitted estimator computes them on its first read and keeps them (a
+factorization per call was most of a predict_proba on a few rows of many features, D-260).
 
 **From a structured covariance** ``Σ = diag(δ) + U K Uᵀ``
 (:class:`~vsbayes.gaussian.StructuredCovariance`, text-scale posteriors):
@@ -51,8 +53,10 @@ from .._linalg import class_congruence
 from .._memory import block_bytes, block_length, check_memory
 
 __all__ = [
+    "IndependentFactors",
     "IndependentLatents",
     "InformativeRows",
+    "JointForms",
     "JointLatents",
     "StructuredIndependentLatents",
     "StructuredJointLatents",
@@ -507,6 +511,39 @@ def _intercept_first_factor(cov: np.ndarray, d: int) -> tuple[np.ndarray, np.nda
     return np.ascontiguousarray(lower[1:, 1:]), lower[1:, 0].copy(), float(lower[0, 0])
 
 
+class IndependentFactors:
+    """What :class:`IndependentLatents` needs of the covariances whatever the rows: each
+    problem's Cholesky factor ordered intercept first (:func:`_intercept_first_factor`).
+
+    One per posterior: a fitted estimator computes it on its first read and keeps it
+    (:class:`~vsbayes.models.fitted_predictive.PredictiveSetup`); its arrays are read-only.
+
+    Parameters
+    ----------
+    covs : ndarray of shape (n_problems, d, d) or (n_problems, d + 1, d + 1)
+        Posterior covariances, intercept last when it is fitted.
+    d : int
+        Features.
+
+    Attributes
+    ----------
+    weights : list of ndarray of shape (d, d)
+        Each problem's W (lower triangular).
+    columns : list of ndarray of shape (d,)
+        Each problem's c, the intercept's column (empty without an intercept).
+    roots : ndarray of shape (n_problems,)
+        Each problem's r (zeros without an intercept).
+    """
+
+    def __init__(self, covs: np.ndarray, d: int):
+        factors = [_intercept_first_factor(cov, d) for cov in covs]
+        self.weights = [f[0] for f in factors]
+        self.columns = [f[1] for f in factors] if covs.shape[-1] > d else []
+        self.roots = np.array([f[2] for f in factors])
+        for array in (*self.weights, *self.columns, self.roots):
+            array.flags.writeable = False  # (shared by the reads of every thread)
+
+
 class IndependentLatents(_RowChunks):
     """Mean and variance of each problem's one latent score at X's rows, chunk by chunk.
 
@@ -523,9 +560,20 @@ class IndependentLatents(_RowChunks):
         Posterior means of the intercepts (zeros without one).
     covs : ndarray of shape (n_problems, d, d) or (n_problems, d + 1, d + 1)
         Posterior covariances, intercept last when it is fitted.
+    factors : callable, optional
+        Returns the covariances' :class:`IndependentFactors` (a kept one); called only
+        where the rows take the factors (dense rows, or sparse rows with many non-zeros).
+        By default they are computed here.
     """
 
-    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, covs: np.ndarray):
+    def __init__(
+        self,
+        X,
+        coef: np.ndarray,
+        intercept: np.ndarray,
+        covs: np.ndarray,
+        factors: Callable[[], IndependentFactors] | None = None,
+    ):
         self.X, self.coef, self.intercept, self.covs = X, coef, intercept, covs
         n_rows, d = X.shape
         n_problems = len(coef)
@@ -534,13 +582,11 @@ class IndependentLatents(_RowChunks):
         if self.pairs:
             self.chunks = list(_pair_chunks(_row_counts(X), block_bytes() / threads))
         else:
-            factors = [_intercept_first_factor(cov, d) for cov in covs]
-            self.weights = [f[0] for f in factors]
-            self.roots = np.array([f[2] for f in factors])
+            made = IndependentFactors(covs, d) if factors is None else factors()
+            self.weights, self.roots = made.weights, made.roots
             # One small product gives the intercepts' columns c·x and the means.
             self.intercept_fitted = covs.shape[-1] > d
-            side = [f[1] for f in factors] if self.intercept_fitted else []
-            self.side = np.ascontiguousarray(np.column_stack([*side, *coef]))
+            self.side = np.ascontiguousarray(np.column_stack([*made.columns, *coef]))
             # Per row: a problem's product (its factor's columns), the small product, the
             # means and variances, and the predictive's temporaries downstream (about 24
             # per problem).
@@ -569,6 +615,100 @@ class IndependentLatents(_RowChunks):
             first *= first
             var += first
         return mean, var
+
+
+class JointForms:
+    """What :class:`JointLatents` needs of the multinomial covariance whatever the rows: the
+    centred covariance's symmetrized blocks of the pairs of classes a ≤ b, and the form the
+    rows take them in (see :class:`JointLatents`).
+
+    One per posterior: a fitted estimator computes it on its first read and keeps it
+    (:class:`~vsbayes.models.fitted_predictive.PredictiveSetup`); its arrays are read-only.
+    Its products run on one BLAS thread, as a read's covariance factor (D-256): under
+    another process's load, BLAS's two threads took 2.6 to 6 times as long (D-261).
+
+    Parameters
+    ----------
+    cov : ndarray of shape (p, p)
+        Posterior covariance of θ = [W.ravel(), b] (p = K d without an intercept).
+    k, d : int
+        Classes and features.
+
+    Attributes
+    ----------
+    basis : ndarray of shape (K, K − 1)
+        The centred basis Q.
+    fill : ndarray of shape ((K − 1)²,)
+        Each entry of a row's (K − 1)² covariance: its pair's column among the forms.
+    pairs_blocks : ndarray of shape (P, w, w)
+        The P = (K − 1)K/2 pairs' symmetrized blocks (w = d, or d + 1 with intercepts).
+    triangular : bool
+        Whether the rows take the forms from their products ``x̃_i x̃_j``, i ≤ j
+        (:attr:`triangle`, :attr:`triangles`), else from the blocks side by side
+        (:attr:`spread`).
+    width : int
+        w.
+    row_cost : int
+        Entries of the forms' product a dense row takes.
+    """
+
+    def __init__(self, cov: np.ndarray, k: int, d: int):
+        from .softmax_predictive_rules import centred_basis
+
+        self.basis = centred_basis(k)
+        # θ's layout to the class-major blocks (K, w, K, w) of [w_k, b_k].
+        index = np.arange(k)[:, None] * d + np.arange(d)[None, :]
+        if cov.shape[0] > k * d:
+            index = np.hstack([index, k * d + np.arange(k)[:, None]])
+        w = index.shape[1]
+        n_pairs = k * (k - 1) // 2
+        # Σ reordered, its basis change (two steps of K·w² · K w each), and the pairs' blocks
+        # with their side-by-side copy.
+        check_memory(
+            8.0 * (3 * (k * w) ** 2 + 2 * n_pairs * w * w),
+            f"the multinomial predictive's latent blocks ({k} classes × {w} parameters)",
+            "Predict with fewer features or classes, or fit one-vs-rest posteriors.",
+        )
+        upper = np.triu_indices(k - 1)
+        # Entry (a, b) of the (K − 1)² covariance is form P(min(a, b), max(a, b)): one
+        # gather fills the chunk's covariances (two scatters into the triangles cost as
+        # much as the forms' product at 30 classes).
+        position = np.empty((k - 1, k - 1), dtype=np.intp)
+        position[upper] = position[upper[::-1]] = np.arange(n_pairs)
+        self.fill = position.ravel()
+        # Two forms of the same sums, each bound by its passes over memory: the rows'
+        # products x̃_i x̃_j (i ≤ j) against the (T, P) upper triangles, T = w(w + 1)/2,
+        # doubled off the diagonal (half the multiply-adds, an inner dimension of T; the
+        # products and their two gathered factors, 3T entries a row); or x̃ against the
+        # (w, P·w) blocks side by side and that product contracted with x̃ (2·P·w entries
+        # a row, and the contraction's call per row). The cheaper by that count (D-239).
+        n_products = w * (w + 1) // 2
+        self.triangular = 3 * n_products <= 2 * n_pairs * w + _CONTRACTION_ROW_ENTRIES
+        self.width = w
+        with single_blas_thread():
+            blocks = cov[np.ix_(index.ravel(), index.ravel())].reshape(k, w, k, w)
+            centred = class_congruence(self.basis.T, blocks)  # (K − 1, w, K − 1, w)
+            del blocks
+            pairs = centred[upper[0], :, upper[1], :]  # (P, w, w)
+            del centred
+            self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
+            del pairs
+            if self.triangular:
+                self.triangle = np.triu_indices(w)
+                doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
+                self.triangles = np.ascontiguousarray(
+                    (self.pairs_blocks[:, self.triangle[0], self.triangle[1]] * doubled).T
+                )
+                self.row_cost = self.triangles.shape[0]
+                kept = [*self.triangle, self.triangles]
+            else:
+                # (w, P·w): column j of x̃ against every pair's block.
+                spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2))
+                self.spread = spread.reshape(w, -1)
+                self.row_cost = w * w
+                kept = [self.spread]
+        for array in (self.fill, self.pairs_blocks, *kept):
+            array.flags.writeable = False  # (shared by the reads of every thread)
 
 
 class JointLatents(_RowChunks):
@@ -601,6 +741,8 @@ class JointLatents(_RowChunks):
         Posterior mean of b (zeros without one).
     cov : ndarray of shape (p, p)
         Posterior covariance of θ = [W.ravel(), b] (p = K d without an intercept).
+    forms : JointForms, optional
+        The covariance's :class:`JointForms` (a kept one); by default computed here.
 
     Attributes
     ----------
@@ -608,60 +750,20 @@ class JointLatents(_RowChunks):
         Bytes of one thread's share, the bound the predictive rule's blocks keep within.
     """
 
-    def __init__(self, X, coef: np.ndarray, intercept: np.ndarray, cov: np.ndarray):
-        from .softmax_predictive_rules import centred_basis
-
+    def __init__(
+        self,
+        X,
+        coef: np.ndarray,
+        intercept: np.ndarray,
+        cov: np.ndarray,
+        forms: JointForms | None = None,
+    ):
         self.X, self.coef, self.intercept = X, coef, intercept
         k, d = coef.shape
-        self.basis = centred_basis(k)
-        # θ's layout to the class-major blocks (K, w, K, w) of [w_k, b_k].
-        index = np.arange(k)[:, None] * d + np.arange(d)[None, :]
-        if cov.shape[0] > k * d:
-            index = np.hstack([index, k * d + np.arange(k)[:, None]])
-        w = index.shape[1]
+        self.forms = JointForms(cov, k, d) if forms is None else forms
+        self.basis, w = self.forms.basis, self.forms.width
         n_pairs = k * (k - 1) // 2
-        # Σ reordered, its basis change (two steps of K·w² · K w each), and the pairs' blocks
-        # with their side-by-side copy.
-        check_memory(
-            8.0 * (3 * (k * w) ** 2 + 2 * n_pairs * w * w),
-            f"the multinomial predictive's latent blocks ({k} classes × {w} parameters)",
-            "Predict with fewer features or classes, or fit one-vs-rest posteriors.",
-        )
-        blocks = cov[np.ix_(index.ravel(), index.ravel())].reshape(k, w, k, w)
-        q = self.basis
-        centred = class_congruence(q.T, blocks)  # (K − 1, w, K − 1, w)
-        del blocks
-        self.upper = np.triu_indices(k - 1)
-        # Entry (a, b) of the (K − 1)² covariance is form P(min(a, b), max(a, b)): one
-        # gather fills the chunk's covariances (two scatters into the triangles cost as
-        # much as the forms' product at 30 classes).
-        position = np.empty((k - 1, k - 1), dtype=np.intp)
-        position[self.upper] = position[self.upper[::-1]] = np.arange(n_pairs)
-        self.fill = position.ravel()
-        pairs = centred[self.upper[0], :, self.upper[1], :]  # (P, w, w)
-        del centred
-        self.pairs_blocks = 0.5 * (pairs + np.swapaxes(pairs, 1, 2))
-        del pairs
-        # Two forms of the same sums, each bound by its passes over memory: the rows'
-        # products x̃_i x̃_j (i ≤ j) against the (T, P) upper triangles, T = w(w + 1)/2,
-        # doubled off the diagonal (half the multiply-adds, an inner dimension of T; the
-        # products and their two gathered factors, 3T entries a row); or x̃ against the
-        # (w, P·w) blocks side by side and that product contracted with x̃ (2·P·w entries
-        # a row, and the contraction's call per row). The cheaper by that count (D-239).
-        n_products = w * (w + 1) // 2
-        self.triangular = 3 * n_products <= 2 * n_pairs * w + _CONTRACTION_ROW_ENTRIES
-        if self.triangular:
-            self.triangle = np.triu_indices(w)
-            doubled = np.where(self.triangle[0] == self.triangle[1], 1.0, 2.0)
-            self.triangles = np.ascontiguousarray(
-                (self.pairs_blocks[:, self.triangle[0], self.triangle[1]] * doubled).T
-            )
-            row_cost = self.triangles.shape[0]
-        else:
-            # (w, P·w): column j of x̃ against every pair's block.
-            self.spread = np.ascontiguousarray(self.pairs_blocks.transpose(1, 0, 2)).reshape(w, -1)
-            row_cost = w * w
-        self.width = w
+        row_cost = self.forms.row_cost
         # Per block: a gathered pair costs _GATHER_COST, a densified row its form's product.
         self.pairs = sp.issparse(X) and bool(
             _gathers_pairs(X, row_cost * X.shape[0] / max(X.nnz, 1))
@@ -672,7 +774,7 @@ class JointLatents(_RowChunks):
         if self.pairs:
             self.chunks = list(_pair_chunks(_row_counts(X), self.budget))
         else:
-            if self.triangular:
+            if self.forms.triangular:
                 # Per row: the products and their two gathered factors (3 T), a dense copy
                 # of the row, the forms (P), the covariances (K²).
                 per_row = 3 * row_cost + w + n_pairs + k * k
@@ -700,19 +802,20 @@ class JointLatents(_RowChunks):
         k, d = self.coef.shape
         m = x.shape[0]
         mean = np.asarray(x @ self.coef.T) + self.intercept
+        setup = self.forms
         if self.pairs:
-            forms = _pair_quadratic_forms(x, self.pairs_blocks)
+            forms = _pair_quadratic_forms(x, setup.pairs_blocks)
         else:
             dense = x.toarray() if sp.issparse(x) else np.asarray(x)
-            if self.width > d:
+            if setup.width > d:
                 dense = np.hstack([dense, np.ones((m, 1))])
-            if self.triangular:
-                first, second = self.triangle
-                forms = (dense[:, first] * dense[:, second]) @ self.triangles
+            if setup.triangular:
+                first, second = setup.triangle
+                forms = (dense[:, first] * dense[:, second]) @ setup.triangles
             else:
-                product = (dense @ self.spread).reshape(m, -1, self.width)
+                product = (dense @ setup.spread).reshape(m, -1, setup.width)
                 forms = np.matmul(product, dense[:, :, None])[..., 0]
-        return mean, forms[:, self.fill].reshape(m, k - 1, k - 1)
+        return mean, forms[:, setup.fill].reshape(m, k - 1, k - 1)
 
 
 class StructuredLatents(_RowChunks):
