@@ -284,6 +284,25 @@ def test_clone_keeps_a_fitted_prior(binary):
     assert clone(LaplaceLogisticRegression(prior=LaplaceLogisticRegression())).prior is not None
 
 
+def test_a_fitted_prior_in_a_search_grid(binary):
+    # GridSearchCV clones its grid's values, which unfits a fitted prior: the error says
+    # so and names FrozenEstimator, whose clone stays fitted (D-266). It told the user,
+    # who had fitted it, to fit it.
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = binary
+    earlier = LaplaceLogisticRegression().fit(X[:60], y[:60])
+    search = GridSearchCV(LaplaceLogisticRegression(), {"prior": [earlier]}, cv=2)
+    with pytest.raises(ValueError, match=r"(?s)cloned there.*FrozenEstimator\(fitted\)"):
+        search.set_params(error_score="raise").fit(X[60:], y[60:])
+    search.set_params(param_grid={"prior": [None, FrozenEstimator(earlier)]}).fit(X[60:], y[60:])
+    direct = LaplaceLogisticRegression(prior=earlier).fit(X[60:], y[60:])
+    frozen = search.cv_results_["params"][1]["prior"]
+    refit = LaplaceLogisticRegression(prior=frozen).fit(X[60:], y[60:])
+    np.testing.assert_array_equal(refit.coef_, direct.coef_)
+
+
 @pytest.fixture(scope="module")
 def shapes_for_huge_C():
     """Tiny problems on each route: binary (primal), more features than rows (dual),

@@ -507,18 +507,54 @@ def test_evidence_at_the_upper_edge_on_separable_classes_is_warned_as_such():
         ("nan", "Input X contains NaN.\nEmpiricalBayesClassifier does not accept"),
         ("no rows", r"minimum of 1 is required by EmpiricalBayesClassifier"),
         ("text", "X must be numeric .*OneHotEncoder"),
+        ("dates", "holds dates or times"),
+        ("missing label", "y has 1 missing label"),
+        ("continuous labels", "Unknown label type: continuous"),
+        ("one class", "at least 2 classes"),
     ],
 )
 def test_bad_training_data_is_told_by_the_estimator_called(data, scales, bad, message):
     # Checked before the grid: the error named the grid's LaplaceLogisticRegression (one
-    # C), or lacked the estimators' remedy (ARD's own check of text).
+    # C), or lacked the estimators' remedy (ARD's own check of text); with one C the
+    # last four were "its fit at 0.0001 failed: ..." (dates: numpy's DTypePromotionError,
+    # a missing label: "Input y contains NaN") (D-267).
     X, y = data
+    y = {"missing label": np.where(np.arange(len(y)) == 3, None, y).astype(object),
+         "continuous labels": y + X[:, 0] / 10, "one class": 0 * y}.get(bad, y)  # fmt: skip
     X = {"nan": np.where(np.eye(*X.shape, dtype=bool), np.nan, X), "no rows": X[:0],
-         "text": np.full(X.shape, "a")}[bad]  # fmt: skip
+         "text": np.full(X.shape, "a"),
+         "dates": X.astype("datetime64[s]")}.get(bad, X)  # fmt: skip
     model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, scales=scales)
     with pytest.raises(ValueError, match=message) as error:
         model.fit(X, y[: len(X)])
     assert "LaplaceLogisticRegression" not in str(error.value)
+    assert "evidence search" not in str(error.value)
+
+
+def test_prediction_input_is_told_once_by_the_estimator_called(data):
+    # One C: X is checked here, then passed as given to estimator_, whose NaN error named
+    # it, and whose feature-names warning repeated this class's naming it (D-267).
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # (the evidence at Cs' edge)
+        model.fit(pd.DataFrame(X, columns=list("abcd")), y)
+    calls = {
+        "predict_proba": lambda X: model.predict_proba(X),
+        "predict_proba_interval": lambda X: model.predict_proba_interval(X[:3]),
+        "sample_y": lambda X: model.sample_y(X[:3], n_draws=4),
+        "loo": lambda X: model.loo(X, y, n_draws=100),
+        "to_inference_data": lambda X: model.to_inference_data(X, y, n_draws=4),
+    }
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(X)
+        names = [str(w.message) for w in caught if "feature names" in str(w.message)]
+        assert len(names) == 1 and "EmpiricalBayesClassifier" in names[0], (name, names)
+    with pytest.raises(ValueError, match=r"NaN\.\nEmpiricalBayesClassifier does not accept"):
+        model.predict(pd.DataFrame(np.where(np.eye(*X.shape), np.nan, X), columns=list("abcd")))
 
 
 def test_ard_coefficients_keep_the_float32_of_x(sparse_truth):

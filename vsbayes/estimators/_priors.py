@@ -106,9 +106,15 @@ def prior_specs(estimator, prior, classes: np.ndarray) -> list:
                 f"a fitted vsbayes estimator (its posterior is the prior), a Gaussian, a "
                 f"(mean, cov) pair or a dict.{hint}"
             )
+        # (scikit-learn clones the values of a search's parameter grid, and clone unfits
+        # an estimator: a fitted prior in GridSearchCV's grid arrived here unfitted, and
+        # the user, who had fitted it, was told to fit it. FrozenEstimator's clone is
+        # itself.)
         raise ValueError(
             f"prior is an unfitted {type(prior).__name__}: fit it first (its posterior is "
-            f"the prior)."
+            f"the prior). A fitted one given in the parameter grid of GridSearchCV or "
+            f"RandomizedSearchCV (or to sklearn.base.clone) is cloned there, which unfits "
+            f"it: give sklearn.frozen.FrozenEstimator(fitted) instead, which stays fitted."
         )
     if isinstance(prior, list) or (
         isinstance(prior, tuple)

@@ -66,6 +66,9 @@ from .variational_sampling import VSLogisticRegression
 __all__ = ["EmpiricalBayesClassifier"]
 
 _LAPLACE = {"logistic": LaplaceLogisticRegression, "probit": LaplaceProbitRegression}
+# scikit-learn's feature-names warnings, which this class's check of X has given when the
+# fitted estimator repeats them (naming itself, a class the user did not call).
+_REPEATED_NAMES_WARNING = ("ignore", UserWarning, "X (has|does not have valid) feature names")
 # The refinement stops when the bracket on log10 C is this narrow: C within 1 %.
 _LOG10_TOL = 0.005
 # ARD stops when no feature is pruned and every kept α_j moved by less than this, relatively.
@@ -136,7 +139,9 @@ def _delegate(name: str, summary: str, returns: str):
 
     def method(self, X):
         check_is_fitted(self, "estimator_")
-        return getattr(self.estimator_, name)(self._estimator_input(X))
+        X = self._estimator_input(X)
+        with catch(_REPEATED_NAMES_WARNING):
+            return getattr(self.estimator_, name)(X)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (
@@ -405,10 +410,15 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
             check_classification_targets(y)
             n_classes = _check_ard_size(link, shared, X, y, sample_weight)
         elif not is_dask(X):
-            # Checked here only, so that an error (NaN, no rows, a wrong shape) names this
-            # class, not the Laplace fit of the grid the user did not call; X goes on as
-            # given (the estimator keeps its feature names).
-            validate_data(self, X, y, accept_sparse=True, dtype=None)
+            # Checked here as the estimators check their data (NaN, no rows, a wrong
+            # shape; dates, text, missing or continuous labels, overflowing values, one
+            # class, the weights: with their remedies), so that an error names this class
+            # and the data, not the Laplace fit at the grid's first C, which the user did
+            # not call ("its fit at 0.0001 failed", or numpy's DTypePromotionError for
+            # dates); X goes on as given (the estimator keeps its feature names).
+            checked, labels = _validate_training_data(self, X, y)
+            check_classification_targets(labels)
+            _LAPLACE[link](**shared)._fit_data(checked, labels, sample_weight)
         shrinkage = _shrinkage_prior(base)
         if is_dask(X) and not ard:
             # Refused here, naming what was set: each grid fit would name its own prior
@@ -701,14 +711,13 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         checked against the fit here, so that an error names this class, not the inner
         estimator the user did not call."""
         if self.ard_log_evidence_.size == 0:  # fitted with one C: the estimator saw X
-            # Checked, then passed as given: the estimator's own checks (feature names
-            # included) see what it was fitted on.
+            # Checked (NaN and infinities too: their error named the estimator), then
+            # passed as given: the estimator's own checks see what it was fitted on, and
+            # the callers drop its repeat of a feature-names warning given here.
             if is_dask(X):
                 check_prediction_input(self, X)
             else:
-                validate_data(
-                    self, X, accept_sparse=True, dtype=None, ensure_all_finite=False, reset=False
-                )
+                validate_data(self, X, accept_sparse=True, dtype=None, reset=False)
             return X
         if is_dask(X):  # its columns selected lazily: the estimator maps over its chunks
             return check_prediction_input(self, X)[:, self.support_]
@@ -804,9 +813,11 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         lower, upper : ndarray of shape (n_samples, n_classes)
         """
         check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba_interval(
-            self._estimator_input(X), level, n_draws=n_draws, random_state=random_state
-        )
+        X = self._estimator_input(X)
+        with catch(_REPEATED_NAMES_WARNING):
+            return self.estimator_.predict_proba_interval(
+                X, level, n_draws=n_draws, random_state=random_state
+            )
 
     def sample_proba(self, X, n_draws=1000, *, random_state=None):
         """Class probabilities of X under posterior draws of the fitted estimator.
@@ -825,9 +836,9 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         ndarray of shape (n_draws, n_samples, n_classes)
         """
         check_is_fitted(self, "estimator_")
-        return self.estimator_.sample_proba(
-            self._estimator_input(X), n_draws, random_state=random_state
-        )
+        X = self._estimator_input(X)
+        with catch(_REPEATED_NAMES_WARNING):
+            return self.estimator_.sample_proba(X, n_draws, random_state=random_state)
 
     def sample_coef(self, n_draws: int, random_state=None):
         """Draw coefficients and intercepts from the fitted estimator's posterior (under
@@ -883,9 +894,9 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         ndarray of shape (n_draws, n_samples)
         """
         check_is_fitted(self, "estimator_")
-        return self.estimator_.sample_y(
-            self._estimator_input(X), n_draws, random_state=random_state
-        )
+        X = self._estimator_input(X)
+        with catch(_REPEATED_NAMES_WARNING):
+            return self.estimator_.sample_y(X, n_draws, random_state=random_state)
 
     def loo(self, X, y, sample_weight=None, *, n_draws=None, random_state=None, refit_above="auto"):
         """Leave-one-out of the fitted estimator (its ``loo``) on the training data.
@@ -915,16 +926,18 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         """
         check_is_fitted(self, "estimator_")
         inner = self.estimator_
-        return _leave_one_out.leave_one_out(
-            inner,
-            inner._in_memory(self._estimator_input(X), "loo"),
-            y,
-            sample_weight,
-            n_draws,
-            random_state,
-            refit_above,
-            name=type(self).__name__,  # (the fit the user made, not its estimator_)
-        )
+        X = inner._in_memory(self._estimator_input(X), "loo")
+        with catch(_REPEATED_NAMES_WARNING):
+            return _leave_one_out.leave_one_out(
+                inner,
+                X,
+                y,
+                sample_weight,
+                n_draws,
+                random_state,
+                refit_above,
+                name=type(self).__name__,  # (the fit the user made, not its estimator_)
+            )
 
     def to_inference_data(
         self, X=None, y=None, sample_weight=None, *, n_draws=1000, random_state=None
@@ -955,9 +968,10 @@ class EmpiricalBayesClassifier(ClassifierMixin, SelectorMixin, BaseEstimator):
         if X is not None:
             X = inner._in_memory(self._estimator_input(X), "to_inference_data")
         names = [n for n, kept in zip(self._feature_names(), self.support_, strict=True) if kept]
-        return _arviz_export.to_inference_data(
-            inner, X, y, sample_weight, n_draws, random_state, names, type(self).__name__
-        )
+        with catch(_REPEATED_NAMES_WARNING):
+            return _arviz_export.to_inference_data(
+                inner, X, y, sample_weight, n_draws, random_state, names, type(self).__name__
+            )
 
     def _coefficient_columns(self) -> dict:
         """The marks of the summary's rows (see ``_summaries.coefficient_columns``)."""
