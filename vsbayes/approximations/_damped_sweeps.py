@@ -117,7 +117,7 @@ _POSTERIOR_GATE = 10.0
 _RELATIVE_GATE = 100.0
 # Given a divergence of posteriors (damped_sweeps' divergence), stalled sweeps are also
 # kept where one undamped sweep from their best sites moves the posterior by at most this
-# share of its divergence from the start (_settled_share), three times the share of EP's
+# share of its divergence from the start (_settled_share), ten times the share of EP's
 # stop in the estimators: the sweeps have settled within the noise of their site fits, and
 # that noise is three orders of magnitude below the distance the sweeps moved the
 # posterior from where they started (the Laplace approximation's sites), which is what a

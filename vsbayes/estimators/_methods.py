@@ -69,17 +69,15 @@ SOFTMAX_EP_POSTERIOR_TOL = 1e-5
 SOFTMAX_EP_MANY_POSTERIOR_FACTOR = 5.0
 #: Where the multinomial EP stops at ``√tol``, it also stops once one undamped sweep moves
 #: the posterior by at most this share of its KL divergence from the start (Laplace's),
-#: where that is more than the stop above (scaled by ``tol / 10⁻⁸`` below the default
-#: tol). KL(Laplace ‖ EP) is how far the posterior is from a Gaussian at its mode, and
-#: EP's own error against exact references has been at least 0.027 of Laplace's on every
-#: set measured (iris 0.092, wine 0.027, 20 classes 0.070), Laplace's being about
-#: KL(Laplace ‖ EP): a sweep moving the posterior by 3·10⁻⁴ of it is at most 1/90 of EP's
-#: error, and the damped candidate returned was 0.07-0.6 of that from EP's fixed point in
-#: the traces (D-102, D-263 in docs/decisions.md). Only far-from-Gaussian posteriors reach
-#: past the stop above (digits: 154 nats, a stop of 0.046 nats, 10 sweeps instead of 12,
-#: the candidate 0.026 nats from the fixed point where the VS site fits' quadrature leaves
-#: that 9-12 nats from the exact one's; 20 classes × 10 × 2000 rows: 0.03 nats, 9·10⁻⁶).
-SOFTMAX_EP_POSTERIOR_SHARE = 3e-4
+#: where that is more than the stop above (``tol · 10⁴`` if less). KL(Laplace ‖ EP) is how
+#: far the posterior is from a Gaussian at its mode, and EP's own error against exact
+#: references has been at least 0.027 of Laplace's on every set measured (iris 0.092,
+#: wine 0.027, 20 classes 0.070), Laplace's being about KL(Laplace ‖ EP): a sweep moving
+#: the posterior by 10⁻⁴ of it is at most 1/270 of EP's error, and the damped candidate
+#: returned is a tenth of that from EP's fixed point (D-102 in docs/decisions.md). Only
+#: far-from-Gaussian posteriors reach past the stop above (digits: 154 nats, a stop of
+#: 0.015 nats; 20 classes × 10 × 2000 rows: 0.03 nats, 3·10⁻⁶).
+SOFTMAX_EP_POSTERIOR_SHARE = 1e-4
 #: Site change at which the multinomial EP stops where it is only the kernel of VS's global
 #: fit (``softmax_ep_kernel``), whatever the estimator's ``tol``: the global fit needs a
 #: kernel near the posterior, not EP's fixed point to round-off. Measured on wine (178
@@ -199,7 +197,7 @@ def softmax_ep_posterior(
         posterior_tol = min(SOFTMAX_EP_POSTERIOR_TOL, 1e3 * tol)
         if model.n_classes >= MANY_CLASSES:
             posterior_tol *= SOFTMAX_EP_MANY_POSTERIOR_FACTOR
-        posterior_share = SOFTMAX_EP_POSTERIOR_SHARE * min(1.0, tol / 1e-8)
+        posterior_share = min(SOFTMAX_EP_POSTERIOR_SHARE, 1e4 * tol)
     # Under a shrinkage prior, its sites (one per coefficient) alternate with the rows'.
     fit = softmax_ep if getattr(model, "coefficient_prior", None) is None else prior_sites_ep
     return fit(
