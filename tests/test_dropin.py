@@ -494,10 +494,11 @@ def test_a_negative_sample_weight_is_refused_with_the_remedy(dask, binary):
 def test_a_fallback_on_separated_classes_names_them():
     # EP's sweeps stall at C = 1e8 on these three separated classes (EP converges on
     # others alike: which fits fall back depends on the draws — of seeds 0-5, 0-2 fell back
-    # before the site fits' start from the kernel's Newton step, 1 and 2 after it, D-213);
-    # the fallback's warning names the cause and a remedy, where VS's had advised more
-    # samples.
-    rng = np.random.default_rng(1)
+    # before the site fits' start from the kernel's Newton step, 1 and 2 after it, D-213;
+    # of seeds 0-7, 2 and 6 since the early sweeps' fits stop at a hundredth of their
+    # change, D-264); the fallback's warning names the cause and a remedy, where VS's had
+    # advised more samples.
+    rng = np.random.default_rng(2)
     X = rng.standard_normal((60, 3))
     rng.standard_normal(60)  # (a draw of the data this was found on)
     y = np.digitize(X[:, 0] + 0.5 * rng.standard_normal(60), [-0.5, 0.5])

@@ -44,6 +44,42 @@ _CHORD_SHARE = 0.1
 _CHORD_MAX = 4e-10
 
 
+#: The share of the last sweep's undamped relative site change that a sweep's VS site fits
+#: take for their tolerance (:func:`_sweep_chord_tol`): each fit is then left at most a
+#: hundredth of that change from its optimum, while the sweeps are far from their tol.
+_CHANGE_SHARE = 0.1
+#: ... only while that change is above this many times EP's tol (the posterior stop's
+#: own gate, ``_damped_sweeps._RELATIVE_GATE``): the sweeps that may end the fit run
+#: the map they have always run.
+_CHANGE_GATE = 100.0
+
+
+def _sweep_chord_tol(tol: float, change: float | None) -> float:
+    """The chord stop of a sweep's VS site fits in an EP that stops at relative site changes
+    of ``tol``, after a sweep whose largest undamped relative change was ``change`` (None:
+    the first sweep, taken as 1, the changes' scale): the larger of :func:`_chord_tol` of
+    ``tol`` and ``(2 × _CHORD_SHARE × _CHANGE_SHARE × change)²`` (``change`` at most 1),
+    which leaves each fit at most a hundredth of ``change`` from its optimum.
+
+    An inexact fixed-point iteration (the "forcing terms" of inexact Newton methods): a
+    site fit solved to far below what its sweep moves the site is work the next sweep
+    discards. Far from the fixed point the fits stop early (digits' first sweep at a
+    decrement of 4·10⁻⁴ per unit mass instead of 4·10⁻¹⁰, its second, after an undamped
+    change of 0.66, at 1.7·10⁻⁴); as the change falls
+    the stop tightens, and it is :func:`_chord_tol`'s once the change is within
+    ``√_chord_tol(tol) / (2 × _CHORD_SHARE × _CHANGE_SHARE)`` (10⁻³ at EP's 10⁻⁴), so that
+    the sweeps near their stop are the same map as before. Measured on digits (D-264): the
+    fits' CPU −20 %, the same 12 sweeps, the posterior 1.8·10⁻⁵ nats (KL) from the one
+    with every fit at the final stop."""
+    fixed = _chord_tol(tol)
+    if change is None or not np.isfinite(change):
+        change = 1.0
+    change = min(float(change), 1.0)
+    if change <= _CHANGE_GATE * tol:
+        return fixed
+    return max(fixed, (2.0 * _CHORD_SHARE * _CHANGE_SHARE * change) ** 2)
+
+
 def _chord_tol(tol: float) -> float:
     """The decrement per unit of fitted mass at which the VS site fits' chord steps (and,
     leaving less, their Newton steps: :func:`~vsbayes.engine.site_fits.fit_sites`'s

@@ -493,7 +493,10 @@ def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=Non
         weights[rows] = _softmax_row_curvature_change(
             probabilities[rows], latent_cov[rows], along[rows], model.sample_weight[rows]
         )
-    gram = model.to_layout(model.latent_gram(weights))
+    # The Hessian's own choice of product: on the rows' distinct products where Newton's
+    # Hessian takes them (digits, 10 classes × 65 columns: 0.12 → 0.02 s; the weighted
+    # copies' product was a twentieth of its default fit).
+    gram = model.to_layout(model.latent_gram(weights, distinct=None))
     return 0.5 * (gram + gram.T)
 
 

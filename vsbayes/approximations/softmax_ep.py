@@ -107,7 +107,7 @@ from ._softmax_latent_modes import (
     latent_softmax_mode,
     softmax_mode_site_updates,
 )
-from ._softmax_site_fits import _FIT_SINGLE_TOL, _chord_tol, _rules
+from ._softmax_site_fits import _FIT_SINGLE_TOL, _chord_tol, _rules, _sweep_chord_tol
 from ._softmax_tilted_moments import _LOG_2PI, _SINGLE_TOL, _few_tilted_sites, _node_bytes
 from ._threads import _by_rows, blas_policy
 from ._three_class_sites import _three_class_inverses, _three_class_psd
@@ -497,7 +497,9 @@ def softmax_ep(
     state.fused = method == "moments" and _many_classes(model.n_classes - 1)
     state.single = model.n_classes >= MANY_CLASSES and tol >= _SINGLE_TOL
     state.spread = spread_levels
-    state.chord_tol = _chord_tol(tol)
+    # The first sweep's fits: to a hundredth of the changes' scale from Laplace's sites,
+    # far from the fixed point; at EP's own stop from given sites (a warm start: near it).
+    state.chord_tol = _chord_tol(tol) if start_sites is not None else _sweep_chord_tol(tol, None)
     state.fit_single = tol >= _FIT_SINGLE_TOL
     contrast = _Contrast(model)
     q, r, m = contrast.q, contrast.r, model.n_observations
@@ -521,7 +523,13 @@ def softmax_ep(
         new_lam, new_eta = _new_sites(
             model, contrast, post, *split(sites), power, rule, state, record=last
         )
-        return flat_concatenate(new_lam, new_eta)
+        new = flat_concatenate(new_lam, new_eta)
+        # The next sweep's VS site fits solved to a hundredth of this sweep's change
+        # (damped_sweeps' relative change, undamped), no finer than its fits can use.
+        if new.size:
+            change = float(np.max(np.abs(new - sites) / (1.0 + np.abs(sites))))
+            state.chord_tol = _sweep_chord_tol(tol, change)
+        return new
 
     def project(sites, extrapolated):
         # Log-concave factors give PSD sites at every EP update; an extrapolation may not.
@@ -561,6 +569,7 @@ def softmax_ep(
         # the final pass of site computations it saves was a sixth of the fit's sweeps.
         log_Z = _site_evidence(contrast, *last["evidence"], copies)
     else:
+        state.chord_tol = _chord_tol(tol)  # the normalizers of the fits at EP's own stop
         log_Z = _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state)
     # θ's dense covariance is formed when first read (the estimators' sigma_, once), its
     # factor when first needed (D-202).

@@ -450,7 +450,7 @@ class SoftmaxGLMPosterior:
         nbytes = 8.0 * self.n_observations * (width * (width + 1) // 2)
         return nbytes if nbytes <= _PRODUCTS_SHARE * block_bytes() else 0.0
 
-    def latent_gram(self, weights: np.ndarray, *, distinct: bool = False) -> np.ndarray:
+    def latent_gram(self, weights: np.ndarray, *, distinct: bool | None = False) -> np.ndarray:
         """``Σ_i weights_i[a, c] x̃_i x̃_iᵀ`` for symmetric (M, r, r) weights: (r, r, w, w).
 
         ``x̃ = [x, 1]`` with an intercept (w = d + 1), else ``x``. With r = K and the
@@ -459,11 +459,14 @@ class SoftmaxGLMPosterior:
         propagation's sites). Dense rows: one product per block of rows over the r(r + 1)/2
         pairs; rows are taken in blocks of :func:`~vsbayes._memory.block_length`.
         ``distinct``: dense rows' products over the w(w + 1)/2 distinct entries of their
-        outer products (half the work; the same numbers to round-off, symmetric blocks).
+        outer products (half the work; the same numbers to round-off, symmetric blocks);
+        None: where they are the cheaper, as for Newton's Hessian (:meth:`hessian`).
         """
         weights = np.asarray(weights, dtype=float)
         r = weights.shape[1]
         first, second = triu_indices(r)
+        if distinct is None:
+            distinct = self._distinct_cheaper(len(first))
         if distinct and not sp.issparse(self.X):
             # The upper triangles gathered in the Gram's own row blocks, side by side (the
             # same values and layout a block's): gathered whole, a serial third of the
