@@ -194,7 +194,7 @@ def test_a_large_reads_covariance_factor_runs_on_one_blas_thread(two_threads, mo
 def test_the_multinomial_reads_blocks_run_on_one_blas_thread(two_threads, monkeypatch):
     # The multinomial predictive's set-up (the centred covariance's blocks, two GEMMs of
     # K·w² · K·w) as the binary factor: under another process's load, two OpenBLAS threads
-    # took 6 times as long on digits' 650 parameters (D-261).
+    # took 6 times as long on digits' 650 parameters (D-260).
     from sklearn.datasets import make_classification
 
     from vsbayes.models import latent

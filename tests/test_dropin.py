@@ -286,7 +286,7 @@ def test_clone_keeps_a_fitted_prior(binary):
 
 def test_a_fitted_prior_in_a_search_grid(binary):
     # GridSearchCV clones its grid's values, which unfits a fitted prior: the error says
-    # so and names FrozenEstimator, whose clone stays fitted (D-266). It told the user,
+    # so and names FrozenEstimator, whose clone stays fitted (D-263). It told the user,
     # who had fitted it, to fit it.
     from sklearn.frozen import FrozenEstimator
     from sklearn.model_selection import GridSearchCV
@@ -496,7 +496,7 @@ def test_a_fallback_on_separated_classes_names_them():
     # others alike: which fits fall back depends on the draws — of seeds 0-5, 0-2 fell back
     # before the site fits' start from the kernel's Newton step, 1 and 2 after it, D-213;
     # of seeds 0-7, 2 and 6 since the early sweeps' fits stop at a hundredth of their
-    # change, D-264); the fallback's warning names the cause and a remedy, where VS's had
+    # change, D-262); the fallback's warning names the cause and a remedy, where VS's had
     # advised more samples.
     rng = np.random.default_rng(2)
     X = rng.standard_normal((60, 3))

@@ -517,7 +517,7 @@ def test_bad_training_data_is_told_by_the_estimator_called(data, scales, bad, me
     # Checked before the grid: the error named the grid's LaplaceLogisticRegression (one
     # C), or lacked the estimators' remedy (ARD's own check of text); with one C the
     # last four were "its fit at 0.0001 failed: ..." (dates: numpy's DTypePromotionError,
-    # a missing label: "Input y contains NaN") (D-267).
+    # a missing label: "Input y contains NaN") (D-264).
     X, y = data
     y = {"missing label": np.where(np.arange(len(y)) == 3, None, y).astype(object),
          "continuous labels": y + X[:, 0] / 10, "one class": 0 * y}.get(bad, y)  # fmt: skip
@@ -533,7 +533,7 @@ def test_bad_training_data_is_told_by_the_estimator_called(data, scales, bad, me
 
 def test_prediction_input_is_told_once_by_the_estimator_called(data):
     # One C: X is checked here, then passed as given to estimator_, whose NaN error named
-    # it, and whose feature-names warning repeated this class's naming it (D-267).
+    # it, and whose feature-names warning repeated this class's naming it (D-264).
     pd = pytest.importorskip("pandas")
     X, y = data
     model = EmpiricalBayesClassifier(vsbayes.LaplaceLogisticRegression(), Cs=2, refine=False)

@@ -1,5 +1,5 @@
 """What a fitted estimator's reads compute from its covariance whatever the rows (binary and
-one-vs-rest factors, the multinomial blocks), kept from one read to the next (D-260):
+one-vs-rest factors, the multinomial blocks), kept from one read to the next (D-259):
 computed once, the same bits as computed afresh, made again by every fit, shared by
 threads, neither pickled nor copied."""
 

@@ -68,7 +68,7 @@ def _sweep_chord_tol(tol: float, change: float | None) -> float:
     change of 0.66, at 1.7·10⁻⁴); as the change falls
     the stop tightens, and it is :func:`_chord_tol`'s once the change is within
     ``√_chord_tol(tol) / (2 × _CHORD_SHARE × _CHANGE_SHARE)`` (10⁻³ at EP's 10⁻⁴), so that
-    the sweeps near their stop are the same map as before. Measured on digits (D-264): the
+    the sweeps near their stop are the same map as before. Measured on digits (D-262): the
     fits' CPU −20 %, the same 12 sweeps, the posterior 1.8·10⁻⁵ nats (KL) from the one
     with every fit at the final stop."""
     fixed = _chord_tol(tol)

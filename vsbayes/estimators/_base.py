@@ -1280,7 +1280,7 @@ def _warn_if_predictive_leaves_the_mode(estimator, X, y_index, weights) -> None:
 
 def _read_only(array) -> np.ndarray:
     """A read-only copy of ``array`` (a dense ``sigma_``): the reads keep what they compute
-    from it (its factors, D-260), which an in-place change would leave stale."""
+    from it (its factors, D-259), which an in-place change would leave stale."""
     out = np.array(array)
     out.flags.writeable = False
     return out

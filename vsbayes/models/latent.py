@@ -25,7 +25,7 @@ the means' small product, and the variance ``‖Wᵀ x‖² + (r + c·x)²`` is 
 no cancellation (unlike ``x Σ x + 2 x·b + c`` for uncentred features), never negative.
 The factors (:class:`IndependentFactors`) and the blocks (:class:`JointForms`) depend on
 the posterior alone: a fitted estimator computes them on its first read and keeps them (a
-factorization per call was most of a predict_proba on a few rows of many features, D-260).
+factorization per call was most of a predict_proba on a few rows of many features, D-259).
 
 **From a structured covariance** ``Σ = diag(δ) + U K Uᵀ``
 (:class:`~vsbayes.gaussian.StructuredCovariance`, text-scale posteriors):
@@ -625,7 +625,7 @@ class JointForms:
     One per posterior: a fitted estimator computes it on its first read and keeps it
     (:class:`~vsbayes.models.fitted_predictive.PredictiveSetup`); its arrays are read-only.
     Its products run on one BLAS thread, as a read's covariance factor (D-256): under
-    another process's load, BLAS's two threads took 2.6 to 6 times as long (D-261).
+    another process's load, BLAS's two threads took 2.6 to 6 times as long (D-260).
 
     Parameters
     ----------
