@@ -113,7 +113,8 @@ def _site_fits(
     model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok, stop=_CHORD_TOL, single=False
 ):
     """VS fits of the tilted densities ``F^power × cavity`` of the rows ``ok``: (log Z, mean,
-    cov, integrable) per row, NaN where not fitted.
+    cov, integrable) per row, NaN where not fitted; where a fit is not integrable, its log Z
+    is the rule's own integral of the target (``SiteFits.log_mass``), its moments NaN.
 
     Row i is fitted on ``rules[level[i]]``. A fit that is not integrable (a quadratic form
     that is not negative definite, met on wide cavities where the factor is nearly a step
@@ -156,6 +157,10 @@ def _site_fits(
                 affine=True,
             )
             log_z[sites], fit_mean[sites], fit_cov[sites] = fits.log_Z, fits.mean, fits.cov
+            # A fit that is not integrable still has the rule's mass: EP's evidence takes
+            # it for a row that keeps its last matched site (softmax_ep._log_evidence).
+            improper = ~fits.integrable
+            log_z[sites[improper]] = fits.log_mass[improper]
             good[sites] = fits.integrable
 
         # Per site: the points' latent values and log-softmax (K each), their coordinates,

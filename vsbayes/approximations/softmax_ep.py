@@ -1022,7 +1022,12 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
     evidence takes it, with a first-order error in the site's distance from its match where
     EP's stationarity bounds the others' by O(tol²). Up to :data:`_UNMATCHED_SHARE` of the
     rows are so counted, with an :class:`~vsbayes.exceptions.UnreliableFitWarning`; more,
-    an improper cavity (no mass), or an improper VS fit (an integral that diverges) raise.
+    or an improper cavity (no mass), raise. A VS fit that stays improper on the finest rule
+    is counted the same way, its tilted mass the rule's own zeroth moment
+    (``SiteFits.log_mass``): its fitted Gaussian's integral diverges, the target's does not.
+    Raising there made the estimators fall back to the Laplace approximation, whose
+    predictive on the separable data where this happens leaves its mode (digits, 60
+    principal components, C = 10⁴: held-out accuracy 0.025, against EP's 0.9).
     """
     v_mean, v_cov = contrast.latent(post[0], post[1])
     cav_prec, cav_lin, ok, moments = _cavities(v_mean, v_cov, lam, eta, copies, state)
@@ -1035,8 +1040,6 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
         if (ok & good).all() or state.rules is not None:
             break
     unmatched = ok & ~good & np.isfinite(log_z)
-    if state.rules is not None:  # VS fits: an improper fit's normalizer diverges
-        unmatched[:] = False
     n_unmatched = int(unmatched.sum())
     n_bad = int((~(ok & good)).sum())
     most = max(1, int(_UNMATCHED_SHARE * len(ok)))
@@ -1047,8 +1050,9 @@ def _log_evidence(model, contrast, post, lam, eta, copies, power, rule, state) -
             f"evidence estimate. Increase max_iter or lower damping."
         )
     if n_unmatched:
+        what = "moments" if state.rules is None else "fits"
         warn(
-            f"{n_unmatched} of {len(ok)} rows' tilted moments are improper at the end of "
+            f"{n_unmatched} of {len(ok)} rows' tilted {what} are improper at the end of "
             f"expectation propagation (a near-step likelihood over a wide cavity): their "
             f"sites are the last ones matched (or the start's), and the evidence takes their "
             f"tilted masses at the final cavities, an approximation to first order in the "

@@ -61,7 +61,8 @@ class SiteFits(NamedTuple):
     Attributes
     ----------
     log_Z : ndarray of shape (M,)
-        Log integrals of the fits (the targets' estimated log normalizing constants).
+        Log integrals of the fits (the targets' estimated log normalizing constants); NaN
+        where not ``integrable``.
     mean : ndarray of shape (M, k)
         Means.
     cov : ndarray of shape (M, k, k)
@@ -70,6 +71,10 @@ class SiteFits(NamedTuple):
         Whether the fitted quadratic form is negative definite (a Gaussian exists).
     n_iter : int
         Newton iterations (the largest over sites).
+    log_mass : ndarray of shape (M,)
+        Log integrals of the targets by the rule itself (its zeroth moment of the target
+        over the kernel, ``|det L| Σ_j w_j p̄_j``), fit or no fit: where a fit is not
+        integrable (a near-step target over a wide kernel) the mass is still there.
     """
 
     log_Z: np.ndarray
@@ -77,6 +82,7 @@ class SiteFits(NamedTuple):
     cov: np.ndarray
     integrable: np.ndarray
     n_iter: int
+    log_mass: np.ndarray
 
 
 def fit_sites(
@@ -172,6 +178,10 @@ def fit_sites(
         wp *= weights  # (M, P)
     folded = shared.folded(wp)  # (the target's moments and the moment start share it)
     target_moments = shared.sums(wp, folded)  # (M, n): Σ_j w_j p̄_ij φ_j
+    # The rule's own integral of each target (φ_0 = 1), over t: |det L| times that over z.
+    log_det_chol = np.log(np.abs(np.diagonal(kernel_chol, axis1=1, axis2=2))).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        log_mass = np.log(target_moments[:, 0]) + shift + log_det_chol
 
     def objective(sites, v):
         # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
@@ -333,7 +343,8 @@ def fit_sites(
         if again.size:
             active, wq = np.concatenate([active, again]), np.concatenate([wq, again_wq])
     precision, eta, c = family.natural_from_theta(family.theta_from_basis(v))
-    return _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
+    fits = _moments(precision, eta, c + shift, kernel_mean, kernel_chol, n_iter, failed)
+    return fits._replace(log_mass=log_mass)
 
 
 def _take_better(v, value, wq_all, sites, candidate, objective) -> None:
@@ -683,4 +694,4 @@ def _moments(precision, eta, c, kernel_mean, kernel_chol, n_iter, failed) -> Sit
     log_Z[nan] = np.nan
     mean[nan] = np.nan
     cov[nan] = np.nan
-    return SiteFits(log_Z, mean, cov, integrable, n_iter)
+    return SiteFits(log_Z, mean, cov, integrable, n_iter, np.full_like(log_Z, np.nan))
