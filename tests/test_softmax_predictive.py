@@ -328,14 +328,26 @@ def test_gumbel_orthant_rule_is_unbiased_within_its_stated_error():
         assert (nodes == 16384).all()
         np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
         assert (np.abs(proba - reference).max(axis=1) <= error + reference_error).all()
-    # Below ORTHANT_BELOW the wide rows take it, refined until their estimated error is
-    # below tol (or they reach its last level): the same values on the nodes they took.
-    mean, cov = _rows(4, [5.0, 20.0], seed=7)
+    # Below ORTHANT_BELOW the wide rows whose own-direction average (D-268) is still above
+    # tol at its last level take it, refined until their estimated error is below tol (or
+    # they reach its last level): the same values on the nodes they took.
+    mean, cov = _rows(4, [5.0, 20.0, 300.0, 3000.0], seed=7)
     cov += 2.0 * (np.eye(4) - 0.25)
-    log_p = softmax_predictive_log_proba(mean, cov, tol=1e-4)
-    proba, error, nodes = gumbel_orthant_proba(mean, cov, tol=1e-4)
-    np.testing.assert_allclose(np.exp(log_p), proba, atol=1e-12)
-    assert (error <= 1e-4).all() and (nodes > 4096).any()
+    log_p = softmax_predictive_log_proba(mean, cov, tol=1e-5)
+    q = centred_basis(4)
+    root = np.linalg.cholesky(q.T @ cov @ q)
+    centred = mean - mean.mean(axis=1, keepdims=True)
+    own, estimated = qmc_module._adaptive_average(
+        q @ root, root, centred, 1e-5, 2**24, own_directions=True
+    )
+    proba, error, nodes = gumbel_orthant_proba(mean, cov, tol=1e-5)
+    rest = estimated > 1e-5
+    assert rest.any() and not rest.all()
+    np.testing.assert_allclose(np.exp(log_p[rest]), proba[rest], atol=1e-12)
+    np.testing.assert_allclose(
+        np.exp(log_p[~rest]), own[~rest] / own[~rest].sum(axis=1, keepdims=True), atol=1e-12
+    )
+    assert (nodes > 4096).any()
 
 
 def test_logistic_normal_table_within_its_error():
@@ -395,6 +407,121 @@ def test_leader_conditioning_is_unbiased_and_spreads_less_on_wide_rows():
     gap = np.abs(conditioned.mean(axis=1) - plain.mean(axis=1))
     assert (gap < 4 * standard_error / np.sqrt(rules_module.REPLICATES) + 2e-5).all()
     np.testing.assert_allclose(conditioned.sum(axis=2), 1.0, atol=1e-5)
+
+
+def _wide_ten_class_rows(n, seed):
+    """Ten-class rows wide in every direction, as digits' are (centred covariances near
+    50·I), the first two classes near a tie: their Cholesky factors and centred means."""
+    rng = np.random.default_rng(seed)
+    k = 10
+    a = rng.standard_normal((n, k - 1, k - 1))
+    root = np.linalg.cholesky(50.0 * (np.eye(k - 1) + 0.05 * a @ np.swapaxes(a, 1, 2)))
+    mean = 2.0 * rng.standard_normal((n, k))
+    mean[:, 1] = mean[:, 0] - 0.5
+    return root, mean - mean.mean(axis=1, keepdims=True)
+
+
+def test_own_direction_conditioning_is_unbiased_and_beats_the_leaders_on_wide_rows():
+    # Every class conditioned on its own direction (D-268): unbiased for the same integral
+    # (against the Gumbel–orthant rule within the two rules' standard errors and the
+    # table's 1e-5), and on wide rows its replicates spread far less than the leader's
+    # integrand's on the same nodes, over the classes (the leader's removes the steps of
+    # the leading class's boundaries only: 3 to 5 times more spread here).
+    k, n = 10, 3
+    root, centred = _wide_ten_class_rows(n, seed=11)
+    q = centred_basis(k)
+    factor, centred32 = (q @ root).astype(np.float32), centred.astype(np.float32)
+    half = rules_module.replicate_nodes(k - 1, 1)
+    own_directions = qmc_module._own_conditioning(root)
+    own = qmc_module._replicate_averages(
+        factor,
+        centred32,
+        qmc_module._OwnDirections(*(x.astype(np.float32) for x in own_directions)),
+        half,
+        2**24,
+    )
+    lead = qmc_module._leader_conditioning(root, centred)
+    leader = qmc_module._replicate_averages(
+        factor, centred32, (lead[0], *(x.astype(np.float32) for x in lead[1:])), half, 2**24
+    )
+    spread = own.std(axis=1, ddof=1).max(axis=1)
+    assert (spread < 0.5 * leader.std(axis=1, ddof=1).max(axis=1)).all()
+    reference, reference_error, _ = gumbel_orthant_proba(
+        centred, q @ (root @ np.swapaxes(root, 1, 2)) @ q.T, levels=2
+    )
+    standard_error = 3.0 * spread / np.sqrt(rules_module.REPLICATES)
+    gap = np.abs(own.mean(axis=1) - reference).max(axis=1)
+    assert (gap < standard_error + reference_error + 2e-5).all()
+    # Their sum is 1 within its own standard error (and the table's error per class).
+    sums = own.sum(axis=2)
+    sum_error = 4.0 * sums.std(axis=1, ddof=1) / np.sqrt(rules_module.REPLICATES) + k * 1e-5
+    assert (np.abs(sums.mean(axis=1) - 1.0) <= sum_error).all()
+
+
+def test_own_direction_averages_keep_tied_top_classes():
+    # Two classes with the same latent values at every node tie for the largest at every
+    # node where they lead: each one's others include the other's term (a node where they
+    # lead gives each about 1/2), as after breaking the tie by 1e-4.
+    k = 5
+    root = np.linalg.cholesky(20.0 * np.eye(k - 1) + 2.0)[None]
+    factor = (centred_basis(k) @ root)[0]
+    factor[1] = factor[0]
+    centred = np.array([[1.0, 1.0, -1.0, 0.5, -1.5]])
+    own = qmc_module._OwnDirections(
+        *(x.astype(np.float32) for x in qmc_module._own_conditioning(root))
+    )
+    half = rules_module.replicate_nodes(k - 1, 0)
+    tied = qmc_module._replicate_averages(
+        factor[None].astype(np.float32), centred.astype(np.float32), own, half, 2**24
+    )
+    broken = centred.copy()
+    broken[0, 1] -= 1e-4
+    apart = qmc_module._replicate_averages(
+        factor[None].astype(np.float32), broken.astype(np.float32), own, half, 2**24
+    )
+    assert np.isfinite(tied).all()
+    np.testing.assert_allclose(tied, apart, atol=1e-4)
+
+
+def test_below_the_default_tol_wide_rows_condition_every_class_on_its_own_direction(
+    monkeypatch,
+):
+    # Below TOLERANCE the wide rows (centred trace above OWN_DIRECTIONS_TRACE) take the
+    # own-direction average, refined until three standard errors are below tol, normalized;
+    # within tol of the Gumbel–orthant reference (its own error added), the same bits on a
+    # second call; the narrower rows that the QMC rule takes, and every row at the default
+    # tol, keep the leader's direction.
+    k, n = 10, 3
+    root, centred = _wide_ten_class_rows(n, seed=12)
+    q = centred_basis(k)
+    reduced = root @ np.swapaxes(root, 1, 2)
+    tol = 3e-4
+    log_p = centred_softmax_predictive_log_proba(centred, reduced, tol=tol)
+    own, estimated = qmc_module._adaptive_average(
+        q @ root, root, centred, tol, 2**24, own_directions=True
+    )
+    np.testing.assert_allclose(np.exp(log_p), own / own.sum(axis=1, keepdims=True), atol=1e-12)
+    assert (estimated <= tol).all()
+    reference, reference_error, _ = gumbel_orthant_proba(centred, q @ reduced @ q.T, levels=3)
+    assert (np.abs(np.exp(log_p) - reference).max(axis=1) <= tol + reference_error).all()
+    np.testing.assert_array_equal(
+        centred_softmax_predictive_log_proba(centred, reduced, tol=tol), log_p
+    )
+    calls = []
+    kernel = qmc_module._own_direction_averages
+    monkeypatch.setattr(
+        qmc_module,
+        "_own_direction_averages",
+        lambda factor, *args: calls.append(len(factor)) or kernel(factor, *args),
+    )
+    centred_softmax_predictive_log_proba(centred, reduced)
+    assert not calls
+    # Traces 1 to 4 (below OWN_DIRECTIONS_TRACE) take the QMC rule, with the leader.
+    narrow = reduced * (np.array([1.0, 2.0, 4.0]) / np.einsum("nii->n", reduced))[:, None, None]
+    centred_softmax_predictive_log_proba(centred, narrow, tol=tol)
+    assert not calls
+    centred_softmax_predictive_log_proba(centred, reduced, tol=tol)
+    assert calls and set(calls) <= {n}
 
 
 def test_refinement_levels_are_nested_and_pooled_as_one_rule():

@@ -240,18 +240,19 @@ _CHEBYSHEV_TO_POWER = _chebyshev_to_power(_LOGISTIC_NORMAL_CHEBYSHEV.shape[0] - 
 def _logistic_normal_at(a, inv_scale, coefficients):
     """The table's ``E[σ(a + s Z)]`` for a (m, …) in float32, one s per row: ``1 / σ_t``
     (m,) and :func:`_table_coefficients` (m, 13) (Horner's recurrence in
-    ``2 (y / 9)² − 1``)."""
-    extra = (slice(None),) + (None,) * (a.ndim - 1)
+    ``2 (y / 9)² − 1``); or one s per row and class: a (m, K, …), ``1 / σ_t`` (m, K) and
+    the coefficients (m, K, 13)."""
+    extra = (slice(None),) * inv_scale.ndim + (None,) * (a.ndim - inv_scale.ndim)
     y = a * inv_scale[extra]
     np.clip(y, -_TABLE_Y_MAX, _TABLE_Y_MAX, out=y)
     u = y * y
     u *= np.float32(2.0 / _TABLE_Y_MAX**2)
     u -= np.float32(1.0)
     current = np.empty_like(u)
-    current[...] = coefficients[:, -1][extra]
-    for c in range(coefficients.shape[1] - 2, -1, -1):
+    current[...] = coefficients[..., -1][extra]
+    for c in range(coefficients.shape[-1] - 2, -1, -1):
         current *= u
-        current += coefficients[:, c][extra]  # −2P at the end
+        current += coefficients[..., c][extra]  # −2P at the end
     current *= y
     np.exp(current, out=current)
     current += np.float32(1.0)

@@ -292,6 +292,7 @@ from .._sums import logsumexp
 from .gumbel_orthant import gumbel_orthant_proba
 from .softmax_predictive_qmc import _adaptive_average, _settled
 from .softmax_predictive_rules import (
+    _LEVELS,
     ANISOTROPIC_GRID_DIMS,
     ANISOTROPIC_GRID_ESTIMATE,
     ANISOTROPIC_GRID_MAX_TRACE,
@@ -320,6 +321,8 @@ from .softmax_predictive_rules import (
 __all__ = [
     "DECISION_MARGIN",
     "ORTHANT_BELOW",
+    "OWN_DIRECTIONS_BELOW",
+    "OWN_DIRECTIONS_TRACE",
     "TOLERANCE",
     "centred_softmax_predictive_log_proba",
     "softmax_predictive_log_proba",
@@ -336,6 +339,13 @@ DECISION_MARGIN = 4.0
 #: QMC average of the softmax (whose largest error on wide ten-class rows stays above 1e-4
 #: up to 2^18 nodes; see :mod:`vsbayes.models.gumbel_orthant`).
 ORTHANT_BELOW = 2e-4
+#: ``tol`` below which the wide rows (:data:`OWN_DIRECTIONS_TRACE`) take the QMC average
+#: of each class's softmax conditioned on its own direction (D-268): more accurate on as
+#: many nodes, at about four times a node's cost; at the default ``tol`` the leader's
+#: direction alone is the cheaper of the two.
+OWN_DIRECTIONS_BELOW = TOLERANCE
+#: The centred trace above which a row is wide for :data:`OWN_DIRECTIONS_BELOW`.
+OWN_DIRECTIONS_TRACE = 5.0
 # Smallest average kept in the linear domain; rows with a smaller one take log sums.
 _LINEAR_FLOOR = 1e-30
 
@@ -607,22 +617,33 @@ def centred_softmax_predictive_log_proba(
     if not done.all():
         wide = np.flatnonzero(~done)
         factor, centred = factor[wide], centred[wide]
+        # Below the default tol the wide rows condition each class on its own direction
+        # (D-268): K table look-ups a node, for an error that falls about as fast as N^-1
+        # there where the leader's direction alone gives N^-0.5.
+        own = (spread[wide] > OWN_DIRECTIONS_TRACE) & (tol < OWN_DIRECTIONS_BELOW)
+        average, estimated = np.empty((wide.size, k)), np.empty(wide.size)
+        for rows, own_directions in ((np.flatnonzero(~own), False), (np.flatnonzero(own), True)):
+            if rows.size:
+                # Below ORTHANT_BELOW the leader's integrand takes its first level only (the
+                # rows just wider than the narrow rules', where the Gumbel coordinates'
+                # steps would slow the orthant rule), the own directions' every level.
+                average[rows], estimated[rows] = _adaptive_average(
+                    factor[rows],
+                    root[wide[rows]],
+                    centred[rows],
+                    tol,
+                    max_bytes,
+                    levels=1 if tol < ORTHANT_BELOW and not own_directions else _LEVELS,
+                    margin=margin,
+                    own_directions=own_directions,
+                )
         if tol < ORTHANT_BELOW:
-            # The QMC rule's first level where it meets tol (rows just wider than the narrow
-            # rules', where the Gumbel coordinates' steps would slow the orthant rule);
-            # the Gumbel–orthant rule on the others.
-            average, estimated = _adaptive_average(
-                factor, root[wide], centred, tol, max_bytes, levels=1, margin=margin
-            )
+            # The Gumbel–orthant rule on the rows whose estimate is still above tol.
             rest = np.flatnonzero((estimated > tol) & ~_settled(average, estimated, margin, tol))
             if rest.size:
                 average[rest] = gumbel_orthant_proba(
                     centred[rest], q @ reduced[wide[rest]] @ q.T, tol=tol, max_bytes=max_bytes
                 )[0]
-        else:
-            average, _ = _adaptive_average(
-                factor, root[wide], centred, tol, max_bytes, margin=margin
-            )
         with np.errstate(divide="ignore"):
             logs = np.log(average)
         tiny = np.flatnonzero(average.min(axis=1) < _LINEAR_FLOOR)

@@ -13,6 +13,7 @@ domain; for ``argmax_only``, the rows whose leading class is settled stop early
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,6 +51,33 @@ def _leader_conditioning(root: np.ndarray, centred: np.ndarray):
     return leader, solved * variance[:, None], 1.0 / np.sqrt(total), coefficients
 
 
+class _OwnDirections(NamedTuple):
+    """Per row and class k, what the own-direction integrand needs (D-268): the
+    coefficients ``v_k = s_k² L⁻¹ u_k`` (n, K, K − 1) of the independent part
+    ``τ_k = v_k · z`` of the node's latent along ``u_k = Qᵀ e_k``, of variance
+    ``s_k² = 1 / |L⁻¹ u_k|²``, and the logistic-normal table at s_k²: ``1 / σ_t`` (n, K)
+    and P's coefficients (n, K, 13)."""
+
+    v: np.ndarray
+    inv_scale: np.ndarray
+    coefficients: np.ndarray
+
+
+def _own_conditioning(root: np.ndarray) -> _OwnDirections:
+    """:class:`_OwnDirections` of rows with Cholesky factors ``root`` (n, K − 1, K − 1) of
+    their centred latent covariances (float64)."""
+    n, dim, _ = root.shape
+    q = centred_basis(dim + 1)
+    solved = np.linalg.solve(root, np.broadcast_to(q.T, (n, dim, dim + 1)))  # L⁻¹ u_k
+    variance = 1.0 / np.einsum("nak,nak->nk", solved, solved)
+    total = variance + _LOGISTIC_VARIANCE
+    return _OwnDirections(
+        np.swapaxes(solved * variance[:, None, :], 1, 2),
+        1.0 / np.sqrt(total),
+        _table_coefficients(_LOGISTIC_VARIANCE / total),
+    )
+
+
 def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     """Each replicate's average over its nodes ±z of the softmax conditioned on the leading
     class's direction (:mod:`vsbayes.models.softmax_predictive`): (n, REPLICATES, K),
@@ -66,7 +94,12 @@ def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     or all underflow (bounded by ``_NO_SHIFT`` over the level's nodes, by the triangle
     inequality); the leader's logit against the rest, ``f_t − log Σ_{j≠t} e^{f_j}``, is
     taken from its latent value, never from its exponential.
+
+    With :class:`_OwnDirections` for ``lead``, each class conditioned on its own direction
+    instead (:func:`_own_direction_averages`).
     """
+    if isinstance(lead, _OwnDirections):
+        return _own_direction_averages(factor, centred, lead, half, max_bytes)
     n, k, dim = factor.shape
     leader, v, inv_scale, coefficients = lead
     _, replicates, n_half = half.shape
@@ -120,6 +153,58 @@ def _replicate_averages(factor, centred, lead, half, max_bytes) -> np.ndarray:
     return out
 
 
+def _own_direction_averages(factor, centred, own, half, max_bytes) -> np.ndarray:
+    """Each replicate's average over its nodes ±z of every class's softmax conditioned on
+    the class's own direction (:mod:`vsbayes.models.softmax_predictive`, D-268):
+    (n, REPLICATES, K), float32 sums in the linear domain; ``own`` is
+    :class:`_OwnDirections` (in float32).
+
+    At a node, class k's logit against the others, ``f_k − log Σ_{j≠k} e^{f_j}``, moves by
+    exactly ``τ_k`` along ``u_k``, so its conditional expectation is ``LN(logit_k − τ_k,
+    s_k²)``: K table look-ups a node. One GEMM writes the classes' latent values and the
+    K values τ_k per node (the means in the right-hand side's row of ones). The
+    exponentials are shifted by the node's largest latent value; the others' sum of a
+    class is the whole sum less its own term (≥ 1, the top class's 1 being in it), and for
+    the top class the other terms summed without it, so that no sum cancels. The K
+    averages sum to 1 only to within their error (the caller normalizes).
+    """
+    n, k, dim = factor.shape
+    _, replicates, n_half = half.shape
+    stacked = np.zeros((n, 2 * k, dim + 1), dtype=np.float32)
+    stacked[:, :k, :dim] = factor
+    stacked[:, :k, dim] = centred
+    stacked[:, k:, :dim] = own.v
+    per_replicate = max(1, _CHUNK_ENTRIES // (2 * k * replicates * 2))
+    chunks = _mirrored_chunks(half, per_replicate)
+    sums = np.zeros((n, k, replicates))
+    # Per row: 2K float32 values per node of a chunk, and about six more per class and node
+    # (the exponentials, the others' sums, the table's recurrence).
+    width = chunks[0].shape[1]
+    one = np.float32(1.0)
+    for rows in _row_blocks(n, 4.0 * width * 8 * k, width * 2 * k, max_bytes, _CHUNK_ENTRIES):
+        m = rows.stop - rows.start
+        block = stacked[rows].reshape(-1, dim + 1)
+        for nodes in chunks:
+            values = (block @ nodes).reshape(m, 2 * k, replicates, -1)  # one GEMM
+            logit, tau = values[:, :k], values[:, k:]
+            logit -= logit.max(axis=1)[:, None]
+            e = np.exp(logit)
+            top = e == one  # the node's largest latent value (ties: every one of them)
+            rest = e.sum(axis=1)[:, None] - e
+            # The top class's others: the other terms, and the tied top classes' ones.
+            top_rest = np.where(top, np.float32(0.0), e).sum(axis=1) + (top.sum(axis=1) - 1)
+            np.copyto(rest, np.broadcast_to(top_rest[:, None], rest.shape), where=top)
+            with np.errstate(divide="ignore"):  # every other term underflowed: logit +inf
+                np.log(rest, out=rest)
+            logit -= rest
+            logit -= tau
+            p = _logistic_normal_at(logit, own.inv_scale[rows], own.coefficients[rows])
+            sums[rows] += p.sum(axis=3)
+    out = np.swapaxes(sums, 1, 2)
+    out /= 2 * n_half
+    return out
+
+
 def _mirrored_chunks(half: np.ndarray, chunk: int) -> list[np.ndarray]:
     """``half``'s nodes and their mirror images with a row of ones appended (dim + 1,
     REPLICATES, 2 c) in chunks of c ≤ ``chunk`` nodes (and as many mirrors) per replicate,
@@ -154,11 +239,21 @@ def _estimated_error(replicates: np.ndarray) -> np.ndarray:
     return 3.0 * replicates.std(axis=1, ddof=1).max(axis=1) / math.sqrt(replicates.shape[1])
 
 
-def _adaptive_average(factor, root, centred, tol, max_bytes, levels=_LEVELS, margin=None):
+def _rows_of(lead, rows):
+    """The conditioning's arrays (:func:`_leader_conditioning`'s tuple or
+    :class:`_OwnDirections`) of some rows."""
+    taken = [x[rows] for x in lead]
+    return lead._make(taken) if isinstance(lead, _OwnDirections) else tuple(taken)
+
+
+def _adaptive_average(
+    factor, root, centred, tol, max_bytes, levels=_LEVELS, margin=None, own_directions=False
+):
     """The K ≥ 4 rule (:mod:`vsbayes.models.softmax_predictive`): (n, K) averages,
     refined row by row on nested nodes (each level's averages pooled with the levels'
     before it) up to ``levels`` levels, and each row's three estimated standard errors on
-    its last level (n,).
+    its last level (n,). The integrand: the softmax conditioned on the leading class's
+    direction, or with ``own_directions`` each class conditioned on its own (D-268).
 
     With a ``margin`` (:data:`~vsbayes.models.softmax_predictive.DECISION_MARGIN`), every
     row first takes the screen (:func:`screen_nodes`, 8 × 64 nodes), and a row also stops
@@ -168,10 +263,13 @@ def _adaptive_average(factor, root, centred, tol, max_bytes, levels=_LEVELS, mar
     n, k, dim = factor.shape
     factor32 = factor.astype(np.float32)
     centred32 = centred.astype(np.float32)
-    lead = tuple(
-        x if x.dtype.kind == "i" else x.astype(np.float32)
-        for x in _leader_conditioning(root, centred)
-    )
+    if own_directions:
+        lead = _OwnDirections(*(x.astype(np.float32) for x in _own_conditioning(root)))
+    else:
+        lead = tuple(
+            x if x.dtype.kind == "i" else x.astype(np.float32)
+            for x in _leader_conditioning(root, centred)
+        )
     out = np.empty((n, k))
     estimated = np.empty(n)
     todo = np.arange(n)
@@ -188,7 +286,7 @@ def _adaptive_average(factor, root, centred, tol, max_bytes, levels=_LEVELS, mar
         added = _replicate_averages(
             factor32 if whole else factor32[todo],
             centred32 if whole else centred32[todo],
-            lead if whole else tuple(x[todo] for x in lead),
+            lead if whole else _rows_of(lead, todo),
             z,
             max_bytes,
         )
