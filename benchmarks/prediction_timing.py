@@ -41,8 +41,9 @@ the largest and 99th-percentile absolute errors on 200 rows stratified by latent
 against references (cached under ``results/cache``; two references on other scramblings
 compared on 20 rows): the Gumbel–orthant rule on 2^18 nodes for the wide rows, QMC averages
 of the softmax on 2^20 nodes for the narrower (D-117); and the error against nodes of the
-QMC rule and of the Gumbel–orthant rule (``tol`` < 2e-4; not for 15 to 30 classes, whose
-references are on 100 rows). On the anisotropic grid's rows, its own values' error beside
+QMC rule, of its own-direction integrand (``tol`` below the default, D-268) and of the
+Gumbel–orthant rule (``tol`` < 2e-4; not for 15 to 30 classes, whose references are on 100
+rows). On the anisotropic grid's rows, its own values' error beside
 its estimate (D-204, D-226: kept where the estimate is ≤ 5e-5). Also ``predict`` against
 ``LogisticRegression().predict`` in the same rounds (D-157: each wide row refined only
 until its class is settled). Targets: ≤ 10 × LR on the 1e5 digits rows, error ≤ 1e-4.
@@ -520,9 +521,12 @@ def full_covariance(reduced):
     return q @ reduced @ q.T
 
 
-def convergence(mean, cov, rows, reference, lr_seconds_per_row):
+def convergence(mean, cov, rows, reference, lr_seconds_per_row, own_directions=False):
     """Error and cost of the replicate QMC rule at each of its levels and one beyond, on
-    ``rows`` against their references: every row on the level's nodes (no refinement)."""
+    ``rows`` against their references: every row on the level's nodes (no refinement);
+    with ``own_directions``, its integrand below the default ``tol`` on the rows of
+    centred trace above 5 (each class conditioned on its own direction, D-268), its
+    averages normalized as ``predict_proba``'s."""
     k = mean.shape[1]
     q = _rules.centred_basis(k)
     reduced = q.T @ cov[rows] @ q
@@ -530,10 +534,13 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
     factor = (q @ root).astype(np.float32)
     centred64 = mean[rows] - mean[rows].mean(axis=1, keepdims=True)
     centred = centred64.astype(np.float32)
-    lead = tuple(
-        x if x.dtype.kind == "i" else x.astype(np.float32)
-        for x in _qmc._leader_conditioning(root, centred64)
-    )
+    if own_directions:
+        lead = _qmc._OwnDirections(*(x.astype(np.float32) for x in _qmc._own_conditioning(root)))
+    else:
+        lead = tuple(
+            x if x.dtype.kind == "i" else x.astype(np.float32)
+            for x in _qmc._leader_conditioning(root, centred64)
+        )
     out = []
     for level in range(_rules._LEVELS + 1):
         # The levels are nested from level 1 on (which replaces level 0's nodes): up to
@@ -542,12 +549,15 @@ def convergence(mean, cov, rows, reference, lr_seconds_per_row):
             [_rules.replicate_nodes(k - 1, lv) for lv in (range(1, level + 1) if level else [0])]
         )
         _qmc._replicate_averages(
-            factor[:2], centred[:2], tuple(x[:2] for x in lead), half, 2**27
+            factor[:2], centred[:2], _qmc._rows_of(lead, slice(2)), half, 2**27
         )  # warm-up
         t0 = time.perf_counter()
         replicates = _qmc._replicate_averages(factor, centred, lead, half, 2**27)
         seconds = time.perf_counter() - t0
-        error = np.abs(replicates.mean(axis=1) - reference).max(axis=1)
+        average = replicates.mean(axis=1)
+        if own_directions:
+            average /= average.sum(axis=1, keepdims=True)
+        error = np.abs(average - reference).max(axis=1)
         out.append(
             {
                 "nodes": int(half.shape[1] * half.shape[2] * 2),
@@ -834,6 +844,9 @@ def multinomial_case(
             row["convergence"]["orthant"] = orthant_convergence(
                 mean, cov, rows, reference, lr_seconds / len(X)
             )
+            row["convergence"]["own"] = convergence(
+                mean, cov, rows, reference, lr_seconds / len(X), own_directions=True
+            )
         print(
             f"  error on {len(rows)} rows stratified by latent spread: max {error.max():.2g}, "
             f"99 % {row['p99_error']:.2g} (references differ by {row['reference_self_error']:.2g})",
@@ -1020,14 +1033,33 @@ def multinomial_markdown(rows, shares, info, args):
             f"{c['max_error_nodes_for_target']:.0e} nodes on the worst of these rows and "
             f"{c['p99_error_nodes_for_target']:.0e} on 99 % of them.",
         ]
+        if "own" in c:
+            lines += [
+                "",
+                f"## The own-direction rule's error against its nodes ({r['case']})",
+                "",
+                "Below the default `tol` the rows of centred trace above 5 average every "
+                "class's softmax conditioned on its own direction (D-268); here every row on "
+                "the level's nodes as above.",
+                "",
+                "| nodes per row | max error | 99 % error | median error | × LR |",
+                "|---|---|---|---|---|",
+            ]
+            for level in c["own"]["levels"]:
+                lines.append(
+                    f"| {level['nodes']:,} | {fmt(level['max_error'])} | "
+                    f"{fmt(level['p99_error'])} | {fmt(level['median_error'])} | "
+                    f"{level['ratio_to_lr']:.0f} |"
+                )
         if "orthant" in c:
             lines += [
                 "",
                 f"## The Gumbel–orthant rule's error against its nodes ({r['case']})",
                 "",
                 "`softmax_predictive_log_proba(..., tol=1e-4)` (any `tol` below "
-                "`ORTHANT_BELOW`) takes this rule on the wide rows; here every row on the "
-                "level's nodes (8 replicates, float64, one thread at a time in blocks).",
+                "`ORTHANT_BELOW`) takes this rule on the wide rows that the own-direction "
+                "rule leaves above `tol`; here every row on the level's nodes (8 replicates, "
+                "float64, one thread at a time in blocks).",
                 "",
                 "| nodes per row | max error | 99 % error | median error | × LR |",
                 "|---|---|---|---|---|",

@@ -1,9 +1,9 @@
 """The Gumbel–orthant rule: the softmax predictive to ~1e-4 on wide rows.
 
 :func:`gumbel_orthant_proba` takes the wide rows of the softmax predictive
-(:mod:`vsbayes.models.softmax_predictive`) when ``tol`` is below
-:data:`~vsbayes.models.softmax_predictive.ORTHANT_BELOW` (2e-4), and the benchmarks take
-it as a reference. The softmax is the law of the argmax under Gumbel noise,
+(:mod:`vsbayes.models.softmax_predictive`) that the QMC rule leaves above ``tol`` when it
+is below :data:`~vsbayes.models.softmax_predictive.ORTHANT_BELOW` (2e-4; D-268), and the
+benchmarks take it as a reference. The softmax is the law of the argmax under Gumbel noise,
 ``softmax_k(f) = P(argmax_j (f_j + G_j) = k)`` for independent standard Gumbel G_j, so
 ``p_k = E_G[P(f_k − f_j > G_j − G_k for all j ≠ k)]`` with f Gaussian: given G, an orthant
 probability of the K − 1 Gaussian differences ``d_j = f_k − f_j`` (mean ``m_k − m_j``,
