@@ -14,6 +14,7 @@ from vsbayes.models import softmax_predictive_qmc as qmc_module
 from vsbayes.models import softmax_predictive_rules as rules_module
 from vsbayes.models.gumbel_orthant import gumbel_orthant_proba
 from vsbayes.models.softmax_predictive import (
+    OWN_DIRECTIONS_TRACE,
     TOLERANCE,
     centred_softmax_predictive_log_proba,
     softmax_predictive_log_proba,
@@ -759,3 +760,30 @@ def test_argmax_only_runs_and_keeps_the_argmax_beyond_33_classes():
     clear = ordered[:, -1] - ordered[:, -2] > 4 * sp_module.DECISION_MARGIN * TOLERANCE
     assert clear.any()
     np.testing.assert_array_equal(fast[clear].argmax(axis=1), full[clear].argmax(axis=1))
+
+
+def test_the_estimators_read_predictive_tol_from_the_settings():
+    # A five-class posterior whose rows are wide enough for the adaptive rule: under
+    # config_context(predictive_tol=...) predict_proba is the rule at that accuracy on the
+    # same latent moments, bitwise, and the setting is restored after the block.
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    import vsbayes
+
+    X, y = load_digits(n_class=5, return_X_y=True)
+    X, y = StandardScaler().fit_transform(X[:150, ::4]), y[:150]
+    model = vsbayes.LaplaceLogisticRegression(C=10).fit(X, y)
+    rows = X[:12]
+    latent = model._predictive().latent(rows)
+    moments = latent.centred(slice(0, len(rows)))
+    assert np.trace(moments[1], axis1=1, axis2=2).min() > OWN_DIRECTIONS_TRACE  # wide rows
+    tight = np.exp(centred_softmax_predictive_log_proba(*moments, tol=1e-4))
+    default = model.predict_proba(rows)
+    with vsbayes.config_context(predictive_tol=1e-4):
+        np.testing.assert_array_equal(model.predict_proba(rows), tight)
+    assert vsbayes.get_config()["predictive_tol"] == TOLERANCE
+    np.testing.assert_array_equal(model.predict_proba(rows), default)
+    assert np.abs(default - tight).max() > 1e-5  # the setting changes the values
+    with pytest.raises(ValueError, match="predictive_tol"):
+        vsbayes.set_config(predictive_tol=0)

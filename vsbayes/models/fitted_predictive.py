@@ -33,6 +33,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from .._memory import get_config
 from .._sums import logsumexp
 from ..gaussian import Gaussian, StructuredCovariance, StructuredCovariances
 from .latent import (
@@ -307,17 +308,19 @@ class MultinomialPredictive(FittedPredictive):
         return mean, var
 
     def log_proba(self, X, transform=np.asarray, *, argmax_only: bool = False):
-        """As :meth:`FittedPredictive.log_proba`; ``argmax_only`` refines each wide row
-        only until its leading class is settled (see
+        """As :meth:`FittedPredictive.log_proba`, to :func:`vsbayes.set_config`'s
+        ``predictive_tol``; ``argmax_only`` refines each wide row only until its leading
+        class is settled (see
         :func:`~vsbayes.models.softmax_predictive.centred_softmax_predictive_log_proba`)."""
         latent = self.latent(X)
         out = np.empty((X.shape[0], len(self.coef)))
+        tol = get_config()["predictive_tol"]  # once: every chunk of the call to one accuracy
 
         def work(rows):
             with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the rule
                 moments = latent.centred(rows)
             log_p = centred_softmax_predictive_log_proba(
-                *moments, max_bytes=latent.budget, argmax_only=argmax_only
+                *moments, tol=tol, max_bytes=latent.budget, argmax_only=argmax_only
             )
             out[rows] = transform(log_p)
 

@@ -316,7 +316,7 @@ import math
 
 import numpy as np
 
-from .._memory import block_bytes
+from .._memory import PREDICTIVE_TOL, block_bytes
 from .._sums import logsumexp
 from .gumbel_orthant import gumbel_orthant_proba
 from .softmax_predictive_qmc import _adaptive_average, _settled
@@ -357,8 +357,9 @@ __all__ = [
     "softmax_predictive_log_proba",
 ]
 
-#: Default accuracy of the K ≥ 4 rule: three estimated standard errors, absolute.
-TOLERANCE = 5e-4
+#: Default accuracy of the K ≥ 4 rule: three estimated standard errors, absolute (the
+#: estimators' default, :func:`vsbayes.set_config`'s ``predictive_tol``).
+TOLERANCE = PREDICTIVE_TOL
 #: Multiple of a wide row's estimated error (three standard errors, on any class) by which
 #: its largest probability must lead the second for ``argmax_only`` to stop refining it:
 #: twice the 2 at which the two classes' error bounds cannot swap them (see
