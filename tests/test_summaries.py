@@ -240,9 +240,32 @@ def test_unfitted_estimator_says_fit_first(binary):
         lambda: model.sample_y(X[:3], 5),
         lambda: model.loo(X, y),
         lambda: model.to_inference_data(X, y),
+        lambda: model.sample_coef(5),
+        lambda: model.thompson_sample(X[:3]),
     ):
         with pytest.raises(NotFittedError, match="not fitted yet"):
             call()
+
+
+def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, monkeypatch):
+    """A set coef_ meets check_is_fitted's criterion: its tags and scan of the attributes,
+    twice a seventh of a one-draw sample_coef, are not run after a fit (D-271); before
+    one the reads still say "fit first" (test_unfitted_estimator_says_fit_first)."""
+    from vsbayes.estimators import _prediction, _summaries
+
+    X, _, model = binary
+    calls = []
+    for module in (_prediction, _summaries):
+        check = module.check_is_fitted
+        monkeypatch.setattr(
+            module,
+            "check_is_fitted",
+            lambda *a, check=check, **k: calls.append(1) or check(*a, **k),
+        )
+    model.sample_coef(1, random_state=0)
+    model.thompson_sample(X[:3], random_state=0)
+    model.sample_proba(X[:3], 2, random_state=0)
+    assert calls == []
 
 
 def test_wrong_width_is_named(binary):

@@ -64,6 +64,14 @@ def row_count(X) -> int:
     return int(shape[0]) if shape is not None else len(X)
 
 
+def _check_fitted(estimator) -> None:
+    """``check_is_fitted(estimator)``, whose criterion (an attribute ending in "_") a set
+    ``coef_`` meets: its tags and its scan of the attributes, a seventh of a one-draw
+    ``sample_coef``, only before ``coef_`` is set (D-271)."""
+    if "coef_" not in vars(estimator):
+        check_is_fitted(estimator)
+
+
 # The reads' BLAS policy, by the work their arguments ask for.
 _rows_read = one_blas_thread_below(lambda self, X: read_work(self, row_count(X)))
 
@@ -215,7 +223,7 @@ class PosteriorPrediction:
         """The fitted posterior's predictive (its kind read from ``sigma_`` and ``coef_``),
         computed in float64 whatever the fitted attributes' dtype (and from a sparsified
         ``coef_`` too)."""
-        check_is_fitted(self)
+        _check_fitted(self)
         posteriors = getattr(self, "posteriors_", None)  # needed by sample_coef only
         coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
         return fitted_predictive(
@@ -264,7 +272,7 @@ class PosteriorPrediction:
     def _in_memory(self, X, method: str):
         """X for a method reading the fitted posterior: NotFittedError before ``fit``,
         refused with a remedy when it is a dask collection."""
-        check_is_fitted(self)
+        _check_fitted(self)
         if is_dask(X):
             raise ValueError(
                 f"{method} needs X in memory; got a dask collection. Pass X.compute() (or "
