@@ -232,9 +232,10 @@ def relative_change(new: np.ndarray, sites: np.ndarray) -> float:
     """The largest ``|new − sites| / (1 + |sites|)``: the undamped relative change of an
     update ``new`` of ``sites``, the same bits as the expression (NaN if any entry is).
 
-    On slices in place, as :func:`damped_step`: the expression's four temporaries of the
-    whole array took 15 ms a sweep warm and 67 under load at 40 classes × 2000 rows (3.1
-    million sites), a twentieth of the multinomial EP's fit, against 5 ms on slices (D-271).
+    On slices in place, as :func:`damped_step`: on 3.1 million sites (40 classes × 2000
+    rows) the expression's four temporaries of the whole array took 15 ms warm against 5
+    on slices, and in a fit's sweeps under load 59 ms a fit against 17, their freed pages
+    faulting again in the next sweep's writes (D-271).
     """
 
     def part(at: slice) -> float:
