@@ -249,7 +249,7 @@ def test_unfitted_estimator_says_fit_first(binary):
 
 def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, monkeypatch):
     """A set coef_ meets check_is_fitted's criterion: its tags and scan of the attributes,
-    twice a seventh of a one-draw sample_coef, are not run after a fit (D-271); before
+    twice a seventh of a one-draw sample_coef, are not run after a fit (D-272); before
     one the reads still say "fit first" (test_unfitted_estimator_says_fit_first)."""
     from vsbayes.estimators import _prediction, _summaries
 

@@ -67,7 +67,7 @@ def row_count(X) -> int:
 def _check_fitted(estimator) -> None:
     """``check_is_fitted(estimator)``, whose criterion (an attribute ending in "_") a set
     ``coef_`` meets: its tags and its scan of the attributes, a seventh of a one-draw
-    ``sample_coef``, only before ``coef_`` is set (D-271)."""
+    ``sample_coef``, only before ``coef_`` is set (D-272)."""
     if "coef_" not in vars(estimator):
         check_is_fitted(estimator)
 
