@@ -268,6 +268,42 @@ def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, mon
     assert calls == []
 
 
+def test_plain_rows_skip_scikit_learns_checks_and_others_take_them(binary, monkeypatch):
+    """Finite float64 rows of the fitted width, to an estimator fitted without names, are
+    read as they are (validate_data would return them so: D-273); the same rows as a list,
+    float32, with a NaN, or of another width take scikit-learn's checks, results and errors."""
+    import pandas as pd
+
+    from vsbayes.estimators import _prediction
+
+    X, y, model = binary
+    rows = X[:4].copy()
+    validated = []
+    check = _prediction.validate_data
+    monkeypatch.setattr(
+        _prediction,
+        "validate_data",
+        lambda *a, **k: validated.append(1) or check(*a, **k),
+    )
+    plain = model.predict_proba(rows)
+    draws = model.thompson_sample(rows, random_state=0).scores
+    assert validated == []
+    np.testing.assert_array_equal(model.predict_proba(rows.tolist()), plain)
+    np.testing.assert_array_equal(
+        model.thompson_sample(rows.tolist(), random_state=0).scores, draws
+    )
+    model.predict_proba(rows.astype(np.float32))
+    assert len(validated) == 3
+    rows[1, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        model.predict_proba(rows)
+    with pytest.raises(ValueError, match="features"):
+        model.predict_proba(X[:4, :1])
+    named = clone(model).fit(pd.DataFrame(X, columns=["a", "b"]), y)
+    with pytest.warns(UserWarning, match="feature names"):
+        named.predict_proba(X[:4])
+
+
 def test_wrong_width_is_named(binary):
     X, y, model = binary
     for call in (
