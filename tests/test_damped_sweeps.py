@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from vsbayes._blas import single_blas_thread
-from vsbayes.approximations._damped_sweeps import ArraySites, damped_step, damped_sweeps
+from vsbayes.approximations._damped_sweeps import (
+    ArraySites,
+    damped_step,
+    damped_sweeps,
+    relative_change,
+)
 from vsbayes.exceptions import ConvergenceWarning, EstimationError
 
 
@@ -364,6 +369,20 @@ def test_damped_step_is_its_formula(size):
     if size:
         new[size // 2] = np.nan
         assert np.isnan(damped_step(sites, new, 0.85)[3])
+
+
+@pytest.mark.parametrize("size", [0, 7, 2**19 + 5])
+def test_relative_change_is_its_formula(size):
+    """The multinomial EP's undamped change (its next sweep's fit stop), on slices in place:
+    the whole array's expression, bitwise, NaN included (D-271)."""
+    rng = np.random.default_rng(size)
+    sites, new = rng.normal(size=size), rng.normal(size=size)
+    with single_blas_thread():
+        got = relative_change(new, sites)
+        assert got == (np.max(np.abs(new - sites) / (1.0 + np.abs(sites))) if size else 0.0)
+        if size:
+            new[size // 2] = np.nan
+            assert np.isnan(relative_change(new, sites))
 
 
 def test_long_mixing_on_slices_is_its_formula():

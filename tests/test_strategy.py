@@ -523,6 +523,28 @@ def test_the_softmax_rows_curvature_change_is_the_hessians_derivatives():
     )
 
 
+def test_the_softmax_curvature_gram_is_the_same_bits_in_any_blocks(monkeypatch):
+    """The covariance term's rows' B_i in cache-sized blocks of rows (D-271): each row its
+    own, so the Gram matrix is bitwise the one of a single block."""
+    from vsbayes.approximations import laplace_error as error
+    from vsbayes.models import SoftmaxGLMPosterior
+
+    X, y = make_classification(
+        200, 4, n_informative=4, n_redundant=0, n_classes=5, n_clusters_per_class=1,
+        random_state=0,
+    )  # fmt: skip
+    model = SoftmaxGLMPosterior(X, y, np.ones(200), 5, prior_var=1.0, intercept_prior_var=1.0)
+    rng = np.random.default_rng(0)
+    mean, shift = 0.3 * rng.standard_normal(model.dim), rng.standard_normal(model.dim)
+    root = rng.standard_normal((model.dim, model.dim)) / model.dim
+    cov = root @ root.T
+    grams = []
+    for block_bytes in (2**40, 8 * 25 * 7):  # one block; blocks of 7 rows
+        monkeypatch.setattr(error, "_CURVATURE_BLOCK_BYTES", block_bytes)
+        grams.append(error._softmax_gram_pass(model, mean, cov, shift))
+    np.testing.assert_array_equal(grams[1], grams[0])
+
+
 def test_laplace_error_at_tiny_weights_is_its_excess_over_the_prior_like_posterior():
     """Weights 1e-8 leave the intercept's latent spread at its prior sd of 1000, where
     log σ is linear: the posterior is the prior's Gaussian to O(c), the Laplace one has

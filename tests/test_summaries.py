@@ -240,9 +240,68 @@ def test_unfitted_estimator_says_fit_first(binary):
         lambda: model.sample_y(X[:3], 5),
         lambda: model.loo(X, y),
         lambda: model.to_inference_data(X, y),
+        lambda: model.sample_coef(5),
+        lambda: model.thompson_sample(X[:3]),
     ):
         with pytest.raises(NotFittedError, match="not fitted yet"):
             call()
+
+
+def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, monkeypatch):
+    """A set coef_ meets check_is_fitted's criterion: its tags and scan of the attributes,
+    twice a seventh of a one-draw sample_coef, are not run after a fit (D-272); before
+    one the reads still say "fit first" (test_unfitted_estimator_says_fit_first)."""
+    from vsbayes.estimators import _prediction, _summaries
+
+    X, _, model = binary
+    calls = []
+    for module in (_prediction, _summaries):
+        check = module.check_is_fitted
+        monkeypatch.setattr(
+            module,
+            "check_is_fitted",
+            lambda *a, check=check, **k: calls.append(1) or check(*a, **k),
+        )
+    model.sample_coef(1, random_state=0)
+    model.thompson_sample(X[:3], random_state=0)
+    model.sample_proba(X[:3], 2, random_state=0)
+    assert calls == []
+
+
+def test_plain_rows_skip_scikit_learns_checks_and_others_take_them(binary, monkeypatch):
+    """Finite float64 rows of the fitted width, to an estimator fitted without names, are
+    read as they are (validate_data would return them so: D-273); the same rows as a list,
+    float32, with a NaN, or of another width take scikit-learn's checks, results and errors."""
+    import pandas as pd
+
+    from vsbayes.estimators import _prediction
+
+    X, y, model = binary
+    rows = X[:4].copy()
+    validated = []
+    check = _prediction.validate_data
+    monkeypatch.setattr(
+        _prediction,
+        "validate_data",
+        lambda *a, **k: validated.append(1) or check(*a, **k),
+    )
+    plain = model.predict_proba(rows)
+    draws = model.thompson_sample(rows, random_state=0).scores
+    assert validated == []
+    np.testing.assert_array_equal(model.predict_proba(rows.tolist()), plain)
+    np.testing.assert_array_equal(
+        model.thompson_sample(rows.tolist(), random_state=0).scores, draws
+    )
+    model.predict_proba(rows.astype(np.float32))
+    assert len(validated) == 3
+    rows[1, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        model.predict_proba(rows)
+    with pytest.raises(ValueError, match="features"):
+        model.predict_proba(X[:4, :1])
+    named = clone(model).fit(pd.DataFrame(X, columns=["a", "b"]), y)
+    with pytest.warns(UserWarning, match="feature names"):
+        named.predict_proba(X[:4])
 
 
 def test_wrong_width_is_named(binary):

@@ -67,6 +67,7 @@ __all__ = [
     "SweepResult",
     "damped_step",
     "damped_sweeps",
+    "relative_change",
     "within_round_off",
 ]
 
@@ -225,6 +226,31 @@ def damped_step(
 
 #: Sites from which :func:`damped_step` runs on slices side by side (half as many a slice).
 _SPLIT_SITES = 2**19
+
+
+def relative_change(new: np.ndarray, sites: np.ndarray) -> float:
+    """The largest ``|new − sites| / (1 + |sites|)``: the undamped relative change of an
+    update ``new`` of ``sites``, the same bits as the expression (NaN if any entry is).
+
+    On slices in place, as :func:`damped_step`: on 3.1 million sites (40 classes × 2000
+    rows) the expression's four temporaries of the whole array took 15 ms warm against 5
+    on slices, and in a fit's sweeps under load 59 ms a fit against 17, their freed pages
+    faulting again in the next sweep's writes (D-271).
+    """
+
+    def part(at: slice) -> float:
+        moved = np.subtract(new[at], sites[at])
+        np.abs(moved, out=moved)
+        scale = np.abs(sites[at])
+        scale += 1.0
+        moved /= scale
+        return moved.max() if moved.size else 0.0
+
+    if sites.size >= _SPLIT_SITES:
+        maxima = map_blocks(part, block_slices(sites.size, 1.0, None, _SPLIT_SITES // 2))
+    else:
+        maxima = [part(slice(None))]
+    return float(np.max(maxima))
 
 
 def within_round_off(new: np.ndarray, sites: np.ndarray, bound: np.ndarray) -> bool:

@@ -475,6 +475,10 @@ def _softmax_pass(model: SoftmaxGLMPosterior, mean, cov, moments=None):
     return g, _softmax_quartic(probabilities, latent_cov, weight)
 
 
+#: Bytes of one (rows, K, K) temporary of :func:`_softmax_row_curvature_change` a block.
+_CURVATURE_BLOCK_BYTES = 2**20
+
+
 def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=None):
     """The covariance correction's Gram matrix ``H = Σ_i X̃_iᵀ B_i X̃_i`` in θ's layout:
     the binary's ``s_i (ℓ⁽⁴⁾ v_i + ℓ⁽³⁾ a_iᵀ S g) a_i a_iᵀ`` with each row's K × K
@@ -485,9 +489,12 @@ def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=Non
     if model.fit_intercept:
         along = along + b
     weights = np.empty_like(latent_cov)
-    # In blocks of rows: the contraction's (rows, K, K) temporaries, beside V and B.
+    # In blocks of rows: the contraction's (rows, K, K) temporaries, beside V and B, each
+    # within _CURVATURE_BLOCK_BYTES, where its ten element-wise passes stay in cache (the
+    # same bits: each row's its own): 42 → 27 ms at 40 classes × 2000 rows in one block
+    # of the working memory, 87 → 46 ms at 50 (D-271).
     k = latent_cov.shape[1]
-    block = block_length(8.0 * 4 * k * k)
+    block = min(block_length(8.0 * 4 * k * k), max(1, _CURVATURE_BLOCK_BYTES // (8 * k * k)))
     for start in range(0, len(weights), block):
         rows = slice(start, start + block)
         weights[rows] = _softmax_row_curvature_change(

@@ -15,7 +15,6 @@ every class's coefficients, and along that direction it is its prior (variance `
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
@@ -458,15 +457,18 @@ def sample_coef(estimator, n_draws: int, random_state, held: float = 0.0, what: 
     """``(coef, intercept)`` drawn from the posterior (see ``sample_coef``), the draws and
     their temporaries (a standard normal and a product per parameter and draw: 3 copies)
     sized first, beside ``held`` bytes of the caller's (``what``)."""
-    check_is_fitted(estimator)
+    # The predictive first: its fitted check is this read's one (a second cost as much as
+    # the draw's product, D-272); it holds the fitted arrays (a float64 copy of a float32
+    # or sparse coef_), no draw.
+    predictive = estimator._predictive()
     n_draws = check_n_draws(n_draws)
-    n_params = math.prod(np.shape(estimator.coef_)) + np.size(estimator.intercept_)
+    n_params = predictive.coef.size + predictive.intercept.size
     check_memory(
         held + 8.0 * 3 * n_draws * n_params,
         f"{n_draws} posterior draws of {n_params} parameters{what}",
         "Draw fewer (n_draws), or draw in batches.",
     )
-    return estimator._predictive().sample(n_draws, as_generator(random_state))
+    return predictive.sample(n_draws, as_generator(random_state))
 
 
 def sample_proba(estimator, X, n_draws: int, random_state) -> np.ndarray:

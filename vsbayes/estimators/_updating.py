@@ -75,7 +75,7 @@ from ..models.dask_chunks import is_dask
 from ..models.priors import GaussianPrior
 from ..models.shrinkage_priors import SHRINKAGE_PRIORS
 from ._leave_one_out import StreamRows
-from ._prediction import read_work, row_count
+from ._prediction import plain_rows, read_work, row_count
 from ._priors import as_prior, carried_note, carried_prior, prior_specs, problem_model
 from ._site_window import SiteWindow, SiteWindowUpdates
 from ._stream_order import MOVE_LEVEL, ORDER_LEVEL, class_order_bound, move_bound
@@ -559,7 +559,7 @@ class BayesianUpdating(SiteWindowUpdates):
         """
         X = self._in_memory(X, "thompson_sample")
         n_draws = check_scalar(n_draws, "n_draws", numbers.Integral, min_val=1)
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        X = self._validate_prediction_data(X)
         n_scores = len(self.coef_) if len(self.classes_) > 2 else 1
         check_memory(
             8.0 * X.shape[0] * n_draws * n_scores,
@@ -660,20 +660,15 @@ def _same_prior(given, fitted) -> bool:
 
 def _plain_batch(estimator, X, y) -> bool:
     """Whether a later call's ``(X, y)`` are arrays that ``validate_data`` would pass as
-    they are: float64 or float32 rows of the fitted width, finite, without feature names
-    to check, and as many labels, 1-D, finite. Its checks cost a one-row call a fifth of
-    its time; anything else takes them (and their errors)."""
+    they are: float64 or float32 rows (:func:`plain_rows`), and as many labels, 1-D,
+    finite. Its checks cost a one-row call a fifth of its time; anything else takes them
+    (and their errors)."""
     return (
-        type(X) is np.ndarray
+        plain_rows(estimator, X, _PLAIN_DTYPES)
         and type(y) is np.ndarray
-        and X.ndim == 2
         and y.ndim == 1
-        and 0 < X.shape[0] == y.shape[0]
-        and X.shape[1] == estimator.n_features_in_
-        and X.dtype in _PLAIN_DTYPES
+        and X.shape[0] == y.shape[0]
         and y.dtype.kind in "biufU"
-        and not hasattr(estimator, "feature_names_in_")
-        and bool(np.isfinite(X).all())
         and (y.dtype.kind != "f" or bool(np.isfinite(y).all()))
     )
 
