@@ -1,6 +1,7 @@
 """The posterior as people use it: summary(), prediction intervals, posterior predictive
 draws, leave-one-out (EP's cavities and PSIS), WAIC and the ArviZ export."""
 
+import contextlib
 import sys
 import warnings
 
@@ -302,6 +303,24 @@ def test_plain_rows_skip_scikit_learns_checks_and_others_take_them(binary, monke
     named = clone(model).fit(pd.DataFrame(X, columns=["a", "b"]), y)
     with pytest.warns(UserWarning, match="feature names"):
         named.predict_proba(X[:4])
+
+
+def test_plain_rows_whose_sum_overflows_warn_as_before(binary):
+    """Finite rows whose sum overflows take scikit-learn's checks without a RuntimeWarning
+    of the shortcut's sum (D-281): the read's own error as before, and partial_fit's checks."""
+    X, y, model = binary
+    huge = np.full((3, X.shape[1]), 1e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="overflow float64"):
+            model.predict_proba(huge)
+    refit = clone(model).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # (whatever the update makes of such rows: the check's warning is the test's)
+        with contextlib.suppress(ValueError):
+            refit.partial_fit(huge, y[:3])
+    assert not [w for w in caught if "in reduce" in str(w.message)]
 
 
 def test_wrong_width_is_named(binary):

@@ -68,16 +68,19 @@ def plain_rows(estimator, X, dtypes: tuple[np.dtype, ...]) -> bool:
     """Whether ``X`` is what scikit-learn's ``validate_data`` (``reset=False``) passes as it
     is, with no warning: a 2-D ndarray (not a subclass) of one of ``dtypes``, at least one
     row of the fitted width, finite, to an estimator fitted without feature names. A finite
-    sum has finite terms (one that overflows leaves the check to ``validate_data``)."""
-    return (
+    sum has finite terms (one that overflows leaves the check to ``validate_data``, with no
+    RuntimeWarning of the sum's: the rows' finite terms are not the caller's error)."""
+    if not (
         type(X) is np.ndarray
         and X.ndim == 2
         and X.shape[0] > 0
         and X.shape[1] == getattr(estimator, "n_features_in_", -1)
         and X.dtype in dtypes
         and not hasattr(estimator, "feature_names_in_")
-        and bool(np.isfinite(X.sum()))
-    )
+    ):
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(X.sum()))
 
 
 _FLOAT64 = (np.dtype(np.float64),)
