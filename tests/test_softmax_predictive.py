@@ -525,6 +525,27 @@ def test_below_the_default_tol_wide_rows_condition_every_class_on_its_own_direct
     assert calls and set(calls) <= {n}
 
 
+def test_own_directions_keep_the_log_of_a_class_far_behind():
+    # The own-direction averages are the logistic-normal table's, accurate to ~1e-5
+    # absolute only: a class far behind read the table's floor (e^-18 for e^-197 on four
+    # classes, D-281). Below OWN_DIRECTIONS_FLOOR they take log sums on the first level's
+    # nodes, as the leader's direction's do at the default tol (the same values here;
+    # within 2.3 of a 2·10⁶-draw log-domain reference on such rows).
+    k = 4
+    a = np.random.default_rng(4).standard_normal((k, k))
+    cov = a @ a.T
+    q = centred_basis(k)
+    for gap in (40.0, 200.0):
+        mean = np.zeros((1, k))
+        mean[0, 0] = gap
+        reduced = (q.T @ cov @ q)[None]
+        assert np.trace(reduced[0]) > OWN_DIRECTIONS_TRACE
+        leader = centred_softmax_predictive_log_proba(mean, reduced)
+        own = centred_softmax_predictive_log_proba(mean, reduced, tol=3e-4)
+        assert (leader[0, 1:] < -gap + 10).all()
+        np.testing.assert_allclose(own, leader, atol=1.5)
+
+
 def test_refinement_levels_are_nested_and_pooled_as_one_rule():
     # Level 0: each replicate's whitened set; from level 1 on, the first points of the
     # replicate's Sobol sequence (and their mirror images), each level adding the next ones

@@ -270,7 +270,10 @@ centred trace above 5, :data:`OWN_DIRECTIONS_TRACE`, when ``tol`` is below 5e-4,
 a node (the others' sums taken without cancellation: for the node's top class, its others
 summed apart), each class's boundaries all smoothed where the leader's direction smooths the
 leading class's only. The K averages are unbiased each and sum to 1 within their error
-(then normalized). The leader's integrand's largest errors lie on the other classes, at
+(then normalized); the table's error being absolute (≤ 9.3e-6), a class whose average is
+below :data:`OWN_DIRECTIONS_FLOOR`, 1e-5, takes log sums on the first level's nodes, as the
+leader's below float32's range (D-281: a class e^-197 behind read e^-18, the table's floor).
+The leader's integrand's largest errors lie on the other classes, at
 every rank of probability (digits, 65,536 nodes: the leading class 1.8e-4, the others up to
 7.0e-4, the eighth most probable class's 7.0e-4 among them; own directions for the two to
 five most probable classes only: 6.5e-4 to 6.9e-4). Measured on 120 digits rows evenly
@@ -351,6 +354,7 @@ __all__ = [
     "DECISION_MARGIN",
     "ORTHANT_BELOW",
     "OWN_DIRECTIONS_BELOW",
+    "OWN_DIRECTIONS_FLOOR",
     "OWN_DIRECTIONS_TRACE",
     "TOLERANCE",
     "centred_softmax_predictive_log_proba",
@@ -376,6 +380,10 @@ ORTHANT_BELOW = 2e-4
 OWN_DIRECTIONS_BELOW = TOLERANCE
 #: The centred trace above which a row is wide for :data:`OWN_DIRECTIONS_BELOW`.
 OWN_DIRECTIONS_TRACE = 5.0
+#: Own-direction average below which a class's probability takes log sums over the first
+#: level's nodes (D-281): the table's error (≤ 9.3e-6) is absolute, so below it the
+#: average keeps no relative accuracy (a class far behind reads the table's floor).
+OWN_DIRECTIONS_FLOOR = 1e-5
 # Smallest average kept in the linear domain; rows with a smaller one take log sums.
 _LINEAR_FLOOR = 1e-30
 
@@ -673,19 +681,25 @@ def centred_softmax_predictive_log_proba(
         if tol < ORTHANT_BELOW:
             # The Gumbel–orthant rule on the rows whose estimate is still above tol.
             rest = np.flatnonzero((estimated > tol) & ~_settled(average, estimated, margin, tol))
+            own[rest] = False  # (the orthant rule's averages: no table)
             if rest.size:
                 average[rest] = gumbel_orthant_proba(
                     centred[rest], q @ reduced[wide[rest]] @ q.T, tol=tol, max_bytes=max_bytes
                 )[0]
         with np.errstate(divide="ignore"):
             logs = np.log(average)
-        tiny = np.flatnonzero(average.min(axis=1) < _LINEAR_FLOOR)
+        # The own-direction averages are the logistic-normal table's, accurate to ~1e-5
+        # absolute, not relative: a class far behind reads its floor (e^-18 for e^-197 on
+        # four classes). Their classes below OWN_DIRECTIONS_FLOOR take log sums on the first
+        # level's nodes, as the leader's integrand's below float32's range (D-281).
+        floor = np.where(own, OWN_DIRECTIONS_FLOOR, _LINEAR_FLOOR)[:, None]
+        tiny = np.flatnonzero((average < floor).any(axis=1))
         if tiny.size:
             half = replicate_nodes(k - 1, 0).reshape(k - 1, -1).T.astype(float)
             z = np.vstack([half, -half])
             log_w = np.full(len(z), -math.log(len(z)))
             exact = _log_average(factor[tiny], centred[tiny], z, log_w, max_bytes)
-            logs[tiny] = np.where(average[tiny] < _LINEAR_FLOOR, exact, logs[tiny])
+            logs[tiny] = np.where(average[tiny] < floor[tiny], exact, logs[tiny])
         out[wide] = logs
     # Normalize away the round-off of the node average (the exact rule sums to 1), and the
     # own-direction averages' error in their sum.
