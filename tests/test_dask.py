@@ -592,3 +592,25 @@ def test_joblib_dask_backend_gives_the_same_bits(client):
     assert tasks.data  # the blocks did run on the workers
     np.testing.assert_array_equal(remote.coef_, local.coef_)
     np.testing.assert_array_equal(remote.sigma_, local.sigma_)
+
+
+def test_a_lazy_prediction_keeps_the_predictive_tol_of_its_call():
+    # A dask prediction is lazy: its chunks, computed after the call's config_context has
+    # exited, read the predictive_tol the call saw (D-282), not the default; and the chunks
+    # computed on dask's threads leave the global setting as it was.
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    from vsbayes import LaplaceLogisticRegression, config_context, get_config
+
+    X, y = load_digits(n_class=5, return_X_y=True)
+    X, y = StandardScaler().fit_transform(X[:150, ::4]), y[:150]
+    model = LaplaceLogisticRegression(C=10).fit(X, y)
+    rows = X[:12]
+    default = get_config()["predictive_tol"]
+    with config_context(predictive_tol=1e-4):
+        tight = model.predict_proba(rows)
+        lazy = model.predict_proba(da.from_array(rows, chunks=4))
+    assert np.abs(tight - model.predict_proba(rows)).max() > 1e-5  # the setting matters
+    np.testing.assert_array_equal(lazy.compute(scheduler="threads"), tight)
+    assert get_config()["predictive_tol"] == default

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -71,6 +72,7 @@ __all__ = [
     "PREDICTIVE_TOL",
     "block_bytes",
     "block_length",
+    "carried_config",
     "check_memory",
     "config_context",
     "format_bytes",
@@ -92,6 +94,8 @@ _DEFAULTS = {
     "predictive_tol": PREDICTIVE_TOL,
 }
 _settings = dict(_DEFAULTS)
+# Settings over the global ones in one thread (carried_config): a lazy dask prediction's.
+_carried = threading.local()
 
 
 def get_config() -> dict:
@@ -106,7 +110,24 @@ def get_config() -> dict:
     dict
         A copy of the settings.
     """
-    return dict(_settings)
+    return {**_settings, **getattr(_carried, "settings", {})}
+
+
+@contextmanager
+def carried_config(settings: dict) -> Iterator[None]:
+    """``settings`` over :func:`get_config`'s in this thread only, within a ``with`` block:
+    the chunks of a lazy dask prediction, computed after the call (and its
+    :func:`config_context`) returned, read the ``predictive_tol`` the call saw (D-282).
+    Thread-local, so that chunks computed on dask's threads do not set one another's."""
+    saved = getattr(_carried, "settings", None)
+    _carried.settings = {**(saved or {}), **settings}
+    try:
+        yield
+    finally:
+        if saved is None:
+            del _carried.settings
+        else:
+            _carried.settings = saved
 
 
 def set_config(
@@ -137,7 +158,8 @@ def set_config(
         deterministic rules (errors below 1e-5) read it; tighter values cost more nodes
         there (on standardized digits at C = 1, where every row is wide, 1e-4 takes about
         70 times the default's time). Binary predictives are accurate to about 1e-7
-        whatever it is.
+        whatever it is. Read when a read runs, in its process: a lazy dask prediction's
+        chunks take the value of the call that built them (D-282).
     """
     if covariance is not None and covariance not in COVARIANCE_STRUCTURES:
         raise ValueError(f"covariance must be one of {COVARIANCE_STRUCTURES}; got {covariance!r}.")

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.multiclass import type_of_target
 
+from .._memory import carried_config, get_config
 from ..models.dask_chunks import is_dask_frame
 
 __all__ = [
@@ -240,14 +241,17 @@ def _take(block, values):
 
 def chunkwise_prediction(method, X, n_columns: int | None, dtype):
     """``method`` mapped over the row chunks of a checked dask X: a lazy dask array of
-    shape (M,) when ``n_columns`` is None, else (M, n_columns)."""
-    block = functools.partial(_predicted_block, method, n_columns, dtype)
+    shape (M,) when ``n_columns`` is None, else (M, n_columns), whose chunks compute with
+    this call's ``predictive_tol`` (not the one set when, or where, they are computed)."""
+    carried = {"predictive_tol": get_config()["predictive_tol"]}
+    block = functools.partial(_predicted_block, method, n_columns, dtype, carried)
     if n_columns is None:
         return X.map_blocks(block, drop_axis=1, chunks=(X.chunks[0],), dtype=dtype)
     return X.map_blocks(block, chunks=(X.chunks[0], (n_columns,)), dtype=dtype)
 
 
-def _predicted_block(method, n_columns: int | None, dtype, block):
+def _predicted_block(method, n_columns: int | None, dtype, carried: dict, block):
     if block.shape[0] == 0:  # a chunk a filter emptied: the in-memory methods refuse no rows
         return np.empty((0,) if n_columns is None else (0, n_columns), dtype=dtype)
-    return method(block)
+    with carried_config(carried):
+        return method(block)

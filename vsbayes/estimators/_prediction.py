@@ -69,7 +69,7 @@ def plain_rows(estimator, X, dtypes: tuple[np.dtype, ...]) -> bool:
     is, with no warning: a 2-D ndarray (not a subclass) of one of ``dtypes``, at least one
     row of the fitted width, finite, to an estimator fitted without feature names. A finite
     sum has finite terms (one that overflows leaves the check to ``validate_data``, with no
-    RuntimeWarning of the sum's: the rows' finite terms are not the caller's error)."""
+    RuntimeWarning of the sum's: the rows' finite terms are not the caller's error, D-281)."""
     if not (
         type(X) is np.ndarray
         and X.ndim == 2
