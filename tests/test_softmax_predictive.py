@@ -806,5 +806,6 @@ def test_the_estimators_read_predictive_tol_from_the_settings():
     assert vsbayes.get_config()["predictive_tol"] == TOLERANCE
     np.testing.assert_array_equal(model.predict_proba(rows), default)
     assert np.abs(default - tight).max() > 1e-5  # the setting changes the values
-    with pytest.raises(ValueError, match="predictive_tol"):
-        vsbayes.set_config(predictive_tol=0)
+    for bad in (0, 1, float("nan"), "1e-4"):  # a string too: ValueError, not TypeError
+        with pytest.raises(ValueError, match="predictive_tol"):
+            vsbayes.set_config(predictive_tol=bad)

@@ -52,6 +52,7 @@ where the environment sets glibc's malloc itself (``MALLOC_*_`` variables,
 from __future__ import annotations
 
 import ctypes
+import numbers
 import os
 import threading
 from collections.abc import Iterator
@@ -167,7 +168,9 @@ def set_config(
         int(covariance_rank) != covariance_rank or covariance_rank < 1
     ):
         raise ValueError(f"covariance_rank must be an integer >= 1; got {covariance_rank!r}.")
-    if predictive_tol is not None and not 0 < predictive_tol < 1:
+    if predictive_tol is not None and not (
+        isinstance(predictive_tol, numbers.Real) and 0 < predictive_tol < 1
+    ):
         raise ValueError(
             f"predictive_tol must be a probability error in (0, 1); got {predictive_tol!r}."
         )
