@@ -229,12 +229,20 @@ def test_drawn_labels_and_probabilities_stay_within_their_blocks(multinomial):
     np.testing.assert_array_equal(blocked, model.sample_y(X, n_draws, random_state=0))
 
 
-def test_unfitted_estimator_says_fit_first(binary):
+@pytest.mark.parametrize("failed_fit", [False, True])
+def test_unfitted_estimator_says_fit_first(binary, failed_fit):
+    # failed_fit: a fresh fit refused after setting classes_ (one class in y) leaves no
+    # posterior; its reads say "fit first", not that coef_ is missing (D-284).
     from sklearn.exceptions import NotFittedError
 
     X, y, _ = binary
     model = EPLogisticRegression()
+    if failed_fit:
+        with pytest.raises(ValueError, match="class"):
+            model.fit(X, np.zeros_like(y))
     for call in (
+        lambda: model.predict_proba(X[:3]),
+        lambda: model.decision_function(X[:3]),
         model.summary,
         lambda: model.predict_proba_interval(X[:3]),
         lambda: model.sample_proba(X[:3], 5),

@@ -50,7 +50,7 @@ def to_inference_data(
             f"needs the training data X and y (with their sample_weight). Pass both, or "
             f"neither for the posterior alone."
         )
-    check_is_fitted(estimator)
+    check_is_fitted(estimator, "coef_")
     data = None  # (checked before ArviZ's import, which takes longer than the checks)
     if X is not None:
         data = _training_data(estimator, X, y, sample_weight, name)

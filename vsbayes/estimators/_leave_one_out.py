@@ -351,7 +351,7 @@ def _training_data(estimator, X, y, sample_weight, name: str | None = None) -> _
     the fit's; ``name``: the class the user called, where it delegated to ``estimator``
     (``EmpiricalBayesClassifier``'s ``estimator_``), so that errors name the fit they
     made."""
-    check_is_fitted(estimator)
+    check_is_fitted(estimator, "coef_")
     X = estimator._validate_prediction_data(X)
     y = column_or_1d(y, warn=True)
     if y.shape[0] != X.shape[0]:

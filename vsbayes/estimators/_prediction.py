@@ -87,11 +87,12 @@ _FLOAT64 = (np.dtype(np.float64),)
 
 
 def _check_fitted(estimator) -> None:
-    """``check_is_fitted(estimator)``, whose criterion (an attribute ending in "_") a set
-    ``coef_`` meets: its tags and its scan of the attributes, a seventh of a one-draw
-    ``sample_coef``, only before ``coef_`` is set (D-272)."""
+    """``check_is_fitted(estimator, "coef_")``: its tags and its scan of the attributes, a
+    seventh of a one-draw ``sample_coef``, only before ``coef_`` is set (D-272). The
+    posterior is what a read needs, so a fresh fit that failed after setting ``classes_``
+    (one class in y) reads as unfitted, not as a missing attribute (D-284)."""
     if "coef_" not in vars(estimator):
-        check_is_fitted(estimator)
+        check_is_fitted(estimator, "coef_")
 
 
 # The reads' BLAS policy, by the work their arguments ask for.
@@ -123,7 +124,7 @@ def _checked_dask_rows(estimator, X):
     feature names its blocks get (None if the fit had none). A DataFrame's names are
     checked here, and named input to an unnamed fit (or the reverse) is warned of here,
     once, as scikit-learn does: not by every block."""
-    check_is_fitted(estimator)
+    check_is_fitted(estimator, "coef_")
     fitted = getattr(estimator, "feature_names_in_", None)
     columns = getattr(X, "columns", None) if is_dask_frame(X) else None
     named = columns is not None and all(isinstance(c, str) for c in columns)
@@ -496,7 +497,7 @@ class PosteriorPrediction:
             covariance would give (1: exact; a forced or text-scale structure records its
             bound in ``posteriors_[0].error_factor``).
         """
-        check_is_fitted(self)
+        check_is_fitted(self, "coef_")
         return _summaries.coefficient_table(self, level)
 
     @one_blas_thread_below(_interval_work)

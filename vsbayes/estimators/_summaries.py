@@ -111,7 +111,7 @@ def marginals(estimator) -> list[tuple[object, np.ndarray, np.ndarray]]:
     fitted): one problem for two classes, one per class otherwise; the multinomial
     posterior's centred (identified) coefficients, or under a shrinkage prior the fitted
     ones (the prior identifies them)."""
-    check_is_fitted(estimator)
+    check_is_fitted(estimator, "coef_")
     coef = estimator.coef_.toarray() if sp.issparse(estimator.coef_) else estimator.coef_
     coef = np.asarray(coef, dtype=float)
     intercept = np.ravel(estimator.intercept_).astype(float)
