@@ -132,8 +132,9 @@ def _site_fits(
     that is not negative definite, met on wide cavities where the factor is nearly a step
     over the kernel's nodes) is done again on the next rule, and the row keeps that rule in
     the later sweeps (``level`` is raised in place): the sweep stays one fixed map, which a
-    rule chosen afresh at each sweep would not be. ``stop``: the chord steps' stop
-    (:func:`_chord_tol`); ``single``: the targets' log-softmax in float32
+    rule chosen afresh at each sweep would not be (the levels go back with the sites only
+    where the sweeps go back to their best sites: ``_RowState.set_levels``). ``stop``: the
+    chord steps' stop (:func:`_chord_tol`); ``single``: the targets' log-softmax in float32
     (:data:`_FIT_SINGLE_TOL`); ``refine`` False: each row on its own level only, none
     refitted nor raised (a sweep that may be discarded first looks at those fits:
     :func:`~vsbayes.approximations.softmax_sites._new_sites`).
