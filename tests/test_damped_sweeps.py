@@ -454,7 +454,9 @@ def test_sweeps_whose_change_grows_a_hundredfold_are_remedied_at_once(memory):
 
     store = _store(update, target + 1e-3)
     sweep = store.sweep
-    store.sweep = lambda post, damping: dampings.append(damping) or sweep(post, damping)
+    store.sweep = lambda post, damping, *bound: (
+        dampings.append(damping) or sweep(post, damping, *bound)
+    )
     run = damped_sweeps(
         store, damping=0.85, tol=1e-10, max_iter=1000, memory=memory, costly_divergence=True
     )
@@ -470,6 +472,91 @@ def test_sweeps_whose_change_grows_a_hundredfold_wait_for_a_stall_unless_costly(
     dampings = []
     store = _store(lambda post, sites: target - 3.0 * (sites - target), target + 1e-3)
     sweep = store.sweep
-    store.sweep = lambda post, damping: dampings.append(damping) or sweep(post, damping)
+    store.sweep = lambda post, damping, *bound: (
+        dampings.append(damping) or sweep(post, damping, *bound)
+    )
     assert damped_sweeps(store, damping=0.85, tol=1e-10, max_iter=1000, memory=0).converged
     assert dampings.count(0.85) == 11
+
+
+def test_a_discarded_sweeps_state_goes_back_with_the_best_sites():
+    # The diverging map of the test above, with a state as the multinomial EP's rule
+    # levels: a sweep from sites 5e-3 or more from the fixed point raises it (rows gone
+    # wide refitted on finer rules), and a sweep keeps what the sweeps before raised. The
+    # sweeps that diverged are discarded, back to the best sites: the map goes back with
+    # them, to the state it had there, so that the sweeps from the best sites run at it,
+    # not at the level the discarded sweeps raised (where every later sweep would pay
+    # for those finer rules).
+    target = np.array([0.1, -0.2, 0.3])
+    level = np.zeros(1, dtype=int)
+    seen = []  # (the state each sweep ran at, its distance from the fixed point)
+
+    def update(post, sites):
+        distance = float(np.max(np.abs(sites - target)))
+        seen.append((int(level[0]), distance))
+        if distance > 5e-3:
+            level[0] += 1
+        return target - 3.0 * (sites - target)
+
+    def load(saved):
+        level[...] = saved
+
+    store = ArraySites(
+        target + 1e-3,
+        update,
+        lambda sites: sites,
+        lambda sites, extrapolated: sites,
+        marginals=lambda post: (post, np.ones_like(post)),
+        state=(level.copy, load),
+    )
+    run = damped_sweeps(
+        store, damping=0.85, tol=1e-10, max_iter=1000, memory=0, costly_divergence=True
+    )
+    assert run.converged
+    np.testing.assert_allclose(store.sites, target, rtol=1e-9)
+    # The best sites are sweep 1's; sweeps 3-7 start 5e-3 or more away and raise the
+    # level, sweep 7 diverges (its change 190 times sweep 1's): the sweeps go back to
+    # sweep 1's sites, and at the level 0 they had there, never raised again.
+    assert [at for at, _ in seen] == [0, 0, 0, 1, 2, 3, 4] + [0] * (len(seen) - 7)
+
+
+def test_a_diverged_stall_halves_the_damping_whatever_the_diverged_changes():
+    # Each sweep overshoots sevenfold: damped by 0.85 or 0.425 the distance to the fixed
+    # point grows (5.8- and 2.4-fold a sweep), by 0.2125 it shrinks; and from 0.1 away
+    # the map explodes (as the multinomial EP's site fits on cavities gone wide). The
+    # store gives up a sweep once its change is past the bound at which the loop discards
+    # it, and returns that lower bound (as the multinomial EP skips its refits on finer
+    # rules there): the diverged sweeps at 0.85 and at 0.425 then measure the same change,
+    # which says nothing of whether halving helped. A stall by divergence halves the
+    # damping without that test (which raised at 0.425), down to 0.2125, where the sweeps
+    # converge.
+    target = np.array([0.1, -0.2, 0.3])
+    dampings = []
+
+    def update(post, sites, bound):
+        far = np.max(np.abs(sites - target)) > 0.1
+        new = target - (1e3 if far else 7.0) * (sites - target)
+        change = float(np.max(np.abs(new - sites) / (1.0 + np.abs(sites))))
+        if change > bound:  # the lower bound, just past the bound
+            new = sites + (new - sites) * (1.0 + 1e-9) * bound / change
+        return new
+
+    store = ArraySites(
+        target + 1e-2,
+        update,
+        lambda sites: sites,
+        lambda sites, extrapolated: sites,
+        marginals=lambda post: (post, np.ones_like(post)),
+        bounded=True,
+    )
+    sweep = store.sweep
+    store.sweep = lambda post, damping, *bound: (
+        dampings.append(damping) or sweep(post, damping, *bound)
+    )
+    run = damped_sweeps(
+        store, damping=0.85, tol=1e-10, max_iter=1000, memory=0, costly_divergence=True
+    )
+    assert run.converged
+    np.testing.assert_allclose(store.sites, target, rtol=1e-9)
+    assert dampings[:5] == [0.85, 0.85, 0.85, 0.425, 0.425]
+    assert set(dampings[5:]) == {0.2125}

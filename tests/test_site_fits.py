@@ -1,6 +1,8 @@
 """VS site fits (many small targets at once) and the tilted moments EP builds on them."""
 
+import importlib
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from vsbayes.models.tilted import (
     tilted_mode,
     vs_tilted_moments,
 )
-from vsbayes.sampling import GaussHermite
+from vsbayes.sampling import GaussHermite, SymmetricSobol
 
 
 def test_gauss_hermite_rule_integrates_polynomials_exactly():
@@ -555,3 +557,40 @@ def test_site_fits_from_the_kernels_newton_step_reach_the_moment_starts_optimum(
     near = kernel_gap <= 1e-2
     assert near.sum() >= 5
     assert (step_gap[near] <= 40.5 * kernel_gap[near] ** 2).all()
+
+
+def test_a_trial_step_whose_fit_sums_past_the_largest_float_is_rejected_silently(monkeypatch):
+    """A trial step far too long can leave every node's fit finite and their sum infinite:
+    the line search rejects its infinite objective, and numpy's overflow warning stays
+    inside (it reached the user's fit on digits at C = 10⁴, D-276; forced here on one
+    trial)."""
+    site_fits = importlib.import_module("vsbayes.engine.site_fits")
+    rng = np.random.default_rng(0)
+    m, k = 5, 2
+    mean, chol = rng.normal(size=(m, k)), np.repeat(2.0 * np.eye(k)[None], m, axis=0)
+    factor = (np.repeat(np.eye(k)[None] / 4.0, m, axis=0), np.zeros((m, k)))
+
+    def fit():
+        return fit_sites(
+            lambda t: -np.logaddexp(0.0, -3.0 * t[..., 0]),
+            mean,
+            chol,
+            SymmetricSobol(64),
+            gaussian_factor=factor,
+        )
+
+    plain = fit()
+    original, calls = site_fits._RuleArrays.weighted_fit, []
+
+    def huge_once(self, v):
+        calls.append(None)
+        out = original(self, v)
+        return np.full_like(out, 1e308) if len(calls) == 3 else out
+
+    monkeypatch.setattr(site_fits._RuleArrays, "weighted_fit", huge_once)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        forced = fit()
+    assert len(calls) > 3
+    assert forced.integrable.all()
+    np.testing.assert_allclose(forced.mean, plain.mean, rtol=1e-6, atol=1e-6)

@@ -1076,3 +1076,43 @@ def test_the_sweeps_change_is_computed_only_for_site_fits(monkeypatch):
     assert moments.n_iter > 1 and changes == []
     fits = softmax_ep(model, sites="fits", tol=1e-6)
     assert len(changes) >= fits.n_iter > 1
+
+
+@pytest.mark.parametrize("bound", [np.inf, 0.0])
+def test_a_sweep_above_its_discard_bound_fits_no_row_on_a_finer_rule(monkeypatch, bound):
+    """A sweep whose sites, each row fitted on its own rule level, already change by more
+    than the bound at which the sweeps discard it refits no improper row on a finer rule
+    and raises no level (those rows keep their sites: the refits could only add to the
+    change); below the bound the improper rows are refitted as before, raised a level at
+    a time (forced here: the first row of every call's block is reported not
+    integrable)."""
+    *_, model = problem(0, m=40)
+    fit = fits_module.fit_sites
+    calls = []
+
+    def forced(*args, **kwargs):
+        fits = fit(*args, **kwargs)
+        calls.append(len(fits.integrable))
+        integrable = fits.integrable.copy()
+        integrable[0] = False
+        return fits._replace(integrable=integrable)
+
+    monkeypatch.setattr(fits_module, "fit_sites", forced)
+    contrast = ep_module._Contrast(model)
+    lam, eta = sites_module._laplace_sites(model, contrast.q, softmax_laplace(model).mean)
+    rules = fits_module._rules(SymmetricSobol(16))
+    state = sites_module._RowState(model.n_observations, rules)
+    post = contrast.posterior(lam, eta)
+    power = np.ones(model.n_observations)
+    new_lam, new_eta = sites_module._new_sites(
+        model, contrast, post, lam, eta, power, None, state, bound=bound
+    )
+    if bound == 0.0:  # every sweep's change is above it: the rows on level 0 only
+        assert calls == [model.n_observations]
+        assert not state.level.any()
+        np.testing.assert_array_equal(new_lam[0], lam[0])
+        np.testing.assert_array_equal(new_eta[0], eta[0])
+    else:  # the first row refitted on each finer rule, improper on each: on the finest
+        assert calls == [model.n_observations, 1, 1]
+        assert state.level.tolist() == [2] + [0] * (model.n_observations - 1)
+    assert not np.array_equal(new_lam[1:], lam[1:])

@@ -485,8 +485,8 @@ def test_one_multinomial_row_is_the_general_fit(
     sites_module = sys.modules["vsbayes.approximations.softmax_sites"]
     calls, taken = [], set()
 
-    def spy(*args, _f=sites_module._sites):
-        out = _f(*args)
+    def spy(*args, _f=sites_module._sites, **kwargs):
+        out = _f(*args, **kwargs)
         if calls and calls[-1] == "open":  # inside the direct update
             state = args[-2]
             taken.add("fits" if state.rules else "mixed" if state.direct[0] else "moments")

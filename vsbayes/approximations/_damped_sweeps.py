@@ -155,9 +155,12 @@ class SiteStore(Protocol):
         """The posterior of prior × current sites; raises
         :class:`~vsbayes.exceptions.NotPositiveDefiniteError` if it is not proper."""
 
-    def sweep(self, post: Any, damping: float) -> float:
+    def sweep(self, post: Any, damping: float, bound: float = math.inf) -> float:
         """Make the damped sweep from the current sites, whose posterior is ``post``, the
-        candidate; return its change (:func:`damped_step`)."""
+        candidate; return its change (:func:`damped_step`). ``bound`` (asked only with
+        ``damped_sweeps``' ``costly_divergence``): an undamped change above which the loop
+        discards the sweep whatever its sites; a store may then skip work that could only
+        add to a change already above it, and return that lower bound."""
 
     def candidate_posterior(self) -> Any:
         """The posterior of prior × the candidate sites (asked only with
@@ -311,6 +314,16 @@ class ArraySites:
         ``round_off(post, sites)``: the round-off of the undamped update of ``sites``
         (whose posterior is ``post``), site by site: the largest change that the update's
         arithmetic does not resolve (:meth:`at_round_off`). None: no such bound.
+    bounded : bool, default=False
+        Whether ``update`` takes a third argument, the undamped change above which the
+        sweep is discarded (:meth:`sweep`'s ``bound``; ``math.inf``: none).
+    state : (callable, callable), optional
+        ``(save, load)``: ``save()`` returns the state that ``update`` keeps between sweeps
+        and raises as they go (the multinomial EP's rows' rule levels), ``load(saved)``
+        puts a saved one back. It is saved with the best sites and loaded with them
+        (:meth:`restore_best`), and :meth:`best_and_next`'s sweep runs at it: the map goes
+        back with the sites it was at. None: no such state (the map is the same at every
+        sweep).
 
     Attributes
     ----------
@@ -326,11 +339,15 @@ class ArraySites:
         project: Callable[[np.ndarray, bool], np.ndarray],
         marginals: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None,
         round_off: Callable[[Any, np.ndarray], np.ndarray] | None = None,
+        state: tuple[Callable[[], Any], Callable[[Any], None]] | None = None,
+        bounded: bool = False,
     ):
         self.sites, self._best = sites, sites
         self._update, self._posterior, self._project = update, posterior, project
         self._marginals, self._round_off = marginals, round_off
         self._within_round_off = False
+        self._state, self._bounded = state, bounded
+        self._best_state = None if state is None else state[0]()
 
     def posterior(self) -> Any:
         return self._posterior(self.sites)
@@ -339,8 +356,12 @@ class ArraySites:
         """The posterior of prior × the candidate sites (the last damped sweep)."""
         return self._posterior(self._damped)
 
-    def sweep(self, post: Any, damping: float) -> float:
-        new = self._update(post, self.sites)
+    def _new(self, post: Any, sites: np.ndarray, bound: float = math.inf) -> np.ndarray:
+        """The undamped update of ``sites``, given ``bound`` where ``update`` takes one."""
+        return self._update(post, sites, bound) if self._bounded else self._update(post, sites)
+
+    def sweep(self, post: Any, damping: float, bound: float = math.inf) -> float:
+        new = self._new(post, self.sites, bound)
         self._damped, self._scale, self._residual, change = damped_step(self.sites, new, damping)
         self._within_round_off = self._round_off is not None and within_round_off(
             new, self.sites, self._round_off(post, self.sites)
@@ -353,9 +374,16 @@ class ArraySites:
     def keep_best(self) -> None:
         # A copy: ``project`` may change the candidate in place.
         self._best = flat_concatenate(self._damped).reshape(self._damped.shape)
+        if self._state is not None:
+            self._best_state = self._state[0]()
 
     def restore_best(self) -> None:
         self._damped = self._best
+        if self._state is not None:
+            # The map as it was at the best sites: what a diverged sweep after them raised
+            # (the multinomial EP's rows on 16 times the nodes) would be kept by every
+            # later sweep from them, at up to a hundred times a sweep's cost.
+            self._state[1](self._best_state)
 
     def advance(self, mixing: Anderson, change: float) -> bool:
         sites = mixing.step(self._residual, self._damped, change, self._scale)
@@ -373,7 +401,19 @@ class ArraySites:
 
     def best_and_next(self) -> tuple[Any, Any]:
         here = self._posterior(self._best)
-        return here, self._posterior(self._update(here, self._best))
+        if self._state is None:
+            return here, self._posterior(self._new(here, self._best))
+        # At the best sites' state, which the sweep may raise (theirs from then on); the
+        # current sites' is put back for the sweeps that go on from them.
+        save, load = self._state
+        current = save()
+        load(self._best_state)
+        try:
+            new = self._new(here, self._best)
+            self._best_state = save()
+        finally:
+            load(current)
+        return here, self._posterior(new)
 
 
 def damped_sweeps(
@@ -426,7 +466,11 @@ def damped_sweeps(
         Whether a sweep from sites far from a fixed point costs more than one near it (the
         multinomial EP's VS site fits of rows gone wide): then a sweep whose undamped
         change is over 100 times the least one, and above ``max(√tol, 1e-3)``, counts as a
-        stall at once, instead of 10 more such sweeps before any remedy.
+        stall at once, instead of 10 more such sweeps before any remedy; once unmixed,
+        such a stall halves the damping without asking whether the last halving helped
+        (a diverged change measures no level that plain sweeps reach, and the store may
+        return a lower bound of it: below). Each sweep is given the undamped change above
+        which it is discarded whatever its sites (``store.sweep``'s ``bound``).
 
     Stalled sweeps (10 sweeps without progress) keep their best sites (with a
     ConvergenceWarning, unless within 10 × tol) when the store has marginals, one more
@@ -504,7 +548,11 @@ def _sweeps(
         if steps is not None:
             steps.begin(_state(as_gaussian, post))
         n_iter += 1
-        change = store.sweep(post, damping)
+        if costly:
+            change = store.sweep(post, damping, _discard_bound(best, tol, damping, stop))
+        else:
+            change = store.sweep(post, damping)
+        diverged = False
         settled = None  # the candidate's posterior, where it moved the posterior little
         limit = _posterior_limit(stop, start, post, change, tol)
         if limit is not None:
@@ -561,7 +609,7 @@ def _sweeps(
                 # to 108 in two sweeps, at 20-60 s a sweep against 0.2 s near the start.
                 # Not below the floor: there a lucky best far under the noise of the
                 # site fits would make every sweep a divergence.
-                stalled = _STALL
+                stalled, diverged = _STALL, True
         noisy = idle >= _STALL and stalled >= _STALL // 2
         if (stalled >= _STALL or noisy) and best <= _floor(tol) and best < tested:
             # Within reach of the floor, sweeps that have not halved their change in _STALL
@@ -588,8 +636,13 @@ def _sweeps(
                 steps.end(_state(as_gaussian, post))
             break
         if stalled >= _STALL:
+            # (A stall by divergence halves the damping whatever the last halving did: its
+            # change, which the store may give as a lower bound (costly_divergence's
+            # bound), measures no level the plain sweeps reach: on digits at C = 10⁴ the
+            # test raised at 0.425 on a bounded 72 against 92 at 0.85 (D-257).)
             if anderson.memory == 0 and (
-                damping <= _MIN_DAMPING or not _halving_helps(last_level_least, level_least)
+                damping <= _MIN_DAMPING
+                or not (diverged or _halving_helps(last_level_least, level_least))
             ):
                 # No progress at the smallest damping, or at a halved damping that took the
                 # sweeps no closer to a fixed point than twice it (then no smaller one
@@ -670,6 +723,18 @@ def _sweeps(
     elif not (converged or at_floor):
         _warn_unconverged(n_iter, max_iter, change, tol)
     return SweepResult(post, n_iter, converged, change)
+
+
+def _discard_bound(best: float, tol: float, damping: float, stop) -> float:
+    """The undamped change above which a sweep at ``damping`` is discarded whatever its
+    sites (``costly_divergence``): a divergence, over ``_DIVERGED`` times the ``best``
+    undamped change and above the floor, and beyond the posterior stop's gate (whose
+    test could keep the sweep), ``_RELATIVE_GATE × tol`` damped. Infinite before the
+    first sweep."""
+    if not math.isfinite(best):
+        return math.inf
+    gate = _RELATIVE_GATE * tol / damping if stop is not None and stop[0] is not None else 0.0
+    return max(_DIVERGED * best, _floor(tol), gate)
 
 
 def _posterior_limit(stop, start, post, change: float, tol: float) -> float | None:

@@ -110,7 +110,19 @@ _CHORD_SPREAD = 0.5
 
 
 def _site_fits(
-    model, q, mean, cov, cav_prec, cav_lin, power, rules, level, ok, stop=_CHORD_TOL, single=False
+    model,
+    q,
+    mean,
+    cov,
+    cav_prec,
+    cav_lin,
+    power,
+    rules,
+    level,
+    ok,
+    stop=_CHORD_TOL,
+    single=False,
+    refine=True,
 ):
     """VS fits of the tilted densities ``F^power × cavity`` of the rows ``ok``: (log Z, mean,
     cov, integrable) per row, NaN where not fitted; where a fit is not integrable, its log Z
@@ -120,9 +132,12 @@ def _site_fits(
     that is not negative definite, met on wide cavities where the factor is nearly a step
     over the kernel's nodes) is done again on the next rule, and the row keeps that rule in
     the later sweeps (``level`` is raised in place): the sweep stays one fixed map, which a
-    rule chosen afresh at each sweep would not be. ``stop``: the chord steps' stop
-    (:func:`_chord_tol`); ``single``: the targets' log-softmax in float32
-    (:data:`_FIT_SINGLE_TOL`).
+    rule chosen afresh at each sweep would not be (the levels go back with the sites only
+    where the sweeps go back to their best sites: ``_RowState.set_levels``). ``stop``: the
+    chord steps' stop (:func:`_chord_tol`); ``single``: the targets' log-softmax in float32
+    (:data:`_FIT_SINGLE_TOL`); ``refine`` False: each row on its own level only, none
+    refitted nor raised (a sweep that may be discarded first looks at those fits:
+    :func:`~vsbayes.approximations.softmax_sites._new_sites`).
     """
     r = q.shape[1]
     dtype = np.float32 if single else np.float64
@@ -171,7 +186,7 @@ def _site_fits(
         cap = max(1, int(block_bytes() // per_site))
         with single_blas_thread():
             map_blocks(block, block_slices(len(rows), n_points * n_params**2, cap, 2**28))
-        if at + 1 < len(rules):
+        if refine and at + 1 < len(rules):
             level[rows[~good[rows]]] = at + 1
     return log_z, fit_mean, fit_cov, good
 
@@ -285,12 +300,13 @@ def _vs_sites(
     ok,
     stop=_CHORD_TOL,
     single=False,
+    refine=True,
 ):
     """:func:`_tilted_sites` by VS fits of the tilted densities (their natural parameters
-    minus the cavity's); ``stop`` and ``single`` as :func:`_site_fits`'."""
+    minus the cavity's); ``stop``, ``single`` and ``refine`` as :func:`_site_fits`'."""
     r = q.shape[1]
     log_z, t_mean, t_cov, good = _site_fits(
-        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok, stop, single
+        model, q, v_mean, v_cov, cav_prec, cav_lin, power, rules, level, ok, stop, single, refine
     )
     t_prec = np.linalg.inv(np.where(good[:, None, None], t_cov, np.eye(r)))
     lam = np.where(good[:, None, None], t_prec - cav_prec, 0.0)

@@ -525,9 +525,9 @@ def softmax_ep(
 
     last = {}  # what the last sweep saw of the evidence at the sites it started from
 
-    def update(post, sites):
+    def update(post, sites, bound):
         new_lam, new_eta = _new_sites(
-            model, contrast, post, *split(sites), power, rule, state, record=last
+            model, contrast, post, *split(sites), power, rule, state, record=last, bound=bound
         )
         new = flat_concatenate(new_lam, new_eta)
         # The next sweep's VS site fits solved to a hundredth of this sweep's change
@@ -553,6 +553,12 @@ def softmax_ep(
         lambda sites: contrast.posterior(*split(sites)),
         project,
         marginals=lambda post: (post[0], contrast.variances(post)),
+        # The rows' rule levels go back with the best sites: a diverged sweep's (rows of
+        # wide cavities refitted on 16 times the nodes) would stay with every later sweep.
+        state=(state.levels, state.set_levels),
+        # A sweep already past the change at which it is discarded skips its rows' refits
+        # on finer rules (_new_sites): 24.8 of the 28 s of a diverged sweep on digits.
+        bounded=True,
     )
     run = damped_sweeps(
         store,
@@ -881,8 +887,8 @@ class _VerboseSites(ArraySites):
 
     n_sweeps = 0
 
-    def sweep(self, post, damping: float) -> float:
-        change = super().sweep(post, damping)
+    def sweep(self, post, damping: float, bound: float = math.inf) -> float:
+        change = super().sweep(post, damping, bound)
         self.n_sweeps += 1
         print(f"[softmax EP] sweep {self.n_sweeps}: site change {change:.3g}, damping {damping:g}")
         return change

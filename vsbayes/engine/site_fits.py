@@ -186,9 +186,12 @@ def fit_sites(
     def objective(sites, v):
         # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
         # too long overflows to an infinite objective, which the line search rejects.
+        # (Its sum too: a finite fit of huge values can overflow there, and numpy's
+        # RuntimeWarning reached the user's fit, on digits at C = 10⁴, D-276.)
         with np.errstate(over="ignore", invalid="ignore"):
             wq = shared.weighted_fit(v)
-        return wq.sum(axis=1) - np.einsum("mn,mn->m", target_moments[sites], v), wq
+            total = wq.sum(axis=1)
+        return total - np.einsum("mn,mn->m", target_moments[sites], v), wq
 
     everyone = np.arange(m)
     # Up to three starts, each site taking the one of smallest objective: the kernel (q̄ = 1)
