@@ -374,7 +374,7 @@ def test_damped_step_is_its_formula(size):
 @pytest.mark.parametrize("size", [0, 7, 2**19 + 5])
 def test_relative_change_is_its_formula(size):
     """The multinomial EP's undamped change (its next sweep's fit stop), on slices in place:
-    the whole array's expression, bitwise, NaN included (D-271)."""
+    the whole array's expression, bitwise, NaN included (D-269)."""
     rng = np.random.default_rng(size)
     sites, new = rng.normal(size=size), rng.normal(size=size)
     with single_blas_thread():

@@ -596,7 +596,7 @@ def test_joblib_dask_backend_gives_the_same_bits(client):
 
 def test_a_lazy_prediction_keeps_the_predictive_tol_of_its_call():
     # A dask prediction is lazy: its chunks, computed after the call's config_context has
-    # exited, read the predictive_tol the call saw (D-282), not the default; and the chunks
+    # exited, read the predictive_tol the call saw (D-276), not the default; and the chunks
     # computed on dask's threads leave the global setting as it was.
     from sklearn.datasets import load_digits
     from sklearn.preprocessing import StandardScaler

@@ -562,7 +562,7 @@ def test_site_fits_from_the_kernels_newton_step_reach_the_moment_starts_optimum(
 def test_a_trial_step_whose_fit_sums_past_the_largest_float_is_rejected_silently(monkeypatch):
     """A trial step far too long can leave every node's fit finite and their sum infinite:
     the line search rejects its infinite objective, and numpy's overflow warning stays
-    inside (it reached the user's fit on digits at C = 10⁴, D-276; forced here on one
+    inside (it reached the user's fit on digits at C = 10⁴, D-273; forced here on one
     trial)."""
     site_fits = importlib.import_module("vsbayes.engine.site_fits")
     rng = np.random.default_rng(0)

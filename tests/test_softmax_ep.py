@@ -1063,7 +1063,7 @@ def test_sweeps_far_from_the_fixed_point_take_fewer_fit_iterations(monkeypatch):
 def test_the_sweeps_change_is_computed_only_for_site_fits(monkeypatch):
     """The undamped change sets the next sweep's VS fit stop alone: tilted moments read no
     stop and skip its pass over the sites (at 40 classes × 2000 rows, 17 ms of a 1.3 s fit;
-    D-271); with fits every sweep computes it (the stop and the posterior as before)."""
+    D-269); with fits every sweep computes it (the stop and the posterior as before)."""
     _, _, model = problem(3, m=40)
     changes, change = [], ep_module.relative_change
 

@@ -528,7 +528,7 @@ def test_below_the_default_tol_wide_rows_condition_every_class_on_its_own_direct
 def test_own_directions_keep_the_log_of_a_class_far_behind():
     # The own-direction averages are the logistic-normal table's, accurate to ~1e-5
     # absolute only: a class far behind read the table's floor (e^-18 for e^-197 on four
-    # classes, D-283). Below OWN_DIRECTIONS_FLOOR they take log sums on the first level's
+    # classes, D-277). Below OWN_DIRECTIONS_FLOOR they take log sums on the first level's
     # nodes, as the leader's direction's do at the default tol (the same values here;
     # within 2.3 of a 2·10⁶-draw log-domain reference on such rows).
     k = 4

@@ -524,7 +524,7 @@ def test_the_softmax_rows_curvature_change_is_the_hessians_derivatives():
 
 
 def test_the_softmax_curvature_gram_is_the_same_bits_in_any_blocks(monkeypatch):
-    """The covariance term's rows' B_i in cache-sized blocks of rows (D-271): each row its
+    """The covariance term's rows' B_i in cache-sized blocks of rows (D-269): each row its
     own, so the Gram matrix is bitwise the one of a single block."""
     from vsbayes.approximations import laplace_error as error
     from vsbayes.models import SoftmaxGLMPosterior

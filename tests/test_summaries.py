@@ -232,7 +232,7 @@ def test_drawn_labels_and_probabilities_stay_within_their_blocks(multinomial):
 @pytest.mark.parametrize("failed_fit", [False, True])
 def test_unfitted_estimator_says_fit_first(binary, failed_fit):
     # failed_fit: a fresh fit refused after setting classes_ (one class in y) leaves no
-    # posterior; its reads say "fit first", not that coef_ is missing (D-284).
+    # posterior; its reads say "fit first", not that coef_ is missing (D-278).
     from sklearn.exceptions import NotFittedError
 
     X, y, _ = binary
@@ -258,7 +258,7 @@ def test_unfitted_estimator_says_fit_first(binary, failed_fit):
 
 def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, monkeypatch):
     """A set coef_ meets check_is_fitted's criterion: its tags and scan of the attributes,
-    twice a seventh of a one-draw sample_coef, are not run after a fit (D-272); before
+    twice a seventh of a one-draw sample_coef, are not run after a fit (D-270); before
     one the reads still say "fit first" (test_unfitted_estimator_says_fit_first)."""
     from vsbayes.estimators import _prediction, _summaries
 
@@ -279,7 +279,7 @@ def test_draws_of_a_fitted_estimator_skip_scikit_learns_fitted_check(binary, mon
 
 def test_plain_rows_skip_scikit_learns_checks_and_others_take_them(binary, monkeypatch):
     """Finite float64 rows of the fitted width, to an estimator fitted without names, are
-    read as they are (validate_data would return them so: D-273); the same rows as a list,
+    read as they are (validate_data would return them so: D-271); the same rows as a list,
     float32, with a NaN, or of another width take scikit-learn's checks, results and errors."""
     import pandas as pd
 
@@ -315,7 +315,7 @@ def test_plain_rows_skip_scikit_learns_checks_and_others_take_them(binary, monke
 
 def test_plain_rows_whose_sum_overflows_warn_as_before(binary):
     """Finite rows whose sum overflows take scikit-learn's checks without a RuntimeWarning
-    of the shortcut's sum (D-281): the read's own error as before, and partial_fit's checks."""
+    of the shortcut's sum (D-275): the read's own error as before, and partial_fit's checks."""
     X, y, model = binary
     huge = np.full((3, X.shape[1]), 1e308)
     with warnings.catch_warnings():

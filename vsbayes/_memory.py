@@ -118,7 +118,7 @@ def get_config() -> dict:
 def carried_config(settings: dict) -> Iterator[None]:
     """``settings`` over :func:`get_config`'s in this thread only, within a ``with`` block:
     the chunks of a lazy dask prediction, computed after the call (and its
-    :func:`config_context`) returned, read the ``predictive_tol`` the call saw (D-282).
+    :func:`config_context`) returned, read the ``predictive_tol`` the call saw (D-276).
     Thread-local, so that chunks computed on dask's threads do not set one another's."""
     saved = getattr(_carried, "settings", None)
     _carried.settings = {**(saved or {}), **settings}
@@ -160,7 +160,7 @@ def set_config(
         there (on standardized digits at C = 1, where every row is wide, 1e-4 takes about
         70 times the default's time). Binary predictives are accurate to about 1e-7
         whatever it is. Read when a read runs, in its process: a lazy dask prediction's
-        chunks take the value of the call that built them (D-282).
+        chunks take the value of the call that built them (D-276).
     """
     if covariance is not None and covariance not in COVARIANCE_STRUCTURES:
         raise ValueError(f"covariance must be one of {COVARIANCE_STRUCTURES}; got {covariance!r}.")

@@ -238,7 +238,7 @@ def relative_change(new: np.ndarray, sites: np.ndarray) -> float:
     On slices in place, as :func:`damped_step`: on 3.1 million sites (40 classes × 2000
     rows) the expression's four temporaries of the whole array took 15 ms warm against 5
     on slices, and in a fit's sweeps under load 59 ms a fit against 17, their freed pages
-    faulting again in the next sweep's writes (D-271).
+    faulting again in the next sweep's writes (D-269).
     """
 
     def part(at: slice) -> float:

@@ -492,7 +492,7 @@ def _softmax_gram_pass(model: SoftmaxGLMPosterior, mean, cov, shift, moments=Non
     # In blocks of rows: the contraction's (rows, K, K) temporaries, beside V and B, each
     # within _CURVATURE_BLOCK_BYTES, where its ten element-wise passes stay in cache (the
     # same bits: each row's its own): 42 → 27 ms at 40 classes × 2000 rows in one block
-    # of the working memory, 87 → 46 ms at 50 (D-271).
+    # of the working memory, 87 → 46 ms at 50 (D-269).
     k = latent_cov.shape[1]
     block = min(block_length(8.0 * 4 * k * k), max(1, _CURVATURE_BLOCK_BYTES // (8 * k * k)))
     for start in range(0, len(weights), block):

@@ -533,7 +533,7 @@ def softmax_ep(
         # The next sweep's VS site fits solved to a hundredth of this sweep's change
         # (damped_sweeps' relative change, undamped), no finer than its fits can use. Sites
         # by tilted moments alone (no rules after the first sweep: none later) read no
-        # stop: the change is not computed (at 40 classes × 2000 rows, 17 ms a fit; D-271).
+        # stop: the change is not computed (at 40 classes × 2000 rows, 17 ms a fit; D-269).
         if new.size and state.rules is not None:
             state.chord_tol = _sweep_chord_tol(tol, relative_change(new, sites))
         return new

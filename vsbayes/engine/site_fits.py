@@ -187,7 +187,7 @@ def fit_sites(
         # Returns the weighted fit w q̄ too: the next Newton step needs it. A trial step far
         # too long overflows to an infinite objective, which the line search rejects.
         # (Its sum too: a finite fit of huge values can overflow there, and numpy's
-        # RuntimeWarning reached the user's fit, on digits at C = 10⁴, D-276.)
+        # RuntimeWarning reached the user's fit, on digits at C = 10⁴, D-273.)
         with np.errstate(over="ignore", invalid="ignore"):
             wq = shared.weighted_fit(v)
             total = wq.sum(axis=1)

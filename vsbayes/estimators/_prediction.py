@@ -69,7 +69,7 @@ def plain_rows(estimator, X, dtypes: tuple[np.dtype, ...]) -> bool:
     is, with no warning: a 2-D ndarray (not a subclass) of one of ``dtypes``, at least one
     row of the fitted width, finite, to an estimator fitted without feature names. A finite
     sum has finite terms (one that overflows leaves the check to ``validate_data``, with no
-    RuntimeWarning of the sum's: the rows' finite terms are not the caller's error, D-281)."""
+    RuntimeWarning of the sum's: the rows' finite terms are not the caller's error, D-275)."""
     if not (
         type(X) is np.ndarray
         and X.ndim == 2
@@ -88,9 +88,9 @@ _FLOAT64 = (np.dtype(np.float64),)
 
 def _check_fitted(estimator) -> None:
     """``check_is_fitted(estimator, "coef_")``: its tags and its scan of the attributes, a
-    seventh of a one-draw ``sample_coef``, only before ``coef_`` is set (D-272). The
+    seventh of a one-draw ``sample_coef``, only before ``coef_`` is set (D-270). The
     posterior is what a read needs, so a fresh fit that failed after setting ``classes_``
-    (one class in y) reads as unfitted, not as a missing attribute (D-284)."""
+    (one class in y) reads as unfitted, not as a missing attribute (D-278)."""
     if "coef_" not in vars(estimator):
         check_is_fitted(estimator, "coef_")
 
@@ -292,7 +292,7 @@ class PosteriorPrediction:
     def _validate_prediction_data(self, X):
         # Plain float64 rows are what validate_data would return as they are, after ~0.1 ms
         # of checks for frames, names and dtypes: two thirds of a ten-row thompson_sample
-        # (D-273).
+        # (D-271).
         if plain_rows(self, X, _FLOAT64):
             return X
         return validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)

@@ -458,7 +458,7 @@ def sample_coef(estimator, n_draws: int, random_state, held: float = 0.0, what: 
     their temporaries (a standard normal and a product per parameter and draw: 3 copies)
     sized first, beside ``held`` bytes of the caller's (``what``)."""
     # The predictive first: its fitted check is this read's one (a second cost as much as
-    # the draw's product, D-272); it holds the fitted arrays (a float64 copy of a float32
+    # the draw's product, D-270); it holds the fitted arrays (a float64 copy of a float32
     # or sparse coef_), no draw.
     predictive = estimator._predictive()
     n_draws = check_n_draws(n_draws)

@@ -272,7 +272,7 @@ summed apart), each class's boundaries all smoothed where the leader's direction
 leading class's only. The K averages are unbiased each and sum to 1 within their error
 (then normalized); the table's error being absolute (≤ 9.3e-6), a class whose average is
 below :data:`OWN_DIRECTIONS_FLOOR`, 1e-5, takes log sums on the first level's nodes, as the
-leader's below float32's range (D-283: a class e^-197 behind read e^-18, the table's floor).
+leader's below float32's range (D-277: a class e^-197 behind read e^-18, the table's floor).
 The leader's integrand's largest errors lie on the other classes, at
 every rank of probability (digits, 65,536 nodes: the leading class 1.8e-4, the others up to
 7.0e-4, the eighth most probable class's 7.0e-4 among them; own directions for the two to
@@ -381,7 +381,7 @@ OWN_DIRECTIONS_BELOW = TOLERANCE
 #: The centred trace above which a row is wide for :data:`OWN_DIRECTIONS_BELOW`.
 OWN_DIRECTIONS_TRACE = 5.0
 #: Own-direction average below which a class's probability takes log sums over the first
-#: level's nodes (D-283): the table's error (≤ 9.3e-6) is absolute, so below it the
+#: level's nodes (D-277): the table's error (≤ 9.3e-6) is absolute, so below it the
 #: average keeps no relative accuracy (a class far behind reads the table's floor).
 OWN_DIRECTIONS_FLOOR = 1e-5
 # Smallest average kept in the linear domain; rows with a smaller one take log sums.
@@ -691,7 +691,7 @@ def centred_softmax_predictive_log_proba(
         # The own-direction averages are the logistic-normal table's, accurate to ~1e-5
         # absolute, not relative: a class far behind reads its floor (e^-18 for e^-197 on
         # four classes). Their classes below OWN_DIRECTIONS_FLOOR take log sums on the first
-        # level's nodes, as the leader's integrand's below float32's range (D-283).
+        # level's nodes, as the leader's integrand's below float32's range (D-277).
         floor = np.where(own, OWN_DIRECTIONS_FLOOR, _LINEAR_FLOOR)[:, None]
         tiny = np.flatnonzero((average < floor).any(axis=1))
         if tiny.size:
